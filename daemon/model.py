@@ -1,0 +1,126 @@
+"""Plain data shared by every module: what a checkpoint is, as the catalog and the API see it.
+
+No I/O here, no clock: these are frozen values that cross module boundaries.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class CheckpointStatus(enum.StrEnum):
+    OK = "ok"
+    INCOMPLETE = "incomplete"  # seen, not (yet) complete
+    CORRUPT = "corrupt"
+    UNREADABLE = "unreadable"
+    MISSING = "missing"
+    TRASHED = "trashed"
+    PURGED = "purged"
+
+
+class Format(enum.StrEnum):
+    KERAS_ZIP = "keras-v3-zip"  # Keras 3 (or tf-keras) `.keras` archive
+    KERAS_WEIGHTS_H5 = "keras-v3-weights-h5"  # Keras 3 `.weights.h5`
+    KERAS_LEGACY_H5 = "keras-legacy-h5"  # `model.save('x.h5')`, Keras 2 or Keras 3
+    KERAS_LEGACY_WEIGHTS_H5 = "keras-legacy-weights-h5"  # tf-keras `save_weights('x.h5')`
+    TF_CHECKPOINT = "tf-checkpoint"  # `prefix.index` + `prefix.data-*`
+    SAVED_MODEL = "savedmodel"  # a directory with `saved_model.pb`
+
+
+class Kind(enum.StrEnum):
+    FULL = "full"  # architecture + weights (+ optimizer state when present)
+    WEIGHTS = "weights"  # weights only, no architecture
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    class_name: str | None
+    n_params: int
+    weights: tuple[WeightInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    class_name: str | None  # None when the file records only the optimizer's instance name
+    name: str | None = None
+    config: dict[str, Any] | None = None
+    iterations: int | None = None
+    learning_rate: float | None = None  # the stored variable, when there is one
+    n_variables: int = 0
+    state_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a format reader learned from a checkpoint's metadata (weights are never read)."""
+
+    format: Format
+    kind: Kind
+    model_class: str | None = None
+    model_name: str | None = None
+    keras_version: str | None = None
+    backend: str | None = None
+    layers: tuple[Layer, ...] = ()
+    n_params: int | None = None
+    n_trainable_params: int | None = None
+    weights_bytes: int | None = None
+    optimizer: OptimizerInfo | None = None
+    training_config: dict[str, Any] | None = None
+    signatures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # facts a user should know, e.g. "resume unreliable in Keras 3"
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    name: str
+    value: float
+    source: str  # "filename", "csv:training.log", "sidecar:x.json", ...
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A catalog row as the API returns it."""
+
+    id: int
+    path: str
+    run: str
+    root: str
+    format: str | None
+    kind: str | None
+    status: CheckpointStatus
+    reason: str | None
+    size_bytes: int
+    mtime: float
+    inode: int | None
+    hash: str | None
+    indexed_at: str | None
+    epoch: int | None = None
+    step: int | None = None
+    weights_bytes: int | None = None
+    optimizer_bytes: int | None = None
+    optimizer: str | None = None
+    n_params: int | None = None
+    pinned: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    metric_sources: dict[str, str] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # layers, configs, notes: `show` only
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    root: str
+    checkpoints: int
+    bytes: int
+    newest: str | None
+    best: dict[str, str] = field(default_factory=dict)
