@@ -88,6 +88,34 @@ class MetricValue:
 
 
 @dataclass(frozen=True)
+class FileStat:
+    """What identifies the bytes of a file (or of a multi-file checkpoint, summed)."""
+
+    size: int
+    mtime_ns: int
+    inode: int | None
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """The indexer's verdict on one checkpoint path, ready for the catalog."""
+
+    path: str
+    root: str
+    run: str
+    status: CheckpointStatus
+    reason: str | None
+    stat: FileStat
+    hash: str | None = None
+    info: CheckpointInfo | None = None
+    epoch: int | None = None
+    step: int | None = None
+    metrics: tuple[MetricValue, ...] = ()
+    notes: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # member files of a multi-file checkpoint, relative to its folder
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """A catalog row as the API returns it."""
 
@@ -111,7 +139,7 @@ class Checkpoint:
     optimizer: str | None = None
     n_params: int | None = None
     pinned: bool = False
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float | None] = field(default_factory=dict)  # None: logged as NaN
     metric_sources: dict[str, str] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)  # layers, configs, notes: `show` only
 

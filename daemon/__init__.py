@@ -1,0 +1,1 @@
+"""ckpt-daemon: watches training folders, indexes checkpoints, manages them."""

@@ -1,0 +1,195 @@
+"""Load and validate config.yaml into frozen objects. Bad values are refused, never "fixed".
+
+Every error names the key path (`roots[0].observer`) and the reason, and exits 2 from the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.errors import ConfigError
+
+OBSERVERS = ("auto", "inotify", "polling")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+PACKAGED_DEFAULT = Path(__file__).with_name("default_config.yaml")
+
+
+@dataclass(frozen=True)
+class RootConfig:
+    path: Path
+    observer: str
+    filename_templates: tuple[str, ...]
+    metrics_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str  # the file it came from, or "<built-in default>"
+    database: str
+    state_dir: Path
+    roots: tuple[RootConfig, ...]
+    settle_seconds: float
+    log_level: str
+
+    def root_for(self, path: Path) -> RootConfig | None:
+        """The configured root that contains `path` (no symlinks resolved: paths as given)."""
+        absolute = Path(os.path.abspath(path))
+        for root in self.roots:
+            if absolute == root.path or root.path in absolute.parents:
+                return root
+        return None
+
+
+def find_config_file(explicit: str | None) -> Path | None:
+    """--config, else $CKPT_CONFIG, else ./config.yaml; None means the built-in default."""
+    chosen = explicit or os.environ.get("CKPT_CONFIG")
+    if chosen:
+        path = Path(chosen)
+        if not path.is_file():
+            raise ConfigError("--config", f"{chosen}: no such file")
+        return path
+    local = Path("config.yaml")
+    return local if local.is_file() else None
+
+
+def load(explicit: str | None = None, *, database_override: str | None = None) -> Config:
+    path = find_config_file(explicit)
+    if path is None:
+        text, base, source = PACKAGED_DEFAULT.read_text(), Path.cwd(), "<built-in default>"
+    else:
+        text, base, source = _read(path), path.resolve().parent, str(path)
+    return parse(text, base=base, source=source, database_override=database_override)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("--config", f"{path}: {exc}") from exc
+
+
+def parse(text: str, *, base: Path, source: str, database_override: str | None = None) -> Config:
+    import yaml
+
+    try:
+        document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise ConfigError("(file)", f"not valid YAML: {' '.join(str(exc).split())}") from exc
+    if document is None:
+        document = {}
+    raw = _mapping(document, "(top level)", TOP_KEYS)
+    state_dir = _path(raw.get("state_dir", "./.ckpt"), "state_dir", base)
+    # A URL given on the command line or in the environment is relative to the working folder.
+    override = database_override or os.environ.get("CKPT_DB")
+    database = override or raw.get("database", "sqlite:///{state_dir}/catalog.db")
+    if not isinstance(database, str) or not database.strip():
+        raise ConfigError("database", "expected an SQLAlchemy URL")
+    completion = _mapping(raw.get("completion", {}), "completion", {"settle_seconds"})
+    return Config(
+        source=source,
+        database=_database_url(database, state_dir, Path.cwd() if override else base),
+        state_dir=state_dir,
+        roots=_roots(raw.get("roots"), base),
+        settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
+        log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
+    )
+
+
+TOP_KEYS = {"database", "state_dir", "roots", "completion", "log_level"}
+ROOT_KEYS = {"path", "observer", "filename_template", "metrics_files"}
+
+
+def _roots(value: Any, base: Path) -> tuple[RootConfig, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError("roots", "expected a non-empty list of {path: ...} entries")
+    roots = tuple(_root(item, f"roots[{i}]", base) for i, item in enumerate(value))
+    for i, a in enumerate(roots):
+        for j, b in enumerate(roots):
+            if i != j and (a.path == b.path or b.path in a.path.parents):
+                raise ConfigError(f"roots[{i}].path", f"{a.path} overlaps roots[{j}] ({b.path})")
+    return roots
+
+
+def _root(item: Any, key: str, base: Path) -> RootConfig:
+    if isinstance(item, str):
+        item = {"path": item}
+    raw = _mapping(item, key, ROOT_KEYS)
+    if "path" not in raw:
+        raise ConfigError(f"{key}.path", "required")
+    templates = raw.get("filename_template", [])
+    templates = [templates] if isinstance(templates, str) else templates
+    return RootConfig(
+        path=_path(raw["path"], f"{key}.path", base),
+        observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
+        filename_templates=_templates(templates, f"{key}.filename_template"),
+        metrics_files=_strings(
+            raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),
+            f"{key}.metrics_files",
+        ),
+    )
+
+
+def _templates(value: Any, key: str) -> tuple[str, ...]:
+    from daemon.metrics import compile_template
+
+    templates = _strings(value, key)
+    for i, template in enumerate(templates):
+        try:
+            compile_template(template)
+        except ValueError as exc:
+            raise ConfigError(f"{key}[{i}]", str(exc)) from exc
+    return templates
+
+
+def _mapping(value: Any, key: str, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        where = "" if key == "(top level)" else f"{key}."
+        raise ConfigError(
+            f"{where}{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
+        )
+    return value
+
+
+def _strings(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(key, "expected a list of non-empty strings")
+    return tuple(value)
+
+
+def _choice(value: Any, key: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _path(value: Any, key: str, base: Path) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(key, "expected a path")
+    return Path(os.path.abspath(base / os.path.expanduser(value)))
+
+
+def _duration(value: Any, key: str) -> float:
+    from daemon.units import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from exc
+
+
+def _database_url(url: str, state_dir: Path, base: Path) -> str:
+    """Fill in {state_dir}; make a relative SQLite path relative to the config's folder."""
+    url = url.replace("{state_dir}", str(state_dir))
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        rest = url[len(prefix) :]
+        if rest and not rest.startswith(":memory:") and not rest.startswith("file:"):
+            url = prefix + os.path.abspath(base / rest)
+    return url

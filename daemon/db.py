@@ -1,0 +1,171 @@
+"""Engine setup and schema migrations for the catalog (SQLAlchemy + Alembic live here and in store).
+
+SQLite gets WAL, a busy timeout, synchronous=FULL and foreign keys on each new connection, and
+writer transactions start with `BEGIN IMMEDIATE`: SQLAlchemy's default deferred transactions lose
+concurrent read-modify-write updates across processes (see shared/design/ops-facts.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+
+from daemon.errors import CkptError, SchemaBehind, UsageError
+
+# Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
+# have to import Alembic to learn the head revision.
+SCHEMA_HEAD = "0001"
+READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
+BUSY_TIMEOUT_MS = 30_000
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for in-memory databases)."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
+    if not is_sqlite(url):
+        return create_engine(url, pool_pre_ping=True)
+    path = sqlite_path(url)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create the catalog folder {path.parent}: {exc}") from exc
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+    _install_sqlite_hooks(engine, foreign_keys=foreign_keys)
+    return engine
+
+
+def _install_sqlite_hooks(engine: Engine, *, foreign_keys: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Autocommit at the DBAPI level, so that the `begin` hook below decides how transactions
+        # start, and PRAGMAs run outside any transaction.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        readonly = conn.get_execution_options().get("ckpt_readonly", False)
+        conn.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The catalog's schema revision, or None for an empty database."""
+    with engine.connect().execution_options(**READONLY) as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> None:
+    """Create a new catalog at head; refuse (exit 5) one behind head unless allowed to migrate."""
+    revision = current_revision(engine)
+    if revision == SCHEMA_HEAD:
+        return
+    if revision is not None and not may_migrate:
+        raise SchemaBehind(
+            f"catalog schema is at {revision}, this ckpt needs {SCHEMA_HEAD}: run `ckpt db upgrade`"
+        )
+    upgrade(url)
+
+
+def upgrade(url: str, *, revision: str = "head") -> str | None:
+    """Migrate to `revision`; back up an existing SQLite file first. Returns the backup path."""
+    from alembic import command
+
+    engine = make_engine(url, foreign_keys=False)
+    if revision == "head" and current_revision(engine) == SCHEMA_HEAD:
+        engine.dispose()
+        return None
+    backup = _backup_sqlite(url)
+    try:
+        with engine.connect() as conn:
+            config = _alembic_config()
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+            conn.commit()
+            _check_foreign_keys(url, conn)
+    finally:
+        engine.dispose()
+    return str(backup) if backup else None
+
+
+def downgrade(url: str, revision: str) -> None:
+    from alembic import command
+
+    engine = make_engine(url, foreign_keys=False)
+    try:
+        with engine.connect() as conn:
+            config = _alembic_config()
+            config.attributes["connection"] = conn
+            command.downgrade(config, revision)
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def _alembic_config() -> Any:
+    from alembic.config import Config
+
+    import migrations
+
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    return config
+
+
+def _check_foreign_keys(url: str, conn: Any) -> None:
+    if not is_sqlite(url):
+        return
+    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise CkptError(f"migration left {len(broken)} rows with broken foreign keys")
+
+
+def _backup_sqlite(url: str) -> Path | None:
+    """Copy an existing, non-empty SQLite catalog aside (online backup API) before migrating."""
+    path = sqlite_path(url) if is_sqlite(url) else None
+    if path is None or not path.exists() or path.stat().st_size == 0:
+        return None
+    source = sqlite3.connect(path)
+    try:
+        row = source.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='alembic_version'"
+        ).fetchone()
+        if row is None:
+            return None
+        version = source.execute("SELECT version_num FROM alembic_version").fetchone()
+        target_path = path.with_name(f"{path.name}.bak-{version[0] if version else 'none'}")
+        target = sqlite3.connect(target_path)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+        return target_path
+    finally:
+        source.close()

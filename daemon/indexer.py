@@ -1,0 +1,270 @@
+"""Reconcile disk and catalog: index new and changed checkpoints, mark vanished ones missing.
+
+Idempotent: a file whose (size, mtime, inode) the catalog already has is not read again; only
+its metrics are re-read when a metrics file changed since. Per-item problems never stop a scan.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon import completion, discovery
+from daemon.config import Config, RootConfig
+from daemon.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
+from daemon.logs import event
+from daemon.metrics import MetricsResult, compile_template, metrics_for
+from daemon.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
+from daemon.store import Known, Store
+from daemon.units import iso_utc
+
+_SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
+_GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
+_FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
+
+
+@dataclass
+class ScanReport:
+    indexed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    metrics_refreshed: int = 0
+    incomplete: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str, str]] = field(default_factory=list)  # path, status, reason
+    missing: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # whole roots that could not be scanned
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "indexed": self.indexed,
+            "unchanged": self.unchanged,
+            "metrics_refreshed": self.metrics_refreshed,
+            "incomplete": [{"path": p, "reason": r} for p, r in self.incomplete],
+            "failed": [{"path": p, "status": s, "reason": r} for p, s, r in self.failed],
+            "missing": self.missing,
+            "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
+            "errors": self.errors,
+        }
+
+
+def scan(
+    config: Config,
+    store: Store,
+    targets: Sequence[Path] = (),
+    *,
+    actor: str,
+    progress: Callable[[str], None] | None = None,
+) -> ScanReport:
+    """Scan `targets` (files or folders inside configured roots), or every root if none."""
+    report = ScanReport()
+    for root, start in _starts(config, targets):
+        if not root.path.is_dir():
+            # An unmounted or vanished root is an outage, never "everything was deleted".
+            report.errors.append(f"root {root.path} is not a folder: nothing marked missing")
+            event("root_unavailable", level=logging.ERROR, root=root.path)
+            continue
+        _Scan(config, root, store, report, actor, progress).run(start)
+    return report
+
+
+def _starts(config: Config, targets: Sequence[Path]) -> Iterable[tuple[RootConfig, Path]]:
+    if not targets:
+        return [(root, root.path) for root in config.roots]
+    starts = []
+    for target in targets:
+        root = config.root_for(target)
+        if root is None:
+            raise UsageError(
+                f"{target} is not inside a configured root ({config.source}): "
+                "add it under `roots:` or pass --config"
+            )
+        starts.append((root, Path(os.path.abspath(target))))
+    return starts
+
+
+class _Scan:
+    def __init__(
+        self,
+        config: Config,
+        root: RootConfig,
+        store: Store,
+        report: ScanReport,
+        actor: str,
+        progress: Callable[[str], None] | None,
+    ) -> None:
+        self.config, self.root, self.store, self.report = config, root, store, report
+        self.actor, self.progress = actor, progress
+        self.templates = [compile_template(t) for t in root.filename_templates]
+        self.known = store.known_under(str(root.path))
+        self.started = iso_utc(time.time())
+        self.metrics_mtimes: dict[Path, int] = {}
+
+    def run(self, start: Path) -> None:
+        seen: set[str] = set()
+        skip = frozenset({self.config.state_dir})
+        for found in discovery.walk(start, skip):
+            if isinstance(found, discovery.Skipped):
+                self.report.skipped.append((str(found.path), found.reason))
+                continue
+            text, valid = discovery.display_path(found.path)
+            seen.add(text)
+            if self.progress:
+                self.progress(text)
+            self._visit(found, text, valid)
+        self._mark_missing(start, seen)
+
+    def _visit(self, cand: discovery.Candidate, text: str, valid_name: bool) -> None:
+        try:
+            stat = discovery.stat_members(cand.members)
+        except OSError:
+            return  # vanished between listing and stat: the missing pass handles known ones
+        known = self.known.get(text)
+        if known and known.stat == stat and known.status in _SETTLED:
+            self._unchanged(cand, known)
+            return
+        if not valid_name:
+            reason = "file name is not valid UTF-8: rename it to have it indexed"
+            self._record(cand, text, stat, CheckpointStatus.UNREADABLE, reason)
+            return
+        self._index(cand, text, stat)
+
+    def _unchanged(self, cand: discovery.Candidate, known: Known) -> None:
+        self.report.unchanged += 1
+        if known.status in _FAILED:
+            self.report.failed.append((str(cand.path), known.status.value, "unchanged since"))
+        elif known.status == CheckpointStatus.OK and self._metrics_changed(cand, known):
+            result = self._metrics(cand)
+            self.store.update_metrics(
+                known.id, result.epoch, result.step, result.metrics, at=self.started
+            )
+            self.report.metrics_refreshed += 1
+
+    def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> None:
+        from daemon.formats.detect import read_checkpoint
+        from daemon.hashing import hash_files
+
+        try:
+            info = read_checkpoint(cand.path, cand.family)
+            digest = hash_files(cand.members)
+            if discovery.stat_members(cand.members) != stat:
+                raise NotReady("changed while it was being read")
+        except NotACheckpoint as exc:
+            self.report.skipped.append((text, str(exc)))
+            return
+        except FileNotFoundError:
+            return
+        except ReadProblem as exc:
+            status, reason = completion.verdict(
+                exc, stat, time.time_ns(), self.config.settle_seconds
+            )
+            self._record(cand, text, stat, status, reason)
+            return
+        except Exception as exc:  # a hostile file must not stop the scan or the daemon
+            reason = f"unexpected {type(exc).__name__} while reading: {exc}".splitlines()[0]
+            self._record(cand, text, stat, CheckpointStatus.CORRUPT, reason)
+            return
+        self._record(cand, text, stat, CheckpointStatus.OK, None, info=info, digest=digest)
+
+    def _record(
+        self,
+        cand: discovery.Candidate,
+        text: str,
+        stat: FileStat,
+        status: CheckpointStatus,
+        reason: str | None,
+        *,
+        info: CheckpointInfo | None = None,
+        digest: str | None = None,
+    ) -> None:
+        result = self._metrics(cand)
+        record = IndexRecord(
+            path=text,
+            root=str(self.root.path),
+            run=self._run_name(cand.run_dir),
+            status=status,
+            reason=reason,
+            stat=stat,
+            hash=digest,
+            info=info,
+            epoch=result.epoch,
+            step=result.step,
+            metrics=result.metrics,
+            notes=result.notes,
+            files=tuple(str(m.relative_to(cand.path.parent)) for m in cand.members)
+            if cand.family != discovery.FILE
+            else (),
+        )
+        self.store.record(record, actor_name=self.actor, at=self.started)
+        _report(self.report, record)
+
+    def _metrics(self, cand: discovery.Candidate) -> MetricsResult:
+        return metrics_for(cand.path, cand.run_dir, self.templates, self.root.metrics_files)
+
+    def _metrics_changed(self, cand: discovery.Candidate, known: Known) -> bool:
+        if known.metrics_at is None:
+            return True
+        read_at = int(dt.datetime.fromisoformat(known.metrics_at).timestamp() * 1e9)
+        return self._newest_metrics_file(cand) >= read_at
+
+    def _newest_metrics_file(self, cand: discovery.Candidate) -> int:
+        run_dir = cand.run_dir
+        if run_dir not in self.metrics_mtimes:
+            newest = 0
+            for pattern in self.root.metrics_files:
+                for match in run_dir.glob(pattern):
+                    newest = max(newest, _mtime_ns(match))
+            self.metrics_mtimes[run_dir] = newest
+        sidecar = cand.path.with_name(cand.path.name + ".json")
+        return max(self.metrics_mtimes[run_dir], _mtime_ns(sidecar))
+
+    def _run_name(self, run_dir: Path) -> str:
+        try:
+            return str(run_dir.relative_to(self.root.path))
+        except ValueError:
+            return "."
+
+    def _mark_missing(self, start: Path, seen: set[str]) -> None:
+        prefix = str(start).rstrip(os.sep) + os.sep
+        gone = [
+            (path, known)
+            for path, known in self.known.items()
+            if path not in seen
+            and known.status not in _GONE
+            and (path == str(start) or path.startswith(prefix))
+        ]
+        self.store.mark_missing(
+            [k.id for _p, k in gone], "no longer on disk", actor_name=self.actor
+        )
+        for path, _known in gone:
+            self.report.missing.append(path)
+            event("missing", path=path)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _report(report: ScanReport, record: IndexRecord) -> None:
+    if record.status == CheckpointStatus.OK:
+        report.indexed.append(record.path)
+        event(
+            "indexed",
+            path=record.path,
+            format=record.info.format if record.info else None,
+            epoch=record.epoch,
+            step=record.step,
+        )
+    elif record.status == CheckpointStatus.INCOMPLETE:
+        report.incomplete.append((record.path, record.reason or ""))
+        event("incomplete", path=record.path, reason=record.reason)
+    else:
+        report.failed.append((record.path, record.status.value, record.reason or ""))
+        event(record.status.value, level=logging.WARNING, path=record.path, reason=record.reason)

@@ -1,0 +1,144 @@
+"""The catalog's tables (SQLAlchemy 2 typed declarative). `migrations/env.py` imports only this.
+
+Portable SQL only: the same schema runs on SQLite (default) and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("root", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    root: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)  # the folder relative to its root; "." for the root
+    created_at: Mapped[str] = mapped_column(String(32))
+
+
+class CheckpointRow(Base):
+    __tablename__ = "checkpoints"
+    __table_args__ = (Index(None, "run_id", "status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    path: Mapped[str] = mapped_column(Text, unique=True)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    format: Mapped[str | None] = mapped_column(String(32))
+    kind: Mapped[str | None] = mapped_column(String(16))
+    # What identifies the bytes we read: unchanged (size, mtime_ns, inode) means no re-read.
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    mtime_ns: Mapped[int] = mapped_column(BigInteger)
+    inode: Mapped[int | None] = mapped_column(BigInteger)
+    hash: Mapped[str | None] = mapped_column(String(80))
+    generation: Mapped[int] = mapped_column(Integer, default=1)  # bumped when rewritten in place
+    epoch: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    weights_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    optimizer_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    optimizer: Mapped[str | None] = mapped_column(String(128))
+    iterations: Mapped[int | None] = mapped_column(BigInteger)
+    n_params: Mapped[int | None] = mapped_column(BigInteger)
+    n_trainable_params: Mapped[int | None] = mapped_column(BigInteger)
+    model_class: Mapped[str | None] = mapped_column(String(128))
+    model_name: Mapped[str | None] = mapped_column(String(256))
+    keras_version: Mapped[str | None] = mapped_column(String(32))
+    backend: Mapped[str | None] = mapped_column(String(32))
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # layers, configs, notes
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_seen_at: Mapped[str] = mapped_column(String(32))
+    indexed_at: Mapped[str | None] = mapped_column(String(32))  # when its bytes were last read
+    metrics_at: Mapped[str | None] = mapped_column(String(32))  # when its metrics were last read
+
+
+class MetricRow(Base):
+    __tablename__ = "metrics"
+    __table_args__ = (Index(None, "name", "value"),)
+
+    checkpoint_id: Mapped[int] = mapped_column(
+        ForeignKey("checkpoints.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)  # NULL: the run logged NaN
+    source: Mapped[str] = mapped_column(String(256))
+
+
+class ArtifactRow(Base):
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    path: Mapped[str] = mapped_column(Text, unique=True)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    codec: Mapped[str | None] = mapped_column(String(32))
+    hash: Mapped[str | None] = mapped_column(String(80))
+    created_at: Mapped[str] = mapped_column(String(32))
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index(None, "checkpoint_id"), Index(None, "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[str] = mapped_column(String(32))
+    action: Mapped[str] = mapped_column(String(32))  # indexed, missing, corrupt, trash, ...
+    state: Mapped[str] = mapped_column(String(16))  # planned | done | failed
+    checkpoint_id: Mapped[int | None] = mapped_column(
+        ForeignKey("checkpoints.id", ondelete="SET NULL")
+    )
+    path: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    actor: Mapped[str] = mapped_column(String(128))
+
+
+class LeaseRow(Base):
+    __tablename__ = "leases"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    acquired_at: Mapped[str] = mapped_column(String(32))
+    expires_at: Mapped[str] = mapped_column(String(32))
+
+
+class HeartbeatRow(Base):
+    __tablename__ = "heartbeat"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(256))
+    started_at: Mapped[str] = mapped_column(String(32))
+    heartbeat_at: Mapped[str] = mapped_column(String(32))
+    state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
