@@ -1,13 +1,14 @@
 """The Python API for scripts: the same operations as the `ckpt` command, returning plain values.
 
-    from daemon.api import open_catalog
-    with open_catalog() as cat:
-        best = cat.best("val_loss")                      # a daemon.model.Checkpoint
-        recent = cat.list(run="exp1", where=["epoch >= 10"], sort="val_loss", limit=5)
+from daemon.api import open_catalog
+with open_catalog() as cat:
+    best = cat.best("val_loss")                      # a daemon.model.Checkpoint
+    recent = cat.list(run="exp1", where=["epoch >= 10"], sort="val_loss", limit=5)
 """
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +33,9 @@ class Catalog:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -50,11 +53,19 @@ class Catalog:
         format: str | None = None,
         status: str | None = None,
         kind: str | None = None,
-    ) -> list[Checkpoint]:
+    ) -> builtins.list[Checkpoint]:
         """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings."""
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
-        query = ListQuery(run=run, format=format, status=status, kind=kind, where=conditions,
-                          sort=sort, descending=desc, limit=limit)
+        query = ListQuery(
+            run=run,
+            format=format,
+            status=status,
+            kind=kind,
+            where=conditions,
+            sort=sort,
+            descending=desc,
+            limit=limit,
+        )
         return self._store.list(query)
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
@@ -65,19 +76,27 @@ class Catalog:
         """By catalog id or path; the result's `details` has layers, configs and events."""
         return self._store.get(str(ref))
 
-    def runs(self) -> list[Run]:
+    def runs(self) -> builtins.list[Run]:
         return self._store.runs()
 
     def scan(
-        self, paths: Sequence[str | Path] = (), *, actor: str | None = None,
+        self,
+        paths: Sequence[str | Path] = (),
+        *,
+        actor: str | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> ScanReport:
         """Index now: the given files/folders (inside configured roots), or every root."""
         from daemon.indexer import scan
         from daemon.store import actor as default_actor
 
-        return scan(self.config, self._store, [Path(p) for p in paths],
-                    actor=actor or default_actor(), progress=progress)
+        return scan(
+            self.config,
+            self._store,
+            [Path(p) for p in paths],
+            actor=actor or default_actor(),
+            progress=progress,
+        )
 
 
 def open_catalog(

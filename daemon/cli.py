@@ -42,15 +42,24 @@ pass_context = click.make_pass_decorator(Context)
 
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", metavar="PATH",
-              help="Config file (default: $CKPT_CONFIG, ./config.yaml, else the built-in one).")
-@click.option("--db", "database", metavar="URL",
-              help="Catalog SQLAlchemy URL; overrides $CKPT_DB and the config's `database`.")
+@click.option(
+    "--config",
+    "config_path",
+    metavar="PATH",
+    help="Config file (default: $CKPT_CONFIG, ./config.yaml, else the built-in one).",
+)
+@click.option(
+    "--db",
+    "database",
+    metavar="URL",
+    help="Catalog SQLAlchemy URL; overrides $CKPT_DB and the config's `database`.",
+)
 @click.option("-v", "--debug", is_flag=True, help="Debug logs, and tracebacks on errors.")
 @click.version_option(package_name="ckpt-daemon", prog_name="ckpt")
 @click.pass_context
-def main_group(ctx: click.Context, config_path: str | None, database: str | None,
-               debug: bool) -> None:
+def main_group(
+    ctx: click.Context, config_path: str | None, database: str | None, debug: bool
+) -> None:
     """Index, query and manage ML training checkpoints.
 
     \b
@@ -86,8 +95,12 @@ def _progress() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
-    progress = Progress(SpinnerColumn(), TextColumn("{task.completed} checked  {task.description}"),
-                        console=Console(stderr=True), transient=True)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.completed} checked  {task.description}"),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = progress.add_task("", total=None)
     progress.start()
 
@@ -122,9 +135,11 @@ def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         _json(report.as_dict())
     else:
-        click.echo(f"{len(report.indexed)} indexed, {report.unchanged} unchanged, "
-                   f"{len(report.incomplete)} incomplete, {len(report.failed)} failed, "
-                   f"{len(report.missing)} missing, {len(report.skipped)} skipped")
+        click.echo(
+            f"{len(report.indexed)} indexed, {report.unchanged} unchanged, "
+            f"{len(report.incomplete)} incomplete, {len(report.failed)} failed, "
+            f"{len(report.missing)} missing, {len(report.skipped)} skipped"
+        )
         for path, status, reason in report.failed:
             click.echo(f"  {status}: {path}: {reason}", err=True)
         for problem in report.errors:
@@ -138,18 +153,35 @@ def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
 @click.option("--format", "fmt", help="Only this format, e.g. keras-v3-zip, keras-legacy-h5.")
 @click.option("--status", help="Only this status: ok, incomplete, corrupt, unreadable, missing.")
 @click.option("--kind", help="Only this kind: full, weights.")
-@click.option("--where", multiple=True, metavar="EXPR",
-              help="NAME OP VALUE with OP in < <= > >= == != over metrics and epoch, step, "
-                   "size, n_params; repeat to AND them.")
-@click.option("--sort", default="mtime", show_default=True,
-              help="A column (epoch, step, size, mtime, id, path) or a metric name.")
+@click.option(
+    "--where",
+    multiple=True,
+    metavar="EXPR",
+    help="NAME OP VALUE with OP in < <= > >= == != over metrics and epoch, step, "
+    "size, n_params; repeat to AND them.",
+)
+@click.option(
+    "--sort",
+    default="mtime",
+    show_default=True,
+    help="A column (epoch, step, size, mtime, id, path) or a metric name.",
+)
 @click.option("--desc", is_flag=True, help="Sort descending.")
 @click.option("--limit", type=click.IntRange(min=0), help="At most N rows.")
 @click.option("--json", "as_json", is_flag=True, help="JSON array of checkpoint objects.")
 @pass_context
-def list_command(obj: Context, run: str | None, fmt: str | None, status: str | None,
-                 kind: str | None, where: tuple[str, ...], sort: str, desc: bool,
-                 limit: int | None, as_json: bool) -> None:
+def list_command(
+    obj: Context,
+    run: str | None,
+    fmt: str | None,
+    status: str | None,
+    kind: str | None,
+    where: tuple[str, ...],
+    sort: str,
+    desc: bool,
+    limit: int | None,
+    as_json: bool,
+) -> None:
     """List catalogued checkpoints.
 
     \b
@@ -158,25 +190,45 @@ def list_command(obj: Context, run: str | None, fmt: str | None, status: str | N
     from daemon.views import checkpoint_json
 
     with obj.catalog() as cat:
-        rows = cat.list(run=run, where=where, sort=sort, desc=desc, limit=limit, format=fmt,
-                        status=status, kind=kind)
+        rows = cat.list(
+            run=run,
+            where=where,
+            sort=sort,
+            desc=desc,
+            limit=limit,
+            format=fmt,
+            status=status,
+            kind=kind,
+        )
     if as_json:
         _json([checkpoint_json(c) for c in rows])
         return
-    _table(["ID", "RUN", "CHECKPOINT", "FORMAT", "EPOCH", "SIZE", "OPTIMIZER", "STATUS",
-            "METRICS"], [_list_row(c) for c in rows])
+    _table(
+        ["ID", "RUN", "CHECKPOINT", "FORMAT", "EPOCH", "SIZE", "OPTIMIZER", "STATUS", "METRICS"],
+        [_list_row(c) for c in rows],
+    )
 
 
 def _list_row(c: Checkpoint) -> list[str]:
     from daemon.units import format_size
 
-    name = c.path[len(c.root):].lstrip("/") if c.path.startswith(c.root) else c.path
+    name = c.path[len(c.root) :].lstrip("/") if c.path.startswith(c.root) else c.path
     epoch = str(c.epoch) if c.epoch is not None else (f"s{c.step}" if c.step is not None else "")
-    shown = "  ".join(f"{k}={v:.4g}" if v is not None else f"{k}=nan"
-                      for k, v in sorted(c.metrics.items()))
+    shown = "  ".join(
+        f"{k}={v:.4g}" if v is not None else f"{k}=nan" for k, v in sorted(c.metrics.items())
+    )
     status = c.status.value if c.status.value == "ok" else f"{c.status.value}: {c.reason or ''}"
-    return [str(c.id), c.run, name, c.format or "-", epoch, format_size(c.size_bytes),
-            c.optimizer or "-", status, shown]
+    return [
+        str(c.id),
+        c.run,
+        name,
+        c.format or "-",
+        epoch,
+        format_size(c.size_bytes),
+        c.optimizer or "-",
+        status,
+        shown,
+    ]
 
 
 @main_group.command()
@@ -203,8 +255,11 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
 
 @main_group.command()
 @click.option("--metric", required=True, help="Metric name, e.g. val_loss.")
-@click.option("--mode", type=click.Choice(["min", "max"]),
-              help="Default: max for acc/auc/precision/recall/f1 metrics, else min.")
+@click.option(
+    "--mode",
+    type=click.Choice(["min", "max"]),
+    help="Default: max for acc/auc/precision/recall/f1 metrics, else min.",
+)
 @click.option("--run", help="Only this run.")
 @click.option("--json", "as_json", is_flag=True, help="The checkpoint as a JSON object.")
 @pass_context
@@ -241,9 +296,13 @@ def runs(obj: Context, as_json: bool) -> None:
     if as_json:
         _json([run_json(r) for r in found])
         return
-    _table(["RUN", "ROOT", "CHECKPOINTS", "SIZE", "NEWEST"],
-           [[r.name, r.root, str(r.checkpoints), format_size(r.bytes), r.newest or "-"]
-            for r in found])
+    _table(
+        ["RUN", "ROOT", "CHECKPOINTS", "SIZE", "NEWEST"],
+        [
+            [r.name, r.root, str(r.checkpoints), format_size(r.bytes), r.newest or "-"]
+            for r in found
+        ],
+    )
 
 
 @main_group.group()

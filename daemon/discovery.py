@@ -70,8 +70,11 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
                 yield Skipped(Path(entry.path), "symlink: not followed")
             elif entry.is_dir(follow_symlinks=False):
                 path = Path(entry.path)
-                if entry.name not in _SKIPPED_DIRS and not _TEMP_DIR.search(entry.name) \
-                        and path not in skip_dirs:
+                if (
+                    entry.name not in _SKIPPED_DIRS
+                    and not _TEMP_DIR.search(entry.name)
+                    and path not in skip_dirs
+                ):
                     stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)

@@ -14,8 +14,8 @@ def show_text(doc: dict[str, Any]) -> str:
     if doc.get("reason"):
         lines.append(f"  reason: {doc['reason']}")
     lines += [
-        f"  format {doc['format'] or '-'} ({doc['kind'] or '-'}), keras {doc['keras_version'] or '-'}"
-        f", backend {doc['backend'] or '-'}",
+        f"  format {doc['format'] or '-'} ({doc['kind'] or '-'}), "
+        f"keras {doc['keras_version'] or '-'}, backend {doc['backend'] or '-'}",
         f"  model {doc['model_class'] or '-'} {doc['model_name'] or ''}".rstrip(),
         f"  size {format_size(doc['size_bytes'])}: weights {format_size(doc['weights_bytes'])}, "
         f"optimizer state {format_size(doc['optimizer_bytes'])}",
@@ -39,8 +39,10 @@ def _count(value: int | None) -> str:
 
 def _metrics(doc: dict[str, Any]) -> list[str]:
     sources = doc.get("metric_sources") or {}
-    return [f"  metric {name} = {value} ({sources.get(name, '?')})"
-            for name, value in sorted(doc["metrics"].items())]
+    return [
+        f"  metric {name} = {value} ({sources.get(name, '?')})"
+        for name, value in sorted(doc["metrics"].items())
+    ]
 
 
 def _notes(doc: dict[str, Any]) -> list[str]:
@@ -60,16 +62,23 @@ def _layers(doc: dict[str, Any]) -> list[str]:
     lines = [f"  layers ({len(layers)}):"]
     for layer in layers:
         shapes = ", ".join("x".join(map(str, w["shape"])) or "scalar" for w in layer["weights"])
-        lines.append(f"    {layer['name']:<28} {layer['class_name'] or '':<22} "
-                     f"{layer['n_params']:>12,}  {shapes}")
+        lines.append(
+            f"    {layer['name']:<28} {layer['class_name'] or '':<22} "
+            f"{layer['n_params']:>12,}  {shapes}"
+        )
     return lines
 
 
 def _artifacts(doc: dict[str, Any]) -> list[str]:
-    return [f"  artifact {a['kind']}: {a['path']} ({format_size(a['bytes'])})"
-            for a in doc.get("artifacts") or []]
+    return [
+        f"  artifact {a['kind']}: {a['path']} ({format_size(a['bytes'])})"
+        for a in doc.get("artifacts") or []
+    ]
 
 
 def _events(doc: dict[str, Any]) -> list[str]:
-    return [f"  {e['at']} {e['action']} {e['state']} by {e['actor']}"
-            + (f": {e['reason']}" if e["reason"] else "") for e in doc.get("events") or []]
+    return [
+        f"  {e['at']} {e['action']} {e['state']} by {e['actor']}"
+        + (f": {e['reason']}" if e["reason"] else "")
+        for e in doc.get("events") or []
+    ]

@@ -5,7 +5,7 @@ Portable SQL only: the same schema runs on SQLite (default) and PostgreSQL.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -142,3 +143,13 @@ class HeartbeatRow(Base):
     started_at: Mapped[str] = mapped_column(String(32))
     heartbeat_at: Mapped[str] = mapped_column(String(32))
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+# The tables as Core objects, for the store's SQL (typed: `__table__` is only a FromClause).
+RUNS = cast(Table, RunRow.__table__)
+CHECKPOINTS = cast(Table, CheckpointRow.__table__)
+METRICS = cast(Table, MetricRow.__table__)
+ARTIFACTS = cast(Table, ArtifactRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+LEASES = cast(Table, LeaseRow.__table__)
+HEARTBEAT = cast(Table, HeartbeatRow.__table__)

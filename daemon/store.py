@@ -4,6 +4,7 @@ Reads live in `store_reads`; rows become `daemon.model` values before they leave
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import datetime as dt
 import math
@@ -14,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     Engine,
+    Table,
     delete,
     insert,
     select,
@@ -30,14 +32,11 @@ from daemon.model import (
     Run,
 )
 from daemon.query import ListQuery
-from daemon.schema import ArtifactRow, CheckpointRow, EventRow, MetricRow, RunRow
+from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 from daemon.units import iso_utc
 
-checkpoints = CheckpointRow.__table__
-metrics = MetricRow.__table__
-runs = RunRow.__table__
-events = EventRow.__table__
-artifacts = ArtifactRow.__table__
+checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+events, artifacts = EVENTS, ARTIFACTS
 
 
 def utc_now() -> str:
@@ -130,7 +129,7 @@ class Store:
             values["metrics_at"] = at
             if row is None:
                 values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
-                ckpt_id = conn.execute(insert(checkpoints).values(**values)).inserted_primary_key[0]
+                ckpt_id = _insert_id(conn, checkpoints, values)
             else:
                 ckpt_id = row.id
                 rewritten = row.hash is not None and rec.hash is not None and row.hash != rec.hash
@@ -200,11 +199,7 @@ class Store:
         ).scalar()
         if found is not None:
             return int(found)
-        return int(
-            conn.execute(
-                insert(runs).values(root=root, name=name, created_at=now)
-            ).inserted_primary_key[0]
-        )
+        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
 
     @staticmethod
     def _event(
@@ -232,7 +227,7 @@ class Store:
 
     # ---- reads (BEGIN DEFERRED) ----
 
-    def list(self, query: ListQuery) -> list[Checkpoint]:
+    def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self.engine, query)
 
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
@@ -242,8 +237,14 @@ class Store:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
         return store_reads.get(self.engine, ref)
 
-    def runs(self) -> list[Run]:
+    def runs(self) -> builtins.list[Run]:
         return store_reads.list_runs(self.engine)
+
+
+def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
+    key = conn.execute(insert(table).values(**values)).inserted_primary_key
+    assert key is not None, "INSERT returned no primary key"
+    return int(key[0])
 
 
 def _replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> None:

@@ -12,13 +12,10 @@ from daemon import db
 from daemon.errors import NotFound
 from daemon.model import Checkpoint, CheckpointStatus, Run
 from daemon.query import COLUMN_KEYS, ListQuery, default_mode
-from daemon.schema import ArtifactRow, CheckpointRow, EventRow, MetricRow, RunRow
+from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 
-checkpoints = CheckpointRow.__table__
-metrics = MetricRow.__table__
-runs = RunRow.__table__
-events = EventRow.__table__
-artifacts = ArtifactRow.__table__
+checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+events, artifacts = EVENTS, ARTIFACTS
 
 # `details` (layers, configs) is only read by `show`: listings of 100k rows must stay cheap.
 _LIST_COLUMNS = [c for c in checkpoints.c if c.name != "details"]

@@ -84,11 +84,18 @@ class Workspace:
             f"completion:\n  settle_seconds: {settle_seconds}\n"
         )
 
-    def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "daemon", "--config", str(self.config), *args]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, **(env or {})}, cwd=self.base)
+        result = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **(env or {})},
+            cwd=self.base,
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"

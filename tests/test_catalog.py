@@ -30,8 +30,16 @@ def test_new_catalog_is_created_at_head_in_wal_mode(tmp_path: Path) -> None:
     store = Store(url_for(tmp_path))
     store.close()
     path = tmp_path / "catalog.db"
-    assert {"runs", "checkpoints", "metrics", "artifacts", "events", "leases", "heartbeat",
-            "alembic_version"} <= tables(path)
+    assert {
+        "runs",
+        "checkpoints",
+        "metrics",
+        "artifacts",
+        "events",
+        "leases",
+        "heartbeat",
+        "alembic_version",
+    } <= tables(path)
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
@@ -44,8 +52,10 @@ def test_every_migration_downgrades_and_upgrades_with_rows_intact(tmp_path: Path
     store.close()
     path = tmp_path / "catalog.db"
     with sqlite3.connect(path) as conn:
-        before = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in ("runs", "checkpoints", "metrics", "events")}
+        before = {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "checkpoints", "metrics", "events")
+        }
     backup = db.upgrade(url)  # already at head: nothing to do, no backup
     assert backup is None
     db.downgrade(url, "base")
@@ -57,9 +67,17 @@ def test_every_migration_downgrades_and_upgrades_with_rows_intact(tmp_path: Path
 
 def record(store: Store, path: str, digest: str) -> int:
     return store.record(
-        IndexRecord(path=path, root="/r", run="run", status=CheckpointStatus.OK, reason=None,
-                    stat=FileStat(10, 1, 1), hash=digest),
-        actor_name="test", at="2026-01-01T00:00:00.000Z",
+        IndexRecord(
+            path=path,
+            root="/r",
+            run="run",
+            status=CheckpointStatus.OK,
+            reason=None,
+            stat=FileStat(10, 1, 1),
+            hash=digest,
+        ),
+        actor_name="test",
+        at="2026-01-01T00:00:00.000Z",
     )
 
 
@@ -83,13 +101,18 @@ def test_concurrent_writers_from_several_processes_lose_nothing(tmp_path: Path) 
     url = url_for(tmp_path)
     Store(url).close()
     workers, n = 4, 40
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, url, str(w), str(n)],
-                              stderr=subprocess.PIPE, text=True) for w in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, str(w), str(n)], stderr=subprocess.PIPE, text=True
+        )
+        for w in range(workers)
+    ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
     with sqlite3.connect(tmp_path / "catalog.db") as conn:
         generation = conn.execute(
-            "SELECT generation FROM checkpoints WHERE path='/r/run/shared.h5'").fetchone()[0]
+            "SELECT generation FROM checkpoints WHERE path='/r/run/shared.h5'"
+        ).fetchone()[0]
         own = conn.execute("SELECT count(*) FROM checkpoints WHERE path LIKE '%own-%'").fetchone()
         runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
     # Every one of the workers*n writes carried a new hash: the first inserts, each later one
@@ -105,10 +128,18 @@ def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> N
     store = Store(url_for(tmp_path))
     for name, value in (("a.h5", float("nan")), ("b.h5", 0.5)):
         store.record(
-            IndexRecord(path=f"/r/run/{name}", root="/r", run="run",
-                        status=CheckpointStatus.OK, reason=None, stat=FileStat(1, 1, 1),
-                        metrics=(MetricValue("val_loss", value, "filename"),)),
-            actor_name="t", at="2026-01-01T00:00:00.000Z")
+            IndexRecord(
+                path=f"/r/run/{name}",
+                root="/r",
+                run="run",
+                status=CheckpointStatus.OK,
+                reason=None,
+                stat=FileStat(1, 1, 1),
+                metrics=(MetricValue("val_loss", value, "filename"),),
+            ),
+            actor_name="t",
+            at="2026-01-01T00:00:00.000Z",
+        )
     assert store.best("val_loss", "min").path == "/r/run/b.h5"
     listed = {c.path: c.metrics for c in store.list(ListQuery())}
     assert listed["/r/run/a.h5"] == {"val_loss": None}

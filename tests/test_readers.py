@@ -17,8 +17,12 @@ from daemon.formats.detect import read_checkpoint
 from daemon.model import CheckpointInfo
 
 pytestmark = pytest.mark.slow
-KERAS_FORMATS = {"keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5",
-                 "keras-legacy-weights-h5"}
+KERAS_FORMATS = {
+    "keras-v3-zip",
+    "keras-v3-weights-h5",
+    "keras-legacy-h5",
+    "keras-legacy-weights-h5",
+}
 
 
 def keras_entries(manifest: dict[str, dict[str, Any]]) -> list[str]:
@@ -91,8 +95,7 @@ def test_resume_notes(keras_checkpoints: Path) -> None:
     assert "tf-keras" in notes("tfk/run_h5/weights.01-1.69.hdf5")
 
 
-def test_readers_never_import_tensorflow(keras_checkpoints: Path, manifest: dict[str, Any]
-                                         ) -> None:
+def test_readers_never_import_tensorflow(keras_checkpoints: Path, manifest: dict[str, Any]) -> None:
     paths = [str(keras_checkpoints / rel) for rel in keras_entries(manifest)]
     script = (
         "import sys, json\n"
@@ -102,8 +105,12 @@ def test_readers_never_import_tensorflow(keras_checkpoints: Path, manifest: dict
         "print(json.dumps(sorted(m for m in ('tensorflow', 'keras', 'tf_keras') "
         "if m in sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", script, json.dumps(paths)], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(paths)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     assert json.loads(out) == []
 
 

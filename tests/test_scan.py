@@ -153,12 +153,20 @@ def test_file_being_rewritten_during_scans_is_never_ok(
     target = ws.root / "run" / "growing.h5"
     target.parent.mkdir()
     shutil.copyfile(keras_checkpoints / H5_CKPT, target)
-    writer = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\n"
-        "end = time.time() + 4\n"
-        "while time.time() < end:\n"
-        "    with open(sys.argv[1], 'ab') as f: f.write(b'x' * 4096)\n"
-        "    time.sleep(0.01)\n"), str(target)])
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\n"
+                "end = time.time() + 4\n"
+                "while time.time() < end:\n"
+                "    with open(sys.argv[1], 'ab') as f: f.write(b'x' * 4096)\n"
+                "    time.sleep(0.01)\n"
+            ),
+            str(target),
+        ]
+    )
     try:
         for _ in range(3):
             ws.run("scan", check=False)
@@ -167,8 +175,9 @@ def test_file_being_rewritten_during_scans_is_never_ok(
         writer.wait(timeout=30)
 
 
-def test_links_loops_and_odd_names(workspace: Workspace, keras_checkpoints: Path,
-                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_links_loops_and_odd_names(
+    workspace: Workspace, keras_checkpoints: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     ws = workspace
     outside = tmp_path_factory.mktemp("outside")
     shutil.copy2(keras_checkpoints / H5_CKPT, outside / "secret.h5")
@@ -188,8 +197,7 @@ def test_links_loops_and_odd_names(workspace: Workspace, keras_checkpoints: Path
     assert found[name]["status"] == "unreadable" and "UTF-8" in found[name]["reason"]
 
 
-def test_unreadable_file_is_recorded_as_unreadable(tmp_path: Path, keras_checkpoints: Path
-                                                   ) -> None:
+def test_unreadable_file_is_recorded_as_unreadable(tmp_path: Path, keras_checkpoints: Path) -> None:
     ws = Workspace(tmp_path)
     copy_in(ws, keras_checkpoints, H5_CKPT, "run/locked.h5")
     (ws.root / "run/locked.h5").chmod(0o000)
@@ -203,8 +211,9 @@ def test_unreadable_file_is_recorded_as_unreadable(tmp_path: Path, keras_checkpo
     assert row["status"] == "unreadable" and "permission denied" in row["reason"]
 
 
-def test_unmounted_root_marks_nothing_missing(workspace: Workspace, keras_checkpoints: Path
-                                             ) -> None:
+def test_unmounted_root_marks_nothing_missing(
+    workspace: Workspace, keras_checkpoints: Path
+) -> None:
     ws = workspace
     copy_in(ws, keras_checkpoints, H5_CKPT)
     ws.run("scan")

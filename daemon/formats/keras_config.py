@@ -35,7 +35,8 @@ def top_level_layers(model_config: Any) -> list[LayerConfig]:
     for layer in layers:
         if not isinstance(layer, dict):
             continue
-        layer_config = layer.get("config") if isinstance(layer.get("config"), dict) else {}
+        raw_config = layer.get("config")
+        layer_config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
         name = layer_config.get("name") or layer.get("name")
         if isinstance(name, str):
             out.append(
