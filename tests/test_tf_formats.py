@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from daemon.errors import CorruptCheckpoint, NotReady
+from daemon.errors import CorruptCheckpoint
 from daemon.formats import savedmodel, tf_checkpoint
 from daemon.model import CheckpointInfo, Format, Kind
 
@@ -272,7 +272,7 @@ def test_random_bytes_index_is_corrupt(tmp_path: Path) -> None:
 def test_missing_data_shard_is_not_ready(tf_files: Path, tmp_path: Path) -> None:
     prefix = _copy_ckpt(tf_files, tmp_path)
     (tmp_path / "ckpt-2.data-00000-of-00001").unlink()
-    with pytest.raises(NotReady, match="data shard 00000-of-00001 missing"):
+    with pytest.raises(CorruptCheckpoint, match="data shard 00000-of-00001 missing"):
         tf_checkpoint.read(prefix)
 
 
@@ -283,7 +283,7 @@ def test_second_of_two_shards_missing(tf_files: Path, tmp_path: Path) -> None:
         "ckpt-2.data-00000-of-00002",
         "ckpt-2.data-00001-of-00002",
     ]
-    with pytest.raises(NotReady, match="data shard 00001-of-00002 missing"):
+    with pytest.raises(CorruptCheckpoint, match="data shard 00001-of-00002 missing"):
         tf_checkpoint.read(prefix)
 
 
@@ -310,7 +310,15 @@ def test_savedmodel_without_variables_is_not_ready(tf_files: Path, tmp_path: Pat
     shutil.copytree(tf_files / "k3export", sm)
     shutil.rmtree(sm / "variables")
     assert savedmodel.is_savedmodel(sm)
-    with pytest.raises(NotReady, match=r"variables\.index missing"):
+    with pytest.raises(CorruptCheckpoint, match=r"variables\.index missing"):
+        savedmodel.read(sm)
+
+
+def test_savedmodel_with_garbage_graph_is_corrupt(tf_files: Path, tmp_path: Path) -> None:
+    sm = tmp_path / "sm"
+    shutil.copytree(tf_files / "k3export", sm)
+    (sm / "saved_model.pb").write_bytes(b"\xff" * 64)  # wire type 7 does not exist
+    with pytest.raises(CorruptCheckpoint):
         savedmodel.read(sm)
 
 

@@ -1,7 +1,9 @@
 """Pick the reader by content, not by extension, and run it on metadata only.
 
-Every content problem is a `CorruptCheckpoint`; whether that means "broken" or "still being
-written" is decided by the caller from how recently the file changed (`daemon.completion`).
+Every content problem (truncated, garbage, a missing shard) is a `CorruptCheckpoint`; whether
+that means "broken" or "still being written" is decided by the caller from how recently the file
+changed (`daemon.completion`). `NotReady` is only for what is certainly transient: a writer's
+lock, a file that changed or vanished during the read.
 """
 
 from __future__ import annotations
