@@ -112,26 +112,27 @@ class _Scan:
                 self.report.skipped.append((str(found.path), found.reason))
                 continue
             text, valid = discovery.display_path(found.path)
-            seen.add(text)
             if self.progress:
                 self.progress(text)
-            self._visit(found, text, valid)
+            if self._visit(found, text, valid):
+                seen.add(text)
         self._mark_missing(start, seen)
 
-    def _visit(self, cand: discovery.Candidate, text: str, valid_name: bool) -> None:
+    def _visit(self, cand: discovery.Candidate, text: str, valid_name: bool) -> bool:
+        """Index or skip one candidate; False if it vanished meanwhile (then it is missing)."""
         try:
             stat = discovery.stat_members(cand.members)
         except OSError:
-            return  # vanished between listing and stat: the missing pass handles known ones
+            return False
         known = self.known.get(text)
         if known and known.stat == stat and known.status in _SETTLED:
             self._unchanged(cand, known)
-            return
+            return True
         if not valid_name:
             reason = "file name is not valid UTF-8: rename it to have it indexed"
             self._record(cand, text, stat, CheckpointStatus.UNREADABLE, reason)
-            return
-        self._index(cand, text, stat)
+            return True
+        return self._index(cand, text, stat)
 
     def _unchanged(self, cand: discovery.Candidate, known: Known) -> None:
         self.report.unchanged += 1
@@ -144,7 +145,7 @@ class _Scan:
             )
             self.report.metrics_refreshed += 1
 
-    def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> None:
+    def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> bool:
         from daemon.formats.detect import read_checkpoint
         from daemon.hashing import hash_files
 
@@ -154,21 +155,27 @@ class _Scan:
             if discovery.stat_members(cand.members) != stat:
                 raise NotReady("changed while it was being read")
         except NotACheckpoint as exc:
-            self.report.skipped.append((text, str(exc)))
-            return
+            if text in self.known:  # it was a checkpoint: say what it became, keep the row
+                self._record(
+                    cand, text, stat, CheckpointStatus.CORRUPT, f"no longer a checkpoint: {exc}"
+                )
+            else:
+                self.report.skipped.append((text, str(exc)))
+            return True
         except FileNotFoundError:
-            return
+            return False
         except ReadProblem as exc:
             status, reason = completion.verdict(
                 exc, stat, time.time_ns(), self.config.settle_seconds
             )
             self._record(cand, text, stat, status, reason)
-            return
+            return True
         except Exception as exc:  # a hostile file must not stop the scan or the daemon
             reason = f"unexpected {type(exc).__name__} while reading: {exc}".splitlines()[0]
             self._record(cand, text, stat, CheckpointStatus.CORRUPT, reason)
-            return
+            return True
         self._record(cand, text, stat, CheckpointStatus.OK, None, info=info, digest=digest)
+        return True
 
     def _record(
         self,
