@@ -17,6 +17,7 @@ from pathlib import Path
 from daemon import completion, discovery
 from daemon.config import Config, RootConfig
 from daemon.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
+from daemon.formats import tf_child
 from daemon.logs import event
 from daemon.metrics import MetricsResult, compile_template, metrics_for
 from daemon.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
@@ -68,7 +69,8 @@ def scan(
             report.errors.append(f"root {root.path} is not a folder: nothing marked missing")
             event("root_unavailable", level=logging.ERROR, root=root.path)
             continue
-        _Scan(config, root, store, report, actor, progress).run(start)
+        with tf_child.session():  # one TensorFlow child for all TF checkpoints of the scan
+            _Scan(config, root, store, report, actor, progress).run(start)
     return report
 
 

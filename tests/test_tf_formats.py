@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from daemon.errors import CorruptCheckpoint
-from daemon.formats import savedmodel, tf_checkpoint
+from daemon.formats import savedmodel, tf_checkpoint, tf_child
 from daemon.model import CheckpointInfo, Format, Kind
 
 pytestmark = pytest.mark.slow
@@ -269,7 +269,7 @@ def test_random_bytes_index_is_corrupt(tmp_path: Path) -> None:
         tf_checkpoint.read(tmp_path / "ckpt-9")
 
 
-def test_missing_data_shard_is_not_ready(tf_files: Path, tmp_path: Path) -> None:
+def test_missing_data_shard_is_corrupt(tf_files: Path, tmp_path: Path) -> None:
     prefix = _copy_ckpt(tf_files, tmp_path)
     (tmp_path / "ckpt-2.data-00000-of-00001").unlink()
     with pytest.raises(CorruptCheckpoint, match="data shard 00000-of-00001 missing"):
@@ -360,13 +360,13 @@ def test_without_tensorflow_file_level_facts_only(tf_files: Path) -> None:
                 return None
 
         sys.meta_path.insert(0, HideTF())
-        from daemon.formats import savedmodel, tf_checkpoint
+        from daemon.formats import savedmodel, tf_checkpoint, tf_child
         ck = tf_checkpoint.read(Path({str(tf_files / "k3ckpt" / "ckpt-2")!r}))
         sm = savedmodel.read(Path({str(tf_files / "tfk_sm")!r}))
         print(json.dumps({{"ck": [ck.format, ck.kind, ck.n_params, ck.notes],
                           "sm": [sm.format, sm.kind, sm.n_params, sm.notes]}}))
     """)
-    note = tf_checkpoint.NO_TF_NOTE
+    note = tf_child.NO_TF_NOTE
     assert got["ck"] == ["tf-checkpoint", "weights", None, [note]]
     fmt, kind, n_params, notes = got["sm"]
     assert (fmt, kind, n_params, notes[-1]) == ("savedmodel", "full", None, note)
@@ -388,3 +388,37 @@ def test_read_leaves_tensorflow_out_of_the_caller(tf_files: Path, truth: dict[st
     assert got["tf"] == []
     assert got["n_params"] == truth["ckpt-2"]["params"]  # the child did run
     print(f"one tf_checkpoint.read() incl. child start: {got['seconds']:.2f}s")
+
+
+def _probe_children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields[1] == me and b"tf_probe" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_one_child_serves_a_whole_session(tf_files: Path) -> None:
+    prefixes = [tf_files / "k3ckpt" / "ckpt-1", tf_files / "k3ckpt" / "ckpt-2"]
+    with tf_child.session():
+        first = tf_checkpoint.read(prefixes[0])
+        children = _probe_children()
+        second = tf_checkpoint.read(prefixes[1])
+        assert _probe_children() == children and len(children) == 1
+    assert _probe_children() == []
+    assert first == read(prefixes[0]) and second == read(prefixes[1])  # same as one-shot
+
+
+def test_a_probe_that_times_out_is_killed_and_the_next_one_restarts(tf_files: Path) -> None:
+    prefix = tf_files / "k3ckpt" / "ckpt-2"
+    with tf_child.session():
+        note = tf_child.probe("checkpoint", prefix, timeout=0.01)  # TF cannot even import
+        assert isinstance(note, str) and "timed out" in note
+        assert _probe_children() == []
+        assert tf_checkpoint.read(prefix) == read(prefix)

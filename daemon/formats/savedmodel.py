@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from daemon.errors import CorruptCheckpoint, NotACheckpoint, NotReady
-from daemon.formats import tf_checkpoint
+from daemon.formats import tf_checkpoint, tf_child
 from daemon.model import CheckpointInfo, Format, Kind
 
 _GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
@@ -62,7 +62,7 @@ def read(path: Path, *, timeout: float = 120.0) -> CheckpointInfo:
         notes = _file_notes(path, graph, data_bytes, len(shards))
     except FileNotFoundError as exc:  # a rewrite or a deletion under our feet
         raise NotReady(f"{Path(exc.filename or path).name} vanished during the read") from None
-    result = tf_checkpoint.probe("savedmodel", path, timeout)
+    result = tf_child.probe("savedmodel", path, timeout)
     if isinstance(result, str):
         return CheckpointInfo(format=Format.SAVED_MODEL, kind=Kind.FULL, notes=(*notes, result))
     if result["checkpoint"] is None:

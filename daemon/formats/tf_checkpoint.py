@@ -8,26 +8,20 @@ from the checkpoint's object graph; this module adds them up into a `CheckpointI
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
 import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import CorruptCheckpoint, NotReady, ReadProblem, UnreadableCheckpoint
+from daemon.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
+from daemon.formats import tf_child
 from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 
 TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB table footer, the last 8 bytes of every `.index`
 FOOTER_LEN = 48
-NO_TF_NOTE = (
-    "TensorFlow not installed: variables not listed (pip install 'ckpt-daemon[tensorflow]')"
-)
 _SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 _ITERATIONS = {"iteration", "iterations", "_iterations", "iter"}
 _LEARNING_RATE = {"learning_rate", "_learning_rate", "lr"}
@@ -76,51 +70,6 @@ def check_files(prefix: Path) -> list[Path]:
         if not shard.is_file():
             raise CorruptCheckpoint(f"data shard {shard.name.rsplit('.data-', 1)[1]} missing")
     return shards
-
-
-# -- the TF child process ------------------------------------------------------------------------
-
-
-def tf_available() -> bool:
-    try:
-        return importlib.util.find_spec("tensorflow") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def probe(mode: str, path: Path, timeout: float) -> dict[str, Any] | str:
-    """Run `tf_probe` in a child: its JSON result, or a note saying why TF could not help.
-
-    Raises CorruptCheckpoint when TF read the bytes and refused them, NotReady when a file
-    vanished meanwhile.
-    """
-    if not tf_available():
-        return NO_TF_NOTE
-    root = str(Path(__file__).resolve().parents[2])  # so `-m daemon...` works from any cwd
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "daemon.formats.tf_probe", mode, str(path)]
-    try:
-        done = subprocess.run(
-            cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return f"TensorFlow probe failed: timed out after {timeout:g}s"
-    except OSError as exc:
-        return f"TensorFlow probe failed: {exc}"
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        result = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):  # a crash: the traceback's last line says the most
-        err = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        return f"TensorFlow probe failed: {err[-1] if err else f'exit {done.returncode}'}"
-    if "error" in result:
-        problems = {"missing": NotReady, "denied": UnreadableCheckpoint}
-        problem: type[ReadProblem] = problems.get(str(result.get("problem")), CorruptCheckpoint)
-        raise problem(str(result["error"]).splitlines()[0])
-    return result
 
 
 # -- turning probe facts into a CheckpointInfo (pure) ----------------------------------------------
@@ -249,7 +198,7 @@ def read(prefix: Path, *, timeout: float = 120.0) -> CheckpointInfo:
         data_bytes = sum(p.stat().st_size for p in shards)
     except FileNotFoundError as exc:  # max_to_keep pruning it right now
         raise NotReady(f"{Path(exc.filename or prefix).name} vanished during the read") from None
-    result = probe("checkpoint", prefix, timeout)
+    result = tf_child.probe("checkpoint", prefix, timeout)
     if isinstance(result, str):
         return CheckpointInfo(format=Format.TF_CHECKPOINT, kind=Kind.WEIGHTS, notes=(result,))
     return describe(result, fmt=Format.TF_CHECKPOINT, kind=Kind.WEIGHTS, data_bytes=data_bytes)

@@ -213,40 +213,61 @@ def _import_tf() -> Any:
     return tf
 
 
-def _refuse(exc: BaseException, problem: str) -> int:
+def _refusal(exc: BaseException, problem: str) -> dict[str, str]:
     # OpError.message is TF's own text; str() would prefix node and op details.
     text = (getattr(exc, "message", None) or str(exc)).strip()
-    message = text.splitlines()[0] if text else type(exc).__name__
-    print(json.dumps({"error": message, "problem": problem}))
-    return EXIT_UNREADABLE
+    return {"error": text.splitlines()[0] if text else type(exc).__name__, "problem": problem}
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("checkpoint", "savedmodel"):
-        print(
-            "usage: python -m daemon.formats.tf_probe checkpoint|savedmodel PATH", file=sys.stderr
-        )
-        return 2
-    tf = _import_tf()
+def answer(tf: Any, mode: str, path: str) -> dict[str, Any]:
+    """The probe's result for one checkpoint or SavedModel, or `{error, problem}`."""
     from google.protobuf.message import DecodeError
 
     try:
-        if argv[0] == "checkpoint":
-            result = probe_checkpoint(tf, argv[1])
-        else:
-            result = probe_savedmodel(tf, argv[1])
+        if mode == "checkpoint":
+            return probe_checkpoint(tf, path)
+        return probe_savedmodel(tf, path)
     except (tf.errors.NotFoundError, FileNotFoundError) as exc:
         # A file vanished after the parent's checks (max_to_keep pruning): look again later.
-        return _refuse(exc, "missing")
+        return _refusal(exc, "missing")
     except (tf.errors.PermissionDeniedError, PermissionError) as exc:
-        return _refuse(exc, "denied")
+        return _refusal(exc, "denied")
     except IndexError as exc:  # get_tensor on a truncated data shard
-        return _refuse(RuntimeError(f"data shard shorter than its index says ({exc})"), "corrupt")
+        return _refusal(RuntimeError(f"data shard shorter than its index says ({exc})"), "corrupt")
     except (tf.errors.OpError, DecodeError) as exc:
         # A corrupt index raises a bare OpError ("... block checksum mismatch").
-        return _refuse(exc, "corrupt")
-    print(json.dumps(result))
+        return _refusal(exc, "corrupt")
+
+
+def serve(tf: Any) -> int:
+    """One request per stdin line, `MODE<TAB>PATH`; one JSON line back per request.
+
+    A scan keeps one child for all its TF checkpoints: TensorFlow's import (seconds, ~0.5 GB)
+    is paid once per scan instead of once per checkpoint.
+    """
+    for line in sys.stdin:
+        mode, _, path = line.rstrip("\n").partition("\t")
+        reply = answer(tf, mode, path) if mode in MODES else {"error": f"bad mode {mode!r}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
     return 0
+
+
+MODES = ("checkpoint", "savedmodel")
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["serve"]:
+        return serve(_import_tf())
+    if len(argv) != 2 or argv[0] not in MODES:
+        print(
+            "usage: python -m daemon.formats.tf_probe checkpoint|savedmodel PATH | serve",
+            file=sys.stderr,
+        )
+        return 2
+    result = answer(_import_tf(), argv[0], argv[1])
+    print(json.dumps(result))
+    return EXIT_UNREADABLE if "error" in result else 0
 
 
 if __name__ == "__main__":
