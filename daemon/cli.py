@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -71,7 +71,17 @@ def main_group(
 
 
 def _json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+    click.echo(json.dumps(doc, indent=2))
+
+
+def _json_rows(rows: Iterable[dict[str, Any]]) -> None:
+    """A JSON array, one compact row per line: fast (C encoder) and still greppable."""
+    out = sys.stdout
+    out.write("[")
+    for i, row in enumerate(rows):
+        out.write(",\n" if i else "\n")
+        out.write(json.dumps(row))
+    out.write("\n]\n")
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> None:
@@ -201,7 +211,7 @@ def list_command(
             kind=kind,
         )
     if as_json:
-        _json([checkpoint_json(c) for c in rows])
+        _json_rows(checkpoint_json(c) for c in rows)
         return
     _table(
         ["ID", "RUN", "CHECKPOINT", "FORMAT", "EPOCH", "SIZE", "OPTIMIZER", "STATUS", "METRICS"],

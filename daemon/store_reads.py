@@ -17,8 +17,31 @@ from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts = EVENTS, ARTIFACTS
 
-# `details` (layers, configs) is only read by `show`: listings of 100k rows must stay cheap.
-_LIST_COLUMNS = [c for c in checkpoints.c if c.name != "details"]
+# What a listing reads, in the order `_to_checkpoint` unpacks it. `details` (layers, configs) is
+# only read by `show`: listings of 100k rows must stay cheap.
+_LIST_COLUMNS = (
+    checkpoints.c.id,
+    checkpoints.c.path,
+    runs.c.name,
+    runs.c.root,
+    checkpoints.c.format,
+    checkpoints.c.kind,
+    checkpoints.c.status,
+    checkpoints.c.reason,
+    checkpoints.c.size_bytes,
+    checkpoints.c.mtime_ns,
+    checkpoints.c.inode,
+    checkpoints.c.hash,
+    checkpoints.c.indexed_at,
+    checkpoints.c.epoch,
+    checkpoints.c.step,
+    checkpoints.c.weights_bytes,
+    checkpoints.c.optimizer_bytes,
+    checkpoints.c.optimizer,
+    checkpoints.c.n_params,
+    checkpoints.c.pinned,
+)
+_STATUSES = {s.value: s for s in CheckpointStatus}
 # Facts only `show` prints, kept in plain columns for queries but not on the listing model.
 _SHOW_COLUMNS = (
     "keras_version",
@@ -42,14 +65,11 @@ _OPS = {
 
 
 def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
-    stmt = _filtered(
-        select(*_LIST_COLUMNS, runs.c.name.label("run_name"), runs.c.root.label("run_root")),
-        query,
-    )
+    stmt = _filtered(select(*_LIST_COLUMNS), query)
     with engine.connect().execution_options(**db.READONLY) as conn:
         rows = conn.execute(stmt).all()
-        by_id = _metrics_by_id(conn, [r.id for r in rows], all_rows=query.limit is None)
-    return [_to_checkpoint(r, by_id.get(r.id, {})) for r in rows]
+        values = _metric_values(conn, [r[0] for r in rows], whole_table=query.limit is None)
+    return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
 
 def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
@@ -81,7 +101,7 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
 def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Checkpoint:
     order = metrics.c.value.asc() if mode == "min" else metrics.c.value.desc()
     stmt = (
-        select(*_LIST_COLUMNS, runs.c.name.label("run_name"), runs.c.root.label("run_root"))
+        select(*_LIST_COLUMNS)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .join(metrics, and_(metrics.c.checkpoint_id == checkpoints.c.id, metrics.c.name == metric))
         .where(checkpoints.c.status == CheckpointStatus.OK.value, metrics.c.value.is_not(None))
@@ -95,8 +115,14 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
         if row is None:
             where = f" in run {run!r}" if run else ""
             raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
-        found = _metrics_by_id(conn, [row.id])
-    return _to_checkpoint(row, found.get(row.id, {}))
+        return _complete(conn, row)
+
+
+def _complete(conn: Any, row: Any) -> Checkpoint:
+    """One checkpoint with its metrics and where each came from."""
+    values = _metric_values(conn, [row[0]])
+    found = _to_checkpoint(row, values.get(row[0], {}))
+    return dataclasses.replace(found, metric_sources=_metric_sources(conn, row[0]))
 
 
 def get(engine: Engine, ref: str) -> Checkpoint:
@@ -105,8 +131,9 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         condition = checkpoints.c.id == int(ref)
     else:
         condition = checkpoints.c.path == os.path.abspath(ref)
+    show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
     stmt = (
-        select(checkpoints, runs.c.name.label("run_name"), runs.c.root.label("run_root"))
+        select(*_LIST_COLUMNS, checkpoints.c.details, *show_columns)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .where(condition)
     )
@@ -114,7 +141,7 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         row = conn.execute(stmt).first()
         if row is None:
             raise NotFound(f"no checkpoint {ref!r} in the catalog")
-        found = _metrics_by_id(conn, [row.id])
+        found = _complete(conn, row[: len(_LIST_COLUMNS)])
         found_artifacts = conn.execute(
             select(artifacts).where(artifacts.c.checkpoint_id == row.id).order_by(artifacts.c.id)
         ).all()
@@ -137,7 +164,7 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         }
         for e in history
     ]
-    return dataclasses.replace(_to_checkpoint(row, found.get(row.id, {})), details=details)
+    return dataclasses.replace(found, details=details)
 
 
 def list_runs(engine: Engine) -> list[Run]:
@@ -197,49 +224,76 @@ def _sorted(stmt: Select[Any], key: str, descending: bool) -> Select[Any]:
         column = sort_metric.c.value
     ordered = column.desc() if descending else column.asc()
     # Rows without the key sort last either way; ties are broken by id for stable output.
-    return stmt.order_by(column.is_(None), ordered, checkpoints.c.id)
+    keys = [ordered, checkpoints.c.id]
+    if getattr(column, "nullable", True):
+        keys.insert(0, column.is_(None))
+    return stmt.order_by(*keys)
 
 
-def _metrics_by_id(
-    conn: Any, ids: list[int], *, all_rows: bool = False
-) -> dict[int, dict[str, tuple[float, str]]]:
-    out: dict[int, dict[str, tuple[float, str]]] = {}
-    if not ids:
-        return out
-    stmt = select(metrics.c.checkpoint_id, metrics.c.name, metrics.c.value, metrics.c.source)
-    # A full listing reads the whole metrics table once instead of an IN list of 100k ids.
-    chunks = [None] if all_rows else [ids[i : i + 900] for i in range(0, len(ids), 900)]
-    for chunk in chunks:
+def _metric_values(
+    conn: Any, ids: list[int], *, whole_table: bool = False
+) -> dict[int, dict[str, float | None]]:
+    """{checkpoint id: {metric: value}} for `ids` (a full listing reads the table once)."""
+    out: dict[int, dict[str, float | None]] = {}
+    stmt = select(metrics.c.checkpoint_id, metrics.c.name, metrics.c.value)
+    chunks = [None] if whole_table else [ids[i : i + 900] for i in range(0, len(ids), 900)]
+    for chunk in chunks if ids else []:
         part = stmt if chunk is None else stmt.where(metrics.c.checkpoint_id.in_(chunk))
-        for r in conn.execute(part):
-            out.setdefault(r.checkpoint_id, {})[r.name] = (r.value, r.source)
+        for checkpoint_id, name, value in conn.execute(part):
+            out.setdefault(checkpoint_id, {})[name] = value
     return out
 
 
-def _to_checkpoint(r: Any, found: dict[str, tuple[float, str]]) -> Checkpoint:
+def _metric_sources(conn: Any, checkpoint_id: int) -> dict[str, str]:
+    stmt = select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == checkpoint_id)
+    return {name: source for name, source in conn.execute(stmt)}
+
+
+def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
+    (
+        id_,
+        path,
+        run,
+        root,
+        fmt,
+        kind,
+        status,
+        reason,
+        size,
+        mtime_ns,
+        inode,
+        digest,
+        indexed_at,
+        epoch,
+        step,
+        weights_bytes,
+        optimizer_bytes,
+        optimizer,
+        n_params,
+        pinned,
+    ) = row
     return Checkpoint(
-        id=r.id,
-        path=r.path,
-        run=r.run_name,
-        root=r.run_root,
-        format=r.format,
-        kind=r.kind,
-        status=CheckpointStatus(r.status),
-        reason=r.reason,
-        size_bytes=r.size_bytes,
-        mtime=r.mtime_ns / 1e9,
-        inode=r.inode,
-        hash=r.hash,
-        indexed_at=r.indexed_at,
-        epoch=r.epoch,
-        step=r.step,
-        weights_bytes=r.weights_bytes,
-        optimizer_bytes=r.optimizer_bytes,
-        optimizer=r.optimizer,
-        n_params=r.n_params,
-        pinned=bool(r.pinned),
-        metrics={k: v for k, (v, _s) in found.items()},
-        metric_sources={k: s for k, (_v, s) in found.items()},
+        id=id_,
+        path=path,
+        run=run,
+        root=root,
+        format=fmt,
+        kind=kind,
+        status=_STATUSES[status],
+        reason=reason,
+        size_bytes=size,
+        mtime=mtime_ns / 1e9,
+        inode=inode,
+        hash=digest,
+        indexed_at=indexed_at,
+        epoch=epoch,
+        step=step,
+        weights_bytes=weights_bytes,
+        optimizer_bytes=optimizer_bytes,
+        optimizer=optimizer,
+        n_params=n_params,
+        pinned=bool(pinned),
+        metrics=values,
     )
 
 

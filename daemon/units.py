@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -55,7 +56,6 @@ def format_size(n: int | None) -> str:
 
 def iso_utc(epoch_seconds: float) -> str:
     """ISO 8601 UTC with milliseconds and a Z: the one time format of the catalog and JSON."""
-    import datetime as dt
-
-    stamp = dt.datetime.fromtimestamp(epoch_seconds, dt.UTC)
-    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    whole = int(epoch_seconds // 1)
+    millis = int((epoch_seconds - whole) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
