@@ -148,7 +148,7 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
         return config
     from sqlalchemy import insert
 
-    from daemon.schema import CheckpointRow, MetricRow, RunRow
+    from daemon.schema import CHECKPOINTS, METRICS, RUNS
     from daemon.store import Store
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -159,9 +159,9 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
     store = Store(url)  # created at head by Alembic
     runs, ckpts, metrics = fixture_rows(n_runs)
     with store.engine.begin() as conn:
-        for table_, rows in ((RunRow, runs), (CheckpointRow, ckpts), (MetricRow, metrics)):
+        for table_, rows in ((RUNS, runs), (CHECKPOINTS, ckpts), (METRICS, metrics)):
             for k in range(0, len(rows), 20_000):
-                conn.execute(insert(table_.__table__), rows[k : k + 20_000])
+                conn.execute(insert(table_), rows[k : k + 20_000])
     store.close()
     print(
         f"built {db_path.name}: {len(ckpts):,} checkpoints, {len(metrics):,} metrics, "
