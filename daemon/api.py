@@ -12,7 +12,7 @@ import builtins
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from daemon import config as config_module
 from daemon.config import Config
@@ -78,6 +78,12 @@ class Catalog:
 
     def runs(self) -> builtins.list[Run]:
         return self._store.runs()
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's health from its last heartbeat, in the `status --json` shape."""
+        from daemon.health import daemon_status
+
+        return daemon_status(self._store.latest_heartbeat(), self._store.count())
 
     def scan(
         self,

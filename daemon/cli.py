@@ -315,6 +315,59 @@ def runs(obj: Context, as_json: bool) -> None:
     )
 
 
+@main_group.command()
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Reconcile every root with the catalog, run what is due, and exit "
+    "(for cron and tests); exit 3 if some checkpoints failed.",
+)
+@pass_context
+def serve(obj: Context, once: bool) -> None:
+    """Run the service: watch roots, index checkpoints once complete, run scheduled jobs.
+
+    Runs in the foreground (systemd's Type=notify does the daemonizing); logs one line per
+    event to stderr. SIGHUP reloads the config, SIGTERM stops it.
+
+    \b
+    Example:  ckpt --config /etc/ckpt/config.yaml serve
+    """
+    from daemon.service import Service
+
+    sys.exit(Service(obj.config_path, obj.database).run(once=once))
+
+
+@main_group.command()
+@click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
+@pass_context
+def status(obj: Context, as_json: bool) -> None:
+    """Whether a daemon is running against this catalog, from its heartbeat.
+
+    Exit 0 either way; `running` says which (a stale heartbeat or a dead pid means no).
+
+    \b
+    Example:  ckpt status --json | jq .running
+    """
+    with obj.catalog() as cat:
+        doc = cat.status()
+    if as_json:
+        _json(doc)
+        return
+    if not doc["running"]:
+        click.echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        return
+    click.echo(
+        f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
+        f"heartbeat {doc['heartbeat_at']}"
+    )
+    for root in doc["roots"]:
+        click.echo(f"  root {root['path']} ({root['observer']})")
+    click.echo(
+        f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
+        f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
+    )
+
+
 @main_group.group()
 def db() -> None:
     """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports."""

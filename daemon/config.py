@@ -22,8 +22,17 @@ PACKAGED_DEFAULT = Path(__file__).with_name("default_config.yaml")
 class RootConfig:
     path: Path
     observer: str
+    poll_interval: float
     filename_templates: tuple[str, ...]
     metrics_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Seconds between runs of each background job; 0 turns a job off."""
+
+    rescan: float = 600.0
+    misfire_grace: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,9 @@ class Config:
     state_dir: Path
     roots: tuple[RootConfig, ...]
     settle_seconds: float
+    min_age_seconds: float
+    schedule: Schedule
+    heartbeat_seconds: float
     log_level: str
 
     def root_for(self, path: Path) -> RootConfig | None:
@@ -88,19 +100,47 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     database = override or raw.get("database", "sqlite:///{state_dir}/catalog.db")
     if not isinstance(database, str) or not database.strip():
         raise ConfigError("database", "expected an SQLAlchemy URL")
-    completion = _mapping(raw.get("completion", {}), "completion", {"settle_seconds"})
+    completion = _mapping(
+        raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
+    )
+    service = _mapping(raw.get("service", {}), "service", {"heartbeat"})
     return Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
         state_dir=state_dir,
         roots=_roots(raw.get("roots"), base),
         settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
+        min_age_seconds=_duration(
+            completion.get("min_age_seconds", 1), "completion.min_age_seconds"
+        ),
+        schedule=_schedule(raw.get("schedule", {})),
+        heartbeat_seconds=_positive(service.get("heartbeat", 10), "service.heartbeat"),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
     )
 
 
-TOP_KEYS = {"database", "state_dir", "roots", "completion", "log_level"}
-ROOT_KEYS = {"path", "observer", "filename_template", "metrics_files"}
+TOP_KEYS = {"database", "state_dir", "roots", "completion", "schedule", "service", "log_level"}
+ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files"}
+# Jobs of later capabilities (retention, artifacts, verify, purge) join this list when they land.
+SCHEDULE_KEYS = {"rescan", "misfire_grace"}
+
+
+def _schedule(value: Any) -> Schedule:
+    raw = _mapping(value, "schedule", SCHEDULE_KEYS)
+    default = Schedule()
+    return Schedule(
+        rescan=_duration(raw.get("rescan", default.rescan), "schedule.rescan"),
+        misfire_grace=_positive(
+            raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
+        ),
+    )
+
+
+def _positive(value: Any, key: str) -> float:
+    seconds = _duration(value, key)
+    if seconds <= 0:
+        raise ConfigError(key, "must be more than 0")
+    return seconds
 
 
 def _roots(value: Any, base: Path) -> tuple[RootConfig, ...]:
@@ -125,6 +165,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
     return RootConfig(
         path=_path(raw["path"], f"{key}.path", base),
         observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
+        poll_interval=_positive(raw.get("poll_interval", 30), f"{key}.poll_interval"),
         filename_templates=_templates(templates, f"{key}.filename_template"),
         metrics_files=_strings(
             raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),

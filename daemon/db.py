@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 
+from daemon import mounts
 from daemon.errors import CkptError, SchemaBehind, UsageError
 
 # Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
@@ -50,46 +51,10 @@ def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
     return engine
 
 
-# WAL needs shared memory between processes on one host: SQLite must not live on these.
-NETWORK_FILESYSTEMS = {
-    "nfs",
-    "nfs4",
-    "cifs",
-    "smb3",
-    "smbfs",
-    "9p",
-    "ceph",
-    "glusterfs",
-    "lustre",
-    "afs",
-    "fuse.sshfs",
-    "fuse.s3fs",
-    "fuse.gcsfuse",
-}
-
-
-def filesystem_type(path: Path, mountinfo: str) -> str | None:
-    """The type of the filesystem holding `path`, from /proc/self/mountinfo text."""
-    target = str(path)
-    best_mount, best_type = "", None
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields or len(fields) < 5:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) >= len(best_mount):
-            best_mount, best_type = mount_point, fields[fields.index("-") + 1]
-    return best_type
-
-
 def _refuse_network_filesystem(path: Path) -> None:
-    try:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-    except OSError:
-        return  # not Linux: nothing to check against
-    fstype = filesystem_type(path.parent.resolve(), mountinfo)
-    if fstype in NETWORK_FILESYSTEMS:
+    # WAL needs shared memory between the processes of one host.
+    fstype = mounts.network_type(path.parent)
+    if fstype:
         raise UsageError(
             f"the SQLite catalog {path} is on {fstype}: SQLite in WAL mode needs a local disk; "
             "put state_dir on a local disk or use a PostgreSQL URL"

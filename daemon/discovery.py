@@ -13,21 +13,34 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.fsops import TEMP_PREFIX
 from daemon.model import FileStat
 
 CHECKPOINT_SUFFIXES = (".keras", ".h5", ".hdf5", ".he5")
 SAVED_MODEL_MARKERS = ("saved_model.pb", "saved_model.pbtxt")
-OUR_TEMP_PREFIX = ".ckpt-tmp-"
 # Folders that belong to us or to tools, never to a run.
 _SKIPPED_DIRS = {".ckpt", ".ckpt-trash", ".git", "__pycache__", ".ipynb_checkpoints"}
 # Writers' temporary names (shared/design/keras-formats.md §5): TF's `ckpt-1_temp/` folders and
 # `*.tempstate<n>` files, `checkpoint.tmp<hex>`, Keras's `tmpXXXX/model.weights.h5` extractions.
-_TEMP_NAME = re.compile(r"(\.tempstate\d*$|\.tmp[0-9a-f]*$|^\.ckpt-tmp-)")
+_TEMP_NAME = re.compile(rf"(\.tempstate\d*$|\.tmp[0-9a-f]*$|^{re.escape(TEMP_PREFIX)})")
 _TEMP_DIR = re.compile(r"(_temp$|^tmp[\w-]{6,}$)")
 _DATA_SHARD = re.compile(r"^(?P<prefix>.+)\.data-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
 
 FILE, TF_CHECKPOINT, SAVED_MODEL = "file", "tf-checkpoint", "savedmodel"
+
+
+def is_skipped_dir(name: str) -> bool:
+    """Folders that belong to us, to tools, or to a writer's temporary work, never to a run."""
+    return name in _SKIPPED_DIRS or bool(_TEMP_DIR.search(name))
+
+
+def is_temp_name(name: str) -> bool:
+    return bool(_TEMP_NAME.search(name))
+
+
+def is_data_shard(name: str) -> bool:
+    return bool(_DATA_SHARD.match(name))
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
     if start.is_symlink():
         yield Skipped(start, "symlink: not followed")
         return
+    if not start.exists():
+        return  # deleted: the caller's missing pass covers what was there
     if start.is_file():
         yield from _file_candidates(start.parent, [start.name])
         return
@@ -70,11 +85,7 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
                 yield Skipped(Path(entry.path), "symlink: not followed")
             elif entry.is_dir(follow_symlinks=False):
                 path = Path(entry.path)
-                if (
-                    entry.name not in _SKIPPED_DIRS
-                    and not _TEMP_DIR.search(entry.name)
-                    and path not in skip_dirs
-                ):
+                if not is_skipped_dir(entry.name) and path not in skip_dirs:
                     stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
@@ -85,7 +96,7 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
 def _file_candidates(folder: Path, names: list[str]) -> Iterator[Candidate | Skipped]:
     present = set(names)
     for name in names:
-        if _TEMP_NAME.search(name):
+        if is_temp_name(name):
             continue
         path = folder / name
         if name.endswith(".index"):

@@ -39,6 +39,7 @@ class ScanReport:
     missing: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # whole roots that could not be scanned
+    cancelled: bool = False  # stopped early: nothing was marked missing
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -50,6 +51,7 @@ class ScanReport:
             "missing": self.missing,
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
             "errors": self.errors,
+            "cancelled": self.cancelled,
         }
 
 
@@ -60,17 +62,24 @@ def scan(
     *,
     actor: str,
     progress: Callable[[str], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> ScanReport:
-    """Scan `targets` (files or folders inside configured roots), or every root if none."""
+    """Scan `targets` (files or folders inside configured roots), or every root if none.
+
+    `should_stop` is asked before each checkpoint: a stopped scan leaves every row it did not
+    reach as it was (nothing is marked missing on a partial walk).
+    """
     report = ScanReport()
     for root, start in _starts(config, targets):
+        if report.cancelled:
+            break
         if not root.path.is_dir():
             # An unmounted or vanished root is an outage, never "everything was deleted".
             report.errors.append(f"root {root.path} is not a folder: nothing marked missing")
             event("root_unavailable", level=logging.ERROR, root=root.path)
             continue
         with tf_child.session():  # one TensorFlow child for all TF checkpoints of the scan
-            _Scan(config, root, store, report, actor, progress).run(start)
+            _Scan(config, root, store, report, actor, progress).run(start, should_stop)
     return report
 
 
@@ -106,10 +115,13 @@ class _Scan:
         self.started = iso_utc(time.time())
         self.metrics_mtimes: dict[Path, int] = {}
 
-    def run(self, start: Path) -> None:
+    def run(self, start: Path, should_stop: Callable[[], bool]) -> None:
         seen: set[str] = set()
         skip = frozenset({self.config.state_dir})
         for found in discovery.walk(start, skip):
+            if should_stop():
+                self.report.cancelled = True
+                return
             if isinstance(found, discovery.Skipped):
                 self.report.skipped.append((str(found.path), found.reason))
                 continue

@@ -24,7 +24,7 @@ class LogfmtFormatter(logging.Formatter):
             fields["ts"] = self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z")
         fields["level"] = record.levelname.lower()
         fields["event"] = record.getMessage()
-        fields.update(getattr(record, "fields", {}))
+        fields.update((k, v) for k, v in getattr(record, "fields", {}).items() if v is not None)
         if record.exc_info and record.levelno >= logging.ERROR:
             fields["error"] = repr(record.exc_info[1])
         return " ".join(f"{key}={_quote(value)}" for key, value in fields.items())

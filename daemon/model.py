@@ -152,3 +152,31 @@ class Run:
     bytes: int
     newest: str | None
     best: dict[str, str] = field(default_factory=dict)
+
+
+# ---- work items: what the watcher and the scheduler hand to the service's one worker ----
+
+
+class HintKind(enum.StrEnum):
+    CLOSED = "closed"  # a writer closed the file after writing (IN_CLOSE_WRITE)
+    MOVED = "moved"  # renamed onto this path (TF state files, SavedModel, our own rewrites)
+    CHANGED = "changed"  # created or modified: still being written, maybe
+    DELETED = "deleted"
+    OVERFLOW = "overflow"  # the event queue lost events: only a rescan tells the truth
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A filesystem event: a hint that `path` may have changed, never proof of anything."""
+
+    path: str
+    kind: HintKind
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class Rescan:
+    """Walk roots and reconcile them with the catalog (all roots when `root` is None)."""
+
+    reason: str
+    root: str | None = None

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Engine,
     Table,
     delete,
+    func,
     insert,
     select,
     update,
@@ -32,11 +33,11 @@ from daemon.model import (
     Run,
 )
 from daemon.query import ListQuery
-from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
+from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
 from daemon.units import iso_utc
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
-events, artifacts = EVENTS, ARTIFACTS
+events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
 
 
 def utc_now() -> str:
@@ -174,6 +175,58 @@ class Store:
                 .values(epoch=epoch, step=step, metrics_at=at, details=details)
             )
             _replace_metrics(conn, ckpt_id, values)
+
+    def beat(
+        self,
+        heartbeat_id: int | None,
+        *,
+        pid: int,
+        host: str,
+        started_at: str,
+        state: dict[str, Any],
+    ) -> int:
+        """Record that this daemon is alive (one row per daemon run); returns the row id."""
+        values = {
+            "pid": pid,
+            "host": host,
+            "started_at": started_at,
+            "heartbeat_at": utc_now(),
+            "state": state,
+        }
+        with self.engine.begin() as conn:
+            if heartbeat_id is not None:
+                done = conn.execute(
+                    update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
+                )
+                if done.rowcount:
+                    return heartbeat_id
+            return _insert_id(conn, heartbeat, values)
+
+    def count(self) -> int:
+        """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
+        gone = (
+            CheckpointStatus.MISSING.value,
+            CheckpointStatus.TRASHED.value,
+            CheckpointStatus.PURGED.value,
+        )
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(checkpoints)
+                    .where(checkpoints.c.status.not_in(gone))
+                ).scalar()
+                or 0
+            )
+
+    def latest_heartbeat(self) -> dict[str, Any] | None:
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(
+                select(heartbeat)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(1)
+            ).first()
+        return dict(row._mapping) if row else None
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
         ids = list(ckpt_ids)

@@ -66,6 +66,7 @@ TEMPLATES = [
     "w.{epoch:02d}.weights.h5",
     "weights.{epoch:02d}-{val_loss:.2f}.hdf5",
     "ckpt-{step}",
+    "model.{epoch:02d}-{val_loss:.2f}.keras",  # examples/train_keras.py
 ]
 
 
@@ -131,3 +132,80 @@ def scanned(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -
         shutil.copytree(keras_checkpoints / part, ws.root / part)
     ws.run("scan")
     return ws
+
+
+# ---- `ckpt serve` as systemd runs it: a real subprocess, real signals ----
+
+
+class Daemon:
+    """A running `ckpt serve`; its stderr log is kept in a file for assertions."""
+
+    def __init__(self, ws: Workspace, env: dict[str, str] | None = None) -> None:
+        import time
+
+        self.ws = ws
+        self.log_path = ws.base / f"serve-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
+        cmd = [sys.executable, "-m", "daemon", "--config", str(ws.config), "serve"]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
+        )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> None:
+        self.wait_until(lambda: text in self.log, timeout, f"{text!r} in the log")
+
+    def wait_until(self, condition: Any, timeout: float = 60, what: str = "condition") -> None:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}\n{self.log}")
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log}")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._log.close()
+
+    def stop(self) -> int:
+        import signal
+
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        return self.wait()
+
+
+def service_workspace(base: Path, extra: str = "") -> Workspace:
+    """A workspace tuned for service tests: quick completion, frequent heartbeats, no rescans."""
+    ws = Workspace(base, settle_seconds=1)
+    ws.config.write_text(
+        ws.config.read_text().replace(
+            "settle_seconds: 1", "settle_seconds: 1\n  min_age_seconds: 0.2"
+        )
+        + "service:\n  heartbeat: 1s\nschedule:\n  rescan: 0\n"
+        + extra
+    )
+    return ws
+
+
+@pytest.fixture
+def daemon_ws(tmp_path: Path) -> Any:
+    """A service workspace and a started daemon (stopped, exit code checked, at teardown)."""
+    ws = service_workspace(tmp_path)
+    daemon = Daemon(ws)
+    daemon.wait_for_log("event=ready")
+    yield ws, daemon
+    if daemon.proc.poll() is None:
+        assert daemon.stop() == 0, daemon.log

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon import db
+from daemon import db, mounts
 from daemon.model import CheckpointStatus, FileStat, IndexRecord
 from daemon.store import Store
 
@@ -155,7 +155,7 @@ MOUNTINFO = """\
 
 
 def test_filesystem_type_picks_the_innermost_mount() -> None:
-    assert db.filesystem_type(Path("/home/u/.ckpt"), MOUNTINFO) == "ext4"
-    assert db.filesystem_type(Path("/mnt/shared/state"), MOUNTINFO) == "nfs4"
-    assert db.filesystem_type(Path("/mnt/shared/local disk/state"), MOUNTINFO) == "ext4"
-    assert db.filesystem_type(Path("/mnt/sharedx"), MOUNTINFO) == "ext4"
+    assert mounts.filesystem_type(Path("/home/u/.ckpt"), MOUNTINFO) == "ext4"
+    assert mounts.filesystem_type(Path("/mnt/shared/state"), MOUNTINFO) == "nfs4"
+    assert mounts.filesystem_type(Path("/mnt/shared/local disk/state"), MOUNTINFO) == "ext4"
+    assert mounts.filesystem_type(Path("/mnt/sharedx"), MOUNTINFO) == "ext4"

@@ -1,0 +1,81 @@
+"""Timers for the service's background jobs. The only module that imports APScheduler.
+
+A job only enqueues work for the worker (it never touches files or the catalog itself), so
+jobs are instant; `max_instances=1` and coalescing still guard against pile-ups after a
+suspend, and a misfire grace of minutes lets a late job run instead of being dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_EXECUTED,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+)
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from daemon.config import Schedule
+from daemon.logs import event
+from daemon.model import Rescan
+
+
+class Jobs:
+    def __init__(self, enqueue: Callable[[Rescan], None]) -> None:
+        self._enqueue = enqueue
+        self.runs: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self._scheduler = BackgroundScheduler(timezone="UTC")
+        self._scheduler.add_listener(
+            self._on_event,
+            EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES,
+        )
+
+    def start(self, schedule: Schedule) -> None:
+        self._add(schedule)
+        self._scheduler.start()
+
+    def reschedule(self, schedule: Schedule) -> None:
+        self._scheduler.remove_all_jobs()
+        self._add(schedule)
+
+    def _add(self, schedule: Schedule) -> None:
+        # Retention, artifacts, verify and trash purge join here when those capabilities land.
+        if schedule.rescan > 0:
+            self._scheduler.add_job(
+                self._rescan,
+                "interval",
+                seconds=schedule.rescan,
+                id="rescan",
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=int(schedule.misfire_grace),
+            )
+
+    def _rescan(self) -> None:
+        self._enqueue(Rescan("scheduled rescan"))
+
+    def _on_event(self, ev: JobEvent) -> None:
+        if ev.code == EVENT_JOB_EXECUTED:
+            self.runs[ev.job_id] += 1
+            return
+        self.errors[ev.job_id] += 1
+        what = {EVENT_JOB_ERROR: "failed", EVENT_JOB_MISSED: "missed"}.get(ev.code, "still running")
+        event(
+            "job_" + what.replace(" ", "_"),
+            level=logging.WARNING,
+            job=ev.job_id,
+            error=getattr(ev, "exception", None),
+        )
+
+    def healthy(self) -> bool:
+        return bool(self._scheduler.running)
+
+    def stop(self) -> None:
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=True)

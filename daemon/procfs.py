@@ -1,0 +1,48 @@
+"""Which local processes hold files open for writing, from /proc (Linux; elsewhere: none).
+
+One pass over /proc/*/fd per call: `readlink` every descriptor, and read the open flags only of
+those that point into the folders asked about.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
+
+
+def writers_under(folders: Iterable[Path]) -> dict[str, list[int]]:
+    """{file path: [pids]} for files below `folders` that some process has open for writing."""
+    prefixes = tuple(str(f).rstrip("/") + "/" for f in folders)
+    found: dict[str, list[int]] = {}
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue  # gone, or not ours to look at
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if target.startswith(prefixes) and _opened_for_writing(pid, fd):
+                found.setdefault(target, []).append(int(pid))
+    return found
+
+
+def _opened_for_writing(pid: str, fd: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+            for line in info:
+                if line.startswith("flags:"):
+                    return bool(int(line.split()[1], 8) & _WRITE_FLAGS)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
