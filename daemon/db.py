@@ -102,35 +102,33 @@ def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> Non
 
 def upgrade(url: str, *, revision: str = "head") -> str | None:
     """Migrate to `revision`; back up an existing SQLite file first. Returns the backup path."""
-    from alembic import command
-
     engine = make_engine(url, foreign_keys=False)
     if revision == "head" and current_revision(engine) == SCHEMA_HEAD:
         engine.dispose()
         return None
     backup = _backup_sqlite(url)
-    try:
-        with engine.connect() as conn:
-            config = _alembic_config()
-            config.attributes["connection"] = conn
-            command.upgrade(config, revision)
-            conn.commit()
-            _check_foreign_keys(url, conn)
-    finally:
-        engine.dispose()
+    _alembic(engine, "upgrade", revision, check_foreign_keys=is_sqlite(url))
     return str(backup) if backup else None
 
 
 def downgrade(url: str, revision: str) -> None:
+    _alembic(make_engine(url, foreign_keys=False), "downgrade", revision)
+
+
+def _alembic(engine: Engine, verb: str, revision: str, *, check_foreign_keys: bool = False) -> None:
+    """Run an Alembic command on a dedicated connection of `engine` (foreign keys off)."""
     from alembic import command
 
-    engine = make_engine(url, foreign_keys=False)
     try:
         with engine.connect() as conn:
             config = _alembic_config()
             config.attributes["connection"] = conn
-            command.downgrade(config, revision)
+            getattr(command, verb)(config, revision)
             conn.commit()
+            if check_foreign_keys:
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise CkptError(f"migration left {len(broken)} rows with broken foreign keys")
     finally:
         engine.dispose()
 
@@ -149,14 +147,6 @@ def _alembic_config() -> Any:
     config = Config()
     config.set_main_option("script_location", str(Path(migrations.__file__).parent))
     return config
-
-
-def _check_foreign_keys(url: str, conn: Any) -> None:
-    if not is_sqlite(url):
-        return
-    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-    if broken:
-        raise CkptError(f"migration left {len(broken)} rows with broken foreign keys")
 
 
 def _backup_sqlite(url: str) -> Path | None:

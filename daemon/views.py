@@ -8,29 +8,7 @@ from typing import Any
 from daemon.model import Checkpoint, Run
 from daemon.units import iso_utc
 
-# Field names scripts depend on: add, never rename or remove.
-LIST_FIELDS = (
-    "id",
-    "path",
-    "run",
-    "root",
-    "format",
-    "kind",
-    "epoch",
-    "step",
-    "size_bytes",
-    "weights_bytes",
-    "optimizer_bytes",
-    "optimizer",
-    "n_params",
-    "status",
-    "reason",
-    "pinned",
-    "mtime",
-    "indexed_at",
-    "hash",
-    "metrics",
-)
+# `show --json` fields beyond a listing's (stable: add, never rename or remove).
 SHOW_FIELDS = (
     "layers",
     "optimizer_config",
