@@ -21,6 +21,8 @@ from daemon.query import Condition, ListQuery, default_mode, parse_condition
 
 if TYPE_CHECKING:
     from daemon.indexer import ScanReport
+    from daemon.pruner import PruneReport
+    from daemon.retention import Policy
     from daemon.store import Store
 
 
@@ -79,6 +81,69 @@ class Catalog:
     def runs(self) -> builtins.list[Run]:
         return self._store.runs()
 
+    def plan_prune(self, runs: Sequence[str] = (), policy: Policy | None = None) -> PruneReport:
+        """What `prune` would do, with every decision's reasons; changes nothing."""
+        from daemon import pruner
+
+        return pruner.plan_runs(self.config, self._store, list(runs) or None, policy)
+
+    def prune(
+        self,
+        runs: Sequence[str] = (),
+        policy: Policy | None = None,
+        *,
+        dry_run: bool = False,
+        actor: str | None = None,
+    ) -> PruneReport:
+        """Apply retention (`policy`, else the configured ones): doomed checkpoints go to the
+        trash (restore with `restore`); per-item failures are in `report.failures`."""
+        from daemon import pruner
+
+        return pruner.prune(
+            self.config,
+            self._store,
+            runs=list(runs) or None,
+            override=policy,
+            dry_run=dry_run,
+            actor=actor or _actor(),
+        )
+
+    def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
+        from daemon import pruner
+
+        return pruner.restore(self.config, self._store, str(ref), actor or _actor())
+
+    def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
+        from daemon import pruner
+
+        return pruner.set_pinned(self._store, str(ref), pinned, _actor())
+
+    def trash(self) -> builtins.list[dict[str, Any]]:
+        """Trashed checkpoints: original and trash paths, bytes, when and why."""
+        from daemon import store_actions
+
+        return store_actions.trashed(self._store.engine)
+
+    def purge(
+        self, older_than: str | None = None, *, dry_run: bool = False
+    ) -> tuple[builtins.list[dict[str, Any]], builtins.list[dict[str, Any]]]:
+        """Delete what was trashed longer ago than `older_than` (default: trash.purge_after).
+        Returns (purged, failures)."""
+        from daemon import pruner
+
+        seconds = pruner.parse_older_than(older_than, self.config)
+        return pruner.purge(
+            self.config, self._store, older_than=seconds, dry_run=dry_run, actor=_actor()
+        )
+
+    def log(
+        self, run: str | None = None, limit: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """The audit events, oldest first (the newest `limit` of them)."""
+        from daemon import store_actions
+
+        return store_actions.audit_log(self._store.engine, run, limit)
+
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
         from daemon.health import daemon_status
@@ -103,6 +168,12 @@ class Catalog:
             actor=actor or default_actor(),
             progress=progress,
         )
+
+
+def _actor() -> str:
+    from daemon.store import actor
+
+    return actor()
 
 
 def open_catalog(

@@ -444,3 +444,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         click.echo(f"ckpt: unexpected error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(1)
     sys.exit(0)
+
+
+# The retention commands live in their own module; importing it registers them on the group.
+from daemon import cli_retention  # noqa: E402, F401

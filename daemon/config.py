@@ -5,6 +5,7 @@ Every error names the key path (`roots[0].observer`) and the reason, and exits 2
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.errors import ConfigError
+from daemon.retention import KeepBest, Policy
 
 OBSERVERS = ("auto", "inotify", "polling")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -25,6 +27,15 @@ class RootConfig:
     poll_interval: float
     filename_templates: tuple[str, ...]
     metrics_files: tuple[str, ...]
+    retention: Policy | None = None
+
+
+@dataclass(frozen=True)
+class RunRule:
+    """`runs: [{match: GLOB, retention: {...}}]`: a policy for the runs whose name matches."""
+
+    match: str
+    retention: Policy
 
 
 @dataclass(frozen=True)
@@ -32,6 +43,8 @@ class Schedule:
     """Seconds between runs of each background job; 0 turns a job off."""
 
     rescan: float = 600.0
+    retention: float = 900.0
+    purge: float = 21600.0
     misfire_grace: float = 300.0
 
 
@@ -46,6 +59,22 @@ class Config:
     schedule: Schedule
     heartbeat_seconds: float
     log_level: str
+    retention: Policy | None = None
+    run_rules: tuple[RunRule, ...] = ()
+    purge_after_seconds: float = 7 * 86400.0
+
+    def has_retention(self) -> bool:
+        return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
+
+    def policy_for(self, root: str, run: str) -> tuple[Policy | None, str]:
+        """The retention policy of a run, and where it came from (first match wins)."""
+        for i, rule in enumerate(self.run_rules):
+            if fnmatch.fnmatchcase(run, rule.match):
+                return rule.retention, f"runs[{i}] ({rule.match})"
+        for i, configured in enumerate(self.roots):
+            if str(configured.path) == root and configured.retention is not None:
+                return configured.retention, f"roots[{i}].retention"
+        return self.retention, "retention"
 
     def root_for(self, path: Path) -> RootConfig | None:
         """The configured root that contains `path` (no symlinks resolved: paths as given)."""
@@ -116,13 +145,41 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         schedule=_schedule(raw.get("schedule", {})),
         heartbeat_seconds=_positive(service.get("heartbeat", 10), "service.heartbeat"),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
+        retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
+        run_rules=_run_rules(raw.get("runs", [])),
+        purge_after_seconds=_duration(
+            _mapping(raw.get("trash", {}), "trash", {"purge_after"}).get("purge_after", "7d"),
+            "trash.purge_after",
+        ),
     )
 
 
-TOP_KEYS = {"database", "state_dir", "roots", "completion", "schedule", "service", "log_level"}
-ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files"}
-# Jobs of later capabilities (retention, artifacts, verify, purge) join this list when they land.
-SCHEDULE_KEYS = {"rescan", "misfire_grace"}
+TOP_KEYS = {
+    "database",
+    "state_dir",
+    "roots",
+    "completion",
+    "schedule",
+    "service",
+    "log_level",
+    "retention",
+    "runs",
+    "trash",
+}
+ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
+# Jobs of later capabilities (artifacts, verify) join this list when they land.
+SCHEDULE_KEYS = {"rescan", "retention", "purge", "misfire_grace"}
+POLICY_KEYS = {
+    "keep_last",
+    "keep_best",
+    "keep_every",
+    "keep_within",
+    "keep_hourly",
+    "keep_daily",
+    "keep_weekly",
+    "max_bytes",
+}
+KEEP_BEST_KEYS = {"metric", "n", "mode", "keep_missing"}
 
 
 def _schedule(value: Any) -> Schedule:
@@ -130,6 +187,8 @@ def _schedule(value: Any) -> Schedule:
     default = Schedule()
     return Schedule(
         rescan=_duration(raw.get("rescan", default.rescan), "schedule.rescan"),
+        retention=_duration(raw.get("retention", default.retention), "schedule.retention"),
+        purge=_duration(raw.get("purge", default.purge), "schedule.purge"),
         misfire_grace=_positive(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
         ),
@@ -171,7 +230,82 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
             raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),
             f"{key}.metrics_files",
         ),
+        retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
     )
+
+
+def _run_rules(value: Any) -> tuple[RunRule, ...]:
+    if not isinstance(value, list):
+        raise ConfigError("runs", "expected a list of {match: GLOB, retention: {...}}")
+    rules = []
+    for i, item in enumerate(value):
+        raw = _mapping(item, f"runs[{i}]", {"match", "retention"})
+        match = raw.get("match")
+        if not isinstance(match, str) or not match:
+            raise ConfigError(f"runs[{i}].match", "expected a glob over run names, e.g. 'exp-*'")
+        if "retention" not in raw:
+            raise ConfigError(f"runs[{i}].retention", "required")
+        rules.append(RunRule(match, _policy(raw["retention"], f"runs[{i}].retention")))
+    return tuple(rules)
+
+
+def _policy(value: Any, key: str) -> Policy:
+    raw = _mapping(value, key, POLICY_KEYS)
+    best = raw.get("keep_best", [])
+    best = [best] if isinstance(best, dict) else best
+    if not isinstance(best, list):
+        raise ConfigError(f"{key}.keep_best", "expected {metric, n, mode} or a list of them")
+    policy = Policy(
+        keep_last=_count(raw, "keep_last", key),
+        keep_best=tuple(_keep_best(b, f"{key}.keep_best[{i}]") for i, b in enumerate(best)),
+        keep_every=_count(raw, "keep_every", key),
+        keep_within=_duration(raw["keep_within"], f"{key}.keep_within")
+        if "keep_within" in raw
+        else None,
+        keep_hourly=_count(raw, "keep_hourly", key),
+        keep_daily=_count(raw, "keep_daily", key),
+        keep_weekly=_count(raw, "keep_weekly", key),
+        max_bytes=_size(raw["max_bytes"], f"{key}.max_bytes") if "max_bytes" in raw else None,
+    )
+    if policy.is_empty():
+        raise ConfigError(key, "an empty policy keeps nothing: give at least one keep_ rule")
+    return policy
+
+
+def _keep_best(value: Any, key: str) -> KeepBest:
+    raw = _mapping(value, key, KEEP_BEST_KEYS)
+    metric = raw.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"{key}.metric", "required: the metric name, e.g. val_loss")
+    mode = raw.get("mode")
+    if mode is not None:
+        _choice(mode, f"{key}.mode", ("min", "max"))
+    keep_missing = raw.get("keep_missing", True)
+    if not isinstance(keep_missing, bool):
+        raise ConfigError(f"{key}.keep_missing", "expected true or false")
+    n = _count(raw, "n", key) if "n" in raw else 1
+    return KeepBest(metric=metric, n=n or 1, mode=mode, keep_missing=keep_missing)
+
+
+def _count(raw: Mapping[str, Any], name: str, key: str) -> int | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key}.{name}", f"expected a whole number >= 1, got {value!r}")
+    return value
+
+
+def _size(value: Any, key: str) -> int:
+    from daemon.units import parse_size
+
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from exc
+    if size <= 0:
+        raise ConfigError(key, "must be more than 0")
+    return size
 
 
 def _templates(value: Any, key: str) -> tuple[str, ...]:

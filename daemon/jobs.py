@@ -22,11 +22,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from daemon.config import Schedule
 from daemon.logs import event
-from daemon.model import Rescan
+from daemon.model import Job, Rescan
 
 
 class Jobs:
-    def __init__(self, enqueue: Callable[[Rescan], None]) -> None:
+    def __init__(self, enqueue: Callable[[Rescan | Job], None]) -> None:
         self._enqueue = enqueue
         self.runs: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -36,29 +36,34 @@ class Jobs:
             EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES,
         )
 
-    def start(self, schedule: Schedule) -> None:
-        self._add(schedule)
+    def start(self, schedule: Schedule, *, retention: bool) -> None:
+        self._add(schedule, retention)
         self._scheduler.start()
 
-    def reschedule(self, schedule: Schedule) -> None:
+    def reschedule(self, schedule: Schedule, *, retention: bool) -> None:
         self._scheduler.remove_all_jobs()
-        self._add(schedule)
+        self._add(schedule, retention)
 
-    def _add(self, schedule: Schedule) -> None:
-        # Retention, artifacts, verify and trash purge join here when those capabilities land.
-        if schedule.rescan > 0:
-            self._scheduler.add_job(
-                self._rescan,
-                "interval",
-                seconds=schedule.rescan,
-                id="rescan",
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=int(schedule.misfire_grace),
-            )
-
-    def _rescan(self) -> None:
-        self._enqueue(Rescan("scheduled rescan"))
+    def _add(self, schedule: Schedule, retention: bool) -> None:
+        # Artifacts (split/compress) and verify join here when those capabilities land.
+        jobs: dict[str, tuple[float, Callable[[], None]]] = {
+            "rescan": (schedule.rescan, lambda: self._enqueue(Rescan("scheduled rescan"))),
+            "purge": (schedule.purge, lambda: self._enqueue(Job("purge"))),
+        }
+        if retention:  # no policy configured: nothing to apply
+            jobs["retention"] = (schedule.retention, lambda: self._enqueue(Job("retention")))
+        for name, (seconds, enqueue) in jobs.items():
+            if seconds > 0:
+                self._scheduler.add_job(
+                    enqueue,
+                    "interval",
+                    seconds=seconds,
+                    id=name,
+                    name=name,
+                    max_instances=1,
+                    coalesce=True,
+                    misfire_grace_time=int(schedule.misfire_grace),
+                )
 
     def _on_event(self, ev: JobEvent) -> None:
         if ev.code == EVENT_JOB_EXECUTED:

@@ -152,6 +152,7 @@ class Run:
     bytes: int
     newest: str | None
     best: dict[str, str] = field(default_factory=dict)
+    id: int | None = None
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----
@@ -180,3 +181,10 @@ class Rescan:
 
     reason: str
     root: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A scheduled job for the worker: "retention" (configured policies) or "purge" (trash)."""
+
+    name: str

@@ -42,6 +42,7 @@ class Condition:
 @dataclass(frozen=True)
 class ListQuery:
     run: str | None = None
+    root: str | None = None
     format: str | None = None
     status: str | None = None
     kind: str | None = None

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 
 from daemon import db, store_reads
+from daemon.errors import NotFound
 from daemon.model import (
     Checkpoint,
     CheckpointStatus,
@@ -218,6 +219,23 @@ class Store:
                 ).scalar()
                 or 0
             )
+
+    def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
+        """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(
+                select(
+                    checkpoints.c.size_bytes,
+                    checkpoints.c.mtime_ns,
+                    checkpoints.c.inode,
+                    checkpoints.c.hash,
+                    checkpoints.c.details,
+                ).where(checkpoints.c.id == ckpt_id)
+            ).first()
+        if row is None:
+            raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
+        files = list((row.details or {}).get("files") or [])
+        return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
 
     def latest_heartbeat(self) -> dict[str, Any] | None:
         with self.engine.connect().execution_options(**db.READONLY) as conn:

@@ -76,6 +76,8 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
     stmt = stmt.join(runs, runs.c.id == checkpoints.c.run_id)
     if query.run is not None:
         stmt = stmt.where(runs.c.name == query.run)
+    if query.root is not None:
+        stmt = stmt.where(runs.c.root == query.root)
     for column, value in (
         ("format", query.format),
         ("status", query.status),
@@ -193,7 +195,8 @@ def list_runs(engine: Engine) -> list[Run]:
         newest = _newest_paths(conn)
         best = _best_paths(conn)
     return [
-        Run(r.name, r.root, r.n, int(r.bytes), newest.get(r.id), best.get(r.id, {})) for r in rows
+        Run(r.name, r.root, r.n, int(r.bytes), newest.get(r.id), best.get(r.id, {}), r.id)
+        for r in rows
     ]
 
 

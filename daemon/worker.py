@@ -23,7 +23,7 @@ from daemon.config import Config
 from daemon.formats import tf_child
 from daemon.indexer import ScanReport, scan
 from daemon.logs import event
-from daemon.model import FileStat, Hint, HintKind, Rescan
+from daemon.model import FileStat, Hint, HintKind, Job, Rescan
 from daemon.store import Store, actor
 from daemon.units import iso_utc
 
@@ -77,7 +77,7 @@ class Worker(threading.Thread):
         self.store = store
         self.stats = stats
         self.stopping = stopping
-        self.queue: queue.Queue[Hint | Rescan] = queue.Queue(maxsize=100_000)
+        self.queue: queue.Queue[Hint | Rescan | Job] = queue.Queue(maxsize=100_000)
         self.pending: dict[Path, completion.Pending] = {}
         self.folders: set[Path] = set()
         self._rescan: Rescan | None = None
@@ -86,7 +86,7 @@ class Worker(threading.Thread):
         # The service adds what only it knows (observers, job counts) to every heartbeat.
         self.more_state: Callable[[], dict[str, Any]] = dict
 
-    def offer(self, item: Hint | Rescan) -> None:
+    def offer(self, item: Hint | Rescan | Job) -> None:
         """Called from watcher and scheduler threads: never blocks, never raises."""
         try:
             self.queue.put_nowait(item)
@@ -105,7 +105,7 @@ class Worker(threading.Thread):
 
     def _step(self) -> None:
         try:
-            item: Hint | Rescan | None = self.queue.get(timeout=TICK_SECONDS)
+            item: Hint | Rescan | Job | None = self.queue.get(timeout=TICK_SECONDS)
         except queue.Empty:
             item = None
         while item is not None:
@@ -119,9 +119,12 @@ class Worker(threading.Thread):
         self._index_ready(time.monotonic())
         self._heartbeat()
 
-    def _take(self, item: Hint | Rescan, now: float) -> None:
+    def _take(self, item: Hint | Rescan | Job, now: float) -> None:
         if isinstance(item, Rescan):
             self._rescan = item
+            return
+        if isinstance(item, Job):
+            self.run_job(item.name)
             return
         if item.kind == HintKind.OVERFLOW:
             self._rescan = Rescan("events were lost (inotify queue overflow)")
@@ -168,6 +171,33 @@ class Worker(threading.Thread):
         report = self._scan([target])
         for path, _reason in report.incomplete:  # not finished after all: wait for it to settle
             self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
+
+    def run_job(self, name: str) -> None:
+        """Scheduled retention or trash purge: the same code paths as `ckpt prune` / `purge`."""
+        from daemon import pruner
+        from daemon.errors import CkptError
+
+        who = f"daemon:{actor()}"
+        try:
+            if name == "retention":
+                report = pruner.prune(self.config, self.store, actor=who)
+                failures = report.failures
+                event(
+                    "retention",
+                    trashed=sum(len(r.plan.to_trash()) for r in report.runs),
+                    failures=len(failures),
+                )
+            else:
+                purged, failures = pruner.purge(
+                    self.config, self.store, actor=who, older_than=self.config.purge_after_seconds
+                )
+                event("purge", purged=len(purged), failures=len(failures))
+        except CkptError as exc:  # a lease held by a user's `ckpt prune`: next time
+            event(f"{name}_skipped", level=logging.WARNING, reason=str(exc))
+            return
+        for failure in failures:
+            self.stats.last_error = f"{name}: {failure['path']}: {failure['error']}"
+            event(f"{name}_failed", level=logging.WARNING, **failure)
 
     def rescan(self, request: Rescan) -> ScanReport:
         self._rescan = None

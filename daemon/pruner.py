@@ -1,0 +1,377 @@
+"""Retention use cases: plan, prune (to the trash), restore, purge.
+
+Decisions come from the pure planner (`daemon.retention`); this module holds the safety rails:
+the run's lease, a re-check of every file against the catalog right before acting (anything
+changed since it was indexed is skipped), containment in a configured root (fsops), and an
+audit event recorded before each filesystem call and completed after it. `dry_run` is the same
+code path with the acting switched off.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon import fsops, retention, store_actions
+from daemon.config import Config
+from daemon.errors import CkptError, NotFound, UsageError
+from daemon.formats import tf_state
+from daemon.model import Checkpoint, CheckpointStatus, FileStat
+from daemon.query import ListQuery
+from daemon.store import Store
+from daemon.units import iso_utc, parse_duration
+
+LEASE_SECONDS = 600.0
+HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0.5 s
+_GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
+
+
+@dataclass
+class RunPlan:
+    root: str
+    run: str
+    run_id: int
+    policy: str  # where it came from, and what it says
+    plan: retention.Plan
+
+
+@dataclass
+class PruneReport:
+    dry_run: bool
+    runs: list[RunPlan] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "runs": [
+                {
+                    "run": rp.run,
+                    "root": rp.root,
+                    "policy": rp.policy,
+                    "decisions": [
+                        {
+                            "id": d.id,
+                            "path": d.path,
+                            "action": d.action,
+                            "reasons": list(d.reasons),
+                            "bytes": d.size_bytes,
+                        }
+                        for d in rp.plan.decisions
+                    ],
+                    "bytes_freed": rp.plan.bytes_freed,
+                    "notes": list(rp.plan.notes),
+                }
+                for rp in self.runs
+            ],
+            "skipped": self.skipped,
+            "failures": self.failures,
+        }
+
+
+def plan_runs(
+    config: Config,
+    store: Store,
+    runs: list[str] | None = None,
+    override: retention.Policy | None = None,
+) -> PruneReport:
+    report = PruneReport(dry_run=True)
+    for run in store.runs():
+        if runs and run.name not in runs:
+            continue
+        policy, source = (
+            (override, "command line") if override else config.policy_for(run.root, run.name)
+        )
+        if policy is None:
+            report.skipped.append({"run": run.name, "reason": "no retention policy configured"})
+            continue
+        items = [_item(c) for c in _checkpoints(store, run.root, run.name)]
+        if not items:
+            continue
+        assert run.id is not None
+        report.runs.append(
+            RunPlan(
+                run.root,
+                run.name,
+                run.id,
+                f"{source}: {policy.describe()}",
+                retention.plan(items, policy),
+            )
+        )
+    if runs and not report.runs and not report.skipped:
+        raise NotFound(f"no run named {', '.join(runs)} in the catalog")
+    if report.skipped and not report.runs and not config.has_retention():
+        raise UsageError(
+            "no retention policy: pass keep flags (ckpt prune --help) or configure "
+            "`retention:` in the config"
+        )
+    return report
+
+
+def prune(
+    config: Config,
+    store: Store,
+    *,
+    runs: list[str] | None = None,
+    override: retention.Policy | None = None,
+    dry_run: bool = False,
+    actor: str,
+) -> PruneReport:
+    report = plan_runs(config, store, runs, override)
+    report.dry_run = dry_run
+    if dry_run:
+        return report
+    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    for rp in report.runs:
+        if rp.plan.to_trash():
+            _execute(config, store, rp, batch, actor, report)
+    return report
+
+
+def _execute(
+    config: Config, store: Store, rp: RunPlan, batch: str, actor: str, report: PruneReport
+) -> None:
+    holder = f"{actor} pid {os.getpid()}"
+    store_actions.acquire_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
+    try:
+        current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
+        _refuse_unsafe_plan(rp, current)
+        for decision in rp.plan.to_trash():
+            try:
+                _trash(config, store, current[decision.id], decision, batch, actor)
+            except (CkptError, OSError, KeyError) as exc:
+                report.failures.append(
+                    {"id": decision.id, "path": decision.path, "error": _one_line(exc)}
+                )
+    finally:
+        store_actions.release_lease(store.engine, rp.run_id, holder)
+
+
+def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
+    """The executor's own rails, whatever the planner said."""
+    doomed = {d.id for d in rp.plan.to_trash()}
+    ok = [c for c in current.values() if c.status == CheckpointStatus.OK]
+    if ok and doomed >= {c.id for c in ok}:
+        raise CkptError(f"refused: the plan for run {rp.run} would trash every checkpoint")
+    newest = max(ok, key=lambda c: (c.mtime, c.id), default=None)
+    if newest is not None and newest.id in doomed:
+        raise CkptError(f"refused: the plan for run {rp.run} would trash its newest checkpoint")
+
+
+def _trash(
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    decision: retention.Decision,
+    batch: str,
+    actor: str,
+) -> None:
+    if c.status != CheckpointStatus.OK or c.pinned:
+        raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    root, members = _located(config, store, c)
+    _recheck(store, c, root, members)
+    reason = "; ".join(decision.reasons)
+    event_id = store_actions.begin_event(
+        store.engine,
+        action="trash",
+        checkpoint_id=c.id,
+        path=c.path,
+        reason=reason,
+        size=c.size_bytes,
+        actor=actor,
+    )
+    try:
+        trashed = fsops.move_to_trash(root, members, batch)
+        if c.format == "tf-checkpoint":
+            _forget_in_state_file(root, Path(c.path))
+    except BaseException as exc:
+        store_actions.end_event(store.engine, event_id, failed=_one_line(exc))
+        raise
+    store_actions.set_status(
+        store.engine,
+        c.id,
+        CheckpointStatus.TRASHED,
+        reason,
+        trash={
+            "paths": [str(p) for p in trashed],
+            "at": iso_utc(time.time()),
+            "batch": batch,
+            "members": [str(m) for m in members],
+        },
+    )
+    store_actions.end_event(store.engine, event_id)
+
+
+def _forget_in_state_file(root: Path, prefix: Path) -> None:
+    """Keep TF's `checkpoint` file naming checkpoints that exist (latest_checkpoint, resume)."""
+    state = prefix.parent / tf_state.STATE_FILE
+    try:
+        text = state.read_text()
+    except FileNotFoundError:
+        return
+    rewritten = tf_state.without(text, str(prefix.parent), str(prefix))
+    if rewritten is not None:
+        fsops.atomic_write(root, state, rewritten.encode())
+
+
+def _located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Path]]:
+    """The configured root holding `c`, and every file (or folder) it is made of."""
+    path = Path(c.path)
+    root = config.root_for(path)
+    if root is None or str(root.path) != c.root:
+        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
+    _stat, _digest, files = store.identity(c.id)
+    if c.format == "tf-checkpoint":
+        return root.path, [path.parent / name for name in files]
+    return root.path, [path]
+
+
+def _recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> None:
+    """Skip anything whose bytes may differ from what was indexed (and decided on)."""
+    expected, digest, _files = store.identity(c.id)
+    found = fsops.current_stat(root, members)
+    if found != expected:
+        raise fsops.Refused(
+            f"{c.path} changed since it was indexed ({_diff(expected, found)}):"
+            " skipped; the next scan re-indexes it"
+        )
+    if digest and expected.size <= HASH_RECHECK_MAX_BYTES and c.format != "savedmodel":
+        from daemon.hashing import hash_files
+
+        if hash_files(members) != digest:
+            raise fsops.Refused(f"{c.path} has other bytes than when indexed: skipped")
+
+
+def _diff(expected: FileStat, found: FileStat) -> str:
+    names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
+    return ", ".join(names) + " differ"
+
+
+def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
+    c = store.get(ref)
+    info = c.details.get("trash") or {}
+    if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
+        raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
+    root = _configured_root(config, c)
+    holder = f"{actor} pid {os.getpid()}"
+    run_id = _run_id(store, c)
+    store_actions.acquire_lease(store.engine, run_id, holder, LEASE_SECONDS)
+    try:
+        event_id = store_actions.begin_event(
+            store.engine,
+            action="restore",
+            checkpoint_id=c.id,
+            path=c.path,
+            reason=None,
+            size=c.size_bytes,
+            actor=actor,
+        )
+        try:
+            fsops.restore(
+                root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]]
+            )
+        except BaseException as exc:
+            store_actions.end_event(store.engine, event_id, failed=_one_line(exc))
+            raise
+        store_actions.set_status(store.engine, c.id, CheckpointStatus.OK, None, clear_trash=True)
+        store_actions.end_event(store.engine, event_id)
+    finally:
+        store_actions.release_lease(store.engine, run_id, holder)
+    return store.get(str(c.id))
+
+
+def purge(
+    config: Config, store: Store, *, older_than: float, dry_run: bool = False, actor: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Delete trashed checkpoints trashed more than `older_than` seconds ago.
+    Returns (purged, failures)."""
+    cutoff = iso_utc(time.time() - older_than)
+    due = [t for t in store_actions.trashed(store.engine) if t.get("at", "") <= cutoff]
+    if dry_run:
+        return due, []
+    purged, failures = [], []
+    for item in due:
+        try:
+            _purge_one(config, store, item, actor)
+            purged.append(item)
+        except (CkptError, OSError) as exc:
+            failures.append({"id": item["id"], "path": item["path"], "error": _one_line(exc)})
+    return purged, failures
+
+
+def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -> None:
+    root = config.root_for(Path(item["path"]))
+    if root is None or str(root.path) != item["root"]:
+        raise fsops.Refused(f"{item['path']} is not inside a configured root: never touched")
+    event_id = store_actions.begin_event(
+        store.engine,
+        action="purge",
+        checkpoint_id=item["id"],
+        path=item["path"],
+        reason=None,
+        size=item["bytes"],
+        actor=actor,
+    )
+    try:
+        fsops.purge(root.path, [Path(p) for p in item["paths"]])
+    except BaseException as exc:
+        store_actions.end_event(store.engine, event_id, failed=_one_line(exc))
+        raise
+    store_actions.set_status(
+        store.engine, item["id"], CheckpointStatus.PURGED, "deleted from the trash"
+    )
+    store_actions.end_event(store.engine, event_id)
+
+
+def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:
+    c = store.get(ref)
+    store_actions.set_pinned(store.engine, c.id, pinned, actor)
+    return store.get(str(c.id))
+
+
+def parse_older_than(text: str | None, config: Config) -> float:
+    try:
+        return parse_duration(text) if text else config.purge_after_seconds
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+
+
+def _configured_root(config: Config, c: Checkpoint) -> Path:
+    root = config.root_for(Path(c.path))
+    if root is None or str(root.path) != c.root:
+        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
+    return root.path
+
+
+def _run_id(store: Store, c: Checkpoint) -> int:
+    for run in store.runs():
+        if run.name == c.run and run.root == c.root and run.id is not None:
+            return run.id
+    raise NotFound(f"run {c.run} of {c.path} is not in the catalog")
+
+
+def _checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
+    return [c for c in store.list(ListQuery(run=run, root=root)) if c.status not in _GONE]
+
+
+def _item(c: Checkpoint) -> retention.Item:
+    return retention.Item(
+        id=c.id,
+        path=c.path,
+        status=c.status.value,
+        mtime=c.mtime,
+        size_bytes=c.size_bytes,
+        epoch=c.epoch,
+        step=c.step,
+        pinned=c.pinned,
+        metrics=c.metrics,
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
