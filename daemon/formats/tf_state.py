@@ -14,7 +14,7 @@ When we trash a checkpoint, the file must keep naming checkpoints that exist, so
 from __future__ import annotations
 
 import json
-import os
+import posixpath
 import re
 
 STATE_FILE = "checkpoint"
@@ -30,7 +30,7 @@ def without(text: str, folder: str, removed: str) -> str | None:
     latest = next((_unquote(v) for k, v in pairs if k == "model_checkpoint_path"), None)
 
     def same(path: str) -> bool:
-        return os.path.normpath(os.path.join(folder, path)) == os.path.normpath(removed)
+        return posixpath.normpath(posixpath.join(folder, path)) == posixpath.normpath(removed)
 
     if not any(same(p) for p in paths) and not (latest and same(latest)):
         return None
