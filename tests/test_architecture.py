@@ -14,7 +14,6 @@ PURE = {
     "views",
     "render",
     "retention",
-    "health",
     "formats/keras_config",
     "formats/tf_state",
 }
