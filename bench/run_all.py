@@ -12,7 +12,14 @@ import time
 
 from _common import BENCH, OUT, PYTHON, machine, table
 
-BENCHES = ("index_cost", "hash_throughput", "catalog_scale")
+BENCHES = (
+    "index_cost",
+    "hash_throughput",
+    "catalog_scale",
+    "detection_latency",
+    "daemon_footprint",
+    "reconcile",
+)
 
 
 def main() -> int:

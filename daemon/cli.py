@@ -71,7 +71,8 @@ def main_group(
 
 
 def _json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2))
+    # Indented for a person at a terminal; compact (and C-encoded: fast) for a script.
+    click.echo(json.dumps(doc, indent=2 if sys.stdout.isatty() else None))
 
 
 def _json_rows(rows: Iterable[dict[str, Any]]) -> None:

@@ -7,7 +7,10 @@ concurrent read-modify-write updates across processes (see shared/design/ops-fac
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +100,24 @@ def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> Non
         raise SchemaBehind(
             f"catalog schema is at {revision}, this ckpt needs {SCHEMA_HEAD}: run `ckpt db upgrade`"
         )
-    upgrade(url)
+    if may_migrate:
+        _upgrade_in_child(url)  # the long-running service never keeps Alembic loaded (~13 MB)
+    else:
+        upgrade(url)
+
+
+def _upgrade_in_child(url: str) -> None:
+    code = "import sys\nfrom daemon.db import upgrade\nupgrade(sys.argv[1])\n"
+    root = str(Path(__file__).resolve().parents[1])  # importable even when not installed
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, url], capture_output=True, text=True, env=env
+    )
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        raise CkptError(f"catalog migration failed: {lines[-1] if lines else done.returncode}")
 
 
 def upgrade(url: str, *, revision: str = "head") -> str | None:

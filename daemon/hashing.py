@@ -9,11 +9,14 @@ import blake3
 
 ALGORITHM = "blake3"
 CHUNK = 8 << 20  # large enough for BLAKE3 to spread one chunk over several threads
+THREADED_FROM = 16 << 20
 
 
 def hash_files(paths: Sequence[Path]) -> str:
     """`blake3:<hex>` of one file's bytes; for several files, of each name, length and bytes."""
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    # Threads only pay off on large inputs; small files would just start idle threads.
+    big = sum(p.stat().st_size for p in paths) >= THREADED_FROM
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
     for path in paths:

@@ -79,7 +79,7 @@ def scan(
             event("root_unavailable", level=logging.ERROR, root=root.path)
             continue
         with tf_child.session():  # one TensorFlow child for all TF checkpoints of the scan
-            _Scan(config, root, store, report, actor, progress).run(start, should_stop)
+            _Scan(config, root, store, report, actor, progress, start).run(start, should_stop)
     return report
 
 
@@ -107,11 +107,13 @@ class _Scan:
         report: ScanReport,
         actor: str,
         progress: Callable[[str], None] | None,
+        start: Path,
     ) -> None:
         self.config, self.root, self.store, self.report = config, root, store, report
         self.actor, self.progress = actor, progress
         self.templates = [compile_template(t) for t in root.filename_templates]
-        self.known = store.known_under(str(root.path))
+        # Only the rows at or below `start`: a one-file scan must not load the whole root.
+        self.known = store.known_under(str(root.path), str(start))
         self.started = iso_utc(time.time())
         self.metrics_mtimes: dict[Path, int] = {}
 

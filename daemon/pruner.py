@@ -80,28 +80,19 @@ def plan_runs(
     override: retention.Policy | None = None,
 ) -> PruneReport:
     report = PruneReport(dry_run=True)
-    for run in store.runs():
-        if runs and run.name not in runs:
+    for run_id, root, name in store.run_keys():
+        if runs and name not in runs:
             continue
-        policy, source = (
-            (override, "command line") if override else config.policy_for(run.root, run.name)
-        )
+        policy, source = (override, "command line") if override else config.policy_for(root, name)
         if policy is None:
-            report.skipped.append({"run": run.name, "reason": "no retention policy configured"})
+            report.skipped.append({"run": name, "reason": "no retention policy configured"})
             continue
-        items = [_item(c) for c in _checkpoints(store, run.root, run.name)]
-        if not items:
-            continue
-        assert run.id is not None
-        report.runs.append(
-            RunPlan(
-                run.root,
-                run.name,
-                run.id,
-                f"{source}: {policy.describe()}",
-                retention.plan(items, policy),
+        items = [_item(c) for c in _checkpoints(store, root, name)]
+        if items:
+            described = f"{source}: {policy.describe()}"
+            report.runs.append(
+                RunPlan(root, name, run_id, described, retention.plan(items, policy))
             )
-        )
     if runs and not report.runs and not report.skipped:
         raise NotFound(f"no run named {', '.join(runs)} in the catalog")
     if report.skipped and not report.runs and not config.has_retention():
@@ -348,9 +339,9 @@ def _configured_root(config: Config, c: Checkpoint) -> Path:
 
 
 def _run_id(store: Store, c: Checkpoint) -> int:
-    for run in store.runs():
-        if run.name == c.run and run.root == c.root and run.id is not None:
-            return run.id
+    for run_id, root, name in store.run_keys():
+        if name == c.run and root == c.root:
+            return run_id
     raise NotFound(f"run {c.run} of {c.path} is not in the catalog")
 
 

@@ -82,7 +82,8 @@ class Store:
 
     # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
 
-    def known_under(self, root: str) -> dict[str, Known]:
+    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
+        """What the catalog has under `root`, or only at/below the path `start` inside it."""
         query = (
             select(
                 checkpoints.c.id,
@@ -98,6 +99,13 @@ class Store:
             .join(runs, runs.c.id == checkpoints.c.run_id)
             .where(runs.c.root == root)
         )
+        if start is not None and start != root:
+            # A range on the unique path index: `start` itself, and everything below `start/`
+            # ("0" is the character after "/"), without LIKE and its wildcards.
+            query = query.where(
+                (checkpoints.c.path == start)
+                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+            )
         with self.engine.connect().execution_options(**db.READONLY) as conn:
             return {
                 r.path: Known(
@@ -307,6 +315,14 @@ class Store:
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
         return store_reads.get(self.engine, ref)
+
+    def run_keys(self) -> builtins.list[tuple[int, str, str]]:
+        """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
+            )
+            return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
         return store_reads.list_runs(self.engine)

@@ -68,7 +68,9 @@ def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
     stmt = _filtered(select(*_LIST_COLUMNS), query)
     with engine.connect().execution_options(**db.READONLY) as conn:
         rows = conn.execute(stmt).all()
-        values = _metric_values(conn, [r[0] for r in rows], whole_table=query.limit is None)
+        # Reading the whole metrics table once beats an IN list only for an unfiltered listing.
+        whole = query == ListQuery(sort=query.sort, descending=query.descending)
+        values = _metric_values(conn, [r[0] for r in rows], whole_table=whole)
     return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
 

@@ -28,6 +28,7 @@ from daemon.store import Store, actor
 from daemon.units import iso_utc
 
 TICK_SECONDS = 0.1
+TF_CHILD_IDLE_SECONDS = 60.0  # keep the TensorFlow child between checkpoints, not forever
 _TF_NAMES = ("checkpoint",)
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "keras_metadata.pb")
 _METRICS_SUFFIXES = (".csv", ".log", ".json", ".tsv")
@@ -94,6 +95,12 @@ class Worker(threading.Thread):
             self._rescan = Rescan("work queue overflow")
 
     def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            tf_child.end_idle(0)
+
+    def _loop(self) -> None:
         while not self.stopping.is_set():
             try:
                 self._step()
@@ -118,6 +125,7 @@ class Worker(threading.Thread):
             self.rescan(self._rescan)
         self._index_ready(time.monotonic())
         self._heartbeat()
+        tf_child.end_idle(TF_CHILD_IDLE_SECONDS)
 
     def _take(self, item: Hint | Rescan | Job, now: float) -> None:
         if isinstance(item, Rescan):
@@ -155,17 +163,17 @@ class Worker(threading.Thread):
         if not ready:
             return
         writers = procfs.writers_under(root.path for root in cfg.roots)
-        with tf_child.session():
-            for target in ready:
-                if self.stopping.is_set():
-                    return
-                busy = [w for w in writers if w == str(target) or w.startswith(f"{target}/")]
-                if busy:  # still open for writing: look again after the next quiet period
-                    self.pending[target] = completion.Pending(_stat(target), now, False)
-                    continue
-                del self.pending[target]
-                self.folders.discard(target)
-                self._index(target, now)
+        tf_child.keep_session()  # started only if a TF-format checkpoint needs reading
+        for target in ready:
+            if self.stopping.is_set():
+                return
+            busy = [w for w in writers if w == str(target) or w.startswith(f"{target}/")]
+            if busy:  # still open for writing: look again after the next quiet period
+                self.pending[target] = completion.Pending(_stat(target), now, False)
+                continue
+            del self.pending[target]
+            self.folders.discard(target)
+            self._index(target, now)
 
     def _index(self, target: Path, now: float) -> None:
         report = self._scan([target])

@@ -159,3 +159,13 @@ def test_filesystem_type_picks_the_innermost_mount() -> None:
     assert mounts.filesystem_type(Path("/mnt/shared/state"), MOUNTINFO) == "nfs4"
     assert mounts.filesystem_type(Path("/mnt/shared/local disk/state"), MOUNTINFO) == "ext4"
     assert mounts.filesystem_type(Path("/mnt/sharedx"), MOUNTINFO) == "ext4"
+
+
+def test_known_under_a_start_path_is_exactly_that_subtree(tmp_path: Path) -> None:
+    store = Store(url_for(tmp_path))
+    for path in ("/r/run/a.h5", "/r/run/sub/b.h5", "/r/run2/c.h5", "/r/run.h5", "/r/ru/d.h5"):
+        record(store, path, path)
+    assert set(store.known_under("/r", "/r/run")) == {"/r/run/a.h5", "/r/run/sub/b.h5"}
+    assert set(store.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
+    assert len(store.known_under("/r")) == 5
+    store.close()

@@ -293,3 +293,29 @@ def test_bad_config_is_refused_at_start_with_exit_2(tmp_path: Path) -> None:
     result = ws.run("serve", check=False)
     assert result.returncode == 2
     assert "schedule_typo" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_service_applies_configured_retention_on_schedule(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    ws = service_workspace(tmp_path, extra="retention: {keep_last: 1}\n")
+    ws.config.write_text(
+        ws.config.read_text().replace(
+            "schedule:\n  rescan: 0\n", "schedule:\n  rescan: 0\n  retention: 1s\n  purge: 0\n"
+        )
+    )
+    run = ws.root / "k3" / "run_zip"
+    run.mkdir(parents=True)
+    for name in ("e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras"):
+        shutil.copy2(keras_checkpoints / "k3" / "run_zip" / name, run / name)
+    daemon = Daemon(ws)
+    daemon.wait_for_log("event=ready")
+    daemon.wait_until(
+        lambda: sorted(r["status"] for r in listed(ws).values()) == ["ok", "trashed", "trashed"],
+        30,
+        "the retention job",
+    )
+    assert listed(ws)["k3/run_zip/e03-vl1.643.keras"]["status"] == "ok"
+    events = [e for e in ws.json("log") if e["action"] == "trash"]
+    assert len(events) == 2 and all(e["actor"].startswith("daemon:") for e in events)
+    assert daemon.stop() == 0

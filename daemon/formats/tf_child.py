@@ -66,6 +66,21 @@ def session() -> Iterator[None]:
         current.close()
 
 
+def keep_session() -> None:
+    """Start a session that outlives scans (the service's worker): close it with `end_idle`."""
+    if _Session.current is None:
+        _Session.current = _Session()
+
+
+def end_idle(max_idle_seconds: float) -> None:
+    """Stop the kept child once it has not been asked anything for `max_idle_seconds`
+    (TensorFlow holds ~0.5 GB in it)."""
+    current = _Session.current
+    if current is not None and time.monotonic() - current.last_used >= max_idle_seconds:
+        _Session.current = None
+        current.close()
+
+
 def _command(*args: str) -> tuple[list[str], dict[str, str]]:
     root = str(Path(__file__).resolve().parents[2])  # so `-m daemon...` works from any cwd
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
@@ -106,8 +121,10 @@ class _Session:
         self._stderr: IO[bytes] | None = None
         self._buffer = b""
         self._lock = threading.Lock()
+        self.last_used = time.monotonic()
 
     def ask(self, mode: str, path: Path, timeout: float) -> dict[str, Any] | str:
+        self.last_used = time.monotonic()
         with self._lock:
             try:
                 proc = self._running()
