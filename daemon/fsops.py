@@ -241,6 +241,29 @@ def atomic_write(root: Path, path: Path, data: bytes) -> None:
         os.fsync(fd)
 
 
+@contextmanager
+def rewrite(root: Path, final: Path) -> Iterator[Path]:
+    """Write a new file for `final` (below `root`) safely: yields a temp path in the same folder
+    to write into; when the block ends without error, the temp file is fsynced, renamed onto
+    `final` and the folder fsynced; on any error (or a crash) it never reaches `final`, and it
+    is removed (or, after a crash, by the next start: `remove_stale_temps`).
+
+    Verify inside the block, before it ends: the rename happens only after the block."""
+    parts = relative_parts(root, final)
+    temp = temp_name(final, secrets.token_hex(4))
+    with folder_beneath(root, parts[:-1]) as fd:
+        try:
+            yield temp
+            with _opened(os.open(temp.name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)) as out:
+                os.fsync(out)
+            os.rename(temp.name, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+            os.fsync(fd)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(temp.name, dir_fd=fd)
+            raise
+
+
 # ---- our own leftovers ----
 
 
