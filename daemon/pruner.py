@@ -15,17 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import fsops, retention, store_actions
+from daemon import fsops, guards, retention, store_actions
 from daemon.config import Config
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import tf_state
-from daemon.model import Checkpoint, CheckpointStatus, FileStat
+from daemon.model import Checkpoint, CheckpointStatus
 from daemon.query import ListQuery
 from daemon.store import Store
 from daemon.units import iso_utc, parse_duration
 
 LEASE_SECONDS = 600.0
-HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0.5 s
 _GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
 
 
@@ -136,7 +135,7 @@ def _execute(
                 _trash(config, store, current[decision.id], decision, batch, actor)
             except (CkptError, OSError, KeyError) as exc:
                 report.failures.append(
-                    {"id": decision.id, "path": decision.path, "error": _one_line(exc)}
+                    {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
     finally:
         store_actions.release_lease(store.engine, rp.run_id, holder)
@@ -163,8 +162,8 @@ def _trash(
 ) -> None:
     if c.status != CheckpointStatus.OK or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
-    root, members = _located(config, store, c)
-    _recheck(store, c, root, members)
+    root, members = guards.located(config, store, c)
+    guards.recheck(store, c, root, members)
     reason = "; ".join(decision.reasons)
     event_id = store_actions.begin_event(
         store.engine,
@@ -180,7 +179,7 @@ def _trash(
         if c.format == "tf-checkpoint":
             _forget_in_state_file(root, Path(c.path))
     except BaseException as exc:
-        store_actions.end_event(store.engine, event_id, failed=_one_line(exc))
+        store_actions.end_event(store.engine, event_id, failed=guards.one_line(exc))
         raise
     store_actions.set_status(
         store.engine,
@@ -209,47 +208,14 @@ def _forget_in_state_file(root: Path, prefix: Path) -> None:
         fsops.atomic_write(root, state, rewritten.encode())
 
 
-def _located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Path]]:
-    """The configured root holding `c`, and every file (or folder) it is made of."""
-    path = Path(c.path)
-    root = config.root_for(path)
-    if root is None or str(root.path) != c.root:
-        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
-    _stat, _digest, files = store.identity(c.id)
-    if c.format == "tf-checkpoint":
-        return root.path, [path.parent / name for name in files]
-    return root.path, [path]
-
-
-def _recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> None:
-    """Skip anything whose bytes may differ from what was indexed (and decided on)."""
-    expected, digest, _files = store.identity(c.id)
-    found = fsops.current_stat(root, members)
-    if found != expected:
-        raise fsops.Refused(
-            f"{c.path} changed since it was indexed ({_diff(expected, found)}):"
-            " skipped; the next scan re-indexes it"
-        )
-    if digest and expected.size <= HASH_RECHECK_MAX_BYTES and c.format != "savedmodel":
-        from daemon.hashing import hash_files
-
-        if hash_files(members) != digest:
-            raise fsops.Refused(f"{c.path} has other bytes than when indexed: skipped")
-
-
-def _diff(expected: FileStat, found: FileStat) -> str:
-    names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
-    return ", ".join(names) + " differ"
-
-
 def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     c = store.get(ref)
     info = c.details.get("trash") or {}
     if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
-    root = _configured_root(config, c)
+    root = guards.configured_root(config, c)
     holder = f"{actor} pid {os.getpid()}"
-    run_id = _run_id(store, c)
+    run_id = guards.run_id(store, c)
     store_actions.acquire_lease(store.engine, run_id, holder, LEASE_SECONDS)
     try:
         event_id = store_actions.begin_event(
@@ -266,7 +232,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
                 root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]]
             )
         except BaseException as exc:
-            store_actions.end_event(store.engine, event_id, failed=_one_line(exc))
+            store_actions.end_event(store.engine, event_id, failed=guards.one_line(exc))
             raise
         store_actions.set_status(store.engine, c.id, CheckpointStatus.OK, None, clear_trash=True)
         store_actions.end_event(store.engine, event_id)
@@ -290,7 +256,7 @@ def purge(
             _purge_one(config, store, item, actor)
             purged.append(item)
         except (CkptError, OSError) as exc:
-            failures.append({"id": item["id"], "path": item["path"], "error": _one_line(exc)})
+            failures.append({"id": item["id"], "path": item["path"], "error": guards.one_line(exc)})
     return purged, failures
 
 
@@ -310,7 +276,7 @@ def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -
     try:
         fsops.purge(root.path, [Path(p) for p in item["paths"]])
     except BaseException as exc:
-        store_actions.end_event(store.engine, event_id, failed=_one_line(exc))
+        store_actions.end_event(store.engine, event_id, failed=guards.one_line(exc))
         raise
     store_actions.set_status(
         store.engine, item["id"], CheckpointStatus.PURGED, "deleted from the trash"
@@ -331,20 +297,6 @@ def parse_older_than(text: str | None, config: Config) -> float:
         raise UsageError(f"--older-than: {exc}") from None
 
 
-def _configured_root(config: Config, c: Checkpoint) -> Path:
-    root = config.root_for(Path(c.path))
-    if root is None or str(root.path) != c.root:
-        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
-    return root.path
-
-
-def _run_id(store: Store, c: Checkpoint) -> int:
-    for run_id, root, name in store.run_keys():
-        if name == c.run and root == c.root:
-            return run_id
-    raise NotFound(f"run {c.run} of {c.path} is not in the catalog")
-
-
 def _checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
     return [c for c in store.list(ListQuery(run=run, root=root)) if c.status not in _GONE]
 
@@ -361,8 +313,3 @@ def _item(c: Checkpoint) -> retention.Item:
         pinned=c.pinned,
         metrics=c.metrics,
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
