@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon import completion, discovery
+from daemon import completion, discovery, store_actions
 from daemon.config import Config, RootConfig
 from daemon.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
 from daemon.formats import tf_child
@@ -114,6 +114,7 @@ class _Scan:
         self.templates = [compile_template(t) for t in root.filename_templates]
         # Only the rows at or below `start`: a one-file scan must not load the whole root.
         self.known = store.known_under(str(root.path), str(start))
+        self.artifacts = store_actions.artifact_paths(store.engine, str(start))
         self.started = iso_utc(time.time())
         self.metrics_mtimes: dict[Path, int] = {}
 
@@ -128,6 +129,9 @@ class _Scan:
                 self.report.skipped.append((str(found.path), found.reason))
                 continue
             text, valid = discovery.display_path(found.path)
+            if text in self.artifacts:
+                self.report.skipped.append((text, "an artifact ckpt derived from a checkpoint"))
+                continue
             if self.progress:
                 self.progress(text)
             if self._visit(found, text, valid):

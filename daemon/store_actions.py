@@ -13,11 +13,12 @@ from sqlalchemy import Engine, and_, delete, insert, select, update
 
 from daemon import db
 from daemon.errors import LeaseHeld
-from daemon.model import CheckpointStatus
-from daemon.schema import CHECKPOINTS, EVENTS, LEASES, RUNS
+from daemon.model import CheckpointStatus, FileStat
+from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, LEASES, RUNS
 from daemon.units import iso_utc
 
 checkpoints, events, leases, runs = CHECKPOINTS, EVENTS, LEASES, RUNS
+artifacts = ARTIFACTS
 
 
 def _now() -> dt.datetime:
@@ -112,6 +113,63 @@ def set_status(
             .where(checkpoints.c.id == checkpoint_id)
             .values(status=status.value, reason=reason, details=details)
         )
+
+
+def add_artifact(
+    engine: Engine,
+    checkpoint_id: int,
+    *,
+    kind: str,
+    path: str,
+    size: int,
+    codec: str | None,
+    digest: str,
+) -> None:
+    """Register a file we derived from a checkpoint (replacing an older one at that path)."""
+    with engine.begin() as conn:
+        conn.execute(delete(artifacts).where(artifacts.c.path == path))
+        conn.execute(
+            insert(artifacts).values(
+                checkpoint_id=checkpoint_id,
+                kind=kind,
+                path=path,
+                bytes=size,
+                codec=codec,
+                hash=digest,
+                created_at=_iso(_now()),
+            )
+        )
+
+
+def record_rewrite(
+    engine: Engine, checkpoint_id: int, *, stat: FileStat, digest: str, codec: str
+) -> None:
+    """A checkpoint we rewrote in place (compressed): same content, new bytes on disk."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
+        ).first()
+        details = dict(row.details or {}) if row else {}
+        details["codec"] = codec
+        conn.execute(
+            update(checkpoints)
+            .where(checkpoints.c.id == checkpoint_id)
+            .values(
+                size_bytes=stat.size,
+                mtime_ns=stat.mtime_ns,
+                inode=stat.inode,
+                hash=digest,
+                details=details,
+            )
+        )
+
+
+def artifact_paths(engine: Engine, start: str) -> set[str]:
+    """Paths of our derived files at or below `start`: never indexed as new checkpoints."""
+    path = artifacts.c.path
+    stmt = select(path).where((path == start) | ((path >= start + "/") & (path < start + "0")))
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        return set(conn.execute(stmt).scalars())
 
 
 def set_pinned(engine: Engine, checkpoint_id: int, pinned: bool, actor: str) -> bool:
