@@ -126,8 +126,7 @@ def _execute(
     config: Config, store: Store, rp: RunPlan, batch: str, actor: str, report: PruneReport
 ) -> None:
     holder = f"{actor} pid {os.getpid()}"
-    store_actions.acquire_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
-    try:
+    with store_actions.lease(store.engine, rp.run_id, holder, LEASE_SECONDS):
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
         _refuse_unsafe_plan(rp, current)
         for decision in rp.plan.to_trash():
@@ -137,8 +136,6 @@ def _execute(
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
-    finally:
-        store_actions.release_lease(store.engine, rp.run_id, holder)
 
 
 def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
@@ -165,7 +162,7 @@ def _trash(
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
     reason = "; ".join(decision.reasons)
-    event_id = store_actions.begin_event(
+    with store_actions.audited(
         store.engine,
         action="trash",
         checkpoint_id=c.id,
@@ -173,27 +170,17 @@ def _trash(
         reason=reason,
         size=c.size_bytes,
         actor=actor,
-    )
-    try:
+    ):
         trashed = fsops.move_to_trash(root, members, batch)
         if c.format == "tf-checkpoint":
             _forget_in_state_file(root, Path(c.path))
-    except BaseException as exc:
-        store_actions.end_event(store.engine, event_id, failed=guards.one_line(exc))
-        raise
-    store_actions.set_status(
-        store.engine,
-        c.id,
-        CheckpointStatus.TRASHED,
-        reason,
-        trash={
+        trash = {
             "paths": [str(p) for p in trashed],
             "at": iso_utc(time.time()),
             "batch": batch,
             "members": [str(m) for m in members],
-        },
-    )
-    store_actions.end_event(store.engine, event_id)
+        }
+        store_actions.set_status(store.engine, c.id, CheckpointStatus.TRASHED, reason, trash=trash)
 
 
 def _forget_in_state_file(root: Path, prefix: Path) -> None:
@@ -215,10 +202,9 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
     root = guards.configured_root(config, c)
     holder = f"{actor} pid {os.getpid()}"
-    run_id = guards.run_id(store, c)
-    store_actions.acquire_lease(store.engine, run_id, holder, LEASE_SECONDS)
-    try:
-        event_id = store_actions.begin_event(
+    with (
+        store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS),
+        store_actions.audited(
             store.engine,
             action="restore",
             checkpoint_id=c.id,
@@ -226,18 +212,10 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
             reason=None,
             size=c.size_bytes,
             actor=actor,
-        )
-        try:
-            fsops.restore(
-                root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]]
-            )
-        except BaseException as exc:
-            store_actions.end_event(store.engine, event_id, failed=guards.one_line(exc))
-            raise
+        ),
+    ):
+        fsops.restore(root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]])
         store_actions.set_status(store.engine, c.id, CheckpointStatus.OK, None, clear_trash=True)
-        store_actions.end_event(store.engine, event_id)
-    finally:
-        store_actions.release_lease(store.engine, run_id, holder)
     return store.get(str(c.id))
 
 
@@ -264,7 +242,7 @@ def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -
     root = config.root_for(Path(item["path"]))
     if root is None or str(root.path) != item["root"]:
         raise fsops.Refused(f"{item['path']} is not inside a configured root: never touched")
-    event_id = store_actions.begin_event(
+    with store_actions.audited(
         store.engine,
         action="purge",
         checkpoint_id=item["id"],
@@ -272,16 +250,11 @@ def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -
         reason=None,
         size=item["bytes"],
         actor=actor,
-    )
-    try:
+    ):
         fsops.purge(root.path, [Path(p) for p in item["paths"]])
-    except BaseException as exc:
-        store_actions.end_event(store.engine, event_id, failed=guards.one_line(exc))
-        raise
-    store_actions.set_status(
-        store.engine, item["id"], CheckpointStatus.PURGED, "deleted from the trash"
-    )
-    store_actions.end_event(store.engine, event_id)
+        store_actions.set_status(
+            store.engine, item["id"], CheckpointStatus.PURGED, "deleted from the trash"
+        )
 
 
 def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:

@@ -7,6 +7,8 @@ or `failed` after it, so a crash in between leaves a trace to reconcile.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, insert, select, update
@@ -45,6 +47,46 @@ def acquire_lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) 
             conn.execute(insert(leases).values(run_id=run_id, **values))
         else:
             conn.execute(update(leases).where(leases.c.run_id == run_id).values(**values))
+
+
+@contextmanager
+def lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) -> Iterator[None]:
+    """Hold the run's lease for the block (LeaseHeld, exit 4, if another process has it)."""
+    acquire_lease(engine, run_id, holder, ttl_seconds)
+    try:
+        yield
+    finally:
+        release_lease(engine, run_id, holder)
+
+
+@contextmanager
+def audited(
+    engine: Engine,
+    *,
+    action: str,
+    checkpoint_id: int | None,
+    path: str,
+    reason: str | None,
+    size: int | None,
+    actor: str,
+) -> Iterator[None]:
+    """An audit event `planned` before the block, `done` after it, `failed` if it raises."""
+    event_id = begin_event(
+        engine,
+        action=action,
+        checkpoint_id=checkpoint_id,
+        path=path,
+        reason=reason,
+        size=size,
+        actor=actor,
+    )
+    try:
+        yield
+    except BaseException as exc:
+        lines = str(exc).strip().splitlines()
+        end_event(engine, event_id, failed=lines[0] if lines else type(exc).__name__)
+        raise
+    end_event(engine, event_id)
 
 
 def release_lease(engine: Engine, run_id: int, holder: str) -> None:
