@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from daemon.pruner import PruneReport
     from daemon.retention import Policy
     from daemon.store import Store
+    from daemon.transforms.compress import CompressResult
+    from daemon.transforms.split import SplitResult
+    from daemon.verifier import Verdict
 
 
 class Catalog:
@@ -143,6 +146,54 @@ class Catalog:
         from daemon import store_actions
 
         return store_actions.audit_log(self._store.engine, run, limit)
+
+    def split(
+        self,
+        ref: str | int,
+        *,
+        out: Path | None = None,
+        keep_compile: bool = False,
+        actor: str | None = None,
+    ) -> tuple[Checkpoint, SplitResult]:
+        """Write and register the inference artifact of a checkpoint."""
+        from daemon.artifacts import split_checkpoint
+
+        return split_checkpoint(
+            self.config,
+            self._store,
+            str(ref),
+            out=out,
+            keep_compile=keep_compile,
+            actor=actor or _actor(),
+        )
+
+    def compress(
+        self,
+        ref: str | int,
+        *,
+        codec: str = "gzip",
+        level: int | None = None,
+        shuffle: bool = True,
+        actor: str | None = None,
+    ) -> tuple[Checkpoint, CompressResult]:
+        """Compress a checkpoint in place, losslessly and verified."""
+        from daemon.artifacts import compress_checkpoint
+
+        return compress_checkpoint(
+            self.config,
+            self._store,
+            str(ref),
+            codec=codec,
+            level=level,
+            shuffle=shuffle,
+            actor=actor or _actor(),
+        )
+
+    def verify(self, refs: Sequence[str | int] = ()) -> builtins.list[Verdict]:
+        """Re-hash checkpoints (all `ok` ones by default) and their artifacts."""
+        from daemon.verifier import verify
+
+        return verify(self.config, self._store, [str(r) for r in refs])
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""

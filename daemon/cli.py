@@ -272,9 +272,21 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     help="Default: max for acc/auc/precision/recall/f1 metrics, else min.",
 )
 @click.option("--run", help="Only this run.")
+@click.option(
+    "--artifact",
+    type=click.Choice(["inference"]),
+    help="Print the best checkpoint's inference artifact instead (see `ckpt split`).",
+)
 @click.option("--json", "as_json", is_flag=True, help="The checkpoint as a JSON object.")
 @pass_context
-def best(obj: Context, metric: str, mode: str | None, run: str | None, as_json: bool) -> None:
+def best(
+    obj: Context,
+    metric: str,
+    mode: str | None,
+    run: str | None,
+    artifact: str | None,
+    as_json: bool,
+) -> None:
     """The best `ok` checkpoint by a metric. Prints its path alone (exit 6 if none).
 
     \b
@@ -284,10 +296,25 @@ def best(obj: Context, metric: str, mode: str | None, run: str | None, as_json: 
 
     with obj.catalog() as cat:
         found = cat.best(metric, mode, run)
+        if artifact:
+            found = cat.get(found.id)
     if as_json:
-        _json(checkpoint_json(found))
+        _json(checkpoint_json(found, detailed=bool(artifact)))
+    elif artifact:
+        click.echo(_artifact_path(found, artifact))
     else:
         click.echo(found.path)
+
+
+def _artifact_path(found: Checkpoint, kind: str) -> str:
+    from daemon.errors import NotFound
+
+    for item in found.details.get("artifacts") or []:
+        if item["kind"] == kind:
+            return str(item["path"])
+    raise NotFound(
+        f"the best checkpoint {found.path} has no {kind} artifact: run `ckpt split {found.id}`"
+    )
 
 
 @main_group.command()
@@ -447,5 +474,5 @@ def main(argv: list[str] | None = None) -> NoReturn:
     sys.exit(0)
 
 
-# The retention commands live in their own module; importing it registers them on the group.
-from daemon import cli_retention  # noqa: E402, F401
+# Retention and artifact commands live in their own modules; importing registers them.
+from daemon import cli_artifacts, cli_retention  # noqa: E402, F401

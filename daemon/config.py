@@ -45,6 +45,7 @@ class Schedule:
     rescan: float = 600.0
     retention: float = 900.0
     purge: float = 21600.0
+    verify: float = 86400.0
     misfire_grace: float = 300.0
 
 
@@ -167,8 +168,8 @@ TOP_KEYS = {
     "trash",
 }
 ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
-# Jobs of later capabilities (artifacts, verify) join this list when they land.
-SCHEDULE_KEYS = {"rescan", "retention", "purge", "misfire_grace"}
+# Jobs of later capabilities (scheduled artifacts) join this list when they land.
+SCHEDULE_KEYS = {"rescan", "retention", "purge", "verify", "misfire_grace"}
 POLICY_KEYS = {
     "keep_last",
     "keep_best",
@@ -189,6 +190,7 @@ def _schedule(value: Any) -> Schedule:
         rescan=_duration(raw.get("rescan", default.rescan), "schedule.rescan"),
         retention=_duration(raw.get("retention", default.retention), "schedule.retention"),
         purge=_duration(raw.get("purge", default.purge), "schedule.purge"),
+        verify=_duration(raw.get("verify", default.verify), "schedule.verify"),
         misfire_grace=_positive(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
         ),

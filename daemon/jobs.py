@@ -45,10 +45,11 @@ class Jobs:
         self._add(schedule, retention)
 
     def _add(self, schedule: Schedule, retention: bool) -> None:
-        # Artifacts (split/compress) and verify join here when those capabilities land.
+        # Scheduled artifacts (split/compress) join here when that capability lands.
         jobs: dict[str, tuple[float, Callable[[], None]]] = {
             "rescan": (schedule.rescan, lambda: self._enqueue(Rescan("scheduled rescan"))),
             "purge": (schedule.purge, lambda: self._enqueue(Job("purge"))),
+            "verify": (schedule.verify, lambda: self._enqueue(Job("verify"))),
         }
         if retention:  # no policy configured: nothing to apply
             jobs["retention"] = (schedule.retention, lambda: self._enqueue(Job("retention")))

@@ -177,10 +177,10 @@ class Hint:
 
 @dataclass(frozen=True)
 class Rescan:
-    """Walk roots and reconcile them with the catalog (all roots when `root` is None)."""
+    """Walk and reconcile with the catalog: `target` (a path in a root), or every root."""
 
     reason: str
-    root: str | None = None
+    target: str | None = None
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,15 @@ class Store:
                 or 0
             )
 
+    def quick_check(self) -> str | None:
+        """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):
+        None when fine or not SQLite, else what it reported."""
+        if not db.is_sqlite(self.url):
+            return None
+        with self.engine.connect() as conn:
+            rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
+        return None if rows == ["ok"] else "; ".join(map(str, rows))[:500]
+
     def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
         """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
         with self.engine.connect().execution_options(**db.READONLY) as conn:

@@ -23,6 +23,7 @@ SHOW_FIELDS = (
     "notes",
     "signatures",
     "files",
+    "codec",
     "metric_sources",
     "generation",
     "first_seen_at",

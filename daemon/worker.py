@@ -186,6 +186,9 @@ class Worker(threading.Thread):
         from daemon.errors import CkptError
 
         who = f"daemon:{actor()}"
+        if name == "verify":
+            self._verify()
+            return
         try:
             if name == "retention":
                 report = pruner.prune(self.config, self.store, actor=who)
@@ -207,10 +210,25 @@ class Worker(threading.Thread):
             self.stats.last_error = f"{name}: {failure['path']}: {failure['error']}"
             event(f"{name}_failed", level=logging.WARNING, **failure)
 
+    def _verify(self) -> None:
+        """Re-hash everything; a file whose bytes changed unseen is re-indexed."""
+        from daemon.verifier import verify
+
+        problem = self.store.quick_check()
+        if problem:
+            self.stats.last_error = f"catalog integrity: {problem}"
+            event("catalog_check_failed", level=logging.ERROR, result=problem)
+        verdicts = verify(self.config, self.store, [])
+        for v in verdicts:
+            if not v.ok:
+                event("verify_failed", level=logging.WARNING, path=v.path, detail=v.detail)
+                self.offer(Rescan(f"verify: {v.detail}", v.path))
+        event("verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))
+
     def rescan(self, request: Rescan) -> ScanReport:
         self._rescan = None
         event("rescan", reason=request.reason)
-        report = self._scan([Path(request.root)] if request.root else [])
+        report = self._scan([Path(request.target)] if request.target else [])
         now = time.monotonic()
         for path, _reason in report.incomplete:
             self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)

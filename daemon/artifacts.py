@@ -1,0 +1,114 @@
+"""Artifact use cases: split a checkpoint into an inference artifact, compress one in place.
+
+The transforms (`daemon.transforms`) write, verify and atomically rename; this module holds the
+rails around them, as for retention: the checkpoint must be `ok`, inside a configured root,
+unchanged since it was indexed; the run's lease is held; an audit event is recorded before and
+completed after; the result is registered in the catalog so the watcher and the indexer know
+the artifact is ours (never indexed as an unrelated new checkpoint).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from daemon import fsops, guards, store_actions
+from daemon.config import Config
+from daemon.errors import UsageError
+from daemon.model import Checkpoint, CheckpointStatus
+from daemon.store import Store
+
+if TYPE_CHECKING:
+    from daemon.transforms.compress import CompressResult
+    from daemon.transforms.split import SplitResult
+
+LEASE_SECONDS = 3600.0
+
+
+def split_checkpoint(
+    config: Config,
+    store: Store,
+    ref: str,
+    *,
+    out: Path | None = None,
+    keep_compile: bool = False,
+    actor: str,
+) -> tuple[Checkpoint, SplitResult]:
+    from daemon.transforms.split import split
+
+    c = store.get(ref)
+    destination_root = _destination_root(config, c, out)
+    with _acting_on(config, store, c, "split", actor) as (root, _members):
+        result = split(destination_root or root, Path(c.path), out=out, keep_compile=keep_compile)
+        store_actions.add_artifact(
+            store.engine,
+            c.id,
+            kind="inference",
+            path=str(result.path),
+            size=result.bytes,
+            codec=None,
+            digest=result.hash,
+        )
+    return store.get(str(c.id)), result
+
+
+def compress_checkpoint(
+    config: Config,
+    store: Store,
+    ref: str,
+    *,
+    codec: str = "gzip",
+    level: int | None = None,
+    shuffle: bool = True,
+    actor: str,
+) -> tuple[Checkpoint, CompressResult]:
+    from daemon.transforms.compress import compress
+
+    c = store.get(ref)
+    with _acting_on(config, store, c, "compress", actor) as (root, members):
+        result = compress(root, Path(c.path), codec=codec, level=level, shuffle=shuffle)
+        stat = fsops.current_stat(root, members)
+        store_actions.record_rewrite(
+            store.engine, c.id, stat=stat, digest=result.hash, codec=result.codec
+        )
+    return store.get(str(c.id)), result
+
+
+@contextmanager
+def _acting_on(
+    config: Config, store: Store, c: Checkpoint, action: str, actor: str
+) -> Iterator[tuple[Path, list[Path]]]:
+    if c.status != CheckpointStatus.OK:
+        raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {action}ed")
+    if c.format in ("tf-checkpoint", "savedmodel"):
+        raise UsageError(
+            f"{c.path} is a {c.format}: {action} works on Keras HDF5 and .keras "
+            "files (TF formats keep weights and optimizer state apart only in "
+            "their object graph)"
+        )
+    root, members = guards.located(config, store, c)
+    holder = f"{actor} pid {os.getpid()}"
+    with store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS):
+        guards.recheck(store, c, root, members)
+        with store_actions.audited(
+            store.engine,
+            action=action,
+            checkpoint_id=c.id,
+            path=c.path,
+            reason=None,
+            size=c.size_bytes,
+            actor=actor,
+        ):
+            yield root, members
+
+
+def _destination_root(config: Config, c: Checkpoint, out: Path | None) -> Path | None:
+    if out is None:
+        return None
+    root = config.root_for(out)
+    if root is None:
+        raise fsops.Refused(f"--out {out} is not inside a configured root: never written")
+    return root.path
