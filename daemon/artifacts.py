@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon import fsops, guards, store_actions
-from daemon.config import Config
+from daemon.config import Artifacts, Config
 from daemon.errors import UsageError
 from daemon.model import Checkpoint, CheckpointStatus
 from daemon.store import Store
@@ -74,6 +74,16 @@ def compress_checkpoint(
         store_actions.record_rewrite(
             store.engine, c.id, stat=stat, digest=result.hash, codec=result.codec
         )
+        # The checkpoint itself, rewritten: recorded so the scheduled job compresses it once.
+        store_actions.add_artifact(
+            store.engine,
+            c.id,
+            kind="compressed",
+            path=c.path,
+            size=result.bytes_after,
+            codec=result.codec,
+            digest=result.hash,
+        )
     return store.get(str(c.id)), result
 
 
@@ -112,3 +122,34 @@ def _destination_root(config: Config, c: Checkpoint, out: Path | None) -> Path |
     if root is None:
         raise fsops.Refused(f"--out {out} is not inside a configured root: never written")
     return root.path
+
+
+SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")
+COMPRESSIBLE = (*SPLITTABLE, "keras-legacy-weights-h5")
+
+
+def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:
+    """(to split, to compress): `ok` checkpoints old enough and not done yet, oldest first."""
+    from daemon.query import ListQuery
+
+    cold = store.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
+    split_done = store_actions.ids_with_artifact(store.engine, "inference")
+    compressed = store_actions.ids_with_artifact(store.engine, "compressed")
+    to_split = [
+        c
+        for c in cold
+        if cfg.split_after is not None
+        and now - c.mtime >= cfg.split_after
+        and c.format in SPLITTABLE
+        and (c.optimizer_bytes or 0) > 0
+        and c.id not in split_done
+    ]
+    to_compress = [
+        c
+        for c in cold
+        if cfg.compress_after is not None
+        and now - c.mtime >= cfg.compress_after
+        and c.format in COMPRESSIBLE
+        and c.id not in compressed
+    ]
+    return to_split, to_compress

@@ -39,6 +39,19 @@ class RunRule:
 
 
 @dataclass(frozen=True)
+class Artifacts:
+    """Background split/compress of cold checkpoints (None: that half is off)."""
+
+    split_after: float | None = None
+    compress_after: float | None = None
+    codec: str = "gzip"
+
+    @property
+    def enabled(self) -> bool:
+        return self.split_after is not None or self.compress_after is not None
+
+
+@dataclass(frozen=True)
 class Schedule:
     """Seconds between runs of each background job; 0 turns a job off."""
 
@@ -46,6 +59,7 @@ class Schedule:
     retention: float = 900.0
     purge: float = 21600.0
     verify: float = 86400.0
+    artifacts: float = 1800.0
     misfire_grace: float = 300.0
 
 
@@ -63,6 +77,7 @@ class Config:
     retention: Policy | None = None
     run_rules: tuple[RunRule, ...] = ()
     purge_after_seconds: float = 7 * 86400.0
+    artifacts: Artifacts = Artifacts()
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -148,6 +163,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
         run_rules=_run_rules(raw.get("runs", [])),
+        artifacts=_artifacts(raw.get("artifacts", {})),
         purge_after_seconds=_duration(
             _mapping(raw.get("trash", {}), "trash", {"purge_after"}).get("purge_after", "7d"),
             "trash.purge_after",
@@ -166,10 +182,10 @@ TOP_KEYS = {
     "retention",
     "runs",
     "trash",
+    "artifacts",
 }
 ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
-# Jobs of later capabilities (scheduled artifacts) join this list when they land.
-SCHEDULE_KEYS = {"rescan", "retention", "purge", "verify", "misfire_grace"}
+SCHEDULE_KEYS = {"rescan", "retention", "purge", "verify", "artifacts", "misfire_grace"}
 POLICY_KEYS = {
     "keep_last",
     "keep_best",
@@ -191,6 +207,7 @@ def _schedule(value: Any) -> Schedule:
         retention=_duration(raw.get("retention", default.retention), "schedule.retention"),
         purge=_duration(raw.get("purge", default.purge), "schedule.purge"),
         verify=_duration(raw.get("verify", default.verify), "schedule.verify"),
+        artifacts=_duration(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
         misfire_grace=_positive(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
         ),
@@ -234,6 +251,17 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
         ),
         retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
     )
+
+
+def _artifacts(value: Any) -> Artifacts:
+    raw = _mapping(value, "artifacts", {"split_after", "compress_after", "codec"})
+
+    def after(key: str) -> float | None:
+        given = raw.get(key)
+        return None if given is None else _duration(given, f"artifacts.{key}")
+
+    codec = _choice(raw.get("codec", "gzip"), "artifacts.codec", ("gzip", "lzf", "zstd"))
+    return Artifacts(after("split_after"), after("compress_after"), codec)
 
 
 def _run_rules(value: Any) -> tuple[RunRule, ...]:

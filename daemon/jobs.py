@@ -20,7 +20,7 @@ from apscheduler.events import (
 )
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from daemon.config import Schedule
+from daemon.config import Config
 from daemon.logs import event
 from daemon.model import Job, Rescan
 
@@ -36,23 +36,26 @@ class Jobs:
             EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES,
         )
 
-    def start(self, schedule: Schedule, *, retention: bool) -> None:
-        self._add(schedule, retention)
+    def start(self, config: Config) -> None:
+        self._add(config)
         self._scheduler.start()
 
-    def reschedule(self, schedule: Schedule, *, retention: bool) -> None:
+    def reschedule(self, config: Config) -> None:
         self._scheduler.remove_all_jobs()
-        self._add(schedule, retention)
+        self._add(config)
 
-    def _add(self, schedule: Schedule, retention: bool) -> None:
-        # Scheduled artifacts (split/compress) join here when that capability lands.
+    def _add(self, config: Config) -> None:
+        schedule = config.schedule
         jobs: dict[str, tuple[float, Callable[[], None]]] = {
             "rescan": (schedule.rescan, lambda: self._enqueue(Rescan("scheduled rescan"))),
             "purge": (schedule.purge, lambda: self._enqueue(Job("purge"))),
             "verify": (schedule.verify, lambda: self._enqueue(Job("verify"))),
         }
-        if retention:  # no policy configured: nothing to apply
+        # Jobs that change files run only when the config asks for them.
+        if config.has_retention():
             jobs["retention"] = (schedule.retention, lambda: self._enqueue(Job("retention")))
+        if config.artifacts.enabled:
+            jobs["artifacts"] = (schedule.artifacts, lambda: self._enqueue(Job("artifacts")))
         for name, (seconds, enqueue) in jobs.items():
             if seconds > 0:
                 self._scheduler.add_job(

@@ -116,7 +116,7 @@ class Service:
             for path, _reason in self._reconcile(store).incomplete:
                 worker.offer(Hint(path, HintKind.CHANGED))
             worker.start()
-            jobs.start(self.config.schedule, retention=self.config.has_retention())
+            jobs.start(self.config)
             self.notifier.ready(parts.status_line())
             event("ready", pid=os.getpid())
             self._main_loop(parts)
@@ -160,7 +160,7 @@ class Service:
             parts.watcher = Watcher(new.roots, parts.worker.offer)
             parts.watcher.start()
             parts.worker.offer(Rescan("roots changed on reload"))
-        parts.jobs.reschedule(new.schedule, retention=new.has_retention())
+        parts.jobs.reschedule(new)
         parts.worker.config = self.config = new
         event("reloaded", config=new.source)
         self.notifier.ready(parts.status_line())

@@ -46,8 +46,9 @@ def utc_now() -> str:
 
 
 def actor() -> str:
-    """Who acts, for the audit log: `user@host` of this process."""
-    return f"{_user()}@{socket.gethostname()}"
+    """Who acts, for the audit log: `user@host` of this process ($CKPT_ACTOR when the service
+    runs a command on its own behalf)."""
+    return os.environ.get("CKPT_ACTOR") or f"{_user()}@{socket.gethostname()}"
 
 
 def _user() -> str:

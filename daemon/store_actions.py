@@ -183,6 +183,15 @@ def add_artifact(
         )
 
 
+def ids_with_artifact(engine: Engine, kind: str) -> set[int]:
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        return set(
+            conn.execute(
+                select(artifacts.c.checkpoint_id).where(artifacts.c.kind == kind)
+            ).scalars()
+        )
+
+
 def record_rewrite(
     engine: Engine, checkpoint_id: int, *, stat: FileStat, digest: str, codec: str
 ) -> None:
@@ -207,9 +216,13 @@ def record_rewrite(
 
 
 def artifact_paths(engine: Engine, start: str) -> set[str]:
-    """Paths of our derived files at or below `start`: never indexed as new checkpoints."""
+    """Paths of our derived files at or below `start`: never indexed as new checkpoints.
+    (A `compressed` artifact is the checkpoint itself, rewritten: not one of them.)"""
     path = artifacts.c.path
-    stmt = select(path).where((path == start) | ((path >= start + "/") & (path < start + "0")))
+    stmt = select(path).where(
+        (artifacts.c.kind != "compressed")
+        & ((path == start) | ((path >= start + "/") & (path < start + "0")))
+    )
     with engine.connect().execution_options(**db.READONLY) as conn:
         return set(conn.execute(stmt).scalars())
 

@@ -189,6 +189,9 @@ class Worker(threading.Thread):
         if name == "verify":
             self._verify()
             return
+        if name == "artifacts":
+            self._artifacts()
+            return
         try:
             if name == "retention":
                 report = pruner.prune(self.config, self.store, actor=who)
@@ -209,6 +212,50 @@ class Worker(threading.Thread):
         for failure in failures:
             self.stats.last_error = f"{name}: {failure['path']}: {failure['error']}"
             event(f"{name}_failed", level=logging.WARNING, **failure)
+
+    def _artifacts(self) -> None:
+        """Split and compress cold checkpoints, one at a time, each in a `nice` child process
+        (the same code path as `ckpt split` / `ckpt compress`, with its own memory)."""
+        from daemon.artifacts import due
+
+        cfg = self.config.artifacts
+        to_split, to_compress = due(self.store, cfg, time.time())
+        work = [("split", c) for c in to_split] + [("compress", c) for c in to_compress]
+        for verb, c in work:
+            if self.stopping.is_set():
+                return
+            extra = ["--codec", cfg.codec] if verb == "compress" else []
+            self._child(verb, str(c.id), *extra)
+            self.stats.tick = time.monotonic()
+
+    def _child(self, *args: str) -> None:
+        import subprocess
+        import sys
+
+        config = [] if self.config.source.startswith("<") else ["--config", self.config.source]
+        cmd = [
+            "nice",
+            "-n",
+            "10",
+            sys.executable,
+            "-m",
+            "daemon",
+            *config,
+            "--db",
+            self.config.database,
+            *args,
+            "--json",
+        ]
+        env = {**os.environ, "CKPT_ACTOR": f"daemon:{actor()}"}
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
+        )
+        if done.returncode == 0:
+            event(args[0], path=args[1], result=done.stdout.strip()[:300])
+            return
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        self.stats.last_error = f"{args[0]} {args[1]}: {lines[-1] if lines else done.returncode}"
+        event(f"{args[0]}_failed", level=logging.WARNING, error=self.stats.last_error)
 
     def _verify(self) -> None:
         """Re-hash everything; a file whose bytes changed unseen is re-indexed."""

@@ -137,6 +137,20 @@ def scanned(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -
 # ---- `ckpt serve` as systemd runs it: a real subprocess, real signals ----
 
 
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_daemon_outlives_its_test() -> Any:
+    """A test that fails while a daemon runs must not leave it running."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 class Daemon:
     """A running `ckpt serve`; its stderr log is kept in a file for assertions."""
 
@@ -150,6 +164,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
         )
+        _STARTED.append(self.proc)
 
     @property
     def log(self) -> str:

@@ -319,3 +319,30 @@ def test_the_service_applies_configured_retention_on_schedule(
     events = [e for e in ws.json("log") if e["action"] == "trash"]
     assert len(events) == 2 and all(e["actor"].startswith("daemon:") for e in events)
     assert daemon.stop() == 0
+
+
+def test_the_service_splits_and_compresses_cold_checkpoints(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    ws = service_workspace(tmp_path, extra="artifacts: {split_after: 1s, compress_after: 1s}\n")
+    ws.config.write_text(
+        ws.config.read_text().replace(
+            "schedule:\n  rescan: 0\n", "schedule:\n  rescan: 0\n  artifacts: 1s\n  verify: 0\n"
+        )
+    )
+    run = ws.root / "exp"
+    run.mkdir()
+    shutil.copy2(keras_checkpoints / ZIP_CKPT, run / "e01-vl1.683.keras")
+    daemon = Daemon(ws)
+    daemon.wait_for_log("event=ready")
+
+    def done() -> bool:
+        shown = ws.json("show", str(run / "e01-vl1.683.keras"))
+        return {a["kind"] for a in shown["artifacts"]} == {"inference", "compressed"}
+
+    daemon.wait_until(done, 60, "an inference artifact and a compressed checkpoint")
+    assert (run / "e01-vl1.683.inference.keras").exists()
+    assert len(listed(ws)) == 1  # the artifact is never indexed as a checkpoint
+    actors = {e["actor"] for e in ws.json("log") if e["action"] in ("split", "compress")}
+    assert actors and all(a.startswith("daemon:") for a in actors)
+    assert daemon.stop() == 0
