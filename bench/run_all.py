@@ -19,6 +19,9 @@ BENCHES = (
     "detection_latency",
     "daemon_footprint",
     "reconcile",
+    "retention",
+    "split_bench",
+    "compress_bench",
 )
 
 

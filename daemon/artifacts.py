@@ -40,9 +40,9 @@ def split_checkpoint(
     from daemon.transforms.split import split
 
     c = store.get(ref)
-    destination_root = _destination_root(config, c, out)
     with _acting_on(config, store, c, "split", actor) as (root, _members):
-        result = split(destination_root or root, Path(c.path), out=out, keep_compile=keep_compile)
+        _check_out(root, out)
+        result = split(root, Path(c.path), out=out, keep_compile=keep_compile)
         store_actions.add_artifact(
             store.engine,
             c.id,
@@ -115,13 +115,10 @@ def _acting_on(
             yield root, members
 
 
-def _destination_root(config: Config, c: Checkpoint, out: Path | None) -> Path | None:
-    if out is None:
-        return None
-    root = config.root_for(out)
-    if root is None:
-        raise fsops.Refused(f"--out {out} is not inside a configured root: never written")
-    return root.path
+def _check_out(root: Path, out: Path | None) -> None:
+    """An artifact stays in its checkpoint's root: only paths there are ever written."""
+    if out is not None and not Path(os.path.abspath(out)).is_relative_to(root):
+        raise fsops.Refused(f"--out {out} is not inside the checkpoint's root {root}")
 
 
 SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")

@@ -1,0 +1,1 @@
+"""Derived artifacts of checkpoints (split, compress): streamed, verified, then renamed."""
