@@ -189,11 +189,14 @@ class Catalog:
             actor=actor or _actor(),
         )
 
-    def verify(self, refs: Sequence[str | int] = ()) -> builtins.list[Verdict]:
-        """Re-hash checkpoints (all `ok` ones by default) and their artifacts."""
+    def verify(
+        self, refs: Sequence[str | int] = (), *, load: bool = False
+    ) -> builtins.list[Verdict]:
+        """Re-hash checkpoints (all `ok` ones by default) and their artifacts; with `load`,
+        also load them with Keras in a child process and compare predictions."""
         from daemon.verifier import verify
 
-        return verify(self.config, self._store, [str(r) for r in refs])
+        return verify(self.config, self._store, [str(r) for r in refs], load=load)
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""

@@ -109,11 +109,17 @@ def compress(
 
 @main_group.command()
 @click.argument("refs", nargs=-1)
+@click.option(
+    "--load",
+    is_flag=True,
+    help="Also load each with Keras (tf-keras for Keras 2 files) in a child process "
+    "and check its inference artifact predicts identically (needs TensorFlow).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of verdicts.")
 @pass_context
-def verify(obj: Context, refs: tuple[str, ...], as_json: bool) -> None:
+def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> None:
     """Re-hash checkpoints (REFS, or every ok one) and their artifacts; compare with the
-    catalog. Exit 3 if any differs or is missing.
+    catalog. Exit 3 if any differs, is missing, or (with --load) does not load or differs.
 
     \b
     Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
@@ -121,7 +127,7 @@ def verify(obj: Context, refs: tuple[str, ...], as_json: bool) -> None:
     import sys
 
     with obj.catalog() as cat:
-        verdicts = cat.verify(refs)
+        verdicts = cat.verify(refs, load=load)
     if as_json:
         _json([v.as_dict() for v in verdicts])
     else:

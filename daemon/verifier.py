@@ -29,16 +29,59 @@ class Verdict:
         return {"id": self.id, "path": self.path, "ok": self.ok, "detail": self.detail}
 
 
-def verify(config: Config, store: Store, refs: list[str]) -> list[Verdict]:
-    """Verdicts for `refs` (ids or paths), or for every `ok` checkpoint and its artifacts."""
+def verify(config: Config, store: Store, refs: list[str], *, load: bool = False) -> list[Verdict]:
+    """Verdicts for `refs` (ids or paths), or for every `ok` checkpoint and its artifacts;
+    with `load`, also whether Keras loads each one and its inference artifact predicts the
+    same (in a child process, one at a time)."""
     targets = [store.get(ref) for ref in refs] or [
         c for c in store.list(ListQuery(status=CheckpointStatus.OK.value))
     ]
     verdicts = []
     for c in targets:
         verdicts.append(_checkpoint(config, store, c))
-        verdicts += [_artifact(c, a) for a in store.get(str(c.id)).details.get("artifacts", [])]
+        full = store.get(str(c.id))
+        verdicts += [_artifact(c, a) for a in full.details.get("artifacts", [])]
+        if load:
+            verdicts.append(_load(full))
     return verdicts
+
+
+def _load(c: Checkpoint) -> Verdict:
+    """Load with the Keras that wrote it (tf-keras for Keras 2 files) in a child process."""
+    import json
+    import subprocess
+    import sys
+
+    if c.format not in ("keras-v3-zip", "keras-legacy-h5"):
+        return Verdict(
+            c.id,
+            c.path,
+            True,
+            f"load: not checked ({c.format} has no architecture or is not a Keras file)",
+        )
+    library = "tf_keras" if str(c.details.get("keras_version") or "").startswith("2.") else "keras"
+    inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
+    cmd = [sys.executable, "-m", "daemon.formats.keras_load_probe", library, c.path, *inference]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        result = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-300:]}
+    except ValueError:
+        result = {"error": lines[-1]}
+    if "error" in result:
+        return Verdict(c.id, c.path, False, f"load with {library} failed: {result['error']}")
+    if result["identical"] is None:
+        return Verdict(c.id, c.path, True, f"loads with {library}")
+    same = bool(result["identical"])
+    return Verdict(
+        c.id,
+        c.path,
+        same,
+        f"loads with {library}; inference artifact predicts "
+        + ("identically" if same else f"differently (max {result['max_abs_diff']})"),
+    )
 
 
 def _checkpoint(config: Config, store: Store, c: Checkpoint) -> Verdict:

@@ -117,3 +117,19 @@ def test_verify_rehashes_and_reports_silent_changes(zips: Workspace) -> None:
     assert [(Path(v["path"]).name, v["detail"].split(":")[0]) for v in bad] == [
         (FILES[0], "hash differs")
     ]
+
+
+def test_verify_load_checks_the_artifact_predicts_like_the_checkpoint(zips: Workspace) -> None:
+    target = zips.root / RUN / FILES[1]
+    zips.run("split", str(target))
+    zips.run("split", str(zips.root / RUN / "tfk.hdf5"))  # a Keras 2 file: loaded by tf-keras
+    verdicts = json.loads(
+        zips.run(
+            "verify", "--load", "--json", str(target), str(zips.root / RUN / "tfk.hdf5")
+        ).stdout
+    )
+    loads = [v["detail"] for v in verdicts if v["detail"].startswith("loads")]
+    assert loads == [
+        "loads with keras; inference artifact predicts identically",
+        "loads with tf_keras; inference artifact predicts identically",
+    ]
