@@ -9,6 +9,7 @@ the artifact is ours (never indexed as an unrelated new checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,11 +37,13 @@ def split_checkpoint(
     out: Path | None = None,
     keep_compile: bool = False,
     actor: str,
+    leased: bool = False,
 ) -> tuple[Checkpoint, SplitResult]:
+    """`leased`: the caller (retention's demotion) already holds the run's lease."""
     from daemon.transforms.split import split
 
     c = store.get(ref)
-    with _acting_on(config, store, c, "split", actor) as (root, _members):
+    with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
         result = split(root, Path(c.path), out=out, keep_compile=keep_compile)
         store_actions.add_artifact(
@@ -89,7 +92,7 @@ def compress_checkpoint(
 
 @contextmanager
 def _acting_on(
-    config: Config, store: Store, c: Checkpoint, action: str, actor: str
+    config: Config, store: Store, c: Checkpoint, action: str, actor: str, *, leased: bool = False
 ) -> Iterator[tuple[Path, list[Path]]]:
     if c.status != CheckpointStatus.OK:
         raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {action}ed")
@@ -101,7 +104,12 @@ def _acting_on(
         )
     root, members = guards.located(config, store, c)
     holder = f"{actor} pid {os.getpid()}"
-    with store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS):
+    lease = (
+        contextlib.nullcontext()
+        if leased
+        else store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS)
+    )
+    with lease:
         guards.recheck(store, c, root, members)
         with store_actions.audited(
             store.engine,

@@ -86,7 +86,7 @@ def plan_runs(
         if policy is None:
             report.skipped.append({"run": name, "reason": "no retention policy configured"})
             continue
-        items = [_item(c) for c in _checkpoints(store, root, name)]
+        items = [_item(c, _demotable(c)) for c in _checkpoints(store, root, name)]
         if items:
             described = f"{source}: {policy.describe()}"
             report.runs.append(
@@ -159,6 +159,12 @@ def _trash(
 ) -> None:
     if c.status != CheckpointStatus.OK or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    if decision.action == "demote" and c.id not in store_actions.ids_with_artifact(
+        store.engine, "inference"
+    ):  # the inference artifact first, then the full file goes
+        from daemon.artifacts import split_checkpoint
+
+        split_checkpoint(config, store, str(c.id), actor=actor, leased=True)
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
     reason = "; ".join(decision.reasons)
@@ -274,7 +280,7 @@ def _checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
     return [c for c in store.list(ListQuery(run=run, root=root)) if c.status not in _GONE]
 
 
-def _item(c: Checkpoint) -> retention.Item:
+def _item(c: Checkpoint, demotable: bool) -> retention.Item:
     return retention.Item(
         id=c.id,
         path=c.path,
@@ -285,4 +291,12 @@ def _item(c: Checkpoint) -> retention.Item:
         step=c.step,
         pinned=c.pinned,
         metrics=c.metrics,
+        # Without its optimizer state a checkpoint is about its weights plus the config.
+        inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if demotable else None,
     )
+
+
+def _demotable(c: Checkpoint) -> bool:
+    from daemon.artifacts import SPLITTABLE
+
+    return c.format in SPLITTABLE and (c.optimizer_bytes or 0) > 0

@@ -27,8 +27,10 @@ Semantics:
   (2) those kept by keep_last or keep_best beyond #1 (or "no <metric>: kept"), oldest first.
   Never the protected ones (newest, pinned, non-ok, best #1 of each metric); if they alone are
   over budget the plan keeps them and says so in `Plan.notes`.
-- `demote` (replace a full checkpoint by its inference artifact before trashing anything) is
-  not produced yet: it comes with the split capability.
+- Demotion comes first: over budget, checkpoints that can be split (`Item.inference_bytes` set:
+  a full Keras checkpoint with optimizer state) are `demote`d in the same order as above, i.e.
+  replaced by their inference artifact (about a third of the size with Adam), before anything
+  is trashed; only if that is not enough does the budget trash, in that order.
 - A policy without any keep rule is refused: `max_bytes` alone would trash all but the newest.
 """
 
@@ -66,6 +68,8 @@ class Item:
     step: int | None = None
     pinned: bool = False
     metrics: Mapping[str, float | None] = field(default_factory=dict)
+    # The size of its inference artifact if it can be demoted to one (split), else None.
+    inference_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class Policy:
 class Decision:
     id: int
     path: str
-    action: str  # "keep" | "trash"
+    action: str  # "keep" | "trash" | "demote" (replaced by its inference artifact)
     reasons: tuple[str, ...]
     size_bytes: int
 
@@ -129,7 +133,8 @@ class Plan:
     notes: tuple[str, ...] = ()
 
     def to_trash(self) -> list[Decision]:
-        return [d for d in self.decisions if d.action == "trash"]
+        """Every decision that removes the full checkpoint (trash, or demote then trash)."""
+        return [d for d in self.decisions if d.action in ("trash", "demote")]
 
 
 def format_duration(seconds: float) -> str:
@@ -148,13 +153,13 @@ def plan(items: Sequence[Item], policy: Policy) -> Plan:
     tags: dict[int, list[tuple[int, str]]] = {item.id: [] for item in candidates}
     for item_id, tier, reason in _reasons(candidates, ok, policy):
         tags[item_id].append((tier, reason))
-    over: dict[int, str] = {}
+    over: dict[int, tuple[str, str]] = {}
     notes: tuple[str, ...] = ()
     if policy.max_bytes is not None:
         kept = [item for item in ok if tags[item.id]]
         over, notes = _trim(kept, tags, policy.max_bytes)
     decisions = tuple(_decide(item, tags[item.id], over.get(item.id)) for item in candidates)
-    freed = sum(d.size_bytes for d in decisions if d.action == "trash")
+    freed = sum(d.size_bytes for d in decisions if d.action in ("trash", "demote"))
     return Plan(decisions=decisions, bytes_freed=freed, notes=notes)
 
 
@@ -277,22 +282,35 @@ def _keep_periodic(newest_first: list[Item], kind: str, n: int) -> Iterator[tupl
 
 def _trim(
     kept: list[Item], tags: dict[int, list[tuple[int, str]]], max_bytes: int
-) -> tuple[dict[int, str], tuple[str, ...]]:
-    """Over-budget reasons by id for what the budget trashes, and a note if that is not enough."""
+) -> tuple[dict[int, tuple[str, str]], tuple[str, ...]]:
+    """(action, reason) by id for what the budget demotes or trashes, and a note if that is
+    not enough. Demotion first (it keeps a usable model), then trashing, both in budget order."""
     total = sum(item.size_bytes for item in kept)
     strength = {item.id: min(tier for tier, _ in tags[item.id]) for item in kept}
     order = sorted(
         (item for item in kept if strength[item.id] != PROTECTED),
         key=lambda item: (strength[item.id] == RANKED, item.mtime, item.id),
     )
-    over: dict[int, str] = {}
+    over: dict[int, tuple[str, str]] = {}
+    for item in order:
+        saved = item.size_bytes - (item.inference_bytes or 0)
+        if total <= max_bytes:
+            break
+        if item.inference_bytes is not None and saved > 0:
+            over[item.id] = (
+                "demote",
+                f"over budget: {format_size(total)} > "
+                f"{format_size(max_bytes)}: demoted to its inference artifact",
+            )
+            total -= saved
     for item in order:
         if total <= max_bytes:
             break
-        if item.size_bytes <= 0:
+        left = item.inference_bytes if item.id in over else item.size_bytes
+        if not left or left <= 0:
             continue  # trashing it frees nothing
-        over[item.id] = f"over budget: {format_size(total)} > {format_size(max_bytes)}"
-        total -= item.size_bytes
+        over[item.id] = ("trash", f"over budget: {format_size(total)} > {format_size(max_bytes)}")
+        total -= left
     if total <= max_bytes:
         return over, ()
     note = (
@@ -302,9 +320,17 @@ def _trim(
     return over, (note,)
 
 
-def _decide(item: Item, tags: list[tuple[int, str]], over_budget: str | None) -> Decision:
+def _decide(
+    item: Item, tags: list[tuple[int, str]], over_budget: tuple[str, str] | None
+) -> Decision:
     if over_budget is not None:
-        return Decision(item.id, item.path, "trash", (over_budget,), item.size_bytes)
+        action, reason = over_budget
+        freed = (
+            item.size_bytes - (item.inference_bytes or 0)
+            if action == "demote"
+            else (item.size_bytes)
+        )
+        return Decision(item.id, item.path, action, (reason,), freed)
     if not tags:
         return Decision(item.id, item.path, "trash", ("matched no keep rule",), item.size_bytes)
     reasons = tuple(reason for _, reason in tags)

@@ -245,3 +245,24 @@ def test_two_processes_pruning_one_run_one_exits_4(zips: Workspace) -> None:
 def test_empty_policy_is_refused(zips: Workspace) -> None:
     result = zips.run("prune", check=False)
     assert result.returncode == 2 and "no retention policy" in result.stderr
+
+
+def test_over_budget_demotes_to_inference_artifacts_before_trashing(zips: Workspace) -> None:
+    total = sum(r["size_bytes"] for r in rows(zips).values())
+    budget = total - 2 * rows(zips)[FILES[0]]["optimizer_bytes"]  # needs two demotions
+    doc = json.loads(
+        zips.run(
+            "prune", "--run", RUN, "--keep-last", "3", "--max-bytes", str(budget), "--json"
+        ).stdout
+    )
+    actions = {Path(d["path"]).name: d["action"] for d in doc["runs"][0]["decisions"]}
+    assert actions == {FILES[0]: "demote", FILES[1]: "demote", FILES[2]: "keep"}
+    found = rows(zips)
+    assert [found[f]["status"] for f in FILES] == ["trashed", "trashed", "ok"]
+    for name in FILES[:2]:
+        artifact = zips.root / RUN / name.replace(".keras", ".inference.keras")
+        assert artifact.exists()
+        shown = zips.json("show", str(zips.root / RUN / name))
+        assert [a["kind"] for a in shown["artifacts"]] == ["inference"]
+        assert [e["action"] for e in shown["events"]][-2:] == ["split", "trash"]
+    assert zips.json("scan")["indexed"] == []  # the artifacts are ours, not new checkpoints

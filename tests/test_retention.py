@@ -635,3 +635,32 @@ def widen(policy: Policy, extra: Policy) -> Policy:
         rule for rule in extra.keep_best if rule.metric not in present
     )
     return replace(policy, **changes)
+
+
+def test_over_budget_demotes_before_it_trashes() -> None:
+    gb = 10**9
+    items = [
+        Item(
+            id=i,
+            path=f"/r/e{i}.keras",
+            status="ok",
+            mtime=1_700_000_000.0 + i * 3600,
+            size_bytes=3 * gb,
+            epoch=i,
+            inference_bytes=gb,
+        )
+        for i in (1, 2, 3)
+    ]
+    decided = {d.id: d for d in plan(items, Policy(keep_last=3, max_bytes=6 * gb)).decisions}
+    assert [decided[i].action for i in (1, 2, 3)] == ["demote", "demote", "keep"]
+    assert decided[1].reasons == (
+        "over budget: 9.0 GB > 6.0 GB: demoted to its inference artifact",
+    )
+    assert decided[2].reasons == (
+        "over budget: 7.0 GB > 6.0 GB: demoted to its inference artifact",
+    )
+    assert decided[1].size_bytes == 2 * gb  # what demotion frees
+    # Not enough room even after demoting: the oldest then goes entirely.
+    tight = {d.id: d for d in plan(items, Policy(keep_last=3, max_bytes=4 * gb)).decisions}
+    assert [tight[i].action for i in (1, 2, 3)] == ["trash", "demote", "keep"]
+    assert plan(items, Policy(keep_last=3, max_bytes=4 * gb)).bytes_freed == 3 * gb + 2 * gb
