@@ -71,41 +71,6 @@ def audited(
     actor: str,
 ) -> Iterator[None]:
     """An audit event `planned` before the block, `done` after it, `failed` if it raises."""
-    event_id = begin_event(
-        engine,
-        action=action,
-        checkpoint_id=checkpoint_id,
-        path=path,
-        reason=reason,
-        size=size,
-        actor=actor,
-    )
-    try:
-        yield
-    except BaseException as exc:
-        lines = str(exc).strip().splitlines()
-        end_event(engine, event_id, failed=lines[0] if lines else type(exc).__name__)
-        raise
-    end_event(engine, event_id)
-
-
-def release_lease(engine: Engine, run_id: int, holder: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            delete(leases).where(and_(leases.c.run_id == run_id, leases.c.holder == holder))
-        )
-
-
-def begin_event(
-    engine: Engine,
-    *,
-    action: str,
-    checkpoint_id: int | None,
-    path: str,
-    reason: str | None,
-    size: int | None,
-    actor: str,
-) -> int:
     with engine.begin() as conn:
         key = conn.execute(
             insert(events).values(
@@ -120,10 +85,24 @@ def begin_event(
             )
         ).inserted_primary_key
     assert key is not None
-    return int(key[0])
+    event_id = int(key[0])
+    try:
+        yield
+    except BaseException as exc:
+        lines = str(exc).strip().splitlines()
+        _end_event(engine, event_id, failed=lines[0] if lines else type(exc).__name__)
+        raise
+    _end_event(engine, event_id)
 
 
-def end_event(engine: Engine, event_id: int, *, failed: str | None = None) -> None:
+def release_lease(engine: Engine, run_id: int, holder: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            delete(leases).where(and_(leases.c.run_id == run_id, leases.c.holder == holder))
+        )
+
+
+def _end_event(engine: Engine, event_id: int, *, failed: str | None = None) -> None:
     values: dict[str, Any] = {"state": "failed" if failed else "done"}
     if failed:
         values["reason"] = failed

@@ -224,3 +224,22 @@ def daemon_ws(tmp_path: Path) -> Any:
     yield ws, daemon
     if daemon.proc.poll() is None:
         assert daemon.stop() == 0, daemon.log
+
+
+ZIP_RUN = "k3/run_zip"
+ZIP_FILES = ["e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras"]
+
+
+def zip_run(ws: Workspace, fixtures: Path, *extra: tuple[str, str]) -> Workspace:
+    """The three real epoch checkpoints of k3/run_zip (val_loss falling) copied into the root,
+    plus (fixture path, name in the run) `extra` files; scanned."""
+    import shutil
+
+    run = ws.root / ZIP_RUN
+    run.mkdir(parents=True)
+    for name in ZIP_FILES:
+        shutil.copy2(fixtures / ZIP_RUN / name, run / name)
+    for source, name in extra:
+        shutil.copy2(fixtures / source, run / name)
+    ws.run("scan")
+    return ws

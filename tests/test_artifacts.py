@@ -12,22 +12,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Workspace
+from tests.conftest import ZIP_FILES, ZIP_RUN, Workspace, zip_run
 
 pytestmark = pytest.mark.slow
-RUN = "k3/run_zip"
-FILES = ["e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras"]
+RUN, FILES = ZIP_RUN, ZIP_FILES
 
 
 @pytest.fixture
 def zips(workspace: Workspace, keras_checkpoints: Path) -> Workspace:
-    run = workspace.root / RUN
-    run.mkdir(parents=True)
-    for name in FILES:
-        shutil.copy2(keras_checkpoints / RUN / name, run / name)
-    shutil.copy2(keras_checkpoints / "tfk/run_h5/weights.01-1.69.hdf5", run / "tfk.hdf5")
-    workspace.run("scan")
-    return workspace
+    return zip_run(workspace, keras_checkpoints, ("tfk/run_h5/weights.01-1.69.hdf5", "tfk.hdf5"))
 
 
 def paths(ws: Workspace) -> dict[str, dict[str, Any]]:

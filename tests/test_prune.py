@@ -13,22 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Workspace
+from tests.conftest import ZIP_FILES, ZIP_RUN, Workspace, zip_run
 
 pytestmark = pytest.mark.slow
-RUN = "k3/run_zip"
-FILES = ["e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras"]
+RUN, FILES = ZIP_RUN, ZIP_FILES
 
 
 @pytest.fixture
 def zips(workspace: Workspace, keras_checkpoints: Path) -> Workspace:
-    """Three real epoch checkpoints (val_loss falling) of one run, scanned."""
-    run = workspace.root / RUN
-    run.mkdir(parents=True)
-    for name in FILES:
-        shutil.copy2(keras_checkpoints / RUN / name, run / name)
-    workspace.run("scan")
-    return workspace
+    return zip_run(workspace, keras_checkpoints)
 
 
 def rows(ws: Workspace) -> dict[str, dict[str, Any]]:
