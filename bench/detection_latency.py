@@ -73,7 +73,7 @@ def tf_files(prefix: Path) -> list[Path]:
 
 def write_config(base: Path, root: Path, **keys: object) -> Path:
     """base/config.yaml with state_dir base/state; keys override the reference defaults."""
-    v = {"observer": "auto", "poll_interval": 30, "settle": 5, "min_age": 1, "rescan": 600}
+    v = {"observer": "auto", "poll_interval": 30, "settle": 5, "min_age": 0.2, "rescan": 600}
     v |= {"heartbeat": 10} | keys
     text = (
         f"state_dir: {base / 'state'}\nroots:\n  - path: {root}\n"
@@ -150,7 +150,7 @@ def measure(observer: str, files: int, runs: int, interval: float) -> Round:
     root = base / "root"
     for r in range(runs):  # the run folders exist before their first checkpoint
         (root / f"run{r:02d}").mkdir(parents=True)
-    keys = {"settle": 2, "min_age": 0.1, "rescan": 0, "heartbeat": 1}
+    keys = {"settle": 2, "min_age": 0.2, "rescan": 0, "heartbeat": 1}
     cfg = write_config(base, root, observer=observer, poll_interval=interval, **keys)
     proc = start_serve(cfg, base / "serve.log")
     wait_ready(proc, base / "serve.log")

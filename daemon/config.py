@@ -156,7 +156,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         roots=_roots(raw.get("roots"), base),
         settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
         min_age_seconds=_duration(
-            completion.get("min_age_seconds", 1), "completion.min_age_seconds"
+            completion.get("min_age_seconds", 0.2), "completion.min_age_seconds"
         ),
         schedule=_schedule(raw.get("schedule", {})),
         heartbeat_seconds=_positive(service.get("heartbeat", 10), "service.heartbeat"),
