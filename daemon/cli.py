@@ -347,8 +347,8 @@ def runs(obj: Context, as_json: bool) -> None:
 @click.option(
     "--once",
     is_flag=True,
-    help="Reconcile every root with the catalog, run what is due, and exit "
-    "(for cron and tests); exit 3 if some checkpoints failed.",
+    help="Reconcile every root with the catalog, run the configured retention, trash purge and "
+    "artifacts jobs once, and exit (for cron and tests). Exit 3 if some item failed.",
 )
 @pass_context
 def serve(obj: Context, once: bool) -> None:

@@ -67,7 +67,8 @@ class Service:
             self._remove_stale_temps()
             if once:
                 report = self._reconcile(store)
-                return 3 if report.failed or report.errors else 0
+                failed = self._run_jobs_once(store)
+                return 3 if report.failed or report.errors or failed else 0
             return self._serve(store)
         finally:
             store.close()
@@ -77,6 +78,20 @@ class Service:
             if root.path.is_dir():
                 for path in fsops.remove_stale_temps(root.path):
                     event("removed_temp", path=path)
+
+    def _run_jobs_once(self, store: Store) -> bool:
+        """`--once`: the file-changing jobs the config asks for (retention, trash purge,
+        artifacts), through the worker's own code, without starting its thread. The verify job
+        (a full re-hash) is left to `ckpt verify`. Returns whether some item failed."""
+        worker = Worker(self.config, store, Stats(started_at=iso_utc(time.time())), self.stopping)
+        jobs = ["purge"]
+        if self.config.has_retention():
+            jobs.insert(0, "retention")
+        if self.config.artifacts.enabled:
+            jobs.append("artifacts")
+        for name in jobs:
+            worker.run_job(name)
+        return worker.stats.last_error is not None
 
     def _reconcile(self, store: Store) -> ScanReport:
         self.notifier.status("reconciling roots with the catalog")

@@ -270,6 +270,14 @@ def test_serve_once_reconciles_and_exits(tmp_path: Path, keras_checkpoints: Path
     assert result.returncode == 3, result.stderr  # one checkpoint failed
     rows = listed(ws)
     assert rows["a.keras"]["status"] == "ok" and rows["broken.h5"]["status"] == "corrupt"
+    # With a policy configured, --once also applies it (cron users get retention too).
+    shutil.copy2(keras_checkpoints / "k3/run_zip/e02-vl1.663.keras", ws.root / "b.keras")
+    os.utime(ws.root / "a.keras", (an_hour_ago, an_hour_ago))
+    os.utime(ws.root / "b.keras")  # the newest
+    ws.config.write_text(ws.config.read_text() + "retention: {keep_last: 1}\n")
+    ws.run("serve", "--once", check=False)
+    rows = listed(ws)
+    assert rows["a.keras"]["status"] == "trashed" and rows["b.keras"]["status"] == "ok"
 
 
 def test_status_when_no_daemon_ever_ran(workspace: Workspace) -> None:
