@@ -118,7 +118,10 @@ def prune(
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     for rp in report.runs:
         if rp.plan.to_trash():
-            _execute(config, store, rp, batch, actor, report)
+            try:
+                _execute(config, store, rp, batch, actor, report)
+            except fsops.Refused as exc:  # a whole run refused: say so, go on with the others
+                report.failures.append({"id": None, "path": rp.run, "error": str(exc)})
     return report
 
 
@@ -143,10 +146,10 @@ def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
     doomed = {d.id for d in rp.plan.to_trash()}
     ok = [c for c in current.values() if c.status == CheckpointStatus.OK]
     if ok and doomed >= {c.id for c in ok}:
-        raise CkptError(f"refused: the plan for run {rp.run} would trash every checkpoint")
+        raise fsops.Refused(f"refused: the plan for run {rp.run} would trash every checkpoint")
     newest = max(ok, key=lambda c: (c.mtime, c.id), default=None)
     if newest is not None and newest.id in doomed:
-        raise CkptError(f"refused: the plan for run {rp.run} would trash its newest checkpoint")
+        raise fsops.Refused(f"refused: the plan for run {rp.run} would trash its newest checkpoint")
 
 
 def _trash(
