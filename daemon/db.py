@@ -22,7 +22,7 @@ from daemon.errors import CkptError, SchemaBehind, UsageError
 
 # Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
 # have to import Alembic to learn the head revision.
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
 

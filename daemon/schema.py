@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -47,13 +48,28 @@ class RunRow(Base):
     created_at: Mapped[str] = mapped_column(String(32))
 
 
+# A trash record lives until restore or purge, whatever appears at its old path meanwhile: only
+# rows of files that are (or may again be) at their path are unique by path.
+LIVE_PATH = "status NOT IN ('trashed', 'purged')"
+
+
 class CheckpointRow(Base):
     __tablename__ = "checkpoints"
-    __table_args__ = (Index(None, "run_id", "status"),)
+    __table_args__ = (
+        Index(None, "run_id", "status"),
+        Index(None, "path"),
+        Index(
+            "uq_checkpoints_live_path",
+            "path",
+            unique=True,
+            sqlite_where=text(LIVE_PATH),
+            postgresql_where=text(LIVE_PATH),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    path: Mapped[str] = mapped_column(Text, unique=True)
+    path: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     format: Mapped[str | None] = mapped_column(String(32))
@@ -123,6 +139,9 @@ class EventRow(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     bytes: Mapped[int | None] = mapped_column(BigInteger)
     actor: Mapped[str] = mapped_column(String(128))
+    # The process that planned the act: a `planned` event of a dead local process is settled.
+    host: Mapped[str | None] = mapped_column(String(256))
+    pid: Mapped[int | None] = mapped_column(Integer)
 
 
 class LeaseRow(Base):
@@ -132,6 +151,9 @@ class LeaseRow(Base):
     holder: Mapped[str] = mapped_column(String(256))
     acquired_at: Mapped[str] = mapped_column(String(32))
     expires_at: Mapped[str] = mapped_column(String(32))
+    # Who holds it: a lease of a dead process on this host is free at once.
+    host: Mapped[str | None] = mapped_column(String(256))
+    pid: Mapped[int | None] = mapped_column(Integer)
 
 
 class HeartbeatRow(Base):
