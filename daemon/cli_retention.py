@@ -92,10 +92,9 @@ def _print_plan(report: PruneReport) -> None:
 
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
-        doomed = rp.plan.to_trash()
-        click.echo(
-            f"{rp.run}: {len(doomed)} of {len(rp.plan.decisions)} {verb}, "
-            f"{format_size(rp.plan.bytes_freed)} ({rp.policy})"
+        click.echo(  # what moved, not what was planned (failures are listed below)
+            f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
+            f"{format_size(rp.bytes_freed)} ({rp.policy})"
         )
         for d in rp.plan.decisions:
             click.echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
@@ -117,7 +116,9 @@ def pin(obj: Context, ref: str) -> None:
     Example:  ckpt pin "$(ckpt best --metric val_loss --run exp1)"
     """
     with obj.catalog() as cat:
-        click.echo(f"pinned: {cat.pin(ref).path}")
+        c = cat.pin(ref)
+    where = "" if c.status.value != "trashed" else f" (in the trash: ckpt trash restore {c.id})"
+    click.echo(f"pinned: {c.path}{where}")
 
 
 @main_group.command()

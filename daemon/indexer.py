@@ -63,14 +63,23 @@ def scan(
     actor: str,
     progress: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    reconcile: bool = True,
 ) -> ScanReport:
     """Scan `targets` (files or folders inside configured roots), or every root if none.
 
     `should_stop` is asked before each checkpoint: a stopped scan leaves every row it did not
-    reach as it was (nothing is marked missing on a partial walk).
+    reach as it was (nothing is marked missing on a partial walk). `reconcile`: first give
+    what is in the roots' trash folders its trash records and settle acts of dead processes
+    (`daemon.recovery`; the daemon's per-file indexing leaves that to its rescans).
     """
     report = ScanReport()
-    for root, start in _starts(config, targets):
+    starts = list(_starts(config, targets))
+    if reconcile:
+        from daemon import recovery
+
+        roots = list({id(root): root for root, _start in starts}.values())
+        recovery.reconcile(config, store, roots)
+    for root, start in starts:
         if report.cancelled:
             break
         if not root.path.is_dir():

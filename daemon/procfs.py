@@ -46,3 +46,14 @@ def _opened_for_writing(pid: str, fd: str) -> bool:
     except (OSError, ValueError, IndexError):
         pass
     return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

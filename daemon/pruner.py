@@ -5,17 +5,30 @@ the run's lease, a re-check of every file against the catalog right before actin
 changed since it was indexed is skipped), containment in a configured root (fsops), and an
 audit event recorded before each filesystem call and completed after it. `dry_run` is the same
 code path with the acting switched off.
+
+Pins against a running prune or purge: `ckpt pin` takes no lease (it never waits); instead
+every move is *claimed* right before it happens, in one catalog transaction that re-reads the
+row's pin and status and sets it `trashed` (with where its files go) only if it is still an
+unpinned `ok` checkpoint (`store_actions.claim`); a purge claims `trashed` -> `purged` the same
+way right before its unlink. Writers are serialized by the database (BEGIN IMMEDIATE; SELECT
+... FOR UPDATE elsewhere), so a pin either commits first, and the claim sees it and skips the
+checkpoint, or commits after, and then reports the checkpoint as trashed (it can be restored,
+and a pinned trashed checkpoint is never purged). A claim whose move fails gives the row its
+status back; a claim whose process died before the move is settled by `daemon.recovery` (the
+files are where they are: in the trash means trashed, at their path means `ok` again).
+Restore and purge hold the run's lease, so they never act on the same files at once.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import fsops, guards, retention, store_actions
+from daemon import fsops, guards, recovery, retention, store_actions, store_recovery
 from daemon.config import Config
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import tf_state
@@ -35,6 +48,19 @@ class RunPlan:
     run_id: int
     policy: str  # where it came from, and what it says
     plan: retention.Plan
+    moved: set[int] | None = None  # ids actually moved to the trash (None: nothing was run)
+
+    @property
+    def bytes_freed(self) -> int:
+        """What the plan frees (dry run), or what the moves that happened freed."""
+        if self.moved is None:
+            return self.plan.bytes_freed
+        return sum(d.size_bytes for d in self.plan.to_trash() if d.id in self.moved)
+
+    @property
+    def trashed(self) -> int:
+        doomed = self.plan.to_trash()
+        return len(doomed) if self.moved is None else len(self.moved)
 
 
 @dataclass
@@ -59,10 +85,12 @@ class PruneReport:
                             "action": d.action,
                             "reasons": list(d.reasons),
                             "bytes": d.size_bytes,
+                            **({"done": d.id in rp.moved} if rp.moved is not None else {}),
                         }
                         for d in rp.plan.decisions
                     ],
-                    "bytes_freed": rp.plan.bytes_freed,
+                    "bytes_freed": rp.bytes_freed,
+                    "trashed": rp.trashed,
                     "notes": list(rp.plan.notes),
                 }
                 for rp in self.runs
@@ -110,7 +138,11 @@ def prune(
     override: retention.Policy | None = None,
     dry_run: bool = False,
     actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> PruneReport:
+    """`should_stop` is asked before each move: a stopped prune leaves the rest as it was."""
+    if not dry_run:  # a killed command's claims first: what it never moved is a candidate again
+        recovery.settle_events(config, store)
     report = plan_runs(config, store, runs, override)
     report.dry_run = dry_run
     if dry_run:
@@ -118,23 +150,38 @@ def prune(
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     for rp in report.runs:
         if rp.plan.to_trash():
+            rp.moved = set()
+            if should_stop():
+                break
             try:
-                _execute(config, store, rp, batch, actor, report)
+                _execute(config, store, rp, batch, actor, report, should_stop)
             except fsops.Refused as exc:  # a whole run refused: say so, go on with the others
                 report.failures.append({"id": None, "path": rp.run, "error": str(exc)})
     return report
 
 
 def _execute(
-    config: Config, store: Store, rp: RunPlan, batch: str, actor: str, report: PruneReport
+    config: Config,
+    store: Store,
+    rp: RunPlan,
+    batch: str,
+    actor: str,
+    report: PruneReport,
+    should_stop: Callable[[], bool],
 ) -> None:
     holder = f"{actor} pid {os.getpid()}"
-    with store_actions.lease(store.engine, rp.run_id, holder, LEASE_SECONDS):
+    with store_actions.lease(store.engine, rp.run_id, holder, LEASE_SECONDS) as taken_from:
+        if taken_from is not None:  # a killed command held it: settle what it left planned
+            recovery.settle_events(config, store, of=taken_from)
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
         _refuse_unsafe_plan(rp, current)
         for decision in rp.plan.to_trash():
+            if should_stop():
+                return
             try:
                 _trash(config, store, current[decision.id], decision, batch, actor)
+                assert rp.moved is not None
+                rp.moved.add(decision.id)
             except (CkptError, OSError, KeyError) as exc:
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
@@ -171,25 +218,29 @@ def _trash(
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
     reason = "; ".join(decision.reasons)
-    with store_actions.audited(
-        store.engine,
-        action="trash",
-        checkpoint_id=c.id,
-        path=c.path,
-        reason=reason,
-        size=c.size_bytes,
-        actor=actor,
-    ):
+    trash = {
+        "paths": [
+            str(root.joinpath(fsops.TRASH_DIR, batch, *fsops.relative_parts(root, m)))
+            for m in members
+        ],
+        "at": iso_utc(time.time()),
+        "batch": batch,
+        "members": [str(m) for m in members],
+    }
+    event_id, refused = store_actions.claim(
+        store.engine, c.id, action="trash", reason=reason, actor=actor, trash=trash
+    )
+    if event_id is None:
+        raise fsops.Refused(refused)
+    try:
         trashed = fsops.move_to_trash(root, members, batch)
-        if c.format == "tf-checkpoint":
-            _forget_in_state_file(root, Path(c.path))
-        trash = {
-            "paths": [str(p) for p in trashed],
-            "at": iso_utc(time.time()),
-            "batch": batch,
-            "members": [str(m) for m in members],
-        }
-        store_actions.set_status(store.engine, c.id, CheckpointStatus.TRASHED, reason, trash=trash)
+    except BaseException as exc:
+        store_actions.end_claim(store.engine, event_id, c.id, failed=guards.one_line(exc))
+        raise
+    assert [str(p) for p in trashed] == trash["paths"]
+    store_actions.end_claim(store.engine, event_id, c.id)
+    if c.format == "tf-checkpoint":
+        _forget_in_state_file(root, Path(c.path))
 
 
 def _forget_in_state_file(root: Path, prefix: Path) -> None:
@@ -205,15 +256,16 @@ def _forget_in_state_file(root: Path, prefix: Path) -> None:
 
 
 def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
-    c = store.get(ref)
+    c = store.get(recovery.trashed_ref(store, ref))
     info = c.details.get("trash") or {}
     if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
     root = guards.configured_root(config, c)
     holder = f"{actor} pid {os.getpid()}"
-    with (
-        store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS),
-        store_actions.audited(
+    with store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS) as dead:
+        if dead is not None:
+            recovery.settle_events(config, store, of=dead)
+        with store_actions.audited(
             store.engine,
             action="restore",
             checkpoint_id=c.id,
@@ -221,24 +273,37 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
             reason=None,
             size=c.size_bytes,
             actor=actor,
-        ),
-    ):
-        fsops.restore(root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]])
-        store_actions.set_status(store.engine, c.id, CheckpointStatus.OK, None, clear_trash=True)
+        ):
+            fsops.restore(
+                root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]]
+            )
+            # A record found in the trash was never read: the next scan reads it.
+            status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
+            reason = None if c.hash else "restored from the trash: read at the next scan"
+            store_actions.set_status(store.engine, c.id, status, reason, clear_trash=True)
     return store.get(str(c.id))
 
 
 def purge(
-    config: Config, store: Store, *, older_than: float, dry_run: bool = False, actor: str
+    config: Config,
+    store: Store,
+    *,
+    older_than: float,
+    dry_run: bool = False,
+    actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Delete trashed checkpoints trashed more than `older_than` seconds ago.
-    Returns (purged, failures)."""
+    """Delete trashed checkpoints trashed more than `older_than` seconds ago (never a pinned
+    one). `should_stop` is asked before each item. Returns (purged, failures)."""
     cutoff = iso_utc(time.time() - older_than)
-    due = [t for t in store_actions.trashed(store.engine) if t.get("at", "") <= cutoff]
+    trashed = store_actions.trashed(store.engine, include_pinned=False)
+    due = [t for t in trashed if t.get("at", "") <= cutoff]
     if dry_run:
         return due, []
     purged, failures = [], []
     for item in due:
+        if should_stop():
+            break
         try:
             _purge_one(config, store, item, actor)
             purged.append(item)
@@ -251,19 +316,23 @@ def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -
     root = config.root_for(Path(item["path"]))
     if root is None or str(root.path) != item["root"]:
         raise fsops.Refused(f"{item['path']} is not inside a configured root: never touched")
-    with store_actions.audited(
-        store.engine,
-        action="purge",
-        checkpoint_id=item["id"],
-        path=item["path"],
-        reason=None,
-        size=item["bytes"],
-        actor=actor,
-    ):
-        fsops.purge(root.path, [Path(p) for p in item["paths"]])
-        store_actions.set_status(
-            store.engine, item["id"], CheckpointStatus.PURGED, "deleted from the trash"
+    run_id = store_recovery.run_of(store.engine, item["id"])
+    holder = f"{actor} pid {os.getpid()}"
+    with store_actions.lease(store.engine, run_id, holder, LEASE_SECONDS) as dead:
+        if dead is not None:
+            recovery.settle_events(config, store, of=dead)
+        # Claimed right before the unlink: a pin committed before it keeps the files.
+        event_id, refused = store_actions.claim(
+            store.engine, item["id"], action="purge", reason=None, actor=actor
         )
+        if event_id is None:
+            raise fsops.Refused(refused)
+        try:
+            fsops.purge(root.path, [Path(p) for p in item["paths"]])
+        except BaseException as exc:
+            store_actions.end_claim(store.engine, event_id, item["id"], failed=guards.one_line(exc))
+            raise
+        store_actions.end_claim(store.engine, event_id, item["id"])
 
 
 def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:

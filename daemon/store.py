@@ -39,6 +39,8 @@ from daemon.units import iso_utc
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
+# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
+_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 def utc_now() -> str:
@@ -98,7 +100,7 @@ class Store:
                 checkpoints.c.metrics_at,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root == root)
+            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
         )
         if start is not None and start != root:
             # A range on the unique path index: `start` itself, and everything below `start/`
@@ -124,6 +126,9 @@ class Store:
         """Insert or update the row for `rec.path`; replace its metrics; log an event.
 
         `at` is when the scan started: metrics files changed after it are re-read next time.
+        A trashed or purged row is a record of other bytes: never updated here (a new file at
+        its path gets a row of its own), and the trashed file itself, seen at its path while
+        it is being moved or restored, is left to the mover (returns that row's id).
         """
         now = utc_now()
         with self.engine.begin() as conn:
@@ -134,8 +139,20 @@ class Store:
                     checkpoints.c.hash,
                     checkpoints.c.generation,
                     checkpoints.c.status,
-                ).where(checkpoints.c.path == rec.path)
+                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(_RECORDS))
             ).first()
+            if row is None:
+                moving = conn.execute(
+                    select(checkpoints.c.id).where(
+                        checkpoints.c.path == rec.path,
+                        checkpoints.c.status == CheckpointStatus.TRASHED.value,
+                        checkpoints.c.size_bytes == rec.stat.size,
+                        checkpoints.c.mtime_ns == rec.stat.mtime_ns,
+                        checkpoints.c.inode == rec.stat.inode,
+                    )
+                ).scalar()
+                if moving is not None:
+                    return int(moving)
             values = _row_values(rec, now)
             values["metrics_at"] = at
             if row is None:

@@ -1,19 +1,26 @@
 """Catalog writes of destructive actions: leases, the audit log, trash states, pins.
 
-Every file action is recorded as a `planned` event before the filesystem call and marked `done`
-or `failed` after it, so a crash in between leaves a trace to reconcile.
+Every file action is recorded as a `planned` event (with the host and pid of the process that
+plans it) before the filesystem call and marked `done` or `failed` after it, so a crash in
+between leaves a trace to reconcile (`daemon.recovery` closes it `done` or `abandoned`).
+
+Moves to the trash and purges are *claimed* first: one transaction re-reads the row's status
+and pin and changes its status only if the act is still allowed, so a pin and a move are
+serialized by the database (whichever commits first wins, and the other sees it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, insert, select, update
 
-from daemon import db
+from daemon import db, procfs
 from daemon.errors import LeaseHeld
 from daemon.model import CheckpointStatus, FileStat
 from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, LEASES, RUNS
@@ -31,30 +38,53 @@ def _iso(moment: dt.datetime) -> str:
     return iso_utc(moment.timestamp())
 
 
-def acquire_lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) -> None:
-    """Take the run's lease (atomically: BEGIN IMMEDIATE); raise LeaseHeld if another has it."""
+def this_process() -> tuple[str, int]:
+    return socket.gethostname(), os.getpid()
+
+
+def dead_here(host: str | None, pid: int | None) -> bool:
+    """A process recorded as (host, pid) that is certainly gone: on this host, pid not alive."""
+    return host == socket.gethostname() and pid is not None and not procfs.pid_alive(pid)
+
+
+def acquire_lease(
+    engine: Engine, run_id: int, holder: str, ttl_seconds: float
+) -> tuple[str, int] | None:
+    """Take the run's lease (atomically: BEGIN IMMEDIATE); raise LeaseHeld if another has it.
+
+    A lease of a dead process on this host is free at once. Returns the (host, pid) of such a
+    dead holder when the lease was taken over from one (its planned acts need settling)."""
     now = _now()
+    host, pid = this_process()
     with engine.begin() as conn:
         row = conn.execute(select(leases).where(leases.c.run_id == run_id)).first()
-        if row is not None and row.holder != holder and row.expires_at > _iso(now):
+        dead = row is not None and dead_here(row.host, row.pid)
+        mine = row is not None and row.holder == holder
+        if row is not None and not mine and not dead and row.expires_at > _iso(now):
             raise LeaseHeld(f"run is being changed by {row.holder} (lease until {row.expires_at})")
         values = {
             "holder": holder,
             "acquired_at": _iso(now),
             "expires_at": _iso(now + dt.timedelta(seconds=ttl_seconds)),
+            "host": host,
+            "pid": pid,
         }
         if row is None:
             conn.execute(insert(leases).values(run_id=run_id, **values))
         else:
             conn.execute(update(leases).where(leases.c.run_id == run_id).values(**values))
+    return (row.host, row.pid) if dead and not mine and row is not None else None
 
 
 @contextmanager
-def lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) -> Iterator[None]:
-    """Hold the run's lease for the block (LeaseHeld, exit 4, if another process has it)."""
-    acquire_lease(engine, run_id, holder, ttl_seconds)
+def lease(
+    engine: Engine, run_id: int, holder: str, ttl_seconds: float
+) -> Iterator[tuple[str, int] | None]:
+    """Hold the run's lease for the block (LeaseHeld, exit 4, if another process has it).
+    Yields the dead holder it was taken over from, if any."""
+    taken_from = acquire_lease(engine, run_id, holder, ttl_seconds)
     try:
-        yield
+        yield taken_from
     finally:
         release_lease(engine, run_id, holder)
 
@@ -72,20 +102,7 @@ def audited(
 ) -> Iterator[None]:
     """An audit event `planned` before the block, `done` after it, `failed` if it raises."""
     with engine.begin() as conn:
-        key = conn.execute(
-            insert(events).values(
-                at=_iso(_now()),
-                action=action,
-                state="planned",
-                checkpoint_id=checkpoint_id,
-                path=path,
-                reason=reason,
-                bytes=size,
-                actor=actor,
-            )
-        ).inserted_primary_key
-    assert key is not None
-    event_id = int(key[0])
+        event_id = _plan_event(conn, action, checkpoint_id, path, reason, size, actor)
     try:
         yield
     except BaseException as exc:
@@ -93,6 +110,130 @@ def audited(
         _end_event(engine, event_id, failed=lines[0] if lines else type(exc).__name__)
         raise
     _end_event(engine, event_id)
+
+
+def _plan_event(
+    conn: Any,
+    action: str,
+    checkpoint_id: int | None,
+    path: str,
+    reason: str | None,
+    size: int | None,
+    actor: str,
+) -> int:
+    host, pid = this_process()
+    key = conn.execute(
+        insert(events).values(
+            at=_iso(_now()),
+            action=action,
+            state="planned",
+            checkpoint_id=checkpoint_id,
+            path=path,
+            reason=reason,
+            bytes=size,
+            actor=actor,
+            host=host,
+            pid=pid,
+        )
+    ).inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def claim(
+    engine: Engine,
+    checkpoint_id: int,
+    *,
+    action: str,
+    reason: str | None,
+    actor: str,
+    trash: dict[str, Any] | None = None,
+) -> tuple[int | None, str]:
+    """Claim a checkpoint for a move to the trash (`action="trash"`, `trash`: where its files
+    go) or for a purge, in one transaction: only an unpinned `ok` row can be trashed, only an
+    unpinned `trashed` row purged. The row takes its new status and the audit event is planned
+    before any file moves. Returns (event id, "") or (None, why it was refused)."""
+    status, new = (
+        (CheckpointStatus.OK, CheckpointStatus.TRASHED)
+        if action == "trash"
+        else (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
+    )
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(
+                checkpoints.c.status,
+                checkpoints.c.pinned,
+                checkpoints.c.details,
+                checkpoints.c.path,
+                checkpoints.c.size_bytes,
+            )
+            .where(checkpoints.c.id == checkpoint_id)
+            .with_for_update()
+        ).first()
+        if row is None:
+            return None, "no longer in the catalog"
+        if row.pinned:
+            return None, f"{row.path} is pinned now"
+        if row.status != status.value:
+            return None, f"{row.path} is {row.status} now"
+        details = dict(row.details or {})
+        if trash is not None:
+            details["trash"] = trash
+        conn.execute(
+            update(checkpoints)
+            .where(checkpoints.c.id == checkpoint_id)
+            .values(
+                status=new.value,
+                reason=reason if action == "trash" else "deleted from the trash",
+                details=details,
+            )
+        )
+        return _plan_event(conn, action, checkpoint_id, row.path, reason, row.size_bytes, actor), ""
+
+
+def end_claim(
+    engine: Engine, event_id: int, checkpoint_id: int, *, failed: str | None = None
+) -> None:
+    """The claimed act is done, or failed (then the row gets its status back)."""
+    with engine.begin() as conn:
+        if failed is not None:
+            action = conn.execute(select(events.c.action).where(events.c.id == event_id)).scalar()
+            _unclaim(conn, checkpoint_id, str(action))
+        close_event(conn, event_id, "failed" if failed else "done", failed)
+
+
+def _unclaim(conn: Any, checkpoint_id: int, action: str) -> None:
+    if action == "trash":
+        row = conn.execute(
+            select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
+        ).first()
+        details = dict(row.details or {}) if row else {}
+        details.pop("trash", None)
+        free_path(conn, checkpoint_id)
+        conn.execute(
+            update(checkpoints)
+            .where(
+                checkpoints.c.id == checkpoint_id,
+                checkpoints.c.status == CheckpointStatus.TRASHED.value,
+            )
+            .values(status=CheckpointStatus.OK.value, reason=None, details=details)
+        )
+    elif action == "purge":
+        conn.execute(
+            update(checkpoints)
+            .where(
+                checkpoints.c.id == checkpoint_id,
+                checkpoints.c.status == CheckpointStatus.PURGED.value,
+            )
+            .values(status=CheckpointStatus.TRASHED.value)
+        )
+
+
+def close_event(conn: Any, event_id: int, state: str, reason: str | None = None) -> None:
+    values: dict[str, Any] = {"state": state}
+    if reason:
+        values["reason"] = reason
+    conn.execute(update(events).where(events.c.id == event_id).values(**values))
 
 
 def release_lease(engine: Engine, run_id: int, holder: str) -> None:
@@ -103,11 +244,8 @@ def release_lease(engine: Engine, run_id: int, holder: str) -> None:
 
 
 def _end_event(engine: Engine, event_id: int, *, failed: str | None = None) -> None:
-    values: dict[str, Any] = {"state": "failed" if failed else "done"}
-    if failed:
-        values["reason"] = failed
     with engine.begin() as conn:
-        conn.execute(update(events).where(events.c.id == event_id).values(**values))
+        close_event(conn, event_id, "failed" if failed else "done", failed)
 
 
 def set_status(
@@ -129,11 +267,29 @@ def set_status(
             details["trash"] = trash
         elif clear_trash:
             details.pop("trash", None)
+        if status not in RECORDS:
+            free_path(conn, checkpoint_id)
         conn.execute(
             update(checkpoints)
             .where(checkpoints.c.id == checkpoint_id)
             .values(status=status.value, reason=reason, details=details)
         )
+
+
+RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
+
+
+def free_path(conn: Any, checkpoint_id: int) -> None:
+    """A trash record goes back to its path: a `missing` row of another file that was at that
+    path meanwhile is forgotten (its events stay in the log), so the path stays unique."""
+    path = select(checkpoints.c.path).where(checkpoints.c.id == checkpoint_id).scalar_subquery()
+    conn.execute(
+        delete(checkpoints).where(
+            checkpoints.c.path == path,
+            checkpoints.c.id != checkpoint_id,
+            checkpoints.c.status == CheckpointStatus.MISSING.value,
+        )
+    )
 
 
 def add_artifact(
@@ -234,8 +390,9 @@ def set_pinned(engine: Engine, checkpoint_id: int, pinned: bool, actor: str) -> 
     return True
 
 
-def trashed(engine: Engine) -> list[dict[str, Any]]:
-    """Trashed checkpoints with where their files are and when they went."""
+def trashed(engine: Engine, *, include_pinned: bool = True) -> list[dict[str, Any]]:
+    """Trashed checkpoints with where their files are and when they went (a pinned one is
+    listed, never purged)."""
     stmt = (
         select(
             checkpoints.c.id,
@@ -243,6 +400,7 @@ def trashed(engine: Engine) -> list[dict[str, Any]]:
             checkpoints.c.size_bytes,
             checkpoints.c.reason,
             checkpoints.c.details,
+            checkpoints.c.pinned,
             runs.c.name,
             runs.c.root,
         )
@@ -250,6 +408,8 @@ def trashed(engine: Engine) -> list[dict[str, Any]]:
         .where(checkpoints.c.status == CheckpointStatus.TRASHED.value)
         .order_by(checkpoints.c.id)
     )
+    if not include_pinned:
+        stmt = stmt.where(checkpoints.c.pinned.is_(False))
     with engine.connect().execution_options(**db.READONLY) as conn:
         rows = conn.execute(stmt).all()
     return [
@@ -260,6 +420,7 @@ def trashed(engine: Engine) -> list[dict[str, Any]]:
             "root": r.root,
             "bytes": r.size_bytes,
             "reason": r.reason,
+            "pinned": bool(r.pinned),
             **(r.details or {}).get("trash", {}),
         }
         for r in rows

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, exists, func, select
+from sqlalchemy import Engine, Select, and_, case, exists, func, select
 
 from daemon import db
 from daemon.errors import NotFound
@@ -130,16 +130,23 @@ def _complete(conn: Any, row: Any) -> Checkpoint:
 
 
 def get(engine: Engine, ref: str) -> Checkpoint:
-    """A checkpoint by catalog id or by path (absolute or relative to the working folder)."""
+    """A checkpoint by catalog id or by path (absolute or relative to the working folder).
+    Several rows may have had a path (trashed, then a new file there): the one of the file at
+    the path wins, else the newest record."""
     if ref.isdigit():
         condition = checkpoints.c.id == int(ref)
     else:
         condition = checkpoints.c.path == os.path.abspath(ref)
     show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
+    record = checkpoints.c.status.in_(
+        (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
+    )
     stmt = (
         select(*_LIST_COLUMNS, checkpoints.c.details, *show_columns)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .where(condition)
+        .order_by(case((record, 1), else_=0), checkpoints.c.id.desc())
+        .limit(1)
     )
     with engine.connect().execution_options(**db.READONLY) as conn:
         row = conn.execute(stmt).first()

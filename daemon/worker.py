@@ -176,7 +176,7 @@ class Worker(threading.Thread):
             self._index(target, now)
 
     def _index(self, target: Path, now: float) -> None:
-        report = self._scan([target])
+        report = self._scan([target], reconcile=False)
         for path, _reason in report.incomplete:  # not finished after all: wait for it to settle
             self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
 
@@ -281,13 +281,14 @@ class Worker(threading.Thread):
             self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
         return report
 
-    def _scan(self, targets: list[Path]) -> ScanReport:
+    def _scan(self, targets: list[Path], *, reconcile: bool = True) -> ScanReport:
         report = scan(
             self.config,
             self.store,
             targets,
             actor=f"daemon:{actor()}",
             should_stop=self.stopping.is_set,
+            reconcile=reconcile,
         )
         if report.indexed:
             self.stats.indexed += len(report.indexed)

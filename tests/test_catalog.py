@@ -42,7 +42,9 @@ def test_new_catalog_is_created_at_head_in_wal_mode(tmp_path: Path) -> None:
     } <= tables(path)
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == db.SCHEMA_HEAD
+        assert (
+            conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == db.SCHEMA_HEAD
+        )
 
 
 def test_every_migration_downgrades_and_upgrades_with_rows_intact(tmp_path: Path) -> None:

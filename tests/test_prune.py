@@ -201,7 +201,9 @@ def test_two_processes_pruning_one_run_one_exits_4(zips: Workspace) -> None:
         run_id = conn.execute("SELECT id FROM runs WHERE name = ?", (RUN,)).fetchone()[0]
         until = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + 60))
         conn.execute(
-            "INSERT INTO leases VALUES (?, 'other@host pid 1', '2026-01-01', ?)", (run_id, until)
+            "INSERT INTO leases (run_id, holder, acquired_at, expires_at)"
+            " VALUES (?, 'other@host pid 1', '2026-01-01', ?)",
+            (run_id, until),
         )
     result = prune(zips, check=False)
     assert result.returncode == 4 and "other@host" in result.stderr
