@@ -122,8 +122,10 @@ class _Scan:
         self.actor, self.progress = actor, progress
         self.templates = [compile_template(t) for t in root.filename_templates]
         # Only the rows at or below `start`: a one-file scan must not load the whole root.
-        self.known = store.known_under(str(root.path), str(start))
-        self.artifacts = store_actions.artifact_paths(store.engine, str(start))
+        # The catalog holds paths as text (a name that is not UTF-8 escaped): so are queries.
+        where = discovery.display_path(start)[0]
+        self.known = store.known_under(str(root.path), where)
+        self.artifacts = store_actions.artifact_paths(store.engine, where)
         self.started = iso_utc(time.time())
         self.metrics_mtimes: dict[Path, int] = {}
 
@@ -260,18 +262,19 @@ class _Scan:
 
     def _run_name(self, run_dir: Path) -> str:
         try:
-            return str(run_dir.relative_to(self.root.path))
+            return discovery.display_path(run_dir.relative_to(self.root.path))[0]
         except ValueError:
             return "."
 
     def _mark_missing(self, start: Path, seen: set[str]) -> None:
-        prefix = str(start).rstrip(os.sep) + os.sep
+        where = discovery.display_path(start)[0]
+        prefix = where.rstrip(os.sep) + os.sep
         gone = [
             (path, known)
             for path, known in self.known.items()
             if path not in seen
             and known.status not in _GONE
-            and (path == str(start) or path.startswith(prefix))
+            and (path == where or path.startswith(prefix))
         ]
         self.store.mark_missing(
             [k.id for _p, k in gone], "no longer on disk", actor_name=self.actor
