@@ -2,9 +2,11 @@
 
 Start: signals first (Python's defaults would kill us mid-write), config (a bad one is refused,
 exit 2), catalog migration (SQLite: backup first), our own leftover temp files removed, the
-watcher started (so nothing written meanwhile is missed), every root reconciled, then the worker
-and the scheduler, then READY=1. SIGHUP reloads the config (an invalid one keeps the old);
-SIGTERM/SIGINT stop taking work, let the worker finish or abandon its item, and exit 0.
+watcher started (so nothing written meanwhile is missed), every root reconciled (with the trash
+folders and the acts of processes that died: `daemon.recovery`), then the indexing worker, the
+jobs thread and the scheduler, then READY=1. SIGHUP reloads the config (an invalid one keeps
+the old); SIGTERM/SIGINT stop taking work: the worker finishes or abandons its item, the jobs
+thread starts nothing new (a running child is asked to end), and the service exits 0.
 TensorFlow is never imported into this process.
 """
 
@@ -23,9 +25,10 @@ from daemon import fsops, logs
 from daemon.config import Config
 from daemon.errors import ConfigError
 from daemon.indexer import ScanReport, scan
+from daemon.job_runner import JobRunner
 from daemon.jobs import Jobs
 from daemon.logs import event
-from daemon.model import Hint, HintKind, Rescan
+from daemon.model import Hint, HintKind, Job, Rescan
 from daemon.store import Store, actor
 from daemon.systemd import Notifier, watchdog_interval
 from daemon.units import iso_utc
@@ -34,6 +37,8 @@ from daemon.worker import Stats, Worker
 
 STATUS_EVERY_SECONDS = 10.0
 WORKER_STALL_SECONDS = 300.0  # longer than any single read (the TF probe times out at 120 s)
+# A prune or verify of a huge catalog may take long between two progress ticks, but not this.
+RUNNER_STALL_SECONDS = 3600.0
 
 
 class Service:
@@ -83,15 +88,16 @@ class Service:
         """`--once`: the file-changing jobs the config asks for (retention, trash purge,
         artifacts), through the worker's own code, without starting its thread. The verify job
         (a full re-hash) is left to `ckpt verify`. Returns whether some item failed."""
-        worker = Worker(self.config, store, Stats(started_at=iso_utc(time.time())), self.stopping)
+        stats = Stats(started_at=iso_utc(time.time()))
+        runner = JobRunner(self.config, store, stats, self.stopping, lambda _rescan: None)
         jobs = ["purge"]
         if self.config.has_retention():
             jobs.insert(0, "retention")
         if self.config.artifacts.enabled:
             jobs.append("artifacts")
         for name in jobs:
-            worker.run_job(name)
-        return worker.stats.last_error is not None
+            runner.run_job(name)
+        return stats.last_error is not None
 
     def _reconcile(self, store: Store) -> ScanReport:
         self.notifier.status("reconciling roots with the catalog")
@@ -122,15 +128,24 @@ class Service:
     def _serve(self, store: Store) -> int:
         stats = Stats(started_at=iso_utc(time.time()))
         worker = Worker(self.config, store, stats, self.stopping)
+        runner = JobRunner(self.config, store, stats, self.stopping, worker.offer)
         watcher = Watcher(self.config.roots, worker.offer)
-        jobs = Jobs(worker.offer)
-        parts = _Parts(worker, watcher, jobs)
+
+        def enqueue(item: Rescan | Job) -> None:  # slow jobs never wait in the indexing queue
+            if isinstance(item, Job):
+                runner.offer(item)
+            else:
+                worker.offer(item)
+
+        jobs = Jobs(enqueue)
+        parts = _Parts(worker, watcher, jobs, runner)
         worker.more_state = parts.state
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
         try:
             for path, _reason in self._reconcile(store).incomplete:
                 worker.offer(Hint(path, HintKind.CHANGED))
             worker.start()
+            runner.start()
             jobs.start(self.config)
             self.notifier.ready(parts.status_line())
             event("ready", pid=os.getpid())
@@ -176,7 +191,7 @@ class Service:
             parts.watcher.start()
             parts.worker.offer(Rescan("roots changed on reload"))
         parts.jobs.reschedule(new)
-        parts.worker.config = self.config = new
+        parts.worker.config = parts.runner.config = self.config = new
         event("reloaded", config=new.source)
         self.notifier.ready(parts.status_line())
 
@@ -184,21 +199,34 @@ class Service:
 class _Parts:
     """The running pieces, for health checks, status lines and an orderly stop."""
 
-    def __init__(self, worker: Worker, watcher: Watcher, jobs: Jobs) -> None:
-        self.worker, self.watcher, self.jobs = worker, watcher, jobs
+    def __init__(self, worker: Worker, watcher: Watcher, jobs: Jobs, runner: JobRunner) -> None:
+        self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
 
     def state(self) -> dict[str, Any]:
         return {
             "roots": self.watcher.describe(),
             "pid": os.getpid(),
-            "jobs": {"runs": dict(self.jobs.runs), "errors": dict(self.jobs.errors)},
+            "jobs": {
+                "runs": dict(self.jobs.runs),
+                "errors": dict(self.jobs.errors),
+                "running": self.runner.running,
+                "waiting": self.runner.queue.qsize(),
+            },
         }
 
     def healthy(self, config: Config) -> bool:
         """WATCHDOG=1 only while every part works: observers, scheduler, worker, catalog."""
         stats = self.worker.stats
-        worker_ok = self.worker.is_alive() and time.monotonic() - stats.tick < WORKER_STALL_SECONDS
-        return worker_ok and self.watcher.healthy() and self.jobs.healthy() and stats.db_ok
+        now = time.monotonic()
+        worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
+        runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
+        return (
+            worker_ok
+            and runner_ok
+            and self.watcher.healthy()
+            and self.jobs.healthy()
+            and stats.db_ok
+        )
 
     def status_line(self) -> str:
         stats = self.worker.stats
@@ -213,3 +241,5 @@ class _Parts:
         self.watcher.stop()
         if self.worker.is_alive():
             self.worker.join(timeout=60)
+        if self.runner.is_alive():  # a child asked to end gets CHILD_STOP_SECONDS
+            self.runner.join(timeout=90)

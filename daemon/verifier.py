@@ -6,6 +6,7 @@ checkpoint whose bytes changed without its size or mtime changing is worth a hum
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,15 +30,24 @@ class Verdict:
         return {"id": self.id, "path": self.path, "ok": self.ok, "detail": self.detail}
 
 
-def verify(config: Config, store: Store, refs: list[str], *, load: bool = False) -> list[Verdict]:
+def verify(
+    config: Config,
+    store: Store,
+    refs: list[str],
+    *,
+    load: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[Verdict]:
     """Verdicts for `refs` (ids or paths), or for every `ok` checkpoint and its artifacts;
     with `load`, also whether Keras loads each one and its inference artifact predicts the
-    same (in a child process, one at a time)."""
+    same (in a child process, one at a time). `should_stop` is asked before each checkpoint."""
     targets = [store.get(ref) for ref in refs] or [
         c for c in store.list(ListQuery(status=CheckpointStatus.OK.value))
     ]
     verdicts = []
     for c in targets:
+        if should_stop():
+            break
         verdicts.append(_checkpoint(config, store, c))
         full = store.get(str(c.id))
         verdicts += [_artifact(c, a) for a in full.details.get("artifacts", [])]

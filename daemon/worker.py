@@ -1,8 +1,10 @@
-"""The service's one worker thread: turns hints into indexing once files are complete.
+"""The service's indexing thread: turns hints into indexing once files are complete.
 
-It owns every catalog write and file read of the daemon process. Hints mark a target pending;
-a target is indexed once `completion.is_ready` says so and no local process has it open for
-writing. Rescans (scheduled, or after lost events) walk whole roots.
+It does all the indexing of the daemon process; the slow jobs (retention, purge, verify,
+split/compress) run on their own thread (`daemon.job_runner`) so that indexing never waits
+for them. Hints mark a target pending; a target is indexed once `completion.is_ready` says so
+and no local process has it open for writing. Rescans (scheduled, or after lost events) walk
+whole roots.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from daemon.config import Config
 from daemon.formats import tf_child
 from daemon.indexer import ScanReport, scan
 from daemon.logs import event
-from daemon.model import FileStat, Hint, HintKind, Job, Rescan
+from daemon.model import FileStat, Hint, HintKind, Rescan
 from daemon.store import Store, actor
 from daemon.units import iso_utc
 
@@ -78,7 +80,7 @@ class Worker(threading.Thread):
         self.store = store
         self.stats = stats
         self.stopping = stopping
-        self.queue: queue.Queue[Hint | Rescan | Job] = queue.Queue(maxsize=100_000)
+        self.queue: queue.Queue[Hint | Rescan] = queue.Queue(maxsize=100_000)
         self.pending: dict[Path, completion.Pending] = {}
         self.folders: set[Path] = set()
         self._rescan: Rescan | None = None
@@ -87,7 +89,7 @@ class Worker(threading.Thread):
         # The service adds what only it knows (observers, job counts) to every heartbeat.
         self.more_state: Callable[[], dict[str, Any]] = dict
 
-    def offer(self, item: Hint | Rescan | Job) -> None:
+    def offer(self, item: Hint | Rescan) -> None:
         """Called from watcher and scheduler threads: never blocks, never raises."""
         try:
             self.queue.put_nowait(item)
@@ -112,7 +114,7 @@ class Worker(threading.Thread):
 
     def _step(self) -> None:
         try:
-            item: Hint | Rescan | Job | None = self.queue.get(timeout=TICK_SECONDS)
+            item: Hint | Rescan | None = self.queue.get(timeout=TICK_SECONDS)
         except queue.Empty:
             item = None
         while item is not None:
@@ -127,12 +129,9 @@ class Worker(threading.Thread):
         self._heartbeat()
         tf_child.end_idle(TF_CHILD_IDLE_SECONDS)
 
-    def _take(self, item: Hint | Rescan | Job, now: float) -> None:
+    def _take(self, item: Hint | Rescan, now: float) -> None:
         if isinstance(item, Rescan):
             self._rescan = item
-            return
-        if isinstance(item, Job):
-            self.run_job(item.name)
             return
         if item.kind == HintKind.OVERFLOW:
             self._rescan = Rescan("events were lost (inotify queue overflow)")
@@ -179,98 +178,6 @@ class Worker(threading.Thread):
         report = self._scan([target], reconcile=False)
         for path, _reason in report.incomplete:  # not finished after all: wait for it to settle
             self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
-
-    def run_job(self, name: str) -> None:
-        """Scheduled retention or trash purge: the same code paths as `ckpt prune` / `purge`."""
-        from daemon import pruner
-        from daemon.errors import CkptError
-
-        who = f"daemon:{actor()}"
-        if name == "verify":
-            self._verify()
-            return
-        if name == "artifacts":
-            self._artifacts()
-            return
-        try:
-            if name == "retention":
-                report = pruner.prune(self.config, self.store, actor=who)
-                failures = report.failures
-                event(
-                    "retention",
-                    trashed=sum(len(r.plan.to_trash()) for r in report.runs),
-                    failures=len(failures),
-                )
-            else:
-                purged, failures = pruner.purge(
-                    self.config, self.store, actor=who, older_than=self.config.purge_after_seconds
-                )
-                event("purge", purged=len(purged), failures=len(failures))
-        except CkptError as exc:  # a lease held by a user's `ckpt prune`: next time
-            event(f"{name}_skipped", level=logging.WARNING, reason=str(exc))
-            return
-        for failure in failures:
-            self.stats.last_error = f"{name}: {failure['path']}: {failure['error']}"
-            event(f"{name}_failed", level=logging.WARNING, **failure)
-
-    def _artifacts(self) -> None:
-        """Split and compress cold checkpoints, one at a time, each in a `nice` child process
-        (the same code path as `ckpt split` / `ckpt compress`, with its own memory)."""
-        from daemon.artifacts import due
-
-        cfg = self.config.artifacts
-        to_split, to_compress = due(self.store, cfg, time.time())
-        work = [("split", c) for c in to_split] + [("compress", c) for c in to_compress]
-        for verb, c in work:
-            if self.stopping.is_set():
-                return
-            extra = ["--codec", cfg.codec] if verb == "compress" else []
-            self._child(verb, str(c.id), *extra)
-            self.stats.tick = time.monotonic()
-
-    def _child(self, *args: str) -> None:
-        import subprocess
-        import sys
-
-        config = [] if self.config.source.startswith("<") else ["--config", self.config.source]
-        cmd = [
-            "nice",
-            "-n",
-            "10",
-            sys.executable,
-            "-m",
-            "daemon",
-            *config,
-            "--db",
-            self.config.database,
-            *args,
-            "--json",
-        ]
-        env = {**os.environ, "CKPT_ACTOR": f"daemon:{actor()}"}
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
-        )
-        if done.returncode == 0:
-            event(args[0], path=args[1], result=done.stdout.strip()[:300])
-            return
-        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        self.stats.last_error = f"{args[0]} {args[1]}: {lines[-1] if lines else done.returncode}"
-        event(f"{args[0]}_failed", level=logging.WARNING, error=self.stats.last_error)
-
-    def _verify(self) -> None:
-        """Re-hash everything; a file whose bytes changed unseen is re-indexed."""
-        from daemon.verifier import verify
-
-        problem = self.store.quick_check()
-        if problem:
-            self.stats.last_error = f"catalog integrity: {problem}"
-            event("catalog_check_failed", level=logging.ERROR, result=problem)
-        verdicts = verify(self.config, self.store, [])
-        for v in verdicts:
-            if not v.ok:
-                event("verify_failed", level=logging.WARNING, path=v.path, detail=v.detail)
-                self.offer(Rescan(f"verify: {v.detail}", v.path))
-        event("verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))
 
     def rescan(self, request: Rescan) -> ScanReport:
         self._rescan = None
