@@ -17,6 +17,7 @@ BENCHES = (
     "hash_throughput",
     "catalog_scale",
     "detection_latency",
+    "detection_during_artifacts",
     "daemon_footprint",
     "reconcile",
     "retention",

@@ -45,10 +45,8 @@ def compress_temp(folder: Path) -> list[Path]:
 
 def schedule(ws: Workspace, extra: str, **every: str) -> None:
     lines = "".join(f"  {name}: {value}\n" for name, value in every.items())
-    ws.config.write_text(
-        ws.config.read_text().replace("schedule:\n  rescan: 0\n", f"schedule:\n  rescan: 0\n{lines}")
-        + extra
-    )
+    text = ws.config.read_text()
+    ws.config.write_text(text.replace("  rescan: 0\n", f"  rescan: 0\n{lines}") + extra)
 
 
 def test_indexing_goes_on_while_the_artifacts_job_compresses(
