@@ -109,7 +109,11 @@ def _acting_on(
         if leased
         else store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS)
     )
-    with lease:
+    with lease as taken_from:
+        if taken_from is not None:  # a killed command held it: settle what it left planned
+            from daemon import recovery
+
+            recovery.settle_events(config, store, of=taken_from)
         guards.recheck(store, c, root, members)
         with store_actions.audited(
             store.engine,

@@ -56,6 +56,8 @@ def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
         )
     except OSError:
         return []
+    if not batches:
+        return []
     known = store_recovery.trash_paths(store.engine, str(root.path))
     adopted = []
     for batch in batches:

@@ -48,14 +48,20 @@ def trashed_at(engine: Engine, path: str) -> list[int]:
 
 
 def trash_paths(engine: Engine, root: str) -> set[str]:
-    """Every trash path the catalog knows under `root` (trashed rows, and purges under way)."""
+    """Every trash path the catalog knows under `root`: trashed rows, and purges under way
+    (purged rows that have a planned purge event)."""
+    purging = select(events.c.checkpoint_id).where(
+        events.c.action == "purge", events.c.state == "planned"
+    )
     stmt = (
         select(checkpoints.c.details)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .where(
             runs.c.root == root,
-            checkpoints.c.status.in_(
-                (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
+            (checkpoints.c.status == CheckpointStatus.TRASHED.value)
+            | (
+                (checkpoints.c.status == CheckpointStatus.PURGED.value)
+                & checkpoints.c.id.in_(purging)
             ),
         )
     )
