@@ -175,9 +175,13 @@ def _execute(
             recovery.settle_events(config, store, of=taken_from)
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
         _refuse_unsafe_plan(rp, current)
+        renewed = time.monotonic()
         for decision in rp.plan.to_trash():
             if should_stop():
                 return
+            if time.monotonic() - renewed > LEASE_SECONDS / 4:  # a long prune keeps its lease
+                store_actions.renew_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
+                renewed = time.monotonic()
             try:
                 _trash(config, store, current[decision.id], decision, batch, actor)
                 assert rp.moved is not None

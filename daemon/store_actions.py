@@ -236,6 +236,17 @@ def close_event(conn: Any, event_id: int, state: str, reason: str | None = None)
     conn.execute(update(events).where(events.c.id == event_id).values(**values))
 
 
+def renew_lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) -> None:
+    """Push a held lease's expiry forward (long acts renew it as they go)."""
+    until = _iso(_now() + dt.timedelta(seconds=ttl_seconds))
+    with engine.begin() as conn:
+        conn.execute(
+            update(leases)
+            .where(leases.c.run_id == run_id, leases.c.holder == holder)
+            .values(expires_at=until)
+        )
+
+
 def release_lease(engine: Engine, run_id: int, holder: str) -> None:
     with engine.begin() as conn:
         conn.execute(
