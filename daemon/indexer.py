@@ -74,7 +74,7 @@ def scan(
     """
     report = ScanReport()
     starts = list(_starts(config, targets))
-    if reconcile:
+    if reconcile and not should_stop():
         from daemon import recovery
 
         roots = list({id(root): root for root, _start in starts}.values())
