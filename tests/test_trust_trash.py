@@ -341,3 +341,28 @@ def test_prune_counts_only_what_actually_moved(zips: Workspace) -> None:
     assert text.returncode == 3
     first = text.stdout.splitlines()[0]
     assert f"{RUN}: 1 of 3 trashed" in first, text.stdout
+
+
+# ---- the catalog migration these need ----
+
+
+def test_migration_0002_keeps_every_row_both_ways(zips: Workspace) -> None:
+    from daemon import db
+
+    zips.run("prune", "--run", RUN, "--keep-last", "1")
+    url = f"sqlite:///{zips.base / 'state' / 'catalog.db'}"
+    tables = ("runs", "checkpoints", "metrics", "events", "artifacts")
+
+    def counts() -> dict[str, int]:
+        with catalog(zips) as conn:
+            return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+
+    before = counts()
+    assert before["checkpoints"] == 3 and before["events"] > 3
+    db.downgrade(url, "0001")
+    assert counts() == before
+    db.upgrade(url)
+    assert counts() == before
+    with catalog(zips) as conn:
+        assert {"host", "pid"} <= {r[1] for r in conn.execute("PRAGMA table_info(leases)")}
+    assert sorted(r["status"] for r in zips.json("list")) == ["ok", "trashed", "trashed"]
