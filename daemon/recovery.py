@@ -1,6 +1,6 @@
 """After a crash: the trash folder reconciled with the catalog, planned acts of dead processes
-settled. Run by every scan (so by `ckpt serve` at start, `serve --once` and the daemon's
-rescans) and when a command takes over the lease of a dead process.
+settled, their leases dropped. Run by every scan (so by `ckpt serve` at start, `serve --once`
+and the daemon's rescans) and when a command takes over the lease of a dead process.
 
 The disk is the truth. A checkpoint in `<root>/.ckpt-trash/<batch>/` is `trashed` (restorable,
 purgeable), whatever the catalog said when its mover died. A `planned` event is closed `done`
@@ -41,7 +41,9 @@ def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = Non
     for root in config.roots if roots is None else roots:
         if root.path.is_dir():
             report.adopted += reconcile_trash(store, root)
-    report.settled = settle_events(config, store)
+    report.settled = settle_events(config, store)  # dead processes' acts, leased or not
+    for host, pid in store_actions.drop_dead_leases(store.engine):
+        event("lease_freed", host=host, pid=pid, reason="its process is gone")
     return report
 
 

@@ -236,6 +236,19 @@ def close_event(conn: Any, event_id: int, state: str, reason: str | None = None)
     conn.execute(update(events).where(events.c.id == event_id).values(**values))
 
 
+def drop_dead_leases(engine: Engine) -> list[tuple[str, int]]:
+    """Remove the leases of dead processes of this host; returns their (host, pid)."""
+    host, _pid = this_process()
+    with engine.begin() as conn:
+        rows = conn.execute(select(leases).where(leases.c.host == host)).all()
+        dead = [r for r in rows if dead_here(r.host, r.pid)]
+        for r in dead:
+            conn.execute(
+                delete(leases).where(leases.c.run_id == r.run_id, leases.c.holder == r.holder)
+            )
+    return [(r.host, r.pid) for r in dead]
+
+
 def renew_lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) -> None:
     """Push a held lease's expiry forward (long acts renew it as they go)."""
     until = _iso(_now() + dt.timedelta(seconds=ttl_seconds))
