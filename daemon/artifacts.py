@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from daemon import fsops, guards, store_actions
+from daemon import fsops, guards, store_actions, store_leases
 from daemon.config import Artifacts, Config
 from daemon.errors import UsageError
 from daemon.model import Checkpoint, CheckpointStatus
@@ -107,7 +107,7 @@ def _acting_on(
     lease = (
         contextlib.nullcontext()
         if leased
-        else store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS)
+        else store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS)
     )
     with lease as taken_from:
         if taken_from is not None:  # a killed command held it: settle what it left planned

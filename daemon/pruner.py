@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import fsops, guards, recovery, retention, store_actions, store_recovery
+from daemon import fsops, guards, recovery, retention, store_actions, store_leases, store_recovery
 from daemon.config import Config
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import tf_state
@@ -170,7 +170,7 @@ def _execute(
     should_stop: Callable[[], bool],
 ) -> None:
     holder = f"{actor} pid {os.getpid()}"
-    with store_actions.lease(store.engine, rp.run_id, holder, LEASE_SECONDS) as taken_from:
+    with store_leases.lease(store.engine, rp.run_id, holder, LEASE_SECONDS) as taken_from:
         if taken_from is not None:  # a killed command held it: settle what it left planned
             recovery.settle_events(config, store, of=taken_from)
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
@@ -180,7 +180,7 @@ def _execute(
             if should_stop():
                 return
             if time.monotonic() - renewed > LEASE_SECONDS / 4:  # a long prune keeps its lease
-                store_actions.renew_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
+                store_leases.renew_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
                 renewed = time.monotonic()
             try:
                 _trash(config, store, current[decision.id], decision, batch, actor)
@@ -266,7 +266,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
     root = guards.configured_root(config, c)
     holder = f"{actor} pid {os.getpid()}"
-    with store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS) as dead:
+    with store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS) as dead:
         if dead is not None:
             recovery.settle_events(config, store, of=dead)
         with store_actions.audited(
@@ -322,7 +322,7 @@ def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -
         raise fsops.Refused(f"{item['path']} is not inside a configured root: never touched")
     run_id = store_recovery.run_of(store.engine, item["id"])
     holder = f"{actor} pid {os.getpid()}"
-    with store_actions.lease(store.engine, run_id, holder, LEASE_SECONDS) as dead:
+    with store_leases.lease(store.engine, run_id, holder, LEASE_SECONDS) as dead:
         if dead is not None:
             recovery.settle_events(config, store, of=dead)
         # Claimed right before the unlink: a pin committed before it keeps the files.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon import discovery, fsops, store_actions, store_recovery
+from daemon import discovery, fsops, store_leases, store_recovery
 from daemon.config import Config, RootConfig
 from daemon.errors import UsageError
 from daemon.logs import event
@@ -42,7 +42,7 @@ def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = Non
         if root.path.is_dir():
             report.adopted += reconcile_trash(store, root)
     report.settled = settle_events(config, store)  # dead processes' acts, leased or not
-    for host, pid in store_actions.drop_dead_leases(store.engine):
+    for host, pid in store_leases.drop_dead_leases(store.engine):
         event("lease_freed", host=host, pid=pid, reason="its process is gone")
     return report
 
@@ -136,7 +136,7 @@ def settle_events(
     for ev in store_recovery.planned_events(store.engine):
         if of is not None and (ev["host"], ev["pid"]) != of:
             continue
-        dead = store_actions.dead_here(ev["host"], ev["pid"]) or (
+        dead = store_leases.dead_here(ev["host"], ev["pid"]) or (
             ev["pid"] is None and ev["at"] < legacy_before
         )
         state = _settle(store, ev, dead)

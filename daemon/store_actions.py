@@ -1,4 +1,4 @@
-"""Catalog writes of destructive actions: leases, the audit log, trash states, pins.
+"""Catalog writes of destructive actions: the audit log, claims, trash states, pins.
 
 Every file action is recorded as a `planned` event (with the host and pid of the process that
 plans it) before the filesystem call and marked `done` or `failed` after it, so a crash in
@@ -12,21 +12,19 @@ serialized by the database (whichever commits first wins, and the other sees it)
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, insert, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 
-from daemon import db, procfs
-from daemon.errors import LeaseHeld
+from daemon import db
 from daemon.model import CheckpointStatus, FileStat
-from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, LEASES, RUNS
+from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS
+from daemon.store_leases import this_process
 from daemon.units import iso_utc
 
-checkpoints, events, leases, runs = CHECKPOINTS, EVENTS, LEASES, RUNS
+checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
 artifacts = ARTIFACTS
 
 
@@ -36,57 +34,6 @@ def _now() -> dt.datetime:
 
 def _iso(moment: dt.datetime) -> str:
     return iso_utc(moment.timestamp())
-
-
-def this_process() -> tuple[str, int]:
-    return socket.gethostname(), os.getpid()
-
-
-def dead_here(host: str | None, pid: int | None) -> bool:
-    """A process recorded as (host, pid) that is certainly gone: on this host, pid not alive."""
-    return host == socket.gethostname() and pid is not None and not procfs.pid_alive(pid)
-
-
-def acquire_lease(
-    engine: Engine, run_id: int, holder: str, ttl_seconds: float
-) -> tuple[str, int] | None:
-    """Take the run's lease (atomically: BEGIN IMMEDIATE); raise LeaseHeld if another has it.
-
-    A lease of a dead process on this host is free at once. Returns the (host, pid) of such a
-    dead holder when the lease was taken over from one (its planned acts need settling)."""
-    now = _now()
-    host, pid = this_process()
-    with engine.begin() as conn:
-        row = conn.execute(select(leases).where(leases.c.run_id == run_id)).first()
-        dead = row is not None and dead_here(row.host, row.pid)
-        mine = row is not None and row.holder == holder
-        if row is not None and not mine and not dead and row.expires_at > _iso(now):
-            raise LeaseHeld(f"run is being changed by {row.holder} (lease until {row.expires_at})")
-        values = {
-            "holder": holder,
-            "acquired_at": _iso(now),
-            "expires_at": _iso(now + dt.timedelta(seconds=ttl_seconds)),
-            "host": host,
-            "pid": pid,
-        }
-        if row is None:
-            conn.execute(insert(leases).values(run_id=run_id, **values))
-        else:
-            conn.execute(update(leases).where(leases.c.run_id == run_id).values(**values))
-    return (row.host, row.pid) if dead and not mine and row is not None else None
-
-
-@contextmanager
-def lease(
-    engine: Engine, run_id: int, holder: str, ttl_seconds: float
-) -> Iterator[tuple[str, int] | None]:
-    """Hold the run's lease for the block (LeaseHeld, exit 4, if another process has it).
-    Yields the dead holder it was taken over from, if any."""
-    taken_from = acquire_lease(engine, run_id, holder, ttl_seconds)
-    try:
-        yield taken_from
-    finally:
-        release_lease(engine, run_id, holder)
 
 
 @contextmanager
@@ -234,37 +181,6 @@ def close_event(conn: Any, event_id: int, state: str, reason: str | None = None)
     if reason:
         values["reason"] = reason
     conn.execute(update(events).where(events.c.id == event_id).values(**values))
-
-
-def drop_dead_leases(engine: Engine) -> list[tuple[str, int]]:
-    """Remove the leases of dead processes of this host; returns their (host, pid)."""
-    host, _pid = this_process()
-    with engine.begin() as conn:
-        rows = conn.execute(select(leases).where(leases.c.host == host)).all()
-        dead = [r for r in rows if dead_here(r.host, r.pid)]
-        for r in dead:
-            conn.execute(
-                delete(leases).where(leases.c.run_id == r.run_id, leases.c.holder == r.holder)
-            )
-    return [(r.host, r.pid) for r in dead]
-
-
-def renew_lease(engine: Engine, run_id: int, holder: str, ttl_seconds: float) -> None:
-    """Push a held lease's expiry forward (long acts renew it as they go)."""
-    until = _iso(_now() + dt.timedelta(seconds=ttl_seconds))
-    with engine.begin() as conn:
-        conn.execute(
-            update(leases)
-            .where(leases.c.run_id == run_id, leases.c.holder == holder)
-            .values(expires_at=until)
-        )
-
-
-def release_lease(engine: Engine, run_id: int, holder: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            delete(leases).where(and_(leases.c.run_id == run_id, leases.c.holder == holder))
-        )
 
 
 def _end_event(engine: Engine, event_id: int, *, failed: str | None = None) -> None:

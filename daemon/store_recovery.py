@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from daemon import db, store_actions
+from daemon import db, store_actions, store_leases
 from daemon.model import CheckpointStatus, FileStat
 from daemon.schema import CHECKPOINTS, EVENTS, RUNS
 from daemon.units import iso_utc
@@ -146,7 +146,7 @@ def adopt_trashed(
         for event_id in planned:
             store_actions.close_event(conn, event_id, "done")
         if not planned:
-            host, pid = store_actions.this_process()
+            host, pid = store_leases.this_process()
             conn.execute(
                 insert(events).values(
                     at=now,

@@ -35,7 +35,15 @@ IO_LIBRARIES = {
 CLOCK_READS = ("time.time(", "time.time_ns(", "monotonic(", "perf_counter(", ".now(", ".today(")
 # Which of our modules may import each third-party library.
 OWNERS = {
-    "sqlalchemy": {"schema", "db", "store", "store_reads", "store_actions", "store_recovery"},
+    "sqlalchemy": {
+        "schema",
+        "db",
+        "store",
+        "store_reads",
+        "store_actions",
+        "store_recovery",
+        "store_leases",
+    },
     "alembic": {"db"},
     "h5py": {
         "formats/hdf5",
