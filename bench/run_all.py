@@ -18,6 +18,7 @@ BENCHES = (
     "catalog_scale",
     "detection_latency",
     "detection_during_artifacts",
+    "crash_trash",
     "daemon_footprint",
     "reconcile",
     "retention",

@@ -241,7 +241,9 @@ def _trash(
     except BaseException as exc:
         store_actions.end_claim(store.engine, event_id, c.id, failed=guards.one_line(exc))
         raise
-    assert [str(p) for p in trashed] == trash["paths"]
+    if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
+        moved = {**trash, "paths": [str(p) for p in trashed]}
+        store_actions.set_status(store.engine, c.id, CheckpointStatus.TRASHED, reason, trash=moved)
     store_actions.end_claim(store.engine, event_id, c.id)
     if c.format == "tf-checkpoint":
         _forget_in_state_file(root, Path(c.path))
