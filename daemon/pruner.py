@@ -147,8 +147,8 @@ def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
     ok = [c for c in current.values() if c.status == CheckpointStatus.OK]
     if ok and doomed >= {c.id for c in ok}:
         raise fsops.Refused(f"refused: the plan for run {rp.run} would trash every checkpoint")
-    newest = max(ok, key=lambda c: (c.mtime, c.id), default=None)
-    if newest is not None and newest.id in doomed:
+    # The planner's own notion of newest (epoch/step, then mtime), not when a file was touched.
+    if doomed & set(retention.newest([_item(c, False) for c in ok])):
         raise fsops.Refused(f"refused: the plan for run {rp.run} would trash its newest checkpoint")
 
 

@@ -20,7 +20,6 @@ import itertools
 import math
 import os
 import shutil
-import stat
 import tempfile
 import zipfile
 import zlib
@@ -39,6 +38,7 @@ from daemon import fsops
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import hdf5, window
 from daemon.formats.detect import ZIP_MAGIC, read_checkpoint
+from daemon.transforms import bounds
 from daemon.hashing import hash_files
 from daemon.model import FileStat, Format
 
@@ -66,6 +66,7 @@ class CompressResult:
     hash: str  # daemon.hashing.hash_files([path]) of the new file
     datasets: int
     needs: str | None  # "import hdf5plugin" for zstd (readers need it), else None
+    skipped: str | None = None  # why the file was left as it was (it would not shrink)
 
 
 @dataclass(frozen=True)
@@ -112,23 +113,40 @@ def compress(
     shuffle: bool = True,
     workers: int | None = None,
 ) -> CompressResult:
-    """Rewrite `source` (below `root`) in place with `codec` + shuffle; verified before the swap."""
+    """Rewrite `source` (below `root`) in place with `codec` + shuffle; verified before the swap.
+    A result that would not be smaller is thrown away and the file left as it is (`skipped`)."""
     spec = _spec(codec, level, shuffle)
     fmt = _hdf5_format(source)
     before = fsops.current_stat(root, [source])
     workers = max(1, workers or len(os.sched_getaffinity(0)))
     rewrite_file = _rewrite_keras if fmt is Format.KERAS_ZIP else _rewrite_h5
-    with ThreadPoolExecutor(workers, "compress") as pool, fsops.rewrite(root, source) as temp:
-        try:
-            datasets, digest = rewrite_file(source, temp, spec, _Pipe(pool, 2 * workers))
-        except Exception as exc:
-            _check_unchanged(root, source, before, exc)
-            raise
-        _check_unchanged(root, source, before)
-        os.chmod(temp, stat.S_IMODE(os.stat(source).st_mode))  # the new file keeps its mode
-        after = temp.stat().st_size
+    try:
+        with ThreadPoolExecutor(workers, "compress") as pool, fsops.rewrite(root, source) as temp:
+            try:
+                datasets, digest = rewrite_file(source, temp, spec, _Pipe(pool, 2 * workers))
+            except Exception as exc:
+                _check_unchanged(root, source, before, exc)
+                raise
+            _check_unchanged(root, source, before)
+            after = temp.stat().st_size
+            if after >= before.size:
+                raise _NotSmaller(after)
+    except _NotSmaller as not_smaller:
+        skipped = f"would not shrink: {before.size} -> {not_smaller.size} bytes"
+        digest = hash_files([source])
+        return CompressResult(
+            source, spec.label, before.size, before.size, digest, datasets, None, skipped
+        )
     needs = "import hdf5plugin" if codec == "zstd" else None
     return CompressResult(source, spec.label, before.size, after, digest, datasets, needs)
+
+
+class _NotSmaller(Exception):
+    """Leaves the rewrite block without renaming: the compressed file is not smaller."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def _spec(codec: str, level: int | None, shuffle: bool) -> _Spec:
@@ -270,6 +288,7 @@ class _Pipe:
 
 def _rewrite_h5(source: Path, temp: Path, spec: _Spec, pipe: _Pipe) -> tuple[int, str]:
     with hdf5.open_h5(str(source)) as src:
+        bounds.check(src, source)
         with h5py.File(temp, "w", locking=False, track_order=_tracks_order(src)) as dst:
             count = _copy_all(src, dst, spec, pipe)
         digest = pipe.pool.submit(hash_files, [temp])  # hashed while we verify
@@ -391,6 +410,7 @@ def _rewrite_keras(source: Path, temp: Path, spec: _Spec, pipe: _Pipe) -> tuple[
         window.open_member(archive, raw, KERAS_MEMBER) as member,
         hdf5.open_h5(member) as src,
     ):
+        bounds.check(src, source)
         # A nameless file (O_TMPFILE) beside the target: same filesystem, gone after a crash.
         with tempfile.TemporaryFile(dir=temp.parent, prefix=fsops.TEMP_PREFIX) as inner:
             with h5py.File(inner, "w", track_order=_tracks_order(src)) as dst:
