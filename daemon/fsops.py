@@ -345,9 +345,11 @@ def identity(root: Path, path: Path) -> Identity | None:
 def stale_temps(root: Path, now: float, *, recursive: bool = True) -> Iterator[Path]:
     """Our temp files under `root` (or only in it) whose writer is dead, or a day old."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [] if not recursive else [
-            d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))
-        ]
+        dirnames[:] = (
+            []
+            if not recursive
+            else [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        )
         for name in filenames:
             if not name.startswith(TEMP_PREFIX):
                 continue

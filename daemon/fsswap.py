@@ -111,11 +111,12 @@ def replace_if_same(
 
 
 def _check(dir_fd: int, name: str, expected: Identity, writers: Writers, *, ctime: bool) -> None:
-    if not expected.same_file(identity_at(dir_fd, name), ctime=ctime):
-        raise Changed("it changed since it was read (a new save?)")
+    # Writers first: one that closes before we look has already changed what we compare next.
     busy = writers(name)
     if busy:
         raise Changed(f"it is open for writing by pid {', '.join(map(str, sorted(busy)))}")
+    if not expected.same_file(identity_at(dir_fd, name), ctime=ctime):
+        raise Changed("it changed since it was read (a new save?)")
 
 
 def _swap_back(dir_fd: int, temp: str, name: str, ours: Identity | None) -> None:

@@ -229,6 +229,7 @@ class Worker(threading.Thread):
             self.stats.tick = time.monotonic()
 
     def _child(self, *args: str) -> None:
+        import signal
         import subprocess
         import sys
 
@@ -247,9 +248,25 @@ class Worker(threading.Thread):
             "--json",
         ]
         env = {**os.environ, "CKPT_ACTOR": f"daemon:{actor()}"}
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
+        child = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: killed whole on a timeout
         )
+        timeout = self.config.artifacts.timeout
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            self.stats.last_error = f"{args[0]} {args[1]}: killed after {timeout:g} s"
+            event(f"{args[0]}_timeout", level=logging.WARNING, error=self.stats.last_error)
+            return
+        done = subprocess.CompletedProcess(cmd, child.returncode, out, err)
         if done.returncode == 0:
             event(args[0], path=args[1], result=done.stdout.strip()[:300])
             return

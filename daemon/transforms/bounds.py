@@ -10,11 +10,15 @@ refused: a copy would duplicate or never end). Data is never read.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import h5py
 
 from daemon.errors import UsageError
+from daemon.formats import hdf5, window
+from daemon.formats.detect import ZIP_MAGIC
+from daemon.formats.keras_v3 import WEIGHTS_MEMBER
 from daemon.units import format_size
 
 MAX_DEPTH = 256  # Keras files nest fewer than 20 groups deep
@@ -27,6 +31,25 @@ SPARSE_SLACK = 1 << 30
 
 class TooHostile(UsageError):
     """The file is legal HDF5 but beyond what a rewrite takes on: nothing written."""
+
+
+def check_file(source: Path) -> None:
+    """`check` on an HDF5 file, or on the weights of a `.keras` archive; anything else is left
+    to the readers. Run first: before any reader walks a hostile file."""
+    with open(source, "rb") as raw:
+        head = raw.read(65536 + 8)
+        raw.seek(0)
+        if head[:4] in ZIP_MAGIC:
+            with zipfile.ZipFile(raw) as archive:
+                if WEIGHTS_MEMBER not in archive.namelist():
+                    return
+                with window.open_member(archive, raw, WEIGHTS_MEMBER) as member:
+                    with hdf5.open_h5(member) as f:
+                        check(f, source)
+            return
+    if hdf5.find_superblock(head) is not None:
+        with hdf5.open_h5(str(source)) as f:
+            check(f, source)
 
 
 def check(f: h5py.Group, source: Path) -> None:

@@ -185,6 +185,7 @@ def _hdf5_format(source: Path) -> Format:
         head = f.read(65536 + 8)
     if hdf5.find_superblock(head) is None and head[:4] not in ZIP_MAGIC:
         raise UsageError(f"{source} is not HDF5 nor a .keras archive (a TF checkpoint?): {only}")
+    bounds.check_file(source)  # before any reader walks a hostile file
     return read_checkpoint(source).format
 
 
@@ -288,7 +289,6 @@ class _Pipe:
 
 def _rewrite_h5(source: Path, temp: Path, spec: _Spec, pipe: _Pipe) -> tuple[int, str]:
     with hdf5.open_h5(str(source)) as src:
-        bounds.check(src, source)
         with h5py.File(temp, "w", locking=False, track_order=_tracks_order(src)) as dst:
             count = _copy_all(src, dst, spec, pipe)
         digest = pipe.pool.submit(hash_files, [temp])  # hashed while we verify
@@ -410,7 +410,6 @@ def _rewrite_keras(source: Path, temp: Path, spec: _Spec, pipe: _Pipe) -> tuple[
         window.open_member(archive, raw, KERAS_MEMBER) as member,
         hdf5.open_h5(member) as src,
     ):
-        bounds.check(src, source)
         # A nameless file (O_TMPFILE) beside the target: same filesystem, gone after a crash.
         with tempfile.TemporaryFile(dir=temp.parent, prefix=fsops.TEMP_PREFIX) as inner:
             with h5py.File(inner, "w", track_order=_tracks_order(src)) as dst:

@@ -121,6 +121,7 @@ def split(
     final = inference_path(source, out)
     before = fsops.current_stat(root, [source])  # also refuses a source outside `root`
     mark = marker.encode("inference", source, source_hash)
+    bounds.check_file(source)  # before any reader walks a hostile file
     write = _writer(detect.read_checkpoint(source).format, source, keep_compile, mark)
     with fsops.rewrite(root, final, like=source, replacing=replacing) as temp:
         try:
@@ -184,7 +185,6 @@ def _split_h5(source: Path, temp: Path, drop: _Drop, mark: str) -> int:
     with hdf5.open_h5(str(source)) as src:
         if drop.state not in src:
             raise _nothing_to_split(source)
-        bounds.check(src, source)
         with h5py.File(temp, "w-", locking=False) as dst:
             _copy_tree(src, dst, drop)
             dst.attrs[marker.ATTRIBUTE] = mark
@@ -323,7 +323,6 @@ def _split_archive(source: Path, temp: Path, keep_compile: bool, mark: str) -> i
         with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as src:
             if _STORE_DROP.state not in src:
                 raise _nothing_to_split(source)
-            bounds.check(src, source)
             with _inner_temp(temp.parent) as inner:
                 with h5py.File(inner, "w", locking=False) as dst:
                     _copy_tree(src, dst, _STORE_DROP)
