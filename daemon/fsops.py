@@ -271,6 +271,7 @@ def rewrite(
     parts = relative_parts(root, final)
     temp = temp_name(final, secrets.token_hex(4))
     with folder_beneath(root, parts[:-1]) as fd:
+        expected: Identity | None
         if like is None:
             model = expected = _identity(fd, parts[-1], final)
         else:

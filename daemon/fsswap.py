@@ -122,9 +122,9 @@ def _check(dir_fd: int, name: str, expected: Identity, writers: Writers, *, ctim
 def _swap_back(dir_fd: int, temp: str, name: str, ours: Identity | None) -> None:
     """Put the writer's file back at `name`, unless someone already wrote over ours there
     too: then both stay (theirs at `name`, the other one under a name of its own, kept)."""
-    if ours is not None and ours.same_file(identity_at(dir_fd, name), ctime=False):
-        if _renameat2(dir_fd, temp, name, RENAME_EXCHANGE):
-            return
+    still_ours = ours is not None and ours.same_file(identity_at(dir_fd, name), ctime=False)
+    if still_ours and _renameat2(dir_fd, temp, name, RENAME_EXCHANGE):
+        return
     keep = f"{name}.ckpt-kept-{os.getpid()}"
     os.rename(temp, keep, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     raise Changed(f"it changed while being replaced; the file it held is kept as {keep}")
@@ -138,7 +138,7 @@ def _libc_renameat2() -> Callable[..., int] | None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def _renameat2(dir_fd: int, old: str, new: str, flags: int) -> bool:

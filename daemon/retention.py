@@ -28,9 +28,9 @@ Semantics:
   borg, periodic rules do not skip periods already kept by another rule, and there is no
   "[oldest]" fallback: each rule is judged alone, so adding a rule can only keep more.
 - There is no reference-time argument: `keep_within` is measured from the newest mtime among
-  the run's ok checkpoints (inclusive: exactly 2d older is within 2d), never from now, so a finished run, or a
-  daemon back after two weeks, keeps its window; periodic rules count periods that hold
-  checkpoints, not calendar periods back from today.
+  the run's ok checkpoints (inclusive: exactly 2d older is within 2d), never from now, so a
+  finished run, or a daemon back after two weeks, keeps its window; periodic rules count
+  periods that hold checkpoints, not calendar periods back from today.
 - Budget (`max_bytes`, per run): while the kept ok checkpoints total more, trash, in this order,
   (1) those kept only by keep_within / keep_every / periodic rules, oldest (`progress_key`)
   first, (2) those kept by keep_last or keep_best beyond #1 (or "no <metric>: kept"), oldest

@@ -563,7 +563,9 @@ def protected_ids(items: list[Item], policy: Policy) -> set[int]:
         progress = [
             (inf if i.epoch is None else i.epoch, inf if i.step is None else i.step) for i in ok
         ]
-        ids.add(max(zip(progress, ok), key=lambda p: (*p[0], p[1].mtime, p[1].id))[1].id)
+        ids.add(
+            max(zip(progress, ok, strict=True), key=lambda p: (*p[0], p[1].mtime, p[1].id))[1].id
+        )
     for rule in policy.keep_best:
         sign = -1 if (rule.mode or default_mode(rule.metric)) == "max" else 1
         valued = [(v, i) for i in ok if (v := i.metrics.get(rule.metric)) is not None]

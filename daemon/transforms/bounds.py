@@ -43,9 +43,11 @@ def check_file(source: Path) -> None:
             with zipfile.ZipFile(raw) as archive:
                 if WEIGHTS_MEMBER not in archive.namelist():
                     return
-                with window.open_member(archive, raw, WEIGHTS_MEMBER) as member:
-                    with hdf5.open_h5(member) as f:
-                        check(f, source)
+                with (
+                    window.open_member(archive, raw, WEIGHTS_MEMBER) as member,
+                    hdf5.open_h5(member) as f,
+                ):
+                    check(f, source)
             return
     if hdf5.find_superblock(head) is not None:
         with hdf5.open_h5(str(source)) as f:

@@ -38,9 +38,9 @@ from daemon import fsops
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import hdf5, window
 from daemon.formats.detect import ZIP_MAGIC, read_checkpoint
-from daemon.transforms import bounds
 from daemon.hashing import hash_files
 from daemon.model import FileStat, Format
+from daemon.transforms import bounds
 
 CODECS = ("gzip", "lzf", "zstd")
 SLAB_BYTES = 4 << 20  # chunk size: big chunks compress better (keras-formats.md §4)
