@@ -396,3 +396,87 @@ def test_stale_temps_of_dead_writers_go_at_the_next_scan_or_command(
     workspace.run("compress", str(files[1]))  # a command on another checkpoint of the run
     assert not mine.exists()
     assert live.exists() and elsewhere.exists()  # a live writer's; another host's (NFS)
+
+
+# ---- items 8 and 25: hostile but legal HDF5 files are refused quickly, with the reason --------
+
+
+def keras_looking_h5(path: Path, fill: Any) -> Path:
+    """A legacy Keras full-model .h5 as our readers accept it, `fill` building its weights."""
+    config = {"class_name": "Sequential", "config": {"name": "s", "layers": []}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f.attrs["model_config"] = json.dumps(config)
+        f.attrs["keras_version"], f.attrs["backend"] = "2.15.0", "tensorflow"
+        weights = f.create_group("model_weights")
+        weights.attrs["layer_names"] = np.array([b"g"])
+        layer = weights.create_group("g")
+        layer.attrs["weight_names"] = np.array([], dtype="S1")
+        fill(layer)
+        f.create_group("optimizer_weights")["iteration:0"] = np.int64(3)
+    return path
+
+
+def unallocated(layer: h5py.Group) -> None:
+    """4 TiB declared, nothing written: the file stays a few KB."""
+    layer.create_dataset("kernel:0", shape=(2**40,), dtype="f4", chunks=(2**20,))
+
+
+def deep_chain(layer: h5py.Group) -> None:
+    for _ in range(2000):
+        layer = layer.create_group("g")
+    layer["w"] = np.zeros(10, np.float32)
+
+
+@pytest.mark.parametrize(
+    ("fill", "reason"),
+    [(unallocated, "declares 4.4 TB but stores 0 B"), (deep_chain, "deeper than 256 levels")],
+)
+def test_hostile_files_are_refused_by_compress_and_split(
+    workspace: Workspace, fill: Any, reason: str
+) -> None:
+    target = keras_looking_h5(workspace.root / "exp" / "hostile.h5", fill)
+    size = target.stat().st_size
+    workspace.run("scan")
+    data = target.read_bytes()
+    for command in ("compress", "split"):
+        cmd = [sys.executable, "-m", "daemon", "--config", str(workspace.config), command]
+        done = subprocess.run(  # generous: the old code ran for hours or crashed
+            [*cmd, str(target)], capture_output=True, text=True, timeout=120, cwd=workspace.base
+        )
+        assert done.returncode == 2, (command, done.returncode, done.stderr[-2000:])
+        assert reason in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert target.read_bytes() == data and size < 3 << 20
+    assert sorted(p.name for p in target.parent.iterdir()) == ["hostile.h5"]
+
+
+def test_the_transforms_themselves_refuse_a_deep_chain_without_recursion_error(
+    tmp_path: Path,
+) -> None:
+    from daemon.transforms import bounds
+    from daemon.transforms.compress import compress
+    from daemon.transforms.split import split
+
+    target = keras_looking_h5(tmp_path / "deep.h5", deep_chain)
+    for transform in (compress, split):
+        with pytest.raises(bounds.TooHostile, match="deeper than 256"):
+            transform(tmp_path, target)
+    assert [p.name for p in tmp_path.iterdir()] == ["deep.h5"]
+
+
+def test_the_service_kills_an_artifacts_child_past_its_timeout(
+    workspace: Workspace, keras_checkpoints: Path
+) -> None:
+    target = padded_checkpoint(keras_checkpoints, workspace.root / "exp/weights.01-1.69.hdf5")
+    workspace.run("scan")
+    data = target.read_bytes()
+    with workspace.config.open("a") as f:  # no child even gets its imports done in 10 ms
+        f.write("artifacts:\n  compress_after: 0s\n  timeout: 0.01\n")
+    done = workspace.run("serve", "--once", check=False)
+    assert done.returncode == 3, done.stderr  # a job failed: said in the exit code too
+    assert "event=compress_timeout" in done.stderr and "killed after 0.01 s" in done.stderr
+    assert target.read_bytes() == data
+    bad = workspace.config.read_text().replace("timeout: 0.01", "timeout: 0s")
+    workspace.config.write_text(bad)
+    refused = workspace.run("config", "check", str(workspace.config), check=False)
+    assert refused.returncode == 2 and "artifacts.timeout" in refused.stderr + refused.stdout
