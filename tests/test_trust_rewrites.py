@@ -453,13 +453,13 @@ def test_hostile_files_are_refused_by_compress_and_split(
 def test_the_transforms_themselves_refuse_a_deep_chain_without_recursion_error(
     tmp_path: Path,
 ) -> None:
-    from daemon.transforms import bounds
+    from daemon.errors import UsageError
     from daemon.transforms.compress import compress
     from daemon.transforms.split import split
 
     target = keras_looking_h5(tmp_path / "deep.h5", deep_chain)
     for transform in (compress, split):
-        with pytest.raises(bounds.TooHostile, match="deeper than 256"):
+        with pytest.raises(UsageError, match="deeper than 256"):
             transform(tmp_path, target)
     assert [p.name for p in tmp_path.iterdir()] == ["deep.h5"]
 
