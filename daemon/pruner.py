@@ -130,6 +130,7 @@ def _execute(
 ) -> None:
     holder = f"{actor} pid {os.getpid()}"
     with store_actions.lease(store.engine, rp.run_id, holder, LEASE_SECONDS):
+        fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
         _refuse_unsafe_plan(rp, current)
         for decision in rp.plan.to_trash():
@@ -210,6 +211,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
     root = guards.configured_root(config, c)
+    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     holder = f"{actor} pid {os.getpid()}"
     with (
         store_actions.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS),
