@@ -39,23 +39,82 @@ def split_checkpoint(
     actor: str,
     leased: bool = False,
 ) -> tuple[Checkpoint, SplitResult]:
-    """`leased`: the caller (retention's demotion) already holds the run's lease."""
-    from daemon.transforms.split import split
+    """`leased`: the caller (retention's demotion) already holds the run's lease.
+
+    The artifact is registered before it gets its name (a pending row, completed after), so
+    a scan racing the split, or one after a crash in between, knows the file is ours; the file
+    also carries a marker (`transforms.marker`). Any other file at that name is never
+    replaced: only this checkpoint's own artifact, still as registered, is rewritten."""
+    from daemon.transforms.split import inference_path, split
 
     c = store.get(ref)
     with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
-        result = split(root, Path(c.path), out=out, keep_compile=keep_compile)
-        store_actions.add_artifact(
-            store.engine,
-            c.id,
-            kind="inference",
-            path=str(result.path),
-            size=result.bytes,
-            codec=None,
-            digest=result.hash,
-        )
+        final = inference_path(Path(c.path), out)
+        replacing = _own_artifact(root, c, final)
+        pending = replacing is None
+        if pending:
+            _register(store, c.id, "inference", final, 0, None, None)
+        try:
+            result = split(
+                root,
+                Path(c.path),
+                out=out,
+                keep_compile=keep_compile,
+                replacing=replacing,
+                source_hash=c.hash,
+            )
+        except BaseException:
+            if pending:
+                store_actions.forget_artifact(store.engine, str(final))
+            raise
+        _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
     return store.get(str(c.id)), result
+
+
+def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | None:
+    """The identity of what is at `final` if it is `c`'s own registered artifact, unchanged;
+    None if nothing is there; WouldReplace (exit 2) for anything else."""
+    from daemon.hashing import hash_files
+    from daemon.transforms import marker
+
+    found = fsops.identity(root, final)
+    if found is None:
+        return None
+    registered = [a for a in c.details.get("artifacts", []) if a["path"] == str(final)]
+    if registered:
+        expected = registered[0]["hash"]
+        if expected is None:  # a pending row (a split killed after its rename): the marker
+            mark = marker.read(final)
+            ours = mark is not None and mark.get("parent") == c.path
+        else:
+            ours = hash_files([final]) == expected
+        if ours and found.same_file(fsops.identity(root, final)):  # what we hashed is there
+            return found
+    raise fsops.WouldReplace(
+        f"{final} exists and is not this checkpoint's artifact: refused, nothing replaced "
+        "(move it away, or write elsewhere with --out)"
+    )
+
+
+def _register(
+    store: Store,
+    checkpoint_id: int,
+    kind: str,
+    path: Path,
+    size: int,
+    codec: str | None,
+    digest: str | None,
+) -> None:
+    store_actions.add_artifact(
+        store.engine,
+        checkpoint_id,
+        kind=kind,
+        path=str(path),
+        size=size,
+        codec=codec,
+        digest=digest,
+    )
 
 
 def compress_checkpoint(
@@ -73,21 +132,41 @@ def compress_checkpoint(
     c = store.get(ref)
     with _acting_on(config, store, c, "compress", actor) as (root, members):
         result = compress(root, Path(c.path), codec=codec, level=level, shuffle=shuffle)
-        stat = fsops.current_stat(root, members)
-        store_actions.record_rewrite(
-            store.engine, c.id, stat=stat, digest=result.hash, codec=result.codec
-        )
-        # The checkpoint itself, rewritten: recorded so the scheduled job compresses it once.
-        store_actions.add_artifact(
-            store.engine,
-            c.id,
-            kind="compressed",
-            path=c.path,
-            size=result.bytes_after,
-            codec=result.codec,
-            digest=result.hash,
-        )
+        if result.skipped is None:
+            stat = fsops.current_stat(root, members)
+            store_actions.record_rewrite(
+                store.engine, c.id, stat=stat, digest=result.hash, codec=result.codec
+            )
+        # Recorded so the scheduled job compresses it once; a file that would not shrink is
+        # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
+        tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
+        _register(store, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash)
     return store.get(str(c.id)), result
+
+
+NOT_SMALLER = "not smaller: "
+
+
+def adopt(store: Store, path: Path) -> str | None:
+    """If `path` carries our artifact marker: make sure the catalog lists it as an artifact of
+    its parent, and say why it is not a checkpoint (the indexer skips it); else None."""
+    from daemon.errors import NotFound
+    from daemon.hashing import hash_files
+    from daemon.transforms import marker
+
+    mark = marker.read(path)
+    if mark is None:
+        return None
+    parent = str(mark["parent"])
+    try:
+        owner = store.get(parent)
+    except NotFound:
+        return f"an artifact ckpt derived from {parent} (not in the catalog)"
+    if not any(a["path"] == str(path) for a in owner.details.get("artifacts", [])):
+        size = path.stat().st_size
+        kind = str(mark.get("kind") or "inference")
+        _register(store, owner.id, kind, path, size, None, hash_files([path]))
+    return f"an artifact ckpt derived from {parent}"
 
 
 @contextmanager
@@ -103,6 +182,7 @@ def _acting_on(
             "their object graph)"
         )
     root, members = guards.located(config, store, c)
+    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     holder = f"{actor} pid {os.getpid()}"
     lease = (
         contextlib.nullcontext()

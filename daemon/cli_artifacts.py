@@ -77,7 +77,8 @@ def compress(
     obj: Context, ref: str, codec: str, level: int | None, no_shuffle: bool, as_json: bool
 ) -> None:
     """Compress a checkpoint in place, losslessly: every dataset is re-encoded, verified equal
-    to the original, then the file is atomically replaced.
+    to the original, then the file is atomically replaced (keeping its mtime), unless it would
+    not shrink: then it is left as it is, and the service does not try again.
 
     \b
     Example:  ckpt compress runs/exp1/weights.07-0.23.hdf5 --codec gzip
@@ -96,8 +97,12 @@ def compress(
                 "bytes_after": result.bytes_after,
                 "hash": result.hash,
                 "needs": result.needs,
+                "skipped": result.skipped,
             }
         )
+        return
+    if result.skipped:
+        click.echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
         return
     click.echo(
         f"{result.path}: {format_size(result.bytes_before)} -> "

@@ -6,6 +6,7 @@ Every error names the key path (`roots[0].observer`) and the reason, and exits 2
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Artifacts:
     split_after: float | None = None
     compress_after: float | None = None
     codec: str = "gzip"
+    timeout: float = 3600.0  # seconds one split/compress child may run before it is killed
 
     @property
     def enabled(self) -> bool:
@@ -254,14 +256,17 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
 
 
 def _artifacts(value: Any) -> Artifacts:
-    raw = _mapping(value, "artifacts", {"split_after", "compress_after", "codec"})
+    raw = _mapping(value, "artifacts", {"split_after", "compress_after", "codec", "timeout"})
 
     def after(key: str) -> float | None:
         given = raw.get(key)
         return None if given is None else _duration(given, f"artifacts.{key}")
 
     codec = _choice(raw.get("codec", "gzip"), "artifacts.codec", ("gzip", "lzf", "zstd"))
-    return Artifacts(after("split_after"), after("compress_after"), codec)
+    timeout = _duration(raw.get("timeout", Artifacts.timeout), "artifacts.timeout")
+    if not 0 < timeout < math.inf:
+        raise ConfigError("artifacts.timeout", "must be a duration above 0s")
+    return Artifacts(after("split_after"), after("compress_after"), codec, timeout)
 
 
 def _run_rules(value: Any) -> tuple[RunRule, ...]:

@@ -11,20 +11,25 @@ over the target, and the folder is fsynced.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import secrets
+import socket
 import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+from daemon import fsswap, procfs
 from daemon.errors import CkptError
+from daemon.fsswap import Identity
 from daemon.model import FileStat
 
 TEMP_PREFIX = ".ckpt-tmp-"
 TRASH_DIR = ".ckpt-trash"
 STALE_AFTER_SECONDS = 86400.0
+_HOST_TAG = hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -215,7 +220,13 @@ def _opened(fd: int) -> Iterator[int]:
 
 
 def temp_name(final: Path, token: str) -> Path:
-    return final.with_name(f"{TEMP_PREFIX}{os.getpid()}-{token}-{final.name}")
+    return final.with_name(f"{temp_prefix()}{token}-{final.name}")
+
+
+def temp_prefix() -> str:
+    """`.ckpt-tmp-<pid>h<host>-`: the writer's pid and a tag of its host, so a cleanup on a
+    shared (NFS) folder never judges another host's live writer by a local pid."""
+    return f"{TEMP_PREFIX}{os.getpid()}h{_HOST_TAG}-"
 
 
 def atomic_write(root: Path, path: Path, data: bytes) -> None:
@@ -242,35 +253,104 @@ def atomic_write(root: Path, path: Path, data: bytes) -> None:
 
 
 @contextmanager
-def rewrite(root: Path, final: Path) -> Iterator[Path]:
+def rewrite(
+    root: Path, final: Path, *, like: Path | None = None, replacing: Identity | None = None
+) -> Iterator[Path]:
     """Write a new file for `final` (below `root`) safely: yields a temp path in the same folder
-    to write into; when the block ends without error, the temp file is fsynced, renamed onto
-    `final` and the folder fsynced; on any error (or a crash) it never reaches `final`, and it
-    is removed (or, after a crash, by the next start: `remove_stale_temps`).
+    to write into; when the block ends without error, the temp file gets the mode and the
+    access/modification times of the file it stands for (so retention still sees when the
+    trainer wrote it), is fsynced and given the name `final`, and the folder fsynced. On any
+    error (or a crash) nothing reaches `final`, and the temp file is removed (after a crash, by
+    `remove_stale_temps`). Verify inside the block: the rename happens only after it.
 
-    Verify inside the block, before it ends: the rename happens only after the block."""
+    In place (`like` None): `final` must still be the very file it was when the block began
+    (inode, size, mtime, ctime) and no local process may have it open for writing, else
+    Refused and nothing replaced (see `fsswap.replace_if_same`: atomic on local filesystems).
+    A new file (`like`: the file it derives from, whose mode and times it takes): nothing at
+    `final` is ever replaced (WouldReplace), unless it is `replacing` still unchanged."""
     parts = relative_parts(root, final)
     temp = temp_name(final, secrets.token_hex(4))
     with folder_beneath(root, parts[:-1]) as fd:
+        expected: Identity | None
+        if like is None:
+            model = expected = _identity(fd, parts[-1], final)
+        else:
+            like_parts = relative_parts(root, like)
+            with folder_beneath(root, like_parts[:-1]) as like_fd:
+                model, expected = _identity(like_fd, like_parts[-1], like), replacing
+            if expected is None and fsswap.identity_at(fd, parts[-1]) is not None:
+                raise WouldReplace(_would_replace(final))
+        old: str | None = None
         try:
             yield temp
             with _opened(os.open(temp.name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)) as out:
+                os.chmod(out, model.mode)
+                os.utime(out, ns=(model.atime_ns, model.mtime_ns))
                 os.fsync(out)
-            os.rename(temp.name, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+            old = _put(fd, temp.name, final, expected)
             os.fsync(fd)
         except BaseException:
             with suppress(FileNotFoundError):
                 os.unlink(temp.name, dir_fd=fd)
             raise
+        if old is not None:  # the file replaced, swapped out to the temp name
+            os.unlink(old, dir_fd=fd)
+            os.fsync(fd)
+
+
+class WouldReplace(CkptError):
+    """A new file would take the name of one we did not create: refused, nothing written."""
+
+    exit_code = 2
+
+
+def _would_replace(final: Path) -> str:
+    return f"{final} exists and is not ours to replace: move it away, or write elsewhere (--out)"
+
+
+def _identity(dir_fd: int, name: str, path: Path) -> Identity:
+    info = entry_stat(dir_fd, name)  # refuses a symlink; FileNotFoundError if gone
+    if not stat.S_ISREG(info.st_mode):
+        raise Refused(f"{path} is not a regular file")
+    return Identity.of(info)
+
+
+def _put(dir_fd: int, temp: str, final: Path, expected: Identity | None) -> str | None:
+    if expected is None:
+        try:
+            fsswap.publish_new(dir_fd, temp, final.name)
+        except FileExistsError:
+            raise WouldReplace(_would_replace(final)) from None
+        return None
+    folder = str(final.parent)
+
+    def writers(name: str) -> list[int]:
+        return procfs.writers_under([final.parent]).get(os.path.join(folder, name), [])
+
+    try:
+        return fsswap.replace_if_same(dir_fd, temp, final.name, expected, writers)
+    except fsswap.Changed as exc:
+        raise Refused(f"{final} not replaced: {exc}") from None
+
+
+def identity(root: Path, path: Path) -> Identity | None:
+    """Which file `path` (below `root`) is now, or None if there is none."""
+    parts = relative_parts(root, path)
+    with folder_beneath(root, parts[:-1]) as fd:
+        return fsswap.identity_at(fd, parts[-1])
 
 
 # ---- our own leftovers ----
 
 
-def stale_temps(root: Path, now: float) -> Iterator[Path]:
-    """Our temp files under `root` whose writer is dead, or that are older than a day."""
+def stale_temps(root: Path, now: float, *, recursive: bool = True) -> Iterator[Path]:
+    """Our temp files under `root` (or only in it) whose writer is dead, or a day old."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = (
+            []
+            if not recursive
+            else [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        )
         for name in filenames:
             if not name.startswith(TEMP_PREFIX):
                 continue
@@ -279,15 +359,16 @@ def stale_temps(root: Path, now: float) -> Iterator[Path]:
                 info = os.lstat(path)
             except OSError:
                 continue
+            # ctime, not mtime: a finished temp already carries the original's (old) mtime.
             if stat.S_ISREG(info.st_mode) and (
-                not _alive(_writer_pid(name)) or now - info.st_mtime > STALE_AFTER_SECONDS
+                _writer_gone(name) or now - info.st_ctime > STALE_AFTER_SECONDS
             ):
                 yield path
 
 
-def remove_stale_temps(root: Path) -> list[Path]:
+def remove_stale_temps(root: Path, *, recursive: bool = True) -> list[Path]:
     removed = []
-    for path in stale_temps(root, time.time()):
+    for path in stale_temps(root, time.time(), recursive=recursive):
         try:
             path.unlink()
             removed.append(path)
@@ -296,9 +377,13 @@ def remove_stale_temps(root: Path) -> list[Path]:
     return removed
 
 
-def _writer_pid(name: str) -> int | None:
-    head = name[len(TEMP_PREFIX) :].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
+def _writer_gone(name: str) -> bool:
+    """The temp's writer is known dead: its pid, on this host, is not running. A temp of
+    another host (shared folder) is never judged by a local pid: only its age counts."""
+    pid, _, host = name[len(TEMP_PREFIX) :].split("-", 1)[0].partition("h")
+    if host and host != _HOST_TAG:
+        return False
+    return not _alive(int(pid) if pid.isdigit() else None)
 
 
 def _alive(pid: int | None) -> bool:

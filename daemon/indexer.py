@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon import completion, discovery, store_actions
+from daemon import completion, discovery, fsops, store_actions
 from daemon.config import Config, RootConfig
 from daemon.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
 from daemon.formats import tf_child
@@ -87,6 +87,7 @@ def scan(
             report.errors.append(f"root {root.path} is not a folder: nothing marked missing")
             event("root_unavailable", level=logging.ERROR, root=root.path)
             continue
+        fsops.remove_stale_temps(start)  # ours, left by killed commands (dead pid, this host)
         with tf_child.session():  # one TensorFlow child for all TF checkpoints of the scan
             _Scan(config, root, store, report, actor, progress, start).run(start, should_stop)
     return report
@@ -177,9 +178,13 @@ class _Scan:
             self.report.metrics_refreshed += 1
 
     def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> bool:
+        from daemon.artifacts import adopt
         from daemon.formats.detect import read_checkpoint
         from daemon.hashing import hash_files
 
+        if cand.family == discovery.FILE and (ours := adopt(self.store, cand.path)) is not None:
+            self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
+            return True
         try:
             info = read_checkpoint(cand.path, cand.family)
             digest = hash_files(cand.members)

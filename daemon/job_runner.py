@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -161,8 +162,9 @@ class JobRunner(threading.Thread):
             text=True,
             env=env,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: killed whole on a timeout
         )
-        out, err = self._wait(child)
+        out, err = self._wait(child, args)
         if child.returncode == 0:
             event(args[0], path=args[1], result=out.strip()[:300])
             return
@@ -173,13 +175,21 @@ class JobRunner(threading.Thread):
         self.stats.last_error = f"{args[0]} {args[1]}: {lines[-1] if lines else child.returncode}"
         event(f"{args[0]}_failed", level=logging.WARNING, error=self.stats.last_error)
 
-    def _wait(self, child: subprocess.Popen[str]) -> tuple[str, str]:
-        """The child's output; asks it to end (then kills it) if the service stops meanwhile."""
+    def _wait(self, child: subprocess.Popen[str], args: tuple[str, ...]) -> tuple[str, str]:
+        """The child's output; asks it to end (then kills it) if the service stops meanwhile;
+        kills its whole process group past `artifacts.timeout`."""
+        timeout = self.config.artifacts.timeout
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 return child.communicate(timeout=0.5)
             except subprocess.TimeoutExpired:
                 self.tick = time.monotonic()
+                if time.monotonic() > deadline:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    self.stats.last_error = f"{args[0]} {args[1]}: killed after {timeout:g} s"
+                    event(f"{args[0]}_timeout", level=logging.WARNING, error=self.stats.last_error)
+                    return child.communicate()
                 if not self.stopping.is_set():
                     continue
             child.terminate()

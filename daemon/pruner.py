@@ -173,6 +173,7 @@ def _execute(
     with store_leases.lease(store.engine, rp.run_id, holder, LEASE_SECONDS) as taken_from:
         if taken_from is not None:  # a killed command held it: settle what it left planned
             recovery.settle_events(config, store, of=taken_from)
+        fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
         _refuse_unsafe_plan(rp, current)
         renewed = time.monotonic()
@@ -198,8 +199,8 @@ def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
     ok = [c for c in current.values() if c.status == CheckpointStatus.OK]
     if ok and doomed >= {c.id for c in ok}:
         raise fsops.Refused(f"refused: the plan for run {rp.run} would trash every checkpoint")
-    newest = max(ok, key=lambda c: (c.mtime, c.id), default=None)
-    if newest is not None and newest.id in doomed:
+    # The planner's own notion of newest (epoch/step, then mtime), not when a file was touched.
+    if doomed & set(retention.newest([_item(c, False) for c in ok])):
         raise fsops.Refused(f"refused: the plan for run {rp.run} would trash its newest checkpoint")
 
 
@@ -267,6 +268,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
     root = guards.configured_root(config, c)
+    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     holder = f"{actor} pid {os.getpid()}"
     with store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS) as dead:
         if dead is not None:

@@ -9,8 +9,17 @@ Semantics:
 - Candidates are the run's rows with status ok, incomplete, corrupt or unreadable; missing,
   trashed and purged rows are not in the plan. Rules look at complete (ok) checkpoints only: a
   file still being written neither takes a keep_last slot nor counts as the best.
-- Always kept: the newest ok checkpoint ("newest"), pinned ones ("pinned") and every non-ok one
-  (its status as the reason: the planner never trashes what it could not read).
+- Order ("newest", "oldest", keep_last, the budget's order) is what a checkpoint *is*, never
+  when a file was last touched: `progress_key` = (epoch, step, mtime, id), where an unknown
+  epoch or step counts as +infinity. So within a run, epoch 12 is newer than epoch 3 whatever
+  their mtimes (a rewrite, a copy, a `touch`); among equal epochs the step decides, then the
+  mtime the trainer gave the file, then the id. A checkpoint whose progress is unknown (no
+  epoch, or no step beside others with one) is placed after every one that has it: it never
+  looks older than it might be (conservative: at worst it takes a keep_last slot).
+- Always kept: the newest ok checkpoint by that order ("newest"), and also the most recently
+  written one if that is another ("newest mtime": a run mixing known and unknown progress
+  keeps both candidates), pinned ones ("pinned") and every non-ok one (its status as the
+  reason: the planner never trashes what it could not read).
 - Keep rules are a union: a checkpoint survives if any rule keeps it. `keep_last N`; `keep_best`
   per metric (ties: newer mtime, then higher id; a checkpoint without the metric, or with NaN, is
   kept with "no <metric>: kept" unless `keep_missing=False`); `keep_every N` on the epoch, or on
@@ -18,13 +27,14 @@ Semantics:
   last N UTC hours/days/ISO weeks that hold ok checkpoints, the newest one of that period. Unlike
   borg, periodic rules do not skip periods already kept by another rule, and there is no
   "[oldest]" fallback: each rule is judged alone, so adding a rule can only keep more.
-- There is no reference-time argument: `keep_within` is measured from the run's newest ok
-  checkpoint (inclusive: exactly 2d older is within 2d), never from now, so a finished run, or a
-  daemon back after two weeks, keeps its window; periodic rules count periods that hold
-  checkpoints, not calendar periods back from today.
+- There is no reference-time argument: `keep_within` is measured from the newest mtime among
+  the run's ok checkpoints (inclusive: exactly 2d older is within 2d), never from now, so a
+  finished run, or a daemon back after two weeks, keeps its window; periodic rules count
+  periods that hold checkpoints, not calendar periods back from today.
 - Budget (`max_bytes`, per run): while the kept ok checkpoints total more, trash, in this order,
-  (1) those kept only by keep_within / keep_every / periodic rules, oldest (mtime, id) first,
-  (2) those kept by keep_last or keep_best beyond #1 (or "no <metric>: kept"), oldest first.
+  (1) those kept only by keep_within / keep_every / periodic rules, oldest (`progress_key`)
+  first, (2) those kept by keep_last or keep_best beyond #1 (or "no <metric>: kept"), oldest
+  first.
   Never the protected ones (newest, pinned, non-ok, best #1 of each metric); if they alone are
   over budget the plan keeps them and says so in `Plan.notes`.
 - Demotion comes first: over budget, checkpoints that can be split (`Item.inference_bytes` set:
@@ -128,7 +138,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class Plan:
-    decisions: tuple[Decision, ...]  # oldest (mtime, id) first
+    decisions: tuple[Decision, ...]  # by (mtime, id): the order the files were written
     bytes_freed: int
     notes: tuple[str, ...] = ()
 
@@ -201,28 +211,48 @@ def _age(item: Item) -> tuple[float, int]:
     return (item.mtime, item.id)
 
 
+def progress_key(item: Item) -> tuple[float, float, float, int]:
+    """How far along its run a checkpoint is: epoch, step, then mtime and id; an unknown epoch
+    or step sorts after every known one (never older than it might be). See the module doc."""
+    epoch = math.inf if item.epoch is None else item.epoch
+    step = math.inf if item.step is None else item.step
+    return (epoch, step, item.mtime, item.id)
+
+
+def newest(ok: Sequence[Item]) -> dict[int, str]:
+    """{id: reason} of the checkpoints protected as a run's newest among `ok` ones: the
+    furthest along by `progress_key`, and the last written (mtime) if that is another one.
+    The planner and the executor's rail use this same function."""
+    if not ok:
+        return {}
+    found = {max(ok, key=progress_key).id: "newest"}
+    found.setdefault(max(ok, key=_age).id, "newest mtime")
+    return found
+
+
 def _reasons(
     candidates: list[Item], ok: list[Item], policy: Policy
 ) -> Iterator[tuple[int, int, str]]:
     """(id, tier, reason) in a fixed order: protections, then rules as the policy lists them."""
-    newest = ok[-1] if ok else None
+    protected = newest(ok)
     for item in candidates:
-        if item is newest:
-            yield item.id, PROTECTED, "newest"
+        if item.id in protected:
+            yield item.id, PROTECTED, protected[item.id]
         if item.pinned:
             yield item.id, PROTECTED, "pinned"
         if item.status != CheckpointStatus.OK:
             yield item.id, PROTECTED, str(item.status)
-    newest_first = ok[::-1]
+    newest_first = ok[::-1]  # by mtime: ties in keep_best, periods
     if policy.keep_last is not None:
-        for rank, item in enumerate(newest_first[: policy.keep_last], start=1):
+        furthest_first = sorted(ok, key=progress_key, reverse=True)
+        for rank, item in enumerate(furthest_first[: policy.keep_last], start=1):
             yield item.id, RANKED, f"last #{rank}"
     for rule in policy.keep_best:
         yield from _keep_best(newest_first, rule)
     if policy.keep_every is not None:
         yield from _keep_every(ok, policy.keep_every)
-    if policy.keep_within is not None and newest is not None:
-        since = newest.mtime - policy.keep_within  # inclusive: exactly 2d old is within 2d
+    if policy.keep_within is not None and ok:
+        since = ok[-1].mtime - policy.keep_within  # inclusive: exactly 2d old is within 2d
         reason = f"within {format_duration(policy.keep_within)} of newest"
         yield from ((item.id, LOOSE, reason) for item in ok if item.mtime >= since)
     for kind in ("hourly", "daily", "weekly"):
@@ -289,7 +319,7 @@ def _trim(
     strength = {item.id: min(tier for tier, _ in tags[item.id]) for item in kept}
     order = sorted(
         (item for item in kept if strength[item.id] != PROTECTED),
-        key=lambda item: (strength[item.id] == RANKED, item.mtime, item.id),
+        key=lambda item: (strength[item.id] == RANKED, progress_key(item)),
     )
     over: dict[int, tuple[str, str]] = {}
     for item in order:

@@ -240,9 +240,10 @@ def add_artifact(
     path: str,
     size: int,
     codec: str | None,
-    digest: str,
+    digest: str | None,
 ) -> None:
-    """Register a file we derived from a checkpoint (replacing an older one at that path)."""
+    """Register a file we derived from a checkpoint (replacing an older one at that path);
+    `digest` None: pending, registered before the file gets its name."""
     with engine.begin() as conn:
         conn.execute(delete(artifacts).where(artifacts.c.path == path))
         conn.execute(
@@ -256,6 +257,12 @@ def add_artifact(
                 created_at=_iso(_now()),
             )
         )
+
+
+def forget_artifact(engine: Engine, path: str) -> None:
+    """Drop the artifact row of `path` (a pending one whose file was never written)."""
+    with engine.begin() as conn:
+        conn.execute(delete(artifacts).where(artifacts.c.path == path))
 
 
 def ids_with_artifact(engine: Engine, kind: str) -> set[int]:

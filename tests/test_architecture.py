@@ -51,6 +51,8 @@ OWNERS = {
         "formats/keras_v3",
         "transforms/split",
         "transforms/compress",
+        "transforms/bounds",
+        "transforms/marker",
     },
     "watchdog": {"watcher"},
     "apscheduler": {"jobs"},
@@ -65,7 +67,7 @@ OWNERS = {
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
 # Path methods that change files whatever the receiver is called (str.replace is not one).
 PATH_MUTATORS = {"unlink", "rmdir", "write_bytes", "write_text", "symlink_to", "hardlink_to"}
-MUTATORS = {"fsops"}
+MUTATORS = {"fsops", "fsswap"}  # fsswap: the renameat2 half of fsops
 
 
 def modules() -> dict[str, ast.Module]:

@@ -150,9 +150,9 @@ def test_keep_every_uses_the_epoch_and_falls_back_to_the_step() -> None:
         (2, "trash", ("matched no keep rule",)),
         (3, "keep", ("every 10 steps",)),
         (4, "trash", ("matched no keep rule",)),
-        (5, "trash", ("matched no keep rule",)),
+        (5, "keep", ("newest",)),  # no epoch nor step: never older than it might be
         (6, "keep", ("every 10 epochs",)),
-        (7, "keep", ("newest",)),
+        (7, "keep", ("newest mtime",)),
     ]
 
 
@@ -350,7 +350,11 @@ def test_budget_counts_a_keep_for_a_missing_metric_as_ranked() -> None:
 
 
 def test_budget_leaves_trash_reasons_of_unkept_ones_alone_and_skips_empty_files() -> None:
-    items = [item(1, at(0)), item(2, at(1), epoch=10, size_bytes=0), item(3, at(2), epoch=20)]
+    items = [
+        item(1, at(0), epoch=1),
+        item(2, at(1), epoch=10, size_bytes=0),
+        item(3, at(2), epoch=20),
+    ]
     result = plan(items, Policy(keep_every=10, max_bytes=GB // 2))
     assert table(result) == [
         (1, "trash", ("matched no keep rule",)),
@@ -553,8 +557,15 @@ def protected_ids(items: list[Item], policy: Policy) -> set[int]:
     """What the issue says is never trashed, computed here without the planner's code."""
     ok = [i for i in items if i.status == "ok"]
     ids = {i.id for i in items if i.status not in GONE and (i.pinned or i.status != "ok")}
-    if ok:
+    if ok:  # the last written, and the furthest along (an unknown epoch/step counts as +inf)
         ids.add(max(ok, key=lambda i: (i.mtime, i.id)).id)
+        inf = math.inf
+        progress = [
+            (inf if i.epoch is None else i.epoch, inf if i.step is None else i.step) for i in ok
+        ]
+        ids.add(
+            max(zip(progress, ok, strict=True), key=lambda p: (*p[0], p[1].mtime, p[1].id))[1].id
+        )
     for rule in policy.keep_best:
         sign = -1 if (rule.mode or default_mode(rule.metric)) == "max" else 1
         valued = [(v, i) for i in ok if (v := i.metrics.get(rule.metric)) is not None]

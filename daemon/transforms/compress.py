@@ -20,7 +20,6 @@ import itertools
 import math
 import os
 import shutil
-import stat
 import tempfile
 import zipfile
 import zlib
@@ -41,6 +40,7 @@ from daemon.formats import hdf5, window
 from daemon.formats.detect import ZIP_MAGIC, read_checkpoint
 from daemon.hashing import hash_files
 from daemon.model import FileStat, Format
+from daemon.transforms import bounds
 
 CODECS = ("gzip", "lzf", "zstd")
 SLAB_BYTES = 4 << 20  # chunk size: big chunks compress better (keras-formats.md §4)
@@ -66,6 +66,7 @@ class CompressResult:
     hash: str  # daemon.hashing.hash_files([path]) of the new file
     datasets: int
     needs: str | None  # "import hdf5plugin" for zstd (readers need it), else None
+    skipped: str | None = None  # why the file was left as it was (it would not shrink)
 
 
 @dataclass(frozen=True)
@@ -112,23 +113,40 @@ def compress(
     shuffle: bool = True,
     workers: int | None = None,
 ) -> CompressResult:
-    """Rewrite `source` (below `root`) in place with `codec` + shuffle; verified before the swap."""
+    """Rewrite `source` (below `root`) in place with `codec` + shuffle; verified before the swap.
+    A result that would not be smaller is thrown away and the file left as it is (`skipped`)."""
     spec = _spec(codec, level, shuffle)
     fmt = _hdf5_format(source)
     before = fsops.current_stat(root, [source])
     workers = max(1, workers or len(os.sched_getaffinity(0)))
     rewrite_file = _rewrite_keras if fmt is Format.KERAS_ZIP else _rewrite_h5
-    with ThreadPoolExecutor(workers, "compress") as pool, fsops.rewrite(root, source) as temp:
-        try:
-            datasets, digest = rewrite_file(source, temp, spec, _Pipe(pool, 2 * workers))
-        except Exception as exc:
-            _check_unchanged(root, source, before, exc)
-            raise
-        _check_unchanged(root, source, before)
-        os.chmod(temp, stat.S_IMODE(os.stat(source).st_mode))  # the new file keeps its mode
-        after = temp.stat().st_size
+    try:
+        with ThreadPoolExecutor(workers, "compress") as pool, fsops.rewrite(root, source) as temp:
+            try:
+                datasets, digest = rewrite_file(source, temp, spec, _Pipe(pool, 2 * workers))
+            except Exception as exc:
+                _check_unchanged(root, source, before, exc)
+                raise
+            _check_unchanged(root, source, before)
+            after = temp.stat().st_size
+            if after >= before.size:
+                raise _NotSmaller(after)
+    except _NotSmaller as not_smaller:
+        skipped = f"would not shrink: {before.size} -> {not_smaller.size} bytes"
+        digest = hash_files([source])
+        return CompressResult(
+            source, spec.label, before.size, before.size, digest, datasets, None, skipped
+        )
     needs = "import hdf5plugin" if codec == "zstd" else None
     return CompressResult(source, spec.label, before.size, after, digest, datasets, needs)
+
+
+class _NotSmaller(Exception):
+    """Leaves the rewrite block without renaming: the compressed file is not smaller."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 def _spec(codec: str, level: int | None, shuffle: bool) -> _Spec:
@@ -167,6 +185,7 @@ def _hdf5_format(source: Path) -> Format:
         head = f.read(65536 + 8)
     if hdf5.find_superblock(head) is None and head[:4] not in ZIP_MAGIC:
         raise UsageError(f"{source} is not HDF5 nor a .keras archive (a TF checkpoint?): {only}")
+    bounds.check_file(source)  # before any reader walks a hostile file
     return read_checkpoint(source).format
 
 

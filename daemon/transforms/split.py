@@ -35,6 +35,7 @@ from daemon.formats import detect, hdf5, savedmodel
 from daemon.formats.keras_v3 import CONFIG_MEMBER, WEIGHTS_MEMBER
 from daemon.formats.window import open_member
 from daemon.model import FileStat, Format
+from daemon.transforms import bounds, marker
 
 # The most of one dataset held in memory at a time, per side. Bigger slabs gain nothing
 # measurable, and with 4 MiB the splitter's peak RSS is the same for a 30 MB and a 300 MB model.
@@ -94,21 +95,35 @@ def inference_path(source: Path, out_dir: Path | None = None) -> Path:
 
 
 def split(
-    root: Path, source: Path, *, out: Path | None = None, keep_compile: bool = False
+    root: Path,
+    source: Path,
+    *,
+    out: Path | None = None,
+    keep_compile: bool = False,
+    replacing: fsops.Identity | None = None,
+    source_hash: str | None = None,
 ) -> SplitResult:
     """Write the inference artifact of `source` (below `root`) beside it or into `out`.
 
-    Raises UsageError for what is not split (TF formats, files without optimizer state),
-    fsops.Refused if `source` changed meanwhile or a path leaves `root`, ArtifactMismatch if the
-    copy does not verify. In every failure the final name is left as it was.
+    Nothing at the artifact's name is replaced unless it is `replacing` (this checkpoint's own
+    artifact, as the caller found it) still unchanged (fsops.WouldReplace, exit 2). The
+    artifact carries a marker (`transforms.marker`: kind, `source`, `source_hash`) and the
+    source's mode and times.
+
+    Raises UsageError for what is not split (TF formats, files without optimizer state, files
+    beyond `bounds`), fsops.Refused if `source` changed meanwhile or a path leaves `root`,
+    ArtifactMismatch if the copy does not verify. In every failure the final name is left as
+    it was.
     """
     _refuse_tensorflow(source)
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
     final = inference_path(source, out)
     before = fsops.current_stat(root, [source])  # also refuses a source outside `root`
-    write = _writer(detect.read_checkpoint(source).format, source, keep_compile)
-    with fsops.rewrite(root, final) as temp:
+    mark = marker.encode("inference", source, source_hash)
+    bounds.check_file(source)  # before any reader walks a hostile file
+    write = _writer(detect.read_checkpoint(source).format, source, keep_compile, mark)
+    with fsops.rewrite(root, final, like=source, replacing=replacing) as temp:
         try:
             datasets = write(source, temp)
             digest, size = hashing.hash_files([temp]), temp.stat().st_size
@@ -134,13 +149,15 @@ def _refuse_tensorflow(source: Path) -> None:
         raise UsageError(f"not split: {source} is a TensorFlow checkpoint: {_TF_REASON}")
 
 
-def _writer(fmt: Format, source: Path, keep_compile: bool) -> Callable[[Path, Path], int]:
+def _writer(
+    fmt: Format, source: Path, keep_compile: bool, mark: str
+) -> Callable[[Path, Path], int]:
     if fmt is Format.KERAS_ZIP:
-        return partial(_split_archive, keep_compile=keep_compile)
+        return partial(_split_archive, keep_compile=keep_compile, mark=mark)
     if fmt is Format.KERAS_WEIGHTS_H5:
-        return partial(_split_h5, drop=_STORE_DROP)
+        return partial(_split_h5, drop=_STORE_DROP, mark=mark)
     if fmt is Format.KERAS_LEGACY_H5:
-        return partial(_split_h5, drop=_legacy_drop(keep_compile))
+        return partial(_split_h5, drop=_legacy_drop(keep_compile), mark=mark)
     if fmt is Format.KERAS_LEGACY_WEIGHTS_H5:
         raise _nothing_to_split(source)
     raise UsageError(f"not split: {source} is a {fmt} checkpoint: {_TF_REASON}")
@@ -164,14 +181,16 @@ def _check_unchanged(
 # ---- HDF5 files: legacy full models, Keras 3 weights stores ----
 
 
-def _split_h5(source: Path, temp: Path, drop: _Drop) -> int:
+def _split_h5(source: Path, temp: Path, drop: _Drop, mark: str) -> int:
     with hdf5.open_h5(str(source)) as src:
         if drop.state not in src:
             raise _nothing_to_split(source)
         with h5py.File(temp, "w-", locking=False) as dst:
             _copy_tree(src, dst, drop)
+            dst.attrs[marker.ATTRIBUTE] = mark
         with h5py.File(temp, "r", locking=False) as dst:  # verify what is on disk
-            return _verify_tree(src, dst, drop)
+            _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
+            return _verify_tree(src, dst, drop, added=frozenset({marker.ATTRIBUTE}))
 
 
 def _copy_tree(src: h5py.File, dst: h5py.File, drop: _Drop) -> None:
@@ -186,9 +205,12 @@ def _copy_tree(src: h5py.File, dst: h5py.File, drop: _Drop) -> None:
             src.copy(src[key], dst, name=key)
 
 
-def _verify_tree(src: h5py.File, dst: h5py.File, drop: _Drop) -> int:
-    """Compare every kept object: kind, attributes, and each dataset's dtype, shape and data."""
-    _expect(_same_attrs(src.attrs, dst.attrs, drop.attrs), "root attributes")
+def _verify_tree(
+    src: h5py.File, dst: h5py.File, drop: _Drop, added: frozenset[str] = frozenset()
+) -> int:
+    """Compare every kept object: kind, attributes, and each dataset's dtype, shape and data
+    (`added`: root attributes only the artifact has, checked by the caller)."""
+    _expect(_same_attrs(src.attrs, dst.attrs, drop.attrs, added), "root attributes")
     kept = [key for key in src if key not in drop.members]
     _expect(list(dst) == kept, f"top-level members {list(dst)} instead of {kept}")
     objects = _objects(src, drop)
@@ -277,9 +299,11 @@ def _same(a: Any, b: Any) -> bool:
     return x.tobytes() == y.tobytes()  # small: attributes, not weights
 
 
-def _same_attrs(a: Any, b: Any, dropped: frozenset[str] = frozenset()) -> bool:
+def _same_attrs(
+    a: Any, b: Any, dropped: frozenset[str] = frozenset(), added: frozenset[str] = frozenset()
+) -> bool:
     names = sorted(name for name in a if name not in dropped)
-    if sorted(b) != names:
+    if sorted(name for name in b if name not in added) != names:
         return False
     return all(a.get_id(n).dtype == b.get_id(n).dtype and _same(a[n], b[n]) for n in names)
 
@@ -292,7 +316,8 @@ def _expect(condition: bool, what: str) -> None:
 # ---- Keras 3 `.keras` archives ----
 
 
-def _split_archive(source: Path, temp: Path, keep_compile: bool) -> int:
+def _split_archive(source: Path, temp: Path, keep_compile: bool, mark: str) -> int:
+    comment = marker.zip_comment(mark)
     with open(source, "rb") as raw, zipfile.ZipFile(raw) as archive:
         config = _config_bytes(archive, keep_compile)
         with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as src:
@@ -301,8 +326,8 @@ def _split_archive(source: Path, temp: Path, keep_compile: bool) -> int:
             with _inner_temp(temp.parent) as inner:
                 with h5py.File(inner, "w", locking=False) as dst:
                     _copy_tree(src, dst, _STORE_DROP)
-                _write_archive(temp, archive, config, inner)
-            return _verify_archive(temp, archive, config, src)
+                _write_archive(temp, archive, config, inner, comment)
+            return _verify_archive(temp, archive, config, src, comment)
 
 
 def _config_bytes(archive: zipfile.ZipFile, keep_compile: bool) -> bytes:
@@ -322,14 +347,18 @@ def _config_bytes(archive: zipfile.ZipFile, keep_compile: bool) -> bytes:
 def _inner_temp(folder: Path) -> Iterator[Path]:
     """A temporary file beside the artifact for the new `model.weights.h5`, removed afterwards.
     Named like fsops temps (with our pid), so `remove_stale_temps` takes it only after a crash."""
-    prefix = f"{fsops.TEMP_PREFIX}{os.getpid()}-"
+    prefix = fsops.temp_prefix()
     with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=f"-{WEIGHTS_MEMBER}") as f:
         yield Path(f.name)
 
 
-def _write_archive(temp: Path, archive: zipfile.ZipFile, config: bytes, inner: Path) -> None:
-    """Every member in the source's order, STORED, as Keras writes them; streamed."""
+def _write_archive(
+    temp: Path, archive: zipfile.ZipFile, config: bytes, inner: Path, comment: bytes
+) -> None:
+    """Every member in the source's order, STORED, as Keras writes them; streamed; our marker
+    as the archive's comment."""
     with zipfile.ZipFile(temp, "x") as out:
+        out.comment = comment
         for info in archive.infolist():
             if info.filename == WEIGHTS_MEMBER:
                 with open(inner, "rb") as data:
@@ -352,8 +381,11 @@ def _add(out: zipfile.ZipFile, like: zipfile.ZipInfo, data: IO[bytes], size: int
         shutil.copyfileobj(data, member, _CHUNK)
 
 
-def _verify_archive(temp: Path, archive: zipfile.ZipFile, config: bytes, src: h5py.File) -> int:
+def _verify_archive(
+    temp: Path, archive: zipfile.ZipFile, config: bytes, src: h5py.File, comment: bytes
+) -> int:
     with open(temp, "rb") as raw, zipfile.ZipFile(raw) as out:
+        _expect(out.comment == comment, "the artifact marker")
         infos = out.infolist()
         _expect([i.filename for i in infos] == archive.namelist(), "archive members")
         _expect(all(i.compress_type == zipfile.ZIP_STORED for i in infos), "a member not STORED")

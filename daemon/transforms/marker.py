@@ -1,0 +1,50 @@
+"""The mark inside every file split writes: ours from the moment it exists, whatever its name.
+
+An HDF5 artifact carries a root attribute `ckpt_daemon_artifact`, a `.keras` one its zip
+comment; both hold JSON `{"kind", "parent", "parent_hash"}`. Keras ignores both (an unknown
+root attribute, a zip comment). Scans skip marked files (never a checkpoint of the run), so an
+artifact interrupted between its rename and its catalog row, copied, or renamed into a run
+never becomes the run's "newest".
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from daemon.formats import hdf5
+from daemon.formats.detect import ZIP_MAGIC
+
+ATTRIBUTE = "ckpt_daemon_artifact"
+_HEAD = 65536 + 8  # where an HDF5 superblock may start (user block up to 64 KiB)
+
+
+def encode(kind: str, parent: Path, parent_hash: str | None) -> str:
+    return json.dumps({"kind": kind, "parent": str(parent), "parent_hash": parent_hash})
+
+
+def zip_comment(marker: str) -> bytes:
+    return json.dumps({ATTRIBUTE: json.loads(marker)}).encode()
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """The marker of `path`, or None (not ours, or not readable: the reader then decides)."""
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(_HEAD)
+            if head[:4] in ZIP_MAGIC:
+                with zipfile.ZipFile(raw) as archive:
+                    found = json.loads(archive.comment or b"{}").get(ATTRIBUTE)
+            elif hdf5.find_superblock(head) is not None:
+                with h5py.File(raw, "r", locking=False) as f:
+                    value = f.attrs.get(ATTRIBUTE)
+                found = json.loads(value) if isinstance(value, str | bytes) else None
+            else:
+                return None
+    except (OSError, ValueError, zipfile.BadZipFile, AttributeError):
+        return None
+    return found if isinstance(found, dict) and "parent" in found else None
