@@ -55,13 +55,23 @@ class Candidate:
 class Skipped:
     path: Path
     reason: str
+    unreadable_folder: bool = False  # what was below it is still there, just not listable
 
 
-def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Candidate | Skipped]:
-    """Candidates under `start` (a folder or a single file), depth first, sorted by name."""
+def walk(
+    start: Path, skip_dirs: frozenset[Path] = frozenset(), root: Path | None = None
+) -> Iterator[Candidate | Skipped]:
+    """Candidates under `start` (a folder or a single file below `root`), depth first, sorted
+    by name. `start` must be reached from `root` through real folders: a symlink anywhere on
+    the way could lead out of the root."""
     if start.is_symlink():
         yield Skipped(start, "symlink: not followed")
         return
+    if root is not None and start != root:
+        link = _symlinked_parent(root, start)
+        if link is not None:
+            yield Skipped(start, f"reached through a symlink ({link}): not followed")
+            return
     if not start.exists():
         return  # deleted: the caller's missing pass covers what was there
     if start.is_file():
@@ -73,7 +83,7 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            yield Skipped(folder, f"folder unreadable: {exc.strerror}")
+            yield Skipped(folder, f"folder unreadable: {exc.strerror}", unreadable_folder=True)
             continue
         names = {e.name for e in entries}
         if any(marker in names for marker in SAVED_MODEL_MARKERS):
@@ -89,8 +99,34 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
                     stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
+            elif entry.name.lower().endswith(CHECKPOINT_SUFFIXES):
+                yield Skipped(Path(entry.path), _special_file(entry))
         yield from _file_candidates(folder, files)
         stack.sort(reverse=True)
+
+
+def _symlinked_parent(root: Path, start: Path) -> Path | None:
+    """The first symlink on the way from `root` down to `start`'s folder, if any."""
+    try:
+        parts = start.relative_to(root).parts
+    except ValueError:
+        return start
+    folder = root
+    for part in parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            return folder
+    return None
+
+
+def _special_file(entry: os.DirEntry[str]) -> str:
+    try:
+        mode = entry.stat(follow_symlinks=False).st_mode
+    except OSError:
+        return "vanished"
+    kinds = ((stat_module.S_ISFIFO, "a FIFO"), (stat_module.S_ISSOCK, "a socket"))
+    kind = next((text for test, text in kinds if test(mode)), "a device or special file")
+    return f"not a regular file ({kind}): never opened"
 
 
 def _file_candidates(folder: Path, names: list[str]) -> Iterator[Candidate | Skipped]:

@@ -1,0 +1,74 @@
+"""Open files under a root for reading, the way a hostile tree cannot exploit.
+
+Every file under a root is untrusted until read safely: a name may be a symlink out of the root
+(or be swapped for one between discovery and the open), a parent folder may be a symlink, and a
+FIFO or a device named `x.h5` would block (or worse) on open. So a file is reached by walking
+directory descriptors from its root with O_NOFOLLOW (`fsops.folder_beneath`), opened with
+O_NOFOLLOW | O_NONBLOCK (a FIFO's open returns at once instead of waiting for a writer), and
+used only if `fstat` says it is a regular file. Reading only: nothing here changes a file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from daemon.fsops import Refused, folder_beneath, relative_parts
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+class NotARegularFile(Refused):
+    """A symlink, a FIFO, a socket or a device where a file was expected: never read."""
+
+
+def open_regular(path: Path, root: Path | None = None) -> int:
+    """A read-only descriptor for the regular file `path`, reached beneath `root` without
+    following any symlink (only the last component is checked when `root` is None).
+
+    Raises NotARegularFile, fsops.Refused (outside the root, a symlinked parent folder), or
+    OSError (FileNotFoundError, PermissionError, ...).
+    """
+    if root is None:
+        fd = _open(str(path), path, dir_fd=None)
+    else:
+        parts = relative_parts(root, path)
+        with folder_beneath(root, parts[:-1]) as folder:
+            fd = _open(parts[-1], path, dir_fd=folder)
+    try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            raise NotARegularFile(f"{path} is {_KINDS.get(kind, 'not a regular file')}: not read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bounded(path: Path, limit: int, root: Path | None = None) -> bytes | None:
+    """At most `limit` bytes of `path`, or None if it holds more (nothing more is read)."""
+    fd = open_regular(path, root)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    return None if len(data) > limit else data
+
+
+def _open(target: str, path: Path, *, dir_fd: int | None) -> int:
+    try:
+        return os.open(target, _FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile(f"{path} is a symlink: not followed") from None
+        raise
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFLNK: "a symlink",
+}
