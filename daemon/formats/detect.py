@@ -73,6 +73,15 @@ def outside_references(path: Path) -> list[str]:
     return []
 
 
+def refuse_outside_references(path: Path) -> None:
+    """Raise fsops.Refused if `path` refers to data outside itself: rewriting it (split,
+    compress) would copy bytes from outside the root into it, or drop them."""
+    outside = outside_references(path)
+    if outside:
+        shown = "; ".join(outside[:3])
+        raise Refused(f"not rewritten: {path} refers to data outside the file ({shown})")
+
+
 def _read_file(raw: BinaryIO) -> CheckpointInfo:
     head = raw.read(_HEAD_BYTES)
     size = os.fstat(raw.fileno()).st_size

@@ -38,7 +38,7 @@ from h5py import h5a, h5d, h5o, h5p, h5s, h5t, h5z
 from daemon import fsops
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import hdf5, window
-from daemon.formats.detect import ZIP_MAGIC, read_checkpoint
+from daemon.formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
 from daemon.hashing import hash_files
 from daemon.model import FileStat, Format
 
@@ -115,6 +115,7 @@ def compress(
     """Rewrite `source` (below `root`) in place with `codec` + shuffle; verified before the swap."""
     spec = _spec(codec, level, shuffle)
     fmt = _hdf5_format(source)
+    refuse_outside_references(source)  # a rewrite would copy bytes from outside the root
     before = fsops.current_stat(root, [source])
     workers = max(1, workers or len(os.sched_getaffinity(0)))
     rewrite_file = _rewrite_keras if fmt is Format.KERAS_ZIP else _rewrite_h5
