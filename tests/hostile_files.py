@@ -233,9 +233,9 @@ def fifo_named_h5(folder: Path, _outside: Path) -> Path:
 
 
 def symlink_loop(folder: Path, _outside: Path) -> Path:
-    (folder / "loop_dir").symlink_to(folder, target_is_directory=True)
-    (folder / "loop_a.h5").symlink_to(folder / "loop_b.h5")
-    (folder / "loop_b.h5").symlink_to(folder / "loop_a.h5")
+    (folder / "loop_dir").symlink_to(".", target_is_directory=True)  # relative: still loops
+    (folder / "loop_a.h5").symlink_to("loop_b.h5")  # when the folder is moved
+    (folder / "loop_b.h5").symlink_to("loop_a.h5")
     return folder / "loop_a.h5"
 
 

@@ -408,4 +408,3 @@ def test_after_the_corpus_a_normal_checkpoint_still_indexes(
     shutil.copy2(keras_checkpoints / H5_CKPT, target)
     result = ckpt(ws, "scan", str(target), "--json")
     assert json.loads(result.stdout)["indexed"] == [str(target)]
-
