@@ -35,7 +35,7 @@ from daemon.errors import (
 from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 
 READ_TIMEOUT_SECONDS = 30.0
-MEMORY_BUDGET_BYTES = 256 << 20  # address space the child may add to what its imports took
+MEMORY_BUDGET_BYTES = 192 << 20  # address space the child may add to what its imports took
 RESTART_ABOVE_RSS_BYTES = 160 << 20  # a child that grew this big is replaced after the read
 _PROBLEMS: dict[str, type[Exception]] = {
     "CorruptCheckpoint": CorruptCheckpoint,
@@ -108,6 +108,7 @@ class _Child:
         self.last_used = time.monotonic()
 
     def read(self, path: Path, root: Path | None, timeout: float) -> CheckpointInfo:
+        path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root)) if root else None
         request = {
             "path": os.fsencode(path).hex(),
             "root": os.fsencode(root).hex() if root else None,
