@@ -47,6 +47,31 @@ def open_regular(path: Path, root: Path | None = None) -> int:
     return fd
 
 
+def not_regular(path: Path) -> str | None:
+    """None for a regular file; else what it is ("missing", "a symlink", "a FIFO", ...).
+    For files another process (TensorFlow) reads by name: they must be checked first."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    kind = stat.S_IFMT(mode)
+    return None if kind == stat.S_IFREG else _KINDS.get(kind, "not a regular file")
+
+
+def tree_problem(folder: Path) -> str | None:
+    """The first entry below `folder` that is not a regular file or a real folder, described."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            try:
+                kind = stat.S_IFMT(os.lstat(path).st_mode)
+            except FileNotFoundError:  # removed meanwhile: the reader will say so
+                continue
+            if kind not in (stat.S_IFREG, stat.S_IFDIR):
+                return f"{path.relative_to(folder)} is {_KINDS.get(kind, 'a special file')}"
+    return None
+
+
 def read_bounded(path: Path, limit: int, root: Path | None = None) -> bytes | None:
     """At most `limit` bytes of `path`, or None if it holds more (nothing more is read)."""
     fd = open_regular(path, root)

@@ -410,3 +410,23 @@ def test_after_the_corpus_a_normal_checkpoint_still_indexes(
     shutil.copy2(keras_checkpoints / H5_CKPT, target)
     result = ckpt(ws, "scan", str(target), "--json")
     assert json.loads(result.stdout)["indexed"] == [str(target)]
+
+
+# ---- siblings: TensorFlow formats are read by name in the TF child, which follows links ----
+
+
+def test_a_savedmodel_with_a_symlinked_member_is_not_read(
+    workspace: Workspace, outside: Path, keras_checkpoints: Path
+) -> None:
+    """TensorFlow (in its child) reads a SavedModel by name and would follow the link."""
+    ws = workspace
+    folder = ws.root / "export" / "sm"
+    shutil.copytree(keras_checkpoints / "k3/export/sm", folder)
+    member = next((folder / "variables").glob("variables.data-*"))
+    shutil.move(member, outside / member.name)
+    member.symlink_to(outside / member.name)
+    with hf.OpenWatch(outside) as watch:
+        ckpt(ws, "scan", timeout=300)
+    assert watch.opened == []
+    row = rows(ws)["sm"]
+    assert row["status"] == "unreadable" and "symlink" in row["reason"], row
