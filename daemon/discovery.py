@@ -10,6 +10,7 @@ import os
 import re
 import stat as stat_module
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,10 +73,15 @@ def walk(
         if link is not None:
             yield Skipped(start, f"reached through a symlink ({link}): not followed")
             return
-    if not start.exists():
+    try:
+        mode = os.lstat(start).st_mode
+    except FileNotFoundError:
         return  # deleted: the caller's missing pass covers what was there
-    if start.is_file():
+    if stat_module.S_ISREG(mode):
         yield from _file_candidates(start.parent, [start.name])
+        return
+    if not stat_module.S_ISDIR(mode):
+        yield Skipped(start, _special_file(mode))
         return
     stack = [start]
     while stack:
@@ -100,7 +106,9 @@ def walk(
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
             elif entry.name.lower().endswith(CHECKPOINT_SUFFIXES):
-                yield Skipped(Path(entry.path), _special_file(entry))
+                with suppress(FileNotFoundError):
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    yield Skipped(Path(entry.path), _special_file(mode))
         yield from _file_candidates(folder, files)
         stack.sort(reverse=True)
 
@@ -119,11 +127,7 @@ def _symlinked_parent(root: Path, start: Path) -> Path | None:
     return None
 
 
-def _special_file(entry: os.DirEntry[str]) -> str:
-    try:
-        mode = entry.stat(follow_symlinks=False).st_mode
-    except OSError:
-        return "vanished"
+def _special_file(mode: int) -> str:
     kinds = ((stat_module.S_ISFIFO, "a FIFO"), (stat_module.S_ISSOCK, "a socket"))
     kind = next((text for test, text in kinds if test(mode)), "a device or special file")
     return f"not a regular file ({kind}): never opened"
