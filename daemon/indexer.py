@@ -174,14 +174,16 @@ class _Scan:
             self.report.metrics_refreshed += 1
 
     def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> bool:
-        from daemon.formats.detect import read_checkpoint
+        from daemon.formats import savedmodel, tf_checkpoint  # not h5py: files go to the child
         from daemon.hashing import hash_files
 
         try:
             if cand.family == discovery.FILE:  # untrusted bytes: read by a limited child
                 info = reader_child.read(cand.path, self.root.path)
-            else:  # TF formats: file checks here, the rest in the TensorFlow child
-                info = read_checkpoint(cand.path, cand.family)
+            elif cand.family == discovery.TF_CHECKPOINT:  # file checks here, TF in its child
+                info = tf_checkpoint.read(cand.path)
+            else:
+                info = savedmodel.read(cand.path)
             digest = hash_files(cand.members, self.root.path)
             if discovery.stat_members(cand.members) != stat:
                 raise NotReady("changed while it was being read")

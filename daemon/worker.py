@@ -96,6 +96,7 @@ class Worker(threading.Thread):
             self._rescan = Rescan("work queue overflow")
 
     def run(self) -> None:
+        reader_child.keep_session()  # started now: the first file does not wait for it
         try:
             self._loop()
         finally:

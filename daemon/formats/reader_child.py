@@ -79,9 +79,12 @@ def session() -> Iterator[None]:
 
 
 def keep_session() -> None:
-    """A child that outlives scans (the service's worker): stopped by `end_idle`."""
+    """A child that outlives scans (the service's worker), started now so that the first file
+    after a quiet spell does not wait for its start: stopped by `end_idle`."""
     if _Child.current is None:
         _Child.current = _Child()
+        with suppress(OSError):  # the first read says why
+            _Child.current.start()
 
 
 def end_idle(max_idle_seconds: float) -> None:
@@ -132,6 +135,10 @@ class _Child:
                 raise CorruptCheckpoint(self._death()) from None
             self._recycle_if_big()
         return _answer(json.loads(line))
+
+    def start(self) -> None:
+        with self._lock:
+            self._running()
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
