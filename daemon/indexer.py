@@ -284,9 +284,9 @@ class _Scan:
         ]
         hidden: dict[str, list[tuple[str, Known]]] = {}  # below a folder we may not list
         for path, known in gone:
-            folder = next((r for f, r in self.unreadable_folders if path.startswith(f)), None)
-            if folder is not None:
-                hidden.setdefault(folder, []).append((path, known))
+            why = next((r for f, r in self.unreadable_folders if path.startswith(f)), None)
+            if why is not None:
+                hidden.setdefault(why, []).append((path, known))
         for reason, rows in hidden.items():
             ids = [k.id for _p, k in rows if k.status != CheckpointStatus.UNREADABLE]
             self.store.mark(ids, CheckpointStatus.UNREADABLE, reason, actor_name=self.actor)

@@ -157,20 +157,8 @@ class _Child:
         return self.proc
 
     def _readline(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    return None  # the child died
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode("utf-8", "replace")
+        line, self._buffer = read_line(proc, self._buffer, deadline)
+        return line
 
     def _death(self) -> str:
         proc, code = self.proc, None
@@ -213,6 +201,27 @@ class _Child:
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+def read_line(
+    proc: subprocess.Popen[bytes], buffer: bytes, deadline: float
+) -> tuple[str | None, bytes]:
+    """The next line a child writes (None if it died first), and what it wrote after it.
+    Raises TimeoutError at `deadline` (monotonic)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while b"\n" not in buffer:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None, buffer
+            buffer += chunk
+    line, _, rest = buffer.partition(b"\n")
+    return line.decode("utf-8", "replace"), rest
 
 
 def _answer(reply: dict[str, Any]) -> CheckpointInfo:
