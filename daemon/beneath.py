@@ -35,7 +35,8 @@ def open_regular(path: Path, root: Path | None = None) -> int:
         fd = _open(str(path), path, dir_fd=None)
     else:
         parts = relative_parts(root, path)
-        with folder_beneath(root, parts[:-1]) as folder:
+        # The configured root is trusted (it may be a symlink to a mount); below it, nothing is.
+        with folder_beneath(Path(os.path.realpath(root)), parts[:-1]) as folder:
             fd = _open(parts[-1], path, dir_fd=folder)
     try:
         kind = stat.S_IFMT(os.fstat(fd).st_mode)
@@ -81,6 +82,13 @@ def read_bounded(path: Path, limit: int, root: Path | None = None) -> bytes | No
 
 
 def _open(target: str, path: Path, *, dir_fd: int | None) -> int:
+    # Looked at first, so that nothing but a regular file is ever opened (the open's own
+    # O_NOFOLLOW | O_NONBLOCK and the fstat after it cover a swap in between).
+    kind = stat.S_IFMT(os.stat(target, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    if kind == stat.S_IFLNK:
+        raise NotARegularFile(f"{path} is a symlink: not followed")
+    if kind != stat.S_IFREG:
+        raise NotARegularFile(f"{path} is {_KINDS.get(kind, 'not a regular file')}: not read")
     try:
         return os.open(target, _FLAGS, dir_fd=dir_fd)
     except OSError as exc:
