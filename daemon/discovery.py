@@ -10,6 +10,7 @@ import os
 import re
 import stat as stat_module
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,17 +56,32 @@ class Candidate:
 class Skipped:
     path: Path
     reason: str
+    unreadable_folder: bool = False  # what was below it is still there, just not listable
 
 
-def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Candidate | Skipped]:
-    """Candidates under `start` (a folder or a single file), depth first, sorted by name."""
+def walk(
+    start: Path, skip_dirs: frozenset[Path] = frozenset(), root: Path | None = None
+) -> Iterator[Candidate | Skipped]:
+    """Candidates under `start` (a folder or a single file below `root`), depth first, sorted
+    by name. `start` must be reached from `root` through real folders: a symlink anywhere on
+    the way could lead out of the root."""
     if start.is_symlink():
         yield Skipped(start, "symlink: not followed")
         return
-    if not start.exists():
+    if root is not None and start != root:
+        link = _symlinked_parent(root, start)
+        if link is not None:
+            yield Skipped(start, f"reached through a symlink ({link}): not followed")
+            return
+    try:
+        mode = os.lstat(start).st_mode
+    except FileNotFoundError:
         return  # deleted: the caller's missing pass covers what was there
-    if start.is_file():
+    if stat_module.S_ISREG(mode):
         yield from _file_candidates(start.parent, [start.name])
+        return
+    if not stat_module.S_ISDIR(mode):
+        yield Skipped(start, _special_file(mode))
         return
     stack = [start]
     while stack:
@@ -73,7 +89,7 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            yield Skipped(folder, f"folder unreadable: {exc.strerror}")
+            yield Skipped(folder, f"folder unreadable: {exc.strerror}", unreadable_folder=True)
             continue
         names = {e.name for e in entries}
         if any(marker in names for marker in SAVED_MODEL_MARKERS):
@@ -89,8 +105,32 @@ def walk(start: Path, skip_dirs: frozenset[Path] = frozenset()) -> Iterator[Cand
                     stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
+            elif entry.name.lower().endswith(CHECKPOINT_SUFFIXES):
+                with suppress(FileNotFoundError):
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    yield Skipped(Path(entry.path), _special_file(mode))
         yield from _file_candidates(folder, files)
         stack.sort(reverse=True)
+
+
+def _symlinked_parent(root: Path, start: Path) -> Path | None:
+    """The first symlink on the way from `root` down to `start`'s folder, if any."""
+    try:
+        parts = start.relative_to(root).parts
+    except ValueError:
+        return start
+    folder = root
+    for part in parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink():
+            return folder
+    return None
+
+
+def _special_file(mode: int) -> str:
+    kinds = ((stat_module.S_ISFIFO, "a FIFO"), (stat_module.S_ISSOCK, "a socket"))
+    kind = next((text for test, text in kinds if test(mode)), "a device or special file")
+    return f"not a regular file ({kind}): never opened"
 
 
 def _file_candidates(folder: Path, names: list[str]) -> Iterator[Candidate | Skipped]:

@@ -17,14 +17,17 @@ from pathlib import Path
 from daemon import completion, discovery, fsops, store_actions
 from daemon.config import Config, RootConfig
 from daemon.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
-from daemon.formats import tf_child
+from daemon.formats import reader_child, tf_child
+from daemon.fsops import Refused
 from daemon.logs import event
 from daemon.metrics import MetricsResult, compile_template, metrics_for
 from daemon.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from daemon.store import Known, Store
 from daemon.units import iso_utc
 
-_SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
+# Read again only when their bytes change. An unreadable one is tried again at every scan: a
+# chmod or a folder made listable again changes no size, mtime or inode.
+_SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT}
 _GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
 
@@ -88,7 +91,9 @@ def scan(
             event("root_unavailable", level=logging.ERROR, root=root.path)
             continue
         fsops.remove_stale_temps(start)  # ours, left by killed commands (dead pid, this host)
-        with tf_child.session():  # one TensorFlow child for all TF checkpoints of the scan
+        # One reader child for all checkpoint files of the scan, one TensorFlow child for all
+        # TF checkpoints: each started at its first use.
+        with reader_child.session(), tf_child.session():
             _Scan(config, root, store, report, actor, progress, start).run(start, should_stop)
     return report
 
@@ -129,16 +134,19 @@ class _Scan:
         self.artifacts = store_actions.artifact_paths(store.engine, where)
         self.started = iso_utc(time.time())
         self.metrics_mtimes: dict[Path, int] = {}
+        self.unreadable_folders: list[tuple[str, str]] = []  # (folder + "/", reason)
 
     def run(self, start: Path, should_stop: Callable[[], bool]) -> None:
         seen: set[str] = set()
         skip = frozenset({self.config.state_dir})
-        for found in discovery.walk(start, skip):
+        for found in discovery.walk(start, skip, self.root.path):
             if should_stop():
                 self.report.cancelled = True
                 return
             if isinstance(found, discovery.Skipped):
                 self.report.skipped.append((str(found.path), found.reason))
+                if found.unreadable_folder:
+                    self.unreadable_folders.append((str(found.path) + os.sep, found.reason))
                 continue
             text, valid = discovery.display_path(found.path)
             if text in self.artifacts:
@@ -179,15 +187,17 @@ class _Scan:
 
     def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> bool:
         from daemon.artifacts import adopt
-        from daemon.formats.detect import read_checkpoint
+        from daemon.formats import savedmodel, tf_checkpoint  # not h5py: files go to the child
         from daemon.hashing import hash_files
 
-        if cand.family == discovery.FILE and (ours := adopt(self.store, cand.path)) is not None:
-            self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
-            return True
         try:
-            info = read_checkpoint(cand.path, cand.family)
-            digest = hash_files(cand.members)
+            if cand.family == discovery.FILE:  # untrusted bytes: read by a limited child
+                info = reader_child.read(cand.path, self.root.path)
+            elif cand.family == discovery.TF_CHECKPOINT:  # file checks here, TF in its child
+                info = tf_checkpoint.read(cand.path)
+            else:
+                info = savedmodel.read(cand.path)
+            digest = hash_files(cand.members, self.root.path)
             if discovery.stat_members(cand.members) != stat:
                 raise NotReady("changed while it was being read")
         except NotACheckpoint as exc:
@@ -200,6 +210,9 @@ class _Scan:
             return True
         except FileNotFoundError:
             return False
+        except Refused as exc:  # swapped for a symlink or a FIFO since discovery: never read
+            self.report.skipped.append((text, str(exc)))
+            return True
         except ReadProblem as exc:
             status, reason = completion.verdict(
                 exc, stat, time.time_ns(), self.config.settle_seconds
@@ -209,6 +222,11 @@ class _Scan:
         except Exception as exc:  # a hostile file must not stop the scan or the daemon
             reason = f"unexpected {type(exc).__name__} while reading: {exc}".splitlines()[0]
             self._record(cand, text, stat, CheckpointStatus.CORRUPT, reason)
+            return True
+        # Our own outputs carry a marker; looked for only once the limited child has read the
+        # file within bounds, so the hostile-file rails stand in front of this read too.
+        if cand.family == discovery.FILE and (ours := adopt(self.store, cand.path)) is not None:
+            self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
             return True
         self._record(cand, text, stat, CheckpointStatus.OK, None, info=info, digest=digest)
         return True
@@ -246,7 +264,9 @@ class _Scan:
         _report(self.report, record)
 
     def _metrics(self, cand: discovery.Candidate) -> MetricsResult:
-        return metrics_for(cand.path, cand.run_dir, self.templates, self.root.metrics_files)
+        return metrics_for(
+            cand.path, cand.run_dir, self.templates, self.root.metrics_files, self.root.path
+        )
 
     def _metrics_changed(self, cand: discovery.Candidate, known: Known) -> bool:
         if known.metrics_at is None:
@@ -281,6 +301,17 @@ class _Scan:
             and known.status not in _GONE
             and (path == where or path.startswith(prefix))
         ]
+        hidden: dict[str, list[tuple[str, Known]]] = {}  # below a folder we may not list
+        for path, known in gone:
+            why = next((r for f, r in self.unreadable_folders if path.startswith(f)), None)
+            if why is not None:
+                hidden.setdefault(why, []).append((path, known))
+        for reason, rows in hidden.items():
+            ids = [k.id for _p, k in rows if k.status != CheckpointStatus.UNREADABLE]
+            self.store.mark(ids, CheckpointStatus.UNREADABLE, reason, actor_name=self.actor)
+            self.report.failed += [(p, CheckpointStatus.UNREADABLE.value, reason) for p, _k in rows]
+        hidden_paths = {p for rows in hidden.values() for p, _k in rows}
+        gone = [(p, k) for p, k in gone if p not in hidden_paths]
         self.store.mark_missing(
             [k.id for _p, k in gone], "no longer on disk", actor_name=self.actor
         )
@@ -291,7 +322,7 @@ class _Scan:
 
 def _mtime_ns(path: Path) -> int:
     try:
-        return os.stat(path).st_mtime_ns
+        return os.stat(path, follow_symlinks=False).st_mtime_ns
     except OSError:
         return 0
 

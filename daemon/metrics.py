@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from daemon import beneath
+from daemon.fsops import Refused
 from daemon.model import MetricValue
 
 INT_FIELDS = frozenset({"epoch", "batch", "step"})
@@ -286,14 +288,17 @@ def metrics_for(
     run_dir: Path,
     templates: Sequence[FilenameTemplate],
     metrics_files: Sequence[str],
+    root: Path | None = None,
 ) -> MetricsResult:
+    """Epoch, step and metrics of one checkpoint. Files are read as `daemon.beneath` opens
+    them: beneath `root` (when given) without following symlinks, regular files only."""
     found = _from_filename(checkpoint_path.name, templates)
     sidecar = Path(f"{checkpoint_path}.json")
-    _add_sidecar(found, sidecar)
+    _add_sidecar(found, sidecar, root)
     tiers: dict[str, list[tuple[str, dict[str, float]]]] = {"json": [], "csv": []}
     for path in _metric_paths(run_dir, metrics_files, {sidecar, checkpoint_path}, found.notes):
         label = path.relative_to(run_dir).as_posix()
-        text = _read_text(path, label, found.notes)
+        text = _read_text(path, label, found.notes, root)
         kind = "json" if path.name.endswith(".json") else "csv"
         if text is not None:
             tiers[kind].append((f"{kind}:{label}", _join(found, kind, label, text)))
@@ -315,8 +320,8 @@ def _from_filename(name: str, templates: Sequence[FilenameTemplate]) -> _Found:
     return _Found(fallback, {})
 
 
-def _add_sidecar(found: _Found, path: Path) -> None:
-    text = _read_text(path, path.name, found.notes)
+def _add_sidecar(found: _Found, path: Path, root: Path | None) -> None:
+    text = _read_text(path, path.name, found.notes, root)
     values = parse_sidecar(_load_json(text, path.name, found.notes)) if text is not None else {}
     for key in ("epoch", "step"):
         number = values.pop(key, None)
@@ -393,17 +398,18 @@ def _metric_paths(
     return out
 
 
-def _read_text(path: Path, label: str, notes: list[str]) -> str | None:
+def _read_text(path: Path, label: str, notes: list[str], root: Path | None) -> str | None:
     """The file's text; None (with a note, unless it is simply absent) when it cannot be had."""
     try:
-        if not path.is_file():
-            return None
-        with path.open("rb") as fh:
-            data = fh.read(MAX_READ_BYTES + 1)
-        if len(data) > MAX_READ_BYTES:
+        data = beneath.read_bounded(path, MAX_READ_BYTES, root)
+        if data is None:
             notes.append(f"{label}: larger than {MAX_READ_BYTES} bytes, ignored")
             return None
         return data.decode("utf-8-sig")
+    except FileNotFoundError:
+        return None
+    except Refused as exc:  # a symlink, a FIFO, a symlinked folder: never read
+        notes.append(f"{label}: {str(exc).removeprefix(str(path) + ' ')}, ignored")
     except OSError as exc:
         notes.append(f"{label}: unreadable ({exc.strerror or exc}), ignored")
     except UnicodeDecodeError:

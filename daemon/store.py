@@ -282,6 +282,12 @@ class Store:
         return dict(row._mapping) if row else None
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
+        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
+
+    def mark(
+        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
+    ) -> int:
+        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
         ids = list(ckpt_ids)
         if not ids:
             return 0
@@ -293,10 +299,10 @@ class Store:
             conn.execute(
                 update(checkpoints)
                 .where(checkpoints.c.id.in_(ids))
-                .values(status=CheckpointStatus.MISSING.value, reason=reason)
+                .values(status=status.value, reason=reason)
             )
             for r in rows:
-                self._event(conn, now, "missing", r.id, r.path, reason, None, actor_name)
+                self._event(conn, now, status.value, r.id, r.path, reason, None, actor_name)
         return len(rows)
 
     def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:

@@ -22,7 +22,7 @@ from typing import Any
 
 from daemon import completion, discovery, procfs
 from daemon.config import Config
-from daemon.formats import tf_child
+from daemon.formats import reader_child, tf_child
 from daemon.indexer import ScanReport, scan
 from daemon.logs import event
 from daemon.model import FileStat, Hint, HintKind, Rescan
@@ -31,6 +31,7 @@ from daemon.units import iso_utc
 
 TICK_SECONDS = 0.1
 TF_CHILD_IDLE_SECONDS = 60.0  # keep the TensorFlow child between checkpoints, not forever
+READER_CHILD_IDLE_SECONDS = 600.0  # the file reader child (~60 MB): kept for low latency
 _TF_NAMES = ("checkpoint",)
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "keras_metadata.pb")
 _METRICS_SUFFIXES = (".csv", ".log", ".json", ".tsv")
@@ -97,10 +98,12 @@ class Worker(threading.Thread):
             self._rescan = Rescan("work queue overflow")
 
     def run(self) -> None:
+        reader_child.keep_session()  # started now: the first file does not wait for it
         try:
             self._loop()
         finally:
             tf_child.end_idle(0)
+            reader_child.end_idle(0)
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
@@ -128,6 +131,7 @@ class Worker(threading.Thread):
         self._index_ready(time.monotonic())
         self._heartbeat()
         tf_child.end_idle(TF_CHILD_IDLE_SECONDS)
+        reader_child.end_idle(READER_CHILD_IDLE_SECONDS)
 
     def _take(self, item: Hint | Rescan, now: float) -> None:
         if isinstance(item, Rescan):
@@ -189,6 +193,7 @@ class Worker(threading.Thread):
         return report
 
     def _scan(self, targets: list[Path], *, reconcile: bool = True) -> ScanReport:
+        reader_child.keep_session()  # every checkpoint file is read by it: kept between scans
         report = scan(
             self.config,
             self.store,

@@ -8,42 +8,81 @@ lock, a file that changed or vanished during the read.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
+from daemon import beneath
 from daemon.errors import CorruptCheckpoint, NotACheckpoint, UnreadableCheckpoint
-from daemon.formats import hdf5, keras_h5, keras_v3, savedmodel, tf_checkpoint
+from daemon.formats import hdf5, keras_h5, keras_v3, savedmodel, tf_checkpoint, window
+from daemon.fsops import Refused
 from daemon.model import CheckpointInfo
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _HEAD_BYTES = 65536 + 8
 
 
-def read_checkpoint(path: Path, family: str = "file") -> CheckpointInfo:
-    """Metadata of a checkpoint: a file, a TF checkpoint `prefix`, or a SavedModel folder."""
+def read_checkpoint(path: Path, family: str = "file", root: Path | None = None) -> CheckpointInfo:
+    """Metadata of a checkpoint: a file, a TF checkpoint `prefix`, or a SavedModel folder.
+
+    A file is opened beneath `root` without following symlinks, and only if it is a regular
+    file (`daemon.beneath`); HDF5 links and storage that point outside it are never resolved.
+    """
     if family == "tf-checkpoint":
         return tf_checkpoint.read(path)
-    if path.is_dir():
+    if family == "savedmodel" or (root is None and path.is_dir()):
         if savedmodel.is_savedmodel(path):
             return savedmodel.read(path)
         raise NotACheckpoint("a folder without saved_model.pb")
     try:
-        with open(path, "rb") as raw:
-            return _read_file(path, raw)
+        fd = beneath.open_regular(path, root)
+    except beneath.NotARegularFile as exc:
+        raise NotACheckpoint(str(exc)) from exc
+    except Refused as exc:
+        raise UnreadableCheckpoint(str(exc)) from exc
     except PermissionError as exc:
         raise UnreadableCheckpoint(f"permission denied: {exc.strerror}") from exc
-    except IsADirectoryError as exc:
-        raise NotACheckpoint("a folder") from exc
     except OSError as exc:
         if exc.errno in (errno.EIO, errno.ENXIO, errno.ESTALE):
             raise UnreadableCheckpoint(f"I/O error: {exc.strerror}") from exc
         raise
+    with os.fdopen(fd, "rb") as raw:
+        return _read_file(raw)
 
 
-def _read_file(path: Path, raw: BinaryIO) -> CheckpointInfo:
+def outside_references(path: Path) -> list[str]:
+    """What the HDF5 file `path` (or a `.keras` archive's weights) refers to outside itself."""
+    with os.fdopen(beneath.open_regular(path), "rb") as raw:
+        head = raw.read(_HEAD_BYTES)
+        if hdf5.find_superblock(head) is not None:
+            with hdf5.open_h5(_name_of(raw)) as f:
+                return hdf5.outside_references(f)
+        if head[:4] in ZIP_MAGIC:
+            window.check_directory(raw)
+            with zipfile.ZipFile(raw) as archive:
+                if keras_v3.WEIGHTS_MEMBER not in archive.namelist():
+                    return []
+                with (
+                    window.open_member(archive, raw, keras_v3.WEIGHTS_MEMBER) as member,
+                    hdf5.open_h5(member) as f,
+                ):
+                    return hdf5.outside_references(f)
+    return []
+
+
+def refuse_outside_references(path: Path) -> None:
+    """Raise fsops.Refused if `path` refers to data outside itself: rewriting it (split,
+    compress) would copy bytes from outside the root into it, or drop them."""
+    outside = outside_references(path)
+    if outside:
+        shown = "; ".join(outside[:3])
+        raise Refused(f"not rewritten: {path} refers to data outside the file ({shown})")
+
+
+def _read_file(raw: BinaryIO) -> CheckpointInfo:
     head = raw.read(_HEAD_BYTES)
     size = os.fstat(raw.fileno()).st_size
     if size == 0:
@@ -52,8 +91,9 @@ def _read_file(path: Path, raw: BinaryIO) -> CheckpointInfo:
         problem = hdf5.check_eof(head, size)
         if problem:
             raise CorruptCheckpoint(problem)
-        return _read_hdf5(path)
+        return _read_hdf5(raw)
     if head[:4] in ZIP_MAGIC:
+        window.check_directory(raw)
         try:
             archive = zipfile.ZipFile(raw)
         except zipfile.BadZipFile as exc:
@@ -63,10 +103,22 @@ def _read_file(path: Path, raw: BinaryIO) -> CheckpointInfo:
     raise CorruptCheckpoint(f"neither an HDF5 file nor a zip archive (starts with {head[:8]!r})")
 
 
-def _read_hdf5(path: Path) -> CheckpointInfo:
-    with hdf5.open_h5(str(path)) as f:
+def _read_hdf5(raw: BinaryIO) -> CheckpointInfo:
+    with hdf5.open_h5(_name_of(raw)) as f:
+        outside = hdf5.survey(f)
         if keras_h5.is_legacy(f):
-            return keras_h5.read(f)
-        if keras_v3.is_weights_store(f):
-            return keras_v3.read_weights_file(f)
-    raise NotACheckpoint("an HDF5 file without Keras model groups")
+            info = keras_h5.read(f)
+        elif keras_v3.is_weights_store(f):
+            info = keras_v3.read_weights_file(f)
+        else:
+            raise NotACheckpoint("an HDF5 file without Keras model groups")
+    if outside:
+        info = dataclasses.replace(info, notes=(*info.notes, hdf5.outside_note(outside)))
+    return info
+
+
+def _name_of(raw: BinaryIO) -> str | BinaryIO:
+    """A name under which libhdf5 opens the very file we opened (not whatever the path names
+    now): its /proc descriptor link; the file object itself where there is no /proc."""
+    proc = f"/proc/self/fd/{raw.fileno()}"
+    return proc if os.path.exists(proc) else raw

@@ -12,15 +12,33 @@ import json
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any
 
 import h5py
 import numpy as np
+from h5py import h5a, h5d, h5g, h5l, h5o
 
 from daemon.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
 from daemon.model import WeightInfo
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a checkpoint file may hold before we refuse to walk it: far above any Keras model
+    (a 1,000-layer model with Adam has ~10,000 links, 5 levels), far below what makes libhdf5
+    recurse itself to death (20,000 nested groups crash it) or a walk take minutes."""
+
+    max_depth: int = 64
+    max_links: int = 200_000
+    max_attributes: int = 100_000  # in the whole file
+    max_attributes_per_object: int = 4_096
+    max_attribute_bytes: int = 16 << 20
+
+
+LIMITS = Limits()
 # The superblock may follow a user block of 512, 1024, 2048, ... bytes.
 _SIGNATURE_OFFSETS = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
@@ -94,16 +112,172 @@ def open_h5(source: str | IO[bytes]) -> Iterator[h5py.File]:
         handle.close()
 
 
+def survey(f: h5py.File, limits: Limits = LIMITS) -> list[str]:
+    """Walk every link of `f` without following any, within `limits`; return the file's
+    references to data outside itself (external links, external raw storage, virtual datasets),
+    one line each. Nothing is resolved, opened outside the file, or read from a dataset.
+
+    Raises CorruptCheckpoint when the structure is beyond `limits` (too deep, too many links or
+    attributes, an attribute too big), before any reader walks it.
+    """
+    outside: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    totals = {"links": 0, "attributes": 0}
+    root = h5g.open(f.id, b"/")
+    _check_attributes(root, "/", limits, totals)
+    stack: list[tuple[str, Any, int]] = [("", root, 0)]
+    while stack:
+        prefix, gid, depth = stack.pop()
+        if depth >= limits.max_depth:
+            raise CorruptCheckpoint(f"groups nested deeper than {limits.max_depth} levels")
+        for name, kind in _links(gid, limits, totals):
+            where = prefix + "/" + name.decode("utf-8", "replace")
+            if kind == h5l.TYPE_EXTERNAL:
+                filename, target = gid.links.get_val(name)
+                outside.append(f"external link {where} -> {_text(filename)}:{_text(target)}")
+                continue
+            if kind != h5l.TYPE_HARD:  # soft links stay inside the file; never resolved anyway
+                continue
+            oid = h5o.open(gid, name)
+            info = h5o.get_info(oid)
+            if (info.fileno, info.addr) in seen:  # hard-link cycles and shared objects
+                continue
+            seen.add((info.fileno, info.addr))
+            _check_attributes(oid, where, limits, totals, info.num_attrs)
+            if isinstance(oid, h5g.GroupID):
+                stack.append((where, oid, depth + 1))
+            elif isinstance(oid, h5d.DatasetID):
+                outside += _storage_outside(oid, where)
+    return outside
+
+
+def outside_references(f: h5py.File) -> list[str]:
+    """What in `f` lives outside it (see `survey`): a file that has any is never rewritten,
+    since a rewrite would copy (or lose) bytes from outside the root."""
+    return survey(f)
+
+
+def outside_note(outside: list[str]) -> str:
+    shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
+    return f"refers to data outside the file, never followed: {shown}; split and compress refuse it"
+
+
+def _links(gid: Any, limits: Limits, totals: dict[str, int]) -> list[tuple[bytes, int]]:
+    found: list[tuple[bytes, int]] = []
+
+    def collect(name: bytes, info: Any) -> bool | None:
+        found.append((name, info.type))
+        totals["links"] += 1
+        return True if totals["links"] > limits.max_links else None
+
+    gid.links.iterate(collect, info=True)
+    if totals["links"] > limits.max_links:
+        raise CorruptCheckpoint(f"more than {limits.max_links} HDF5 objects")
+    return found
+
+
+def _check_attributes(
+    oid: Any, where: str, limits: Limits, totals: dict[str, int], count: int | None = None
+) -> None:
+    count = h5o.get_info(oid).num_attrs if count is None else count
+    totals["attributes"] += count
+    if count > limits.max_attributes_per_object:
+        raise CorruptCheckpoint(f"{where} has {count} attributes (more than we read)")
+    if totals["attributes"] > limits.max_attributes:
+        raise CorruptCheckpoint(f"more than {limits.max_attributes} HDF5 attributes")
+    for index in range(count):
+        attr = h5a.open(oid, index=index)
+        try:
+            size = attr.get_storage_size()
+        except RuntimeError:  # h5py raises on 0, the size of an empty attribute
+            size = 0
+        if size > limits.max_attribute_bytes:
+            name = _text(attr.get_name())
+            raise CorruptCheckpoint(
+                f"attribute {name!r} of {where} holds {size} bytes (limit "
+                f"{limits.max_attribute_bytes})"
+            )
+
+
+def _storage_outside(dataset: Any, where: str) -> list[str]:
+    plist = dataset.get_create_plist()
+    found = []
+    if plist.get_external_count() > 0:
+        found.append(f"external storage of {where} in {_text(plist.get_external(0)[0])}")
+    if plist.get_layout() == h5d.VIRTUAL:
+        sources = {_text(plist.get_virtual_filename(i)) for i in range(plist.get_virtual_count())}
+        found.append(f"virtual dataset {where} from {', '.join(sorted(sources)) or '?'}")
+    return found
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def member(group: h5py.Group, path: str) -> Any:
+    """The object at `path` below `group` if every step of the way is a hard link, else None.
+
+    A soft or external link is never resolved: an external link may name a file outside the
+    root, or a FIFO whose open blocks forever (`group[name]` and `group.get(name)` follow them).
+    """
+    current: Any = group
+    for part in path.split("/"):
+        if not part:
+            continue
+        if not isinstance(current, h5py.Group):
+            return None
+        name = part.encode()
+        links = current.id.links
+        if not links.exists(name) or links.get_info(name).type != h5l.TYPE_HARD:
+            return None
+        current = _wrap(h5o.open(current.id, name))
+    return current
+
+
+def members(group: h5py.Group) -> Iterator[tuple[str, Any]]:
+    """(name, object) of each hard-linked member of `group`, in name order."""
+    names: list[bytes] = []
+
+    def collect(name: bytes, info: Any) -> None:
+        if info.type == h5l.TYPE_HARD:
+            names.append(name)
+
+    group.id.links.iterate(collect, info=True)
+    for name in names:
+        yield name.decode("utf-8", "replace"), _wrap(h5o.open(group.id, name))
+
+
+def _wrap(oid: Any) -> Any:
+    """The h5py object for a low-level id (what `group[name]` builds, much faster)."""
+    if isinstance(oid, h5d.DatasetID):
+        return h5py.Dataset(oid)
+    if isinstance(oid, h5g.GroupID):
+        return h5py.Group(oid)
+    return h5py.Datatype(oid)
+
+
 def datasets(group: h5py.Group) -> Iterator[tuple[str, h5py.Dataset]]:
-    """Every dataset below `group`, with its path relative to it (h5py's alphabetical order)."""
-    found: list[tuple[str, h5py.Dataset]] = []
-
-    def visit(name: str, obj: Any) -> None:
+    """Every dataset below `group` reached through hard links, with its path relative to it,
+    depth first in name order (as h5py's `visititems`), each object once."""
+    seen: set[tuple[int, int]] = set()
+    stack: list[tuple[str, Iterator[tuple[str, Any]]]] = [("", members(group))]
+    while stack:
+        prefix, pending = stack[-1]
+        step = next(pending, None)
+        if step is None:
+            stack.pop()
+            continue
+        name, obj = step
+        info = h5o.get_info(obj.id)
+        if (info.fileno, info.addr) in seen:
+            continue
+        seen.add((info.fileno, info.addr))
         if isinstance(obj, h5py.Dataset):
-            found.append((name, obj))
-
-    group.visititems(visit)
-    return iter(found)
+            yield prefix + name, obj  # one at a time: 20,000 open datasets take ~250 MB
+        elif isinstance(obj, h5py.Group):
+            if len(stack) > LIMITS.max_depth:
+                raise CorruptCheckpoint(f"groups nested deeper than {LIMITS.max_depth} levels")
+            stack.append((f"{prefix}{name}/", members(obj)))
 
 
 def weight_info(name: str, dataset: h5py.Dataset) -> WeightInfo:
@@ -154,8 +328,8 @@ def attr_json(obj: h5py.HLObject, name: str) -> Any:
 
 def read_scalar(dataset: h5py.Dataset) -> float | int | None:
     """The value of a scalar dataset (an optimizer's iteration count or learning rate): 8 bytes."""
-    if dataset.shape != ():
-        return None
+    if dataset.shape != () or _storage_outside(dataset.id, dataset.name or ""):
+        return None  # reading external or virtual storage would open another file
     value = dataset[()]
     if np.issubdtype(dataset.dtype, np.integer):
         return int(value)

@@ -16,11 +16,11 @@ _LR_NAMES = {"learning_rate", "lr"}
 
 
 def is_legacy(f: h5py.File) -> bool:
-    return "model_weights" in f or "layer_names" in f.attrs
+    return hdf5.member(f, "model_weights") is not None or "layer_names" in f.attrs
 
 
 def read(f: h5py.File) -> CheckpointInfo:
-    if "model_weights" in f:
+    if hdf5.member(f, "model_weights") is not None:
         return _full_model(f)
     return _weights_only(f)
 
@@ -29,7 +29,10 @@ def _full_model(f: h5py.File) -> CheckpointInfo:
     model_config = hdf5.attr_json(f, "model_config")
     training_config = hdf5.attr_json(f, "training_config")
     configs = keras_config.top_level_layers(model_config)
-    layers = _layers(f["model_weights"], {c.name: c.class_name for c in configs})
+    weights_group = hdf5.member(f, "model_weights")
+    if not isinstance(weights_group, h5py.Group):
+        raise CorruptCheckpoint("model_weights is not a group")
+    layers = _layers(weights_group, {c.name: c.class_name for c in configs})
     total, trainable = keras_config.count_params(layers, {c.name: c.trainable for c in configs})
     model_class, model_name = keras_config.model_identity(model_config)
     keras_version = hdf5.attr_text(f, "keras_version")
@@ -44,7 +47,7 @@ def _full_model(f: h5py.File) -> CheckpointInfo:
         layers=tuple(layers),
         n_params=total,
         n_trainable_params=trainable,
-        weights_bytes=_bytes_below(f["model_weights"]),
+        weights_bytes=_bytes_below(weights_group),
         optimizer=optimizer,
         training_config=_without_optimizer(training_config),
         notes=tuple(_notes(keras_version, optimizer, training_config)),
@@ -71,12 +74,12 @@ def _layers(group: h5py.Group, classes: dict[str, str]) -> list[Layer]:
     """Layers in the order `layer_names` records, weights in `weight_names` order."""
     layers = []
     for name in hdf5.attr_list(group, "layer_names"):
-        if name not in group:
+        layer_group = hdf5.member(group, name)
+        if not isinstance(layer_group, h5py.Group):
             raise CorruptCheckpoint(f"layer {name!r} is listed but has no group")
-        layer_group = group[name]
         weights = []
         for weight_name in hdf5.attr_list(layer_group, "weight_names"):
-            dataset = layer_group.get(weight_name)
+            dataset = hdf5.member(layer_group, weight_name)
             if not isinstance(dataset, h5py.Dataset):
                 raise CorruptCheckpoint(f"layer {name!r} lists weight {weight_name!r}, not stored")
             weights.append(hdf5.weight_info(weight_name, dataset))
@@ -90,7 +93,7 @@ def _optimizer(f: h5py.File, training_config: Any) -> OptimizerInfo | None:
         training_config.get("optimizer_config") if isinstance(training_config, dict) else None
     )
     class_name, config = keras_config.optimizer_class(opt_config)
-    group = f.get("optimizer_weights")
+    group = hdf5.member(f, "optimizer_weights")
     if not isinstance(group, h5py.Group):
         if class_name is None:
             return None
@@ -126,7 +129,7 @@ def optimizer_state(group: h5py.Group) -> OptimizerInfo:
 
 def _first_child(group: h5py.Group) -> str | None:
     """Keras 3 nests optimizer variables under the optimizer's name (`adam/...`)."""
-    children = [k for k in group if isinstance(group[k], h5py.Group)]
+    children = [k for k, obj in hdf5.members(group) if isinstance(obj, h5py.Group)]
     return children[0] if len(children) == 1 else None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -16,16 +17,17 @@ import h5py
 from daemon.errors import CorruptCheckpoint
 from daemon.formats import hdf5, keras_config, keras_h5
 from daemon.formats.keras_config import LayerConfig
-from daemon.formats.window import open_member
+from daemon.formats.window import open_member, read_member
 from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
 
 WEIGHTS_MEMBER = "model.weights.h5"
 CONFIG_MEMBER = "config.json"
 METADATA_MEMBER = "metadata.json"
+MAX_JSON_BYTES = 16 << 20  # config.json of a 10,000-layer model is ~10 MB
 
 
 def is_weights_store(f: h5py.File) -> bool:
-    return any(key in f for key in ("layers", "optimizer", "vars"))
+    return any(hdf5.member(f, key) is not None for key in ("layers", "optimizer", "vars"))
 
 
 def read_weights_file(f: h5py.File) -> CheckpointInfo:
@@ -59,6 +61,7 @@ def read_archive(archive: zipfile.ZipFile, raw: IO[bytes]) -> CheckpointInfo:
     metadata = _json_member(archive, METADATA_MEMBER) if METADATA_MEMBER in names else {}
     configs = keras_config.top_level_layers(config)
     with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as f:
+        outside = hdf5.survey(f)
         store = _layers(f, configs)
         optimizer = _optimizer(f)
         weights_bytes = _model_bytes(f)
@@ -78,14 +81,15 @@ def read_archive(archive: zipfile.ZipFile, raw: IO[bytes]) -> CheckpointInfo:
         weights_bytes=weights_bytes,
         optimizer=optimizer,
         training_config=_training_config(compile_config),
-        notes=tuple(_archive_notes(optimizer, compile_config)),
+        notes=tuple(_archive_notes(optimizer, compile_config))
+        + ((hdf5.outside_note(outside),) if outside else ()),
     )
 
 
 def _json_member(archive: zipfile.ZipFile, name: str) -> Any:
     try:
-        return json.loads(archive.read(name))
-    except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+        return json.loads(read_member(archive, name, MAX_JSON_BYTES))
+    except (ValueError, RecursionError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise CorruptCheckpoint(f"{name} in the archive is unreadable: {exc}") from exc
 
 
@@ -101,7 +105,7 @@ class _StoreLayers:
 
 def _layers(f: h5py.File, configs: list[LayerConfig]) -> _StoreLayers:
     """One Layer per group under /layers (nested models included whole), in model order."""
-    group = f.get("layers")
+    group = hdf5.member(f, "layers")
     if not isinstance(group, h5py.Group):
         return _StoreLayers([], {}, {})
     by_key = keras_config.weights_store_keys(configs)
@@ -109,8 +113,7 @@ def _layers(f: h5py.File, configs: list[LayerConfig]) -> _StoreLayers:
     found: list[tuple[int, Layer]] = []
     trainable: dict[str, bool] = {}
     keys: dict[str, str] = {}
-    for key in group:
-        layer_group = group[key]
+    for key, layer_group in hdf5.members(group):
         name = _recorded_name(layer_group) or (by_key[key].name if key in by_key else key)
         config = by_name.get(name) or by_key.get(key)
         weights = tuple(hdf5.weight_info(path, d) for path, d in hdf5.datasets(layer_group))
@@ -124,33 +127,32 @@ def _layers(f: h5py.File, configs: list[LayerConfig]) -> _StoreLayers:
 
 
 def _recorded_name(layer_group: Any) -> str | None:
-    variables = layer_group.get("vars") if isinstance(layer_group, h5py.Group) else None
+    variables = hdf5.member(layer_group, "vars") if isinstance(layer_group, h5py.Group) else None
     return hdf5.attr_text(variables, "name") if isinstance(variables, h5py.Group) else None
 
 
 def _model_bytes(f: h5py.File) -> int:
     total = 0
     for key in ("layers", "vars"):
-        group = f.get(key)
+        group = hdf5.member(f, key)
         if isinstance(group, h5py.Group):
             total += sum(hdf5.nbytes(d) for _n, d in hdf5.datasets(group))
     return total
 
 
 def _model_name(f: h5py.File) -> str | None:
-    group = f.get("vars")
+    group = hdf5.member(f, "vars")
     return hdf5.attr_text(group, "name") if isinstance(group, h5py.Group) else None
 
 
 def _optimizer(f: h5py.File) -> OptimizerInfo | None:
     """`/optimizer/vars/0` is the iteration count, `1` the learning rate unless it is a schedule."""
-    group = f.get("optimizer")
-    variables = group.get("vars") if isinstance(group, h5py.Group) else None
+    variables = hdf5.member(f, "optimizer/vars")
     if not isinstance(variables, h5py.Group) or len(variables) == 0:
         return None
     state = keras_h5.optimizer_state(variables)
-    iterations = hdf5.read_scalar(variables["0"]) if "0" in variables else None
-    second = variables.get("1")
+    first, second = hdf5.member(variables, "0"), hdf5.member(variables, "1")
+    iterations = hdf5.read_scalar(first) if isinstance(first, h5py.Dataset) else None
     learning_rate = hdf5.read_scalar(second) if isinstance(second, h5py.Dataset) else None
     return OptimizerInfo(
         class_name=None,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from daemon.errors import CorruptCheckpoint, NotACheckpoint, NotReady
+from daemon import beneath
+from daemon.errors import CorruptCheckpoint, NotACheckpoint, NotReady, UnreadableCheckpoint
 from daemon.formats import tf_checkpoint, tf_child
 from daemon.model import CheckpointInfo, Format, Kind
 
@@ -54,6 +55,9 @@ def _file_notes(path: Path, graph: Path, data_bytes: int, n_shards: int) -> list
 def read(path: Path, *, timeout: float = 120.0) -> CheckpointInfo:
     """Metadata of the SavedModel directory `path`."""
     graph = _graph_file(path)
+    problem = beneath.tree_problem(path)  # TensorFlow reads by name: it would follow links
+    if problem:
+        raise UnreadableCheckpoint(f"{problem}: not followed, the SavedModel is not read")
     try:
         if graph.stat().st_size == 0:
             raise CorruptCheckpoint(f"{graph.name} is empty")

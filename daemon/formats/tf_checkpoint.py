@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon import beneath
 from daemon.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
 from daemon.formats import tf_child
 from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
@@ -54,21 +55,26 @@ def check_files(prefix: Path) -> list[Path]:
     """Raise unless `prefix.index` looks like a TF table and every data shard is present."""
     index = prefix.with_name(prefix.name + ".index")
     try:
-        with index.open("rb") as f:
+        with os.fdopen(beneath.open_regular(index), "rb") as f:
             size = f.seek(0, os.SEEK_END)
             if size >= FOOTER_LEN:
                 f.seek(size - 8)
                 magic = int.from_bytes(f.read(8), "little")
     except FileNotFoundError:
         raise CorruptCheckpoint(f"{index.name} missing") from None
+    except beneath.NotARegularFile as exc:  # TensorFlow would follow it: never read
+        raise UnreadableCheckpoint(str(exc)) from None
     except OSError as exc:
         raise UnreadableCheckpoint(f"{index.name}: {exc.strerror or exc}") from None
     if size < FOOTER_LEN or magic != TABLE_MAGIC:
         raise CorruptCheckpoint("index file truncated or not a TF checkpoint index")
     shards = shard_paths(prefix)
     for shard in shards:
-        if not shard.is_file():
+        problem = beneath.not_regular(shard)
+        if problem == "missing":
             raise CorruptCheckpoint(f"data shard {shard.name.rsplit('.data-', 1)[1]} missing")
+        if problem:
+            raise UnreadableCheckpoint(f"{shard.name} is {problem}: not read")
     return shards
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import select
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from daemon.errors import CorruptCheckpoint, NotReady, ReadProblem, UnreadableCheckpoint
+from daemon.formats.reader_child import read_line
 
 NO_TF_NOTE = (
     "TensorFlow not installed: variables not listed (pip install 'ckpt-daemon[tensorflow]')"
@@ -150,20 +150,8 @@ class _Session:
         return self._proc
 
     def _readline(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("timed out")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    return None  # the child died
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode("utf-8", "replace")
+        line, self._buffer = read_line(proc, self._buffer, deadline)
+        return line
 
     def _failed(self, why: str) -> dict[str, Any] | str:
         stderr = ""

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import struct
-import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
@@ -21,7 +20,18 @@ from daemon.errors import CorruptCheckpoint
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _LOCAL_MAGIC = b"PK\x03\x04"
-_COPY_CHUNK = 1 << 20
+_EOCD = struct.Struct("<4sHHHHIIH")
+_EOCD_MAGIC = b"PK\x05\x06"
+_ZIP64_LOCATOR = struct.Struct("<IIQI")
+_ZIP64_LOCATOR_MAGIC = 0x07064B50
+_ZIP64_EOCD = struct.Struct("<IQHHIIQQQQ")
+# A Keras archive has 3 members (plus assets); a member that expands more than MAX_RATIO times
+# is not a model (float weights deflate by 1.1-2x, even all-zero ones by ~1,000x).
+MAX_MEMBERS = 10_000
+MAX_DIRECTORY_BYTES = 4 << 20
+MAX_RATIO = 200
+IN_MEMORY_BYTES = 64 << 20
+_SMALL = 1 << 20  # members below this are never a bomb worth refusing
 
 
 class Window(io.RawIOBase):
@@ -53,6 +63,31 @@ class Window(io.RawIOBase):
         return got or 0
 
 
+class _Stream(io.RawIOBase):
+    """A compressed member as a raw seekable stream: what `io.BufferedReader` needs."""
+
+    def __init__(self, member: IO[bytes]) -> None:
+        super().__init__()
+        self._member = member
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._member.tell()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._member.seek(offset, whence)
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self._member.read(len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
+
 def member_offset(raw: IO[bytes], info: zipfile.ZipInfo) -> int:
     """Where the member's data starts: after its local header, whose extra field may differ
     from the central directory's."""
@@ -64,9 +99,64 @@ def member_offset(raw: IO[bytes], info: zipfile.ZipInfo) -> int:
     return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
 
 
+def check_directory(raw: IO[bytes]) -> None:
+    """Refuse an archive whose central directory lists more members than a Keras archive could
+    hold, before `zipfile` builds an object for each of them (a 100,000-member zip)."""
+    size = raw.seek(0, os.SEEK_END)
+    tail_at = max(0, size - _EOCD.size - 65535)
+    raw.seek(tail_at)
+    tail = raw.read()
+    at = tail.rfind(_EOCD_MAGIC)
+    if at < 0 or len(tail) < at + _EOCD.size:
+        return  # zipfile explains what is wrong
+    entries, directory_bytes = _EOCD.unpack_from(tail, at)[4:6]
+    if (entries == 0xFFFF or directory_bytes == 0xFFFFFFFF) and at >= _ZIP64_LOCATOR.size:
+        locator = _ZIP64_LOCATOR.unpack_from(tail, at - _ZIP64_LOCATOR.size)
+        if locator[0] == _ZIP64_LOCATOR_MAGIC:
+            raw.seek(locator[2])
+            record = raw.read(_ZIP64_EOCD.size)
+            if len(record) == _ZIP64_EOCD.size:
+                entries, directory_bytes = _ZIP64_EOCD.unpack(record)[7:9]
+    if entries > MAX_MEMBERS or directory_bytes > MAX_DIRECTORY_BYTES:
+        raise CorruptCheckpoint(
+            f"zip archive lists {entries} members in {directory_bytes} bytes: "
+            "not a Keras archive (refused unread)"
+        )
+
+
+def check_expansion(info: zipfile.ZipInfo, limit: int | None = None) -> None:
+    """Refuse a member that declares more than `limit` bytes, or that would expand absurdly
+    (a zip bomb: 1 GB of zeros deflates to 1 MB)."""
+    if limit is not None and info.file_size > limit:
+        raise CorruptCheckpoint(
+            f"{info.filename} in the archive declares {info.file_size} bytes (more than {limit})"
+        )
+    if (
+        info.compress_type != zipfile.ZIP_STORED
+        and info.file_size > _SMALL
+        and (info.file_size > MAX_RATIO * max(info.compress_size, 1))
+    ):
+        raise CorruptCheckpoint(
+            f"{info.filename} in the archive expands {info.compress_size} bytes to "
+            f"{info.file_size}: a zip bomb? refused unread"
+        )
+
+
+def read_member(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """The bytes of a small member (config.json), never more than `limit` whatever it claims."""
+    info = archive.getinfo(name)
+    check_expansion(info, limit)
+    with archive.open(info) as member:
+        data = member.read(limit + 1)
+    if len(data) > limit or len(data) != info.file_size:
+        raise CorruptCheckpoint(f"{name} in the archive does not hold its declared size")
+    return data
+
+
 @contextmanager
 def open_member(archive: zipfile.ZipFile, raw: IO[bytes], name: str) -> Iterator[IO[bytes]]:
-    """A seekable file object for member `name`: a window if stored, else a temporary copy."""
+    """A seekable file object for member `name`: a window if stored, else decompressed on the
+    fly within bounds (never extracted to a file)."""
     info = archive.getinfo(name)
     if info.compress_type == zipfile.ZIP_STORED:
         start = member_offset(raw, info)
@@ -75,13 +165,15 @@ def open_member(archive: zipfile.ZipFile, raw: IO[bytes], name: str) -> Iterator
             raise CorruptCheckpoint(f"{name} extends past the end of the archive (truncated)")
         yield io.BufferedReader(Window(raw, start, info.file_size), buffer_size=1 << 16)
         return
-    # A recompressed archive (zip -9 on a .keras): decompress to a temporary file outside the
-    # watched roots, streamed, since h5py needs random access.
-    with tempfile.TemporaryFile(prefix="ckpt-member-") as copy:
-        try:
-            with archive.open(info) as member:
-                shutil.copyfileobj(member, copy, _COPY_CHUNK)
-        except (zipfile.BadZipFile, EOFError, OSError) as exc:
-            raise CorruptCheckpoint(f"{name} in the archive cannot be decompressed: {exc}") from exc
-        copy.seek(0)
-        yield copy
+    # A recompressed archive (zip -9 on a .keras). Never extracted to a file: a small member is
+    # decompressed into memory (bounded by its declared size, checked), a big one is read as a
+    # stream (seekable, slow backwards, bounded memory).
+    check_expansion(info)
+    try:
+        if info.file_size <= IN_MEMORY_BYTES:
+            yield io.BytesIO(read_member(archive, name, IN_MEMORY_BYTES))
+            return
+        with archive.open(info) as member:
+            yield io.BufferedReader(_Stream(member), buffer_size=1 << 16)
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+        raise CorruptCheckpoint(f"{name} in the archive cannot be decompressed: {exc}") from exc

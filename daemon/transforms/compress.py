@@ -37,7 +37,7 @@ from h5py import h5a, h5d, h5o, h5p, h5s, h5t, h5z
 from daemon import fsops
 from daemon.errors import CkptError, NotFound, UsageError
 from daemon.formats import hdf5, window
-from daemon.formats.detect import ZIP_MAGIC, read_checkpoint
+from daemon.formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
 from daemon.hashing import hash_files
 from daemon.model import FileStat, Format
 from daemon.transforms import bounds
@@ -117,6 +117,7 @@ def compress(
     A result that would not be smaller is thrown away and the file left as it is (`skipped`)."""
     spec = _spec(codec, level, shuffle)
     fmt = _hdf5_format(source)
+    refuse_outside_references(source)  # a rewrite would copy bytes from outside the root
     before = fsops.current_stat(root, [source])
     workers = max(1, workers or len(os.sched_getaffinity(0)))
     rewrite_file = _rewrite_keras if fmt is Format.KERAS_ZIP else _rewrite_h5

@@ -10,6 +10,8 @@ never becomes the run's "newest".
 from __future__ import annotations
 
 import json
+import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,12 @@ def zip_comment(marker: str) -> bytes:
 def read(path: Path) -> dict[str, Any] | None:
     """The marker of `path`, or None (not ours, or not readable: the reader then decides)."""
     try:
-        with open(path, "rb") as raw:
+        # Never through a symlink, never a FIFO or device: a regular file or nothing.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        with os.fdopen(fd, "rb") as raw:
             head = raw.read(_HEAD)
             if head[:4] in ZIP_MAGIC:
                 with zipfile.ZipFile(raw) as archive:

@@ -116,6 +116,7 @@ def split(
     it was.
     """
     _refuse_tensorflow(source)
+    detect.refuse_outside_references(source)  # a rewrite would copy bytes from outside the root
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
     final = inference_path(source, out)
