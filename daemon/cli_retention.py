@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from daemon.cli import Context, _json, _table, main_group, pass_context
+from daemon.cli import Context, _echo, _json, _table, main_group, pass_context
 
 if TYPE_CHECKING:
     from daemon.pruner import PruneReport
@@ -93,18 +93,18 @@ def _print_plan(report: PruneReport) -> None:
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
         doomed = rp.plan.to_trash()
-        click.echo(
+        _echo(
             f"{rp.run}: {len(doomed)} of {len(rp.plan.decisions)} {verb}, "
             f"{format_size(rp.plan.bytes_freed)} ({rp.policy})"
         )
         for d in rp.plan.decisions:
-            click.echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
+            _echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
         for note in rp.plan.notes:
-            click.echo(f"  note: {note}")
+            _echo(f"  note: {note}")
     for skipped in report.skipped:
-        click.echo(f"{skipped['run']}: skipped: {skipped['reason']}")
+        _echo(f"{skipped['run']}: skipped: {skipped['reason']}")
     for failure in report.failures:
-        click.echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
+        _echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
 
 
 @main_group.command()
@@ -117,7 +117,7 @@ def pin(obj: Context, ref: str) -> None:
     Example:  ckpt pin "$(ckpt best --metric val_loss --run exp1)"
     """
     with obj.catalog() as cat:
-        click.echo(f"pinned: {cat.pin(ref).path}")
+        _echo(f"pinned: {cat.pin(ref).path}")
 
 
 @main_group.command()
@@ -130,7 +130,7 @@ def unpin(obj: Context, ref: str) -> None:
     Example:  ckpt unpin 42
     """
     with obj.catalog() as cat:
-        click.echo(f"unpinned: {cat.pin(ref, False).path}")
+        _echo(f"unpinned: {cat.pin(ref, False).path}")
 
 
 @main_group.group()
@@ -173,7 +173,7 @@ def restore(obj: Context, ref: str) -> None:
     Example:  ckpt trash restore runs/exp1/weights.03-0.41.hdf5
     """
     with obj.catalog() as cat:
-        click.echo(f"restored: {cat.restore(ref).path}")
+        _echo(f"restored: {cat.restore(ref).path}")
 
 
 @trash.command()
@@ -198,9 +198,9 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     else:
         verb = "would purge" if dry_run else "purged"
         for item in done:
-            click.echo(f"{verb}: {item['path']}")
+            _echo(f"{verb}: {item['path']}")
         for failure in failures:
-            click.echo(f"failed: {failure['path']}: {failure['error']}", err=True)
+            _echo(f"failed: {failure['path']}: {failure['error']}", err=True)
     if failures:
         sys.exit(3)
 
