@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import sys
 from typing import Any
 
 from sqlalchemy import Engine, Select, and_, exists, func, select
@@ -95,6 +97,7 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
                 exists().where(
                     metrics.c.checkpoint_id == checkpoints.c.id,
                     metrics.c.name == cond.key,
+                    _finite(metrics.c.value),
                     _OPS[cond.op](metrics.c.value, cond.value),
                 )
             )
@@ -108,7 +111,7 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
         select(*_LIST_COLUMNS)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .join(metrics, and_(metrics.c.checkpoint_id == checkpoints.c.id, metrics.c.name == metric))
-        .where(checkpoints.c.status == CheckpointStatus.OK.value, metrics.c.value.is_not(None))
+        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
         .order_by(order, checkpoints.c.mtime_ns.desc())
         .limit(1)
     )
@@ -120,6 +123,12 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
             where = f" in run {run!r}" if run else ""
             raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
         return _complete(conn, row)
+
+
+def _finite(value: Any) -> Any:
+    """SQL: `value` is a finite number. Values are stored so (NaN and +/-Infinity as NULL), but
+    catalogs written before that hold +/-Infinity, which must not rank or match either."""
+    return value.between(-sys.float_info.max, sys.float_info.max)
 
 
 def _complete(conn: Any, row: Any) -> Checkpoint:
@@ -245,7 +254,8 @@ def _metric_values(
     for chunk in chunks if ids else []:
         part = stmt if chunk is None else stmt.where(metrics.c.checkpoint_id.in_(chunk))
         for checkpoint_id, name, value in conn.execute(part):
-            out.setdefault(checkpoint_id, {})[name] = value
+            finite = value is not None and math.isfinite(value)
+            out.setdefault(checkpoint_id, {})[name] = value if finite else None
     return out
 
 
@@ -324,7 +334,7 @@ def _best_paths(conn: Any) -> dict[int, dict[str, str]]:
     rows = conn.execute(
         select(checkpoints.c.run_id, metrics.c.name, metrics.c.value, checkpoints.c.path)
         .join(checkpoints, checkpoints.c.id == metrics.c.checkpoint_id)
-        .where(checkpoints.c.status == CheckpointStatus.OK.value, metrics.c.value.is_not(None))
+        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
         .order_by(checkpoints.c.mtime_ns.desc())
     ).all()
     best: dict[int, dict[str, tuple[float, str]]] = {}
