@@ -153,13 +153,13 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
         state_dir=state_dir,
-        roots=_roots(raw.get("roots"), base),
+        roots=_roots(raw.get("roots"), base, state_dir),
         settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
         min_age_seconds=_duration(
             completion.get("min_age_seconds", 0.2), "completion.min_age_seconds"
         ),
         schedule=_schedule(raw.get("schedule", {})),
-        heartbeat_seconds=_positive(service.get("heartbeat", 10), "service.heartbeat"),
+        heartbeat_seconds=_heartbeat(service.get("heartbeat", 10)),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
         run_rules=_run_rules(raw.get("runs", [])),
@@ -221,14 +221,48 @@ def _positive(value: Any, key: str) -> float:
     return seconds
 
 
-def _roots(value: Any, base: Path) -> tuple[RootConfig, ...]:
+# `ckpt status` calls a daemon dead after three missed heartbeats: a longer one would let it
+# report a hung or vanished daemon (on another host, where no pid can be checked) as running.
+MAX_HEARTBEAT_SECONDS = 3600.0
+
+
+def _heartbeat(value: Any) -> float:
+    seconds = _positive(value, "service.heartbeat")
+    if seconds > MAX_HEARTBEAT_SECONDS:
+        raise ConfigError(
+            "service.heartbeat",
+            "must be at most 1h: `ckpt status` judges a daemon dead after three missed beats",
+        )
+    return seconds
+
+
+def _roots(value: Any, base: Path, state_dir: Path) -> tuple[RootConfig, ...]:
     if not isinstance(value, list) or not value:
         raise ConfigError("roots", "expected a non-empty list of {path: ...} entries")
     roots = tuple(_root(item, f"roots[{i}]", base) for i, item in enumerate(value))
-    for i, a in enumerate(roots):
-        for j, b in enumerate(roots):
-            if i != j and (a.path == b.path or b.path in a.path.parents):
-                raise ConfigError(f"roots[{i}].path", f"{a.path} overlaps roots[{j}] ({b.path})")
+    # Compared as the kernel resolves them: a symlink must not make two names for one folder.
+    real = [Path(os.path.realpath(r.path)) for r in roots]
+    state = Path(os.path.realpath(state_dir))
+    for i, path in enumerate(real):
+        key = f"roots[{i}].path"
+        if path == path.parent:
+            raise ConfigError(
+                key, f"{roots[i].path} is the filesystem root: name the folder the runs are in"
+            )
+        # The catalog, its backups and our temp files must never be indexed, trashed or
+        # rewritten as checkpoints, nor a root be swept by a state_dir clean-up.
+        if path == state or path in state.parents or state in path.parents:
+            relation = "is" if path == state else "contains" if path in state.parents else "is in"
+            raise ConfigError(
+                key, f"{roots[i].path} {relation} state_dir ({state_dir}): keep them apart"
+            )
+        for j, other in enumerate(real):
+            if (path == other and i > j) or other in path.parents:
+                raise ConfigError(
+                    key,
+                    f"{roots[i].path} overlaps roots[{j}] ({roots[j].path}): roots must not"
+                    " overlap (symlinks resolved)",
+                )
     return roots
 
 

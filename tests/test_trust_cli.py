@@ -184,83 +184,78 @@ def test_non_finite_metrics_are_null_in_text_and_json_and_never_best(diverged: W
 # ---- item 24: one validation for `config check` and `serve`, refusing what cannot work ----
 
 
-def _config_cases() -> list[tuple[str, str, str]]:
-    """(id, config text with {base}, key the error must name)."""
-    state = "state_dir: {base}/state\n"
-    root = "roots: [{{path: {base}/runs}}]\n"
-    huge = "99999999999999d"
-    many_digits = "9" * 400
-    return [
-        (
-            "purge_after-huge",
-            state + root + f"trash: {{purge_after: {huge}}}\n",
-            "trash.purge_after",
-        ),
-        ("heartbeat-inf", state + root + "service: {heartbeat: .inf}\n", "service.heartbeat"),
-        ("heartbeat-nan", state + root + "service: {heartbeat: .nan}\n", "service.heartbeat"),
-        ("heartbeat-days", state + root + "service: {heartbeat: 30d}\n", "service.heartbeat"),
-        (
-            "settle-nan",
-            state + root + "completion: {settle_seconds: .nan}\n",
-            "completion.settle_seconds",
-        ),
-        ("rescan-inf", state + root + "schedule: {rescan: .inf}\n", "schedule.rescan"),
-        (
-            "misfire-huge",
-            state + root + f"schedule: {{misfire_grace: {huge}}}\n",
-            "schedule.misfire_grace",
-        ),
-        (
-            "keep_within-huge",
-            state + root + f"retention: {{keep_within: {huge}}}\n",
-            "retention.keep_within",
-        ),
-        (
-            "keep_within-digits",
-            state + root + f"retention: {{keep_within: '{many_digits}s'}}\n",
-            "retention.keep_within",
-        ),
-        (
-            "max_bytes-huge",
-            state + root + "retention: {keep_last: 1, max_bytes: 99999999999999999999999}\n",
-            "retention.max_bytes",
-        ),
-        (
-            "max_bytes-digits",
-            state + root + f"retention: {{keep_last: 1, max_bytes: '{many_digits}PB'}}\n",
-            "retention.max_bytes",
-        ),
-        (
-            "split_after-inf",
-            state + root + "artifacts: {split_after: .inf}\n",
-            "artifacts.split_after",
-        ),
-        (
-            "poll-nan",
-            state + "roots: [{{path: {base}/runs, poll_interval: .nan}}]\n",
-            "roots[0].poll_interval",
-        ),
-        ("root-slash", state + "roots: [{{path: /}}]\n", "roots[0].path"),
-        ("root-symlink-to-slash", state + "roots: [{{path: {base}/slash}}]\n", "roots[0].path"),
-        ("root-is-state", "state_dir: {base}/runs\n" + root, "roots[0].path"),
-        ("state-in-root", "state_dir: {base}/runs/.state\n" + root, "roots[0].path"),
-        ("root-in-state", "state_dir: {base}\nroots: [{{path: {base}/runs}}]\n", "roots[0].path"),
-        ("state-via-symlink", "state_dir: {base}/link/state\n" + root, "roots[0].path"),
-        (
-            "roots-same-via-symlink",
-            state + "roots: [{{path: {base}/runs}}, {{path: {base}/link}}]\n",
-            "roots[1].path",
-        ),
-        (
-            "root-inside-via-symlink",
-            state + "roots: [{{path: {base}/runs}}, {{path: {base}/link/sub}}]\n",
-            "roots[1].path",
-        ),
-    ]
+STATE = "state_dir: {base}/state\n"
+ROOT = "roots: [{path: {base}/runs}]\n"
+HUGE_DAYS = "99999999999999d"
+MANY_DIGITS = "9" * 400
+# (id, config text with {base} for the test's folder, the key the error must name)
+CONFIG_CASES = [
+    (
+        "purge_after-huge",
+        STATE + ROOT + "trash: {purge_after: " + HUGE_DAYS + "}\n",
+        "trash.purge_after",
+    ),
+    ("heartbeat-inf", STATE + ROOT + "service: {heartbeat: .inf}\n", "service.heartbeat"),
+    ("heartbeat-nan", STATE + ROOT + "service: {heartbeat: .nan}\n", "service.heartbeat"),
+    ("heartbeat-days", STATE + ROOT + "service: {heartbeat: 30d}\n", "service.heartbeat"),
+    (
+        "settle-nan",
+        STATE + ROOT + "completion: {settle_seconds: .nan}\n",
+        "completion.settle_seconds",
+    ),
+    ("rescan-inf", STATE + ROOT + "schedule: {rescan: .inf}\n", "schedule.rescan"),
+    (
+        "misfire-huge",
+        STATE + ROOT + "schedule: {misfire_grace: " + HUGE_DAYS + "}\n",
+        "schedule.misfire_grace",
+    ),
+    (
+        "keep_within-huge",
+        STATE + ROOT + "retention: {keep_within: " + HUGE_DAYS + "}\n",
+        "retention.keep_within",
+    ),
+    (
+        "keep_within-digits",
+        STATE + ROOT + "retention: {keep_within: '" + MANY_DIGITS + "s'}\n",
+        "retention.keep_within",
+    ),
+    (
+        "max_bytes-huge",
+        STATE + ROOT + "retention: {keep_last: 1, max_bytes: 99999999999999999999999}\n",
+        "retention.max_bytes",
+    ),
+    (
+        "max_bytes-digits",
+        STATE + ROOT + "retention: {keep_last: 1, max_bytes: '" + MANY_DIGITS + "PB'}\n",
+        "retention.max_bytes",
+    ),
+    ("split_after-inf", STATE + ROOT + "artifacts: {split_after: .inf}\n", "artifacts.split_after"),
+    (
+        "poll-nan",
+        STATE + "roots: [{path: {base}/runs, poll_interval: .nan}]\n",
+        "roots[0].poll_interval",
+    ),
+    ("root-slash", STATE + "roots: [{path: /}]\n", "roots[0].path"),
+    ("root-symlink-to-slash", STATE + "roots: [{path: {base}/slash}]\n", "roots[0].path"),
+    ("root-is-state", "state_dir: {base}/runs\n" + ROOT, "roots[0].path"),
+    ("state-in-root", "state_dir: {base}/runs/.state\n" + ROOT, "roots[0].path"),
+    ("root-in-state", "state_dir: {base}\n" + ROOT, "roots[0].path"),
+    ("state-via-symlink", "state_dir: {base}/link/state\n" + ROOT, "roots[0].path"),
+    (
+        "roots-same-via-symlink",
+        STATE + "roots: [{path: {base}/runs}, {path: {base}/link}]\n",
+        "roots[1].path",
+    ),
+    (
+        "root-inside-via-symlink",
+        STATE + "roots: [{path: {base}/runs}, {path: {base}/link/sub}]\n",
+        "roots[1].path",
+    ),
+]
 
 
 @pytest.mark.parametrize(
-    ("text", "key"), [c[1:] for c in _config_cases()], ids=[c[0] for c in _config_cases()]
+    ("text", "key"), [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES]
 )
 def test_config_check_and_serve_refuse_the_same_bad_values(
     workspace: Workspace, text: str, key: str
@@ -269,7 +264,7 @@ def test_config_check_and_serve_refuse_the_same_bad_values(
     (base / "runs" / "sub").mkdir(parents=True, exist_ok=True)
     (base / "link").symlink_to(base / "runs")
     (base / "slash").symlink_to("/")
-    workspace.config.write_text(text.format(base=base))
+    workspace.config.write_text(text.replace("{base}", str(base)))
     for args in (("config", "check"), ("serve", "--once")):
         done = workspace.run(*args, check=False)
         assert done.returncode == 2, (args, done.returncode, done.stdout, done.stderr)
@@ -292,7 +287,6 @@ def one_checkpoint(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: 
 
 
 HUGE = "99999999999999999999999"
-MANY_DIGITS = "9" * 400
 
 
 @pytest.mark.parametrize(
