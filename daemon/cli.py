@@ -40,6 +40,7 @@ class Context:
 
 
 pass_context = click.make_pass_decorator(Context)
+MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
 
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -192,7 +193,7 @@ def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
     help="A column (epoch, step, size, mtime, id, path) or a metric name.",
 )
 @click.option("--desc", is_flag=True, help="Sort descending.")
-@click.option("--limit", type=click.IntRange(min=0), help="At most N rows.")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_LIMIT), help="At most N rows.")
 @click.option("--json", "as_json", is_flag=True, help="JSON array of checkpoint objects.")
 @pass_context
 def list_command(
@@ -457,7 +458,7 @@ def check(obj: Context, path: str | None) -> None:
     """
     from daemon import config
 
-    loaded = config.load(path or obj.config_path, database_override=obj.database)
+    loaded = config.load(obj.config_path if path is None else path, database_override=obj.database)
     _echo(f"ok: {loaded.source}")
     _echo(f"  database: {loaded.database}")
     for root in loaded.roots:

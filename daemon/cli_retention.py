@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from daemon.cli import Context, _echo, _json, _table, main_group, pass_context
+from daemon.cli import MAX_LIMIT, Context, _echo, _json, _table, main_group, pass_context
 
 if TYPE_CHECKING:
     from daemon.pruner import PruneReport
@@ -74,13 +74,23 @@ def _policy(
 
     if (keep_best is None) != (metric is None):
         raise UsageError("--keep-best and --metric go together")
+    if metric is not None and not metric.strip():
+        raise UsageError("--metric: an empty name: give the metric, e.g. val_loss")
+    try:
+        within = parse_duration(keep_within) if keep_within is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--keep-within: {exc}") from None
+    try:
+        size = parse_size(max_bytes) if max_bytes is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--max-bytes: {exc}") from None
     try:
         policy = Policy(
             keep_last=keep_last,
             keep_best=(KeepBest(metric, keep_best, mode),) if keep_best and metric else (),
             keep_every=keep_every,
-            keep_within=parse_duration(keep_within) if keep_within else None,
-            max_bytes=parse_size(max_bytes) if max_bytes else None,
+            keep_within=within,
+            max_bytes=size,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -207,7 +217,7 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
 
 @main_group.command(name="log")
 @click.option("--run", help="Only events of this run.")
-@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_LIMIT), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
 @pass_context
 def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> None:

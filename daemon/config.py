@@ -103,6 +103,8 @@ class Config:
 
 def find_config_file(explicit: str | None) -> Path | None:
     """--config, else $CKPT_CONFIG, else ./config.yaml; None means the built-in default."""
+    if explicit is not None and not explicit.strip():
+        raise ConfigError("--config", "an empty path: name a config file, or leave --config out")
     chosen = explicit or os.environ.get("CKPT_CONFIG")
     if chosen:
         path = Path(chosen)

@@ -298,7 +298,9 @@ def remove_stale_temps(root: Path) -> list[Path]:
 
 def _writer_pid(name: str) -> int | None:
     head = name[len(TEMP_PREFIX) :].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
+    # ASCII digits of a possible pid (Linux's pid_max is at most 2**22: 7 digits): "²".isdigit()
+    # is true too, and a longer "pid" overflows os.kill; neither can be a live writer of ours.
+    return int(head) if head.isascii() and head.isdigit() and len(head) <= 7 else None
 
 
 def _alive(pid: int | None) -> bool:

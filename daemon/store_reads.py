@@ -17,6 +17,7 @@ from daemon.query import COLUMN_KEYS, ListQuery, default_mode
 from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+MAX_ID = 2**63 - 1
 events, artifacts = EVENTS, ARTIFACTS
 
 # What a listing reads, in the order `_to_checkpoint` unpacks it. `details` (layers, configs) is
@@ -140,8 +141,10 @@ def _complete(conn: Any, row: Any) -> Checkpoint:
 
 def get(engine: Engine, ref: str) -> Checkpoint:
     """A checkpoint by catalog id or by path (absolute or relative to the working folder)."""
-    if ref.isdigit():
+    if _is_catalog_id(ref):
         condition = checkpoints.c.id == int(ref)
+    elif ref.isascii() and ref.isdigit():
+        raise NotFound(f"no checkpoint {ref!r} in the catalog")  # past any 64-bit id
     else:
         condition = checkpoints.c.path == os.path.abspath(ref)
     show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
@@ -178,6 +181,12 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         for e in history
     ]
     return dataclasses.replace(found, details=details)
+
+
+def _is_catalog_id(ref: str) -> bool:
+    # ASCII digits only: str.isdigit() is also true for "²" and "١", which int() refuses or
+    # reads as another number; and no id is past a 64-bit column.
+    return ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID
 
 
 def list_runs(engine: Engine) -> list[Run]:

@@ -317,7 +317,15 @@ HUGE = "99999999999999999999999"
         (("--db", "postgresql+nosuchdriver://h/x", "list"), 2, "nosuchdriver"),
         (("--db", "not a url", "list"), 2, "database"),
         (("--db", "sqlite:///{base}/nonexistent/dir/x.db", "list"), 2, "nonexistent"),
+        (("--db", "sqlite:///{base}/config.yaml", "list"), 2, "not an SQLite catalog"),
+        (("--db", "sqlite:///:memory:", "list"), 2, "in-memory"),
+        (("--db", "sqlite:///{base}/x.db?timeout=abc", "list"), 2, "database URL"),
+        (("--db", "sqlite:///{base}/runs", "list"), 2, "cannot open"),
         (("--db", "nosuchdialect://x", "db", "current"), 2, "nosuchdialect"),
+        (("--config", "", "list"), 2, "--config"),
+        (("config", "check", ""), 2, "--config"),
+        (("prune", "--keep-best", "1", "--metric", "", "-n"), 2, "--metric"),
+        (("prune", "--keep-last", "1", "--keep-within", "", "-n"), 2, "--keep-within"),
         (("--db", "nosuchdialect://x", "serve", "--once"), 2, "nosuchdialect"),
         (("trash", "purge", "--older-than", "99999999999999d"), 2, "--older-than"),
         (("trash", "purge", "--older-than", f"{MANY_DIGITS}s"), 2, "--older-than"),
@@ -351,7 +359,7 @@ def test_hostile_arguments_get_one_line_and_their_exit_code(
 def test_a_hostile_temp_file_name_does_not_crash_the_service(workspace: Workspace) -> None:
     """Temp names carry the writer's pid; a name with a superscript or a huge "pid" must not
     crash the start-up clean-up (int('²') raises, os.kill(10**20, 0) overflows)."""
-    for name in (".ckpt-tmp-²-x.h5", f".ckpt-tmp-{HUGE}-x.h5"):
+    for name in (".ckpt-tmp-²-x.h5", f".ckpt-tmp-{HUGE}-x.h5", ".ckpt-tmp-9999999999-x.h5"):
         (workspace.root / name).write_bytes(b"left over")
     done = workspace.run("serve", "--once", check=False)
     assert done.returncode == 0, done.stderr
