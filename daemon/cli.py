@@ -38,6 +38,16 @@ class Context:
 
         return config.load(self.config_path, database_override=self.database)
 
+    def validated_config(self, path: str | None) -> Any:
+        """What `config check` accepts is what `serve` starts with: the file's validation and
+        the catalog URL's (dialect, driver), refused with the key path before anything runs."""
+        from daemon import config
+        from daemon import db as database
+
+        loaded = config.load(path, database_override=self.database)
+        database.check_url(loaded.database)
+        return loaded
+
 
 pass_context = click.make_pass_decorator(Context)
 MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
@@ -376,6 +386,7 @@ def serve(obj: Context, once: bool) -> None:
     """
     from daemon.service import Service
 
+    obj.validated_config(obj.config_path)
     sys.exit(Service(obj.config_path, obj.database).run(once=once))
 
 
@@ -456,9 +467,7 @@ def check(obj: Context, path: str | None) -> None:
     \b
     Example:  ckpt config check /etc/ckpt/config.yaml
     """
-    from daemon import config
-
-    loaded = config.load(obj.config_path if path is None else path, database_override=obj.database)
+    loaded = obj.validated_config(obj.config_path if path is None else path)
     _echo(f"ok: {loaded.source}")
     _echo(f"  database: {loaded.database}")
     for root in loaded.roots:

@@ -223,17 +223,21 @@ def _positive(value: Any, key: str) -> float:
     return seconds
 
 
-# `ckpt status` calls a daemon dead after three missed heartbeats: a longer one would let it
-# report a hung or vanished daemon (on another host, where no pid can be checked) as running.
-MAX_HEARTBEAT_SECONDS = 3600.0
+# `ckpt status` calls a daemon dead after three missed heartbeats. A longer one would let it
+# report a hung or vanished daemon (on another host, where no pid can be checked) as running; a
+# sub-second one, which a busy worker cannot keep (and which writes the catalog non-stop),
+# would let it report a live daemon as dead.
+HEARTBEAT_RANGE_SECONDS = (1.0, 3600.0)
 
 
 def _heartbeat(value: Any) -> float:
-    seconds = _positive(value, "service.heartbeat")
-    if seconds > MAX_HEARTBEAT_SECONDS:
+    seconds = _duration(value, "service.heartbeat")
+    low, high = HEARTBEAT_RANGE_SECONDS
+    if not low <= seconds <= high:
         raise ConfigError(
             "service.heartbeat",
-            "must be at most 1h: `ckpt status` judges a daemon dead after three missed beats",
+            "must be between 1s and 1h: `ckpt status` judges a daemon dead after three missed "
+            "beats",
         )
     return seconds
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 
 from daemon import mounts
-from daemon.errors import CkptError, SchemaBehind, UsageError
+from daemon.errors import CkptError, ConfigError, SchemaBehind, UsageError
 
 # Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
 # have to import Alembic to learn the head revision.
@@ -63,36 +63,39 @@ def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
 
 
 def check_url(url: str) -> None:
-    """Refuse (exit 2) a catalog URL SQLAlchemy cannot parse or has no dialect for."""
+    """Refuse (exit 2) a catalog URL SQLAlchemy cannot parse or has no dialect for (also run by
+    `ckpt config check`, so that what it passes `serve` accepts)."""
     try:
         parsed = make_url(url)
     except ArgumentError:  # the URL itself is not repeated: it may hold a password
-        raise UsageError(
-            "database URL: not an SQLAlchemy URL like sqlite:///path/catalog.db or "
-            "postgresql+psycopg://host/db"
+        raise ConfigError(
+            "database",
+            "not an SQLAlchemy URL like sqlite:///path/catalog.db or postgresql+psycopg://host/db",
         ) from None
     try:
-        parsed.get_dialect()
+        dialect = parsed.get_dialect()
     except NoSuchModuleError:
-        raise UsageError(
-            f"database URL: SQLAlchemy has no dialect {parsed.drivername!r} "
-            "(e.g. sqlite, postgresql+psycopg)"
+        raise ConfigError(
+            "database",
+            f"SQLAlchemy has no dialect {parsed.drivername!r} (e.g. sqlite, postgresql+psycopg)",
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise ConfigError(
+            "database", f"the driver of {parsed.drivername!r} is not installed: {exc}"
         ) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise UsageError(
-            "database URL: an in-memory SQLite catalog is empty for every command: name a file"
+        raise ConfigError(
+            "database", "an in-memory SQLite catalog is empty for every command: name a file"
         )
 
 
 def _create_engine(url: str, **options: Any) -> Engine:
     try:
         return create_engine(url, **options)
-    except ImportError as exc:  # the dialect's driver (DBAPI) is not installed
-        raise UsageError(
-            f"database URL: the driver of {make_url(url).drivername!r} is not installed: {exc}"
-        ) from None
     except (ValueError, TypeError) as exc:  # a query option the driver cannot take
-        raise UsageError(f"database URL: bad option: {exc}") from None
+        raise ConfigError("database", f"bad option: {exc}") from None
 
 
 def _refuse_network_filesystem(path: Path) -> None:
@@ -140,9 +143,9 @@ def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> Non
         # SQLITE_NOTADB (a URL naming some other file) is exactly DatabaseError, and SQLite
         # cannot open a path it cannot create; other errors (locked, I/O) are runtime failures.
         if type(exc.orig) is sqlite3.DatabaseError:
-            raise UsageError(f"database URL: {sqlite_path(url)} is not an SQLite catalog") from None
+            raise ConfigError("database", f"{sqlite_path(url)} is not an SQLite catalog") from None
         if "unable to open database file" in str(exc.orig):
-            raise UsageError(f"database URL: SQLite cannot open {make_url(url).database}") from None
+            raise ConfigError("database", f"SQLite cannot open {make_url(url).database}") from None
         raise
     if revision == SCHEMA_HEAD:
         return
