@@ -6,6 +6,7 @@ Everything runs as users run it: `ckpt` subprocesses, a real SQLite catalog, rea
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -126,6 +127,49 @@ def test_hostile_names_are_printed_escaped_and_json_keeps_the_real_path(
     assert best_line == f"{ws.root}/{ODD_RUN_SHOWN}/e01-vl0.100.keras\n"
     missing = run(ws, "show", str(ws.root / "\x1b[2Jnope"), code=6)
     assert_printable(missing.stderr, "error line")
+
+
+def test_scan_progress_on_a_terminal_shows_names_as_data(odd_names: Workspace) -> None:
+    """`ckpt scan` draws a live counter with the current path when stderr is a terminal."""
+    import pty
+    import threading
+
+    master, terminal = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the terminal side is closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    cmd = [sys.executable, "-m", "daemon", "--config", str(odd_names.config), "scan"]
+    try:
+        done = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=terminal, timeout=300, cwd=odd_names.base
+        )
+    finally:
+        os.close(terminal)
+    reader.join(30)
+    os.close(master)
+    assert done.returncode == 3  # the truncated file
+    drawn = b"".join(chunks)
+    assert b"checked" in drawn, drawn  # the counter was drawn
+    # Whichever name was drawn last, it came as typed: no colour from `[red]` or from the ESC
+    # in a name, no bold from `[bold]`, no emoji for `:smile:`, no screen clear.
+    for sequence in (
+        b"\x1b[31m",
+        b"\x1b[1m",
+        b"\x1b[2J",
+        "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}".encode(),
+    ):
+        assert sequence not in drawn, (sequence, drawn)
 
 
 # ---- item 23: a non-finite metric is null everywhere and never the best ----
