@@ -205,15 +205,30 @@ def _schedule(value: Any) -> Schedule:
     raw = _mapping(value, "schedule", SCHEDULE_KEYS)
     default = Schedule()
     return Schedule(
-        rescan=_duration(raw.get("rescan", default.rescan), "schedule.rescan"),
-        retention=_duration(raw.get("retention", default.retention), "schedule.retention"),
-        purge=_duration(raw.get("purge", default.purge), "schedule.purge"),
-        verify=_duration(raw.get("verify", default.verify), "schedule.verify"),
-        artifacts=_duration(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
-        misfire_grace=_positive(
+        rescan=_every(raw.get("rescan", default.rescan), "schedule.rescan"),
+        retention=_every(raw.get("retention", default.retention), "schedule.retention"),
+        purge=_every(raw.get("purge", default.purge), "schedule.purge"),
+        verify=_every(raw.get("verify", default.verify), "schedule.verify"),
+        artifacts=_every(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
+        # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
+        misfire_grace=_at_least_a_second(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
         ),
     )
+
+
+def _every(value: Any, key: str) -> float:
+    """A job's period: 0 turns it off; otherwise at least a second (a rescan every millisecond
+    would keep a core busy walking the roots)."""
+    seconds = _duration(value, key)
+    return seconds if seconds == 0 else _at_least_a_second(seconds, key)
+
+
+def _at_least_a_second(value: Any, key: str) -> float:
+    seconds = _duration(value, key)
+    if seconds < 1:
+        raise ConfigError(key, f"must be at least 1s, got {seconds:g}s")
+    return seconds
 
 
 def _positive(value: Any, key: str) -> float:
@@ -283,7 +298,8 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
     return RootConfig(
         path=_path(raw["path"], f"{key}.path", base),
         observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
-        poll_interval=_positive(raw.get("poll_interval", 30), f"{key}.poll_interval"),
+        # Each poll stats every entry of the tree: sub-second polling burns a core.
+        poll_interval=_at_least_a_second(raw.get("poll_interval", 30), f"{key}.poll_interval"),
         filename_templates=_templates(templates, f"{key}.filename_template"),
         metrics_files=_strings(
             raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),
@@ -417,6 +433,8 @@ def _choice(value: Any, key: str, allowed: tuple[str, ...]) -> str:
 def _path(value: Any, key: str, base: Path) -> Path:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(key, "expected a path")
+    if "\0" in value:
+        raise ConfigError(key, "a path cannot hold a NUL character")
     return Path(os.path.abspath(base / os.path.expanduser(value)))
 
 

@@ -65,6 +65,8 @@ def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
 def check_url(url: str) -> None:
     """Refuse (exit 2) a catalog URL SQLAlchemy cannot parse or has no dialect for (also run by
     `ckpt config check`, so that what it passes `serve` accepts)."""
+    if "\0" in url:
+        raise ConfigError("database", "the URL holds a NUL character")
     try:
         parsed = make_url(url)
     except ArgumentError:  # the URL itself is not repeated: it may hold a password
