@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.config_values import at_least_a_second as _at_least_a_second
+from daemon.config_values import choice as _choice
+from daemon.config_values import count as _count
+from daemon.config_values import duration as _duration
+from daemon.config_values import every as _every
+from daemon.config_values import heartbeat as _heartbeat
+from daemon.config_values import mapping as _mapping
+from daemon.config_values import path as _path
+from daemon.config_values import size as _size
+from daemon.config_values import strings as _strings
 from daemon.errors import ConfigError
 from daemon.retention import KeepBest, Policy
 
@@ -217,46 +226,6 @@ def _schedule(value: Any) -> Schedule:
     )
 
 
-def _every(value: Any, key: str) -> float:
-    """A job's period: 0 turns it off; otherwise at least a second (a rescan every millisecond
-    would keep a core busy walking the roots)."""
-    seconds = _duration(value, key)
-    return seconds if seconds == 0 else _at_least_a_second(seconds, key)
-
-
-def _at_least_a_second(value: Any, key: str) -> float:
-    seconds = _duration(value, key)
-    if seconds < 1:
-        raise ConfigError(key, f"must be at least 1s, got {seconds:g}s")
-    return seconds
-
-
-def _positive(value: Any, key: str) -> float:
-    seconds = _duration(value, key)
-    if seconds <= 0:
-        raise ConfigError(key, "must be more than 0")
-    return seconds
-
-
-# `ckpt status` calls a daemon dead after three missed heartbeats. A longer one would let it
-# report a hung or vanished daemon (on another host, where no pid can be checked) as running; a
-# sub-second one, which a busy worker cannot keep (and which writes the catalog non-stop),
-# would let it report a live daemon as dead.
-HEARTBEAT_RANGE_SECONDS = (1.0, 3600.0)
-
-
-def _heartbeat(value: Any) -> float:
-    seconds = _duration(value, "service.heartbeat")
-    low, high = HEARTBEAT_RANGE_SECONDS
-    if not low <= seconds <= high:
-        raise ConfigError(
-            "service.heartbeat",
-            "must be between 1s and 1h: `ckpt status` judges a daemon dead after three missed "
-            "beats",
-        )
-    return seconds
-
-
 def _roots(value: Any, base: Path, state_dir: Path) -> tuple[RootConfig, ...]:
     if not isinstance(value, list) or not value:
         raise ConfigError("roots", "expected a non-empty list of {path: ...} entries")
@@ -373,27 +342,6 @@ def _keep_best(value: Any, key: str) -> KeepBest:
     return KeepBest(metric=metric, n=n or 1, mode=mode, keep_missing=keep_missing)
 
 
-def _count(raw: Mapping[str, Any], name: str, key: str) -> int | None:
-    value = raw.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key}.{name}", f"expected a whole number >= 1, got {value!r}")
-    return value
-
-
-def _size(value: Any, key: str) -> int:
-    from daemon.units import parse_size
-
-    try:
-        size = parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
-    if size <= 0:
-        raise ConfigError(key, "must be more than 0")
-    return size
-
-
 def _templates(value: Any, key: str) -> tuple[str, ...]:
     from daemon.metrics import compile_template
 
@@ -404,47 +352,6 @@ def _templates(value: Any, key: str) -> tuple[str, ...]:
         except ValueError as exc:
             raise ConfigError(f"{key}[{i}]", str(exc)) from exc
     return templates
-
-
-def _mapping(value: Any, key: str, allowed: set[str]) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        where = "" if key == "(top level)" else f"{key}."
-        raise ConfigError(
-            f"{where}{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
-        )
-    return value
-
-
-def _strings(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(key, "expected a list of non-empty strings")
-    return tuple(value)
-
-
-def _choice(value: Any, key: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
-    return str(value)
-
-
-def _path(value: Any, key: str, base: Path) -> Path:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(key, "expected a path")
-    if "\0" in value:
-        raise ConfigError(key, "a path cannot hold a NUL character")
-    return Path(os.path.abspath(base / os.path.expanduser(value)))
-
-
-def _duration(value: Any, key: str) -> float:
-    from daemon.units import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
 
 
 def _database_url(url: str, state_dir: Path, base: Path) -> str:
