@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 unexpected error, 2 usage or config error, 3 some items fail
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Callable, Iterable
@@ -37,8 +38,19 @@ class Context:
 
         return config.load(self.config_path, database_override=self.database)
 
+    def validated_config(self, path: str | None) -> Any:
+        """What `config check` accepts is what `serve` starts with: the file's validation and
+        the catalog URL's (dialect, driver), refused with the key path before anything runs."""
+        from daemon import config
+        from daemon import db as database
+
+        loaded = config.load(path, database_override=self.database)
+        database.check_url(loaded.database)
+        return loaded
+
 
 pass_context = click.make_pass_decorator(Context)
+MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
 
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -70,6 +82,13 @@ def main_group(
     ctx.obj = Context(config_path, database, debug)
 
 
+def _echo(line: str, *, err: bool = False) -> None:
+    """One line of text for a person: names in it are shown, never obeyed (see render.visible)."""
+    from daemon.render import visible
+
+    click.echo(visible(line), err=err)
+
+
 def _json(doc: Any) -> None:
     # Indented for a person at a terminal; compact (and C-encoded: fast) for a script.
     click.echo(json.dumps(doc, indent=2 if sys.stdout.isatty() else None))
@@ -88,6 +107,9 @@ def _json_rows(rows: Iterable[dict[str, Any]]) -> None:
 def _table(columns: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from daemon.render import visible
 
     # On a terminal, columns are cut to fit; into a pipe, each row stays one whole line.
     tty = sys.stdout.isatty()
@@ -95,7 +117,8 @@ def _table(columns: list[str], rows: list[list[str]]) -> None:
     for name in columns:
         table.add_column(name, no_wrap=True, overflow="ellipsis")
     for row in rows:
-        table.add_row(*row)
+        # Text cells: a name like `a[/]b` or `[red]x` is data, never rich markup or an emoji code.
+        table.add_row(*(Text(visible(cell)) for cell in row))
     Console(width=None if tty else 100_000, highlight=False).print(table)
 
 
@@ -106,9 +129,11 @@ def _progress() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn
 
+    from daemon.render import visible
+
     progress = Progress(
         SpinnerColumn(),
-        TextColumn("{task.completed} checked  {task.description}"),
+        TextColumn("{task.completed} checked  {task.description}", markup=False),
         console=Console(stderr=True),
         transient=True,
     )
@@ -116,7 +141,7 @@ def _progress() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
     progress.start()
 
     def advance(path: str) -> None:
-        progress.update(task, advance=1, description=path[-60:])
+        progress.update(task, advance=1, description=visible(path[-60:]))
 
     return advance, progress.stop
 
@@ -146,15 +171,15 @@ def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         _json(report.as_dict())
     else:
-        click.echo(
+        _echo(
             f"{len(report.indexed)} indexed, {report.unchanged} unchanged, "
             f"{len(report.incomplete)} incomplete, {len(report.failed)} failed, "
             f"{len(report.missing)} missing, {len(report.skipped)} skipped"
         )
         for path, status, reason in report.failed:
-            click.echo(f"  {status}: {path}: {reason}", err=True)
+            _echo(f"  {status}: {path}: {reason}", err=True)
         for problem in report.errors:
-            click.echo(f"  error: {problem}", err=True)
+            _echo(f"  error: {problem}", err=True)
     if report.failed or report.errors:
         sys.exit(3)
 
@@ -178,7 +203,7 @@ def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
     help="A column (epoch, step, size, mtime, id, path) or a metric name.",
 )
 @click.option("--desc", is_flag=True, help="Sort descending.")
-@click.option("--limit", type=click.IntRange(min=0), help="At most N rows.")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_LIMIT), help="At most N rows.")
 @click.option("--json", "as_json", is_flag=True, help="JSON array of checkpoint objects.")
 @pass_context
 def list_command(
@@ -221,13 +246,12 @@ def list_command(
 
 
 def _list_row(c: Checkpoint) -> list[str]:
+    from daemon.render import metric_text
     from daemon.units import format_size
 
     name = c.path[len(c.root) :].lstrip("/") if c.path.startswith(c.root) else c.path
     epoch = str(c.epoch) if c.epoch is not None else (f"s{c.step}" if c.step is not None else "")
-    shown = "  ".join(
-        f"{k}={v:.4g}" if v is not None else f"{k}=nan" for k, v in sorted(c.metrics.items())
-    )
+    shown = "  ".join(f"{k}={metric_text(v)}" for k, v in sorted(c.metrics.items()))
     status = c.status.value if c.status.value == "ok" else f"{c.status.value}: {c.reason or ''}"
     return [
         str(c.id),
@@ -301,9 +325,9 @@ def best(
     if as_json:
         _json(checkpoint_json(found, detailed=bool(artifact)))
     elif artifact:
-        click.echo(_artifact_path(found, artifact))
+        _echo(_artifact_path(found, artifact))
     else:
-        click.echo(found.path)
+        _echo(found.path)
 
 
 def _artifact_path(found: Checkpoint, kind: str) -> str:
@@ -343,136 +367,43 @@ def runs(obj: Context, as_json: bool) -> None:
     )
 
 
-@main_group.command()
-@click.option(
-    "--once",
-    is_flag=True,
-    help="Reconcile every root with the catalog, run the configured retention, trash purge and "
-    "artifacts jobs once, and exit (for cron and tests). Exit 3 if some item failed.",
-)
-@pass_context
-def serve(obj: Context, once: bool) -> None:
-    """Run the service: watch roots, index checkpoints once complete, run scheduled jobs.
-
-    Runs in the foreground (systemd's Type=notify does the daemonizing); logs one line per
-    event to stderr. SIGHUP reloads the config, SIGTERM stops it.
-
-    \b
-    Example:  ckpt --config /etc/ckpt/config.yaml serve
-    """
-    from daemon.service import Service
-
-    sys.exit(Service(obj.config_path, obj.database).run(once=once))
-
-
-@main_group.command()
-@click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
-@pass_context
-def status(obj: Context, as_json: bool) -> None:
-    """Whether a daemon is running against this catalog, from its heartbeat.
-
-    Exit 0 either way; `running` says which (a stale heartbeat or a dead pid means no).
-
-    \b
-    Example:  ckpt status --json | jq .running
-    """
-    with obj.catalog() as cat:
-        doc = cat.status()
-    if as_json:
-        _json(doc)
-        return
-    if not doc["running"]:
-        click.echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
-        return
-    click.echo(
-        f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
-        f"heartbeat {doc['heartbeat_at']}"
-    )
-    for root in doc["roots"]:
-        click.echo(f"  root {root['path']} ({root['observer']})")
-    click.echo(
-        f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
-        f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
-    )
-
-
-@main_group.group()
-def db() -> None:
-    """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports."""
-
-
-@db.command()
-@pass_context
-def upgrade(obj: Context) -> None:
-    """Migrate the catalog to this version's schema (SQLite: a backup copy is made first)."""
-    from daemon import db as database
-
-    url = obj.config().database
-    backup = database.upgrade(url)
-    suffix = f" (backup: {backup})" if backup else ""
-    click.echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
-
-
-@db.command()
-@pass_context
-def current(obj: Context) -> None:
-    """Print the catalog's schema revision and whether it is the one this ckpt needs."""
-    from daemon import db as database
-
-    engine = database.make_engine(obj.config().database)
-    try:
-        revision = database.current_revision(engine)
-    finally:
-        engine.dispose()
-    state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
-    click.echo(f"{revision or 'empty'} ({state})")
-
-
-@main_group.group(name="config")
-def config_group() -> None:
-    """Configuration: `ckpt config check [PATH]`."""
-
-
-@config_group.command()
-@click.argument("path", required=False)
-@pass_context
-def check(obj: Context, path: str | None) -> None:
-    """Validate a config file (default: the one `ckpt` would use) and summarize it.
-
-    \b
-    Example:  ckpt config check /etc/ckpt/config.yaml
-    """
-    from daemon import config
-
-    loaded = config.load(path or obj.config_path, database_override=obj.database)
-    click.echo(f"ok: {loaded.source}")
-    click.echo(f"  database: {loaded.database}")
-    for root in loaded.roots:
-        click.echo(f"  root: {root.path} (observer {root.observer})")
-
-
 def main(argv: list[str] | None = None) -> NoReturn:
     from daemon.errors import CkptError
 
-    debug = "-v" in (argv or sys.argv) or "--debug" in (argv or sys.argv)
+    args = sys.argv[1:] if argv is None else argv
+    debug = "-v" in args or "--debug" in args
     try:
-        main_group.main(args=argv, prog_name="ckpt", standalone_mode=False)
+        _refuse_undecodable(args)
+        main_group.main(args=args, prog_name="ckpt", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("ckpt: aborted", err=True)
+        _echo("ckpt: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        shown = io.StringIO()
+        exc.show(file=shown)  # it repeats what was typed: an ESC in an option name too
+        for line in shown.getvalue().splitlines():
+            _echo(line, err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except CkptError as exc:
-        click.echo(f"ckpt: error: {exc}", err=True)
+        _echo(f"ckpt: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except Exception as exc:
         if debug:
             raise
-        click.echo(f"ckpt: unexpected error: {type(exc).__name__}: {exc}", err=True)
+        _echo(f"ckpt: unexpected error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(1)
     sys.exit(0)
 
 
-# Retention and artifact commands live in their own modules; importing registers them.
-from daemon import cli_artifacts, cli_retention  # noqa: E402, F401
+def _refuse_undecodable(args: list[str]) -> None:
+    """Python hands bytes that are not UTF-8 over as lone surrogates, which no catalog query
+    can carry (the catalog holds UTF-8 names only; a scan reports such files by name)."""
+    from daemon.errors import UsageError
+
+    for arg in args:
+        if any("\udc80" <= ch <= "\udcff" for ch in arg):
+            raise UsageError(f"argument {arg!r} is not valid UTF-8: rename the file, or use its id")
+
+
+# The other commands live in their own modules; importing registers them.
+from daemon import cli_admin, cli_artifacts, cli_retention  # noqa: E402, F401

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from daemon.cli import Context, _json, main_group, pass_context
+from daemon.cli import Context, _echo, _json, main_group, pass_context
 
 
 @main_group.command()
@@ -54,7 +54,7 @@ def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: 
             }
         )
         return
-    click.echo(
+    _echo(
         f"{result.path}: {format_size(result.bytes)} "
         f"({result.bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
     )
@@ -102,14 +102,14 @@ def compress(
         )
         return
     if result.skipped:
-        click.echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
+        _echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
         return
-    click.echo(
+    _echo(
         f"{result.path}: {format_size(result.bytes_before)} -> "
         f"{format_size(result.bytes_after)} ({result.codec})"
     )
     if result.needs:
-        click.echo(f"note: readers of this file need `{result.needs}` before loading it", err=True)
+        _echo(f"note: readers of this file need `{result.needs}` before loading it", err=True)
 
 
 @main_group.command()
@@ -137,6 +137,6 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
         _json([v.as_dict() for v in verdicts])
     else:
         for v in verdicts:
-            click.echo(f"{'ok' if v.ok else 'FAILED':<6} {v.path}: {v.detail}")
+            _echo(f"{'ok' if v.ok else 'FAILED':<6} {v.path}: {v.detail}")
     if not all(v.ok for v in verdicts):
         sys.exit(3)

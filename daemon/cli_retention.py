@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from daemon.cli import Context, _json, _table, main_group, pass_context
+from daemon.cli import MAX_LIMIT, Context, _echo, _json, _table, main_group, pass_context
 
 if TYPE_CHECKING:
     from daemon.pruner import PruneReport
@@ -74,13 +74,23 @@ def _policy(
 
     if (keep_best is None) != (metric is None):
         raise UsageError("--keep-best and --metric go together")
+    if metric is not None and not metric.strip():
+        raise UsageError("--metric: an empty name: give the metric, e.g. val_loss")
+    try:
+        within = parse_duration(keep_within) if keep_within is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--keep-within: {exc}") from None
+    try:
+        size = parse_size(max_bytes) if max_bytes is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--max-bytes: {exc}") from None
     try:
         policy = Policy(
             keep_last=keep_last,
             keep_best=(KeepBest(metric, keep_best, mode),) if keep_best and metric else (),
             keep_every=keep_every,
-            keep_within=parse_duration(keep_within) if keep_within else None,
-            max_bytes=parse_size(max_bytes) if max_bytes else None,
+            keep_within=within,
+            max_bytes=size,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -92,18 +102,18 @@ def _print_plan(report: PruneReport) -> None:
 
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
-        click.echo(  # what moved, not what was planned (failures are listed below)
+        _echo(  # what moved, not what was planned (failures are listed below)
             f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
             f"{format_size(rp.bytes_freed)} ({rp.policy})"
         )
         for d in rp.plan.decisions:
-            click.echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
+            _echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
         for note in rp.plan.notes:
-            click.echo(f"  note: {note}")
+            _echo(f"  note: {note}")
     for skipped in report.skipped:
-        click.echo(f"{skipped['run']}: skipped: {skipped['reason']}")
+        _echo(f"{skipped['run']}: skipped: {skipped['reason']}")
     for failure in report.failures:
-        click.echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
+        _echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
 
 
 @main_group.command()
@@ -118,7 +128,7 @@ def pin(obj: Context, ref: str) -> None:
     with obj.catalog() as cat:
         c = cat.pin(ref)
     where = "" if c.status.value != "trashed" else f" (in the trash: ckpt trash restore {c.id})"
-    click.echo(f"pinned: {c.path}{where}")
+    _echo(f"pinned: {c.path}{where}")
 
 
 @main_group.command()
@@ -131,7 +141,7 @@ def unpin(obj: Context, ref: str) -> None:
     Example:  ckpt unpin 42
     """
     with obj.catalog() as cat:
-        click.echo(f"unpinned: {cat.pin(ref, False).path}")
+        _echo(f"unpinned: {cat.pin(ref, False).path}")
 
 
 @main_group.group()
@@ -174,7 +184,7 @@ def restore(obj: Context, ref: str) -> None:
     Example:  ckpt trash restore runs/exp1/weights.03-0.41.hdf5
     """
     with obj.catalog() as cat:
-        click.echo(f"restored: {cat.restore(ref).path}")
+        _echo(f"restored: {cat.restore(ref).path}")
 
 
 @trash.command()
@@ -199,16 +209,16 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     else:
         verb = "would purge" if dry_run else "purged"
         for item in done:
-            click.echo(f"{verb}: {item['path']}")
+            _echo(f"{verb}: {item['path']}")
         for failure in failures:
-            click.echo(f"failed: {failure['path']}: {failure['error']}", err=True)
+            _echo(f"failed: {failure['path']}: {failure['error']}", err=True)
     if failures:
         sys.exit(3)
 
 
 @main_group.command(name="log")
 @click.option("--run", help="Only events of this run.")
-@click.option("--limit", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_LIMIT), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
 @pass_context
 def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> None:

@@ -8,11 +8,20 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.config_values import at_least_a_second as _at_least_a_second
+from daemon.config_values import choice as _choice
+from daemon.config_values import count as _count
+from daemon.config_values import duration as _duration
+from daemon.config_values import every as _every
+from daemon.config_values import heartbeat as _heartbeat
+from daemon.config_values import mapping as _mapping
+from daemon.config_values import path as _path
+from daemon.config_values import size as _size
+from daemon.config_values import strings as _strings
 from daemon.errors import ConfigError
 from daemon.retention import KeepBest, Policy
 
@@ -105,6 +114,8 @@ class Config:
 
 def find_config_file(explicit: str | None) -> Path | None:
     """--config, else $CKPT_CONFIG, else ./config.yaml; None means the built-in default."""
+    if explicit is not None and not explicit.strip():
+        raise ConfigError("--config", "an empty path: name a config file, or leave --config out")
     chosen = explicit or os.environ.get("CKPT_CONFIG")
     if chosen:
         path = Path(chosen)
@@ -155,13 +166,13 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
         state_dir=state_dir,
-        roots=_roots(raw.get("roots"), base),
+        roots=_roots(raw.get("roots"), base, state_dir),
         settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
         min_age_seconds=_duration(
             completion.get("min_age_seconds", 0.2), "completion.min_age_seconds"
         ),
         schedule=_schedule(raw.get("schedule", {})),
-        heartbeat_seconds=_positive(service.get("heartbeat", 10), "service.heartbeat"),
+        heartbeat_seconds=_heartbeat(service.get("heartbeat", 10)),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
         run_rules=_run_rules(raw.get("runs", [])),
@@ -205,32 +216,45 @@ def _schedule(value: Any) -> Schedule:
     raw = _mapping(value, "schedule", SCHEDULE_KEYS)
     default = Schedule()
     return Schedule(
-        rescan=_duration(raw.get("rescan", default.rescan), "schedule.rescan"),
-        retention=_duration(raw.get("retention", default.retention), "schedule.retention"),
-        purge=_duration(raw.get("purge", default.purge), "schedule.purge"),
-        verify=_duration(raw.get("verify", default.verify), "schedule.verify"),
-        artifacts=_duration(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
-        misfire_grace=_positive(
+        rescan=_every(raw.get("rescan", default.rescan), "schedule.rescan"),
+        retention=_every(raw.get("retention", default.retention), "schedule.retention"),
+        purge=_every(raw.get("purge", default.purge), "schedule.purge"),
+        verify=_every(raw.get("verify", default.verify), "schedule.verify"),
+        artifacts=_every(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
+        # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
+        misfire_grace=_at_least_a_second(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
         ),
     )
 
 
-def _positive(value: Any, key: str) -> float:
-    seconds = _duration(value, key)
-    if seconds <= 0:
-        raise ConfigError(key, "must be more than 0")
-    return seconds
-
-
-def _roots(value: Any, base: Path) -> tuple[RootConfig, ...]:
+def _roots(value: Any, base: Path, state_dir: Path) -> tuple[RootConfig, ...]:
     if not isinstance(value, list) or not value:
         raise ConfigError("roots", "expected a non-empty list of {path: ...} entries")
     roots = tuple(_root(item, f"roots[{i}]", base) for i, item in enumerate(value))
-    for i, a in enumerate(roots):
-        for j, b in enumerate(roots):
-            if i != j and (a.path == b.path or b.path in a.path.parents):
-                raise ConfigError(f"roots[{i}].path", f"{a.path} overlaps roots[{j}] ({b.path})")
+    # Compared as the kernel resolves them: a symlink must not make two names for one folder.
+    real = [Path(os.path.realpath(r.path)) for r in roots]
+    state = Path(os.path.realpath(state_dir))
+    for i, path in enumerate(real):
+        key = f"roots[{i}].path"
+        if path == path.parent:
+            raise ConfigError(
+                key, f"{roots[i].path} is the filesystem root: name the folder the runs are in"
+            )
+        # The catalog, its backups and our temp files must never be indexed, trashed or
+        # rewritten as checkpoints, nor a root be swept by a state_dir clean-up.
+        if path == state or path in state.parents or state in path.parents:
+            relation = "is" if path == state else "contains" if path in state.parents else "is in"
+            raise ConfigError(
+                key, f"{roots[i].path} {relation} state_dir ({state_dir}): keep them apart"
+            )
+        for j, other in enumerate(real):
+            if (path == other and i > j) or other in path.parents:
+                raise ConfigError(
+                    key,
+                    f"{roots[i].path} overlaps roots[{j}] ({roots[j].path}): roots must not"
+                    " overlap (symlinks resolved)",
+                )
     return roots
 
 
@@ -245,7 +269,8 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
     return RootConfig(
         path=_path(raw["path"], f"{key}.path", base),
         observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
-        poll_interval=_positive(raw.get("poll_interval", 30), f"{key}.poll_interval"),
+        # Each poll stats every entry of the tree: sub-second polling burns a core.
+        poll_interval=_at_least_a_second(raw.get("poll_interval", 30), f"{key}.poll_interval"),
         filename_templates=_templates(templates, f"{key}.filename_template"),
         metrics_files=_strings(
             raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),
@@ -322,27 +347,6 @@ def _keep_best(value: Any, key: str) -> KeepBest:
     return KeepBest(metric=metric, n=n or 1, mode=mode, keep_missing=keep_missing)
 
 
-def _count(raw: Mapping[str, Any], name: str, key: str) -> int | None:
-    value = raw.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key}.{name}", f"expected a whole number >= 1, got {value!r}")
-    return value
-
-
-def _size(value: Any, key: str) -> int:
-    from daemon.units import parse_size
-
-    try:
-        size = parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
-    if size <= 0:
-        raise ConfigError(key, "must be more than 0")
-    return size
-
-
 def _templates(value: Any, key: str) -> tuple[str, ...]:
     from daemon.metrics import compile_template
 
@@ -353,45 +357,6 @@ def _templates(value: Any, key: str) -> tuple[str, ...]:
         except ValueError as exc:
             raise ConfigError(f"{key}[{i}]", str(exc)) from exc
     return templates
-
-
-def _mapping(value: Any, key: str, allowed: set[str]) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(key, f"expected a mapping, got {type(value).__name__}")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        where = "" if key == "(top level)" else f"{key}."
-        raise ConfigError(
-            f"{where}{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
-        )
-    return value
-
-
-def _strings(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(key, "expected a list of non-empty strings")
-    return tuple(value)
-
-
-def _choice(value: Any, key: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(key, f"{value!r} is not one of {', '.join(allowed)}")
-    return str(value)
-
-
-def _path(value: Any, key: str, base: Path) -> Path:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(key, "expected a path")
-    return Path(os.path.abspath(base / os.path.expanduser(value)))
-
-
-def _duration(value: Any, key: str) -> float:
-    from daemon.units import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
 
 
 def _database_url(url: str, state_dir: Path, base: Path) -> str:

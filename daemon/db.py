@@ -16,9 +16,10 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 
 from daemon import mounts
-from daemon.errors import CkptError, SchemaBehind, UsageError
+from daemon.errors import CkptError, ConfigError, SchemaBehind, UsageError
 
 # Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
 # have to import Alembic to learn the head revision.
@@ -40,18 +41,63 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
+    check_url(url)
     if not is_sqlite(url):
-        return create_engine(url, pool_pre_ping=True)
+        return _create_engine(url, pool_pre_ping=True)
     path = sqlite_path(url)
     if path is not None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # One level only (state_dir itself): a mistyped URL must not build a folder tree
+            # and an empty catalog somewhere unexpected.
+            path.parent.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise UsageError(
+                f"cannot create the catalog folder {path.parent}: its parent does not exist"
+            ) from None
         except OSError as exc:
             raise UsageError(f"cannot create the catalog folder {path.parent}: {exc}") from exc
         _refuse_network_filesystem(path)
-    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+    engine = _create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
     _install_sqlite_hooks(engine, foreign_keys=foreign_keys)
     return engine
+
+
+def check_url(url: str) -> None:
+    """Refuse (exit 2) a catalog URL SQLAlchemy cannot parse or has no dialect for (also run by
+    `ckpt config check`, so that what it passes `serve` accepts)."""
+    if "\0" in url:
+        raise ConfigError("database", "the URL holds a NUL character")
+    try:
+        parsed = make_url(url)
+    except ArgumentError:  # the URL itself is not repeated: it may hold a password
+        raise ConfigError(
+            "database",
+            "not an SQLAlchemy URL like sqlite:///path/catalog.db or postgresql+psycopg://host/db",
+        ) from None
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise ConfigError(
+            "database",
+            f"SQLAlchemy has no dialect {parsed.drivername!r} (e.g. sqlite, postgresql+psycopg)",
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise ConfigError(
+            "database", f"the driver of {parsed.drivername!r} is not installed: {exc}"
+        ) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(
+            "database", "an in-memory SQLite catalog is empty for every command: name a file"
+        )
+
+
+def _create_engine(url: str, **options: Any) -> Engine:
+    try:
+        return create_engine(url, **options)
+    except (ValueError, TypeError) as exc:  # a query option the driver cannot take
+        raise ConfigError("database", f"bad option: {exc}") from None
 
 
 def _refuse_network_filesystem(path: Path) -> None:
@@ -93,7 +139,16 @@ def current_revision(engine: Engine) -> str | None:
 
 def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> None:
     """Create a new catalog at head; refuse (exit 5) one behind head unless allowed to migrate."""
-    revision = current_revision(engine)
+    try:
+        revision = current_revision(engine)
+    except DatabaseError as exc:
+        # SQLITE_NOTADB (a URL naming some other file) is exactly DatabaseError, and SQLite
+        # cannot open a path it cannot create; other errors (locked, I/O) are runtime failures.
+        if type(exc.orig) is sqlite3.DatabaseError:
+            raise ConfigError("database", f"{sqlite_path(url)} is not an SQLite catalog") from None
+        if "unable to open database file" in str(exc.orig):
+            raise ConfigError("database", f"SQLite cannot open {make_url(url).database}") from None
+        raise
     if revision == SCHEMA_HEAD:
         return
     if revision is not None and not may_migrate:

@@ -383,7 +383,10 @@ def _writer_gone(name: str) -> bool:
     pid, _, host = name[len(TEMP_PREFIX) :].split("-", 1)[0].partition("h")
     if host and host != _HOST_TAG:
         return False
-    return not _alive(int(pid) if pid.isdigit() else None)
+    # ASCII digits of a possible pid (Linux's pid_max is at most 2**22: 7 digits): "²".isdigit()
+    # is true too, and a longer "pid" overflows os.kill; neither can be a live writer of ours.
+    ok = pid.isascii() and pid.isdigit() and len(pid) <= 7
+    return not _alive(int(pid) if ok else None)
 
 
 def _alive(pid: int | None) -> bool:

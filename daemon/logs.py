@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Any
 
+from daemon.render import visible
+
 LOGGER = "ckpt"
 
 
@@ -31,8 +33,9 @@ class LogfmtFormatter(logging.Formatter):
 
 
 def _quote(value: Any) -> str:
-    text = "" if value is None else str(value)
-    text = text.replace("\n", " ")
+    # A file name may hold ESC, CR or a newline: shown escaped, it can neither drive the
+    # terminal that tails the journal nor forge a log line.
+    text = "" if value is None else visible(value)
     if not text or any(ch in text for ch in ' "=\\'):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return text

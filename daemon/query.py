@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -67,11 +68,17 @@ def _number(key: str, raw: str) -> float:
     if COLUMN_KEYS.get(key, "").endswith("bytes"):
         from daemon.units import parse_size
 
-        return float(parse_size(raw))
+        try:
+            return float(parse_size(raw))
+        except ValueError as exc:
+            raise UsageError(f"--where {key}: {exc}") from None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise UsageError(f"--where {key}: {raw!r} is not a number") from None
+    if not math.isfinite(value):  # the catalog holds finite metrics only (NaN, inf are null)
+        raise UsageError(f"--where {key}: {raw!r} is not a finite number")
+    return value
 
 
 def default_mode(metric: str) -> str:

@@ -1,15 +1,58 @@
-"""Human-readable text for `ckpt show`. Pure: a `checkpoint_json(..., detailed=True)` document in,
-lines out."""
+"""Human-readable text: `visible`, the one escaping of every name we print or log, and `ckpt
+show`'s text. Pure: strings and `checkpoint_json(..., detailed=True)` documents in, lines out."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from daemon.units import format_size
 
+# What must not reach a terminal or a log raw: C0 controls (ESC starts colour, cursor and title
+# sequences; CR overwrites a line; a newline forges one), DEL, C1 controls (0x9b is a one-byte
+# CSI), the bidirectional overrides that make a name read differently from its bytes, the line
+# and paragraph separators, and the lone surrogates Python uses for bytes that are not UTF-8.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\udc80-\udcff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: object) -> str:
+    """`text` safe to print: each unsafe character becomes its Python escape (ESC → `\\x1b`,
+    CR → `\\r`, an undecodable byte → `\\xff`), so a name shows what it holds and cannot
+    drive the terminal. Markup (`[red]`) is plain text here: renderers must not interpret it."""
+    return _UNSAFE.sub(_escape, str(text))
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def visible_doc(value: Any) -> Any:
+    """A JSON-like document with every string (keys too) passed through `visible`."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {visible_doc(k): visible_doc(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [visible_doc(v) for v in value]
+    return value
+
+
+def metric_text(value: float | None) -> str:
+    """A metric as text: JSON's `null` for a value that is not a finite number (see views)."""
+    return "null" if value is None else f"{value:.4g}"
+
 
 def show_text(doc: dict[str, Any]) -> str:
+    """The text of `ckpt show`; every string of `doc` is shown through `visible`."""
+    doc = visible_doc(doc)
     lines = [f"{doc['path']}", f"  id {doc['id']}  run {doc['run']}  status {doc['status']}"]
     if doc.get("reason"):
         lines.append(f"  reason: {doc['reason']}")
@@ -40,7 +83,7 @@ def _count(value: int | None) -> str:
 def _metrics(doc: dict[str, Any]) -> list[str]:
     sources = doc.get("metric_sources") or {}
     return [
-        f"  metric {name} = {value} ({sources.get(name, '?')})"
+        f"  metric {name} = {'null' if value is None else value} ({sources.get(name, '?')})"
         for name, value in sorted(doc["metrics"].items())
     ]
 

@@ -374,8 +374,10 @@ def _replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> 
             "checkpoint_id": ckpt_id,
             "name": m.name,
             "source": m.source,
-            # SQLite stores NaN as NULL anyway; say so explicitly, portably.
-            "value": None if math.isnan(m.value) else m.value,
+            # Only finite values rank: NaN or +/-Infinity (a diverged epoch) is stored as NULL,
+            # so it never wins `best` or keep_best, never matches --where, and reads as JSON's
+            # null (which has no Infinity) in text and JSON alike.
+            "value": m.value if math.isfinite(m.value) else None,
         }
         for m in _dedupe(values)
     ]

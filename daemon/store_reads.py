@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import sys
 from typing import Any
 
 from sqlalchemy import Engine, Select, and_, case, exists, func, select
@@ -15,6 +17,7 @@ from daemon.query import COLUMN_KEYS, ListQuery, default_mode
 from daemon.schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+MAX_ID = 2**63 - 1
 events, artifacts = EVENTS, ARTIFACTS
 
 # What a listing reads, in the order `_to_checkpoint` unpacks it. `details` (layers, configs) is
@@ -95,6 +98,7 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
                 exists().where(
                     metrics.c.checkpoint_id == checkpoints.c.id,
                     metrics.c.name == cond.key,
+                    _finite(metrics.c.value),
                     _OPS[cond.op](metrics.c.value, cond.value),
                 )
             )
@@ -108,7 +112,7 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
         select(*_LIST_COLUMNS)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .join(metrics, and_(metrics.c.checkpoint_id == checkpoints.c.id, metrics.c.name == metric))
-        .where(checkpoints.c.status == CheckpointStatus.OK.value, metrics.c.value.is_not(None))
+        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
         .order_by(order, checkpoints.c.mtime_ns.desc())
         .limit(1)
     )
@@ -122,6 +126,12 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
         return _complete(conn, row)
 
 
+def _finite(value: Any) -> Any:
+    """SQL: `value` is a finite number. Values are stored so (NaN and +/-Infinity as NULL), but
+    catalogs written before that hold +/-Infinity, which must not rank or match either."""
+    return value.between(-sys.float_info.max, sys.float_info.max)
+
+
 def _complete(conn: Any, row: Any) -> Checkpoint:
     """One checkpoint with its metrics and where each came from."""
     values = _metric_values(conn, [row[0]])
@@ -133,8 +143,10 @@ def get(engine: Engine, ref: str) -> Checkpoint:
     """A checkpoint by catalog id or by path (absolute or relative to the working folder).
     Several rows may have had a path (trashed, then a new file there): the one of the file at
     the path wins, else the newest record."""
-    if ref.isdigit():
+    if _is_catalog_id(ref):
         condition = checkpoints.c.id == int(ref)
+    elif ref.isascii() and ref.isdigit():
+        raise NotFound(f"no checkpoint {ref!r} in the catalog")  # past any 64-bit id
     else:
         condition = checkpoints.c.path == os.path.abspath(ref)
     show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
@@ -176,6 +188,12 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         for e in history
     ]
     return dataclasses.replace(found, details=details)
+
+
+def _is_catalog_id(ref: str) -> bool:
+    # ASCII digits only: str.isdigit() is also true for "²" and "١", which int() refuses or
+    # reads as another number; and no id is past a 64-bit column.
+    return ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID
 
 
 def list_runs(engine: Engine) -> list[Run]:
@@ -252,7 +270,8 @@ def _metric_values(
     for chunk in chunks if ids else []:
         part = stmt if chunk is None else stmt.where(metrics.c.checkpoint_id.in_(chunk))
         for checkpoint_id, name, value in conn.execute(part):
-            out.setdefault(checkpoint_id, {})[name] = value
+            finite = value is not None and math.isfinite(value)
+            out.setdefault(checkpoint_id, {})[name] = value if finite else None
     return out
 
 
@@ -331,7 +350,7 @@ def _best_paths(conn: Any) -> dict[int, dict[str, str]]:
     rows = conn.execute(
         select(checkpoints.c.run_id, metrics.c.name, metrics.c.value, checkpoints.c.path)
         .join(checkpoints, checkpoints.c.id == metrics.c.checkpoint_id)
-        .where(checkpoints.c.status == CheckpointStatus.OK.value, metrics.c.value.is_not(None))
+        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
         .order_by(checkpoints.c.mtime_ns.desc())
     ).all()
     best: dict[int, dict[str, tuple[float, str]]] = {}

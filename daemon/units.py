@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -11,19 +12,32 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _SIZE_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
+# Bounds that every consumer can take: clocks and timers (datetime, APScheduler, Event.wait)
+# overflow somewhere past a few centuries, and a catalog integer column holds 64 bits. A NaN
+# would compare false with everything (a settle time never reached, a heartbeat never stale).
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
+MAX_SIZE_BYTES = 2**63 - 1
+
+
 def parse_duration(value: object) -> float:
     """Seconds from `30`, `30s`, `10m`, `2h`, `7d`, `1w`. Raises ValueError with the reason."""
     if isinstance(value, bool):
         raise ValueError("expected a duration like 30s, 10m, 2h or 7d")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("must not be negative")
-        return float(value)
-    match = _DURATION.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a duration like 30s, 10m, 2h or 7d")
-    number, unit = match.groups()
-    return float(number) * _DURATION_SECONDS[unit or "s"]
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration like 30s, 10m, 2h or 7d")
+        number, unit = match.groups()
+        seconds = float(number) * _DURATION_SECONDS[unit or "s"]
+    if math.isnan(seconds):
+        raise ValueError("expected a duration like 30s, 10m, 2h or 7d, got NaN")
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{_shown(value)} is more than 100 years (36500d)")
+    return seconds
 
 
 def parse_size(value: object) -> int:
@@ -33,14 +47,24 @@ def parse_size(value: object) -> int:
     if isinstance(value, int):
         if value < 0:
             raise ValueError("must not be negative")
-        return value
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a size like 500MB or 50GiB")
-    number, unit = match.groups()
-    unit = (unit or "").lower()
-    base = 1024 if "i" in unit else 1000
-    return int(float(number) * base ** _SIZE_POWERS[unit[:1] if unit[:1] != "b" else ""])
+        size: float = value
+    else:
+        match = _SIZE.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a size like 500MB or 50GiB")
+        number, unit = match.groups()
+        unit = (unit or "").lower()
+        base = 1024 if "i" in unit else 1000
+        size = float(number) * base ** _SIZE_POWERS[unit[:1] if unit[:1] != "b" else ""]
+    if size > MAX_SIZE_BYTES:  # also catches a number too long for a float (inf)
+        raise ValueError(f"{_shown(value)} is more than 2**63-1 bytes (9.2 EB)")
+    return int(size)
+
+
+def _shown(value: object) -> str:
+    """A refused value in a one-line message: 400 digits are not worth repeating."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}...({len(text)} characters)"
 
 
 def format_size(n: int | None) -> str:

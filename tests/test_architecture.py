@@ -61,7 +61,7 @@ OWNERS = {
     "tf_keras": set(),
     "blake3": {"hashing"},
     "yaml": {"config"},
-    "click": {"cli", "cli_retention", "cli_artifacts"},
+    "click": {"cli", "cli_admin", "cli_retention", "cli_artifacts"},
     "rich": {"cli"},
 }
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
@@ -117,6 +117,7 @@ def test_only_the_cli_prints_or_exits() -> None:
     for name, tree in modules().items():
         if name in (
             "cli",
+            "cli_admin",
             "cli_retention",
             "cli_artifacts",
             "__main__",
