@@ -166,6 +166,7 @@ class Catalog:
     leases: list[tuple[int, str, str]]  # (run_id, holder, expires_at)
     planned: list[tuple[int, str, str]]  # (event id, action, path) still `planned`
     events: list[tuple[int, str, str, int | None]] = field(default_factory=list)
+    last_event: int = 0  # the highest event id
 
     def event_ids(self, action: str, checkpoint_id: int, state: str | None = None) -> list[int]:
         return [
@@ -193,8 +194,9 @@ def read_catalog(db: Path) -> Catalog:
                 "WHERE action IN ('pin', 'trash', 'purge') ORDER BY id"
             )
         )
+        (last_event,) = conn.execute("SELECT coalesce(max(id), 0) FROM events").fetchone()
     conn.close()
-    return Catalog(rows, leases, planned, events)
+    return Catalog(rows, leases, planned, events, last_event)
 
 
 def lease_pid(holder: str) -> int | None:

@@ -148,6 +148,7 @@ class Workspace:
         self.files: dict[str, tuple[int, int, int, str]] = {}  # rel: (inode, size, mtime, sha)
         self.dirs: set[str] = set()
         self.rescans = 0
+        self.last_event = 0
 
     def args(self, *args: str) -> list[str]:
         return [PYTHON, "-m", "daemon", "--config", str(self.config), *args]
@@ -188,6 +189,7 @@ class Workspace:
             shutil.rmtree(self.pristine)
         shutil.copytree(self.root, self.pristine / "runs", symlinks=True)
         _copy_db(self.db, self.pristine / "catalog.db")
+        self.last_event = read_catalog(self.db).last_event
         self.files, self.dirs = {}, set()
         for dirpath, dirnames, filenames in os.walk(self.root):
             for name in dirnames:
@@ -197,6 +199,10 @@ class Workspace:
                 info = path.lstat()
                 rel = str(path.relative_to(self.root))
                 self.files[rel] = (info.st_ino, info.st_size, info.st_mtime_ns, _sha(path))
+
+    def files_changed(self) -> bool:
+        now = {str(p.relative_to(self.root)): p.lstat().st_ino for p in walk_files(self.root)}
+        return now != {rel: info[0] for rel, info in self.files.items()}
 
     def reset(self) -> None:
         """Back to the pristine state, cheaply (see the module docstring)."""
@@ -374,7 +380,8 @@ def _name(c: Ckpt) -> str:
 class Trial:
     n: int
     plan: Plan
-    delay: float  # seconds after the command's start
+    delay: float  # seconds after the command's start (anchored: after its first catalog write)
+    anchored: bool = False
     killed: bool = False
     exit: int | None = None  # when it finished before the kill
     pin_exit: int | None = None
@@ -387,19 +394,22 @@ class Trial:
         self.found.setdefault((invariant, item), detail)
 
     def describe(self) -> str:
-        how = (
-            f"SIGKILL at {self.delay:.3f} s"
-            if self.killed
-            else f"exited {self.exit} before the kill at {self.delay:.3f} s"
-        )
+        at = f"{self.delay:.3f} s" + (" after its first catalog write" if self.anchored else "")
+        how = f"SIGKILL at {at}" if self.killed else f"exited {self.exit} before the kill at {at}"
         pin = "" if self.pin_exit is None else f", pin exit {self.pin_exit}"
         return f"trial {self.n} ({self.plan.what}; {how}{pin})"
 
 
 def run_trial(
-    ws: Workspace, truth: dict[int, Ckpt], n: int, plan: Plan, delay: float, pin_offset: float
+    ws: Workspace,
+    truth: dict[int, Ckpt],
+    n: int,
+    plan: Plan,
+    delay: float,
+    pin_offset: float,
+    anchored: bool = False,
 ) -> Trial:
-    trial = Trial(n, plan, delay)
+    trial = Trial(n, plan, delay, anchored)
     _launch(ws, trial, pin_offset)
     by_path = {c.path: c for c in truth.values()}
     # Right after the crash: nothing may be corrupt; note what the kill left to be repaired.
@@ -430,21 +440,35 @@ def run_trial(
 
 def _launch(ws: Workspace, trial: Trial, pin_offset: float) -> None:
     """Start the command (and the pin, `pin_offset` s after it; before it if negative), and
-    SIGKILL the command's process group `trial.delay` s after its start."""
+    SIGKILL the command's process group `trial.delay` s after its start, or with
+    `trial.anchored`, `trial.delay` s after its first catalog write (polled every ~2 ms)."""
     command_at = max(0.0, -pin_offset) if trial.plan.pin is not None else 0.0
-    steps = [(command_at, 0, "start"), (command_at + trial.delay, 2, "kill")]
+    steps = [(command_at, "start")]
     if trial.plan.pin is not None:
-        steps.append((max(0.0, pin_offset), 1, "pin"))
-    t0 = time.perf_counter()
+        steps.append((max(0.0, pin_offset), "pin"))
+    steps.sort(key=lambda step: (step[0], step[1] != "start"))
+    kill_at = None if trial.anchored else command_at + trial.delay
     proc = pin = None
-    for at, _order, step in sorted(steps):
-        time.sleep(max(0.0, t0 + at - time.perf_counter()))
-        if step == "start":
-            proc = ws.start(*trial.plan.args)
-        elif step == "pin":
-            pin = ws.start("pin", str(trial.plan.pin))
-        elif proc is not None and proc.poll() is None:
-            _killpg(proc.pid)
+    with sqlite3.connect(f"file:{ws.db}?mode=ro", uri=True, timeout=30) as conn:
+        before = conn.execute(_ACTING).fetchone()
+        t0 = time.perf_counter()
+        while True:
+            now = time.perf_counter() - t0
+            while steps and steps[0][0] <= now:
+                if steps.pop(0)[1] == "start":
+                    proc = ws.start(*trial.plan.args)
+                else:
+                    pin = ws.start("pin", str(trial.plan.pin))
+            if proc is not None:
+                if proc.poll() is not None:
+                    break
+                if kill_at is None and conn.execute(_ACTING).fetchone() != before:
+                    kill_at = now + trial.delay
+                if kill_at is not None and now >= kill_at:
+                    _killpg(proc.pid)
+                    break
+            time.sleep(0.002)
+    conn.close()
     assert proc is not None
     code = proc.wait(timeout=CMD_TIMEOUT)
     _killpg(proc.pid)  # anything of the group still alive (children) goes too
@@ -454,6 +478,13 @@ def _launch(ws: Workspace, trial: Trial, pin_offset: float) -> None:
         trial.pin_exit = pin.wait(timeout=CMD_TIMEOUT)
 
 
+# The command's own first catalog write: a lease taken or an event other than the racing pin's.
+_ACTING = (
+    "SELECT (SELECT count(*) FROM leases),"
+    " (SELECT coalesce(max(id), 0) FROM events WHERE action != 'pin')"
+)
+
+
 def _killpg(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
@@ -461,6 +492,8 @@ def _killpg(pgid: int) -> None:
 
 def _leftovers(ws: Workspace, cat: Catalog) -> set[str]:
     left = set()
+    if cat.last_event > ws.last_event or cat.leases or ws.files_changed():
+        left.add("acted")  # the kill landed after the command began to change something
     if cat.leases:
         left.add("lease")
     if cat.planned:
@@ -555,7 +588,8 @@ def _last_line(text: str) -> str:
 @dataclass
 class Campaign:
     seed: int
-    durations: dict[str, float]
+    anchor: str
+    timing: Timing
     trials: list[Trial]
     seconds: float
     rescans: int
@@ -582,24 +616,53 @@ class Campaign:
         ]
 
 
-def measure(ws: Workspace, truth: dict[int, Ckpt], rng: Random, repeats: int) -> dict[str, float]:
-    """Median wall seconds of a normal run of each kind (and of `pin`), on the pristine state."""
-    durations: dict[str, float] = {}
+@dataclass(frozen=True)
+class Timing:
+    """Medians over normal runs on the pristine state: the whole command, and when it first
+    wrote to the catalog (a lease or an event: where its acting begins)."""
+
+    wall: dict[str, float]
+    act: dict[str, float]
+
+
+def measure(ws: Workspace, truth: dict[int, Ckpt], rng: Random, repeats: int) -> Timing:
+    """Each kind (and `pin` alone) `repeats` times, round-robin after one uncounted warm-up
+    round, so that a load spike from elsewhere hits all kinds alike."""
+    kinds = (*KINDS, "pin")
+    walls: dict[str, list[float]] = {k: [] for k in kinds}
+    acts: dict[str, list[float]] = {k: [] for k in kinds}
     ok = sorted(c.id for c in truth.values() if c.status == "ok" and not c.pinned)
-    for kind in (*KINDS, "pin"):
-        walls = []
-        for _ in range(repeats):
+    for round_ in range(repeats + 1):
+        for kind in kinds:
             args = (
                 ("pin", str(rng.choice(ok))) if kind == "pin" else make_plan(kind, truth, rng).args
             )
-            start = time.perf_counter()
-            code = ws.start(*args).wait(timeout=CMD_TIMEOUT)
-            walls.append(time.perf_counter() - start)
-            if code not in (0, 3):
-                raise SystemExit(f"a normal `ckpt {' '.join(args)}` exited {code}: see {ws.log}")
+            wall, act = _timed(ws, args)
+            if round_:
+                walls[kind].append(wall)
+                acts[kind].append(act)
             ws.reset()
-        durations[kind] = statistics.median(walls)
-    return durations
+    median = statistics.median
+    return Timing({k: median(v) for k, v in walls.items()}, {k: median(v) for k, v in acts.items()})
+
+
+def _timed(ws: Workspace, args: tuple[str, ...]) -> tuple[float, float]:
+    """(wall seconds, seconds until its first catalog write), polling the catalog read-only."""
+    query = "SELECT (SELECT count(*) FROM leases), (SELECT coalesce(max(id), 0) FROM events)"
+    with sqlite3.connect(f"file:{ws.db}?mode=ro", uri=True, timeout=30) as conn:
+        before = conn.execute(query).fetchone()
+        start = time.perf_counter()
+        proc = ws.start(*args)
+        act = None
+        while proc.poll() is None:
+            if act is None and conn.execute(query).fetchone() != before:
+                act = time.perf_counter() - start
+            time.sleep(0.002)
+        wall = time.perf_counter() - start
+    conn.close()
+    if proc.returncode not in (0, 3):
+        raise SystemExit(f"a normal `ckpt {' '.join(args)}` exited {proc.returncode}: {ws.log}")
+    return wall, wall if act is None else act
 
 
 def run_campaign(
@@ -609,42 +672,59 @@ def run_campaign(
     kills: int,
     seed: int,
     quick: bool = False,
+    anchor: str = "both",
+    repeats: int | None = None,
     log: Callable[[str], None] = print,
 ) -> Campaign:
+    """`anchor`: "start" kills `delay` s after the command's start, drawn in [0, 1.2 x its
+    duration]; "write" kills `delay` s after its first catalog write (seen by polling), drawn
+    in [0, 1.2 x (duration - first write)]: most of a short command's life is the interpreter
+    starting and importing, so "start" alone rarely hits the acting; "both" alternates, per
+    kind, one round of trials each."""
     start = time.perf_counter()
     rng = Random(seed)
     ws, truth = build(base, fixtures, QUICK_RUNS if quick else tuple(RUNS))
-    durations = measure(ws, truth, rng, repeats=1 if quick else 3)
-    log("measured: " + ", ".join(f"{k} {v:.2f} s" for k, v in durations.items()))
+    timing = measure(ws, truth, rng, repeats or (1 if quick else 3))
+    log(
+        "measured (first catalog write / whole run): "
+        + ", ".join(f"{k} {timing.act[k]:.2f}/{timing.wall[k]:.2f} s" for k in timing.wall)
+    )
     trials: list[Trial] = []
     while sum(t.killed for t in trials) < kills and len(trials) < 5 * kills + 20:
         kind = KINDS[len(trials) % len(KINDS)]
         plan = make_plan(kind, truth, rng)
-        delay = rng.uniform(0, KILL_SPREAD * durations[kind])
-        # The pin lands (about `pin` seconds after its start) anywhere in the prune's span.
-        pin_offset = rng.uniform(0, KILL_SPREAD * durations[kind]) - durations["pin"]
-        trials.append(run_trial(ws, truth, len(trials) + 1, plan, delay, pin_offset))
+        span = KILL_SPREAD * timing.wall[kind]
+        acting = KILL_SPREAD * max(0.0, timing.wall[kind] - timing.act[kind])
+        anchored = anchor == "write" or (anchor == "both" and len(trials) // len(KINDS) % 2 == 1)
+        delay = rng.uniform(0.0, acting if anchored else span)
+        # The pin writes (`act` s after its start) anywhere in the prune's span.
+        pin_offset = rng.uniform(0, span) - timing.act["pin"]
+        n = len(trials) + 1
+        trials.append(run_trial(ws, truth, n, plan, delay, pin_offset, anchored=anchored))
         if len(trials) % 20 == 0:
             found = sum(len(t.found) for t in trials)
             log(
                 f"  {len(trials)} trials, {sum(t.killed for t in trials)} kills, {found} findings, "
                 f"{time.perf_counter() - start:.0f} s"
             )
-    return Campaign(seed, durations, trials, time.perf_counter() - start, ws.rescans)
+    return Campaign(seed, anchor, timing, trials, time.perf_counter() - start, ws.rescans)
 
 
 def print_tables(c: Campaign) -> None:
-    print(f"\nseed {c.seed}; {len(c.trials)} trials, {c.kills} SIGKILLs; {c.seconds:.0f} s wall")
-    print("measured durations: " + ", ".join(f"{k} {v:.2f} s" for k, v in c.durations.items()))
-    short = {
-        "corrupt": "corrupt",
-        "lost": "lost",
-        "wrong_deletion": "wrong del",
-        "orphaned_trash": "orphan trash",
-        "stale_lease": "stale lease",
-        "leftover_temp": "temp",
-        "planned_event": "planned",
+    anchors = {
+        "start": "after the command's start, up to 1.2 x its duration",
+        "write": "after its first catalog write, up to 1.2 x (duration - first write)",
     }
+    print(f"\nseed {c.seed}; {len(c.trials)} trials, {c.kills} SIGKILLs; {c.seconds:.0f} s wall")
+    for name, text in anchors.items():
+        if c.anchor in (name, "both"):
+            print(f"kills anchored at {name}: delay drawn uniformly {text}")
+    print("\nmeasured on the pristine state (medians):")
+    table(
+        ["kind", "first catalog write s", "whole run s"],
+        [[k, c.timing.act[k], c.timing.wall[k]] for k in c.timing.wall],
+    )
+    short = ("corrupt", "lost", "wrong del", "orphan trash", "stale lease", "temp", "planned")
     rows: list[list[object]] = []
     for kind in (*KINDS, None):
         mine = [t for t in c.trials if kind in (None, t.plan.kind)]
@@ -653,12 +733,13 @@ def print_tables(c: Campaign) -> None:
                 kind or "total",
                 len(mine),
                 sum(t.killed for t in mine),
+                sum(t.killed and "acted" in t.trace for t in mine),
                 *(c.count(inv, kind) for inv in INVARIANTS),
                 sum(bool(t.found) for t in mine),
             ]
         )
     print("\nfindings (items) per command kind, after the next command (scan) and the retry:")
-    table(["kind", "trials", "kills", *short.values(), "trials w/ findings"], rows)
+    table(["kind", "trials", "kills", "after acting", *short, "trials w/ findings"], rows)
     traces = ("lease", "planned", "temp", "orphan", "pin-late", "artifact-indexed")
     rows = []
     for kind in KINDS:
@@ -668,6 +749,7 @@ def print_tables(c: Campaign) -> None:
         rows.append(
             [
                 kind,
+                sum(t.killed and t.anchored for t in mine),
                 *(sum(name in t.trace for t in mine) for name in traces),
                 " ".join(f"{k}:{v}" for k, v in sorted(retry.items())),
                 " ".join(f"{k}:{v}" for k, v in sorted(scan.items())) or "-",
@@ -675,7 +757,7 @@ def print_tables(c: Campaign) -> None:
         )
     print("\nwhat the kills left before any repair (trials), and exit codes (code:trials):")
     headers = [*(f"{t} left" for t in traces[:4]), "pin late", "artifact as ckpt"]
-    table(["kind", *headers, "retry exits", "scan≠0"], rows)
+    table(["kind", "write-anchored kills", *headers, "retry exits", "scan≠0"], rows)
     pins = [t for t in c.trials if t.plan.pin is not None]
     acked = sum(t.pin_exit == 0 for t in pins)
     print(f"\npin-during-prune: {acked} of {len(pins)} pins acknowledged (exit 0)")
@@ -693,7 +775,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=8, help="random seed (8)")
     parser.add_argument("--quick", action="store_true", help="3 runs, 1 timing repeat")
     parser.add_argument("--workdir", type=Path, default=OUT / "crash", help="wiped first")
-    parser.add_argument("--repeats", type=int, help="ignored (the bench convention)")
+    parser.add_argument(
+        "--anchor",
+        choices=("start", "write", "both"),
+        default="both",
+        help="kill delays after the command's start, after its first catalog write, or "
+        "alternating (default)",
+    )
+    parser.add_argument("--repeats", type=int, help="timing rounds (3; --quick: 1)")
     args = parser.parse_args()
     fixtures = Path(os.environ.get("CKPT_TEST_FIXTURES", ""))
     if not (fixtures / "manifest.json").is_file():
@@ -705,6 +794,8 @@ def main() -> int:
         kills=args.kills,
         seed=args.seed,
         quick=args.quick,
+        anchor=args.anchor,
+        repeats=args.repeats,
         log=lambda line: print(line, flush=True),
     )
     print_tables(campaign)
@@ -720,7 +811,9 @@ def main() -> int:
         "trials": len(campaign.trials),
         "kills": campaign.kills,
         "seconds": round(campaign.seconds, 1),
-        "durations": campaign.durations,
+        "anchor": campaign.anchor,
+        "wall": campaign.timing.wall,
+        "first_write": campaign.timing.act,
         "findings": campaign.failures()[:200],
     }
     return report("crash_campaign", checks, facts)
