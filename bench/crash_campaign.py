@@ -1,5 +1,7 @@
-"""Crash campaign (issue 8): SIGKILL `ckpt split`, `compress`, `prune`, `trash restore` and a
-prune racing a `ckpt pin` at random moments, then check what the next command leaves behind.
+"""Crash campaign (issue 8): SIGKILLs at random moments, then what the next command leaves.
+
+The commands killed: `ckpt split`, `compress`, `prune`, `trash restore`, and a prune racing a
+`ckpt pin` (pin-during-prune).
 
 A workspace like tests/conftest.py's (config, root, SQLite catalog) holds several runs of real
 Keras checkpoints copied from $CKPT_TEST_FIXTURES (`.keras`, Keras 3 `.weights.h5`, legacy `.h5`
@@ -7,10 +9,15 @@ with and without optimizer state), 7 epochs each, named by the configured filena
 mtimes in epoch order. The pristine state: scanned, epochs 1-2 of every run trashed (by `ckpt
 prune`, so that restore trials have something to restore), epoch 3 pinned.
 
-Each trial starts one command as its own process group, SIGKILLs the group after a delay drawn
-uniformly in [0, 1.2 x the command's measured duration] (measured first, on the pristine state),
-then runs the next command (`ckpt scan`), then the same command again (the user's retry; for
-pin-during-prune also `ckpt trash purge --older-than 0s`), and checks, counting items:
+Each trial starts one command as its own process group and SIGKILLs the group after a random
+delay, anchored at the command's start (drawn uniformly in [0, 1.2 x its measured duration]) or
+at its first catalog write, seen by polling the catalog every ~2 ms (drawn in [0, 1.2 x (duration
+- first write)]): most of a short command's life is the interpreter starting and importing, so
+start-anchored kills rarely hit the acting. `--anchor both` (default) alternates per round of
+kinds. Durations are medians of normal runs on the pristine state, measured first. Then it runs
+the next command (`ckpt scan`, or `--next serve`: `ckpt serve --once`), then the same command
+again (the user's retry, the lease probe; for pin-during-prune also `ckpt trash purge
+--older-than 0s`), and checks, counting items:
 
   corrupt         a checkpoint file at its path or in the trash, or an inference artifact at its
                   final name, that does not decode fully or holds other content than the
@@ -32,7 +39,8 @@ renamed back (same inode, so the catalog still matches), rewritten or deleted on
 back from the pristine copy and rescanned, everything else is removed, the catalog file is
 restored from its pristine copy.
 
-    python3 bench/crash_campaign.py [--kills 300] [--seed 8] [--quick] [--workdir DIR]
+    python3 bench/crash_campaign.py [--kills 300] [--seed 8] [--quick] [--anchor both]
+                                    [--next scan] [--workdir DIR]
 
 Exit 1 if any invariant count is not 0.
 """
@@ -56,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
 
-from _common import CHILD_ENV, OUT, PYTHON, Check, machine, report, table
+from _common import CHILD_ENV, OUT, PYTHON, REPO, Check, machine, report, table
 from _crash_checks import (
     ARTIFACT_MARK,
     TRASH_DIR,
@@ -113,6 +121,8 @@ SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")  # daemo
 COMPRESSIBLE = (*SPLITTABLE, "keras-legacy-weights-h5")
 KILL_SPREAD = 1.2  # kill delays are drawn in [0, KILL_SPREAD x measured duration]
 CMD_TIMEOUT = 300.0
+# "The next command" after a kill: a scan, or the daemon's start (reconcile, due jobs, exit).
+NEXT_COMMANDS = {"scan": ("scan",), "serve": ("serve", "--once")}
 
 
 @dataclass(frozen=True)
@@ -408,6 +418,7 @@ def run_trial(
     delay: float,
     pin_offset: float,
     anchored: bool = False,
+    next_command: tuple[str, ...] = ("scan",),
 ) -> Trial:
     trial = Trial(n, plan, delay, anchored)
     _launch(ws, trial, pin_offset)
@@ -417,7 +428,7 @@ def run_trial(
     _check_content(ws, by_path, trial)
     trial.trace |= _leftovers(ws, crash)
     # The next command, then everything must be in order.
-    trial.scan_exit = ws.cli("scan").returncode
+    trial.scan_exit = ws.cli(*next_command).returncode
     after_scan = read_catalog(ws.db)
     if any(ARTIFACT_MARK in Path(path).name for path in after_scan.rows):
         trial.trace.add("artifact-indexed")  # our own output catalogued as a checkpoint
@@ -589,6 +600,7 @@ def _last_line(text: str) -> str:
 class Campaign:
     seed: int
     anchor: str
+    next_command: str
     timing: Timing
     trials: list[Trial]
     seconds: float
@@ -673,6 +685,7 @@ def run_campaign(
     seed: int,
     quick: bool = False,
     anchor: str = "both",
+    next_command: str = "scan",
     repeats: int | None = None,
     log: Callable[[str], None] = print,
 ) -> Campaign:
@@ -700,14 +713,18 @@ def run_campaign(
         # The pin writes (`act` s after its start) anywhere in the prune's span.
         pin_offset = rng.uniform(0, span) - timing.act["pin"]
         n = len(trials) + 1
-        trials.append(run_trial(ws, truth, n, plan, delay, pin_offset, anchored=anchored))
+        trials.append(
+            run_trial(ws, truth, n, plan, delay, pin_offset, anchored, NEXT_COMMANDS[next_command])
+        )
         if len(trials) % 20 == 0:
             found = sum(len(t.found) for t in trials)
             log(
                 f"  {len(trials)} trials, {sum(t.killed for t in trials)} kills, {found} findings, "
                 f"{time.perf_counter() - start:.0f} s"
             )
-    return Campaign(seed, anchor, timing, trials, time.perf_counter() - start, ws.rescans)
+    return Campaign(
+        seed, anchor, next_command, timing, trials, time.perf_counter() - start, ws.rescans
+    )
 
 
 def print_tables(c: Campaign) -> None:
@@ -738,7 +755,8 @@ def print_tables(c: Campaign) -> None:
                 sum(bool(t.found) for t in mine),
             ]
         )
-    print("\nfindings (items) per command kind, after the next command (scan) and the retry:")
+    next_args = " ".join(NEXT_COMMANDS[c.next_command])
+    print(f"\nfindings (items) per command kind, after the next command ({next_args}) and a retry:")
     table(["kind", "trials", "kills", "after acting", *short, "trials w/ findings"], rows)
     traces = ("lease", "planned", "temp", "orphan", "pin-late", "artifact-indexed")
     rows = []
@@ -757,7 +775,7 @@ def print_tables(c: Campaign) -> None:
         )
     print("\nwhat the kills left before any repair (trials), and exit codes (code:trials):")
     headers = [*(f"{t} left" for t in traces[:4]), "pin late", "artifact as ckpt"]
-    table(["kind", "write-anchored kills", *headers, "retry exits", "scan≠0"], rows)
+    table(["kind", "write-anchored kills", *headers, "retry exits", "next≠0"], rows)
     pins = [t for t in c.trials if t.plan.pin is not None]
     acked = sum(t.pin_exit == 0 for t in pins)
     print(f"\npin-during-prune: {acked} of {len(pins)} pins acknowledged (exit 0)")
@@ -769,11 +787,24 @@ def print_tables(c: Campaign) -> None:
             print("  " + line)
 
 
+def _fixtures() -> Path:
+    """$CKPT_TEST_FIXTURES, or a set generated once into bench/out/ as the tests do."""
+    reuse = os.environ.get("CKPT_TEST_FIXTURES")
+    fixtures = Path(reuse) if reuse else OUT / "keras-fixtures"
+    if not (fixtures / "manifest.json").is_file():
+        if reuse:
+            raise SystemExit(f"CKPT_TEST_FIXTURES={reuse} holds no manifest.json")
+        print(f"generating the Keras fixtures into {fixtures} (once) ...", flush=True)
+        generator = REPO / "tests" / "keras_fixtures.py"
+        subprocess.run([PYTHON, str(generator), str(fixtures)], check=True, env=CHILD_ENV)
+    return fixtures.resolve()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--kills", type=int, default=300, help="SIGKILLs to deliver (300)")
+    parser.add_argument("--kills", type=int, help="SIGKILLs to deliver (300; --quick: 20)")
     parser.add_argument("--seed", type=int, default=8, help="random seed (8)")
-    parser.add_argument("--quick", action="store_true", help="3 runs, 1 timing repeat")
+    parser.add_argument("--quick", action="store_true", help="20 kills, 3 runs, 1 timing round")
     parser.add_argument("--workdir", type=Path, default=OUT / "crash", help="wiped first")
     parser.add_argument(
         "--anchor",
@@ -782,19 +813,25 @@ def main() -> int:
         help="kill delays after the command's start, after its first catalog write, or "
         "alternating (default)",
     )
+    parser.add_argument(
+        "--next",
+        choices=tuple(NEXT_COMMANDS),
+        default="scan",
+        help="the next command after a kill: `ckpt scan` (default) or `ckpt serve --once`",
+    )
     parser.add_argument("--repeats", type=int, help="timing rounds (3; --quick: 1)")
     args = parser.parse_args()
-    fixtures = Path(os.environ.get("CKPT_TEST_FIXTURES", ""))
-    if not (fixtures / "manifest.json").is_file():
-        raise SystemExit("set CKPT_TEST_FIXTURES to the generated Keras fixtures (tests/)")
-    print(f"machine: {machine()}\nseed {args.seed}, {args.kills} kills", flush=True)
+    kills = args.kills if args.kills is not None else (20 if args.quick else 300)
+    fixtures = _fixtures()
+    print(f"machine: {machine()}\nseed {args.seed}, {kills} kills", flush=True)
     campaign = run_campaign(
         args.workdir.resolve(),
-        fixtures.resolve(),
-        kills=args.kills,
+        fixtures,
+        kills=kills,
         seed=args.seed,
         quick=args.quick,
         anchor=args.anchor,
+        next_command=args.next,
         repeats=args.repeats,
         log=lambda line: print(line, flush=True),
     )
@@ -803,15 +840,14 @@ def main() -> int:
         Check(inv, campaign.count(inv), "== 0", "items", campaign.count(inv) == 0)
         for inv in INVARIANTS
     ]
-    checks.append(
-        Check("SIGKILLs", campaign.kills, f">= {args.kills}", "", campaign.kills >= args.kills)
-    )
+    checks.append(Check("SIGKILLs", campaign.kills, f">= {kills}", "", campaign.kills >= kills))
     facts: dict[str, object] = {
         "seed": campaign.seed,
         "trials": len(campaign.trials),
         "kills": campaign.kills,
         "seconds": round(campaign.seconds, 1),
         "anchor": campaign.anchor,
+        "next_command": campaign.next_command,
         "wall": campaign.timing.wall,
         "first_write": campaign.timing.act,
         "findings": campaign.failures()[:200],

@@ -22,6 +22,7 @@ BENCHES = (
     "retention",
     "split_bench",
     "compress_bench",
+    "crash_campaign",
 )
 
 
