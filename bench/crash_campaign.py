@@ -15,9 +15,9 @@ at its first catalog write, seen by polling the catalog every ~2 ms (drawn in [0
 - first write)]): most of a short command's life is the interpreter starting and importing, so
 start-anchored kills rarely hit the acting. `--anchor both` (default) alternates per round of
 kinds. Durations are medians of normal runs on the pristine state, measured first. Then it runs
-the next command (`ckpt scan`, or `--next serve`: `ckpt serve --once`), then the same command
-again (the user's retry, the lease probe; for pin-during-prune also `ckpt trash purge
---older-than 0s`), and checks, counting items:
+the next command (`ckpt scan`, or `--next serve`: `ckpt serve --once`), then, after a kill, the
+same command again (the user's retry, the lease probe), for pin-during-prune `ckpt trash purge
+--older-than 0s`, and checks, counting items:
 
   corrupt         a checkpoint file at its path or in the trash, or an inference artifact at its
                   final name, that does not decode fully or holds other content than the
@@ -127,7 +127,7 @@ NEXT_COMMANDS = {"scan": ("scan",), "serve": ("serve", "--once")}
 
 @dataclass(frozen=True)
 class Ckpt:
-    """A checkpoint of the pristine state, with the copy of its content (the ground truth)."""
+    """A checkpoint of the pristine state, and the fixture file it is a copy of."""
 
     id: int
     path: str
@@ -138,7 +138,7 @@ class Ckpt:
     pinned: bool
     format: str
     optimizer: bool
-    truth: Path
+    truth: Path  # the fixture it was copied from
 
 
 # ---- the workspace and its pristine state ----
@@ -284,17 +284,19 @@ def build(base: Path, fixtures: Path, runs: tuple[str, ...]) -> tuple[Workspace,
         "completion:\n  settle_seconds: 0\n"
     )
     start = time.time() - 86400
-    names: dict[str, tuple[str, int, float | None]] = {}
+    names: dict[str, tuple[str, int, float | None, Path]] = {}
     for r in runs:
         template, sources = RUNS[r]
         (ws.root / r).mkdir()
         for epoch in range(1, len(VAL_LOSS) + 1):
             val_loss = VAL_LOSS[epoch - 1]
             path = ws.root / r / template.format(epoch=epoch, val_loss=val_loss)
-            shutil.copyfile(fixtures / sources[(epoch - 1) % len(sources)], path)
+            source = fixtures / sources[(epoch - 1) % len(sources)]
+            shutil.copyfile(source, path)
             moment = start + epoch * 600  # the trainer wrote them in epoch order
             os.utime(path, (moment, moment))
-            names[str(path)] = (r, epoch, val_loss if "val_loss" in template else None)
+            metric = val_loss if "val_loss" in template else None
+            names[str(path)] = (r, epoch, metric, source)  # the source: its ground truth
     ws.must("scan")
     ws.must("prune", "--keep-last", str(len(VAL_LOSS) - TRASHED_EPOCHS))
     catalog = read_catalog(ws.db)
@@ -302,9 +304,6 @@ def build(base: Path, fixtures: Path, runs: tuple[str, ...]) -> tuple[Workspace,
         if names[path][1] == PINNED_EPOCH:
             ws.must("pin", str(row.id))
     ws.snapshot()
-    truth_dir = base / "truth"
-    truth_dir.mkdir()
-    truth: dict[int, Ckpt] = {}
     with sqlite3.connect(f"file:{ws.db}?mode=ro", uri=True) as conn:
         facts = {
             path: (fmt, bool(opt))
@@ -313,18 +312,22 @@ def build(base: Path, fixtures: Path, runs: tuple[str, ...]) -> tuple[Workspace,
             )
         }
     conn.close()
+    truth: dict[int, Ckpt] = {}
     for path, row in read_catalog(ws.db).rows.items():
-        run, epoch, val_loss = names[path]
-        now_at = Path(row.trash_paths[0]) if row.status == "trashed" else Path(path)
-        copy = truth_dir / f"{row.id}-{Path(path).name}"
-        shutil.copyfile(now_at, copy)
+        run, epoch, val_loss, source = names[path]
         fmt, optimizer = facts[path]
         truth[row.id] = Ckpt(
-            row.id, path, run, epoch, val_loss, row.status, row.pinned, fmt, optimizer, copy
+            row.id, path, run, epoch, val_loss, row.status, row.pinned, fmt, optimizer, source
         )
-    expected = {(c.run, c.epoch) for c in truth.values()}
-    if len(expected) != len(names) or {c.status for c in truth.values()} != {"ok", "trashed"}:
-        raise SystemExit("the pristine state is not what the campaign expects (see build())")
+        expected = ("trashed" if epoch <= TRASHED_EPOCHS else "ok", epoch == PINNED_EPOCH)
+        if (row.status, row.pinned) != expected:
+            raise SystemExit(
+                f"pristine state: {path} is {row.status}, pinned {row.pinned}; expected "
+                f"{expected} (the setup's scan, prune --keep-last {len(VAL_LOSS) - TRASHED_EPOCHS}"
+                " and pin did not do what they should)"
+            )
+    if len(truth) != len(names):
+        raise SystemExit(f"pristine state: {len(truth)} catalogued of {len(names)} checkpoints")
     return ws, truth
 
 
@@ -437,11 +440,12 @@ def run_trial(
         pid = lease_pid(holder)
         if pid is None or not alive(pid):
             trial.add("stale_lease", f"run {run_id}", f"lease row held by {holder} (dead)")
-    # The user's retry (the lease probe), then everything again.
-    retry = ws.cli(*plan.args)
-    trial.retry_exit = retry.returncode
-    if retry.returncode == 4 and not any(inv == "stale_lease" for inv, _ in trial.found):
-        trial.add("stale_lease", "retry", f"retry exited 4: {_last_line(retry.stderr)}")
+    # The user's retry after a kill (the lease probe), then everything again.
+    if trial.killed:
+        retry = ws.cli(*plan.args)
+        trial.retry_exit = retry.returncode
+        if retry.returncode == 4 and not any(inv == "stale_lease" for inv, _ in trial.found):
+            trial.add("stale_lease", "retry", f"retry exited 4: {_last_line(retry.stderr)}")
     if plan.pin is not None:
         ws.cli("trash", "purge", "--older-than", "0s")
     _check_all(ws, truth, by_path, read_catalog(ws.db), trial)
@@ -762,7 +766,7 @@ def print_tables(c: Campaign) -> None:
     rows = []
     for kind in KINDS:
         mine = [t for t in c.trials if t.plan.kind == kind]
-        retry = Counter(t.retry_exit for t in mine)
+        retry = Counter(t.retry_exit for t in mine if t.retry_exit is not None)
         scan = Counter(t.scan_exit for t in mine if t.scan_exit != 0)
         rows.append(
             [
@@ -773,7 +777,8 @@ def print_tables(c: Campaign) -> None:
                 " ".join(f"{k}:{v}" for k, v in sorted(scan.items())) or "-",
             ]
         )
-    print("\nwhat the kills left before any repair (trials), and exit codes (code:trials):")
+    print("\nwhat the kills left before any repair (trials), exit codes (code:trials) of the")
+    print("retries after kills and of the next command when not 0:")
     headers = [*(f"{t} left" for t in traces[:4]), "pin late", "artifact as ckpt"]
     table(["kind", "write-anchored kills", *headers, "retry exits", "next≠0"], rows)
     pins = [t for t in c.trials if t.plan.pin is not None]
