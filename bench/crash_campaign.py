@@ -714,8 +714,10 @@ def run_campaign(
         acting = KILL_SPREAD * max(0.0, timing.wall[kind] - timing.act[kind])
         anchored = anchor == "write" or (anchor == "both" and len(trials) // len(KINDS) % 2 == 1)
         delay = rng.uniform(0.0, acting if anchored else span)
-        # The pin writes (`act` s after its start) anywhere in the prune's span.
-        pin_offset = rng.uniform(0, span) - timing.act["pin"]
+        # The pin writes (`act` s after its start) around the prune's acting: from a little
+        # before its first catalog write to a little after its usual end.
+        pin_lands = rng.uniform(0.8 * timing.act[kind], 1.1 * timing.wall[kind])
+        pin_offset = pin_lands - timing.act["pin"]
         n = len(trials) + 1
         trials.append(
             run_trial(ws, truth, n, plan, delay, pin_offset, anchored, NEXT_COMMANDS[next_command])
