@@ -29,8 +29,8 @@ same command again (the user's retry, the lease probe), for pin-during-prune `ck
                   newest by epoch, kept by the prune's own flags, or any in a non-prune trial),
                   a pin acknowledged (exit 0) before the trash move was planned, or purged pinned
   orphaned_trash  a file under `<root>/.ckpt-trash/` that no `trashed` row points at
-  stale_lease     after the next command, a `leases` row held by a dead pid; or the retry
-                  exiting 4 (lease held)
+  stale_lease     after the next command, a `leases` row (no command runs then: its holder
+                  is dead); or the retry exiting 4 (lease held)
   leftover_temp   a `.ckpt-tmp-*` entry in the root after the next command
   planned_event   an audit event still `planned` after the next command
 
@@ -436,10 +436,11 @@ def run_trial(
     if any(ARTIFACT_MARK in Path(path).name for path in after_scan.rows):
         trial.trace.add("artifact-indexed")  # our own output catalogued as a checkpoint
     _check_all(ws, truth, by_path, after_scan, trial)
-    for run_id, holder, _expires in after_scan.leases:
+    # No command of ours runs now: every lease row left is held by a dead process.
+    for run_id, holder, expires in after_scan.leases:
         pid = lease_pid(holder)
-        if pid is None or not alive(pid):
-            trial.add("stale_lease", f"run {run_id}", f"lease row held by {holder} (dead)")
+        state = "unknown pid" if pid is None else "alive?!" if alive(pid) else "dead"
+        trial.add("stale_lease", f"run {run_id}", f"lease row of {holder} ({state}) to {expires}")
     # The user's retry after a kill (the lease probe), then everything again.
     if trial.killed:
         retry = ws.cli(*plan.args)
