@@ -290,13 +290,13 @@ def build(base: Path, fixtures: Path, runs: tuple[str, ...]) -> tuple[Workspace,
         (ws.root / r).mkdir()
         for epoch in range(1, len(VAL_LOSS) + 1):
             val_loss = VAL_LOSS[epoch - 1]
-            path = ws.root / r / template.format(epoch=epoch, val_loss=val_loss)
+            file = ws.root / r / template.format(epoch=epoch, val_loss=val_loss)
             source = fixtures / sources[(epoch - 1) % len(sources)]
-            shutil.copyfile(source, path)
+            shutil.copyfile(source, file)
             moment = start + epoch * 600  # the trainer wrote them in epoch order
-            os.utime(path, (moment, moment))
+            os.utime(file, (moment, moment))
             metric = val_loss if "val_loss" in template else None
-            names[str(path)] = (r, epoch, metric, source)  # the source: its ground truth
+            names[str(file)] = (r, epoch, metric, source)  # the source: its ground truth
     ws.must("scan")
     ws.must("prune", "--keep-last", str(len(VAL_LOSS) - TRASHED_EPOCHS))
     catalog = read_catalog(ws.db)
@@ -314,10 +314,10 @@ def build(base: Path, fixtures: Path, runs: tuple[str, ...]) -> tuple[Workspace,
     conn.close()
     truth: dict[int, Ckpt] = {}
     for path, row in read_catalog(ws.db).rows.items():
-        run, epoch, val_loss, source = names[path]
+        run, epoch, metric, source = names[path]
         fmt, optimizer = facts[path]
         truth[row.id] = Ckpt(
-            row.id, path, run, epoch, val_loss, row.status, row.pinned, fmt, optimizer, source
+            row.id, path, run, epoch, metric, row.status, row.pinned, fmt, optimizer, source
         )
         expected = ("trashed" if epoch <= TRASHED_EPOCHS else "ok", epoch == PINNED_EPOCH)
         if (row.status, row.pinned) != expected:
@@ -355,7 +355,15 @@ def make_plan(kind: str, truth: dict[int, Ckpt], rng: Random) -> Plan:
         c = rng.choice([c for c in sorted(truth.values(), key=lambda c: c.id) if c.status != "ok"])
         return Plan(kind, ("trash", "restore", str(c.id)), f"restore {_name(c)}", frozenset())
     if kind == "prune-best":
-        args = ("prune", "--keep-last", "1", "--keep-best", "1", "--metric", "val_loss")
+        args: tuple[str, ...] = (
+            "prune",
+            "--keep-last",
+            "1",
+            "--keep-best",
+            "1",
+            "--metric",
+            "val_loss",
+        )
         return Plan(kind, args, "prune " + " ".join(args[1:]), allowed_to_trash(ok, 1, 1))
     keep = rng.choice((1, 2) if kind == "pin-during-prune" else (1, 2, 3))
     args = ("prune", "--keep-last", str(keep))
@@ -375,8 +383,8 @@ def allowed_to_trash(ok: list[Ckpt], keep_last: int, keep_best: int | None) -> f
         items = sorted((c for c in ok if c.run == run), key=lambda c: c.epoch)
         keep = {c.id for c in items[-keep_last:]} | {c.id for c in items if c.pinned}
         if keep_best:
-            scored = sorted((c for c in items if c.val_loss is not None), key=lambda c: c.val_loss)
-            keep |= {c.id for c in scored[:keep_best]}
+            scored = sorted((c.val_loss, c.id) for c in items if c.val_loss is not None)
+            keep |= {key for _loss, key in scored[:keep_best]}
             keep |= {c.id for c in items if c.val_loss is None}
         allowed |= {c.id for c in items} - keep
     return frozenset(allowed)
@@ -529,8 +537,8 @@ def _check_content(ws: Workspace, by_path: dict[str, Ckpt], trial: Trial) -> Non
         if os.path.lexists(c.path) and (problem := content_problem(Path(c.path), c.truth)):
             trial.add("corrupt", c.path, problem)
     for item in trash_files(ws.root):
-        c = by_path.get(str(original_of_trashed(ws.root, item)))
-        if c is not None and (problem := content_problem(item, c.truth)):
+        was = by_path.get(str(original_of_trashed(ws.root, item)))
+        if was is not None and (problem := content_problem(item, was.truth)):
             trial.add("corrupt", str(item), problem)
     for path in walk_files(ws.root):
         if ARTIFACT_MARK not in path.name or TRASH_DIR in path.parts or _is_temp(path):
