@@ -35,8 +35,8 @@ same command again (the user's retry, the lease probe), for pin-during-prune `ck
   planned_event   an audit event still `planned` after the next command
 
 The workspace is put back between trials cheaply: files moved by the trial (trash, restore) are
-renamed back (same inode, so the catalog still matches), rewritten or deleted ones are copied
-back from the pristine copy and rescanned, everything else is removed, the catalog file is
+renamed back (same inode, so the catalog still matches; before a purge the trash is hard-linked
+outside the root for that), rewritten or deleted ones are copied back and rescanned, everything else is removed, the catalog file is
 restored from its pristine copy.
 
     python3 bench/crash_campaign.py [--kills 300] [--seed 8] [--quick] [--anchor both]
@@ -155,6 +155,7 @@ class Workspace:
         self.config = base / "config.yaml"
         self.pristine = base / "pristine"
         self.log = base / "command.log"
+        self.stash = base / "stash"
         self.files: dict[str, tuple[int, int, int, str]] = {}  # rel: (inode, size, mtime, sha)
         self.dirs: set[str] = set()
         self.rescans = 0
@@ -214,9 +215,18 @@ class Workspace:
         now = {str(p.relative_to(self.root)): p.lstat().st_ino for p in walk_files(self.root)}
         return now != {rel: info[0] for rel, info in self.files.items()}
 
+    def stash_trash(self) -> None:
+        """Hard links to the trashed files, outside the root: what a purge deletes comes back
+        with its inode (and the catalog still matches, no rescan)."""
+        self.stash.mkdir(exist_ok=True)
+        for n, path in enumerate(trash_files(self.root)):
+            if path.is_file() and not path.is_symlink():
+                os.link(path, self.stash / str(n))
+
     def reset(self) -> None:
         """Back to the pristine state, cheaply (see the module docstring)."""
-        by_inode = {p.lstat().st_ino: p for p in walk_files(self.root) if p.is_file()}
+        found = [*walk_files(self.root), *(self.stash.iterdir() if self.stash.exists() else [])]
+        by_inode = {p.lstat().st_ino: p for p in found if p.is_file()}
         recopied = []
         for rel, (inode, size, mtime, sha) in self.files.items():
             target = self.root / rel
@@ -242,6 +252,8 @@ class Workspace:
         for rel in self.dirs:
             (self.root / rel).mkdir(parents=True, exist_ok=True)
         _copy_db(self.pristine / "catalog.db", self.db)
+        if self.stash.exists():
+            shutil.rmtree(self.stash)
         if recopied:  # new inodes: the catalog must learn them, or every act would refuse
             if any(not rel.startswith(TRASH_DIR) for rel in recopied):
                 self.must("scan")
@@ -456,6 +468,7 @@ def run_trial(
         if retry.returncode == 4 and not any(inv == "stale_lease" for inv, _ in trial.found):
             trial.add("stale_lease", "retry", f"retry exited 4: {_last_line(retry.stderr)}")
     if plan.pin is not None:
+        ws.stash_trash()  # purge deletes: keep the inodes, for a cheap reset
         ws.cli("trash", "purge", "--older-than", "0s")
     _check_all(ws, truth, by_path, read_catalog(ws.db), trial)
     ws.reset()
