@@ -36,8 +36,8 @@ same command again (the user's retry, the lease probe), for pin-during-prune `ck
 
 The workspace is put back between trials cheaply: files moved by the trial (trash, restore) are
 renamed back (same inode, so the catalog still matches; before a purge the trash is hard-linked
-outside the root for that), rewritten or deleted ones are copied back and rescanned, everything else is removed, the catalog file is
-restored from its pristine copy.
+outside the root for that), rewritten or deleted ones are copied back and rescanned, everything
+else is removed, the catalog file is restored from its pristine copy.
 
     python3 bench/crash_campaign.py [--kills 300] [--seed 8] [--quick] [--anchor both]
                                     [--next scan] [--workdir DIR]
