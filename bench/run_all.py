@@ -24,6 +24,7 @@ BENCHES = (
     "retention",
     "split_bench",
     "compress_bench",
+    "crash_campaign",
 )
 
 
