@@ -56,10 +56,12 @@ def test_indexing_goes_on_while_the_artifacts_job_compresses(
     schedule(ws, "artifacts: {compress_after: 1s}\n", artifacts="1s", verify="0", purge="0")
     big_run = ws.root / "big"
     big_run.mkdir()
-    big_legacy_checkpoint(keras_checkpoints, big_run / "big.h5", 160)
+    # Big enough that its compress outlasts the 4 s below by a wide margin even on an idle
+    # machine (160 MB once finished in under 4 s there): the SIGTERM must land mid-compress.
+    big_legacy_checkpoint(keras_checkpoints, big_run / "big.h5", 640)
     daemon = Daemon(ws)
     daemon.wait_for_log("event=ready", timeout=120)
-    daemon.wait_until(lambda: compress_temp(big_run), 60, "the compress to start")
+    daemon.wait_until(lambda: compress_temp(big_run), 120, "the compress to start")
     fresh = ws.root / "fresh"
     fresh.mkdir()
     for n in range(3):
@@ -98,10 +100,12 @@ def test_after_sigterm_no_retention_or_purge_starts(
     ws.run("prune", "--run", "other", "--keep-last", "1")
     big_run = ws.root / "big"
     big_run.mkdir()
-    big_legacy_checkpoint(keras_checkpoints, big_run / "big.h5", 160)
+    # Big enough that its compress outlasts the 4 s below by a wide margin even on an idle
+    # machine (160 MB once finished in under 4 s there): the SIGTERM must land mid-compress.
+    big_legacy_checkpoint(keras_checkpoints, big_run / "big.h5", 640)
     daemon = Daemon(ws)
     daemon.wait_for_log("event=ready", timeout=120)
-    daemon.wait_until(lambda: compress_temp(big_run), 60, "the compress to start")
+    daemon.wait_until(lambda: compress_temp(big_run), 120, "the compress to start")
     time.sleep(4)  # retention and purge fall due (twice) while the compress runs
     assert compress_temp(big_run), "the compress ended too soon for this test"
     sent = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
