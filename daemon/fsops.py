@@ -390,12 +390,4 @@ def _writer_gone(name: str) -> bool:
 
 
 def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
+    return pid is not None and procfs.pid_alive(pid)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import socket
 from typing import Any
+
+from daemon.procfs import pid_alive
 
 STALE_AFTER_BEATS = 3
 
@@ -39,7 +40,7 @@ def daemon_status(row: dict[str, Any] | None, checkpoints: int) -> dict[str, Any
 def _why_not_running(row: dict[str, Any], state: dict[str, Any]) -> str | None:
     if state.get("stopped_at"):
         return f"stopped at {state['stopped_at']}"
-    if row["host"] == socket.gethostname() and not _alive(int(row["pid"])):
+    if row["host"] == socket.gethostname() and not pid_alive(int(row["pid"])):
         return f"pid {row['pid']} is not running (killed?)"
     beat = dt.datetime.fromisoformat(row["heartbeat_at"])
     age = (dt.datetime.now(dt.UTC) - beat).total_seconds()
@@ -65,13 +66,3 @@ def _not_running(reason: str, checkpoints: int) -> dict[str, Any]:
         "jobs": {},
         "last_error": None,
     }
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
