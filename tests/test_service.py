@@ -91,6 +91,7 @@ def test_half_written_file_is_never_listed_before_it_is_complete(
     ws, daemon = daemon_ws
     target = ws.root / "slow" / "weights.01-1.69.hdf5"
     target.parent.mkdir()
+    done = ws.root.parent / "writer-done"  # outside the root: the daemon never sees it
     writer = subprocess.Popen(
         [
             sys.executable,
@@ -102,18 +103,26 @@ def test_half_written_file_is_never_listed_before_it_is_complete(
                 "    f.write(data[: len(data) // 2]); f.flush()\n"
                 "    time.sleep(3.5)\n"  # longer than settle_seconds (1 s)
                 "    f.write(data[len(data) // 2 :])\n"
+                "open(sys.argv[3], 'w').close()\n"
             ),
             str(keras_checkpoints / H5_CKPT),
             str(target),
+            str(done),
         ]
     )
+    # Judged only by listings that *returned* before the second half was written: a listing
+    # that started while the writer slept may read the catalog after the write ended and the
+    # file settled (the CLI can take over a second on a loaded machine), and "ok" is right then.
     seen = set()
     while writer.poll() is None:
         row = listed(ws).get("slow/weights.01-1.69.hdf5")
+        if done.exists():
+            break
         seen.add(row["status"] if row else None)
         assert row is None or row["status"] != "ok", row
         time.sleep(0.2)
-    assert writer.returncode == 0
+    assert writer.wait(30) == 0
+    assert seen, "no listing returned while the file was half written"
     daemon.wait_until(
         lambda: listed(ws).get("slow/weights.01-1.69.hdf5", {}).get("status") == "ok",
         15,
