@@ -47,15 +47,15 @@ def _report():
                       ("h5py", "tensorflow", "keras", "numpy", "alembic", "rich")}))
 atexit.register(_report)
 sys.argv = ["ckpt", *sys.argv[1:]]
-from daemon.cli import main
+from ckpt_daemon.cli.main import main
 main()
 """
 
 PHASES = r"""
 import io, json, sys, time
 t = [time.perf_counter()]
-from daemon.api import open_catalog
-from daemon.views import checkpoint_json
+from ckpt_daemon.api import open_catalog
+from ckpt_daemon.core.views import checkpoint_json
 t.append(time.perf_counter())
 cat = open_catalog(sys.argv[1])
 t.append(time.perf_counter())
@@ -65,7 +65,7 @@ docs = [checkpoint_json(c) for c in rows]
 t.append(time.perf_counter())
 text = json.dumps(docs, indent=2, sort_keys=False)
 t.append(time.perf_counter())
-names = ["import daemon.api + views", "open_catalog (config, engine, schema check)",
+names = ["import ckpt_daemon.api + views", "open_catalog (config, engine, schema check)",
          "Store.list (SQL + rows -> Checkpoint)", "checkpoint_json x rows", "json.dumps(indent=2)"]
 print(json.dumps({"rows": len(rows), "bytes": len(text),
                   "phases": dict(zip(names, [b - a for a, b in zip(t, t[1:])]))}))
@@ -148,8 +148,8 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
         return config
     from sqlalchemy import insert
 
-    from daemon.schema import CHECKPOINTS, METRICS, RUNS
-    from daemon.store import Store
+    from ckpt_daemon.catalog.schema import CHECKPOINTS, METRICS, RUNS
+    from ckpt_daemon.catalog.store import Store
 
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(f"{db_path.name}*"):
@@ -179,7 +179,7 @@ def profile_list(cfg: str) -> None:
     """Top of cProfile for `list --json` and the slowest imports (-X importtime)."""
     code = (
         "import cProfile, pstats, sys, io; sys.argv = ['ckpt', '--config', sys.argv[1], "
-        "'list', '--json']; from daemon.cli import main; p = cProfile.Profile(); "
+        "'list', '--json']; from ckpt_daemon.cli.main import main; p = cProfile.Profile(); "
         "p.enable()\ntry: main()\nexcept SystemExit: pass\np.disable(); s = io.StringIO(); "
         "pstats.Stats(p, stream=s).sort_stats('cumulative').print_stats(25); "
         "sys.stderr.write(s.getvalue())"
@@ -193,7 +193,8 @@ def profile_list(cfg: str) -> None:
             "-X",
             "importtime",
             "-c",
-            "import daemon.cli, daemon.api, daemon.store, daemon.views",
+            "import ckpt_daemon.cli.main, ckpt_daemon.api, ckpt_daemon.catalog.store;"
+            "import ckpt_daemon.core.views",
         ],
         capture_output=True,
         text=True,

@@ -48,7 +48,7 @@ model.save(sys.argv[1])
 OURS = """
 import sys
 from pathlib import Path
-from daemon.transforms.compress import compress
+from ckpt_daemon.transforms.compress import compress
 compress(Path(sys.argv[1]), Path(sys.argv[2]), codec=sys.argv[3], workers=int(sys.argv[4]) or None)
 """
 REPACK = ["-f", "SHUF", "-f", "GZIP=4"]

@@ -162,7 +162,7 @@ class Workspace:
         self.last_event = 0
 
     def args(self, *args: str) -> list[str]:
-        return [PYTHON, "-m", "daemon", "--config", str(self.config), *args]
+        return [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

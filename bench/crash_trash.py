@@ -58,11 +58,11 @@ class Campaign:
         )
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [PYTHON, "-m", "daemon", "--config", str(self.config), *args]
+        cmd = [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
         return subprocess.run(cmd, capture_output=True, text=True, env=CHILD_ENV, cwd=REPO)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        cmd = [PYTHON, "-m", "daemon", "--config", str(self.config), *args]
+        cmd = [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
         return subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV
         )

@@ -43,7 +43,8 @@ print(json.dumps({k: int(status[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM"
 """
 # The modules the daemon holds once it has indexed a Keras file (Alembic not included).
 IMPORT_FLOOR = (
-    "import daemon.cli, daemon.service, daemon.formats.detect, daemon.hashing, h5py\n"
+    "import ckpt_daemon.cli.main, ckpt_daemon.service.serve, ckpt_daemon.formats.detect\n"
+    "import ckpt_daemon.fs.hashing, h5py\n"
     "import watchdog.observers, apscheduler.schedulers.background\n" + BARE
 )
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import blake3
 from _common import Check, Timing, interleaved, median, report, run_cmd, run_fn, table
 
-from daemon.hashing import hash_files
+from ckpt_daemon.fs.hashing import hash_files
 
 FULL_BYTES = 1 << 30
 QUICK_BYTES = 128 << 20

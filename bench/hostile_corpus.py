@@ -51,7 +51,7 @@ def run_cli(config: Path, *args: str) -> tuple[int | None, float, int, str]:
     start = time.monotonic()
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(
-            [PYTHON, "-m", "daemon", "--config", str(config), *args],
+            [PYTHON, "-m", "ckpt_daemon", "--config", str(config), *args],
             stdout=out,
             stderr=subprocess.DEVNULL,
             env=CHILD_ENV,
@@ -76,7 +76,7 @@ def run_cli(config: Path, *args: str) -> tuple[int | None, float, int, str]:
 
 def catalog(config: Path) -> dict[str, dict[str, object]]:
     done = subprocess.run(
-        [PYTHON, "-m", "daemon", "--config", str(config), "list", "--json"],
+        [PYTHON, "-m", "ckpt_daemon", "--config", str(config), "list", "--json"],
         capture_output=True,
         text=True,
         env=CHILD_ENV,
@@ -110,7 +110,7 @@ def live(base: Path, staging: Path, root: Path, expected: dict[str, Path]) -> di
     config = write_config(base, root, "live")
     log = open(base / "live.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [PYTHON, "-m", "daemon", "--config", str(config), "serve"],
+        [PYTHON, "-m", "ckpt_daemon", "--config", str(config), "serve"],
         stdout=log,
         stderr=log,
         env=CHILD_ENV,

@@ -58,7 +58,7 @@ def rchar():
     with open("/proc/self/io") as f:
         return int(next(l for l in f if l.startswith("rchar")).split()[1])
 
-import daemon.formats.detect as detect
+import ckpt_daemon.formats.detect as detect
 base_rss = rss()
 read0 = rchar()
 start = time.perf_counter()

@@ -37,7 +37,7 @@ from detection_latency import CKPT, SERVICE, fixtures, write_config
 FOLDERS = 100
 PROFILE = r"""
 import cProfile, pstats, sys
-from daemon.service import Service
+from ckpt_daemon.service.serve import Service
 cProfile.run("Service(sys.argv[1], None).run(once=True)", sys.argv[2])
 pstats.Stats(sys.argv[2]).sort_stats("cumulative").print_stats(22)
 """

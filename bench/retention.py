@@ -19,7 +19,7 @@ from pathlib import Path
 from _common import OUT, PYTHON, Check, interleaved, median, report, run_cmd, run_fn, table
 from catalog_scale import QUICK_RUNS, RUNS, build_catalog
 
-from daemon.retention import Item, KeepBest, Policy, plan
+from ckpt_daemon.core.retention import Item, KeepBest, Policy, plan
 
 POLICY = Policy(
     keep_last=5,

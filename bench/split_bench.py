@@ -66,9 +66,9 @@ for out in outs:
 SPLIT = r"""
 import json, os, resource, sys, time
 from pathlib import Path
-from daemon.formats.detect import read_checkpoint
-from daemon.hashing import hash_files
-from daemon.transforms.split import split
+from ckpt_daemon.formats.detect import read_checkpoint
+from ckpt_daemon.fs.hashing import hash_files
+from ckpt_daemon.transforms.split import split
 with open("/proc/self/statm") as f:
     base = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 start = time.perf_counter()

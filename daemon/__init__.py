@@ -1,1 +1,16 @@
-"""ckpt-daemon: watches training folders, indexes checkpoints, manages them."""
+"""ckpt-daemon: watches training folders, indexes checkpoints, manages them.
+
+Installed as `ckpt_daemon` (the repository folder is `daemon/`; `daemon` is python-daemon's
+import name). Layers, one folder each: see docs/architecture.md."""
+
+from __future__ import annotations
+
+import sys
+
+PACKAGE = __name__  # the installed import name, whatever the folder is called
+
+
+def python_module(module: str) -> list[str]:
+    """The command that runs one of our modules (`"children.tf_probe"`; `""` for the CLI) as
+    `python -m` with this interpreter: works from any cwd once the package is installed."""
+    return [sys.executable, "-m", f"{PACKAGE}.{module}" if module else PACKAGE]

@@ -1,5 +1,5 @@
-"""`python -m daemon` is the `ckpt` command."""
+"""`python -m ckpt_daemon` is the `ckpt` command."""
 
-from daemon.cli import main
+from .cli.main import main
 
 main()

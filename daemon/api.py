@@ -14,19 +14,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from daemon import config as config_module
-from daemon.config import Config
-from daemon.model import Checkpoint, Run
-from daemon.query import Condition, ListQuery, default_mode, parse_condition
+from .core.model import Checkpoint, Run
+from .core.query import Condition, ListQuery, default_mode, parse_condition
+from .settings import config as config_module
+from .settings.config import Config
 
 if TYPE_CHECKING:
-    from daemon.indexer import ScanReport
-    from daemon.pruner import PruneReport
-    from daemon.retention import Policy
-    from daemon.store import Store
-    from daemon.transforms.compress import CompressResult
-    from daemon.transforms.split import SplitResult
-    from daemon.verifier import Verdict
+    from .catalog.store import Store
+    from .core.retention import Policy
+    from .transforms.compress import CompressResult
+    from .transforms.split import SplitResult
+    from .usecases.indexer import ScanReport
+    from .usecases.pruner import PruneReport
+    from .usecases.verifier import Verdict
 
 
 class Catalog:
@@ -86,7 +86,7 @@ class Catalog:
 
     def plan_prune(self, runs: Sequence[str] = (), policy: Policy | None = None) -> PruneReport:
         """What `prune` would do, with every decision's reasons; changes nothing."""
-        from daemon import pruner
+        from .usecases import pruner
 
         return pruner.plan_runs(self.config, self._store, list(runs) or None, policy)
 
@@ -100,7 +100,7 @@ class Catalog:
     ) -> PruneReport:
         """Apply retention (`policy`, else the configured ones): doomed checkpoints go to the
         trash (restore with `restore`); per-item failures are in `report.failures`."""
-        from daemon import pruner
+        from .usecases import pruner
 
         return pruner.prune(
             self.config,
@@ -112,18 +112,18 @@ class Catalog:
         )
 
     def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
-        from daemon import pruner
+        from .usecases import pruner
 
         return pruner.restore(self.config, self._store, str(ref), actor or _actor())
 
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
-        from daemon import pruner
+        from .usecases import pruner
 
         return pruner.set_pinned(self._store, str(ref), pinned, _actor())
 
     def trash(self) -> builtins.list[dict[str, Any]]:
         """Trashed checkpoints: original and trash paths, bytes, when and why."""
-        from daemon import store_actions
+        from .catalog import store_actions
 
         return store_actions.trashed(self._store.engine)
 
@@ -132,7 +132,7 @@ class Catalog:
     ) -> tuple[builtins.list[dict[str, Any]], builtins.list[dict[str, Any]]]:
         """Delete what was trashed longer ago than `older_than` (default: trash.purge_after).
         Returns (purged, failures)."""
-        from daemon import pruner
+        from .usecases import pruner
 
         seconds = pruner.parse_older_than(older_than, self.config)
         return pruner.purge(
@@ -143,7 +143,7 @@ class Catalog:
         self, run: str | None = None, limit: int | None = None
     ) -> builtins.list[dict[str, Any]]:
         """The audit events, oldest first (the newest `limit` of them)."""
-        from daemon import store_actions
+        from .catalog import store_actions
 
         return store_actions.audit_log(self._store.engine, run, limit)
 
@@ -156,7 +156,7 @@ class Catalog:
         actor: str | None = None,
     ) -> tuple[Checkpoint, SplitResult]:
         """Write and register the inference artifact of a checkpoint."""
-        from daemon.artifacts import split_checkpoint
+        from .usecases.artifacts import split_checkpoint
 
         return split_checkpoint(
             self.config,
@@ -177,7 +177,7 @@ class Catalog:
         actor: str | None = None,
     ) -> tuple[Checkpoint, CompressResult]:
         """Compress a checkpoint in place, losslessly and verified."""
-        from daemon.artifacts import compress_checkpoint
+        from .usecases.artifacts import compress_checkpoint
 
         return compress_checkpoint(
             self.config,
@@ -194,13 +194,13 @@ class Catalog:
     ) -> builtins.list[Verdict]:
         """Re-hash checkpoints (all `ok` ones by default) and their artifacts; with `load`,
         also load them with Keras in a child process and compare predictions."""
-        from daemon.verifier import verify
+        from .usecases.verifier import verify
 
         return verify(self.config, self._store, [str(r) for r in refs], load=load)
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
-        from daemon.health import daemon_status
+        from .service.health import daemon_status
 
         return daemon_status(self._store.latest_heartbeat(), self._store.count())
 
@@ -212,8 +212,8 @@ class Catalog:
         progress: Callable[[str], None] | None = None,
     ) -> ScanReport:
         """Index now: the given files/folders (inside configured roots), or every root."""
-        from daemon.indexer import scan
-        from daemon.store import actor as default_actor
+        from .catalog.store import actor as default_actor
+        from .usecases.indexer import scan
 
         return scan(
             self.config,
@@ -225,7 +225,7 @@ class Catalog:
 
 
 def _actor() -> str:
-    from daemon.store import actor
+    from .catalog.store import actor
 
     return actor()
 
@@ -234,7 +234,7 @@ def open_catalog(
     config_path: str | None = None, database: str | None = None, *, may_migrate: bool = False
 ) -> Catalog:
     """Open the catalog named by `database`, $CKPT_DB or the config (created at head if new)."""
-    from daemon.store import Store
+    from .catalog.store import Store
 
     config = config_module.load(config_path, database_override=database)
     return Catalog(config, Store(config.database, may_migrate=may_migrate))

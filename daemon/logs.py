@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from daemon.render import visible
+from .core.render import visible
 
 LOGGER = "ckpt"
 

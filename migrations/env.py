@@ -1,15 +1,15 @@
-"""Alembic environment: migrations run on the connection `daemon.store` hands over.
+"""Alembic environment: migrations run on the connection `ckpt_daemon.catalog.store` hands over.
 
-`daemon.store.upgrade()` opens a dedicated connection with SQLite foreign keys OFF from the
-start (batch mode rebuilds tables; with foreign keys on, rebuilding a parent table silently
-cascade-deletes its children) and checks `PRAGMA foreign_key_check` afterwards.
+`ckpt_daemon.catalog.db.upgrade()` opens a dedicated connection with SQLite foreign keys OFF
+from the start (batch mode rebuilds tables; with foreign keys on, rebuilding a parent table
+silently cascade-deletes its children) and checks `PRAGMA foreign_key_check` afterwards.
 """
 
 from __future__ import annotations
 
 from alembic import context
 
-from daemon.schema import Base
+from ckpt_daemon.catalog.schema import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

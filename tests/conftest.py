@@ -88,7 +88,7 @@ class Workspace:
     def run(
         self, *args: str, check: bool = True, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "daemon", "--config", str(self.config), *args]
+        cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(self.config), *args]
         result = subprocess.run(
             cmd,
             capture_output=True,
@@ -160,7 +160,7 @@ class Daemon:
         self.ws = ws
         self.log_path = ws.base / f"serve-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
-        cmd = [sys.executable, "-m", "daemon", "--config", str(ws.config), "serve"]
+        cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "serve"]
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
         )

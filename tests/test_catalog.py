@@ -8,9 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon import db, mounts
-from daemon.model import CheckpointStatus, FileStat, IndexRecord
-from daemon.store import Store
+from ckpt_daemon.catalog import db
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+from ckpt_daemon.fs import mounts
 
 
 def url_for(tmp_path: Path) -> str:
@@ -85,8 +86,8 @@ def record(store: Store, path: str, digest: str) -> int:
 
 WRITER = """
 import sys
-from daemon.model import CheckpointStatus, FileStat, IndexRecord
-from daemon.store import Store
+from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+from ckpt_daemon.catalog.store import Store
 url, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = Store(url)
 for i in range(n):
@@ -124,8 +125,8 @@ def test_concurrent_writers_from_several_processes_lose_nothing(tmp_path: Path) 
 
 
 def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> None:
-    from daemon.model import MetricValue
-    from daemon.query import ListQuery
+    from ckpt_daemon.core.model import MetricValue
+    from ckpt_daemon.core.query import ListQuery
 
     store = Store(url_for(tmp_path))
     for name, value in (("a.h5", float("nan")), ("b.h5", 0.5)):

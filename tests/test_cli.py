@@ -189,7 +189,7 @@ def test_list_does_not_import_h5py_or_tensorflow(scanned: Workspace) -> None:
         "import atexit, sys\n"
         "atexit.register(lambda: sys.stderr.write('LOADED=' + ','.join(sorted(m for m in "
         "('h5py', 'tensorflow', 'keras', 'numpy') if m in sys.modules)) + '\\n'))\n"
-        "from daemon.cli import main\n"
+        "from ckpt_daemon.cli.main import main\n"
         f"main(['--config', {str(scanned.config)!r}, 'list', '--json'])\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
@@ -199,7 +199,7 @@ def test_list_does_not_import_h5py_or_tensorflow(scanned: Workspace) -> None:
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    from daemon.cli import main_group
+    from ckpt_daemon.cli.main import main_group
 
     def commands(group: Any, prefix: str = "") -> list[tuple[str, Any]]:
         found = []
@@ -211,7 +211,7 @@ def test_every_command_has_help_with_an_example() -> None:
 
     for name, cmd in commands(main_group):
         result = subprocess.run(
-            [sys.executable, "-m", "daemon", *name.split(), "--help"],
+            [sys.executable, "-m", "ckpt_daemon", *name.split(), "--help"],
             capture_output=True,
             text=True,
         )

@@ -27,10 +27,10 @@ import h5py
 import numpy as np
 import pytest
 
-from daemon import fsops
-from daemon.errors import UsageError
-from daemon.hashing import hash_files
-from daemon.transforms import compress as cz
+from ckpt_daemon.core.errors import UsageError
+from ckpt_daemon.fs import fsops
+from ckpt_daemon.fs.hashing import hash_files
+from ckpt_daemon.transforms import compress as cz
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve()
@@ -524,7 +524,7 @@ FORKER = """
 import os, sys, traceback
 from pathlib import Path
 import hdf5plugin
-from daemon.transforms.compress import compress
+from ckpt_daemon.transforms.compress import compress
 for line in sys.stdin:
     root, target, codec = line.split()
     pid = os.fork()

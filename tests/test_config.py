@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import config
-from daemon.errors import ConfigError
+from ckpt_daemon.core.errors import ConfigError
+from ckpt_daemon.settings import config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_config_check_exits_2_with_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("roots: [{path: /a, observer: sometimes}]\n")
     result = subprocess.run(
-        [sys.executable, "-m", "daemon", "config", "check", str(bad)],
+        [sys.executable, "-m", "ckpt_daemon", "config", "check", str(bad)],
         capture_output=True,
         text=True,
     )
@@ -100,7 +100,7 @@ def test_config_check_exits_2_with_the_key(tmp_path: Path) -> None:
         "ckpt: error: config: roots[0].observer: 'sometimes' is not one of auto, inotify, polling"
     ]
     good = subprocess.run(
-        [sys.executable, "-m", "daemon", "config", "check", str(REPO / "config.yaml")],
+        [sys.executable, "-m", "ckpt_daemon", "config", "check", str(REPO / "config.yaml")],
         capture_output=True,
         text=True,
     )

@@ -17,16 +17,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daemon.metrics import (
+from ckpt_daemon.core.metrics import (
     FilenameTemplate,
-    MetricsResult,
     compile_template,
-    metrics_for,
     parse_csv_log,
     parse_metrics_file,
     parse_sidecar,
 )
-from daemon.model import MetricValue
+from ckpt_daemon.core.model import MetricValue
+from ckpt_daemon.formats.metric_files import MetricsResult, metrics_for
 
 # --- compile_template / match: tables -------------------------------------------------------
 
@@ -581,7 +580,8 @@ def test_unreadable_file_is_ignored(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from daemon.metrics import compile_template, metrics_for\n"
+        "from ckpt_daemon.core.metrics import compile_template\n"
+        "from ckpt_daemon.formats.metric_files import metrics_for\n"
         "run = Path(sys.argv[1])\n"
         "r = metrics_for(run / 'weights.02-0.23.hdf5', run, [compile_template(sys.argv[2])],"
         " ['training.log'])\n"

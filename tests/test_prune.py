@@ -140,8 +140,8 @@ def test_trash_across_a_filesystem_boundary_is_refused(
     script = (
         'set -e; mount -t tmpfs ckpt-test "$1"; shift\n'
         'for f in "$@"; do cp -p "$f" "$RUNDIR/"; done\n'
-        '"$PY" -m daemon --config "$CFG" scan >/dev/null\n'
-        '"$PY" -m daemon --config "$CFG" prune --run k3/run_zip --keep-last 1 --json\n'
+        '"$PY" -m ckpt_daemon --config "$CFG" scan >/dev/null\n'
+        '"$PY" -m ckpt_daemon --config "$CFG" prune --run k3/run_zip --keep-last 1 --json\n'
     )
     sources = [str(keras_checkpoints / RUN / name) for name in FILES]
     prefix = (
@@ -215,7 +215,7 @@ def test_two_processes_pruning_one_run_one_exits_4(zips: Workspace) -> None:
             [
                 sys.executable,
                 "-m",
-                "daemon",
+                "ckpt_daemon",
                 "--config",
                 str(zips.config),
                 "prune",

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from daemon.formats.detect import read_checkpoint
-from daemon.model import CheckpointInfo
+from ckpt_daemon.core.model import CheckpointInfo
+from ckpt_daemon.formats.detect import read_checkpoint
 
 pytestmark = pytest.mark.slow
 KERAS_FORMATS = {
@@ -100,7 +100,7 @@ def test_readers_never_import_tensorflow(keras_checkpoints: Path, manifest: dict
     script = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from daemon.formats.detect import read_checkpoint\n"
+        "from ckpt_daemon.formats.detect import read_checkpoint\n"
         "for p in json.loads(sys.argv[1]): read_checkpoint(Path(p))\n"
         "print(json.dumps(sorted(m for m in ('tensorflow', 'keras', 'tf_keras') "
         "if m in sys.modules)))\n"

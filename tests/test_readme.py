@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from daemon.cli import main_group
+from ckpt_daemon.cli.main import main_group
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.errors import UsageError
-from daemon.query import default_mode
-from daemon.retention import Item, KeepBest, Plan, Policy, format_duration, plan
+from ckpt_daemon.core.errors import UsageError
+from ckpt_daemon.core.query import default_mode
+from ckpt_daemon.core.retention import Item, KeepBest, Plan, Policy, format_duration, plan
 
 GB = 10**9
 T0 = datetime(2024, 1, 1, tzinfo=UTC)  # a Monday: the first day of ISO week 2024-W01

@@ -201,7 +201,7 @@ def test_unreadable_file_is_recorded_as_unreadable(tmp_path: Path, keras_checkpo
     ws = Workspace(tmp_path)
     copy_in(ws, keras_checkpoints, H5_CKPT, "run/locked.h5")
     (ws.root / "run/locked.h5").chmod(0o000)
-    cmd = [sys.executable, "-m", "daemon", "--config", str(ws.config), "scan", "--json"]
+    cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "scan", "--json"]
     if os.geteuid() == 0:
         # root reads anything: drop the capabilities that bypass file permissions.
         cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]

@@ -25,10 +25,10 @@ import h5py
 import numpy as np
 import pytest
 
-from daemon import fsops
-from daemon.errors import UsageError
-from daemon.hashing import hash_files
-from daemon.transforms.split import ArtifactMismatch, SplitResult, inference_path, split
+from ckpt_daemon.core.errors import UsageError
+from ckpt_daemon.fs import fsops
+from ckpt_daemon.fs.hashing import hash_files
+from ckpt_daemon.transforms.split import ArtifactMismatch, SplitResult, inference_path, split
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -111,7 +111,7 @@ model.save(out + "/big.h5")
 SPLIT_SERVER = r"""
 import os, sys, time
 from pathlib import Path
-from daemon.transforms.split import split
+from ckpt_daemon.transforms.split import split
 root = Path(sys.argv[1])
 print("ready", flush=True)
 for line in sys.stdin:

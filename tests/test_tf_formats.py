@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from daemon.errors import CorruptCheckpoint
-from daemon.formats import savedmodel, tf_checkpoint, tf_child
-from daemon.model import CheckpointInfo, Format, Kind
+from ckpt_daemon.children import tf_child
+from ckpt_daemon.core.errors import CorruptCheckpoint
+from ckpt_daemon.core.model import CheckpointInfo, Format, Kind
+from ckpt_daemon.formats import savedmodel, tf_checkpoint
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -360,7 +361,8 @@ def test_without_tensorflow_file_level_facts_only(tf_files: Path) -> None:
                 return None
 
         sys.meta_path.insert(0, HideTF())
-        from daemon.formats import savedmodel, tf_checkpoint, tf_child
+        from ckpt_daemon.formats import savedmodel, tf_checkpoint
+        from ckpt_daemon.children import tf_child
         ck = tf_checkpoint.read(Path({str(tf_files / "k3ckpt" / "ckpt-2")!r}))
         sm = savedmodel.read(Path({str(tf_files / "tfk_sm")!r}))
         print(json.dumps({{"ck": [ck.format, ck.kind, ck.n_params, ck.notes],
@@ -378,7 +380,7 @@ def test_read_leaves_tensorflow_out_of_the_caller(tf_files: Path, truth: dict[st
     got = _run_python(f"""
         import json, sys, time
         from pathlib import Path
-        from daemon.formats import tf_checkpoint
+        from ckpt_daemon.formats import tf_checkpoint
         t0 = time.perf_counter()
         info = tf_checkpoint.read(Path({str(tf_files / "k3ckpt" / "ckpt-2")!r}))
         print(json.dumps({{"seconds": time.perf_counter() - t0, "n_params": info.n_params,

@@ -27,7 +27,7 @@ RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 def run(ws: Workspace, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
     """`ckpt ARGS` with its output as it was written: `Workspace.run` decodes in text mode,
     which turns a raw CR into a newline and would hide it."""
-    cmd = [sys.executable, "-m", "daemon", "--config", str(ws.config), *args]
+    cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
     done = subprocess.run(cmd, capture_output=True, timeout=300, cwd=ws.base)
     result = subprocess.CompletedProcess(
         args, done.returncode, _decode(done.stdout), _decode(done.stderr)
@@ -149,7 +149,7 @@ def test_scan_progress_on_a_terminal_shows_names_as_data(odd_names: Workspace) -
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    cmd = [sys.executable, "-m", "daemon", "--config", str(odd_names.config), "scan"]
+    cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(odd_names.config), "scan"]
     try:
         done = subprocess.run(
             cmd, stdout=subprocess.PIPE, stderr=terminal, timeout=300, cwd=odd_names.base

@@ -27,7 +27,7 @@ HANG_SECONDS = 120  # far above what any of these reads needs; a hang is a failu
 def ckpt(
     ws: Workspace, *args: str, timeout: float = HANG_SECONDS, prefix: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [*prefix, sys.executable, "-m", "daemon", "--config", str(ws.config), *args]
+    cmd = [*prefix, sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
     try:
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, cwd=ws.base, check=False
@@ -150,7 +150,7 @@ def _reader_child(daemon_pid: int) -> int | None:
         except OSError:
             continue
         ppid = int(next(ln for ln in status.splitlines() if ln.startswith("PPid:")).split()[1])
-        if ppid == daemon_pid and b"daemon.formats.reader_child" in cmdline:
+        if ppid == daemon_pid and b"ckpt_daemon.children.reader_child" in cmdline:
             return int(entry.name)
     return None
 
@@ -226,7 +226,7 @@ def _scan_measured(ws: Workspace, file_limit: int) -> tuple[subprocess.Completed
         "sys.stderr.write(done.stderr + f'\\nEXIT {done.returncode}\\n')\n"
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
     )
-    cmd = [sys.executable, "-c", wrapper, sys.executable, "-m", "daemon"]
+    cmd = [sys.executable, "-c", wrapper, sys.executable, "-m", "ckpt_daemon"]
     result = subprocess.run(
         [*cmd, "--config", str(ws.config), "scan", "--json"],
         capture_output=True,

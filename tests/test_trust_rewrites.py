@@ -26,6 +26,8 @@ from tests.conftest import Workspace
 HOUR_NS = 3600 * 10**9
 TFK_EPOCHS = ("weights.01-1.69.hdf5", "weights.02-1.68.hdf5")
 
+CKPT = [sys.executable, "-m", "ckpt_daemon"]
+
 
 def padded_checkpoint(
     keras_checkpoints: Path, target: Path, *, epoch_of: str = TFK_EPOCHS[0]
@@ -241,7 +243,15 @@ def test_the_artifact_is_registered_before_it_gets_its_name(
     workspace.run("scan")
     final = source.with_name("weights.01-1.69.inference.hdf5")
     split = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "--config", str(workspace.config), "split", str(source)],
+        [
+            sys.executable,
+            "-m",
+            "ckpt_daemon",
+            "--config",
+            str(workspace.config),
+            "split",
+            str(source),
+        ],
         cwd=workspace.base,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -338,7 +348,7 @@ def test_an_exchange_that_swapped_out_a_changed_file_is_swapped_back(tmp_path: P
     descriptor right after the swap (its pid unseen, as on a system without /proc): the file
     swapped out is not the one read, so the swap is undone and the writer's bytes keep the
     name."""
-    from daemon import fsswap
+    from ckpt_daemon.fs import fsswap
 
     name, temp = "ckpt.h5", "temp.h5"
     (tmp_path / name).write_bytes(b"old weights")
@@ -386,7 +396,7 @@ def test_stale_temps_of_dead_writers_go_at_the_next_scan_or_command(
         temp.write_bytes(b"half a checkpoint")
     workspace.run("scan")
     assert not dead.exists() and live.exists()
-    from daemon import fsops
+    from ckpt_daemon.fs import fsops
 
     host = fsops.temp_prefix().split("h")[-1].rstrip("-")  # this host's tag in our temp names
     mine = folder / f".ckpt-tmp-{dead_pid()}h{host}-0badf00d-{files[1].name}"
@@ -445,7 +455,7 @@ def test_hostile_files_are_refused_by_compress_and_split(
     workspace.run("scan", check=False)  # exit 3 where the reader records it corrupt
     data = target.read_bytes()
     for command in ("compress", "split"):
-        cmd = [sys.executable, "-m", "daemon", "--config", str(workspace.config), command]
+        cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(workspace.config), command]
         done = subprocess.run(  # generous: the old code ran for hours or crashed
             [*cmd, str(target)], capture_output=True, text=True, timeout=120, cwd=workspace.base
         )
@@ -458,9 +468,9 @@ def test_hostile_files_are_refused_by_compress_and_split(
 def test_the_transforms_themselves_refuse_a_deep_chain_without_recursion_error(
     tmp_path: Path,
 ) -> None:
-    from daemon.errors import CorruptCheckpoint, UsageError
-    from daemon.transforms.compress import compress
-    from daemon.transforms.split import split
+    from ckpt_daemon.core.errors import CorruptCheckpoint, UsageError
+    from ckpt_daemon.transforms.compress import compress
+    from ckpt_daemon.transforms.split import split
 
     target = keras_looking_h5(tmp_path / "deep.h5", deep_chain)
     for transform in (compress, split):

@@ -38,7 +38,7 @@ def by_name(ws: Workspace) -> dict[str, dict[str, Any]]:
 
 
 def cli(ws: Workspace, *args: str) -> list[str]:
-    return [sys.executable, "-m", "daemon", "--config", str(ws.config), *args]
+    return [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
 
 
 def many_checkpoints(ws: Workspace, fixtures: Path, run: str, n: int) -> list[Path]:
@@ -72,7 +72,7 @@ def dead_pid() -> int:
 
 PINNER = """
 import json, sqlite3, sys, time
-from daemon.api import open_catalog
+from ckpt_daemon.api import open_catalog
 config, db, run = sys.argv[1], sys.argv[2], sys.argv[3]
 conn = sqlite3.connect(db)
 deadline = time.monotonic() + 60
@@ -347,7 +347,7 @@ def test_prune_counts_only_what_actually_moved(zips: Workspace) -> None:
 
 
 def test_migration_0002_keeps_every_row_both_ways(zips: Workspace) -> None:
-    from daemon import db
+    from ckpt_daemon.catalog import db
 
     zips.run("prune", "--run", RUN, "--keep-last", "1")
     url = f"sqlite:///{zips.base / 'state' / 'catalog.db'}"

@@ -15,11 +15,11 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
-from daemon import beneath
-from daemon.errors import CorruptCheckpoint, NotACheckpoint, UnreadableCheckpoint
-from daemon.formats import hdf5, keras_h5, keras_v3, savedmodel, tf_checkpoint, window
-from daemon.fsops import Refused
-from daemon.model import CheckpointInfo
+from ..core.errors import CorruptCheckpoint, NotACheckpoint, UnreadableCheckpoint
+from ..core.model import CheckpointInfo
+from ..fs import beneath
+from ..fs.fsops import Refused
+from . import hdf5, keras_h5, keras_v3, savedmodel, tf_checkpoint, window
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _HEAD_BYTES = 65536 + 8

@@ -19,8 +19,8 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5g, h5l, h5o
 
-from daemon.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
-from daemon.model import WeightInfo
+from ..core.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
+from ..core.model import WeightInfo
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 

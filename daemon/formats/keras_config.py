@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.model import Layer, OptimizerInfo, WeightInfo
+from ..core.model import Layer, OptimizerInfo, WeightInfo
 
 # Weights Keras never trains even in a trainable layer (BatchNormalization's running statistics):
 # by name in legacy files, by position in Keras 3 stores (trainable variables come first there).

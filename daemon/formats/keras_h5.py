@@ -7,9 +7,9 @@ from typing import Any
 
 import h5py
 
-from daemon.errors import CorruptCheckpoint
-from daemon.formats import hdf5, keras_config
-from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
+from ..core.errors import CorruptCheckpoint
+from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
+from . import hdf5, keras_config
 
 _ITERATION_NAMES = {"iteration", "iterations"}
 _LR_NAMES = {"learning_rate", "lr"}

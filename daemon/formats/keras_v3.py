@@ -14,11 +14,11 @@ from typing import IO, Any
 
 import h5py
 
-from daemon.errors import CorruptCheckpoint
-from daemon.formats import hdf5, keras_config, keras_h5
-from daemon.formats.keras_config import LayerConfig
-from daemon.formats.window import open_member, read_member
-from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
+from ..core.errors import CorruptCheckpoint
+from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
+from . import hdf5, keras_config, keras_h5
+from .keras_config import LayerConfig
+from .window import open_member, read_member
 
 WEIGHTS_MEMBER = "model.weights.h5"
 CONFIG_MEMBER = "config.json"

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from daemon import beneath
-from daemon.errors import CorruptCheckpoint, NotACheckpoint, NotReady, UnreadableCheckpoint
-from daemon.formats import tf_checkpoint, tf_child
-from daemon.model import CheckpointInfo, Format, Kind
+from ..children import tf_child
+from ..core.errors import CorruptCheckpoint, NotACheckpoint, NotReady, UnreadableCheckpoint
+from ..core.model import CheckpointInfo, Format, Kind
+from ..fs import beneath
+from . import tf_checkpoint
 
 _GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon import beneath
-from daemon.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
-from daemon.formats import tf_child
-from daemon.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
+from ..children import tf_child
+from ..core.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
+from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
+from ..fs import beneath
 
 TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB table footer, the last 8 bytes of every `.index`
 FOOTER_LEN = 48

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import h5py
 
-from daemon.errors import UsageError
-from daemon.formats import hdf5, window
-from daemon.formats.detect import ZIP_MAGIC
-from daemon.formats.keras_v3 import WEIGHTS_MEMBER
-from daemon.units import format_size
+from ..core.errors import UsageError
+from ..core.units import format_size
+from ..formats import hdf5, window
+from ..formats.detect import ZIP_MAGIC
+from ..formats.keras_v3 import WEIGHTS_MEMBER
 
 MAX_DEPTH = 256  # Keras files nest fewer than 20 groups deep
 MAX_OBJECTS = 1_000_000  # a big Keras model has tens of thousands

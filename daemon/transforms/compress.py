@@ -34,13 +34,13 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5o, h5p, h5s, h5t, h5z
 
-from daemon import fsops
-from daemon.errors import CkptError, NotFound, UsageError
-from daemon.formats import hdf5, window
-from daemon.formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
-from daemon.hashing import hash_files
-from daemon.model import FileStat, Format
-from daemon.transforms import bounds
+from ..core.errors import CkptError, NotFound, UsageError
+from ..core.model import FileStat, Format
+from ..formats import hdf5, window
+from ..formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
+from ..fs import fsops
+from ..fs.hashing import hash_files
+from . import bounds
 
 CODECS = ("gzip", "lzf", "zstd")
 SLAB_BYTES = 4 << 20  # chunk size: big chunks compress better (keras-formats.md §4)

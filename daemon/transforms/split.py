@@ -28,14 +28,14 @@ from typing import IO, Any
 import h5py
 import numpy as np
 
-from daemon import fsops, hashing
-from daemon.discovery import is_data_shard
-from daemon.errors import CkptError, CorruptCheckpoint, UsageError
-from daemon.formats import detect, hdf5, savedmodel
-from daemon.formats.keras_v3 import CONFIG_MEMBER, WEIGHTS_MEMBER
-from daemon.formats.window import open_member
-from daemon.model import FileStat, Format
-from daemon.transforms import bounds, marker
+from ..core.errors import CkptError, CorruptCheckpoint, UsageError
+from ..core.model import FileStat, Format
+from ..formats import detect, hdf5, savedmodel
+from ..formats.keras_v3 import CONFIG_MEMBER, WEIGHTS_MEMBER
+from ..formats.window import open_member
+from ..fs import fsops, hashing
+from ..fs.discovery import is_data_shard
+from . import bounds, marker
 
 # The most of one dataset held in memory at a time, per side. Bigger slabs gain nothing
 # measurable, and with 4 MiB the splitter's peak RSS is the same for a 30 MB and a 300 MB model.

@@ -1,0 +1,250 @@
+"""Engine setup and schema migrations for the catalog (SQLAlchemy + Alembic live here and in store).
+
+SQLite gets WAL, a busy timeout, synchronous=FULL and foreign keys on each new connection, and
+writer transactions start with `BEGIN IMMEDIATE`: SQLAlchemy's default deferred transactions lose
+concurrent read-modify-write updates across processes (see shared/design/ops-facts.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
+
+from .. import PACKAGE, python_module
+from ..core.errors import CkptError, ConfigError, SchemaBehind, UsageError
+from ..fs import mounts
+
+# Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
+# have to import Alembic to learn the head revision.
+SCHEMA_HEAD = "0002"
+READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
+BUSY_TIMEOUT_MS = 30_000
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an SQLite URL (None for in-memory databases)."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
+    check_url(url)
+    if not is_sqlite(url):
+        return _create_engine(url, pool_pre_ping=True)
+    path = sqlite_path(url)
+    if path is not None:
+        try:
+            # One level only (state_dir itself): a mistyped URL must not build a folder tree
+            # and an empty catalog somewhere unexpected.
+            path.parent.mkdir(exist_ok=True)
+        except FileNotFoundError:
+            raise UsageError(
+                f"cannot create the catalog folder {path.parent}: its parent does not exist"
+            ) from None
+        except OSError as exc:
+            raise UsageError(f"cannot create the catalog folder {path.parent}: {exc}") from exc
+        _refuse_network_filesystem(path)
+    engine = _create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000})
+    _install_sqlite_hooks(engine, foreign_keys=foreign_keys)
+    return engine
+
+
+def check_url(url: str) -> None:
+    """Refuse (exit 2) a catalog URL SQLAlchemy cannot parse or has no dialect for (also run by
+    `ckpt config check`, so that what it passes `serve` accepts)."""
+    if "\0" in url:
+        raise ConfigError("database", "the URL holds a NUL character")
+    try:
+        parsed = make_url(url)
+    except ArgumentError:  # the URL itself is not repeated: it may hold a password
+        raise ConfigError(
+            "database",
+            "not an SQLAlchemy URL like sqlite:///path/catalog.db or postgresql+psycopg://host/db",
+        ) from None
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise ConfigError(
+            "database",
+            f"SQLAlchemy has no dialect {parsed.drivername!r} (e.g. sqlite, postgresql+psycopg)",
+        ) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise ConfigError(
+            "database", f"the driver of {parsed.drivername!r} is not installed: {exc}"
+        ) from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(
+            "database", "an in-memory SQLite catalog is empty for every command: name a file"
+        )
+
+
+def _create_engine(url: str, **options: Any) -> Engine:
+    try:
+        return create_engine(url, **options)
+    except (ValueError, TypeError) as exc:  # a query option the driver cannot take
+        raise ConfigError("database", f"bad option: {exc}") from None
+
+
+def _refuse_network_filesystem(path: Path) -> None:
+    # WAL needs shared memory between the processes of one host.
+    fstype = mounts.network_type(path.parent)
+    if fstype:
+        raise UsageError(
+            f"the SQLite catalog {path} is on {fstype}: SQLite in WAL mode needs a local disk; "
+            "put state_dir on a local disk or use a PostgreSQL URL"
+        )
+
+
+def _install_sqlite_hooks(engine: Engine, *, foreign_keys: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Autocommit at the DBAPI level, so that the `begin` hook below decides how transactions
+        # start, and PRAGMAs run outside any transaction.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        readonly = conn.get_execution_options().get("ckpt_readonly", False)
+        conn.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The catalog's schema revision, or None for an empty database."""
+    with engine.connect().execution_options(**READONLY) as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> None:
+    """Create a new catalog at head; refuse (exit 5) one behind head unless allowed to migrate."""
+    try:
+        revision = current_revision(engine)
+    except DatabaseError as exc:
+        # SQLITE_NOTADB (a URL naming some other file) is exactly DatabaseError, and SQLite
+        # cannot open a path it cannot create; other errors (locked, I/O) are runtime failures.
+        if type(exc.orig) is sqlite3.DatabaseError:
+            raise ConfigError("database", f"{sqlite_path(url)} is not an SQLite catalog") from None
+        if "unable to open database file" in str(exc.orig):
+            raise ConfigError("database", f"SQLite cannot open {make_url(url).database}") from None
+        raise
+    if revision == SCHEMA_HEAD:
+        return
+    if revision is not None and not may_migrate:
+        raise SchemaBehind(
+            f"catalog schema is at {revision}, this ckpt needs {SCHEMA_HEAD}: run `ckpt db upgrade`"
+        )
+    if may_migrate:
+        _upgrade_in_child(url)  # the long-running service never keeps Alembic loaded (~13 MB)
+    else:
+        upgrade(url)
+
+
+def _upgrade_in_child(url: str) -> None:
+    done = subprocess.run(
+        [*python_module("catalog.db"), "upgrade", url], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        raise CkptError(f"catalog migration failed: {lines[-1] if lines else done.returncode}")
+
+
+def upgrade(url: str, *, revision: str = "head") -> str | None:
+    """Migrate to `revision`; back up an existing SQLite file first. Returns the backup path."""
+    engine = make_engine(url, foreign_keys=False)
+    if revision == "head" and current_revision(engine) == SCHEMA_HEAD:
+        engine.dispose()
+        return None
+    backup = _backup_sqlite(url)
+    _alembic(engine, "upgrade", revision, check_foreign_keys=is_sqlite(url))
+    return str(backup) if backup else None
+
+
+def downgrade(url: str, revision: str) -> None:
+    _alembic(make_engine(url, foreign_keys=False), "downgrade", revision)
+
+
+def _alembic(engine: Engine, verb: str, revision: str, *, check_foreign_keys: bool = False) -> None:
+    """Run an Alembic command on a dedicated connection of `engine` (foreign keys off)."""
+    from alembic import command
+
+    try:
+        with engine.connect() as conn:
+            config = _alembic_config()
+            config.attributes["connection"] = conn
+            getattr(command, verb)(config, revision)
+            conn.commit()
+            if check_foreign_keys:
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise CkptError(f"migration left {len(broken)} rows with broken foreign keys")
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def _alembic_config() -> Any:
+    from importlib.util import find_spec
+
+    from alembic.config import Config
+
+    # The repository's top-level migrations/ installs as ckpt_daemon.migrations.
+    spec = find_spec(f"{PACKAGE}.migrations")
+    assert spec is not None and spec.origin is not None, "the package ships its migrations"
+    config = Config()
+    config.set_main_option("script_location", str(Path(spec.origin).parent))
+    return config
+
+
+def _backup_sqlite(url: str) -> Path | None:
+    """Copy an existing, non-empty SQLite catalog aside (online backup API) before migrating."""
+    path = sqlite_path(url) if is_sqlite(url) else None
+    if path is None or not path.exists() or path.stat().st_size == 0:
+        return None
+    source = sqlite3.connect(path)
+    try:
+        row = source.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='alembic_version'"
+        ).fetchone()
+        if row is None:
+            return None
+        version = source.execute("SELECT version_num FROM alembic_version").fetchone()
+        target_path = path.with_name(f"{path.name}.bak-{version[0] if version else 'none'}")
+        target = sqlite3.connect(target_path)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+        return target_path
+    finally:
+        source.close()
+
+
+if __name__ == "__main__":  # `_upgrade_in_child`: python -m ckpt_daemon.catalog.db upgrade URL
+    upgrade(sys.argv[2])

@@ -1,0 +1,440 @@
+"""The catalog: engine, schema check, and every write (one short BEGIN IMMEDIATE each).
+
+Reads live in `store_reads`; rows become `daemon.model` values before they leave either."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import datetime as dt
+import math
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Engine,
+    Table,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from ..core.errors import NotFound
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, IndexRecord, MetricValue, Run
+from ..core.query import ListQuery
+from ..core.units import iso_utc
+from . import db, store_reads
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
+
+checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
+# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
+_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
+
+
+def utc_now() -> str:
+    return iso_utc(dt.datetime.now(dt.UTC).timestamp())
+
+
+def actor() -> str:
+    """Who acts, for the audit log: `user@host` of this process ($CKPT_ACTOR when the service
+    runs a command on its own behalf)."""
+    return os.environ.get("CKPT_ACTOR") or f"{_user()}@{socket.gethostname()}"
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid{os.getuid()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """What the catalog remembers of a path: enough to decide whether to read it again."""
+
+    id: int
+    stat: FileStat
+    status: CheckpointStatus
+    generation: int
+    hash: str | None
+    metrics_at: str | None
+
+
+class Store:
+    def __init__(self, url: str, *, may_migrate: bool = False) -> None:
+        self.url = url
+        self.engine: Engine = db.make_engine(url)
+        db.ensure_schema(url, self.engine, may_migrate=may_migrate)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
+
+    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
+        """What the catalog has under `root`, or only at/below the path `start` inside it."""
+        query = (
+            select(
+                checkpoints.c.id,
+                checkpoints.c.path,
+                checkpoints.c.size_bytes,
+                checkpoints.c.mtime_ns,
+                checkpoints.c.inode,
+                checkpoints.c.status,
+                checkpoints.c.generation,
+                checkpoints.c.hash,
+                checkpoints.c.metrics_at,
+            )
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
+        )
+        if start is not None and start != root:
+            # A range on the unique path index: `start` itself, and everything below `start/`
+            # ("0" is the character after "/"), without LIKE and its wildcards.
+            query = query.where(
+                (checkpoints.c.path == start)
+                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+            )
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            return {
+                r.path: Known(
+                    r.id,
+                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
+                    CheckpointStatus(r.status),
+                    r.generation,
+                    r.hash,
+                    r.metrics_at,
+                )
+                for r in conn.execute(query)
+            }
+
+    def record(self, rec: IndexRecord, *, actor_name: str, at: str) -> int:
+        """Insert or update the row for `rec.path`; replace its metrics; log an event.
+
+        `at` is when the scan started: metrics files changed after it are re-read next time.
+        A trashed or purged row is a record of other bytes: never updated here (a new file at
+        its path gets a row of its own), and the trashed file itself, seen at its path while
+        it is being moved or restored, is left to the mover (returns that row's id).
+        """
+        now = utc_now()
+        with self.engine.begin() as conn:
+            run_id = self._run_id(conn, rec.root, rec.run, now)
+            row = conn.execute(
+                select(
+                    checkpoints.c.id,
+                    checkpoints.c.hash,
+                    checkpoints.c.generation,
+                    checkpoints.c.status,
+                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(_RECORDS))
+            ).first()
+            if row is None:
+                moving = conn.execute(
+                    select(checkpoints.c.id).where(
+                        checkpoints.c.path == rec.path,
+                        checkpoints.c.status == CheckpointStatus.TRASHED.value,
+                        checkpoints.c.size_bytes == rec.stat.size,
+                        checkpoints.c.mtime_ns == rec.stat.mtime_ns,
+                        checkpoints.c.inode == rec.stat.inode,
+                    )
+                ).scalar()
+                if moving is not None:
+                    return int(moving)
+            values = _row_values(rec, now)
+            values["metrics_at"] = at
+            if row is None:
+                values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
+                ckpt_id = _insert_id(conn, checkpoints, values)
+            else:
+                ckpt_id = row.id
+                rewritten = row.hash is not None and rec.hash is not None and row.hash != rec.hash
+                values.update(run_id=run_id, generation=row.generation + int(rewritten))
+                conn.execute(
+                    update(checkpoints).where(checkpoints.c.id == ckpt_id).values(**values)
+                )
+            _replace_metrics(conn, ckpt_id, rec.metrics)
+            unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
+            if not unchanged:
+                self._event(
+                    conn,
+                    now,
+                    str(rec.status) if rec.status != "ok" else "indexed",
+                    ckpt_id,
+                    rec.path,
+                    rec.reason,
+                    rec.stat.size,
+                    actor_name,
+                )
+            return int(ckpt_id)
+
+    def update_metrics(
+        self,
+        ckpt_id: int,
+        epoch: int | None,
+        step: int | None,
+        values: Sequence[MetricValue],
+        *,
+        at: str,
+    ) -> None:
+        """New metrics for an unchanged checkpoint (a CSVLogger row written after the save)."""
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(checkpoints.c.details).where(checkpoints.c.id == ckpt_id)
+            ).first()
+            details = dict(row.details or {}) if row else {}
+            details["metric_sources"] = {m.name: m.source for m in _dedupe(values)}
+            conn.execute(
+                update(checkpoints)
+                .where(checkpoints.c.id == ckpt_id)
+                .values(epoch=epoch, step=step, metrics_at=at, details=details)
+            )
+            _replace_metrics(conn, ckpt_id, values)
+
+    def beat(
+        self,
+        heartbeat_id: int | None,
+        *,
+        pid: int,
+        host: str,
+        started_at: str,
+        state: dict[str, Any],
+    ) -> int:
+        """Record that this daemon is alive (one row per daemon run); returns the row id."""
+        values = {
+            "pid": pid,
+            "host": host,
+            "started_at": started_at,
+            "heartbeat_at": utc_now(),
+            "state": state,
+        }
+        with self.engine.begin() as conn:
+            if heartbeat_id is not None:
+                done = conn.execute(
+                    update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
+                )
+                if done.rowcount:
+                    return heartbeat_id
+            return _insert_id(conn, heartbeat, values)
+
+    def count(self) -> int:
+        """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
+        gone = (
+            CheckpointStatus.MISSING.value,
+            CheckpointStatus.TRASHED.value,
+            CheckpointStatus.PURGED.value,
+        )
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(checkpoints)
+                    .where(checkpoints.c.status.not_in(gone))
+                ).scalar()
+                or 0
+            )
+
+    def quick_check(self) -> str | None:
+        """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):
+        None when fine or not SQLite, else what it reported."""
+        if not db.is_sqlite(self.url):
+            return None
+        with self.engine.connect() as conn:
+            rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
+        return None if rows == ["ok"] else "; ".join(map(str, rows))[:500]
+
+    def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
+        """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(
+                select(
+                    checkpoints.c.size_bytes,
+                    checkpoints.c.mtime_ns,
+                    checkpoints.c.inode,
+                    checkpoints.c.hash,
+                    checkpoints.c.details,
+                ).where(checkpoints.c.id == ckpt_id)
+            ).first()
+        if row is None:
+            raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
+        files = list((row.details or {}).get("files") or [])
+        return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
+
+    def latest_heartbeat(self) -> dict[str, Any] | None:
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(
+                select(heartbeat)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(1)
+            ).first()
+        return dict(row._mapping) if row else None
+
+    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
+        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
+
+    def mark(
+        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
+    ) -> int:
+        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
+        ids = list(ckpt_ids)
+        if not ids:
+            return 0
+        now = utc_now()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
+            ).all()
+            conn.execute(
+                update(checkpoints)
+                .where(checkpoints.c.id.in_(ids))
+                .values(status=status.value, reason=reason)
+            )
+            for r in rows:
+                self._event(conn, now, status.value, r.id, r.path, reason, None, actor_name)
+        return len(rows)
+
+    def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
+        found = conn.execute(
+            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
+        ).scalar()
+        if found is not None:
+            return int(found)
+        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
+
+    @staticmethod
+    def _event(
+        conn: Any,
+        at: str,
+        action: str,
+        ckpt_id: int | None,
+        path: str,
+        reason: str | None,
+        size: int | None,
+        actor_name: str,
+    ) -> None:
+        conn.execute(
+            insert(events).values(
+                at=at,
+                action=action,
+                state="done",
+                checkpoint_id=ckpt_id,
+                path=path,
+                reason=reason,
+                bytes=size,
+                actor=actor_name,
+            )
+        )
+
+    # ---- reads (BEGIN DEFERRED) ----
+
+    def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
+        return store_reads.list_checkpoints(self.engine, query)
+
+    def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
+        return store_reads.best(self.engine, metric, mode, run)
+
+    def get(self, ref: str) -> Checkpoint:
+        """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
+        return store_reads.get(self.engine, ref)
+
+    def run_keys(self) -> builtins.list[tuple[int, str, str]]:
+        """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
+        with self.engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
+            )
+            return [(r.id, r.root, r.name) for r in rows]
+
+    def runs(self) -> builtins.list[Run]:
+        return store_reads.list_runs(self.engine)
+
+
+def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
+    key = conn.execute(insert(table).values(**values)).inserted_primary_key
+    assert key is not None, "INSERT returned no primary key"
+    return int(key[0])
+
+
+def _replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> None:
+    conn.execute(delete(metrics).where(metrics.c.checkpoint_id == ckpt_id))
+    rows = [
+        {
+            "checkpoint_id": ckpt_id,
+            "name": m.name,
+            "source": m.source,
+            # Only finite values rank: NaN or +/-Infinity (a diverged epoch) is stored as NULL,
+            # so it never wins `best` or keep_best, never matches --where, and reads as JSON's
+            # null (which has no Infinity) in text and JSON alike.
+            "value": m.value if math.isfinite(m.value) else None,
+        }
+        for m in _dedupe(values)
+    ]
+    if rows:
+        conn.execute(insert(metrics), rows)
+
+
+def _row_values(rec: IndexRecord, now: str) -> dict[str, Any]:
+    info = rec.info
+    opt = info.optimizer if info else None
+    values: dict[str, Any] = {
+        "path": rec.path,
+        "status": rec.status.value,
+        "reason": rec.reason,
+        "size_bytes": rec.stat.size,
+        "mtime_ns": rec.stat.mtime_ns,
+        "inode": rec.stat.inode,
+        "hash": rec.hash,
+        "epoch": rec.epoch,
+        "step": rec.step,
+        "indexed_at": now if rec.status == CheckpointStatus.OK else None,
+        "format": info.format.value if info else None,
+        "kind": info.kind.value if info else None,
+        "weights_bytes": info.weights_bytes if info else None,
+        "optimizer_bytes": opt.state_bytes if opt else (0 if info else None),
+        "optimizer": (opt.class_name or opt.name) if opt else None,
+        "iterations": opt.iterations if opt else None,
+        "n_params": info.n_params if info else None,
+        "n_trainable_params": info.n_trainable_params if info else None,
+        "model_class": info.model_class if info else None,
+        "model_name": info.model_name if info else None,
+        "keras_version": info.keras_version if info else None,
+        "backend": info.backend if info else None,
+    }
+    values["details"] = _details(rec)
+    return values
+
+
+def _details(rec: IndexRecord) -> dict[str, Any]:
+    info = rec.info
+    details: dict[str, Any] = {
+        "notes": list(rec.notes) + (list(info.notes) if info else []),
+        "metric_sources": {m.name: m.source for m in _dedupe(rec.metrics)},
+    }
+    if rec.files:
+        details["files"] = list(rec.files)
+    if info is None:
+        return details
+    opt = info.optimizer
+    details.update(
+        layers=[dataclasses.asdict(layer) for layer in info.layers],
+        optimizer_config=opt.config if opt else None,
+        optimizer_name=opt.name if opt else None,
+        optimizer_variables=opt.n_variables if opt else 0,
+        learning_rate=opt.learning_rate if opt else None,
+        training_config=info.training_config,
+        signatures=list(info.signatures),
+    )
+    return details
+
+
+def _dedupe(values: Sequence[MetricValue]) -> list[MetricValue]:
+    """The first value per name wins (callers order by precedence)."""
+    seen: dict[str, MetricValue] = {}
+    for m in values:
+        seen.setdefault(m.name, m)
+    return list(seen.values())

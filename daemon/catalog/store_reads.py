@@ -1,0 +1,365 @@
+"""Catalog reads: listings, best-by-metric, one checkpoint in full, runs. BEGIN DEFERRED."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from typing import Any
+
+from sqlalchemy import Engine, Select, and_, case, exists, func, select
+
+from ..core.errors import NotFound
+from ..core.model import Checkpoint, CheckpointStatus, Run
+from ..core.query import COLUMN_KEYS, ListQuery, default_mode
+from . import db
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
+
+checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+MAX_ID = 2**63 - 1
+events, artifacts = EVENTS, ARTIFACTS
+
+# What a listing reads, in the order `_to_checkpoint` unpacks it. `details` (layers, configs) is
+# only read by `show`: listings of 100k rows must stay cheap.
+_LIST_COLUMNS = (
+    checkpoints.c.id,
+    checkpoints.c.path,
+    runs.c.name,
+    runs.c.root,
+    checkpoints.c.format,
+    checkpoints.c.kind,
+    checkpoints.c.status,
+    checkpoints.c.reason,
+    checkpoints.c.size_bytes,
+    checkpoints.c.mtime_ns,
+    checkpoints.c.inode,
+    checkpoints.c.hash,
+    checkpoints.c.indexed_at,
+    checkpoints.c.epoch,
+    checkpoints.c.step,
+    checkpoints.c.weights_bytes,
+    checkpoints.c.optimizer_bytes,
+    checkpoints.c.optimizer,
+    checkpoints.c.n_params,
+    checkpoints.c.pinned,
+)
+_STATUSES = {s.value: s for s in CheckpointStatus}
+# Facts only `show` prints, kept in plain columns for queries but not on the listing model.
+_SHOW_COLUMNS = (
+    "keras_version",
+    "backend",
+    "model_class",
+    "model_name",
+    "iterations",
+    "n_trainable_params",
+    "generation",
+    "first_seen_at",
+    "metrics_at",
+)
+_OPS = {
+    "<": lambda c, v: c < v,
+    "<=": lambda c, v: c <= v,
+    ">": lambda c, v: c > v,
+    ">=": lambda c, v: c >= v,
+    "==": lambda c, v: c == v,
+    "!=": lambda c, v: c != v,
+}
+
+
+def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
+    stmt = _filtered(select(*_LIST_COLUMNS), query)
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        rows = conn.execute(stmt).all()
+        # Reading the whole metrics table once beats an IN list only for an unfiltered listing.
+        whole = query == ListQuery(sort=query.sort, descending=query.descending)
+        values = _metric_values(conn, [r[0] for r in rows], whole_table=whole)
+    return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
+
+
+def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
+    stmt = stmt.join(runs, runs.c.id == checkpoints.c.run_id)
+    if query.run is not None:
+        stmt = stmt.where(runs.c.name == query.run)
+    if query.root is not None:
+        stmt = stmt.where(runs.c.root == query.root)
+    for column, value in (
+        ("format", query.format),
+        ("status", query.status),
+        ("kind", query.kind),
+    ):
+        if value is not None:
+            stmt = stmt.where(checkpoints.c[column] == value)
+    for cond in query.where:
+        if cond.column is not None:
+            stmt = stmt.where(_OPS[cond.op](checkpoints.c[cond.column], cond.value))
+        else:
+            stmt = stmt.where(
+                exists().where(
+                    metrics.c.checkpoint_id == checkpoints.c.id,
+                    metrics.c.name == cond.key,
+                    _finite(metrics.c.value),
+                    _OPS[cond.op](metrics.c.value, cond.value),
+                )
+            )
+    stmt = _sorted(stmt, query.sort, query.descending)
+    return stmt.limit(query.limit) if query.limit is not None else stmt
+
+
+def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Checkpoint:
+    order = metrics.c.value.asc() if mode == "min" else metrics.c.value.desc()
+    stmt = (
+        select(*_LIST_COLUMNS)
+        .join(runs, runs.c.id == checkpoints.c.run_id)
+        .join(metrics, and_(metrics.c.checkpoint_id == checkpoints.c.id, metrics.c.name == metric))
+        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
+        .order_by(order, checkpoints.c.mtime_ns.desc())
+        .limit(1)
+    )
+    if run is not None:
+        stmt = stmt.where(runs.c.name == run)
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        row = conn.execute(stmt).first()
+        if row is None:
+            where = f" in run {run!r}" if run else ""
+            raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
+        return _complete(conn, row)
+
+
+def _finite(value: Any) -> Any:
+    """SQL: `value` is a finite number. Values are stored so (NaN and +/-Infinity as NULL), but
+    catalogs written before that hold +/-Infinity, which must not rank or match either."""
+    return value.between(-sys.float_info.max, sys.float_info.max)
+
+
+def _complete(conn: Any, row: Any) -> Checkpoint:
+    """One checkpoint with its metrics and where each came from."""
+    values = _metric_values(conn, [row[0]])
+    found = _to_checkpoint(row, values.get(row[0], {}))
+    return dataclasses.replace(found, metric_sources=_metric_sources(conn, row[0]))
+
+
+def get(engine: Engine, ref: str) -> Checkpoint:
+    """A checkpoint by catalog id or by path (absolute or relative to the working folder).
+    Several rows may have had a path (trashed, then a new file there): the one of the file at
+    the path wins, else the newest record."""
+    if _is_catalog_id(ref):
+        condition = checkpoints.c.id == int(ref)
+    elif ref.isascii() and ref.isdigit():
+        raise NotFound(f"no checkpoint {ref!r} in the catalog")  # past any 64-bit id
+    else:
+        condition = checkpoints.c.path == os.path.abspath(ref)
+    show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
+    record = checkpoints.c.status.in_(
+        (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
+    )
+    stmt = (
+        select(*_LIST_COLUMNS, checkpoints.c.details, *show_columns)
+        .join(runs, runs.c.id == checkpoints.c.run_id)
+        .where(condition)
+        .order_by(case((record, 1), else_=0), checkpoints.c.id.desc())
+        .limit(1)
+    )
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        row = conn.execute(stmt).first()
+        if row is None:
+            raise NotFound(f"no checkpoint {ref!r} in the catalog")
+        found = _complete(conn, row[: len(_LIST_COLUMNS)])
+        found_artifacts = conn.execute(
+            select(artifacts).where(artifacts.c.checkpoint_id == row.id).order_by(artifacts.c.id)
+        ).all()
+        history = conn.execute(
+            select(events).where(events.c.checkpoint_id == row.id).order_by(events.c.id)
+        ).all()
+    details = dict(row.details or {})
+    details.update(
+        {name: row._mapping[name] for name in _SHOW_COLUMNS},
+        artifacts=[_artifact_json(a) for a in found_artifacts],
+    )
+    details["events"] = [
+        {
+            "at": e.at,
+            "action": e.action,
+            "state": e.state,
+            "reason": e.reason,
+            "bytes": e.bytes,
+            "actor": e.actor,
+        }
+        for e in history
+    ]
+    return dataclasses.replace(found, details=details)
+
+
+def _is_catalog_id(ref: str) -> bool:
+    # ASCII digits only: str.isdigit() is also true for "²" and "١", which int() refuses or
+    # reads as another number; and no id is past a 64-bit column.
+    return ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID
+
+
+def list_runs(engine: Engine) -> list[Run]:
+    stmt = (
+        select(
+            runs.c.id,
+            runs.c.name,
+            runs.c.root,
+            func.count(checkpoints.c.id).label("n"),
+            func.coalesce(func.sum(checkpoints.c.size_bytes), 0).label("bytes"),
+            func.max(checkpoints.c.mtime_ns).label("newest_mtime"),
+        )
+        .join(
+            checkpoints,
+            and_(
+                checkpoints.c.run_id == runs.c.id,
+                checkpoints.c.status == CheckpointStatus.OK.value,
+            ),
+            isouter=True,
+        )
+        .group_by(runs.c.id, runs.c.name, runs.c.root)
+        .order_by(runs.c.root, runs.c.name)
+    )
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        rows = conn.execute(stmt).all()
+        newest = _newest_paths(conn)
+        best = _best_paths(conn)
+    return [
+        Run(r.name, r.root, r.n, int(r.bytes), newest.get(r.id), best.get(r.id, {}), r.id)
+        for r in rows
+    ]
+
+
+def _artifact_json(a: Any) -> dict[str, Any]:
+    return {
+        "kind": a.kind,
+        "path": a.path,
+        "bytes": a.bytes,
+        "codec": a.codec,
+        "hash": a.hash,
+        "created_at": a.created_at,
+    }
+
+
+def _sorted(stmt: Select[Any], key: str, descending: bool) -> Select[Any]:
+    column_name = COLUMN_KEYS.get(key)
+    if column_name is not None:
+        column: Any = checkpoints.c[column_name]
+    elif key in ("run", "format", "status", "kind"):
+        column = runs.c.name if key == "run" else checkpoints.c[key]
+    else:
+        sort_metric = metrics.alias("sort_metric")
+        stmt = stmt.join(
+            sort_metric,
+            and_(sort_metric.c.checkpoint_id == checkpoints.c.id, sort_metric.c.name == key),
+            isouter=True,
+        )
+        column = sort_metric.c.value
+    ordered = column.desc() if descending else column.asc()
+    # Rows without the key sort last either way; ties are broken by id for stable output.
+    keys = [ordered, checkpoints.c.id]
+    if getattr(column, "nullable", True):
+        keys.insert(0, column.is_(None))
+    return stmt.order_by(*keys)
+
+
+def _metric_values(
+    conn: Any, ids: list[int], *, whole_table: bool = False
+) -> dict[int, dict[str, float | None]]:
+    """{checkpoint id: {metric: value}} for `ids` (a full listing reads the table once)."""
+    out: dict[int, dict[str, float | None]] = {}
+    stmt = select(metrics.c.checkpoint_id, metrics.c.name, metrics.c.value)
+    chunks = [None] if whole_table else [ids[i : i + 900] for i in range(0, len(ids), 900)]
+    for chunk in chunks if ids else []:
+        part = stmt if chunk is None else stmt.where(metrics.c.checkpoint_id.in_(chunk))
+        for checkpoint_id, name, value in conn.execute(part):
+            finite = value is not None and math.isfinite(value)
+            out.setdefault(checkpoint_id, {})[name] = value if finite else None
+    return out
+
+
+def _metric_sources(conn: Any, checkpoint_id: int) -> dict[str, str]:
+    stmt = select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == checkpoint_id)
+    return {name: source for name, source in conn.execute(stmt)}
+
+
+def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
+    (
+        id_,
+        path,
+        run,
+        root,
+        fmt,
+        kind,
+        status,
+        reason,
+        size,
+        mtime_ns,
+        inode,
+        digest,
+        indexed_at,
+        epoch,
+        step,
+        weights_bytes,
+        optimizer_bytes,
+        optimizer,
+        n_params,
+        pinned,
+    ) = row
+    return Checkpoint(
+        id=id_,
+        path=path,
+        run=run,
+        root=root,
+        format=fmt,
+        kind=kind,
+        status=_STATUSES[status],
+        reason=reason,
+        size_bytes=size,
+        mtime=mtime_ns / 1e9,
+        inode=inode,
+        hash=digest,
+        indexed_at=indexed_at,
+        epoch=epoch,
+        step=step,
+        weights_bytes=weights_bytes,
+        optimizer_bytes=optimizer_bytes,
+        optimizer=optimizer,
+        n_params=n_params,
+        pinned=bool(pinned),
+        metrics=values,
+    )
+
+
+def _newest_paths(conn: Any) -> dict[int, str]:
+    ranked = (
+        select(
+            checkpoints.c.run_id,
+            checkpoints.c.path,
+            func.row_number()
+            .over(partition_by=checkpoints.c.run_id, order_by=checkpoints.c.mtime_ns.desc())
+            .label("rank"),
+        )
+        .where(checkpoints.c.status == CheckpointStatus.OK.value)
+        .subquery()
+    )
+    return dict(
+        conn.execute(select(ranked.c.run_id, ranked.c.path).where(ranked.c.rank == 1)).all()
+    )
+
+
+def _best_paths(conn: Any) -> dict[int, dict[str, str]]:
+    """Per run, per metric name, the path of the best `ok` checkpoint (mode as Keras's auto)."""
+    rows = conn.execute(
+        select(checkpoints.c.run_id, metrics.c.name, metrics.c.value, checkpoints.c.path)
+        .join(checkpoints, checkpoints.c.id == metrics.c.checkpoint_id)
+        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
+        .order_by(checkpoints.c.mtime_ns.desc())
+    ).all()
+    best: dict[int, dict[str, tuple[float, str]]] = {}
+    for run_id, name, value, path in rows:
+        current = best.setdefault(run_id, {}).get(name)
+        if current is None or _improves(value, current[0], default_mode(name)):
+            best[run_id][name] = (value, path)
+    return {run_id: {n: p for n, (_v, p) in by_name.items()} for run_id, by_name in best.items()}
+
+
+def _improves(value: float, best: float, mode: str) -> bool:
+    return value < best if mode == "min" else value > best

@@ -1,0 +1,79 @@
+"""Load a checkpoint (and its inference artifact) with Keras, in a child process, and compare
+their predictions on a fixed random input: `ckpt verify --load`.
+
+    python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CHECKPOINT [ARTIFACT]
+
+Prints one JSON object: {"loaded": true, "outputs": N, "identical": true|false|null,
+"max_abs_diff": float|null} or {"error": "..."}. It runs only as a child process: the daemon
+and the CLI never import Keras themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+
+def _inputs(model: Any, np: Any) -> list[Any]:
+    rng = np.random.default_rng(0)
+    batch = []
+    for tensor in model.inputs:
+        shape = (2, *[d or 1 for d in tuple(tensor.shape)[1:]])
+        dtype = str(getattr(tensor, "dtype", "float32"))
+        if "int" in dtype:
+            batch.append(rng.integers(0, 2, size=shape).astype(dtype))
+        else:
+            batch.append(rng.standard_normal(shape).astype("float32"))
+    return batch
+
+
+def _predict(keras: Any, path: str, np: Any, inputs: list[Any] | None) -> tuple[list[Any], Any]:
+    model = keras.models.load_model(path, compile=False)
+    feed = inputs if inputs is not None else _inputs(model, np)
+    out = model.predict(feed if len(feed) > 1 else feed[0], verbose=0)
+    return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])], feed
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or argv[0] not in ("keras", "tf_keras"):
+        print(
+            "usage: python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CKPT [ARTIFACT]",
+            file=sys.stderr,
+        )
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.suppress(ImportError):
+        import hdf5plugin  # noqa: F401 - zstd-compressed files need its filters registered
+    import numpy as np
+
+    try:
+        keras = importlib.import_module(argv[0])
+        first, feed = _predict(keras, argv[1], np, None)
+        result: dict[str, Any] = {
+            "loaded": True,
+            "outputs": len(first),
+            "identical": None,
+            "max_abs_diff": None,
+        }
+        if len(argv) == 3:
+            second, _feed = _predict(keras, argv[2], np, feed)
+            result["identical"] = len(first) == len(second) and all(
+                np.array_equal(a, b) for a, b in zip(first, second, strict=False)
+            )
+            result["max_abs_diff"] = max(
+                (float(np.max(np.abs(a - b))) for a, b in zip(first, second, strict=False)),
+                default=0.0,
+            )
+    except Exception as exc:  # the report says why it does not load
+        text = str(exc).strip().splitlines()
+        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""`ckpt serve`, `status`, `db upgrade|current` and `config check`: running and administering
+the service and its catalog."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .main import Context, _echo, _json, main_group, pass_context
+
+
+@main_group.command()
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Reconcile every root with the catalog, run the configured retention, trash purge and "
+    "artifacts jobs once, and exit (for cron and tests). Exit 3 if some item failed.",
+)
+@pass_context
+def serve(obj: Context, once: bool) -> None:
+    """Run the service: watch roots, index checkpoints once complete, run scheduled jobs.
+
+    Runs in the foreground (systemd's Type=notify does the daemonizing); logs one line per
+    event to stderr. SIGHUP reloads the config, SIGTERM stops it.
+
+    \b
+    Example:  ckpt --config /etc/ckpt/config.yaml serve
+    """
+    from ..service.serve import Service
+
+    obj.validated_config(obj.config_path)
+    sys.exit(Service(obj.config_path, obj.database).run(once=once))
+
+
+@main_group.command()
+@click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
+@pass_context
+def status(obj: Context, as_json: bool) -> None:
+    """Whether a daemon is running against this catalog, from its heartbeat.
+
+    Exit 0 either way; `running` says which (a stale heartbeat or a dead pid means no).
+
+    \b
+    Example:  ckpt status --json | jq .running
+    """
+    with obj.catalog() as cat:
+        doc = cat.status()
+    if as_json:
+        _json(doc)
+        return
+    if not doc["running"]:
+        _echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        return
+    _echo(
+        f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
+        f"heartbeat {doc['heartbeat_at']}"
+    )
+    for root in doc["roots"]:
+        _echo(f"  root {root['path']} ({root['observer']})")
+    _echo(
+        f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
+        f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
+    )
+
+
+@main_group.group()
+def db() -> None:
+    """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports."""
+
+
+@db.command()
+@pass_context
+def upgrade(obj: Context) -> None:
+    """Migrate the catalog to this version's schema (SQLite: a backup copy is made first)."""
+    from ..catalog import db as database
+
+    url = obj.config().database
+    backup = database.upgrade(url)
+    suffix = f" (backup: {backup})" if backup else ""
+    _echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
+
+
+@db.command()
+@pass_context
+def current(obj: Context) -> None:
+    """Print the catalog's schema revision and whether it is the one this ckpt needs."""
+    from ..catalog import db as database
+
+    engine = database.make_engine(obj.config().database)
+    try:
+        revision = database.current_revision(engine)
+    finally:
+        engine.dispose()
+    state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
+    _echo(f"{revision or 'empty'} ({state})")
+
+
+@main_group.group(name="config")
+def config_group() -> None:
+    """Configuration: `ckpt config check [PATH]`."""
+
+
+@config_group.command()
+@click.argument("path", required=False)
+@pass_context
+def check(obj: Context, path: str | None) -> None:
+    """Validate a config file (default: the one `ckpt` would use) and summarize it.
+
+    \b
+    Example:  ckpt config check /etc/ckpt/config.yaml
+    """
+    loaded = obj.validated_config(obj.config_path if path is None else path)
+    _echo(f"ok: {loaded.source}")
+    _echo(f"  database: {loaded.database}")
+    for root in loaded.roots:
+        _echo(f"  root: {root.path} (observer {root.observer})")

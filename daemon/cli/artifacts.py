@@ -1,0 +1,142 @@
+"""`ckpt split` and `ckpt compress`: the artifact commands of the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .main import Context, _echo, _json, main_group, pass_context
+
+
+@main_group.command()
+@click.argument("ref")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Write the artifact here (inside a configured root); default: beside it.",
+)
+@click.option(
+    "--keep-compile",
+    is_flag=True,
+    help="Keep the compile/training config (a fresh optimizer on load).",
+)
+@click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
+@pass_context
+def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: bool) -> None:
+    """Write the slim inference artifact of a checkpoint (architecture + weights, no optimizer
+    state); the original stays as the resume artifact.
+
+    Verified (every kept dataset decodes to the source's values) before it is renamed into
+    place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it).
+
+    \b
+    Example:  ckpt split "$(ckpt best --metric val_loss --run exp1)"
+    """
+    from ..core.units import format_size
+
+    with obj.catalog() as cat:
+        checkpoint, result = cat.split(
+            ref, out=Path(out) if out else None, keep_compile=keep_compile
+        )
+    if as_json:
+        _json(
+            {
+                "checkpoint": checkpoint.path,
+                "id": checkpoint.id,
+                "artifact": str(result.path),
+                "kind": "inference",
+                "bytes": result.bytes,
+                "source_bytes": result.source_bytes,
+                "hash": result.hash,
+                "datasets": result.datasets,
+            }
+        )
+        return
+    _echo(
+        f"{result.path}: {format_size(result.bytes)} "
+        f"({result.bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
+    )
+
+
+@main_group.command()
+@click.argument("ref")
+@click.option(
+    "--codec",
+    type=click.Choice(["gzip", "lzf", "zstd"]),
+    default="gzip",
+    show_default=True,
+    help="gzip: any reader; lzf: fast, little gain; zstd: readers need hdf5plugin.",
+)
+@click.option("--level", type=int, help="Codec level (gzip 1-9, zstd 1-22).")
+@click.option("--no-shuffle", is_flag=True, help="Without the byte-shuffle filter.")
+@click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
+@pass_context
+def compress(
+    obj: Context, ref: str, codec: str, level: int | None, no_shuffle: bool, as_json: bool
+) -> None:
+    """Compress a checkpoint in place, losslessly: every dataset is re-encoded, verified equal
+    to the original, then the file is atomically replaced (keeping its mtime), unless it would
+    not shrink: then it is left as it is, and the service does not try again.
+
+    \b
+    Example:  ckpt compress runs/exp1/weights.07-0.23.hdf5 --codec gzip
+    """
+    from ..core.units import format_size
+
+    with obj.catalog() as cat:
+        checkpoint, result = cat.compress(ref, codec=codec, level=level, shuffle=not no_shuffle)
+    if as_json:
+        _json(
+            {
+                "path": str(result.path),
+                "id": checkpoint.id,
+                "codec": result.codec,
+                "bytes_before": result.bytes_before,
+                "bytes_after": result.bytes_after,
+                "hash": result.hash,
+                "needs": result.needs,
+                "skipped": result.skipped,
+            }
+        )
+        return
+    if result.skipped:
+        _echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
+        return
+    _echo(
+        f"{result.path}: {format_size(result.bytes_before)} -> "
+        f"{format_size(result.bytes_after)} ({result.codec})"
+    )
+    if result.needs:
+        _echo(f"note: readers of this file need `{result.needs}` before loading it", err=True)
+
+
+@main_group.command()
+@click.argument("refs", nargs=-1)
+@click.option(
+    "--load",
+    is_flag=True,
+    help="Also load each with Keras (tf-keras for Keras 2 files) in a child process "
+    "and check its inference artifact predicts identically (needs TensorFlow).",
+)
+@click.option("--json", "as_json", is_flag=True, help="JSON array of verdicts.")
+@pass_context
+def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> None:
+    """Re-hash checkpoints (REFS, or every ok one) and their artifacts; compare with the
+    catalog. Exit 3 if any differs, is missing, or (with --load) does not load or differs.
+
+    \b
+    Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
+    """
+    import sys
+
+    with obj.catalog() as cat:
+        verdicts = cat.verify(refs, load=load)
+    if as_json:
+        _json([v.as_dict() for v in verdicts])
+    else:
+        for v in verdicts:
+            _echo(f"{'ok' if v.ok else 'FAILED':<6} {v.path}: {v.detail}")
+    if not all(v.ok for v in verdicts):
+        sys.exit(3)

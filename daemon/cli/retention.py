@@ -1,0 +1,241 @@
+"""`ckpt prune`, `pin`, `unpin`, `trash ...` and `log`: the retention commands of the CLI."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from .main import MAX_LIMIT, Context, _echo, _json, _table, main_group, pass_context
+
+if TYPE_CHECKING:
+    from ..core.retention import Policy
+    from ..usecases.pruner import PruneReport
+
+
+@main_group.command()
+@click.option("--run", "runs", multiple=True, metavar="RUN", help="Only this run (repeatable).")
+@click.option("--keep-last", type=click.IntRange(min=1), help="Keep the N newest.")
+@click.option("--keep-best", type=click.IntRange(min=1), help="Keep the N best by --metric.")
+@click.option("--metric", help="The metric of --keep-best, e.g. val_loss.")
+@click.option("--mode", type=click.Choice(["min", "max"]), help="Default: as Keras's monitor.")
+@click.option("--keep-every", type=click.IntRange(min=1), help="Keep every Nth epoch (or step).")
+@click.option("--keep-within", metavar="DUR", help="Keep those within DUR of the run's newest.")
+@click.option("--max-bytes", metavar="SIZE", help="Trash beyond this size per run (e.g. 50GB).")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would happen; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="The plan and the outcome as JSON.")
+@pass_context
+def prune(
+    obj: Context,
+    runs: tuple[str, ...],
+    keep_last: int | None,
+    keep_best: int | None,
+    metric: str | None,
+    mode: str | None,
+    keep_every: int | None,
+    keep_within: str | None,
+    max_bytes: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Apply retention: each checkpoint is kept (with every reason) or moved to the trash.
+
+    With no keep flag, the policies of the config apply (`retention:`, per root, `runs:`).
+    The newest checkpoint of a run, pinned ones, incomplete ones and the best of each metric
+    are never trashed. Exit 3 if some moves failed, 4 if another process holds the run.
+
+    \b
+    Example:  ckpt prune --run exp1 --keep-last 3 --keep-best 2 --metric val_loss --dry-run
+    """
+    policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
+    with obj.catalog() as cat:
+        report = cat.prune(list(runs), policy, dry_run=dry_run)
+    if as_json:
+        _json(report.as_dict())
+    else:
+        _print_plan(report)
+    if report.failures:
+        sys.exit(3)
+
+
+def _policy(
+    keep_last: int | None,
+    keep_best: int | None,
+    metric: str | None,
+    mode: str | None,
+    keep_every: int | None,
+    keep_within: str | None,
+    max_bytes: str | None,
+) -> Policy | None:
+    from ..core.errors import UsageError
+    from ..core.retention import KeepBest, Policy
+    from ..core.units import parse_duration, parse_size
+
+    if (keep_best is None) != (metric is None):
+        raise UsageError("--keep-best and --metric go together")
+    if metric is not None and not metric.strip():
+        raise UsageError("--metric: an empty name: give the metric, e.g. val_loss")
+    try:
+        within = parse_duration(keep_within) if keep_within is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--keep-within: {exc}") from None
+    try:
+        size = parse_size(max_bytes) if max_bytes is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--max-bytes: {exc}") from None
+    try:
+        policy = Policy(
+            keep_last=keep_last,
+            keep_best=(KeepBest(metric, keep_best, mode),) if keep_best and metric else (),
+            keep_every=keep_every,
+            keep_within=within,
+            max_bytes=size,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return None if policy.is_empty() else policy
+
+
+def _print_plan(report: PruneReport) -> None:
+    from ..core.units import format_size
+
+    verb = "would trash" if report.dry_run else "trashed"
+    for rp in report.runs:
+        _echo(  # what moved, not what was planned (failures are listed below)
+            f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
+            f"{format_size(rp.bytes_freed)} ({rp.policy})"
+        )
+        for d in rp.plan.decisions:
+            _echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
+        for note in rp.plan.notes:
+            _echo(f"  note: {note}")
+    for skipped in report.skipped:
+        _echo(f"{skipped['run']}: skipped: {skipped['reason']}")
+    for failure in report.failures:
+        _echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
+
+
+@main_group.command()
+@click.argument("ref")
+@pass_context
+def pin(obj: Context, ref: str) -> None:
+    """Pin a checkpoint (id or path): retention never trashes it.
+
+    \b
+    Example:  ckpt pin "$(ckpt best --metric val_loss --run exp1)"
+    """
+    with obj.catalog() as cat:
+        c = cat.pin(ref)
+    where = "" if c.status.value != "trashed" else f" (in the trash: ckpt trash restore {c.id})"
+    _echo(f"pinned: {c.path}{where}")
+
+
+@main_group.command()
+@click.argument("ref")
+@pass_context
+def unpin(obj: Context, ref: str) -> None:
+    """Unpin a checkpoint (id or path).
+
+    \b
+    Example:  ckpt unpin 42
+    """
+    with obj.catalog() as cat:
+        _echo(f"unpinned: {cat.pin(ref, False).path}")
+
+
+@main_group.group()
+def trash() -> None:
+    """The trash: `ckpt trash list`, `restore REF`, `purge [--older-than DUR]`."""
+
+
+@trash.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="JSON array.")
+@pass_context
+def trash_list(obj: Context, as_json: bool) -> None:
+    """Trashed checkpoints: where they were, where they are, when and why.
+
+    \b
+    Example:  ckpt trash list --json
+    """
+    from ..core.units import format_size
+
+    with obj.catalog() as cat:
+        items = cat.trash()
+    if as_json:
+        _json(items)
+        return
+    _table(
+        ["ID", "CHECKPOINT", "SIZE", "TRASHED", "WHY"],
+        [
+            [str(t["id"]), t["path"], format_size(t["bytes"]), t.get("at", "-"), t["reason"] or ""]
+            for t in items
+        ],
+    )
+
+
+@trash.command()
+@click.argument("ref")
+@pass_context
+def restore(obj: Context, ref: str) -> None:
+    """Put a trashed checkpoint back, byte for byte (REF: id or original path).
+
+    \b
+    Example:  ckpt trash restore runs/exp1/weights.03-0.41.hdf5
+    """
+    with obj.catalog() as cat:
+        _echo(f"restored: {cat.restore(ref).path}")
+
+
+@trash.command()
+@click.option(
+    "--older-than",
+    metavar="DUR",
+    help="Only what was trashed longer ago than this (default: trash.purge_after).",
+)
+@click.option("-n", "--dry-run", is_flag=True, help="List what would be deleted.")
+@click.option("--json", "as_json", is_flag=True, help="JSON: {dry_run, purged, failures}.")
+@pass_context
+def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) -> None:
+    """Delete trashed checkpoints for good, once past the grace period.
+
+    \b
+    Example:  ckpt trash purge --older-than 3d --dry-run
+    """
+    with obj.catalog() as cat:
+        done, failures = cat.purge(older_than, dry_run=dry_run)
+    if as_json:
+        _json({"dry_run": dry_run, "purged": done, "failures": failures})
+    else:
+        verb = "would purge" if dry_run else "purged"
+        for item in done:
+            _echo(f"{verb}: {item['path']}")
+        for failure in failures:
+            _echo(f"failed: {failure['path']}: {failure['error']}", err=True)
+    if failures:
+        sys.exit(3)
+
+
+@main_group.command(name="log")
+@click.option("--run", help="Only events of this run.")
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_LIMIT), default=200, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
+@pass_context
+def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> None:
+    """The audit log: every index, trash, restore, purge, pin, with reason and actor.
+
+    \b
+    Example:  ckpt log --run exp1 --limit 20
+    """
+    with obj.catalog() as cat:
+        events = cat.log(run, limit)
+    if as_json:
+        _json(events)
+        return
+    _table(
+        ["AT", "ACTION", "STATE", "PATH", "ACTOR", "REASON"],
+        [
+            [e["at"], e["action"], e["state"], e["path"], e["actor"], e["reason"] or ""]
+            for e in events
+        ],
+    )

@@ -1,0 +1,87 @@
+"""What a listing asks for: filters, `--where NAME OP VALUE` conditions and sort keys. Pure."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+OPERATORS = ("<=", ">=", "==", "!=", "<", ">")
+# Keys that name catalog columns; any other key in --where/--sort names a metric.
+COLUMN_KEYS = {
+    "id": "id",
+    "epoch": "epoch",
+    "step": "step",
+    "size": "size_bytes",
+    "size_bytes": "size_bytes",
+    "weights_bytes": "weights_bytes",
+    "optimizer_bytes": "optimizer_bytes",
+    "n_params": "n_params",
+    "iterations": "iterations",
+    "mtime": "mtime_ns",
+    "indexed_at": "indexed_at",
+    "path": "path",
+}
+_CONDITION = re.compile(r"^\s*([A-Za-z_][\w.\-/]*)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
+# Keras's ModelCheckpoint `mode="auto"`: these metrics improve upwards.
+_MAX_HINTS = ("acc", "auc", "precision", "recall", "f1")
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    op: str
+    value: float
+
+    @property
+    def column(self) -> str | None:
+        return COLUMN_KEYS.get(self.key)
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    run: str | None = None
+    root: str | None = None
+    format: str | None = None
+    status: str | None = None
+    kind: str | None = None
+    where: tuple[Condition, ...] = ()
+    sort: str = "mtime"
+    descending: bool = False
+    limit: int | None = None
+
+
+def parse_condition(text: str) -> Condition:
+    """`"val_loss < 0.3"` → Condition. Sizes accept the same units as config (`size > 1GB`)."""
+    match = _CONDITION.match(text)
+    if not match:
+        raise UsageError(
+            f"--where {text!r}: expected NAME OP VALUE with OP one of {' '.join(OPERATORS)}"
+        )
+    key, op, raw = match.groups()
+    return Condition(key, op, _number(key, raw))
+
+
+def _number(key: str, raw: str) -> float:
+    if COLUMN_KEYS.get(key, "").endswith("bytes"):
+        from .units import parse_size
+
+        try:
+            return float(parse_size(raw))
+        except ValueError as exc:
+            raise UsageError(f"--where {key}: {exc}") from None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UsageError(f"--where {key}: {raw!r} is not a number") from None
+    if not math.isfinite(value):  # the catalog holds finite metrics only (NaN, inf are null)
+        raise UsageError(f"--where {key}: {raw!r} is not a finite number")
+    return value
+
+
+def default_mode(metric: str) -> str:
+    """`max` for accuracy-like metrics, `min` otherwise (as Keras's `monitor` mode "auto")."""
+    lowered = metric.lower()
+    return "max" if any(hint in lowered for hint in _MAX_HINTS) else "min"

@@ -1,0 +1,79 @@
+"""Model values → the stable JSON documents of the CLI contract (ARCHITECTURE.md). Pure."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .model import Checkpoint, Run
+from .units import iso_utc
+
+# `show --json` fields beyond a listing's (stable: add, never rename or remove).
+SHOW_FIELDS = (
+    "layers",
+    "optimizer_config",
+    "training_config",
+    "keras_version",
+    "backend",
+    "model_class",
+    "model_name",
+    "iterations",
+    "learning_rate",
+    "n_trainable_params",
+    "notes",
+    "signatures",
+    "files",
+    "codec",
+    "metric_sources",
+    "generation",
+    "first_seen_at",
+    "artifacts",
+    "events",
+)
+
+
+def checkpoint_json(c: Checkpoint, *, detailed: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": c.id,
+        "path": c.path,
+        "run": c.run,
+        "root": c.root,
+        "format": c.format,
+        "kind": c.kind,
+        "epoch": c.epoch,
+        "step": c.step,
+        "size_bytes": c.size_bytes,
+        "weights_bytes": c.weights_bytes,
+        "optimizer_bytes": c.optimizer_bytes,
+        "optimizer": c.optimizer,
+        "n_params": c.n_params,
+        "status": c.status.value,
+        "reason": c.reason,
+        "pinned": c.pinned,
+        "mtime": iso_utc(c.mtime),
+        "indexed_at": c.indexed_at,
+        "hash": c.hash,
+        "metrics": _finite(c.metrics),
+    }
+    if detailed:
+        for name in SHOW_FIELDS:
+            doc[name] = c.details.get(name)
+        doc["metric_sources"] = c.metric_sources
+    return doc
+
+
+def run_json(r: Run) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "root": r.root,
+        "checkpoints": r.checkpoints,
+        "bytes": r.bytes,
+        "newest": r.newest,
+        "best": r.best,
+    }
+
+
+def _finite(values: dict[str, float | None]) -> dict[str, float | None]:
+    """JSON has no NaN or Infinity: a metric the run logged as one is null (text shows `null`
+    too, see render.metric_text; the catalog stores it as NULL)."""
+    return {k: (v if v is not None and math.isfinite(v) else None) for k, v in values.items()}

@@ -1,0 +1,393 @@
+"""The only module that changes files: trash, restore, purge, atomic rewrites, leftover temps.
+
+Containment: every path is reached by walking directory file descriptors from its root with
+O_NOFOLLOW, so neither the file nor any parent folder may be a symlink (a link could lead out of
+the root, or be swapped in between a check and the act). Deletion is two-phase: a rename into
+`<root>/.ckpt-trash/` (same filesystem, refused across one), then a purge after a grace period.
+Rewrites go to `.ckpt-tmp-<pid>-<token>-<name>` in the same folder, are fsynced, then renamed
+over the target, and the folder is fsynced.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import socket
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from ..core.errors import CkptError
+from ..core.model import FileStat
+from . import fsswap, procfs
+from .fsswap import Identity
+
+TEMP_PREFIX = ".ckpt-tmp-"
+TRASH_DIR = ".ckpt-trash"
+STALE_AFTER_SECONDS = 86400.0
+_HOST_TAG = hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Refused(CkptError):
+    """A file operation we will not do, with the one-line reason (the item is skipped)."""
+
+    exit_code = 3
+
+
+# ---- walking beneath a root without following links ----
+
+
+def relative_parts(root: Path, path: Path) -> tuple[str, ...]:
+    """`path` relative to `root`, by name only; refuses anything outside or with `..`."""
+    try:
+        parts = Path(os.path.normpath(path)).relative_to(os.path.normpath(root)).parts
+    except ValueError:
+        raise Refused(f"{path} is outside its root {root}") from None
+    if not parts or ".." in parts:
+        raise Refused(f"{path} is not a file below its root {root}")
+    return parts
+
+
+@contextmanager
+def folder_beneath(root: Path, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
+    """A descriptor for `root/parts...`, reached without following any symlink."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts:
+            if create:
+                with suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused(f"{part} under {root} is a symlink or not a folder") from None
+                raise
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def entry_stat(dir_fd: int, name: str) -> os.stat_result:
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(info.st_mode):
+        raise Refused(f"{name} is a symlink: never followed, never moved")
+    return info
+
+
+def current_stat(root: Path, members: Sequence[Path]) -> FileStat:
+    """(summed size, newest mtime, first inode) of `members`, read beneath `root`."""
+    size = newest = 0
+    inode: int | None = None
+    for member in members:
+        parts = relative_parts(root, member)
+        with folder_beneath(root, parts[:-1]) as fd:
+            info = entry_stat(fd, parts[-1])
+        if stat.S_ISDIR(info.st_mode):
+            tree = _tree_stat(member)
+            size, newest = size + tree.size, max(newest, tree.mtime_ns)
+        else:
+            size, newest = size + info.st_size, max(newest, info.st_mtime_ns)
+        inode = info.st_ino if inode is None else inode
+    return FileStat(size, newest, inode)
+
+
+def _tree_stat(folder: Path) -> FileStat:
+    size = newest = 0
+    for dirpath, _dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            info = os.lstat(os.path.join(dirpath, name))
+            size, newest = size + info.st_size, max(newest, info.st_mtime_ns)
+    return FileStat(size, newest, None)
+
+
+# ---- trash, restore, purge ----
+
+
+def move_to_trash(root: Path, members: Sequence[Path], batch: str) -> list[Path]:
+    """Rename `members` (one checkpoint: a file, a TF set, a SavedModel folder) into the trash.
+
+    All or nothing: if one member cannot move, the ones already moved are put back.
+    """
+    moved: list[tuple[Path, Path]] = []
+    try:
+        for member in members:
+            parts = relative_parts(root, member)
+            target_parts = (TRASH_DIR, batch, *parts)
+            _rename_beneath(root, parts, target_parts)
+            moved.append((member, root.joinpath(*target_parts)))
+    except BaseException:
+        for original, trashed in reversed(moved):
+            _rename_beneath(root, relative_parts(root, trashed), relative_parts(root, original))
+        raise
+    return [trashed for _original, trashed in moved]
+
+
+def restore(root: Path, trashed: Sequence[Path], originals: Sequence[Path]) -> None:
+    """Put trashed members back where they were; refused if anything is there again."""
+    for target in originals:
+        if _exists(root, relative_parts(root, target)):
+            raise Refused(f"{target} exists again: move it away before restoring")
+    for source, target in zip(trashed, originals, strict=True):
+        _rename_beneath(root, relative_parts(root, source), relative_parts(root, target))
+        _prune_empty(root, relative_parts(root, source)[:-1])
+
+
+def _exists(root: Path, parts: Sequence[str]) -> bool:
+    try:
+        with folder_beneath(root, parts[:-1]) as fd:
+            entry_stat(fd, parts[-1])
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def purge(root: Path, trashed: Sequence[Path]) -> int:
+    """Delete trashed members for good; returns the bytes freed. Empty trash folders go too."""
+    freed = 0
+    for path in trashed:
+        parts = relative_parts(root, path)
+        if parts[0] != TRASH_DIR:
+            raise Refused(f"{path} is not in the trash")
+        with folder_beneath(root, parts[:-1]) as fd:
+            try:
+                info = entry_stat(fd, parts[-1])
+            except FileNotFoundError:
+                continue
+            freed += _remove(fd, parts[-1], info)
+            os.fsync(fd)
+        _prune_empty(root, parts[:-1])
+    return freed
+
+
+def _remove(dir_fd: int, name: str, info: os.stat_result) -> int:
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return info.st_size
+    freed = 0
+    with _opened(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child:
+        for entry in os.listdir(child):
+            freed += _remove(child, entry, os.stat(entry, dir_fd=child, follow_symlinks=False))
+    os.rmdir(name, dir_fd=dir_fd)
+    return freed
+
+
+def _prune_empty(root: Path, parts: Sequence[str]) -> None:
+    """Remove now-empty folders of a trash batch, deepest first, never the trash itself."""
+    for depth in range(len(parts), 1, -1):
+        with folder_beneath(root, parts[: depth - 1]) as fd:
+            try:
+                os.rmdir(parts[depth - 1], dir_fd=fd)
+            except OSError:
+                return
+
+
+def _rename_beneath(root: Path, source: Sequence[str], target: Sequence[str]) -> None:
+    with (
+        folder_beneath(root, source[:-1]) as src_fd,
+        folder_beneath(root, target[:-1], create=True) as dst_fd,
+    ):
+        entry_stat(src_fd, source[-1])
+        try:
+            os.rename(source[-1], target[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                raise Refused(
+                    f"{root.joinpath(*source)} is on another filesystem than {TRASH_DIR}: "
+                    "moving it would copy, not rename; refused"
+                ) from None
+            raise
+        os.fsync(dst_fd)
+        os.fsync(src_fd)
+
+
+@contextmanager
+def _opened(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+# ---- atomic rewrites ----
+
+
+def temp_name(final: Path, token: str) -> Path:
+    return final.with_name(f"{temp_prefix()}{token}-{final.name}")
+
+
+def temp_prefix() -> str:
+    """`.ckpt-tmp-<pid>h<host>-`: the writer's pid and a tag of its host, so a cleanup on a
+    shared (NFS) folder never judges another host's live writer by a local pid."""
+    return f"{TEMP_PREFIX}{os.getpid()}h{_HOST_TAG}-"
+
+
+def atomic_write(root: Path, path: Path, data: bytes) -> None:
+    """Replace `path` (below `root`) with `data`: temp file, fsync, rename, fsync the folder."""
+    parts = relative_parts(root, path)
+    temp = temp_name(path, secrets.token_hex(4)).name
+    with folder_beneath(root, parts[:-1]) as fd:
+        try:
+            mode = stat.S_IMODE(entry_stat(fd, parts[-1]).st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode, dir_fd=fd)
+        try:
+            os.write(out, data)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        try:
+            os.rename(temp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            os.unlink(temp, dir_fd=fd)
+            raise
+        os.fsync(fd)
+
+
+@contextmanager
+def rewrite(
+    root: Path, final: Path, *, like: Path | None = None, replacing: Identity | None = None
+) -> Iterator[Path]:
+    """Write a new file for `final` (below `root`) safely: yields a temp path in the same folder
+    to write into; when the block ends without error, the temp file gets the mode and the
+    access/modification times of the file it stands for (so retention still sees when the
+    trainer wrote it), is fsynced and given the name `final`, and the folder fsynced. On any
+    error (or a crash) nothing reaches `final`, and the temp file is removed (after a crash, by
+    `remove_stale_temps`). Verify inside the block: the rename happens only after it.
+
+    In place (`like` None): `final` must still be the very file it was when the block began
+    (inode, size, mtime, ctime) and no local process may have it open for writing, else
+    Refused and nothing replaced (see `fsswap.replace_if_same`: atomic on local filesystems).
+    A new file (`like`: the file it derives from, whose mode and times it takes): nothing at
+    `final` is ever replaced (WouldReplace), unless it is `replacing` still unchanged."""
+    parts = relative_parts(root, final)
+    temp = temp_name(final, secrets.token_hex(4))
+    with folder_beneath(root, parts[:-1]) as fd:
+        expected: Identity | None
+        if like is None:
+            model = expected = _identity(fd, parts[-1], final)
+        else:
+            like_parts = relative_parts(root, like)
+            with folder_beneath(root, like_parts[:-1]) as like_fd:
+                model, expected = _identity(like_fd, like_parts[-1], like), replacing
+            if expected is None and fsswap.identity_at(fd, parts[-1]) is not None:
+                raise WouldReplace(_would_replace(final))
+        old: str | None = None
+        try:
+            yield temp
+            with _opened(os.open(temp.name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)) as out:
+                os.chmod(out, model.mode)
+                os.utime(out, ns=(model.atime_ns, model.mtime_ns))
+                os.fsync(out)
+            old = _put(fd, temp.name, final, expected)
+            os.fsync(fd)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(temp.name, dir_fd=fd)
+            raise
+        if old is not None:  # the file replaced, swapped out to the temp name
+            os.unlink(old, dir_fd=fd)
+            os.fsync(fd)
+
+
+class WouldReplace(CkptError):
+    """A new file would take the name of one we did not create: refused, nothing written."""
+
+    exit_code = 2
+
+
+def _would_replace(final: Path) -> str:
+    return f"{final} exists and is not ours to replace: move it away, or write elsewhere (--out)"
+
+
+def _identity(dir_fd: int, name: str, path: Path) -> Identity:
+    info = entry_stat(dir_fd, name)  # refuses a symlink; FileNotFoundError if gone
+    if not stat.S_ISREG(info.st_mode):
+        raise Refused(f"{path} is not a regular file")
+    return Identity.of(info)
+
+
+def _put(dir_fd: int, temp: str, final: Path, expected: Identity | None) -> str | None:
+    if expected is None:
+        try:
+            fsswap.publish_new(dir_fd, temp, final.name)
+        except FileExistsError:
+            raise WouldReplace(_would_replace(final)) from None
+        return None
+    folder = str(final.parent)
+
+    def writers(name: str) -> list[int]:
+        return procfs.writers_under([final.parent]).get(os.path.join(folder, name), [])
+
+    try:
+        return fsswap.replace_if_same(dir_fd, temp, final.name, expected, writers)
+    except fsswap.Changed as exc:
+        raise Refused(f"{final} not replaced: {exc}") from None
+
+
+def identity(root: Path, path: Path) -> Identity | None:
+    """Which file `path` (below `root`) is now, or None if there is none."""
+    parts = relative_parts(root, path)
+    with folder_beneath(root, parts[:-1]) as fd:
+        return fsswap.identity_at(fd, parts[-1])
+
+
+# ---- our own leftovers ----
+
+
+def stale_temps(root: Path, now: float, *, recursive: bool = True) -> Iterator[Path]:
+    """Our temp files under `root` (or only in it) whose writer is dead, or a day old."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = (
+            []
+            if not recursive
+            else [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        )
+        for name in filenames:
+            if not name.startswith(TEMP_PREFIX):
+                continue
+            path = Path(dirpath) / name
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            # ctime, not mtime: a finished temp already carries the original's (old) mtime.
+            if stat.S_ISREG(info.st_mode) and (
+                _writer_gone(name) or now - info.st_ctime > STALE_AFTER_SECONDS
+            ):
+                yield path
+
+
+def remove_stale_temps(root: Path, *, recursive: bool = True) -> list[Path]:
+    removed = []
+    for path in stale_temps(root, time.time(), recursive=recursive):
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+def _writer_gone(name: str) -> bool:
+    """The temp's writer is known dead: its pid, on this host, is not running. A temp of
+    another host (shared folder) is never judged by a local pid: only its age counts."""
+    pid, _, host = name[len(TEMP_PREFIX) :].split("-", 1)[0].partition("h")
+    if host and host != _HOST_TAG:
+        return False
+    # ASCII digits of a possible pid (Linux's pid_max is at most 2**22: 7 digits): "²".isdigit()
+    # is true too, and a longer "pid" overflows os.kill; neither can be a live writer of ours.
+    ok = pid.isascii() and pid.isdigit() and len(pid) <= 7
+    return not _alive(int(pid) if ok else None)
+
+
+def _alive(pid: int | None) -> bool:
+    return pid is not None and procfs.pid_alive(pid)

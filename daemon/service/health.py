@@ -1,0 +1,68 @@
+"""Is a daemon running against this catalog? Judged from its last heartbeat row."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+from typing import Any
+
+from ..fs.procfs import pid_alive
+
+STALE_AFTER_BEATS = 3
+
+
+def daemon_status(row: dict[str, Any] | None, checkpoints: int) -> dict[str, Any]:
+    """The `ckpt status --json` document; `running` is false with a `reason` when it is not."""
+    if row is None:
+        return _not_running("no daemon has run against this catalog", checkpoints)
+    state = dict(row.get("state") or {})
+    doc: dict[str, Any] = {
+        "running": True,
+        "reason": None,
+        "pid": row["pid"],
+        "host": row["host"],
+        "started_at": row["started_at"],
+        "heartbeat_at": row["heartbeat_at"],
+        "roots": state.get("roots", []),
+        "checkpoints": checkpoints,
+        "queue": state.get("queue"),
+        "indexed": state.get("indexed"),
+        "last_index_at": state.get("last_index_at"),
+        "jobs": state.get("jobs", {}),
+        "last_error": state.get("last_error"),
+    }
+    reason = _why_not_running(row, state)
+    if reason:
+        doc.update(running=False, reason=reason)
+    return doc
+
+
+def _why_not_running(row: dict[str, Any], state: dict[str, Any]) -> str | None:
+    if state.get("stopped_at"):
+        return f"stopped at {state['stopped_at']}"
+    if row["host"] == socket.gethostname() and not pid_alive(int(row["pid"])):
+        return f"pid {row['pid']} is not running (killed?)"
+    beat = dt.datetime.fromisoformat(row["heartbeat_at"])
+    age = (dt.datetime.now(dt.UTC) - beat).total_seconds()
+    limit = STALE_AFTER_BEATS * float(state.get("heartbeat_seconds") or 10)
+    if age > limit:
+        return f"last heartbeat {age:.0f}s ago (stale after {limit:.0f}s)"
+    return None
+
+
+def _not_running(reason: str, checkpoints: int) -> dict[str, Any]:
+    return {
+        "running": False,
+        "reason": reason,
+        "pid": None,
+        "host": None,
+        "started_at": None,
+        "heartbeat_at": None,
+        "roots": [],
+        "checkpoints": checkpoints,
+        "queue": None,
+        "indexed": None,
+        "last_index_at": None,
+        "jobs": {},
+        "last_error": None,
+    }

@@ -1,0 +1,213 @@
+"""The service's jobs thread: retention, trash purge, verify and the artifacts job, one at a
+time, beside the indexing worker.
+
+The jobs are slow (a compress of a 300 MB checkpoint takes a minute in its child process, a
+verify re-hashes everything), so they never run on the worker thread: indexing never queues
+behind them. They still never run two at once (one thread), the scheduler only enqueues them
+(a job already waiting is not queued twice), and the catalog serializes the writers of both
+threads (BEGIN IMMEDIATE) as it does those of other processes.
+
+Stop means stop: the stop flag is checked before each job and between the items of a job
+(each move of a prune, each purge, each split or compress, each verified checkpoint); a child
+process running at that moment is asked to end (SIGTERM; its rewrite is atomic, its temp file
+and planned event are settled at the next start), and nothing new starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+from .. import python_module
+from ..catalog.store import Store, actor
+from ..core.model import Job, Rescan
+from ..logs import event
+from ..settings.config import Config
+from .worker import Stats
+
+CHILD_STOP_SECONDS = 30.0  # a child asked to end gets this long before SIGKILL
+
+
+class JobRunner(threading.Thread):
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        stats: Stats,
+        stopping: threading.Event,
+        rescan: Callable[[Rescan], None],
+    ) -> None:
+        super().__init__(name="ckpt-jobs", daemon=True)
+        self.config = config  # replaced on reload, read at each job
+        self.store = store
+        self.stats = stats
+        self.stopping = stopping
+        self.rescan = rescan
+        self.queue: queue.Queue[str] = queue.Queue()
+        self._waiting: set[str] = set()
+        self._lock = threading.Lock()
+        self.tick = time.monotonic()  # last time the loop ran, or a job made progress
+        self.running: str | None = None
+
+    def offer(self, item: Job) -> None:
+        """From the scheduler's thread: never blocks, never raises; a job already waiting
+        is not queued again."""
+        with self._lock:
+            if item.name in self._waiting:
+                return
+            self._waiting.add(item.name)
+        self.queue.put_nowait(item.name)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.tick = time.monotonic()
+            try:
+                name = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            with self._lock:
+                self._waiting.discard(name)
+            if self.stopping.is_set():
+                return
+            self.running = name
+            try:
+                self.run_job(name)
+            except Exception as exc:  # the catalog is down, a disk error: log, go on
+                self.stats.last_error = f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]
+                event("job_error", level=logging.ERROR, job=name, error=self.stats.last_error)
+            finally:
+                self.running = None
+
+    def run_job(self, name: str) -> None:
+        """Scheduled retention or trash purge: the same code paths as `ckpt prune` / `purge`."""
+        from ..core.errors import CkptError
+        from ..usecases import pruner
+
+        if self.stopping.is_set():
+            return
+        who = f"daemon:{actor()}"
+        if name == "verify":
+            self._verify()
+            return
+        if name == "artifacts":
+            self._artifacts()
+            return
+        stop = self.stopping.is_set
+        try:
+            if name == "retention":
+                report = pruner.prune(self.config, self.store, actor=who, should_stop=stop)
+                failures = report.failures
+                event(
+                    "retention",
+                    trashed=sum(r.trashed for r in report.runs),
+                    failures=len(failures),
+                )
+            else:
+                purged, failures = pruner.purge(
+                    self.config,
+                    self.store,
+                    actor=who,
+                    older_than=self.config.purge_after_seconds,
+                    should_stop=stop,
+                )
+                event("purge", purged=len(purged), failures=len(failures))
+        except CkptError as exc:  # a lease held by a user's `ckpt prune`: next time
+            event(f"{name}_skipped", level=logging.WARNING, reason=str(exc))
+            return
+        for failure in failures:
+            self.stats.last_error = f"{name}: {failure['path']}: {failure['error']}"
+            event(f"{name}_failed", level=logging.WARNING, **failure)
+
+    def _artifacts(self) -> None:
+        """Split and compress cold checkpoints, one at a time, each in a `nice` child process
+        (the same code path as `ckpt split` / `ckpt compress`, with its own memory)."""
+        from ..usecases.artifacts import due
+
+        cfg = self.config.artifacts
+        to_split, to_compress = due(self.store, cfg, time.time())
+        work = [("split", c) for c in to_split] + [("compress", c) for c in to_compress]
+        for verb, c in work:
+            if self.stopping.is_set():
+                return
+            extra = ["--codec", cfg.codec] if verb == "compress" else []
+            self._child(verb, str(c.id), *extra)
+            self.tick = time.monotonic()
+
+    def _child(self, *args: str) -> None:
+        config = [] if self.config.source.startswith("<") else ["--config", self.config.source]
+        cmd = [
+            "nice",
+            "-n",
+            "10",
+            *python_module(""),
+            *config,
+            "--db",
+            self.config.database,
+            *args,
+            "--json",
+        ]
+        env = {**os.environ, "CKPT_ACTOR": f"daemon:{actor()}"}
+        child = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: killed whole on a timeout
+        )
+        out, err = self._wait(child, args)
+        if child.returncode == 0:
+            event(args[0], path=args[1], result=out.strip()[:300])
+            return
+        if self.stopping.is_set():
+            event(f"{args[0]}_stopped", path=args[1], reason="the service is stopping")
+            return
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        self.stats.last_error = f"{args[0]} {args[1]}: {lines[-1] if lines else child.returncode}"
+        event(f"{args[0]}_failed", level=logging.WARNING, error=self.stats.last_error)
+
+    def _wait(self, child: subprocess.Popen[str], args: tuple[str, ...]) -> tuple[str, str]:
+        """The child's output; asks it to end (then kills it) if the service stops meanwhile;
+        kills its whole process group past `artifacts.timeout`."""
+        timeout = self.config.artifacts.timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return child.communicate(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                self.tick = time.monotonic()
+                if time.monotonic() > deadline:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    self.stats.last_error = f"{args[0]} {args[1]}: killed after {timeout:g} s"
+                    event(f"{args[0]}_timeout", level=logging.WARNING, error=self.stats.last_error)
+                    return child.communicate()
+                if not self.stopping.is_set():
+                    continue
+            child.terminate()
+            try:
+                return child.communicate(timeout=CHILD_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                return child.communicate()
+
+    def _verify(self) -> None:
+        """Re-hash everything; a file whose bytes changed unseen is re-indexed."""
+        from ..usecases.verifier import verify
+
+        problem = self.store.quick_check()
+        if problem:
+            self.stats.last_error = f"catalog integrity: {problem}"
+            event("catalog_check_failed", level=logging.ERROR, result=problem)
+        verdicts = verify(self.config, self.store, [], should_stop=self.stopping.is_set)
+        for v in verdicts:
+            if not v.ok:
+                event("verify_failed", level=logging.WARNING, path=v.path, detail=v.detail)
+                self.rescan(Rescan(f"verify: {v.detail}", v.path))
+        event("verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))

@@ -1,0 +1,246 @@
+"""`ckpt serve`: the long-running service that systemd runs (Type=notify).
+
+Start: signals first (Python's defaults would kill us mid-write), config (a bad one is refused,
+exit 2), catalog migration (SQLite: backup first), our own leftover temp files removed, the
+watcher started (so nothing written meanwhile is missed), every root reconciled (with the trash
+folders and the acts of processes that died: `daemon.recovery`), then the indexing worker, the
+jobs thread and the scheduler, then READY=1. SIGHUP reloads the config (an invalid one keeps
+the old); SIGTERM/SIGINT stop taking work: the worker finishes or abandons its item, the jobs
+thread starts nothing new (a running child is asked to end), and the service exits 0.
+TensorFlow is never imported into this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from .. import logs
+from ..catalog.store import Store, actor
+from ..core.errors import ConfigError
+from ..core.model import Hint, HintKind, Job, Rescan
+from ..core.units import iso_utc
+from ..fs import fsops
+from ..logs import event
+from ..settings import config as config_module
+from ..settings.config import Config
+from ..usecases.indexer import ScanReport, scan
+from .job_runner import JobRunner
+from .jobs import Jobs
+from .systemd import Notifier, watchdog_interval
+from .watcher import Watcher
+from .worker import Stats, Worker
+
+STATUS_EVERY_SECONDS = 10.0
+WORKER_STALL_SECONDS = 300.0  # longer than any single read (the TF probe times out at 120 s)
+# A prune or verify of a huge catalog may take long between two progress ticks, but not this.
+RUNNER_STALL_SECONDS = 3600.0
+
+
+class Service:
+    def __init__(self, config_path: str | None, database: str | None) -> None:
+        self.config_path, self.database = config_path, database
+        self.stopping = threading.Event()
+        self.reload_requested = threading.Event()
+        self.notifier = Notifier()
+        self._install_signals()
+        self.config: Config = config_module.load(config_path, database_override=database)
+        logs.setup(self.config.log_level)
+
+    def _install_signals(self) -> None:
+        def stop(signum: int, _frame: Any) -> None:
+            event("stop_requested", signal=signal.Signals(signum).name)
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGHUP, lambda _s, _f: self.reload_requested.set())
+
+    def run(self, *, once: bool = False) -> int:
+        event(
+            "starting",
+            config=self.config.source,
+            sqlite=sqlite3.sqlite_version,
+            roots=",".join(str(r.path) for r in self.config.roots),
+        )
+        store = Store(self.config.database, may_migrate=True)
+        try:
+            self._remove_stale_temps()
+            if once:
+                report = self._reconcile(store)
+                failed = self._run_jobs_once(store)
+                return 3 if report.failed or report.errors or failed else 0
+            return self._serve(store)
+        finally:
+            store.close()
+
+    def _remove_stale_temps(self) -> None:
+        for root in self.config.roots:
+            if root.path.is_dir():
+                for path in fsops.remove_stale_temps(root.path):
+                    event("removed_temp", path=path)
+
+    def _run_jobs_once(self, store: Store) -> bool:
+        """`--once`: the file-changing jobs the config asks for (retention, trash purge,
+        artifacts), through the worker's own code, without starting its thread. The verify job
+        (a full re-hash) is left to `ckpt verify`. Returns whether some item failed."""
+        stats = Stats(started_at=iso_utc(time.time()))
+        runner = JobRunner(self.config, store, stats, self.stopping, lambda _rescan: None)
+        jobs = ["purge"]
+        if self.config.has_retention():
+            jobs.insert(0, "retention")
+        if self.config.artifacts.enabled:
+            jobs.append("artifacts")
+        for name in jobs:
+            runner.run_job(name)
+        return stats.last_error is not None
+
+    def _reconcile(self, store: Store) -> ScanReport:
+        self.notifier.status("reconciling roots with the catalog")
+        last = [time.monotonic()]
+
+        def progress(_path: str) -> None:  # a long first walk must not look like a hang
+            if time.monotonic() - last[0] > 5:
+                last[0] = time.monotonic()
+                self.notifier.send("EXTEND_TIMEOUT_USEC=60000000", "WATCHDOG=1")
+
+        report = scan(
+            self.config,
+            store,
+            actor=f"daemon:{actor()}",
+            progress=progress,
+            should_stop=self.stopping.is_set,
+        )
+        event(
+            "reconciled",
+            indexed=len(report.indexed),
+            unchanged=report.unchanged,
+            missing=len(report.missing),
+            failed=len(report.failed),
+            incomplete=len(report.incomplete),
+        )
+        return report
+
+    def _serve(self, store: Store) -> int:
+        stats = Stats(started_at=iso_utc(time.time()))
+        worker = Worker(self.config, store, stats, self.stopping)
+        runner = JobRunner(self.config, store, stats, self.stopping, worker.offer)
+        watcher = Watcher(self.config.roots, worker.offer)
+
+        def enqueue(item: Rescan | Job) -> None:  # slow jobs never wait in the indexing queue
+            if isinstance(item, Job):
+                runner.offer(item)
+            else:
+                worker.offer(item)
+
+        jobs = Jobs(enqueue)
+        parts = _Parts(worker, watcher, jobs, runner)
+        worker.more_state = parts.state
+        watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
+        try:
+            for path, _reason in self._reconcile(store).incomplete:
+                worker.offer(Hint(path, HintKind.CHANGED))
+            worker.start()
+            runner.start()
+            jobs.start(self.config)
+            self.notifier.ready(parts.status_line())
+            event("ready", pid=os.getpid())
+            self._main_loop(parts)
+        finally:
+            self.notifier.stopping()
+            event("stopping")
+            self.stopping.set()
+            parts.stop()
+            worker.final_heartbeat(stopped_at=iso_utc(time.time()))
+        return 0
+
+    def _main_loop(self, parts: _Parts) -> None:
+        ping_every = watchdog_interval()
+        next_ping = next_status = time.monotonic()
+        while not self.stopping.wait(timeout=min(ping_every or 1.0, 1.0)):
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self._reload(parts)
+            now = time.monotonic()
+            if ping_every and now >= next_ping and parts.healthy(self.config):
+                self.notifier.watchdog()
+                next_ping = now + ping_every
+            if now >= next_status:
+                self.notifier.status(parts.status_line())
+                next_status = now + STATUS_EVERY_SECONDS
+
+    def _reload(self, parts: _Parts) -> None:
+        self.notifier.reloading()
+        try:
+            new = config_module.load(self.config_path, database_override=self.database)
+            if new.database != self.config.database:
+                raise ConfigError("database", "cannot change while running: restart the service")
+        except ConfigError as exc:
+            event("reload_refused", level=logging.ERROR, error=str(exc))
+            parts.worker.stats.last_error = f"reload refused: {exc}"
+            self.notifier.ready(parts.status_line())
+            return
+        logs.setup(new.log_level)
+        if new.roots != self.config.roots:
+            parts.watcher.stop()
+            parts.watcher = Watcher(new.roots, parts.worker.offer)
+            parts.watcher.start()
+            parts.worker.offer(Rescan("roots changed on reload"))
+        parts.jobs.reschedule(new)
+        parts.worker.config = parts.runner.config = self.config = new
+        event("reloaded", config=new.source)
+        self.notifier.ready(parts.status_line())
+
+
+class _Parts:
+    """The running pieces, for health checks, status lines and an orderly stop."""
+
+    def __init__(self, worker: Worker, watcher: Watcher, jobs: Jobs, runner: JobRunner) -> None:
+        self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "roots": self.watcher.describe(),
+            "pid": os.getpid(),
+            "jobs": {
+                "runs": dict(self.jobs.runs),
+                "errors": dict(self.jobs.errors),
+                "running": self.runner.running,
+                "waiting": self.runner.queue.qsize(),
+            },
+        }
+
+    def healthy(self, config: Config) -> bool:
+        """WATCHDOG=1 only while every part works: observers, scheduler, worker, catalog."""
+        stats = self.worker.stats
+        now = time.monotonic()
+        worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
+        runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
+        return (
+            worker_ok
+            and runner_ok
+            and self.watcher.healthy()
+            and self.jobs.healthy()
+            and stats.db_ok
+        )
+
+    def status_line(self) -> str:
+        stats = self.worker.stats
+        return (
+            f"{len(self.watcher.describe())} roots, {stats.indexed} indexed since start, "
+            f"queue {self.worker.queue.qsize() + len(self.worker.pending)}, "
+            f"last error: {stats.last_error or 'none'}"
+        )
+
+    def stop(self) -> None:
+        self.jobs.stop()
+        self.watcher.stop()
+        if self.worker.is_alive():
+            self.worker.join(timeout=60)
+        if self.runner.is_alive():  # a child asked to end gets CHILD_STOP_SECONDS
+            self.runner.join(timeout=90)

@@ -1,0 +1,257 @@
+"""The service's indexing thread: turns hints into indexing once files are complete.
+
+It does all the indexing of the daemon process; the slow jobs (retention, purge, verify,
+split/compress) run on their own thread (`daemon.job_runner`) so that indexing never waits
+for them. Hints mark a target pending; a target is indexed once `completion.is_ready` says so
+and no local process has it open for writing. Rescans (scheduled, or after lost events) walk
+whole roots.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..catalog.store import Store, actor
+from ..children import reader_child, tf_child
+from ..core import completion
+from ..core.model import FileStat, Hint, HintKind, Rescan
+from ..core.units import iso_utc
+from ..fs import discovery, procfs
+from ..logs import event
+from ..settings.config import Config
+from ..usecases.indexer import ScanReport, scan
+
+TICK_SECONDS = 0.1
+TF_CHILD_IDLE_SECONDS = 60.0  # keep the TensorFlow child between checkpoints, not forever
+READER_CHILD_IDLE_SECONDS = 600.0  # the file reader child (~60 MB): kept for low latency
+_TF_NAMES = ("checkpoint",)
+_SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "keras_metadata.pb")
+_METRICS_SUFFIXES = (".csv", ".log", ".json", ".tsv")
+
+
+@dataclass
+class Stats:
+    """What the service reports about itself (STATUS=, heartbeat, `ckpt status`)."""
+
+    started_at: str
+    tick: float = field(default_factory=time.monotonic)  # last time the worker loop ran
+    indexed: int = 0
+    last_index_at: str | None = None
+    last_error: str | None = None
+    failed: int = 0
+    db_ok: bool = True  # the last heartbeat write reached the catalog
+
+
+def target_for(path: Path, is_dir: bool) -> tuple[Path, bool] | None:
+    """What a hinted path means to index: (path, is a folder), or None if it is not ours."""
+    if any(discovery.is_skipped_dir(part) for part in path.parts[:-1]):
+        return None
+    name = path.name
+    if is_dir:
+        return None if discovery.is_skipped_dir(name) else (path, True)
+    if discovery.is_temp_name(name):
+        return None
+    if name in _SAVED_MODEL_FILES:
+        return path.parent, True
+    if path.parent.name == "variables" and name.startswith("variables."):
+        return path.parent.parent, True
+    if name in _TF_NAMES or name.endswith(".index") or discovery.is_data_shard(name):
+        return path.parent, True  # a TF checkpoint completes as a set: look at the folder
+    if name.lower().endswith(discovery.CHECKPOINT_SUFFIXES):
+        return path, False
+    if name.lower().endswith(_METRICS_SUFFIXES):
+        return path.parent, True  # metrics of the run's checkpoints may have changed
+    return None
+
+
+class Worker(threading.Thread):
+    def __init__(
+        self, config: Config, store: Store, stats: Stats, stopping: threading.Event
+    ) -> None:
+        super().__init__(name="ckpt-worker", daemon=True)
+        self.config = config  # replaced on reload, read at each step
+        self.store = store
+        self.stats = stats
+        self.stopping = stopping
+        self.queue: queue.Queue[Hint | Rescan] = queue.Queue(maxsize=100_000)
+        self.pending: dict[Path, completion.Pending] = {}
+        self.folders: set[Path] = set()
+        self._rescan: Rescan | None = None
+        self._heartbeat_id: int | None = None
+        self._beat_at = 0.0
+        # The service adds what only it knows (observers, job counts) to every heartbeat.
+        self.more_state: Callable[[], dict[str, Any]] = dict
+
+    def offer(self, item: Hint | Rescan) -> None:
+        """Called from watcher and scheduler threads: never blocks, never raises."""
+        try:
+            self.queue.put_nowait(item)
+        except queue.Full:
+            self._rescan = Rescan("work queue overflow")
+
+    def run(self) -> None:
+        reader_child.keep_session()  # started now: the first file does not wait for it
+        try:
+            self._loop()
+        finally:
+            tf_child.end_idle(0)
+            reader_child.end_idle(0)
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self._step()
+            except Exception as exc:  # the catalog is down, a disk error: log, retry later
+                self.stats.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                event("worker_error", level=logging.ERROR, error=self.stats.last_error)
+                self.stopping.wait(5)
+            self.stats.tick = time.monotonic()
+
+    def _step(self) -> None:
+        try:
+            item: Hint | Rescan | None = self.queue.get(timeout=TICK_SECONDS)
+        except queue.Empty:
+            item = None
+        while item is not None:
+            self._take(item, time.monotonic())
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                item = None
+        if self._rescan is not None:
+            self.rescan(self._rescan)
+        self._index_ready(time.monotonic())
+        self._heartbeat()
+        tf_child.end_idle(TF_CHILD_IDLE_SECONDS)
+        reader_child.end_idle(READER_CHILD_IDLE_SECONDS)
+
+    def _take(self, item: Hint | Rescan, now: float) -> None:
+        if isinstance(item, Rescan):
+            self._rescan = item
+            return
+        if item.kind == HintKind.OVERFLOW:
+            self._rescan = Rescan("events were lost (inotify queue overflow)")
+            return
+        path = Path(item.path)
+        if self.config.root_for(path) is None or self.config.state_dir in path.parents:
+            return
+        found = target_for(path, item.is_dir)
+        if found is None:
+            return
+        target, is_folder = found
+        if is_folder:
+            self.folders.add(target)
+        done = item.kind in (HintKind.CLOSED, HintKind.MOVED, HintKind.DELETED)
+        stat = None if is_folder else _stat(target)
+        self.pending[target] = completion.observe(self.pending.get(target), stat, now, done)
+
+    def _index_ready(self, now: float) -> None:
+        cfg = self.config
+        for target, state in list(self.pending.items()):
+            if target not in self.folders:  # a file may change without events (NFS)
+                self.pending[target] = completion.observe(state, _stat(target), now, False)
+        ready = [
+            t
+            for t, p in self.pending.items()
+            if completion.is_ready(p, now, cfg.settle_seconds, cfg.min_age_seconds)
+        ]
+        if not ready:
+            return
+        writers = procfs.writers_under(root.path for root in cfg.roots)
+        tf_child.keep_session()  # started only if a TF-format checkpoint needs reading
+        for target in ready:
+            if self.stopping.is_set():
+                return
+            busy = [w for w in writers if w == str(target) or w.startswith(f"{target}/")]
+            if busy:  # still open for writing: look again after the next quiet period
+                self.pending[target] = completion.Pending(_stat(target), now, False)
+                continue
+            del self.pending[target]
+            self.folders.discard(target)
+            self._index(target, now)
+
+    def _index(self, target: Path, now: float) -> None:
+        report = self._scan([target], reconcile=False)
+        for path, _reason in report.incomplete:  # not finished after all: wait for it to settle
+            self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
+
+    def rescan(self, request: Rescan) -> ScanReport:
+        self._rescan = None
+        event("rescan", reason=request.reason)
+        report = self._scan([Path(request.target)] if request.target else [])
+        now = time.monotonic()
+        for path, _reason in report.incomplete:
+            self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
+        return report
+
+    def _scan(self, targets: list[Path], *, reconcile: bool = True) -> ScanReport:
+        reader_child.keep_session()  # every checkpoint file is read by it: kept between scans
+        report = scan(
+            self.config,
+            self.store,
+            targets,
+            actor=f"daemon:{actor()}",
+            should_stop=self.stopping.is_set,
+            reconcile=reconcile,
+        )
+        if report.indexed:
+            self.stats.indexed += len(report.indexed)
+            self.stats.last_index_at = iso_utc(time.time())
+        self.stats.failed += len(report.failed)
+        if report.errors:
+            self.stats.last_error = report.errors[-1]
+        return report
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._beat_at < self.config.heartbeat_seconds:
+            return
+        self._beat_at = now
+        self._heartbeat_id = self.store.beat(
+            self._heartbeat_id,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=self.stats.started_at,
+            state=self.state(),
+        )
+
+    def state(self, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.more_state(),
+            "checkpoints": self.store.count(),
+            "queue": self.queue.qsize() + len(self.pending),
+            "indexed": self.stats.indexed,
+            "failed": self.stats.failed,
+            "last_index_at": self.stats.last_index_at,
+            "last_error": self.stats.last_error,
+            "heartbeat_seconds": self.config.heartbeat_seconds,
+            **extra,
+        }
+
+    def final_heartbeat(self, **extra: Any) -> None:
+        """The service's last word in the catalog (`stopped_at`), written by the main thread
+        once this thread has ended."""
+        self._heartbeat_id = self.store.beat(
+            self._heartbeat_id,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=self.stats.started_at,
+            state=self.state(**extra),
+        )
+
+
+def _stat(path: Path) -> FileStat | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return FileStat(st.st_size, st.st_mtime_ns, st.st_ino)

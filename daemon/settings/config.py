@@ -1,0 +1,370 @@
+"""Load and validate config.yaml into frozen objects. Bad values are refused, never "fixed".
+
+Every error names the key path (`roots[0].observer`) and the reason, and exits 2 from the CLI.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..core.retention import KeepBest, Policy
+from .values import at_least_a_second as _at_least_a_second
+from .values import choice as _choice
+from .values import count as _count
+from .values import duration as _duration
+from .values import every as _every
+from .values import heartbeat as _heartbeat
+from .values import mapping as _mapping
+from .values import path as _path
+from .values import size as _size
+from .values import strings as _strings
+
+OBSERVERS = ("auto", "inotify", "polling")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+PACKAGED_DEFAULT = Path(__file__).with_name("default_config.yaml")
+
+
+@dataclass(frozen=True)
+class RootConfig:
+    path: Path
+    observer: str
+    poll_interval: float
+    filename_templates: tuple[str, ...]
+    metrics_files: tuple[str, ...]
+    retention: Policy | None = None
+
+
+@dataclass(frozen=True)
+class RunRule:
+    """`runs: [{match: GLOB, retention: {...}}]`: a policy for the runs whose name matches."""
+
+    match: str
+    retention: Policy
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """Background split/compress of cold checkpoints (None: that half is off)."""
+
+    split_after: float | None = None
+    compress_after: float | None = None
+    codec: str = "gzip"
+    timeout: float = 3600.0  # seconds one split/compress child may run before it is killed
+
+    @property
+    def enabled(self) -> bool:
+        return self.split_after is not None or self.compress_after is not None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Seconds between runs of each background job; 0 turns a job off."""
+
+    rescan: float = 600.0
+    retention: float = 900.0
+    purge: float = 21600.0
+    verify: float = 86400.0
+    artifacts: float = 1800.0
+    misfire_grace: float = 300.0
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str  # the file it came from, or "<built-in default>"
+    database: str
+    state_dir: Path
+    roots: tuple[RootConfig, ...]
+    settle_seconds: float
+    min_age_seconds: float
+    schedule: Schedule
+    heartbeat_seconds: float
+    log_level: str
+    retention: Policy | None = None
+    run_rules: tuple[RunRule, ...] = ()
+    purge_after_seconds: float = 7 * 86400.0
+    artifacts: Artifacts = Artifacts()
+
+    def has_retention(self) -> bool:
+        return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
+
+    def policy_for(self, root: str, run: str) -> tuple[Policy | None, str]:
+        """The retention policy of a run, and where it came from (first match wins)."""
+        for i, rule in enumerate(self.run_rules):
+            if fnmatch.fnmatchcase(run, rule.match):
+                return rule.retention, f"runs[{i}] ({rule.match})"
+        for i, configured in enumerate(self.roots):
+            if str(configured.path) == root and configured.retention is not None:
+                return configured.retention, f"roots[{i}].retention"
+        return self.retention, "retention"
+
+    def root_for(self, path: Path) -> RootConfig | None:
+        """The configured root that contains `path` (no symlinks resolved: paths as given)."""
+        absolute = Path(os.path.abspath(path))
+        for root in self.roots:
+            if absolute == root.path or root.path in absolute.parents:
+                return root
+        return None
+
+
+def find_config_file(explicit: str | None) -> Path | None:
+    """--config, else $CKPT_CONFIG, else ./config.yaml; None means the built-in default."""
+    if explicit is not None and not explicit.strip():
+        raise ConfigError("--config", "an empty path: name a config file, or leave --config out")
+    chosen = explicit or os.environ.get("CKPT_CONFIG")
+    if chosen:
+        path = Path(chosen)
+        if not path.is_file():
+            raise ConfigError("--config", f"{chosen}: no such file")
+        return path
+    local = Path("config.yaml")
+    return local if local.is_file() else None
+
+
+def load(explicit: str | None = None, *, database_override: str | None = None) -> Config:
+    path = find_config_file(explicit)
+    if path is None:
+        text, base, source = PACKAGED_DEFAULT.read_text(), Path.cwd(), "<built-in default>"
+    else:
+        text, base, source = _read(path), path.resolve().parent, str(path)
+    return parse(text, base=base, source=source, database_override=database_override)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("--config", f"{path}: {exc}") from exc
+
+
+def parse(text: str, *, base: Path, source: str, database_override: str | None = None) -> Config:
+    import yaml
+
+    try:
+        document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise ConfigError("(file)", f"not valid YAML: {' '.join(str(exc).split())}") from exc
+    if document is None:
+        document = {}
+    raw = _mapping(document, "(top level)", TOP_KEYS)
+    state_dir = _path(raw.get("state_dir", "./.ckpt"), "state_dir", base)
+    # A URL given on the command line or in the environment is relative to the working folder.
+    override = database_override or os.environ.get("CKPT_DB")
+    database = override or raw.get("database", "sqlite:///{state_dir}/catalog.db")
+    if not isinstance(database, str) or not database.strip():
+        raise ConfigError("database", "expected an SQLAlchemy URL")
+    completion = _mapping(
+        raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
+    )
+    service = _mapping(raw.get("service", {}), "service", {"heartbeat"})
+    return Config(
+        source=source,
+        database=_database_url(database, state_dir, Path.cwd() if override else base),
+        state_dir=state_dir,
+        roots=_roots(raw.get("roots"), base, state_dir),
+        settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
+        min_age_seconds=_duration(
+            completion.get("min_age_seconds", 0.2), "completion.min_age_seconds"
+        ),
+        schedule=_schedule(raw.get("schedule", {})),
+        heartbeat_seconds=_heartbeat(service.get("heartbeat", 10)),
+        log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
+        retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
+        run_rules=_run_rules(raw.get("runs", [])),
+        artifacts=_artifacts(raw.get("artifacts", {})),
+        purge_after_seconds=_duration(
+            _mapping(raw.get("trash", {}), "trash", {"purge_after"}).get("purge_after", "7d"),
+            "trash.purge_after",
+        ),
+    )
+
+
+TOP_KEYS = {
+    "database",
+    "state_dir",
+    "roots",
+    "completion",
+    "schedule",
+    "service",
+    "log_level",
+    "retention",
+    "runs",
+    "trash",
+    "artifacts",
+}
+ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
+SCHEDULE_KEYS = {"rescan", "retention", "purge", "verify", "artifacts", "misfire_grace"}
+POLICY_KEYS = {
+    "keep_last",
+    "keep_best",
+    "keep_every",
+    "keep_within",
+    "keep_hourly",
+    "keep_daily",
+    "keep_weekly",
+    "max_bytes",
+}
+KEEP_BEST_KEYS = {"metric", "n", "mode", "keep_missing"}
+
+
+def _schedule(value: Any) -> Schedule:
+    raw = _mapping(value, "schedule", SCHEDULE_KEYS)
+    default = Schedule()
+    return Schedule(
+        rescan=_every(raw.get("rescan", default.rescan), "schedule.rescan"),
+        retention=_every(raw.get("retention", default.retention), "schedule.retention"),
+        purge=_every(raw.get("purge", default.purge), "schedule.purge"),
+        verify=_every(raw.get("verify", default.verify), "schedule.verify"),
+        artifacts=_every(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
+        # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
+        misfire_grace=_at_least_a_second(
+            raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
+        ),
+    )
+
+
+def _roots(value: Any, base: Path, state_dir: Path) -> tuple[RootConfig, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError("roots", "expected a non-empty list of {path: ...} entries")
+    roots = tuple(_root(item, f"roots[{i}]", base) for i, item in enumerate(value))
+    # Compared as the kernel resolves them: a symlink must not make two names for one folder.
+    real = [Path(os.path.realpath(r.path)) for r in roots]
+    state = Path(os.path.realpath(state_dir))
+    for i, path in enumerate(real):
+        key = f"roots[{i}].path"
+        if path == path.parent:
+            raise ConfigError(
+                key, f"{roots[i].path} is the filesystem root: name the folder the runs are in"
+            )
+        # The catalog, its backups and our temp files must never be indexed, trashed or
+        # rewritten as checkpoints, nor a root be swept by a state_dir clean-up.
+        if path == state or path in state.parents or state in path.parents:
+            relation = "is" if path == state else "contains" if path in state.parents else "is in"
+            raise ConfigError(
+                key, f"{roots[i].path} {relation} state_dir ({state_dir}): keep them apart"
+            )
+        for j, other in enumerate(real):
+            if (path == other and i > j) or other in path.parents:
+                raise ConfigError(
+                    key,
+                    f"{roots[i].path} overlaps roots[{j}] ({roots[j].path}): roots must not"
+                    " overlap (symlinks resolved)",
+                )
+    return roots
+
+
+def _root(item: Any, key: str, base: Path) -> RootConfig:
+    if isinstance(item, str):
+        item = {"path": item}
+    raw = _mapping(item, key, ROOT_KEYS)
+    if "path" not in raw:
+        raise ConfigError(f"{key}.path", "required")
+    templates = raw.get("filename_template", [])
+    templates = [templates] if isinstance(templates, str) else templates
+    return RootConfig(
+        path=_path(raw["path"], f"{key}.path", base),
+        observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
+        # Each poll stats every entry of the tree: sub-second polling burns a core.
+        poll_interval=_at_least_a_second(raw.get("poll_interval", 30), f"{key}.poll_interval"),
+        filename_templates=_templates(templates, f"{key}.filename_template"),
+        metrics_files=_strings(
+            raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),
+            f"{key}.metrics_files",
+        ),
+        retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
+    )
+
+
+def _artifacts(value: Any) -> Artifacts:
+    raw = _mapping(value, "artifacts", {"split_after", "compress_after", "codec", "timeout"})
+
+    def after(key: str) -> float | None:
+        given = raw.get(key)
+        return None if given is None else _duration(given, f"artifacts.{key}")
+
+    codec = _choice(raw.get("codec", "gzip"), "artifacts.codec", ("gzip", "lzf", "zstd"))
+    timeout = _duration(raw.get("timeout", Artifacts.timeout), "artifacts.timeout")
+    if not 0 < timeout < math.inf:
+        raise ConfigError("artifacts.timeout", "must be a duration above 0s")
+    return Artifacts(after("split_after"), after("compress_after"), codec, timeout)
+
+
+def _run_rules(value: Any) -> tuple[RunRule, ...]:
+    if not isinstance(value, list):
+        raise ConfigError("runs", "expected a list of {match: GLOB, retention: {...}}")
+    rules = []
+    for i, item in enumerate(value):
+        raw = _mapping(item, f"runs[{i}]", {"match", "retention"})
+        match = raw.get("match")
+        if not isinstance(match, str) or not match:
+            raise ConfigError(f"runs[{i}].match", "expected a glob over run names, e.g. 'exp-*'")
+        if "retention" not in raw:
+            raise ConfigError(f"runs[{i}].retention", "required")
+        rules.append(RunRule(match, _policy(raw["retention"], f"runs[{i}].retention")))
+    return tuple(rules)
+
+
+def _policy(value: Any, key: str) -> Policy:
+    raw = _mapping(value, key, POLICY_KEYS)
+    best = raw.get("keep_best", [])
+    best = [best] if isinstance(best, dict) else best
+    if not isinstance(best, list):
+        raise ConfigError(f"{key}.keep_best", "expected {metric, n, mode} or a list of them")
+    policy = Policy(
+        keep_last=_count(raw, "keep_last", key),
+        keep_best=tuple(_keep_best(b, f"{key}.keep_best[{i}]") for i, b in enumerate(best)),
+        keep_every=_count(raw, "keep_every", key),
+        keep_within=_duration(raw["keep_within"], f"{key}.keep_within")
+        if "keep_within" in raw
+        else None,
+        keep_hourly=_count(raw, "keep_hourly", key),
+        keep_daily=_count(raw, "keep_daily", key),
+        keep_weekly=_count(raw, "keep_weekly", key),
+        max_bytes=_size(raw["max_bytes"], f"{key}.max_bytes") if "max_bytes" in raw else None,
+    )
+    if policy.is_empty():
+        raise ConfigError(key, "an empty policy keeps nothing: give at least one keep_ rule")
+    return policy
+
+
+def _keep_best(value: Any, key: str) -> KeepBest:
+    raw = _mapping(value, key, KEEP_BEST_KEYS)
+    metric = raw.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise ConfigError(f"{key}.metric", "required: the metric name, e.g. val_loss")
+    mode = raw.get("mode")
+    if mode is not None:
+        _choice(mode, f"{key}.mode", ("min", "max"))
+    keep_missing = raw.get("keep_missing", True)
+    if not isinstance(keep_missing, bool):
+        raise ConfigError(f"{key}.keep_missing", "expected true or false")
+    n = _count(raw, "n", key) if "n" in raw else 1
+    return KeepBest(metric=metric, n=n or 1, mode=mode, keep_missing=keep_missing)
+
+
+def _templates(value: Any, key: str) -> tuple[str, ...]:
+    from ..core.metrics import compile_template
+
+    templates = _strings(value, key)
+    for i, template in enumerate(templates):
+        try:
+            compile_template(template)
+        except ValueError as exc:
+            raise ConfigError(f"{key}[{i}]", str(exc)) from exc
+    return templates
+
+
+def _database_url(url: str, state_dir: Path, base: Path) -> str:
+    """Fill in {state_dir}; make a relative SQLite path relative to the config's folder."""
+    url = url.replace("{state_dir}", str(state_dir))
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        rest = url[len(prefix) :]
+        if rest and not rest.startswith(":memory:") and not rest.startswith("file:"):
+            url = prefix + os.path.abspath(base / rest)
+    return url

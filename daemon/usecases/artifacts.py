@@ -1,0 +1,246 @@
+"""Artifact use cases: split a checkpoint into an inference artifact, compress one in place.
+
+The transforms (`daemon.transforms`) write, verify and atomically rename; this module holds the
+rails around them, as for retention: the checkpoint must be `ok`, inside a configured root,
+unchanged since it was indexed; the run's lease is held; an audit event is recorded before and
+completed after; the result is registered in the catalog so the watcher and the indexer know
+the artifact is ours (never indexed as an unrelated new checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..catalog import store_actions, store_leases
+from ..catalog.store import Store
+from ..core.errors import UsageError
+from ..core.model import Checkpoint, CheckpointStatus
+from ..fs import fsops
+from ..settings.config import Artifacts, Config
+from . import guards
+
+if TYPE_CHECKING:
+    from ..transforms.compress import CompressResult
+    from ..transforms.split import SplitResult
+
+LEASE_SECONDS = 3600.0
+
+
+def split_checkpoint(
+    config: Config,
+    store: Store,
+    ref: str,
+    *,
+    out: Path | None = None,
+    keep_compile: bool = False,
+    actor: str,
+    leased: bool = False,
+) -> tuple[Checkpoint, SplitResult]:
+    """`leased`: the caller (retention's demotion) already holds the run's lease.
+
+    The artifact is registered before it gets its name (a pending row, completed after), so
+    a scan racing the split, or one after a crash in between, knows the file is ours; the file
+    also carries a marker (`transforms.marker`). Any other file at that name is never
+    replaced: only this checkpoint's own artifact, still as registered, is rewritten."""
+    from ..transforms.split import inference_path, split
+
+    c = store.get(ref)
+    with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
+        _check_out(root, out)
+        final = inference_path(Path(c.path), out)
+        replacing = _own_artifact(root, c, final)
+        pending = replacing is None
+        if pending:
+            _register(store, c.id, "inference", final, 0, None, None)
+        try:
+            result = split(
+                root,
+                Path(c.path),
+                out=out,
+                keep_compile=keep_compile,
+                replacing=replacing,
+                source_hash=c.hash,
+            )
+        except BaseException:
+            if pending:
+                store_actions.forget_artifact(store.engine, str(final))
+            raise
+        _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
+    return store.get(str(c.id)), result
+
+
+def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | None:
+    """The identity of what is at `final` if it is `c`'s own registered artifact, unchanged;
+    None if nothing is there; WouldReplace (exit 2) for anything else."""
+    from ..fs.hashing import hash_files
+    from ..transforms import marker
+
+    found = fsops.identity(root, final)
+    if found is None:
+        return None
+    registered = [a for a in c.details.get("artifacts", []) if a["path"] == str(final)]
+    if registered:
+        expected = registered[0]["hash"]
+        if expected is None:  # a pending row (a split killed after its rename): the marker
+            mark = marker.read(final)
+            ours = mark is not None and mark.get("parent") == c.path
+        else:
+            ours = hash_files([final]) == expected
+        if ours and found.same_file(fsops.identity(root, final)):  # what we hashed is there
+            return found
+    raise fsops.WouldReplace(
+        f"{final} exists and is not this checkpoint's artifact: refused, nothing replaced "
+        "(move it away, or write elsewhere with --out)"
+    )
+
+
+def _register(
+    store: Store,
+    checkpoint_id: int,
+    kind: str,
+    path: Path,
+    size: int,
+    codec: str | None,
+    digest: str | None,
+) -> None:
+    store_actions.add_artifact(
+        store.engine,
+        checkpoint_id,
+        kind=kind,
+        path=str(path),
+        size=size,
+        codec=codec,
+        digest=digest,
+    )
+
+
+def compress_checkpoint(
+    config: Config,
+    store: Store,
+    ref: str,
+    *,
+    codec: str = "gzip",
+    level: int | None = None,
+    shuffle: bool = True,
+    actor: str,
+) -> tuple[Checkpoint, CompressResult]:
+    from ..transforms.compress import compress
+
+    c = store.get(ref)
+    with _acting_on(config, store, c, "compress", actor) as (root, members):
+        result = compress(root, Path(c.path), codec=codec, level=level, shuffle=shuffle)
+        if result.skipped is None:
+            stat = fsops.current_stat(root, members)
+            store_actions.record_rewrite(
+                store.engine, c.id, stat=stat, digest=result.hash, codec=result.codec
+            )
+        # Recorded so the scheduled job compresses it once; a file that would not shrink is
+        # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
+        tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
+        _register(store, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash)
+    return store.get(str(c.id)), result
+
+
+NOT_SMALLER = "not smaller: "
+
+
+def adopt(store: Store, path: Path) -> str | None:
+    """If `path` carries our artifact marker: make sure the catalog lists it as an artifact of
+    its parent, and say why it is not a checkpoint (the indexer skips it); else None."""
+    from ..core.errors import NotFound
+    from ..fs.hashing import hash_files
+    from ..transforms import marker
+
+    mark = marker.read(path)
+    if mark is None:
+        return None
+    parent = str(mark["parent"])
+    try:
+        owner = store.get(parent)
+    except NotFound:
+        return f"an artifact ckpt derived from {parent} (not in the catalog)"
+    if not any(a["path"] == str(path) for a in owner.details.get("artifacts", [])):
+        size = path.stat().st_size
+        kind = str(mark.get("kind") or "inference")
+        _register(store, owner.id, kind, path, size, None, hash_files([path]))
+    return f"an artifact ckpt derived from {parent}"
+
+
+@contextmanager
+def _acting_on(
+    config: Config, store: Store, c: Checkpoint, action: str, actor: str, *, leased: bool = False
+) -> Iterator[tuple[Path, list[Path]]]:
+    if c.status != CheckpointStatus.OK:
+        raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {action}ed")
+    if c.format in ("tf-checkpoint", "savedmodel"):
+        raise UsageError(
+            f"{c.path} is a {c.format}: {action} works on Keras HDF5 and .keras "
+            "files (TF formats keep weights and optimizer state apart only in "
+            "their object graph)"
+        )
+    root, members = guards.located(config, store, c)
+    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
+    holder = f"{actor} pid {os.getpid()}"
+    lease = (
+        contextlib.nullcontext()
+        if leased
+        else store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS)
+    )
+    with lease as taken_from:
+        if taken_from is not None:  # a killed command held it: settle what it left planned
+            from . import recovery
+
+            recovery.settle_events(config, store, of=taken_from)
+        guards.recheck(store, c, root, members)
+        with store_actions.audited(
+            store.engine,
+            action=action,
+            checkpoint_id=c.id,
+            path=c.path,
+            reason=None,
+            size=c.size_bytes,
+            actor=actor,
+        ):
+            yield root, members
+
+
+def _check_out(root: Path, out: Path | None) -> None:
+    """An artifact stays in its checkpoint's root: only paths there are ever written."""
+    if out is not None and not Path(os.path.abspath(out)).is_relative_to(root):
+        raise fsops.Refused(f"--out {out} is not inside the checkpoint's root {root}")
+
+
+SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")
+COMPRESSIBLE = (*SPLITTABLE, "keras-legacy-weights-h5")
+
+
+def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:
+    """(to split, to compress): `ok` checkpoints old enough and not done yet, oldest first."""
+    from ..core.query import ListQuery
+
+    cold = store.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
+    split_done = store_actions.ids_with_artifact(store.engine, "inference")
+    compressed = store_actions.ids_with_artifact(store.engine, "compressed")
+    to_split = [
+        c
+        for c in cold
+        if cfg.split_after is not None
+        and now - c.mtime >= cfg.split_after
+        and c.format in SPLITTABLE
+        and (c.optimizer_bytes or 0) > 0
+        and c.id not in split_done
+    ]
+    to_compress = [
+        c
+        for c in cold
+        if cfg.compress_after is not None
+        and now - c.mtime >= cfg.compress_after
+        and c.format in COMPRESSIBLE
+        and c.id not in compressed
+    ]
+    return to_split, to_compress

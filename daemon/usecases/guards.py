@@ -1,0 +1,67 @@
+"""The checks before any act on a checkpoint's files (trash, split, compress).
+
+The file must be inside a configured root, and its bytes must still be the ones the catalog
+indexed (size, mtime, inode, and the hash when cheap): a decision taken on a checkpoint must
+never be carried out on other bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..catalog.store import Store
+from ..core.errors import NotFound
+from ..core.model import Checkpoint, FileStat
+from ..fs import fsops
+from ..settings.config import Config
+
+HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0.5 s
+
+
+def located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Path]]:
+    """The configured root holding `c`, and every file (or folder) it is made of."""
+    root, path = configured_root(config, c), Path(c.path)
+    _stat, _digest, files = store.identity(c.id)
+    if c.format == "tf-checkpoint":
+        return root, [path.parent / name for name in files]
+    return root, [path]
+
+
+def recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> None:
+    """Skip anything whose bytes may differ from what was indexed (and decided on)."""
+    expected, digest, _files = store.identity(c.id)
+    found = fsops.current_stat(root, members)
+    if found != expected:
+        raise fsops.Refused(
+            f"{c.path} changed since it was indexed ({_diff(expected, found)}):"
+            " skipped; the next scan re-indexes it"
+        )
+    if digest and expected.size <= HASH_RECHECK_MAX_BYTES and c.format != "savedmodel":
+        from ..fs.hashing import hash_files
+
+        if hash_files(members) != digest:
+            raise fsops.Refused(f"{c.path} has other bytes than when indexed: skipped")
+
+
+def _diff(expected: FileStat, found: FileStat) -> str:
+    names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
+    return ", ".join(names) + " differ"
+
+
+def configured_root(config: Config, c: Checkpoint) -> Path:
+    root = config.root_for(Path(c.path))
+    if root is None or str(root.path) != c.root:
+        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
+    return root.path
+
+
+def run_id(store: Store, c: Checkpoint) -> int:
+    for key, root, name in store.run_keys():
+        if name == c.run and root == c.root:
+            return key
+    raise NotFound(f"run {c.run} of {c.path} is not in the catalog")
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,385 @@
+"""Retention use cases: plan, prune (to the trash), restore, purge.
+
+Decisions come from the pure planner (`daemon.retention`); this module holds the safety rails:
+the run's lease, a re-check of every file against the catalog right before acting (anything
+changed since it was indexed is skipped), containment in a configured root (fsops), and an
+audit event recorded before each filesystem call and completed after it. `dry_run` is the same
+code path with the acting switched off.
+
+Pins against a running prune or purge: `ckpt pin` takes no lease (it never waits); instead
+every move is *claimed* right before it happens, in one catalog transaction that re-reads the
+row's pin and status and sets it `trashed` (with where its files go) only if it is still an
+unpinned `ok` checkpoint (`store_actions.claim`); a purge claims `trashed` -> `purged` the same
+way right before its unlink. Writers are serialized by the database (BEGIN IMMEDIATE; SELECT
+... FOR UPDATE elsewhere), so a pin either commits first, and the claim sees it and skips the
+checkpoint, or commits after, and then reports the checkpoint as trashed (it can be restored,
+and a pinned trashed checkpoint is never purged). A claim whose move fails gives the row its
+status back; a claim whose process died before the move is settled by `daemon.recovery` (the
+files are where they are: in the trash means trashed, at their path means `ok` again).
+Restore and purge hold the run's lease, so they never act on the same files at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..catalog import store_actions, store_leases, store_recovery
+from ..catalog.store import Store
+from ..core import retention
+from ..core.errors import CkptError, NotFound, UsageError
+from ..core.model import Checkpoint, CheckpointStatus
+from ..core.query import ListQuery
+from ..core.units import iso_utc, parse_duration
+from ..formats import tf_state
+from ..fs import fsops
+from ..settings.config import Config
+from . import guards, recovery
+
+LEASE_SECONDS = 600.0
+_GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
+
+
+@dataclass
+class RunPlan:
+    root: str
+    run: str
+    run_id: int
+    policy: str  # where it came from, and what it says
+    plan: retention.Plan
+    moved: set[int] | None = None  # ids actually moved to the trash (None: nothing was run)
+
+    @property
+    def bytes_freed(self) -> int:
+        """What the plan frees (dry run), or what the moves that happened freed."""
+        if self.moved is None:
+            return self.plan.bytes_freed
+        return sum(d.size_bytes for d in self.plan.to_trash() if d.id in self.moved)
+
+    @property
+    def trashed(self) -> int:
+        doomed = self.plan.to_trash()
+        return len(doomed) if self.moved is None else len(self.moved)
+
+
+@dataclass
+class PruneReport:
+    dry_run: bool
+    runs: list[RunPlan] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "runs": [
+                {
+                    "run": rp.run,
+                    "root": rp.root,
+                    "policy": rp.policy,
+                    "decisions": [
+                        {
+                            "id": d.id,
+                            "path": d.path,
+                            "action": d.action,
+                            "reasons": list(d.reasons),
+                            "bytes": d.size_bytes,
+                            **({"done": d.id in rp.moved} if rp.moved is not None else {}),
+                        }
+                        for d in rp.plan.decisions
+                    ],
+                    "bytes_freed": rp.bytes_freed,
+                    "trashed": rp.trashed,
+                    "notes": list(rp.plan.notes),
+                }
+                for rp in self.runs
+            ],
+            "skipped": self.skipped,
+            "failures": self.failures,
+        }
+
+
+def plan_runs(
+    config: Config,
+    store: Store,
+    runs: list[str] | None = None,
+    override: retention.Policy | None = None,
+) -> PruneReport:
+    report = PruneReport(dry_run=True)
+    for run_id, root, name in store.run_keys():
+        if runs and name not in runs:
+            continue
+        policy, source = (override, "command line") if override else config.policy_for(root, name)
+        if policy is None:
+            report.skipped.append({"run": name, "reason": "no retention policy configured"})
+            continue
+        items = [_item(c, _demotable(c)) for c in _checkpoints(store, root, name)]
+        if items:
+            described = f"{source}: {policy.describe()}"
+            report.runs.append(
+                RunPlan(root, name, run_id, described, retention.plan(items, policy))
+            )
+    if runs and not report.runs and not report.skipped:
+        raise NotFound(f"no run named {', '.join(runs)} in the catalog")
+    if report.skipped and not report.runs and not config.has_retention():
+        raise UsageError(
+            "no retention policy: pass keep flags (ckpt prune --help) or configure "
+            "`retention:` in the config"
+        )
+    return report
+
+
+def prune(
+    config: Config,
+    store: Store,
+    *,
+    runs: list[str] | None = None,
+    override: retention.Policy | None = None,
+    dry_run: bool = False,
+    actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> PruneReport:
+    """`should_stop` is asked before each move: a stopped prune leaves the rest as it was."""
+    if not dry_run:  # a killed command's claims first: what it never moved is a candidate again
+        recovery.settle_events(config, store)
+    report = plan_runs(config, store, runs, override)
+    report.dry_run = dry_run
+    if dry_run:
+        return report
+    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    for rp in report.runs:
+        if rp.plan.to_trash():
+            rp.moved = set()
+            if should_stop():
+                break
+            try:
+                _execute(config, store, rp, batch, actor, report, should_stop)
+            except fsops.Refused as exc:  # a whole run refused: say so, go on with the others
+                report.failures.append({"id": None, "path": rp.run, "error": str(exc)})
+    return report
+
+
+def _execute(
+    config: Config,
+    store: Store,
+    rp: RunPlan,
+    batch: str,
+    actor: str,
+    report: PruneReport,
+    should_stop: Callable[[], bool],
+) -> None:
+    holder = f"{actor} pid {os.getpid()}"
+    with store_leases.lease(store.engine, rp.run_id, holder, LEASE_SECONDS) as taken_from:
+        if taken_from is not None:  # a killed command held it: settle what it left planned
+            recovery.settle_events(config, store, of=taken_from)
+        fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
+        current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
+        _refuse_unsafe_plan(rp, current)
+        renewed = time.monotonic()
+        for decision in rp.plan.to_trash():
+            if should_stop():
+                return
+            if time.monotonic() - renewed > LEASE_SECONDS / 4:  # a long prune keeps its lease
+                store_leases.renew_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
+                renewed = time.monotonic()
+            try:
+                _trash(config, store, current[decision.id], decision, batch, actor)
+                assert rp.moved is not None
+                rp.moved.add(decision.id)
+            except (CkptError, OSError, KeyError) as exc:
+                report.failures.append(
+                    {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
+                )
+
+
+def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
+    """The executor's own rails, whatever the planner said."""
+    doomed = {d.id for d in rp.plan.to_trash()}
+    ok = [c for c in current.values() if c.status == CheckpointStatus.OK]
+    if ok and doomed >= {c.id for c in ok}:
+        raise fsops.Refused(f"refused: the plan for run {rp.run} would trash every checkpoint")
+    # The planner's own notion of newest (epoch/step, then mtime), not when a file was touched.
+    if doomed & set(retention.newest([_item(c, False) for c in ok])):
+        raise fsops.Refused(f"refused: the plan for run {rp.run} would trash its newest checkpoint")
+
+
+def _trash(
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    decision: retention.Decision,
+    batch: str,
+    actor: str,
+) -> None:
+    if c.status != CheckpointStatus.OK or c.pinned:
+        raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    if decision.action == "demote" and c.id not in store_actions.ids_with_artifact(
+        store.engine, "inference"
+    ):  # the inference artifact first, then the full file goes
+        from .artifacts import split_checkpoint
+
+        split_checkpoint(config, store, str(c.id), actor=actor, leased=True)
+    root, members = guards.located(config, store, c)
+    guards.recheck(store, c, root, members)
+    reason = "; ".join(decision.reasons)
+    trash = {
+        "paths": [
+            str(root.joinpath(fsops.TRASH_DIR, batch, *fsops.relative_parts(root, m)))
+            for m in members
+        ],
+        "at": iso_utc(time.time()),
+        "batch": batch,
+        "members": [str(m) for m in members],
+    }
+    event_id, refused = store_actions.claim(
+        store.engine, c.id, action="trash", reason=reason, actor=actor, trash=trash
+    )
+    if event_id is None:
+        raise fsops.Refused(refused)
+    try:
+        trashed = fsops.move_to_trash(root, members, batch)
+    except BaseException as exc:
+        store_actions.end_claim(store.engine, event_id, c.id, failed=guards.one_line(exc))
+        raise
+    if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
+        moved = {**trash, "paths": [str(p) for p in trashed]}
+        store_actions.set_status(store.engine, c.id, CheckpointStatus.TRASHED, reason, trash=moved)
+    store_actions.end_claim(store.engine, event_id, c.id)
+    if c.format == "tf-checkpoint":
+        _forget_in_state_file(root, Path(c.path))
+
+
+def _forget_in_state_file(root: Path, prefix: Path) -> None:
+    """Keep TF's `checkpoint` file naming checkpoints that exist (latest_checkpoint, resume)."""
+    state = prefix.parent / tf_state.STATE_FILE
+    try:
+        text = state.read_text()
+    except FileNotFoundError:
+        return
+    rewritten = tf_state.without(text, str(prefix.parent), str(prefix))
+    if rewritten is not None:
+        fsops.atomic_write(root, state, rewritten.encode())
+
+
+def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
+    c = store.get(recovery.trashed_ref(store, ref))
+    info = c.details.get("trash") or {}
+    if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
+        raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
+    root = guards.configured_root(config, c)
+    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
+    holder = f"{actor} pid {os.getpid()}"
+    with store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS) as dead:
+        if dead is not None:
+            recovery.settle_events(config, store, of=dead)
+        with store_actions.audited(
+            store.engine,
+            action="restore",
+            checkpoint_id=c.id,
+            path=c.path,
+            reason=None,
+            size=c.size_bytes,
+            actor=actor,
+        ):
+            fsops.restore(
+                root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]]
+            )
+            # A record found in the trash was never read: the next scan reads it.
+            status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
+            reason = None if c.hash else "restored from the trash: read at the next scan"
+            store_actions.set_status(store.engine, c.id, status, reason, clear_trash=True)
+    return store.get(str(c.id))
+
+
+def purge(
+    config: Config,
+    store: Store,
+    *,
+    older_than: float,
+    dry_run: bool = False,
+    actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Delete trashed checkpoints trashed more than `older_than` seconds ago (never a pinned
+    one). `should_stop` is asked before each item. Returns (purged, failures)."""
+    cutoff = iso_utc(time.time() - older_than)
+    trashed = store_actions.trashed(store.engine, include_pinned=False)
+    due = [t for t in trashed if t.get("at", "") <= cutoff]
+    if dry_run:
+        return due, []
+    purged, failures = [], []
+    for item in due:
+        if should_stop():
+            break
+        try:
+            _purge_one(config, store, item, actor)
+            purged.append(item)
+        except (CkptError, OSError) as exc:
+            failures.append({"id": item["id"], "path": item["path"], "error": guards.one_line(exc)})
+    return purged, failures
+
+
+def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -> None:
+    root = config.root_for(Path(item["path"]))
+    if root is None or str(root.path) != item["root"]:
+        raise fsops.Refused(f"{item['path']} is not inside a configured root: never touched")
+    run_id = store_recovery.run_of(store.engine, item["id"])
+    holder = f"{actor} pid {os.getpid()}"
+    with store_leases.lease(store.engine, run_id, holder, LEASE_SECONDS) as dead:
+        if dead is not None:
+            recovery.settle_events(config, store, of=dead)
+        # Claimed right before the unlink: a pin committed before it keeps the files.
+        event_id, refused = store_actions.claim(
+            store.engine, item["id"], action="purge", reason=None, actor=actor
+        )
+        if event_id is None:
+            raise fsops.Refused(refused)
+        try:
+            fsops.purge(root.path, [Path(p) for p in item["paths"]])
+        except BaseException as exc:
+            store_actions.end_claim(store.engine, event_id, item["id"], failed=guards.one_line(exc))
+            raise
+        store_actions.end_claim(store.engine, event_id, item["id"])
+
+
+def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:
+    c = store.get(ref)
+    store_actions.set_pinned(store.engine, c.id, pinned, actor)
+    return store.get(str(c.id))
+
+
+def parse_older_than(text: str | None, config: Config) -> float:
+    try:
+        return parse_duration(text) if text else config.purge_after_seconds
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+
+
+def _checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
+    return [c for c in store.list(ListQuery(run=run, root=root)) if c.status not in _GONE]
+
+
+def _item(c: Checkpoint, demotable: bool) -> retention.Item:
+    return retention.Item(
+        id=c.id,
+        path=c.path,
+        status=c.status.value,
+        mtime=c.mtime,
+        size_bytes=c.size_bytes,
+        epoch=c.epoch,
+        step=c.step,
+        pinned=c.pinned,
+        metrics=c.metrics,
+        # Without its optimizer state a checkpoint is about its weights plus the config.
+        inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if demotable else None,
+    )
+
+
+def _demotable(c: Checkpoint) -> bool:
+    from .artifacts import SPLITTABLE
+
+    return c.format in SPLITTABLE and (c.optimizer_bytes or 0) > 0

@@ -1,0 +1,210 @@
+"""After a crash: the trash folder reconciled with the catalog, planned acts of dead processes
+settled, their leases dropped. Run by every scan (so by `ckpt serve` at start, `serve --once`
+and the daemon's rescans) and when a command takes over the lease of a dead process.
+
+The disk is the truth. A checkpoint in `<root>/.ckpt-trash/<batch>/` is `trashed` (restorable,
+purgeable), whatever the catalog said when its mover died. A `planned` event is closed `done`
+when the disk shows the act happened (whoever planned it), and `abandoned` when it did not and
+the process that planned it is gone (same host, pid not alive; an event of an older catalog,
+with no pid, once it is older than any lease).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..catalog import store_leases, store_recovery
+from ..catalog.store import Store
+from ..core.errors import UsageError
+from ..core.model import CheckpointStatus
+from ..core.units import iso_utc
+from ..fs import discovery, fsops
+from ..logs import event
+from ..settings.config import Config, RootConfig
+
+LEGACY_EVENT_SECONDS = 3600.0  # planned events without a pid: older than any lease
+
+
+@dataclass
+class Recovered:
+    adopted: list[str] = field(default_factory=list)  # found in the trash, now `trashed`
+    settled: dict[str, int] = field(default_factory=dict)  # planned events closed, by state
+
+
+def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = None) -> Recovered:
+    """The trash folder of each root (all configured roots by default), then planned events."""
+    report = Recovered()
+    for root in config.roots if roots is None else roots:
+        if root.path.is_dir():
+            report.adopted += reconcile_trash(store, root)
+    report.settled = settle_events(config, store)  # dead processes' acts, leased or not
+    for host, pid in store_leases.drop_dead_leases(store.engine):
+        event("lease_freed", host=host, pid=pid, reason="its process is gone")
+    return report
+
+
+def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
+    """Give every checkpoint found in the root's trash folder a `trashed` row with its trash
+    paths; returns their original paths."""
+    trash_dir = root.path / fsops.TRASH_DIR
+    try:
+        batches = sorted(
+            (e for e in os.scandir(trash_dir) if e.is_dir(follow_symlinks=False)),
+            key=lambda e: e.name,
+        )
+    except OSError:
+        return []
+    if not batches:
+        return []
+    known = store_recovery.trash_paths(store.engine, str(root.path))
+    adopted = []
+    for batch in batches:
+        for found in discovery.walk(Path(batch.path)):
+            if not isinstance(found, discovery.Candidate):
+                continue
+            if str(found.path) in known or str(found.members[0]) in known:
+                continue  # already a trash record (or a purge in flight)
+            original = _original(root.path, Path(batch.path), found.path)
+            if _adopt(store, root, batch.name, found, original):
+                adopted.append(str(original))
+    return adopted
+
+
+def _original(root: Path, batch_dir: Path, path: Path) -> Path:
+    return root / path.relative_to(batch_dir)
+
+
+def _adopt(
+    store: Store, root: RootConfig, batch: str, found: discovery.Candidate, original: Path
+) -> bool:
+    try:
+        stat = discovery.stat_members(found.members)
+    except OSError:
+        return False
+    text, valid = discovery.display_path(original)
+    if not valid:
+        return False  # never acted on by that name
+    batch_dir = root.path / fsops.TRASH_DIR / batch
+    trash = {
+        "paths": [str(m) for m in found.members]
+        if found.family == discovery.TF_CHECKPOINT
+        else [str(found.path)],
+        "at": _batch_time(batch, batch_dir),
+        "batch": batch,
+        "members": [str(_original(root.path, batch_dir, m)) for m in found.members]
+        if found.family == discovery.TF_CHECKPOINT
+        else [text],
+    }
+    run_dir = original.parent
+    run = str(run_dir.relative_to(root.path)) if run_dir != root.path else "."
+    checkpoint_id = store_recovery.adopt_trashed(
+        store.engine,
+        root=str(root.path),
+        run=run,
+        path=text,
+        stat=stat,
+        trash=trash,
+        files=[m.name for m in found.members] if found.family == discovery.TF_CHECKPOINT else [],
+    )
+    event("trash_reconciled", path=text, checkpoint=checkpoint_id, batch=batch)
+    return True
+
+
+def _batch_time(batch: str, batch_dir: Path) -> str:
+    """When a batch went to the trash: its name says (`20261130T120000Z-<pid>`)."""
+    try:
+        moment = dt.datetime.strptime(batch.split("-", 1)[0], "%Y%m%dT%H%M%SZ")
+        return iso_utc(moment.replace(tzinfo=dt.UTC).timestamp())
+    except ValueError:
+        try:
+            return iso_utc(batch_dir.stat().st_mtime)
+        except OSError:
+            return iso_utc(time.time())
+
+
+def settle_events(
+    config: Config, store: Store, *, of: tuple[str, int] | None = None
+) -> dict[str, int]:
+    """Close planned events whose act happened (`done`) or whose process died before it
+    (`abandoned`); `of`: only those of this (host, pid). Returns counts by new state."""
+    counts: dict[str, int] = {}
+    legacy_before = iso_utc(time.time() - LEGACY_EVENT_SECONDS)
+    for ev in store_recovery.planned_events(store.engine):
+        if of is not None and (ev["host"], ev["pid"]) != of:
+            continue
+        dead = store_leases.dead_here(ev["host"], ev["pid"]) or (
+            ev["pid"] is None and ev["at"] < legacy_before
+        )
+        state = _settle(store, ev, dead)
+        if state is not None:
+            counts[state] = counts.get(state, 0) + 1
+            event("event_settled", id=ev["id"], action=ev["action"], state=state, path=ev["path"])
+    return counts
+
+
+def _settle(store: Store, ev: dict[str, Any], dead: bool) -> str | None:
+    row = store_recovery.row_state(store.engine, ev["checkpoint_id"])
+    trash = (row or {}).get("trash") or {}
+    in_trash = [os.path.lexists(p) for p in trash.get("paths", [])]
+    at_home = [os.path.lexists(p) for p in trash.get("members", [])]
+    moved = bool(in_trash) and all(in_trash)
+    back = bool(at_home) and all(at_home) and not any(in_trash)
+    gone = bool(in_trash) and not any(in_trash)
+    action, settle, engine = ev["action"], store_recovery.settle, store.engine
+    trashed, purged = CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value
+    key = {"checkpoint_id": ev["checkpoint_id"]}
+    if action == "trash" and moved and row and row["status"] == trashed:
+        settle(engine, ev["id"], "done")
+    elif action == "purge" and gone:
+        settle(engine, ev["id"], "done", **key, expect=trashed, status=CheckpointStatus.PURGED)
+    elif action == "restore" and back:
+        status = CheckpointStatus.OK if row and row["hash"] else CheckpointStatus.INCOMPLETE
+        settle(engine, ev["id"], "done", **key, expect=trashed, status=status, clear_trash=True)
+    elif not dead:
+        return None  # its process may still be at it
+    else:
+        why = "the process that planned it ended before it acted"
+        if action == "trash" and back:  # claimed, never moved: the checkpoint is where it was
+            settle(
+                engine,
+                ev["id"],
+                "abandoned",
+                **key,
+                expect=trashed,
+                status=CheckpointStatus.OK,
+                clear_trash=True,
+                reason=why,
+            )
+        elif action == "purge" and any(in_trash):  # claimed, files still in the trash
+            settle(
+                engine,
+                ev["id"],
+                "abandoned",
+                **key,
+                expect=purged,
+                status=CheckpointStatus.TRASHED,
+                reason=why,
+            )
+        else:
+            settle(engine, ev["id"], "abandoned", reason=why)
+        return "abandoned"
+    return "done"
+
+
+def trashed_ref(store: Store, ref: str) -> str:
+    """`ckpt trash restore REF`: an id, or the original path of a trashed checkpoint (found
+    even when a new file, with its own row, is at that path now)."""
+    if ref.isdigit():
+        return ref
+    ids = store_recovery.trashed_at(store.engine, os.path.abspath(ref))
+    if len(ids) > 1:
+        listed = ", ".join(map(str, ids))
+        raise UsageError(
+            f"{len(ids)} trashed checkpoints were at {ref}: restore one by id ({listed})"
+        )
+    return str(ids[0]) if ids else ref

@@ -1,0 +1,130 @@
+"""`ckpt verify`: do the files still hold the bytes the catalog indexed? Re-hash and compare.
+
+A mismatch is reported, never "fixed": the next scan re-indexes a file that changed, and a
+checkpoint whose bytes changed without its size or mtime changing is worth a human's look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import python_module
+from ..catalog.store import Store
+from ..core.errors import CkptError
+from ..core.model import Checkpoint, CheckpointStatus
+from ..core.query import ListQuery
+from ..fs import fsops
+from ..fs.hashing import hash_files
+from ..settings.config import Config
+from . import guards
+
+
+@dataclass(frozen=True)
+class Verdict:
+    id: int
+    path: str
+    ok: bool
+    detail: str  # "hash matches", "hash differs", "file missing", ...
+
+    def as_dict(self) -> dict[str, object]:
+        return {"id": self.id, "path": self.path, "ok": self.ok, "detail": self.detail}
+
+
+def verify(
+    config: Config,
+    store: Store,
+    refs: list[str],
+    *,
+    load: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[Verdict]:
+    """Verdicts for `refs` (ids or paths), or for every `ok` checkpoint and its artifacts;
+    with `load`, also whether Keras loads each one and its inference artifact predicts the
+    same (in a child process, one at a time). `should_stop` is asked before each checkpoint."""
+    targets = [store.get(ref) for ref in refs] or [
+        c for c in store.list(ListQuery(status=CheckpointStatus.OK.value))
+    ]
+    verdicts = []
+    for c in targets:
+        if should_stop():
+            break
+        verdicts.append(_checkpoint(config, store, c))
+        full = store.get(str(c.id))
+        verdicts += [_artifact(c, a) for a in full.details.get("artifacts", [])]
+        if load:
+            verdicts.append(_load(full))
+    return verdicts
+
+
+def _load(c: Checkpoint) -> Verdict:
+    """Load with the Keras that wrote it (tf-keras for Keras 2 files) in a child process."""
+    import json
+    import subprocess
+
+    if c.format not in ("keras-v3-zip", "keras-legacy-h5"):
+        return Verdict(
+            c.id,
+            c.path,
+            True,
+            f"load: not checked ({c.format} has no architecture or is not a Keras file)",
+        )
+    library = "tf_keras" if str(c.details.get("keras_version") or "").startswith("2.") else "keras"
+    inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
+    cmd = [*python_module("children.keras_load_probe"), library, c.path, *inference]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        result = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-300:]}
+    except ValueError:
+        result = {"error": lines[-1]}
+    if "error" in result:
+        return Verdict(c.id, c.path, False, f"load with {library} failed: {result['error']}")
+    if result["identical"] is None:
+        return Verdict(c.id, c.path, True, f"loads with {library}")
+    same = bool(result["identical"])
+    return Verdict(
+        c.id,
+        c.path,
+        same,
+        f"loads with {library}; inference artifact predicts "
+        + ("identically" if same else f"differently (max {result['max_abs_diff']})"),
+    )
+
+
+def _checkpoint(config: Config, store: Store, c: Checkpoint) -> Verdict:
+    if c.status != CheckpointStatus.OK or not c.hash:
+        return Verdict(c.id, c.path, False, f"not verifiable: {c.status.value}")
+    try:
+        root, members = guards.located(config, store, c)
+        expected, digest, _files = store.identity(c.id)
+        if c.format == "savedmodel":  # a folder: its files are hashed by name, see hashing
+            found = fsops.current_stat(root, members)
+            same = found == expected
+            return Verdict(c.id, c.path, same, "stat matches" if same else "stat differs")
+        actual = hash_files(members)
+    except FileNotFoundError:
+        return Verdict(c.id, c.path, False, "file missing")
+    except (CkptError, OSError) as exc:
+        return Verdict(c.id, c.path, False, guards.one_line(exc))
+    if actual != digest:
+        return Verdict(c.id, c.path, False, f"hash differs: catalog {digest}, file {actual}")
+    return Verdict(c.id, c.path, True, "hash matches")
+
+
+def _artifact(c: Checkpoint, artifact: dict[str, object]) -> Verdict:
+    path = Path(str(artifact["path"]))
+    try:
+        actual = hash_files([path])
+    except FileNotFoundError:
+        return Verdict(c.id, str(path), False, f"{artifact['kind']} artifact missing")
+    same = actual == artifact["hash"]
+    return Verdict(
+        c.id,
+        str(path),
+        same,
+        f"{artifact['kind']} artifact hash {'matches' if same else 'differs'}",
+    )
