@@ -40,6 +40,22 @@ def sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
+def new_sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite catalog that does not exist yet: opening the URL creates it. The CLI
+    asks before it opens, so that it can say when it made a new, empty catalog."""
+    check_url(url)
+    path = sqlite_path(url) if is_sqlite(url) else None
+    return path if path is not None and not path.exists() else None
+
+
+def shown_url(url: str) -> str:
+    """The catalog URL as shown to a person: a password in it is masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL at all: it may still hold a secret, so say only that
+        return "<not an SQLAlchemy URL>"
+
+
 def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
     check_url(url)
     if not is_sqlite(url):

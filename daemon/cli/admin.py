@@ -30,7 +30,9 @@ def serve(obj: Context, once: bool) -> None:
     from ..service.serve import Service
 
     obj.validated_config(obj.config_path)
-    sys.exit(Service(obj.config_path, obj.database).run(once=once))
+    with obj.new_catalog_notice(up_front=True):
+        code = Service(obj.config_path, obj.database).run(once=once)
+    sys.exit(code)
 
 
 @main_group.command()
@@ -44,13 +46,20 @@ def status(obj: Context, as_json: bool) -> None:
     \b
     Example:  ckpt status --json | jq .running
     """
+    from ..catalog.db import shown_url
+
     with obj.catalog() as cat:
         doc = cat.status()
+        # Which config and catalog were asked: from another folder, `not running` may only
+        # mean "not this catalog".
+        doc.update(config=cat.config.source, catalog=shown_url(cat.config.database))
     if as_json:
         _json(doc)
         return
+    in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
     if not doc["running"]:
         _echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        _echo(in_use)
         return
     _echo(
         f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
@@ -62,6 +71,7 @@ def status(obj: Context, as_json: bool) -> None:
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
+    _echo(in_use)
 
 
 @main_group.group()
@@ -76,7 +86,8 @@ def upgrade(obj: Context) -> None:
     from ..catalog import db as database
 
     url = obj.config().database
-    backup = database.upgrade(url)
+    with obj.new_catalog_notice():
+        backup = database.upgrade(url)
     suffix = f" (backup: {backup})" if backup else ""
     _echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
 
@@ -87,11 +98,14 @@ def current(obj: Context) -> None:
     """Print the catalog's schema revision and whether it is the one this ckpt needs."""
     from ..catalog import db as database
 
-    engine = database.make_engine(obj.config().database)
-    try:
-        revision = database.current_revision(engine)
-    finally:
-        engine.dispose()
+    url = obj.config().database
+    revision = None  # no catalog file yet: nothing to create just to say it is empty
+    if database.new_sqlite_file(url) is None:
+        engine = database.make_engine(url)
+        try:
+            revision = database.current_revision(engine)
+        finally:
+            engine.dispose()
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
     _echo(f"{revision or 'empty'} ({state})")
 

@@ -7,10 +7,11 @@ Exit codes: 0 ok, 1 unexpected error, 2 usage or config error, 3 some items fail
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -27,16 +28,42 @@ failed, 4 lease held by another process, 5 catalog schema behind (run `ckpt db u
 class Context:
     def __init__(self, config_path: str | None, database: str | None, debug: bool) -> None:
         self.config_path, self.database, self.debug = config_path, database, debug
+        self._config: Any = None
 
     def catalog(self) -> Catalog:
         from ..api import open_catalog
 
-        return open_catalog(self.config_path, self.database)
+        with self.new_catalog_notice():
+            return open_catalog(self.config_path, self.database)
 
     def config(self) -> Any:
-        from ..settings import config
+        """The config in use (loaded once); with --debug, one stderr line says which."""
+        if self._config is None:
+            from ..settings import config
 
-        return config.load(self.config_path, database_override=self.database)
+            self._config = config.load(self.config_path, database_override=self.database)
+            if self.debug:
+                from ..catalog.db import shown_url
+
+                shown = shown_url(self._config.database)
+                _echo(f"ckpt: config {self._config.source}, catalog {shown}", err=True)
+        return self._config
+
+    @contextlib.contextmanager
+    def new_catalog_notice(self, *, up_front: bool = False) -> Iterator[None]:
+        """Say once (stderr) when what runs inside creates a new SQLite catalog: a command run
+        from an unexpected folder otherwise quietly starts an empty one. `up_front`: the
+        service runs for days, so it says so before it starts, not when it stops."""
+        from ..catalog.db import new_sqlite_file
+
+        config = self.config()
+        path = new_sqlite_file(config.database)
+        where = f"at {path} (config: {config.source})"
+        if path is not None and up_front:
+            _echo(f"ckpt: creating a new catalog {where}", err=True)
+        yield
+        if path is not None and not up_front and path.exists():
+            _echo(f"ckpt: created a new catalog {where}", err=True)
 
     def validated_config(self, path: str | None) -> Any:
         """What `config check` accepts is what `serve` starts with: the file's validation and
@@ -44,7 +71,10 @@ class Context:
         from ..catalog import db as database
         from ..settings import config
 
-        loaded = config.load(path, database_override=self.database)
+        if path == self.config_path:
+            loaded = self.config()
+        else:
+            loaded = config.load(path, database_override=self.database)
         database.check_url(loaded.database)
         return loaded
 
@@ -58,7 +88,9 @@ MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
     "--config",
     "config_path",
     metavar="PATH",
-    help="Config file (default: $CKPT_CONFIG, ./config.yaml, else the built-in one).",
+    help="Config file. Default: $CKPT_CONFIG, else the first of ./config.yaml, "
+    "$XDG_CONFIG_HOME/ckpt/config.yaml (~/.config/ckpt/...), /etc/ckpt/config.yaml, else the "
+    "built-in one.",
 )
 @click.option(
     "--db",
@@ -66,13 +98,23 @@ MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
     metavar="URL",
     help="Catalog SQLAlchemy URL; overrides $CKPT_DB and the config's `database`.",
 )
-@click.option("-v", "--debug", is_flag=True, help="Debug logs, and tracebacks on errors.")
+@click.option(
+    "-v",
+    "--debug",
+    is_flag=True,
+    help="Say which config and catalog are in use; debug logs; tracebacks on errors.",
+)
 @click.version_option(package_name="ckpt-daemon", prog_name="ckpt")
 @click.pass_context
 def main_group(
     ctx: click.Context, config_path: str | None, database: str | None, debug: bool
 ) -> None:
     """Index, query and manage ML training checkpoints.
+
+    The config is the file named by --config or $CKPT_CONFIG (which must exist), else the first
+    found of ./config.yaml, $XDG_CONFIG_HOME/ckpt/config.yaml (default ~/.config/ckpt/),
+    /etc/ckpt/config.yaml, else the built-in default. `ckpt status` and --debug say which
+    config and catalog are in use; a command that creates a new catalog says so on stderr.
 
     \b
     Example:

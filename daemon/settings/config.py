@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.retention import KeepBest, Policy
+from .locations import BUILT_IN, find_config_file
 from .values import at_least_a_second as _at_least_a_second
 from .values import choice as _choice
 from .values import count as _count
@@ -76,7 +77,7 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Config:
-    source: str  # the file it came from, or "<built-in default>"
+    source: str  # the file it came from, or BUILT_IN ("<built-in default>")
     database: str
     state_dir: Path
     roots: tuple[RootConfig, ...]
@@ -112,24 +113,10 @@ class Config:
         return None
 
 
-def find_config_file(explicit: str | None) -> Path | None:
-    """--config, else $CKPT_CONFIG, else ./config.yaml; None means the built-in default."""
-    if explicit is not None and not explicit.strip():
-        raise ConfigError("--config", "an empty path: name a config file, or leave --config out")
-    chosen = explicit or os.environ.get("CKPT_CONFIG")
-    if chosen:
-        path = Path(chosen)
-        if not path.is_file():
-            raise ConfigError("--config", f"{chosen}: no such file")
-        return path
-    local = Path("config.yaml")
-    return local if local.is_file() else None
-
-
 def load(explicit: str | None = None, *, database_override: str | None = None) -> Config:
     path = find_config_file(explicit)
     if path is None:
-        text, base, source = PACKAGED_DEFAULT.read_text(), Path.cwd(), "<built-in default>"
+        text, base, source = PACKAGED_DEFAULT.read_text(), Path.cwd(), BUILT_IN
     else:
         text, base, source = _read(path), path.resolve().parent, str(path)
     return parse(text, base=base, source=source, database_override=database_override)
@@ -139,7 +126,7 @@ def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("--config", f"{path}: {exc}") from exc
+        raise ConfigError("(file)", f"{path}: {exc}") from exc
 
 
 def parse(text: str, *, base: Path, source: str, database_override: str | None = None) -> Config:
