@@ -17,6 +17,7 @@ import pytest
 
 from ckpt_daemon.catalog import db
 from ckpt_daemon.settings import locations
+from ckpt_daemon.settings.config import sqlite_file
 
 SYSTEM_CONFIG = Path("/etc/ckpt/config.yaml")
 BUILT_IN = "<built-in default>"
@@ -212,3 +213,24 @@ def test_help_tells_where_the_config_is_found(place: Place) -> None:
     for where in ("$CKPT_CONFIG", "./config.yaml", "$XDG_CONFIG_HOME/ckpt/config.yaml"):
         assert where in text
     assert "/etc/ckpt/config.yaml" in text and "built-in default" in text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:////tmp/a%20b.db",
+        "sqlite:////tmp/a b.db?mode=ro",
+        "sqlite:////tmp/a%3Fb.db",
+        "sqlite:////tmp/x#y.db",
+        "sqlite:////tmp/%E2%9C%93.db",
+        "sqlite+pysqlite:////srv/c.db",
+        "sqlite:///relative.db",
+        "sqlite:///:memory:",
+        "sqlite:///file:x.db?uri=true",
+        "postgresql+psycopg://u:p@host/db",
+    ],
+)
+def test_the_new_catalog_check_reads_urls_as_sqlalchemy_does(url: str) -> None:
+    # Settings reads the file name without importing SQLAlchemy; the catalog opens what
+    # SQLAlchemy reads. They must agree, or the notice would name the wrong file.
+    assert sqlite_file(url) == (db.sqlite_path(url) if db.is_sqlite(url) else None)

@@ -40,14 +40,6 @@ def sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
-def new_sqlite_file(url: str) -> Path | None:
-    """The file of an SQLite catalog that does not exist yet: opening the URL creates it. The CLI
-    asks before it opens, so that it can say when it made a new, empty catalog."""
-    check_url(url)
-    path = sqlite_path(url) if is_sqlite(url) else None
-    return path if path is not None and not path.exists() else None
-
-
 def shown_url(url: str) -> str:
     """The catalog URL as shown to a person: a password in it is masked."""
     try:

@@ -97,10 +97,13 @@ def upgrade(obj: Context) -> None:
 def current(obj: Context) -> None:
     """Print the catalog's schema revision and whether it is the one this ckpt needs."""
     from ..catalog import db as database
+    from ..settings.config import sqlite_file
 
     url = obj.config().database
+    database.check_url(url)
     revision = None  # no catalog file yet: nothing to create just to say it is empty
-    if database.new_sqlite_file(url) is None:
+    path = sqlite_file(url)
+    if path is None or path.exists():
         engine = database.make_engine(url)
         try:
             revision = database.current_revision(engine)

@@ -54,10 +54,11 @@ class Context:
         """Say once (stderr) when what runs inside creates a new SQLite catalog: a command run
         from an unexpected folder otherwise quietly starts an empty one. `up_front`: the
         service runs for days, so it says so before it starts, not when it stops."""
-        from ..catalog.db import new_sqlite_file
+        from ..settings.config import sqlite_file
 
         config = self.config()
-        path = new_sqlite_file(config.database)
+        path = sqlite_file(config.database)
+        path = None if path is None or path.exists() else path
         where = f"at {path} (config: {config.source})"
         if path is not None and up_front:
             _echo(f"ckpt: creating a new catalog {where}", err=True)

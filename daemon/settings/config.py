@@ -8,9 +8,11 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from ..core.errors import ConfigError
 from ..core.retention import KeepBest, Policy
@@ -355,3 +357,17 @@ def _database_url(url: str, state_dir: Path, base: Path) -> str:
         if rest and not rest.startswith(":memory:") and not rest.startswith("file:"):
             url = prefix + os.path.abspath(base / rest)
     return url
+
+
+SQLITE_URL = re.compile(r"sqlite(?:\+\w+)?:///(?P<database>[^?]*)(?:\?.*)?", re.DOTALL)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file an SQLite catalog URL names, read as SQLAlchemy reads it but without importing
+    it (None: another database, in memory, or a `file:` URI). The CLI asks before it opens the
+    catalog, so that it can say when it has made a new, empty one."""
+    match = SQLITE_URL.fullmatch(url)
+    database = unquote(match["database"]) if match else ""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database)
