@@ -40,8 +40,8 @@ def run(cmd: list[str], what: str, *, env: dict[str, str] | None = None) -> str:
     if done.returncode != 0:
         output = f"{done.stdout}\n{done.stderr}"
         hint = (
-            "PyPI looks unreachable: this test installs the wheel's dependencies from PyPI "
-            "and needs the network"
+            "PyPI looks unreachable: this test needs the network (setuptools to build the "
+            "wheel, the wheel's dependencies and python-daemon come from PyPI)"
             if NETWORK_TROUBLE.search(output)
             else "see its output"
         )
