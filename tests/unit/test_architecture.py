@@ -9,7 +9,7 @@ import ast
 from functools import cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "daemon"
+PACKAGE = Path(__file__).resolve().parents[2] / "daemon"
 
 # Which layers each layer may import (its own always). Top-level modules are layers of their own:
 # `api` (the Python API), `logs` (the structured log line every layer writes), `__init__`

@@ -1,6 +1,6 @@
 """Generate real Keras / TensorFlow checkpoints plus a ground-truth manifest for the tests.
 
-Usage: ``python3 tests/keras_fixtures.py OUT_DIR``
+Usage: ``python3 tests/support/keras_fixtures.py OUT_DIR``
 
 The parent process never imports TensorFlow. It runs two children, because Keras 3 and
 tf-keras must not share a process:

@@ -1,6 +1,6 @@
 """The metadata readers against ground truth recorded from the live Keras objects.
 
-Every checkpoint here was written by real Keras 3 / tf-keras (tests/keras_fixtures.py).
+Every checkpoint here was written by real Keras 3 / tf-keras (tests/support/keras_fixtures.py).
 """
 
 from __future__ import annotations

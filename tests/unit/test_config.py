@@ -11,7 +11,7 @@ import pytest
 from ckpt_daemon.core.errors import ConfigError
 from ckpt_daemon.settings import config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def parse(text: str, base: Path = Path("/srv")) -> config.Config:

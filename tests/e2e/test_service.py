@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, Workspace, service_workspace
+from tests.support import Daemon, Workspace, service_workspace
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 H5_CKPT = "tfk/run_h5/weights.01-1.69.hdf5"
 ZIP_CKPT = "k3/run_zip/e01-vl1.683.keras"
 

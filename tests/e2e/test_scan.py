@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import Workspace
+from tests.support import Workspace
 
 pytestmark = pytest.mark.slow
 ZIP_CKPT = "k3/run_zip/e01-vl1.683.keras"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZIP_FILES, ZIP_RUN, Workspace, zip_run
+from tests.support import ZIP_FILES, ZIP_RUN, Workspace, zip_run
 
 pytestmark = pytest.mark.slow
 RUN, FILES = ZIP_RUN, ZIP_FILES

@@ -33,13 +33,13 @@ from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.transforms import compress as cz
 
 pytestmark = pytest.mark.slow
-HERE = Path(__file__).resolve()
-REPO = HERE.parent.parent
+REPO = Path(__file__).resolve().parents[2]
+SUPPORT = REPO / "tests" / "support"  # keras_fixtures, imported by the children
 WIDE = {"n_in": 1001, "hidden": 1500, "n_out": 10}  # fc1 kernel 6 MB: two chunks, a padded edge
 CRASH = {"n_in": 1024, "hidden": 2048, "n_out": 1024}  # ~4.2 M params + Adam: ~50 MB
 CHILD_ENV = {
     **os.environ,
-    "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE.parent)]),
+    "PYTHONPATH": os.pathsep.join([str(REPO), str(SUPPORT)]),
     "TF_CPP_MIN_LOG_LEVEL": "3",
     "KERAS_BACKEND": "tensorflow",
 }

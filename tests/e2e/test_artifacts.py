@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import ZIP_FILES, ZIP_RUN, Workspace, zip_run
+from tests.support import ZIP_FILES, ZIP_RUN, Workspace, zip_run
 
 pytestmark = pytest.mark.slow
 RUN, FILES = ZIP_RUN, ZIP_FILES

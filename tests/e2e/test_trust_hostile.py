@@ -1,6 +1,7 @@
 """Every file in a root is hostile until read safely (issue 8: items 6, 7, 9, 13, 14, 15, 20).
 
-Real hostile files built here (tests/hostile_files.py), the real CLI and daemon as subprocesses.
+Real hostile files built here (tests/support/hostile_files.py), the real CLI and daemon as
+subprocesses.
 Reads outside the roots are observed with inotify (`OpenWatch`), never assumed; link targets
 outside are FIFOs, whose open would block the reader for good.
 """
@@ -17,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests import hostile_files as hf
-from tests.conftest import Daemon, Workspace, service_workspace
+from tests.support import Daemon, Workspace, service_workspace
+from tests.support import hostile_files as hf
 
 H5_CKPT = "tfk/run_h5/weights.01-1.69.hdf5"
 HANG_SECONDS = 120  # far above what any of these reads needs; a hang is a failure, not a wait

@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import Workspace
+from tests.support import Workspace
 
 HOUR_NS = 3600 * 10**9
 TFK_EPOCHS = ("weights.01-1.69.hdf5", "weights.02-1.68.hdf5")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZIP_FILES, ZIP_RUN, Daemon, Workspace, service_workspace
+from tests.support import ZIP_FILES, ZIP_RUN, Daemon, Workspace, service_workspace
 
 pytestmark = pytest.mark.slow
 LEGACY = Path("k3") / "legacy" / "full.h5"

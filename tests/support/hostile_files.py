@@ -1,9 +1,9 @@
 """Hostile files for a checkpoint root: plain functions that build each kind in a folder.
 
-Shared by tests/test_trust_hostile.py and bench/hostile_corpus.py. Each builder takes the run
-folder to build in (inside a root) and a folder outside every root (for link targets, canaries)
-and returns the path the scan should report on. `KINDS` lists them with what a scan must make
-of each: a catalog status, or "skipped", and a word its reason must contain.
+Shared by tests/e2e/test_trust_hostile.py and bench/hostile_corpus.py. Each builder takes the
+run folder to build in (inside a root) and a folder outside every root (for link targets,
+canaries) and returns the path the scan should report on. `KINDS` lists them with what a scan
+must make of each: a catalog status, or "skipped", and a word its reason must contain.
 
 "Reads outside the roots" are observed, not assumed: `OpenWatch` records every open of a file
 in the outside folder (inotify IN_OPEN, which fires for root too), and outside link targets

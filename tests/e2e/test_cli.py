@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Workspace
+from tests.support import Workspace
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from ckpt_daemon.core.model import CheckpointInfo, Format, Kind
 from ckpt_daemon.formats import savedmodel, tf_checkpoint
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 F32 = 4
 
 _COMMON = """

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ZIP_FILES, ZIP_RUN, Workspace
+from tests.support import ZIP_FILES, ZIP_RUN, Workspace
 
 pytestmark = pytest.mark.slow
 

@@ -152,8 +152,8 @@ def test_csv_logs_have_one_zero_based_row_per_epoch(keras_checkpoints, manifest)
 
 def test_conftest_does_not_import_tensorflow():
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import conftest; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import tests.conftest, tests.support; "
         "bad = {'tensorflow', 'keras', 'tf_keras'} & set(sys.modules); assert not bad, bad"
     )
-    tests_dir = str(Path(__file__).parent)
-    subprocess.run([sys.executable, "-c", code, tests_dir], check=True, timeout=60)
+    repo = str(Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", code, repo], check=True, timeout=60)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ckpt_daemon.cli.main import main_group
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 
 

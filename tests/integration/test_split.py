@@ -30,14 +30,14 @@ from ckpt_daemon.fs import fsops
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.transforms.split import ArtifactMismatch, SplitResult, inference_path, split
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
+REPO = Path(__file__).resolve().parents[2]
+SUPPORT = REPO / "tests" / "support"  # keras_fixtures, imported by the children
 CHILD_ENV = {
     **{k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"},
     "TF_CPP_MIN_LOG_LEVEL": "3",
     "CUDA_VISIBLE_DEVICES": "",
     "KERAS_BACKEND": "tensorflow",
-    "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),
+    "PYTHONPATH": os.pathsep.join([str(REPO), str(SUPPORT)]),
 }
 OPTIMIZER_GROUPS = ("optimizer", "optimizer_weights", "metrics")
 
