@@ -3,12 +3,11 @@ place in the run), never lose a trainer's save, never replace a file they did no
 their outputs as theirs, stay bounded on hostile files, and clean up after killed commands.
 
 Everything runs through the CLI (`Workspace.run`, a subprocess) on real Keras checkpoints from
-the session fixtures, or on small HDF5 files built here with h5py for the hostile cases.
+the session fixtures, or on small HDF5 files built with h5py for the hostile cases.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.support import Workspace
+from tests.support.hostile_files import deep_chain, keras_looking_h5
 
 HOUR_NS = 3600 * 10**9
 TFK_EPOCHS = ("weights.01-1.69.hdf5", "weights.02-1.68.hdf5")
@@ -343,39 +343,6 @@ def test_a_save_racing_compress_is_never_replaced_by_the_old_weights(
     assert outcomes  # each outcome (refused, or compressed before the save) kept the save
 
 
-def test_an_exchange_that_swapped_out_a_changed_file_is_swapped_back(tmp_path: Path) -> None:
-    """fsswap on a real filesystem: a writer holding the file open writes through its open
-    descriptor right after the swap (its pid unseen, as on a system without /proc): the file
-    swapped out is not the one read, so the swap is undone and the writer's bytes keep the
-    name."""
-    from ckpt_daemon.fs import fsswap
-
-    name, temp = "ckpt.h5", "temp.h5"
-    (tmp_path / name).write_bytes(b"old weights")
-    (tmp_path / temp).write_bytes(b"compressed old weights")
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    writer = os.open(tmp_path / name, os.O_WRONLY)
-    calls: list[str] = []
-
-    def writers(checked: str) -> list[int]:
-        calls.append(checked)
-        if checked == temp:  # after the swap: the save lands in the file swapped out
-            os.pwrite(writer, b"NEW weights, a longer save", 0)
-        return []
-
-    try:
-        expected = fsswap.identity_at(fd, name)
-        assert expected is not None
-        with pytest.raises(fsswap.Changed):
-            fsswap.replace_if_same(fd, temp, name, expected, writers)
-    finally:
-        os.close(writer)
-        os.close(fd)
-    assert calls == [name, temp]
-    assert (tmp_path / name).read_bytes() == b"NEW weights, a longer save"
-    assert (tmp_path / temp).read_bytes() == b"compressed old weights"
-
-
 # ---- item 26: stale temps of killed commands go with the next command or scan ------------------
 
 
@@ -411,31 +378,9 @@ def test_stale_temps_of_dead_writers_go_at_the_next_scan_or_command(
 # ---- items 8 and 25: hostile but legal HDF5 files are refused quickly, with the reason --------
 
 
-def keras_looking_h5(path: Path, fill: Any) -> Path:
-    """A legacy Keras full-model .h5 as our readers accept it, `fill` building its weights."""
-    config = {"class_name": "Sequential", "config": {"name": "s", "layers": []}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with h5py.File(path, "w") as f:
-        f.attrs["model_config"] = json.dumps(config)
-        f.attrs["keras_version"], f.attrs["backend"] = "2.15.0", "tensorflow"
-        weights = f.create_group("model_weights")
-        weights.attrs["layer_names"] = np.array([b"g"])
-        layer = weights.create_group("g")
-        layer.attrs["weight_names"] = np.array([], dtype="S1")
-        fill(layer)
-        f.create_group("optimizer_weights")["iteration:0"] = np.int64(3)
-    return path
-
-
 def unallocated(layer: h5py.Group) -> None:
     """4 TiB declared, nothing written: the file stays a few KB."""
     layer.create_dataset("kernel:0", shape=(2**40,), dtype="f4", chunks=(2**20,))
-
-
-def deep_chain(layer: h5py.Group) -> None:
-    for _ in range(2000):
-        layer = layer.create_group("g")
-    layer["w"] = np.zeros(10, np.float32)
 
 
 @pytest.mark.parametrize(
@@ -463,22 +408,6 @@ def test_hostile_files_are_refused_by_compress_and_split(
         assert reason in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert target.read_bytes() == data and size < 3 << 20
     assert sorted(p.name for p in target.parent.iterdir()) == ["hostile.h5"]
-
-
-def test_the_transforms_themselves_refuse_a_deep_chain_without_recursion_error(
-    tmp_path: Path,
-) -> None:
-    from ckpt_daemon.core.errors import CorruptCheckpoint, UsageError
-    from ckpt_daemon.transforms.compress import compress
-    from ckpt_daemon.transforms.split import split
-
-    target = keras_looking_h5(tmp_path / "deep.h5", deep_chain)
-    for transform in (compress, split):
-        # Refused by whichever bound looks first (the reader's 64 levels, the transforms' 256),
-        # never a RecursionError.
-        with pytest.raises((UsageError, CorruptCheckpoint), match="deeper than"):
-            transform(tmp_path, target)
-    assert [p.name for p in tmp_path.iterdir()] == ["deep.h5"]
 
 
 def test_the_service_kills_an_artifacts_child_past_its_timeout(

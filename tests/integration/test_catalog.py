@@ -11,7 +11,6 @@ from pathlib import Path
 from ckpt_daemon.catalog import db
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
-from ckpt_daemon.fs import mounts
 
 
 def url_for(tmp_path: Path) -> str:
@@ -148,20 +147,6 @@ def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> N
     assert listed["/r/run/a.h5"] == {"val_loss": None}
     assert json.dumps(listed["/r/run/a.h5"])  # serializable
     store.close()
-
-
-MOUNTINFO = """\
-22 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
-30 22 0:40 / /mnt/shared rw,relatime shared:9 - nfs4 server:/export rw,vers=4.2
-31 30 0:41 / /mnt/shared/local\\040disk rw - ext4 /dev/vdb rw
-"""
-
-
-def test_filesystem_type_picks_the_innermost_mount() -> None:
-    assert mounts.filesystem_type(Path("/home/u/.ckpt"), MOUNTINFO) == "ext4"
-    assert mounts.filesystem_type(Path("/mnt/shared/state"), MOUNTINFO) == "nfs4"
-    assert mounts.filesystem_type(Path("/mnt/shared/local disk/state"), MOUNTINFO) == "ext4"
-    assert mounts.filesystem_type(Path("/mnt/sharedx"), MOUNTINFO) == "ext4"
 
 
 def test_known_under_a_start_path_is_exactly_that_subtree(tmp_path: Path) -> None:

@@ -434,23 +434,6 @@ def test_an_artifact_that_differs_from_its_source_is_never_renamed(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.weights.h5"]
 
 
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("e03.keras", "e03.inference.keras"),
-        ("w.02.weights.h5", "w.02.inference.weights.h5"),
-        ("m.h5", "m.inference.h5"),
-        ("m.hdf5", "m.inference.hdf5"),
-        ("M.HDF5", "M.inference.HDF5"),
-        ("weights.01-1.69.hdf5", "weights.01-1.69.inference.hdf5"),
-        ("model", "model.inference"),
-    ],
-)
-def test_inference_path(name: str, expected: str) -> None:
-    assert inference_path(Path("/r/run") / name) == Path("/r/run") / expected
-    assert inference_path(Path("/r/run") / name, Path("/r/out")) == Path("/r/out") / expected
-
-
 # ---- SIGKILL at random moments ----
 
 

@@ -12,6 +12,7 @@ are FIFOs where a blocking open would hang the reader.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import zipfile
@@ -322,3 +323,29 @@ class OpenWatch:
     def __exit__(self, *_exc: object) -> None:
         self._observer.stop()
         self._observer.join(timeout=10)
+
+
+# ---- legacy Keras `.h5` files whose weights a `fill` builds (the rewrite paths' cases) ----
+
+
+def keras_looking_h5(path: Path, fill: Callable[[h5py.Group], None]) -> Path:
+    """A legacy Keras full-model .h5 as our readers accept it, `fill` building its weights."""
+    config = {"class_name": "Sequential", "config": {"name": "s", "layers": []}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        f.attrs["model_config"] = json.dumps(config)
+        f.attrs["keras_version"], f.attrs["backend"] = "2.15.0", "tensorflow"
+        weights = f.create_group("model_weights")
+        weights.attrs["layer_names"] = np.array([b"g"])
+        layer = weights.create_group("g")
+        layer.attrs["weight_names"] = np.array([], dtype="S1")
+        fill(layer)
+        f.create_group("optimizer_weights")["iteration:0"] = np.int64(3)
+    return path
+
+
+def deep_chain(layer: h5py.Group) -> None:
+    """Groups nested 2000 deep: deeper than any reader or transform may recurse."""
+    for _ in range(2000):
+        layer = layer.create_group("g")
+    layer["w"] = np.zeros(10, np.float32)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -85,23 +83,3 @@ def test_database_override_is_relative_to_the_working_folder(
     assert loaded.database == f"sqlite:///{tmp_path / 'x.db'}"
     monkeypatch.setenv("CKPT_DB", "postgresql+psycopg://h/db")
     assert parse("roots: [/a]\n").database == "postgresql+psycopg://h/db"
-
-
-def test_config_check_exits_2_with_the_key(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("roots: [{path: /a, observer: sometimes}]\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "ckpt_daemon", "config", "check", str(bad)],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        "ckpt: error: config: roots[0].observer: 'sometimes' is not one of auto, inotify, polling"
-    ]
-    good = subprocess.run(
-        [sys.executable, "-m", "ckpt_daemon", "config", "check", str(REPO / "config.yaml")],
-        capture_output=True,
-        text=True,
-    )
-    assert good.returncode == 0 and good.stdout.startswith("ok: ")

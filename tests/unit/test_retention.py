@@ -507,25 +507,30 @@ metric_value = st.one_of(
 )
 
 
-def checkpoint(i: int) -> st.SearchStrategy[Item]:
-    return st.builds(
-        Item,
-        id=st.just(i),
-        path=st.just(f"run/{i}.h5"),
-        status=st.sampled_from(STATUSES),
-        # 11-hour steps over ~4 weeks: many share an hour, day or week, and some an mtime.
-        mtime=st.integers(0, 60).map(lambda k: at(11 * k)),
-        size_bytes=st.integers(0, 5).map(lambda g: g * GB),
-        epoch=st.none() | st.integers(0, 40),
-        step=st.none() | st.integers(0, 400),
-        pinned=st.sampled_from([False, False, False, True]),
-        metrics=st.dictionaries(st.sampled_from(METRICS), metric_value),
-    )
-
-
-runs = st.lists(st.integers(1, 10_000), max_size=14, unique=True).flatmap(
-    lambda ids: st.tuples(*map(checkpoint, ids)).map(list)
+# Built once: a strategy built per example (a flatmap over the ids) spent most of the time of
+# these tests constructing and validating strategies rather than running the planner.
+checkpoint = st.builds(
+    Item,
+    id=st.just(0),  # numbered by `runs`
+    path=st.just(""),
+    status=st.sampled_from(STATUSES),
+    # 11-hour steps over ~4 weeks: many share an hour, day or week, and some an mtime.
+    mtime=st.integers(0, 60).map(lambda k: at(11 * k)),
+    size_bytes=st.integers(0, 5).map(lambda g: g * GB),
+    epoch=st.none() | st.integers(0, 40),
+    step=st.none() | st.integers(0, 400),
+    pinned=st.sampled_from([False, False, False, True]),
+    metrics=st.dictionaries(st.sampled_from(METRICS), metric_value),
 )
+
+
+@st.composite
+def numbered_run(draw: st.DrawFn) -> list[Item]:
+    ids = draw(st.lists(st.integers(1, 10_000), max_size=14, unique=True))
+    return [replace(draw(checkpoint), id=i, path=f"run/{i}.h5") for i in ids]
+
+
+runs = numbered_run()
 
 
 count = st.none() | st.integers(1, 6)
