@@ -168,7 +168,7 @@ def child_main(argv: list[str]) -> int:
 # "disable" only if it is imported before h5py (keras-formats.md §4); this module imports h5py.
 CHILD = (
     "import importlib, sys; importlib.import_module(sys.argv[1]); "
-    "import test_compress; test_compress.child_main(sys.argv[2:])"
+    "from tests.integration import test_compress; test_compress.child_main(sys.argv[2:])"
 )
 
 
