@@ -6,6 +6,7 @@ files only declare fixtures and nobody imports from them."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,10 @@ def test_conftest_files_only_declare_fixtures_and_are_never_imported() -> None:
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
             assert not any(n.split(".")[-1] == "conftest" for n in names), (path, node.lineno)
+
+
+def test_conftest_is_loaded_once_as_part_of_the_tests_package() -> None:
+    """Loaded as a top-level `conftest` and imported again as `tests.conftest`, it was two
+    modules with two lists of started daemons, one of which nothing ever stopped."""
+    assert "conftest" not in sys.modules
+    assert "tests.conftest" in sys.modules
