@@ -3,7 +3,7 @@
 The commands killed: `ckpt split`, `compress`, `prune`, `trash restore`, and a prune racing a
 `ckpt pin` (pin-during-prune).
 
-A workspace like tests/conftest.py's (config, root, SQLite catalog) holds several runs of real
+A workspace like tests/support's (config, root, SQLite catalog) holds several runs of real
 Keras checkpoints copied from $CKPT_TEST_FIXTURES (`.keras`, Keras 3 `.weights.h5`, legacy `.h5`
 with and without optimizer state), 7 epochs each, named by the configured filename templates,
 mtimes in epoch order. The pristine state: scanned, epochs 1-2 of every run trashed (by `ckpt
@@ -824,7 +824,7 @@ def _fixtures() -> Path:
         if reuse:
             raise SystemExit(f"CKPT_TEST_FIXTURES={reuse} holds no manifest.json")
         print(f"generating the Keras fixtures into {fixtures} (once) ...", flush=True)
-        generator = REPO / "tests" / "keras_fixtures.py"
+        generator = REPO / "tests" / "support" / "keras_fixtures.py"
         subprocess.run([PYTHON, str(generator), str(fixtures)], check=True, env=CHILD_ENV)
     return fixtures.resolve()
 

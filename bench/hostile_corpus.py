@@ -1,11 +1,12 @@
 """A hostile-file corpus through `ckpt scan`, `ckpt serve --once` and a live `ckpt serve`.
 
-Builds every kind of tests/hostile_files.py (empty, truncated, random bytes, a 20 MB attribute,
-101,000 attributes, 210,000 links, 20,000 tiny datasets, 20,000 nested groups, external links
-to a FIFO and to a file outside the root, external raw storage, a virtual dataset, zip bombs in
-config.json and in model.weights.h5, a 100,000-member zip, path-traversal member names, a
-deflated inner weights file, a FIFO named .h5, symlink loops, a symlink out, a non-UTF-8 name,
-a rich-markup name), one run folder each, plus one normal checkpoint that must still index.
+Builds every kind of tests/support/hostile_files.py (empty, truncated, random bytes, a 20 MB
+attribute, 101,000 attributes, 210,000 links, 20,000 tiny datasets, 20,000 nested groups,
+external links to a FIFO and to a file outside the root, external raw storage, a virtual
+dataset, zip bombs in config.json and in model.weights.h5, a 100,000-member zip, path-traversal
+member names, a deflated inner weights file, a FIFO named .h5, symlink loops, a symlink out, a
+non-UTF-8 name, a rich-markup name), one run folder each, plus one normal checkpoint that must
+still index.
 
 Reads outside the root are observed, not assumed: inotify (IN_OPEN) watches the outside folder
 for the whole run, and outside link targets are FIFOs, whose open would hang the reader (seen
@@ -30,7 +31,7 @@ from pathlib import Path
 from _common import CHILD_ENV, OUT, PYTHON, REPO, Check, report, table
 
 sys.path.insert(0, str(REPO))
-from tests import hostile_files as hf
+from tests.support import hostile_files as hf
 
 HANG_SECONDS = 60.0
 MB = 1 << 20

@@ -21,8 +21,8 @@ from .. import PACKAGE, python_module
 from ..core.errors import CkptError, ConfigError, SchemaBehind, UsageError
 from ..fs import mounts
 
-# Kept in step with migrations/versions by tests/test_catalog.py, so that opening a catalog does not
-# have to import Alembic to learn the head revision.
+# Kept in step with migrations/versions by tests/integration/test_catalog.py, so that opening a
+# catalog does not have to import Alembic to learn the head revision.
 SCHEMA_HEAD = "0002"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000

@@ -1,0 +1,1 @@
+"""Our modules in-process on real files, real SQLite, real readers and transforms."""

@@ -1,0 +1,159 @@
+"""The catalog itself: migrations on a real SQLite file, and concurrent writers from processes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from ckpt_daemon.catalog import db
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+
+
+def url_for(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'catalog.db'}"
+
+
+def tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def test_schema_head_constant_matches_the_migrations() -> None:
+    assert db.head_revision() == db.SCHEMA_HEAD
+
+
+def test_new_catalog_is_created_at_head_in_wal_mode(tmp_path: Path) -> None:
+    store = Store(url_for(tmp_path))
+    store.close()
+    path = tmp_path / "catalog.db"
+    assert {
+        "runs",
+        "checkpoints",
+        "metrics",
+        "artifacts",
+        "events",
+        "leases",
+        "heartbeat",
+        "alembic_version",
+    } <= tables(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert (
+            conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == db.SCHEMA_HEAD
+        )
+
+
+def test_every_migration_downgrades_and_upgrades_with_rows_intact(tmp_path: Path) -> None:
+    url = url_for(tmp_path)
+    store = Store(url)
+    record(store, "/r/run/a.h5", "h1")
+    store.close()
+    path = tmp_path / "catalog.db"
+    with sqlite3.connect(path) as conn:
+        before = {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "checkpoints", "metrics", "events")
+        }
+    backup = db.upgrade(url)  # already at head: nothing to do, no backup
+    assert backup is None
+    db.downgrade(url, "base")
+    assert tables(path) <= {"alembic_version"}
+    db.upgrade(url)
+    assert "checkpoints" in tables(path)
+    assert before["checkpoints"] == 1  # the rows existed; a base downgrade drops the tables
+
+
+def record(store: Store, path: str, digest: str) -> int:
+    return store.record(
+        IndexRecord(
+            path=path,
+            root="/r",
+            run="run",
+            status=CheckpointStatus.OK,
+            reason=None,
+            stat=FileStat(10, 1, 1),
+            hash=digest,
+        ),
+        actor_name="test",
+        at="2026-01-01T00:00:00.000Z",
+    )
+
+
+WRITER = """
+import sys
+from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+from ckpt_daemon.catalog.store import Store
+url, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+store = Store(url)
+for i in range(n):
+    for path in ("/r/run/shared.h5", f"/r/run/own-{worker}-{i}.h5"):
+        store.record(IndexRecord(path=path, root="/r", run="run", status=CheckpointStatus.OK,
+                                 reason=None, stat=FileStat(i, i, worker), hash=f"{worker}-{i}"),
+                     actor_name=f"w{worker}", at="2026-01-01T00:00:00.000Z")
+store.close()
+"""
+
+
+def test_concurrent_writers_from_several_processes_lose_nothing(tmp_path: Path) -> None:
+    """Each write of the shared path is a read-modify-write of its generation counter."""
+    url = url_for(tmp_path)
+    Store(url).close()
+    workers, n = 4, 40
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, str(w), str(n)], stderr=subprocess.PIPE, text=True
+        )
+        for w in range(workers)
+    ]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    with sqlite3.connect(tmp_path / "catalog.db") as conn:
+        generation = conn.execute(
+            "SELECT generation FROM checkpoints WHERE path='/r/run/shared.h5'"
+        ).fetchone()[0]
+        own = conn.execute("SELECT count(*) FROM checkpoints WHERE path LIKE '%own-%'").fetchone()
+        runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+    # Every one of the workers*n writes carried a new hash: the first inserts, each later one
+    # must have bumped the counter exactly once.
+    assert generation == workers * n
+    assert own[0] == workers * n and runs == 1
+
+
+def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> None:
+    from ckpt_daemon.core.model import MetricValue
+    from ckpt_daemon.core.query import ListQuery
+
+    store = Store(url_for(tmp_path))
+    for name, value in (("a.h5", float("nan")), ("b.h5", 0.5)):
+        store.record(
+            IndexRecord(
+                path=f"/r/run/{name}",
+                root="/r",
+                run="run",
+                status=CheckpointStatus.OK,
+                reason=None,
+                stat=FileStat(1, 1, 1),
+                metrics=(MetricValue("val_loss", value, "filename"),),
+            ),
+            actor_name="t",
+            at="2026-01-01T00:00:00.000Z",
+        )
+    assert store.best("val_loss", "min").path == "/r/run/b.h5"
+    listed = {c.path: c.metrics for c in store.list(ListQuery())}
+    assert listed["/r/run/a.h5"] == {"val_loss": None}
+    assert json.dumps(listed["/r/run/a.h5"])  # serializable
+    store.close()
+
+
+def test_known_under_a_start_path_is_exactly_that_subtree(tmp_path: Path) -> None:
+    store = Store(url_for(tmp_path))
+    for path in ("/r/run/a.h5", "/r/run/sub/b.h5", "/r/run2/c.h5", "/r/run.h5", "/r/ru/d.h5"):
+        record(store, path, path)
+    assert set(store.known_under("/r", "/r/run")) == {"/r/run/a.h5", "/r/run/sub/b.h5"}
+    assert set(store.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
+    assert len(store.known_under("/r")) == 5
+    store.close()

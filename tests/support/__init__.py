@@ -1,0 +1,29 @@
+"""What tests share, in one place (conftest.py files only declare fixtures built from it).
+
+- `workspace`: `Workspace` (a root, a config, a catalog; the CLI run as a subprocess),
+  `zip_run` and the generated checkpoints' names the tests copy;
+- `daemon`: `Daemon` (`ckpt serve` as a subprocess) and `service_workspace`;
+- `checkpoints`: where the generated Keras/TF checkpoints come from (``CKPT_TEST_FIXTURES``);
+- `metric_logs`: training logs as Keras writes them;
+- `keras_fixtures`: the generator of those checkpoints, a script
+  (``python3 tests/support/keras_fixtures.py OUT_DIR``), never imported here: it is the only
+  test code that imports TensorFlow, and only in its own child processes;
+- `hostile_files`: builders of hostile files (also used by bench/hostile_corpus.py).
+"""
+
+from .daemon import Daemon, kill_started, service_workspace
+from .metric_logs import keras_csv
+from .workspace import TEMPLATES, ZIP_FILES, ZIP_RUN, Workspace, copy_generated, zip_run
+
+__all__ = [
+    "TEMPLATES",
+    "ZIP_FILES",
+    "ZIP_RUN",
+    "Daemon",
+    "Workspace",
+    "copy_generated",
+    "keras_csv",
+    "kill_started",
+    "service_workspace",
+    "zip_run",
+]

@@ -1,0 +1,83 @@
+"""`ckpt serve` as systemd runs it: a real subprocess, real signals, its log in a file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .workspace import Workspace
+
+# Every daemon started, so that a test that fails while one runs does not leave it running.
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def kill_started() -> None:
+    """Kill (and reap) every daemon started so far that still runs."""
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+class Daemon:
+    """A running `ckpt serve`; its stderr log is kept in a file for assertions."""
+
+    def __init__(self, ws: Workspace, env: dict[str, str] | None = None) -> None:
+        self.ws = ws
+        self.log_path = ws.base / f"serve-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
+        cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "serve"]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
+        )
+        _STARTED.append(self.proc)
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> None:
+        self.wait_until(lambda: text in self.log, timeout, f"{text!r} in the log")
+
+    def wait_until(self, condition: Any, timeout: float = 60, what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}\n{self.log}")
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log}")
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._log.close()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        return self.wait()
+
+
+def service_workspace(base: Path, extra: str = "") -> Workspace:
+    """A workspace tuned for service tests: quick completion, frequent heartbeats, no rescans."""
+    ws = Workspace(base, settle_seconds=1)
+    ws.config.write_text(
+        ws.config.read_text().replace(
+            "settle_seconds: 1", "settle_seconds: 1\n  min_age_seconds: 0.2"
+        )
+        + "service:\n  heartbeat: 1s\nschedule:\n  rescan: 0\n"
+        + extra
+    )
+    return ws

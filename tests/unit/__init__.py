@@ -1,0 +1,1 @@
+"""Pure logic: no TensorFlow, no subprocesses, the whole folder in seconds."""

@@ -1,0 +1,85 @@
+"""Configuration: the reference file is valid, bad values are refused with the key path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ckpt_daemon.core.errors import ConfigError
+from ckpt_daemon.settings import config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def parse(text: str, base: Path = Path("/srv")) -> config.Config:
+    return config.parse(text, base=base, source="test")
+
+
+def test_reference_config_is_valid_and_is_the_embedded_default(tmp_path: Path) -> None:
+    reference = (REPO / "config.yaml").read_text()
+    assert config.PACKAGED_DEFAULT.read_text() == reference
+    loaded = parse(reference, base=tmp_path)
+    assert loaded.roots[0].path == tmp_path / "runs"
+    assert loaded.state_dir == tmp_path / ".ckpt"
+    assert loaded.database == f"sqlite:///{tmp_path / '.ckpt' / 'catalog.db'}"
+
+
+def test_every_reference_key_is_commented() -> None:
+    lines = (REPO / "config.yaml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
+            continue
+        before = [x.strip() for x in lines[max(0, i - 12) : i]]
+        assert "#" in line or any(b.startswith("#") for b in before), line
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ("roots: [{path: /a}]\nretension: {}\n", "retension", "unknown key"),
+        ("roots: [{path: /a, observer: fanotify}]\n", "roots[0].observer", "not one of"),
+        ("roots: []\n", "roots", "non-empty"),
+        ("roots: [{path: /a}, {path: /a/b}]\n", "roots[1].path", "overlaps"),
+        (
+            "roots: [{path: /a, filename_template: ['{epoch}{step}']}]\n",
+            "roots[0].filename_template[0]",
+            "",
+        ),
+        (
+            "roots: [{path: /a}]\ncompletion: {settle_seconds: soon}\n",
+            "completion.settle_seconds",
+            "duration",
+        ),
+        ("roots: [{path: /a}]\nlog_level: loud\n", "log_level", "not one of"),
+        ("roots: [{observer: auto}]\n", "roots[0].path", "required"),
+        ("roots: {path: /a}\n", "roots", "list"),
+        ("roots: [{path: /a}]\n  bad indent: [\n", "(file)", "YAML"),
+    ],
+)
+def test_bad_config_is_refused_with_key_and_reason(text: str, key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    assert info.value.key == key
+    assert reason in info.value.reason
+    assert "\n" not in str(info.value)
+
+
+def test_durations_and_relative_paths(tmp_path: Path) -> None:
+    loaded = parse("roots: [runs]\ncompletion: {settle_seconds: 2m}\nstate_dir: st\n", tmp_path)
+    assert loaded.settle_seconds == 120
+    assert loaded.roots[0].path == tmp_path / "runs"
+    assert loaded.database == f"sqlite:///{tmp_path / 'st' / 'catalog.db'}"
+
+
+def test_database_override_is_relative_to_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    loaded = config.parse(
+        "roots: [/a]\n", base=Path("/srv"), source="t", database_override="sqlite:///x.db"
+    )
+    assert loaded.database == f"sqlite:///{tmp_path / 'x.db'}"
+    monkeypatch.setenv("CKPT_DB", "postgresql+psycopg://h/db")
+    assert parse("roots: [/a]\n").database == "postgresql+psycopg://h/db"
