@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # What the wheel is built from (a copy: building in the repository would leave build/ there).
 SOURCES = ("pyproject.toml", "README.md", "config.yaml", "daemon", "migrations")
 NETWORK_TROUBLE = re.compile(
