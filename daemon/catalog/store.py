@@ -1,6 +1,10 @@
-"""The catalog: engine, schema check, and every write (one short BEGIN IMMEDIATE each).
+"""The catalog's front door: `Store` owns the engine (schema checked on open) and holds the
+indexer's reads and writes (one short BEGIN IMMEDIATE transaction per write), the service's
+heartbeat, and the listings of `store_reads` behind one object.
 
-Reads live in `store_reads`; rows become `daemon.model` values before they leave either."""
+Beside it: `store_reads` (listings, best, one checkpoint in full, runs), `store_actions`
+(destructive acts and their audit events), `store_recovery` (what crash recovery reads and
+writes), `store_leases` (run leases). Rows become `core.model` values before they leave."""
 
 from __future__ import annotations
 
@@ -62,8 +66,6 @@ class Known:
     id: int
     stat: FileStat
     status: CheckpointStatus
-    generation: int
-    hash: str | None
     metrics_at: str | None
 
 
@@ -88,8 +90,6 @@ class Store:
                 checkpoints.c.mtime_ns,
                 checkpoints.c.inode,
                 checkpoints.c.status,
-                checkpoints.c.generation,
-                checkpoints.c.hash,
                 checkpoints.c.metrics_at,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
@@ -108,8 +108,6 @@ class Store:
                     r.id,
                     FileStat(r.size_bytes, r.mtime_ns, r.inode),
                     CheckpointStatus(r.status),
-                    r.generation,
-                    r.hash,
                     r.metrics_at,
                 )
                 for r in conn.execute(query)
