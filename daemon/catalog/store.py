@@ -78,7 +78,7 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
-    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
+    # ---- what the indexer knows under a root (a read, BEGIN DEFERRED) ----
 
     def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
         """What the catalog has under `root`, or only at/below the path `start` inside it."""
@@ -112,6 +112,8 @@ class Store:
                 )
                 for r in conn.execute(query)
             }
+
+    # ---- the indexer's and the service's writes (one short BEGIN IMMEDIATE transaction each) ----
 
     def record(self, rec: IndexRecord, *, actor_name: str, at: str) -> int:
         """Insert or update the row for `rec.path`; replace its metrics; log an event.
@@ -220,6 +222,8 @@ class Store:
                     return heartbeat_id
             return _insert_id(conn, heartbeat, values)
 
+    # ---- reads of the service, the verifier and the guards (BEGIN DEFERRED) ----
+
     def count(self) -> int:
         """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
         gone = (
@@ -271,6 +275,8 @@ class Store:
                 .limit(1)
             ).first()
         return dict(row._mapping) if row else None
+
+    # ---- writes: rows whose files are gone or unreadable ----
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
         return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
@@ -328,7 +334,7 @@ class Store:
             )
         )
 
-    # ---- reads (BEGIN DEFERRED) ----
+    # ---- reads of the CLI and the API, in `store_reads` (BEGIN DEFERRED) ----
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self.engine, query)
