@@ -1,4 +1,5 @@
-"""daemon.metrics: filename templates, CSVLogger, sidecar and metrics.json, and the join."""
+"""core.metrics and formats.metric_files: filename templates, CSVLogger, sidecar and
+metrics.json, and the join."""
 
 from __future__ import annotations
 
