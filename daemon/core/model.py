@@ -1,4 +1,5 @@
-"""Plain data shared by every module: what a checkpoint is, as the catalog and the API see it.
+"""Plain data and vocabularies shared by every layer: what a checkpoint is (as the catalog and
+the API see it), its formats and statuses, and the work items the service hands around.
 
 No I/O here, no clock: these are frozen values that cross module boundaries.
 """

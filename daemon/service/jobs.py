@@ -1,8 +1,9 @@
 """Timers for the service's background jobs. The only module that imports APScheduler.
 
-A job only enqueues work for the worker (it never touches files or the catalog itself), so
-jobs are instant; `max_instances=1` and coalescing still guard against pile-ups after a
-suspend, and a misfire grace of minutes lets a late job run instead of being dropped.
+A timer only enqueues work (a `Rescan` for the worker, a `Job` for the jobs thread): it never
+touches files or the catalog itself, so timers are instant; `max_instances=1` and coalescing
+still guard against pile-ups after a suspend, and a misfire grace of minutes lets a late job
+run instead of being dropped.
 """
 
 from __future__ import annotations
