@@ -10,9 +10,9 @@ import ast
 import json
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import yaml
-from conftest import Workspace
 
 from ckpt_daemon.api import open_catalog
 from ckpt_daemon.core.model import Format, Job, JobName, Rescan
@@ -20,7 +20,7 @@ from ckpt_daemon.service.jobs import Jobs
 from ckpt_daemon.settings import config as config_module
 from ckpt_daemon.settings.config import SCHEDULE_KEYS, Schedule
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 PACKAGE = REPO / "daemon"
 FORMAT_NAMES = {f.value for f in Format}
 JOB_NAMES = {j.value for j in JobName}
@@ -87,7 +87,8 @@ def test_a_schedule_key_reaches_its_job(tmp_path: Path) -> None:
     assert [item.name for item in enqueued[1:] if isinstance(item, Job)] == list(JobName)[1:]
 
 
-def test_catalog_rows_carry_the_enum_and_print_its_string(scanned: Workspace) -> None:
+def test_catalog_rows_carry_the_enum_and_print_its_string(scanned: Any) -> None:
+    """`scanned`: the shared workspace where every generated checkpoint was scanned."""
     catalog = open_catalog(str(scanned.config))
     formats = {c.format for c in catalog.list()}
     assert formats and all(isinstance(f, Format) for f in formats), formats
