@@ -5,7 +5,7 @@ bytes and the same datasets. So a file that is not byte-identical to its pristin
 with h5py (inside a `.keras` zip: every member, the `.h5` ones decoded) and every group, dataset
 (dtype, shape, values) and attribute is compared with the original's. Reading every value also
 proves the file decodes fully. The catalog is read with the sqlite3 module directly (tables of
-daemon/schema.py), read-only, never through the code under test.
+daemon/catalog/schema.py), read-only, never through the code under test.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-TEMP_PREFIX = ".ckpt-tmp-"  # daemon.fsops.TEMP_PREFIX
-TRASH_DIR = ".ckpt-trash"  # daemon.fsops.TRASH_DIR
-ARTIFACT_MARK = ".inference."  # daemon.transforms.split.inference_path
+TEMP_PREFIX = ".ckpt-tmp-"  # fs.fsops.TEMP_PREFIX
+TRASH_DIR = ".ckpt-trash"  # fs.fsops.TRASH_DIR
+ARTIFACT_MARK = ".inference."  # transforms.split.inference_path
 ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -203,7 +203,7 @@ def read_catalog(db: Path) -> Catalog:
 
 
 def lease_pid(holder: str) -> int | None:
-    """Our holders read `<actor> pid <N>` (daemon.pruner, daemon.artifacts)."""
+    """Our holders read `<actor> pid <N>` (usecases.pruner, usecases.artifacts)."""
     match = re.search(r"\bpid (\d+)", holder)
     return int(match.group(1)) if match else None
 

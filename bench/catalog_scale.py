@@ -1,10 +1,11 @@
 """Catalog scale: `ckpt list --json` and `ckpt best` over 100,000 checkpoints in 100 runs.
 
 The fixture (cached in bench/out/catalog/) is an SQLite catalog created at head by
-`daemon.store.Store` (Alembic), filled with SQLAlchemy Core bulk inserts (not the product path):
-runs, checkpoints and 4 metrics each (loss, val_loss, accuracy, val_accuracy). Every command runs
-as a fresh process, interleaved with the baselines, N times; medians. Also checked: `ckpt list`
-and `ckpt best` import neither h5py nor TensorFlow; and where `list --json` spends its time.
+`ckpt_daemon.catalog.store.Store` (Alembic), filled with SQLAlchemy Core bulk inserts (not the
+product path): runs, checkpoints and 4 metrics each (loss, val_loss, accuracy, val_accuracy).
+Every command runs as a fresh process, interleaved with the baselines, N times; medians. Also
+checked: `ckpt list` and `ckpt best` import neither h5py nor TensorFlow; and where `list --json`
+spends its time.
 
     python3 bench/catalog_scale.py [--quick] [--repeats N] [--profile]
 """

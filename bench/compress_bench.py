@@ -1,4 +1,4 @@
-"""Checkpoint compression: `daemon.transforms.compress` (gzip-4, zstd-3, lzf; all + shuffle)
+"""Checkpoint compression: `ckpt_daemon.transforms.compress` (gzip-4, zstd-3, lzf; all + shuffle)
 vs `h5repack -f SHUF -f GZIP=4` on the same ResNet50 + Adam Keras checkpoint (~308 MB).
 
 The checkpoint is made once in bench/out/ by a Keras 3 child: `ResNet50(weights=None)`, Adam,
@@ -100,7 +100,7 @@ def main() -> int:
         jobs["h5repack -f SHUF -f GZIP=4"] = partial(repack, exe, source, work)
     timings = interleaved(jobs, repeats)
     imported = Timing()  # baseline: a process that only imports what a compress run imports
-    run_cmd([PYTHON, "-c", "import hdf5plugin, daemon.transforms.compress"], imported)
+    run_cmd([PYTHON, "-c", "import hdf5plugin, ckpt_daemon.transforms.compress"], imported)
     outputs = {
         "ours gzip-4+shuffle": work / "ours-gzip-0.h5",
         "ours gzip-4+shuffle, 1 worker": work / "ours-gzip-1.h5",

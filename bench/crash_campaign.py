@@ -117,7 +117,7 @@ QUICK_RUNS = ("zip", "legacy", "wstore")
 VAL_LOSS = (1.70, 1.52, 1.61, 1.47, 1.58, 1.55, 1.63)  # not monotonic: best != newest
 TRASHED_EPOCHS = 2  # the oldest ones, trashed in the pristine state
 PINNED_EPOCH = 3
-SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")  # daemon.artifacts
+SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")  # usecases.artifacts
 COMPRESSIBLE = (*SPLITTABLE, "keras-legacy-weights-h5")
 KILL_SPREAD = 1.2  # kill delays are drawn in [0, KILL_SPREAD x measured duration]
 CMD_TIMEOUT = 300.0

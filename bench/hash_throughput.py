@@ -1,4 +1,4 @@
-"""Content hashing throughput: `daemon.hashing.hash_files` vs coreutils sha256sum and b2sum.
+"""Content hashing throughput: `ckpt_daemon.fs.hashing.hash_files` vs coreutils sha256sum and b2sum.
 
 One ~1 GB file (random bytes, cached in bench/out/), page cache warm (read once first), each
 hasher run N times, medians. Ours runs in this process (as the daemon calls it); the coreutils
@@ -59,7 +59,7 @@ def main() -> int:
     size = path.stat().st_size
     tools = {name: shutil.which(name) for name in ("sha256sum", "b2sum", "b3sum")}
     hash_files([path])  # warm the page cache (and BLAKE3's thread pool)
-    ours = "daemon.hashing (blake3, threads AUTO)"
+    ours = "fs.hashing (blake3, threads AUTO)"
     jobs: dict[str, Callable[[Timing], None]] = {
         ours: partial(run_fn, lambda: hash_files([path])),
         "blake3, 1 thread (reference)": partial(run_fn, lambda: blake3_one_thread(path)),

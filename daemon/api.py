@@ -1,8 +1,8 @@
 """The Python API for scripts: the same operations as the `ckpt` command, returning plain values.
 
-from daemon.api import open_catalog
+from ckpt_daemon.api import open_catalog
 with open_catalog() as cat:
-    best = cat.best("val_loss")                      # a daemon.model.Checkpoint
+    best = cat.best("val_loss")                      # a ckpt_daemon.core.model.Checkpoint
     recent = cat.list(run="exp1", where=["epoch >= 10"], sort="val_loss", limit=5)
 """
 

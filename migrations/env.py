@@ -1,4 +1,4 @@
-"""Alembic environment: migrations run on the connection `ckpt_daemon.catalog.store` hands over.
+"""Alembic environment: migrations run on the connection `ckpt_daemon.catalog.db` hands over.
 
 `ckpt_daemon.catalog.db.upgrade()` opens a dedicated connection with SQLite foreign keys OFF
 from the start (batch mode rebuilds tables; with foreign keys on, rebuilding a parent table

@@ -1,8 +1,9 @@
-"""Engine setup and schema migrations for the catalog (SQLAlchemy + Alembic live here and in store).
+"""Engine setup and schema migrations for the catalog (the only module that imports Alembic).
 
 SQLite gets WAL, a busy timeout, synchronous=FULL and foreign keys on each new connection, and
 writer transactions start with `BEGIN IMMEDIATE`: SQLAlchemy's default deferred transactions lose
-concurrent read-modify-write updates across processes (see shared/design/ops-facts.md).
+concurrent read-modify-write updates across processes (two writers both read, both write,
+one update is lost; IMMEDIATE takes the write lock before the read).
 """
 
 from __future__ import annotations
@@ -209,12 +210,6 @@ def _alembic(engine: Engine, verb: str, revision: str, *, check_foreign_keys: bo
                     raise CkptError(f"migration left {len(broken)} rows with broken foreign keys")
     finally:
         engine.dispose()
-
-
-def head_revision() -> str | None:
-    from alembic.script import ScriptDirectory
-
-    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
 def _alembic_config() -> Any:

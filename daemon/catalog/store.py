@@ -1,6 +1,10 @@
-"""The catalog: engine, schema check, and every write (one short BEGIN IMMEDIATE each).
+"""The catalog's front door: `Store` owns the engine (schema checked on open) and holds the
+indexer's reads and writes (one short BEGIN IMMEDIATE transaction per write), the service's
+heartbeat, and the listings of `store_reads` behind one object.
 
-Reads live in `store_reads`; rows become `daemon.model` values before they leave either."""
+Beside it: `store_reads` (listings, best, one checkpoint in full, runs), `store_actions`
+(destructive acts and their audit events), `store_recovery` (what crash recovery reads and
+writes), `store_leases` (run leases). Rows become `core.model` values before they leave."""
 
 from __future__ import annotations
 
@@ -62,8 +66,6 @@ class Known:
     id: int
     stat: FileStat
     status: CheckpointStatus
-    generation: int
-    hash: str | None
     metrics_at: str | None
 
 
@@ -76,7 +78,7 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
-    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
+    # ---- what the indexer knows under a root (a read, BEGIN DEFERRED) ----
 
     def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
         """What the catalog has under `root`, or only at/below the path `start` inside it."""
@@ -88,8 +90,6 @@ class Store:
                 checkpoints.c.mtime_ns,
                 checkpoints.c.inode,
                 checkpoints.c.status,
-                checkpoints.c.generation,
-                checkpoints.c.hash,
                 checkpoints.c.metrics_at,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
@@ -108,12 +108,12 @@ class Store:
                     r.id,
                     FileStat(r.size_bytes, r.mtime_ns, r.inode),
                     CheckpointStatus(r.status),
-                    r.generation,
-                    r.hash,
                     r.metrics_at,
                 )
                 for r in conn.execute(query)
             }
+
+    # ---- the indexer's and the service's writes (one short BEGIN IMMEDIATE transaction each) ----
 
     def record(self, rec: IndexRecord, *, actor_name: str, at: str) -> int:
         """Insert or update the row for `rec.path`; replace its metrics; log an event.
@@ -222,6 +222,8 @@ class Store:
                     return heartbeat_id
             return _insert_id(conn, heartbeat, values)
 
+    # ---- reads of the service, the verifier and the guards (BEGIN DEFERRED) ----
+
     def count(self) -> int:
         """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
         gone = (
@@ -273,6 +275,8 @@ class Store:
                 .limit(1)
             ).first()
         return dict(row._mapping) if row else None
+
+    # ---- writes: rows whose files are gone or unreadable ----
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
         return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
@@ -330,7 +334,7 @@ class Store:
             )
         )
 
-    # ---- reads (BEGIN DEFERRED) ----
+    # ---- reads of the CLI and the API, in `store_reads` (BEGIN DEFERRED) ----
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self.engine, query)

@@ -1,8 +1,9 @@
-"""Catalog writes of destructive actions: the audit log, claims, trash states, pins.
+"""The catalog side of destructive actions: audit events, claims, trash states, pins and
+artifact records, and the reads these need (the trash listing, `ckpt log`, artifact lookups).
 
 Every file action is recorded as a `planned` event (with the host and pid of the process that
 plans it) before the filesystem call and marked `done` or `failed` after it, so a crash in
-between leaves a trace to reconcile (`daemon.recovery` closes it `done` or `abandoned`).
+between leaves a trace to reconcile (`usecases.recovery` closes it `done` or `abandoned`).
 
 Moves to the trash and purges are *claimed* first: one transaction re-reads the row's status
 and pin and changes its status only if the act is still allowed, so a pin and a move are

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, and_, case, exists, func, select
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Run
+from ..core.model import Checkpoint, CheckpointStatus, Format, Run
 from ..core.query import COLUMN_KEYS, ListQuery, default_mode
 from . import db
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
@@ -308,7 +308,7 @@ def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
         path=path,
         run=run,
         root=root,
-        format=fmt,
+        format=Format(fmt) if fmt else None,
         kind=kind,
         status=_STATUSES[status],
         reason=reason,

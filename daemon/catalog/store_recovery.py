@@ -1,6 +1,7 @@
-"""Catalog writes of crash recovery (`daemon.recovery` decides from the disk; these only write):
-trash records for what is found in the trash folder, planned events closed `done` or
-`abandoned`, and the rows they concern given the status the disk shows."""
+"""The catalog side of crash recovery (`usecases.recovery` decides from the disk): reads of
+trash records and planned events, and the writes that follow: trash records for what is found in
+the trash folder, planned events closed `done` or `abandoned`, and the rows they concern given
+the status the disk shows."""
 
 from __future__ import annotations
 

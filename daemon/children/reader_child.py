@@ -95,13 +95,6 @@ def end_idle(max_idle_seconds: float) -> None:
         current.close()
 
 
-def child_pids() -> list[int]:
-    """The running reader child of this process, if any (for health and benchmarks)."""
-    current = _Child.current
-    proc = current.proc if current is not None else None
-    return [proc.pid] if proc is not None and proc.poll() is None else []
-
-
 class _Child:
     current: _Child | None = None
 

@@ -1,4 +1,4 @@
-"""The `ckpt` command: a thin skin over `daemon.api`. The only module that prints or exits.
+"""The `ckpt` command: a thin skin over `api`. The cli layer is the only one that prints or exits.
 
 Heavy libraries are imported inside commands: `ckpt list` never imports h5py or TensorFlow.
 Exit codes: 0 ok, 1 unexpected error, 2 usage or config error, 3 some items failed,

@@ -1,7 +1,7 @@
 """Is a checkpoint finished? Pure decisions from what was observed; the clock is an argument.
 
 An open or parse error is "not ready" while the file is still changing, and only "corrupt" once
-it has been left alone for `settle_seconds` (keras-formats.md §5: Keras writes in place, so a
+it has been left alone for `settle_seconds` (Keras writes in place, so a
 reader can meet a half-written file that looks exactly like a truncated one).
 """
 

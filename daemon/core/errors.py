@@ -38,7 +38,7 @@ class NotFound(CkptError):
     exit_code = 6
 
 
-# Reader outcomes: raised by `daemon.formats` readers, turned into catalog statuses by the indexer.
+# Reader outcomes: raised by the `formats` readers, turned into catalog statuses by the indexer.
 
 
 class ReadProblem(CkptError):

@@ -1,4 +1,5 @@
-"""Plain data shared by every module: what a checkpoint is, as the catalog and the API see it.
+"""Plain data and vocabularies shared by every layer: what a checkpoint is (as the catalog and
+the API see it), its formats and statuses, and the work items the service hands around.
 
 No I/O here, no clock: these are frozen values that cross module boundaries.
 """
@@ -21,6 +22,8 @@ class CheckpointStatus(enum.StrEnum):
 
 
 class Format(enum.StrEnum):
+    """A checkpoint's format: the value is what the catalog stores and `--json` prints."""
+
     KERAS_ZIP = "keras-v3-zip"  # Keras 3 (or tf-keras) `.keras` archive
     KERAS_WEIGHTS_H5 = "keras-v3-weights-h5"  # Keras 3 `.weights.h5`
     KERAS_LEGACY_H5 = "keras-legacy-h5"  # `model.save('x.h5')`, Keras 2 or Keras 3
@@ -123,7 +126,7 @@ class Checkpoint:
     path: str
     run: str
     root: str
-    format: str | None
+    format: Format | None
     kind: str | None
     status: CheckpointStatus
     reason: str | None
@@ -183,8 +186,18 @@ class Rescan:
     target: str | None = None
 
 
+class JobName(enum.StrEnum):
+    """Every background job, by the name the config's `schedule:` section and the logs use."""
+
+    RESCAN = "rescan"  # walk the roots (the worker's own work, queued as a `Rescan`)
+    RETENTION = "retention"  # the configured retention policies
+    PURGE = "purge"  # empty the trash of what is older than `trash.purge_after`
+    VERIFY = "verify"  # re-hash every ok checkpoint
+    ARTIFACTS = "artifacts"  # split and compress cold checkpoints
+
+
 @dataclass(frozen=True)
 class Job:
-    """A scheduled job for the worker: "retention" (configured policies) or "purge" (trash)."""
+    """A scheduled job for the service's jobs thread (every job but the rescan)."""
 
-    name: str
+    name: JobName

@@ -1,4 +1,4 @@
-"""Model values → the stable JSON documents of the CLI contract (ARCHITECTURE.md). Pure."""
+"""Model values → the stable JSON documents of the CLI contract (README). Pure."""
 
 from __future__ import annotations
 

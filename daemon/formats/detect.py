@@ -2,7 +2,7 @@
 
 Every content problem (truncated, garbage, a missing shard) is a `CorruptCheckpoint`; whether
 that means "broken" or "still being written" is decided by the caller from how recently the file
-changed (`daemon.completion`). `NotReady` is only for what is certainly transient: a writer's
+changed (`core.completion`). `NotReady` is only for what is certainly transient: a writer's
 lock, a file that changed or vanished during the read.
 """
 
@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 from ..core.errors import CorruptCheckpoint, NotACheckpoint, UnreadableCheckpoint
 from ..core.model import CheckpointInfo
-from ..fs import beneath
+from ..fs import beneath, discovery
 from ..fs.fsops import Refused
 from . import hdf5, keras_h5, keras_v3, savedmodel, tf_checkpoint, window
 
@@ -25,15 +25,17 @@ ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _HEAD_BYTES = 65536 + 8
 
 
-def read_checkpoint(path: Path, family: str = "file", root: Path | None = None) -> CheckpointInfo:
+def read_checkpoint(
+    path: Path, family: str = discovery.FILE, root: Path | None = None
+) -> CheckpointInfo:
     """Metadata of a checkpoint: a file, a TF checkpoint `prefix`, or a SavedModel folder.
 
     A file is opened beneath `root` without following symlinks, and only if it is a regular
-    file (`daemon.beneath`); HDF5 links and storage that point outside it are never resolved.
+    file (`fs.beneath`); HDF5 links and storage that point outside it are never resolved.
     """
-    if family == "tf-checkpoint":
+    if family == discovery.TF_CHECKPOINT:
         return tf_checkpoint.read(path)
-    if family == "savedmodel" or (root is None and path.is_dir()):
+    if family == discovery.SAVED_MODEL or (root is None and path.is_dir()):
         if savedmodel.is_savedmodel(path):
             return savedmodel.read(path)
         raise NotACheckpoint("a folder without saved_model.pb")

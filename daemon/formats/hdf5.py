@@ -1,7 +1,7 @@
 """Open HDF5 checkpoints for metadata only: read-only, file locking off, closed right away.
 
 Holding an HDF5 file open (or locking it) while a trainer rewrites it makes the trainer's save
-fail and crashes `fit()` (shared/design/keras-formats.md §5), so every open here is short.
+fail and crashes `fit()`, so every open here is short.
 Dataset shapes and dtypes come from object headers; no weight value is ever read.
 """
 

@@ -1,5 +1,5 @@
 """Legacy Keras HDF5 files: full models (`model.save('x.h5')`, Keras 2 and 3) and tf-keras
-`save_weights('x.h5')` weights-only files. Layouts: shared/design/keras-formats.md §1(c), 1(d)."""
+`save_weights('x.h5')` weights-only files."""
 
 from __future__ import annotations
 

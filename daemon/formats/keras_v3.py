@@ -1,6 +1,6 @@
 """Keras 3 native files: `.keras` zip archives and `.weights.h5` weight stores.
 
-Layouts: shared/design/keras-formats.md §1(a), 1(b). The archive's `model.weights.h5` is STORED,
+The archive's `model.weights.h5` is STORED,
 so h5py reads it through a window onto the outer file: no extraction, no copy.
 """
 

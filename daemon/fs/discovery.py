@@ -14,21 +14,22 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.model import FileStat
+from ..core.model import FileStat, Format
 from .fsops import TEMP_PREFIX
 
 CHECKPOINT_SUFFIXES = (".keras", ".h5", ".hdf5", ".he5")
 SAVED_MODEL_MARKERS = ("saved_model.pb", "saved_model.pbtxt")
 # Folders that belong to us or to tools, never to a run.
 _SKIPPED_DIRS = {".ckpt", ".ckpt-trash", ".git", "__pycache__", ".ipynb_checkpoints"}
-# Writers' temporary names (shared/design/keras-formats.md §5): TF's `ckpt-1_temp/` folders and
+# Writers' temporary names: TF's `ckpt-1_temp/` folders and
 # `*.tempstate<n>` files, `checkpoint.tmp<hex>`, Keras's `tmpXXXX/model.weights.h5` extractions.
 _TEMP_NAME = re.compile(rf"(\.tempstate\d*$|\.tmp[0-9a-f]*$|^{re.escape(TEMP_PREFIX)})")
 _TEMP_DIR = re.compile(r"(_temp$|^tmp[\w-]{6,}$)")
 _DATA_SHARD = re.compile(r"^(?P<prefix>.+)\.data-(?P<index>\d{5})-of-(?P<count>\d{5})$")
 
 
-FILE, TF_CHECKPOINT, SAVED_MODEL = "file", "tf-checkpoint", "savedmodel"
+# What a candidate is made of: one file (any Keras format), or the two multi-file formats.
+FILE, TF_CHECKPOINT, SAVED_MODEL = "file", Format.TF_CHECKPOINT.value, Format.SAVED_MODEL.value
 
 
 def is_skipped_dir(name: str) -> bool:

@@ -19,7 +19,7 @@ THREADED_FROM = 16 << 20
 def hash_files(paths: Sequence[Path], root: Path | None = None) -> str:
     """`blake3:<hex>` of one file's bytes; for several files, of each name, length and bytes.
 
-    Each file is opened as `daemon.beneath` does (regular files only, no symlink followed;
+    Each file is opened as `fs.beneath` does (regular files only, no symlink followed;
     beneath `root` when given), so a FIFO or a link swapped in is refused, never read.
     """
     with ExitStack() as stack:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from .. import python_module
 from ..catalog.store import Store, actor
-from ..core.model import Job, Rescan
+from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config
 from .worker import Stats
@@ -49,11 +49,11 @@ class JobRunner(threading.Thread):
         self.stats = stats
         self.stopping = stopping
         self.rescan = rescan
-        self.queue: queue.Queue[str] = queue.Queue()
-        self._waiting: set[str] = set()
+        self.queue: queue.Queue[JobName] = queue.Queue()
+        self._waiting: set[JobName] = set()
         self._lock = threading.Lock()
         self.tick = time.monotonic()  # last time the loop ran, or a job made progress
-        self.running: str | None = None
+        self.running: JobName | None = None
 
     def offer(self, item: Job) -> None:
         """From the scheduler's thread: never blocks, never raises; a job already waiting
@@ -84,23 +84,24 @@ class JobRunner(threading.Thread):
             finally:
                 self.running = None
 
-    def run_job(self, name: str) -> None:
-        """Scheduled retention or trash purge: the same code paths as `ckpt prune` / `purge`."""
+    def run_job(self, name: JobName) -> None:
+        """One job: the same code paths as `ckpt prune`, `trash purge`, `verify`, `split` and
+        `compress`."""
         from ..core.errors import CkptError
         from ..usecases import pruner
 
         if self.stopping.is_set():
             return
         who = f"daemon:{actor()}"
-        if name == "verify":
+        if name is JobName.VERIFY:
             self._verify()
             return
-        if name == "artifacts":
+        if name is JobName.ARTIFACTS:
             self._artifacts()
             return
         stop = self.stopping.is_set
         try:
-            if name == "retention":
+            if name is JobName.RETENTION:
                 report = pruner.prune(self.config, self.store, actor=who, should_stop=stop)
                 failures = report.failures
                 event(
@@ -108,7 +109,7 @@ class JobRunner(threading.Thread):
                     trashed=sum(r.trashed for r in report.runs),
                     failures=len(failures),
                 )
-            else:
+            else:  # JobName.PURGE (a rescan is the worker's: never queued here)
                 purged, failures = pruner.purge(
                     self.config,
                     self.store,

@@ -1,8 +1,9 @@
 """Timers for the service's background jobs. The only module that imports APScheduler.
 
-A job only enqueues work for the worker (it never touches files or the catalog itself), so
-jobs are instant; `max_instances=1` and coalescing still guard against pile-ups after a
-suspend, and a misfire grace of minutes lets a late job run instead of being dropped.
+A timer only enqueues work (a `Rescan` for the worker, a `Job` for the jobs thread): it never
+touches files or the catalog itself, so timers are instant; `max_instances=1` and coalescing
+still guard against pile-ups after a suspend, and a misfire grace of minutes lets a late job
+run instead of being dropped.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from apscheduler.events import (
 )
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from ..core.model import Job, Rescan
+from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config
 
@@ -46,24 +47,24 @@ class Jobs:
 
     def _add(self, config: Config) -> None:
         schedule = config.schedule
-        jobs: dict[str, tuple[float, Callable[[], None]]] = {
-            "rescan": (schedule.rescan, lambda: self._enqueue(Rescan("scheduled rescan"))),
-            "purge": (schedule.purge, lambda: self._enqueue(Job("purge"))),
-            "verify": (schedule.verify, lambda: self._enqueue(Job("verify"))),
-        }
         # Jobs that change files run only when the config asks for them.
-        if config.has_retention():
-            jobs["retention"] = (schedule.retention, lambda: self._enqueue(Job("retention")))
-        if config.artifacts.enabled:
-            jobs["artifacts"] = (schedule.artifacts, lambda: self._enqueue(Job("artifacts")))
-        for name, (seconds, enqueue) in jobs.items():
-            if seconds > 0:
+        wanted = {
+            JobName.RESCAN: True,
+            JobName.RETENTION: config.has_retention(),
+            JobName.PURGE: True,
+            JobName.VERIFY: True,
+            JobName.ARTIFACTS: config.artifacts.enabled,
+        }
+        for name in JobName:
+            seconds = schedule.every(name)
+            if wanted[name] and seconds > 0:
                 self._scheduler.add_job(
-                    enqueue,
+                    self._enqueue,
                     "interval",
+                    args=[Rescan("scheduled rescan") if name is JobName.RESCAN else Job(name)],
                     seconds=seconds,
-                    id=name,
-                    name=name,
+                    id=name.value,
+                    name=name.value,
                     max_instances=1,
                     coalesce=True,
                     misfire_grace_time=int(schedule.misfire_grace),

@@ -3,7 +3,7 @@
 Start: signals first (Python's defaults would kill us mid-write), config (a bad one is refused,
 exit 2), catalog migration (SQLite: backup first), our own leftover temp files removed, the
 watcher started (so nothing written meanwhile is missed), every root reconciled (with the trash
-folders and the acts of processes that died: `daemon.recovery`), then the indexing worker, the
+folders and the acts of processes that died: `usecases.recovery`), then the indexing worker, the
 jobs thread and the scheduler, then READY=1. SIGHUP reloads the config (an invalid one keeps
 the old); SIGTERM/SIGINT stop taking work: the worker finishes or abandons its item, the jobs
 thread starts nothing new (a running child is asked to end), and the service exits 0.
@@ -23,7 +23,7 @@ from typing import Any
 from .. import logs
 from ..catalog.store import Store, actor
 from ..core.errors import ConfigError
-from ..core.model import Hint, HintKind, Job, Rescan
+from ..core.model import Hint, HintKind, Job, JobName, Rescan
 from ..core.units import iso_utc
 from ..fs import fsops
 from ..logs import event
@@ -91,11 +91,11 @@ class Service:
         (a full re-hash) is left to `ckpt verify`. Returns whether some item failed."""
         stats = Stats(started_at=iso_utc(time.time()))
         runner = JobRunner(self.config, store, stats, self.stopping, lambda _rescan: None)
-        jobs = ["purge"]
+        jobs = [JobName.PURGE]
         if self.config.has_retention():
-            jobs.insert(0, "retention")
+            jobs.insert(0, JobName.RETENTION)
         if self.config.artifacts.enabled:
-            jobs.append("artifacts")
+            jobs.append(JobName.ARTIFACTS)
         for name in jobs:
             runner.run_job(name)
         return stats.last_error is not None

@@ -13,10 +13,6 @@ class Notifier:
         # A leading "@" names a socket in the abstract namespace.
         self._address = "\0" + address[1:] if address and address.startswith("@") else address
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self._address)
-
     def send(self, *fields: str) -> bool:
         """Send `KEY=value` lines as one datagram. False if systemd is not listening."""
         if not self._address:

@@ -1,7 +1,7 @@
 """The service's indexing thread: turns hints into indexing once files are complete.
 
 It does all the indexing of the daemon process; the slow jobs (retention, purge, verify,
-split/compress) run on their own thread (`daemon.job_runner`) so that indexing never waits
+split/compress) run on their own thread (`service.job_runner`) so that indexing never waits
 for them. Hints mark a target pending; a target is indexed once `completion.is_ready` says so
 and no local process has it open for writing. Rescans (scheduled, or after lost events) walk
 whole roots.

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ..core.errors import ConfigError
+from ..core.model import JobName
 from ..core.retention import KeepBest, Policy
 from .locations import BUILT_IN, find_config_file
 from .values import at_least_a_second as _at_least_a_second
@@ -67,7 +68,8 @@ class Artifacts:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Seconds between runs of each background job; 0 turns a job off."""
+    """Seconds between runs of each background job (one field per `JobName`); 0 turns a job
+    off."""
 
     rescan: float = 600.0
     retention: float = 900.0
@@ -75,6 +77,9 @@ class Schedule:
     verify: float = 86400.0
     artifacts: float = 1800.0
     misfire_grace: float = 300.0
+
+    def every(self, job: JobName) -> float:
+        return float(getattr(self, job.value))
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,7 @@ TOP_KEYS = {
     "artifacts",
 }
 ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
-SCHEDULE_KEYS = {"rescan", "retention", "purge", "verify", "artifacts", "misfire_grace"}
+SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}
 POLICY_KEYS = {
     "keep_last",
     "keep_best",
@@ -204,12 +209,11 @@ KEEP_BEST_KEYS = {"metric", "n", "mode", "keep_missing"}
 def _schedule(value: Any) -> Schedule:
     raw = _mapping(value, "schedule", SCHEDULE_KEYS)
     default = Schedule()
+    every = {
+        job.value: _every(raw.get(job, default.every(job)), f"schedule.{job}") for job in JobName
+    }
     return Schedule(
-        rescan=_every(raw.get("rescan", default.rescan), "schedule.rescan"),
-        retention=_every(raw.get("retention", default.retention), "schedule.retention"),
-        purge=_every(raw.get("purge", default.purge), "schedule.purge"),
-        verify=_every(raw.get("verify", default.verify), "schedule.verify"),
-        artifacts=_every(raw.get("artifacts", default.artifacts), "schedule.artifacts"),
+        **every,
         # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
         misfire_grace=_at_least_a_second(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"

@@ -43,7 +43,7 @@ from ..fs.hashing import hash_files
 from . import bounds
 
 CODECS = ("gzip", "lzf", "zstd")
-SLAB_BYTES = 4 << 20  # chunk size: big chunks compress better (keras-formats.md §4)
+SLAB_BYTES = 4 << 20  # chunk size: big chunks compress better than small ones
 TINY_BYTES = 1024  # below this a chunk index and filter headers cost more than they save
 KERAS_MEMBER = "model.weights.h5"
 ZSTD_FILTER = 32015  # hdf5plugin.Zstd's registered HDF5 filter id
@@ -63,7 +63,7 @@ class CompressResult:
     codec: str  # e.g. "gzip-4+shuffle", "zstd-3+shuffle", "lzf+shuffle"
     bytes_before: int
     bytes_after: int
-    hash: str  # daemon.hashing.hash_files([path]) of the new file
+    hash: str  # fs.hashing.hash_files([path]) of the new file
     datasets: int
     needs: str | None  # "import hdf5plugin" for zstd (readers need it), else None
     skipped: str | None = None  # why the file was left as it was (it would not shrink)

@@ -1,7 +1,7 @@
 """Split a checkpoint into a resume artifact (the original, never modified) and an inference
 artifact: the same model without its optimizer state (about 1/3 of an Adam checkpoint).
 
-Layouts and the approach: shared/design/keras-formats.md §1 and §2. Only h5py, zipfile and json;
+Only h5py, zipfile and json;
 TensorFlow is never imported. Kept subtrees are copied with `Group.copy` (H5Ocopy: chunks and
 attributes move inside the HDF5 library, never decoded into Python). Nothing is deleted in place:
 HDF5 does not give the space of a deleted group back. Before the artifact gets its name (through
@@ -57,7 +57,7 @@ class SplitResult:
     source: Path
     path: Path  # the inference artifact written
     bytes: int
-    hash: str  # daemon.hashing.hash_files([path])
+    hash: str  # fs.hashing.hash_files([path])
     source_bytes: int
     datasets: int  # datasets copied and verified
 
@@ -136,7 +136,7 @@ def split(
 
 
 def _refuse_tensorflow(source: Path) -> None:
-    """TF checkpoints and SavedModels are not split (keras-formats.md §1(e), §1(f))."""
+    """TF checkpoints and SavedModels are not split (`_TF_REASON`)."""
     if source.is_dir():
         if savedmodel.is_savedmodel(source):
             raise UsageError(

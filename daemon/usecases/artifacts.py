@@ -1,10 +1,10 @@
 """Artifact use cases: split a checkpoint into an inference artifact, compress one in place.
 
-The transforms (`daemon.transforms`) write, verify and atomically rename; this module holds the
-rails around them, as for retention: the checkpoint must be `ok`, inside a configured root,
-unchanged since it was indexed; the run's lease is held; an audit event is recorded before and
-completed after; the result is registered in the catalog so the watcher and the indexer know
-the artifact is ours (never indexed as an unrelated new checkpoint).
+The transforms (`transforms.split`, `transforms.compress`) write, verify and atomically rename;
+this module holds the rails around them, as for retention: the checkpoint must be `ok`, inside
+a configured root, unchanged since it was indexed; the run's lease is held; an audit event is
+recorded before and completed after; the result is registered in the catalog so the watcher and
+the indexer know the artifact is ours (never indexed as an unrelated new checkpoint).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..catalog import store_actions, store_leases
 from ..catalog.store import Store
 from ..core.errors import UsageError
-from ..core.model import Checkpoint, CheckpointStatus
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..fs import fsops
 from ..settings.config import Artifacts, Config
 from . import guards
@@ -177,7 +177,7 @@ def _acting_on(
 ) -> Iterator[tuple[Path, list[Path]]]:
     if c.status != CheckpointStatus.OK:
         raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {action}ed")
-    if c.format in ("tf-checkpoint", "savedmodel"):
+    if c.format in (Format.TF_CHECKPOINT, Format.SAVED_MODEL):
         raise UsageError(
             f"{c.path} is a {c.format}: {action} works on Keras HDF5 and .keras "
             "files (TF formats keep weights and optimizer state apart only in "
@@ -215,8 +215,8 @@ def _check_out(root: Path, out: Path | None) -> None:
         raise fsops.Refused(f"--out {out} is not inside the checkpoint's root {root}")
 
 
-SPLITTABLE = ("keras-v3-zip", "keras-v3-weights-h5", "keras-legacy-h5")
-COMPRESSIBLE = (*SPLITTABLE, "keras-legacy-weights-h5")
+SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)
+COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 
 
 def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:

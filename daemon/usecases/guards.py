@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, FileStat
+from ..core.model import Checkpoint, FileStat, Format
 from ..fs import fsops
 from ..settings.config import Config
 
@@ -22,7 +22,7 @@ def located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Pat
     """The configured root holding `c`, and every file (or folder) it is made of."""
     root, path = configured_root(config, c), Path(c.path)
     _stat, _digest, files = store.identity(c.id)
-    if c.format == "tf-checkpoint":
+    if c.format == Format.TF_CHECKPOINT:
         return root, [path.parent / name for name in files]
     return root, [path]
 
@@ -36,7 +36,7 @@ def recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> Non
             f"{c.path} changed since it was indexed ({_diff(expected, found)}):"
             " skipped; the next scan re-indexes it"
         )
-    if digest and expected.size <= HASH_RECHECK_MAX_BYTES and c.format != "savedmodel":
+    if digest and expected.size <= HASH_RECHECK_MAX_BYTES and c.format != Format.SAVED_MODEL:
         from ..fs.hashing import hash_files
 
         if hash_files(members) != digest:

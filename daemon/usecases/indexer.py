@@ -76,7 +76,7 @@ def scan(
     `should_stop` is asked before each checkpoint: a stopped scan leaves every row it did not
     reach as it was (nothing is marked missing on a partial walk). `reconcile`: first give
     what is in the roots' trash folders its trash records and settle acts of dead processes
-    (`daemon.recovery`; the daemon's per-file indexing leaves that to its rescans).
+    (`usecases.recovery`; the daemon's per-file indexing leaves that to its rescans).
     """
     report = ScanReport()
     starts = list(_starts(config, targets))

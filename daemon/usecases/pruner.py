@@ -1,6 +1,6 @@
 """Retention use cases: plan, prune (to the trash), restore, purge.
 
-Decisions come from the pure planner (`daemon.retention`); this module holds the safety rails:
+Decisions come from the pure planner (`core.retention`); this module holds the safety rails:
 the run's lease, a re-check of every file against the catalog right before acting (anything
 changed since it was indexed is skipped), containment in a configured root (fsops), and an
 audit event recorded before each filesystem call and completed after it. `dry_run` is the same
@@ -14,7 +14,7 @@ way right before its unlink. Writers are serialized by the database (BEGIN IMMED
 ... FOR UPDATE elsewhere), so a pin either commits first, and the claim sees it and skips the
 checkpoint, or commits after, and then reports the checkpoint as trashed (it can be restored,
 and a pinned trashed checkpoint is never purged). A claim whose move fails gives the row its
-status back; a claim whose process died before the move is settled by `daemon.recovery` (the
+status back; a claim whose process died before the move is settled by `usecases.recovery` (the
 files are where they are: in the trash means trashed, at their path means `ok` again).
 Restore and purge hold the run's lease, so they never act on the same files at once.
 """
@@ -32,7 +32,7 @@ from ..catalog import store_actions, store_leases, store_recovery
 from ..catalog.store import Store
 from ..core import retention
 from ..core.errors import CkptError, NotFound, UsageError
-from ..core.model import Checkpoint, CheckpointStatus
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.query import ListQuery
 from ..core.units import iso_utc, parse_duration
 from ..formats import tf_state
@@ -249,7 +249,7 @@ def _trash(
         moved = {**trash, "paths": [str(p) for p in trashed]}
         store_actions.set_status(store.engine, c.id, CheckpointStatus.TRASHED, reason, trash=moved)
     store_actions.end_claim(store.engine, event_id, c.id)
-    if c.format == "tf-checkpoint":
+    if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +29,14 @@ from ..settings.config import Config, RootConfig
 LEGACY_EVENT_SECONDS = 3600.0  # planned events without a pid: older than any lease
 
 
-@dataclass
-class Recovered:
-    adopted: list[str] = field(default_factory=list)  # found in the trash, now `trashed`
-    settled: dict[str, int] = field(default_factory=dict)  # planned events closed, by state
-
-
-def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = None) -> Recovered:
+def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = None) -> None:
     """The trash folder of each root (all configured roots by default), then planned events."""
-    report = Recovered()
     for root in config.roots if roots is None else roots:
         if root.path.is_dir():
-            report.adopted += reconcile_trash(store, root)
-    report.settled = settle_events(config, store)  # dead processes' acts, leased or not
+            reconcile_trash(store, root)
+    settle_events(config, store)  # dead processes' acts, leased or not
     for host, pid in store_leases.drop_dead_leases(store.engine):
         event("lease_freed", host=host, pid=pid, reason="its process is gone")
-    return report
 
 
 def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
@@ -127,12 +118,9 @@ def _batch_time(batch: str, batch_dir: Path) -> str:
             return iso_utc(time.time())
 
 
-def settle_events(
-    config: Config, store: Store, *, of: tuple[str, int] | None = None
-) -> dict[str, int]:
+def settle_events(config: Config, store: Store, *, of: tuple[str, int] | None = None) -> None:
     """Close planned events whose act happened (`done`) or whose process died before it
-    (`abandoned`); `of`: only those of this (host, pid). Returns counts by new state."""
-    counts: dict[str, int] = {}
+    (`abandoned`); `of`: only those of this (host, pid). Each one closed is logged."""
     legacy_before = iso_utc(time.time() - LEGACY_EVENT_SECONDS)
     for ev in store_recovery.planned_events(store.engine):
         if of is not None and (ev["host"], ev["pid"]) != of:
@@ -142,9 +130,7 @@ def settle_events(
         )
         state = _settle(store, ev, dead)
         if state is not None:
-            counts[state] = counts.get(state, 0) + 1
             event("event_settled", id=ev["id"], action=ev["action"], state=state, path=ev["path"])
-    return counts
 
 
 def _settle(store: Store, ev: dict[str, Any], dead: bool) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import python_module
 from ..catalog.store import Store
 from ..core.errors import CkptError
-from ..core.model import Checkpoint, CheckpointStatus
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_files
@@ -63,7 +63,7 @@ def _load(c: Checkpoint) -> Verdict:
     import json
     import subprocess
 
-    if c.format not in ("keras-v3-zip", "keras-legacy-h5"):
+    if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         return Verdict(
             c.id,
             c.path,
@@ -101,7 +101,7 @@ def _checkpoint(config: Config, store: Store, c: Checkpoint) -> Verdict:
     try:
         root, members = guards.located(config, store, c)
         expected, digest, _files = store.identity(c.id)
-        if c.format == "savedmodel":  # a folder: its files are hashed by name, see hashing
+        if c.format == Format.SAVED_MODEL:  # a folder: its files are hashed by name, see hashing
             found = fsops.current_stat(root, members)
             same = found == expected
             return Verdict(c.id, c.path, same, "stat matches" if same else "stat differs")

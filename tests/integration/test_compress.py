@@ -165,7 +165,7 @@ def child_main(argv: list[str]) -> int:
 
 
 # A child imports its Keras first, as a consumer would: TensorFlow sets HDF5_PLUGIN_PATH to
-# "disable" only if it is imported before h5py (keras-formats.md §4); this module imports h5py.
+# "disable" only if it is imported before h5py; this module imports h5py.
 CHILD = (
     "import importlib, sys; importlib.import_module(sys.argv[1]); "
     "from tests.integration import test_compress; test_compress.child_main(sys.argv[2:])"

@@ -1,4 +1,4 @@
-"""Split real Keras checkpoints into inference artifacts (daemon.transforms.split).
+"""Split real Keras checkpoints into inference artifacts (transforms.split).
 
 Every artifact is loaded by real Keras in a child process (TensorFlow is never imported here),
 next to its original, and both must predict bit-identically; the original must stay byte for
@@ -88,7 +88,7 @@ print(json.dumps(facts))
 """
 
 # A ~50 MB Keras 3 model with Adam state, as `.keras` and legacy `.h5` (the .keras first:
-# an .h5 save drops the optimizer from later .keras saves, keras-formats.md bug B2).
+# an .h5 save drops the optimizer from later .keras saves: a Keras bug).
 BIG_MODEL = r"""
 import sys
 import numpy as np
