@@ -1,20 +1,18 @@
-"""The catalog: engine, schema check, and every write (one short BEGIN IMMEDIATE each).
-
-Reads live in `store_reads`; rows become `daemon.model` values before they leave either."""
+"""The catalog's one way in: `Store` owns the engine (it never leaves the catalog layer) and
+holds every read and write: the indexer's writes here (one short BEGIN IMMEDIATE each), reads in
+`store_reads`, the writes of destructive acts in `store_actions`, of crash recovery in
+`store_recovery`, leases in `store_leases` (mixed into `Store`). Rows become `core.model` values
+(or the small frozen records of those modules) before they leave."""
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
-import datetime as dt
 import math
-import os
-import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    Engine,
     Table,
     delete,
     func,
@@ -24,35 +22,27 @@ from sqlalchemy import (
 )
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, FileStat, IndexRecord, MetricValue, Run
+from ..core.model import (
+    Checkpoint,
+    CheckpointStatus,
+    FileStat,
+    Heartbeat,
+    IndexRecord,
+    MetricValue,
+    Run,
+)
 from ..core.query import ListQuery
-from ..core.units import iso_utc
 from . import db, store_reads
+from .audit import now_iso, patch_details, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
+from .store_actions import Actions
+from .store_leases import Leases
+from .store_recovery import RecoveryRecords
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 _RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
-
-
-def utc_now() -> str:
-    return iso_utc(dt.datetime.now(dt.UTC).timestamp())
-
-
-def actor() -> str:
-    """Who acts, for the audit log: `user@host` of this process ($CKPT_ACTOR when the service
-    runs a command on its own behalf)."""
-    return os.environ.get("CKPT_ACTOR") or f"{_user()}@{socket.gethostname()}"
-
-
-def _user() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return f"uid{os.getuid()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,16 +57,19 @@ class Known:
     metrics_at: str | None
 
 
-class Store:
+class Store(Actions, RecoveryRecords, Leases):
+    """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
+    5, unless `may_migrate`). Close it when done."""
+
     def __init__(self, url: str, *, may_migrate: bool = False) -> None:
         self.url = url
-        self.engine: Engine = db.make_engine(url)
-        db.ensure_schema(url, self.engine, may_migrate=may_migrate)
+        self._engine = db.make_engine(url)
+        db.ensure_schema(url, self._engine, may_migrate=may_migrate)
 
     def close(self) -> None:
-        self.engine.dispose()
+        self._engine.dispose()
 
-    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
+    # ---- the indexer's writes (one short BEGIN IMMEDIATE transaction each) ----
 
     def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
         """What the catalog has under `root`, or only at/below the path `start` inside it."""
@@ -102,7 +95,7 @@ class Store:
                 (checkpoints.c.path == start)
                 | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
             )
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             return {
                 r.path: Known(
                     r.id,
@@ -123,8 +116,8 @@ class Store:
         its path gets a row of its own), and the trashed file itself, seen at its path while
         it is being moved or restored, is left to the mover (returns that row's id).
         """
-        now = utc_now()
-        with self.engine.begin() as conn:
+        now = now_iso()
+        with self._engine.begin() as conn:
             run_id = self._run_id(conn, rec.root, rec.run, now)
             row = conn.execute(
                 select(
@@ -161,15 +154,15 @@ class Store:
             _replace_metrics(conn, ckpt_id, rec.metrics)
             unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
             if not unchanged:
-                self._event(
+                record_event(
                     conn,
-                    now,
-                    str(rec.status) if rec.status != "ok" else "indexed",
-                    ckpt_id,
-                    rec.path,
-                    rec.reason,
-                    rec.stat.size,
-                    actor_name,
+                    action=str(rec.status) if rec.status != "ok" else "indexed",
+                    checkpoint_id=ckpt_id,
+                    path=rec.path,
+                    reason=rec.reason,
+                    size=rec.stat.size,
+                    actor=actor_name,
+                    at=now,
                 )
             return int(ckpt_id)
 
@@ -183,16 +176,14 @@ class Store:
         at: str,
     ) -> None:
         """New metrics for an unchanged checkpoint (a CSVLogger row written after the save)."""
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                select(checkpoints.c.details).where(checkpoints.c.id == ckpt_id)
-            ).first()
-            details = dict(row.details or {}) if row else {}
-            details["metric_sources"] = {m.name: m.source for m in _dedupe(values)}
-            conn.execute(
-                update(checkpoints)
-                .where(checkpoints.c.id == ckpt_id)
-                .values(epoch=epoch, step=step, metrics_at=at, details=details)
+        with self._engine.begin() as conn:
+            patch_details(
+                conn,
+                ckpt_id,
+                {"metric_sources": {m.name: m.source for m in _dedupe(values)}},
+                epoch=epoch,
+                step=step,
+                metrics_at=at,
             )
             _replace_metrics(conn, ckpt_id, values)
 
@@ -210,10 +201,10 @@ class Store:
             "pid": pid,
             "host": host,
             "started_at": started_at,
-            "heartbeat_at": utc_now(),
+            "heartbeat_at": now_iso(),
             "state": state,
         }
-        with self.engine.begin() as conn:
+        with self._engine.begin() as conn:
             if heartbeat_id is not None:
                 done = conn.execute(
                     update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
@@ -229,7 +220,7 @@ class Store:
             CheckpointStatus.TRASHED.value,
             CheckpointStatus.PURGED.value,
         )
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             return int(
                 conn.execute(
                     select(func.count())
@@ -244,13 +235,13 @@ class Store:
         None when fine or not SQLite, else what it reported."""
         if not db.is_sqlite(self.url):
             return None
-        with self.engine.connect() as conn:
+        with self._engine.connect() as conn:
             rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
         return None if rows == ["ok"] else "; ".join(map(str, rows))[:500]
 
     def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
         """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             row = conn.execute(
                 select(
                     checkpoints.c.size_bytes,
@@ -265,14 +256,16 @@ class Store:
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
 
-    def latest_heartbeat(self) -> dict[str, Any] | None:
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+    def latest_heartbeat(self) -> Heartbeat | None:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             row = conn.execute(
                 select(heartbeat)
                 .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
                 .limit(1)
             ).first()
-        return dict(row._mapping) if row else None
+        if row is None:
+            return None
+        return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
         return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
@@ -284,8 +277,8 @@ class Store:
         ids = list(ckpt_ids)
         if not ids:
             return 0
-        now = utc_now()
-        with self.engine.begin() as conn:
+        now = now_iso()
+        with self._engine.begin() as conn:
             rows = conn.execute(
                 select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
             ).all()
@@ -295,7 +288,16 @@ class Store:
                 .values(status=status.value, reason=reason)
             )
             for r in rows:
-                self._event(conn, now, status.value, r.id, r.path, reason, None, actor_name)
+                record_event(
+                    conn,
+                    action=status.value,
+                    checkpoint_id=r.id,
+                    path=r.path,
+                    reason=reason,
+                    size=None,
+                    actor=actor_name,
+                    at=now,
+                )
         return len(rows)
 
     def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
@@ -306,52 +308,28 @@ class Store:
             return int(found)
         return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
 
-    @staticmethod
-    def _event(
-        conn: Any,
-        at: str,
-        action: str,
-        ckpt_id: int | None,
-        path: str,
-        reason: str | None,
-        size: int | None,
-        actor_name: str,
-    ) -> None:
-        conn.execute(
-            insert(events).values(
-                at=at,
-                action=action,
-                state="done",
-                checkpoint_id=ckpt_id,
-                path=path,
-                reason=reason,
-                bytes=size,
-                actor=actor_name,
-            )
-        )
-
     # ---- reads (BEGIN DEFERRED) ----
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
-        return store_reads.list_checkpoints(self.engine, query)
+        return store_reads.list_checkpoints(self._engine, query)
 
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
-        return store_reads.best(self.engine, metric, mode, run)
+        return store_reads.best(self._engine, metric, mode, run)
 
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
-        return store_reads.get(self.engine, ref)
+        return store_reads.get(self._engine, ref)
 
     def run_keys(self) -> builtins.list[tuple[int, str, str]]:
         """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             rows = conn.execute(
                 select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
             )
             return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
-        return store_reads.list_runs(self.engine)
+        return store_reads.list_runs(self._engine)
 
 
 def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:

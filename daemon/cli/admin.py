@@ -87,11 +87,7 @@ def current(obj: Context) -> None:
     """Print the catalog's schema revision and whether it is the one this ckpt needs."""
     from ..catalog import db as database
 
-    engine = database.make_engine(obj.config().database)
-    try:
-        revision = database.current_revision(engine)
-    finally:
-        engine.dispose()
+    revision = database.revision_at(obj.config().database)
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
     _echo(f"{revision or 'empty'} ({state})")
 
