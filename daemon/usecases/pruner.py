@@ -31,7 +31,7 @@ from typing import Any
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..core import retention
-from ..core.errors import CkptError, NotFound, UsageError
+from ..core.errors import CkptError, LeaseLost, NotFound, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
 from ..core.query import ListQuery
 from ..core.units import iso_utc, parse_duration
@@ -188,6 +188,11 @@ def _execute(
                 _trash(config, store, current[decision.id], decision, batch, actor, lease)
                 assert rp.moved is not None
                 rp.moved.add(decision.id)
+            except LeaseLost as exc:  # the run is another process's now: nothing more to move
+                report.failures.append(
+                    {"id": decision.id, "path": decision.path, "error": str(exc)}
+                )
+                return
             except (CkptError, OSError, KeyError) as exc:
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
