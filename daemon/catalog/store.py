@@ -69,44 +69,7 @@ class Store(Actions, RecoveryRecords, Leases):
     def close(self) -> None:
         self._engine.dispose()
 
-    # ---- the indexer's writes (one short BEGIN IMMEDIATE transaction each) ----
-
-    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
-        """What the catalog has under `root`, or only at/below the path `start` inside it."""
-        query = (
-            select(
-                checkpoints.c.id,
-                checkpoints.c.path,
-                checkpoints.c.size_bytes,
-                checkpoints.c.mtime_ns,
-                checkpoints.c.inode,
-                checkpoints.c.status,
-                checkpoints.c.generation,
-                checkpoints.c.hash,
-                checkpoints.c.metrics_at,
-            )
-            .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
-        )
-        if start is not None and start != root:
-            # A range on the unique path index: `start` itself, and everything below `start/`
-            # ("0" is the character after "/"), without LIKE and its wildcards.
-            query = query.where(
-                (checkpoints.c.path == start)
-                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
-            )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                r.path: Known(
-                    r.id,
-                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
-                    CheckpointStatus(r.status),
-                    r.generation,
-                    r.hash,
-                    r.metrics_at,
-                )
-                for r in conn.execute(query)
-            }
+    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
 
     def record(self, rec: IndexRecord, *, actor_name: str, at: str) -> int:
         """Insert or update the row for `rec.path`; replace its metrics; log an event.
@@ -213,6 +176,86 @@ class Store(Actions, RecoveryRecords, Leases):
                     return heartbeat_id
             return _insert_id(conn, heartbeat, values)
 
+    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
+        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
+
+    def mark(
+        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
+    ) -> int:
+        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
+        ids = list(ckpt_ids)
+        if not ids:
+            return 0
+        now = now_iso()
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
+            ).all()
+            conn.execute(
+                update(checkpoints)
+                .where(checkpoints.c.id.in_(ids))
+                .values(status=status.value, reason=reason)
+            )
+            for r in rows:
+                record_event(
+                    conn,
+                    action=status.value,
+                    checkpoint_id=r.id,
+                    path=r.path,
+                    reason=reason,
+                    size=None,
+                    actor=actor_name,
+                    at=now,
+                )
+        return len(rows)
+
+    def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
+        found = conn.execute(
+            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
+        ).scalar()
+        if found is not None:
+            return int(found)
+        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
+
+    # ---- reads (BEGIN DEFERRED) ----
+
+    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
+        """What the catalog has under `root`, or only at/below the path `start` inside it."""
+        query = (
+            select(
+                checkpoints.c.id,
+                checkpoints.c.path,
+                checkpoints.c.size_bytes,
+                checkpoints.c.mtime_ns,
+                checkpoints.c.inode,
+                checkpoints.c.status,
+                checkpoints.c.generation,
+                checkpoints.c.hash,
+                checkpoints.c.metrics_at,
+            )
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
+        )
+        if start is not None and start != root:
+            # A range on the unique path index: `start` itself, and everything below `start/`
+            # ("0" is the character after "/"), without LIKE and its wildcards.
+            query = query.where(
+                (checkpoints.c.path == start)
+                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+            )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return {
+                r.path: Known(
+                    r.id,
+                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
+                    CheckpointStatus(r.status),
+                    r.generation,
+                    r.hash,
+                    r.metrics_at,
+                )
+                for r in conn.execute(query)
+            }
+
     def count(self) -> int:
         """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
         gone = (
@@ -266,49 +309,6 @@ class Store(Actions, RecoveryRecords, Leases):
         if row is None:
             return None
         return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
-
-    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
-        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
-
-    def mark(
-        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
-    ) -> int:
-        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
-        ids = list(ckpt_ids)
-        if not ids:
-            return 0
-        now = now_iso()
-        with self._engine.begin() as conn:
-            rows = conn.execute(
-                select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
-            ).all()
-            conn.execute(
-                update(checkpoints)
-                .where(checkpoints.c.id.in_(ids))
-                .values(status=status.value, reason=reason)
-            )
-            for r in rows:
-                record_event(
-                    conn,
-                    action=status.value,
-                    checkpoint_id=r.id,
-                    path=r.path,
-                    reason=reason,
-                    size=None,
-                    actor=actor_name,
-                    at=now,
-                )
-        return len(rows)
-
-    def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
-        found = conn.execute(
-            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
-        ).scalar()
-        if found is not None:
-            return int(found)
-        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
-
-    # ---- reads (BEGIN DEFERRED) ----
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self._engine, query)
