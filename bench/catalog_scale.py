@@ -149,6 +149,7 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
         return config
     from sqlalchemy import insert
 
+    from ckpt_daemon.catalog import db
     from ckpt_daemon.catalog.schema import CHECKPOINTS, METRICS, RUNS
     from ckpt_daemon.catalog.store import Store
 
@@ -157,13 +158,14 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
         stale.unlink()
     url = f"sqlite:///{db_path}"
     start = time.perf_counter()
-    store = Store(url)  # created at head by Alembic
+    Store(url).close()  # created at head by Alembic
     runs, ckpts, metrics = fixture_rows(n_runs)
-    with store.engine.begin() as conn:
+    engine = db.make_engine(url)  # bulk rows straight into the tables: a fixture, not an act
+    with engine.begin() as conn:
         for table_, rows in ((RUNS, runs), (CHECKPOINTS, ckpts), (METRICS, metrics)):
             for k in range(0, len(rows), 20_000):
                 conn.execute(insert(table_), rows[k : k + 20_000])
-    store.close()
+    engine.dispose()
     print(
         f"built {db_path.name}: {len(ckpts):,} checkpoints, {len(metrics):,} metrics, "
         f"{db_path.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - start:.1f} s"

@@ -123,29 +123,31 @@ class Catalog:
 
     def trash(self) -> builtins.list[dict[str, Any]]:
         """Trashed checkpoints: original and trash paths, bytes, when and why."""
-        from .catalog import store_actions
+        from .core.views import trashed_json
 
-        return store_actions.trashed(self._store.engine)
+        return [trashed_json(t) for t in self._store.trashed()]
 
     def purge(
         self, older_than: str | None = None, *, dry_run: bool = False
     ) -> tuple[builtins.list[dict[str, Any]], builtins.list[dict[str, Any]]]:
         """Delete what was trashed longer ago than `older_than` (default: trash.purge_after).
         Returns (purged, failures)."""
+        from .core.views import trashed_json
         from .usecases import pruner
 
         seconds = pruner.parse_older_than(older_than, self.config)
-        return pruner.purge(
+        purged, failures = pruner.purge(
             self.config, self._store, older_than=seconds, dry_run=dry_run, actor=_actor()
         )
+        return [trashed_json(t) for t in purged], failures
 
     def log(
         self, run: str | None = None, limit: int | None = None
     ) -> builtins.list[dict[str, Any]]:
         """The audit events, oldest first (the newest `limit` of them)."""
-        from .catalog import store_actions
+        from .core.views import event_json
 
-        return store_actions.audit_log(self._store.engine, run, limit)
+        return [event_json(e) for e in self._store.audit_log(run, limit)]
 
     def split(
         self,
@@ -212,20 +214,19 @@ class Catalog:
         progress: Callable[[str], None] | None = None,
     ) -> ScanReport:
         """Index now: the given files/folders (inside configured roots), or every root."""
-        from .catalog.store import actor as default_actor
         from .usecases.indexer import scan
 
         return scan(
             self.config,
             self._store,
             [Path(p) for p in paths],
-            actor=actor or default_actor(),
+            actor=actor or _actor(),
             progress=progress,
         )
 
 
 def _actor() -> str:
-    from .catalog.store import actor
+    from .catalog.audit import actor
 
     return actor()
 

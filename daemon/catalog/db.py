@@ -146,6 +146,15 @@ def current_revision(engine: Engine) -> str | None:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
+def revision_at(url: str) -> str | None:
+    """`ckpt db current`: the schema revision of the catalog at `url` (None: empty)."""
+    engine = make_engine(url)
+    try:
+        return current_revision(engine)
+    finally:
+        engine.dispose()
+
+
 def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> None:
     """Create a new catalog at head; refuse (exit 5) one behind head unless allowed to migrate."""
     try:

@@ -1,24 +1,18 @@
-"""The catalog's front door: `Store` owns the engine (schema checked on open) and holds the
-indexer's reads and writes (one short BEGIN IMMEDIATE transaction per write), the service's
-heartbeat, and the listings of `store_reads` behind one object.
-
-Beside it: `store_reads` (listings, best, one checkpoint in full, runs), `store_actions`
-(destructive acts and their audit events), `store_recovery` (what crash recovery reads and
-writes), `store_leases` (run leases). Rows become `core.model` values before they leave."""
+"""The catalog's one way in: `Store` owns the engine (it never leaves the catalog layer) and
+holds every read and write: the indexer's writes here (one short BEGIN IMMEDIATE each), reads in
+`store_reads`, the writes of destructive acts in `store_actions`, of crash recovery in
+`store_recovery`, leases in `store_leases` (mixed into `Store`). Rows become `core.model` values
+(or the small frozen records of those modules) before they leave."""
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
-import datetime as dt
 import math
-import os
-import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    Engine,
     Table,
     delete,
     func,
@@ -28,35 +22,27 @@ from sqlalchemy import (
 )
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, FileStat, IndexRecord, MetricValue, Run
+from ..core.model import (
+    Checkpoint,
+    CheckpointStatus,
+    FileStat,
+    Heartbeat,
+    IndexRecord,
+    MetricValue,
+    Run,
+)
 from ..core.query import ListQuery
-from ..core.units import iso_utc
 from . import db, store_reads
+from .audit import now_iso, patch_details, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
+from .store_actions import Actions
+from .store_leases import Leases
+from .store_recovery import RecoveryRecords
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 _RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
-
-
-def utc_now() -> str:
-    return iso_utc(dt.datetime.now(dt.UTC).timestamp())
-
-
-def actor() -> str:
-    """Who acts, for the audit log: `user@host` of this process ($CKPT_ACTOR when the service
-    runs a command on its own behalf)."""
-    return os.environ.get("CKPT_ACTOR") or f"{_user()}@{socket.gethostname()}"
-
-
-def _user() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return f"uid{os.getuid()}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,51 +55,19 @@ class Known:
     metrics_at: str | None
 
 
-class Store:
+class Store(Actions, RecoveryRecords, Leases):
+    """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
+    5, unless `may_migrate`). Close it when done."""
+
     def __init__(self, url: str, *, may_migrate: bool = False) -> None:
         self.url = url
-        self.engine: Engine = db.make_engine(url)
-        db.ensure_schema(url, self.engine, may_migrate=may_migrate)
+        self._engine = db.make_engine(url)
+        db.ensure_schema(url, self._engine, may_migrate=may_migrate)
 
     def close(self) -> None:
-        self.engine.dispose()
+        self._engine.dispose()
 
-    # ---- what the indexer knows under a root (a read, BEGIN DEFERRED) ----
-
-    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
-        """What the catalog has under `root`, or only at/below the path `start` inside it."""
-        query = (
-            select(
-                checkpoints.c.id,
-                checkpoints.c.path,
-                checkpoints.c.size_bytes,
-                checkpoints.c.mtime_ns,
-                checkpoints.c.inode,
-                checkpoints.c.status,
-                checkpoints.c.metrics_at,
-            )
-            .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
-        )
-        if start is not None and start != root:
-            # A range on the unique path index: `start` itself, and everything below `start/`
-            # ("0" is the character after "/"), without LIKE and its wildcards.
-            query = query.where(
-                (checkpoints.c.path == start)
-                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
-            )
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                r.path: Known(
-                    r.id,
-                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
-                    CheckpointStatus(r.status),
-                    r.metrics_at,
-                )
-                for r in conn.execute(query)
-            }
-
-    # ---- the indexer's and the service's writes (one short BEGIN IMMEDIATE transaction each) ----
+    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
 
     def record(self, rec: IndexRecord, *, actor_name: str, at: str) -> int:
         """Insert or update the row for `rec.path`; replace its metrics; log an event.
@@ -123,8 +77,8 @@ class Store:
         its path gets a row of its own), and the trashed file itself, seen at its path while
         it is being moved or restored, is left to the mover (returns that row's id).
         """
-        now = utc_now()
-        with self.engine.begin() as conn:
+        now = now_iso()
+        with self._engine.begin() as conn:
             run_id = self._run_id(conn, rec.root, rec.run, now)
             row = conn.execute(
                 select(
@@ -161,15 +115,15 @@ class Store:
             _replace_metrics(conn, ckpt_id, rec.metrics)
             unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
             if not unchanged:
-                self._event(
+                record_event(
                     conn,
-                    now,
-                    str(rec.status) if rec.status != "ok" else "indexed",
-                    ckpt_id,
-                    rec.path,
-                    rec.reason,
-                    rec.stat.size,
-                    actor_name,
+                    action=str(rec.status) if rec.status != "ok" else "indexed",
+                    checkpoint_id=ckpt_id,
+                    path=rec.path,
+                    reason=rec.reason,
+                    size=rec.stat.size,
+                    actor=actor_name,
+                    at=now,
                 )
             return int(ckpt_id)
 
@@ -183,16 +137,14 @@ class Store:
         at: str,
     ) -> None:
         """New metrics for an unchanged checkpoint (a CSVLogger row written after the save)."""
-        with self.engine.begin() as conn:
-            row = conn.execute(
-                select(checkpoints.c.details).where(checkpoints.c.id == ckpt_id)
-            ).first()
-            details = dict(row.details or {}) if row else {}
-            details["metric_sources"] = {m.name: m.source for m in _dedupe(values)}
-            conn.execute(
-                update(checkpoints)
-                .where(checkpoints.c.id == ckpt_id)
-                .values(epoch=epoch, step=step, metrics_at=at, details=details)
+        with self._engine.begin() as conn:
+            patch_details(
+                conn,
+                ckpt_id,
+                {"metric_sources": {m.name: m.source for m in _dedupe(values)}},
+                epoch=epoch,
+                step=step,
+                metrics_at=at,
             )
             _replace_metrics(conn, ckpt_id, values)
 
@@ -210,10 +162,10 @@ class Store:
             "pid": pid,
             "host": host,
             "started_at": started_at,
-            "heartbeat_at": utc_now(),
+            "heartbeat_at": now_iso(),
             "state": state,
         }
-        with self.engine.begin() as conn:
+        with self._engine.begin() as conn:
             if heartbeat_id is not None:
                 done = conn.execute(
                     update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
@@ -222,7 +174,81 @@ class Store:
                     return heartbeat_id
             return _insert_id(conn, heartbeat, values)
 
-    # ---- reads of the service, the verifier and the guards (BEGIN DEFERRED) ----
+    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
+        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
+
+    def mark(
+        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
+    ) -> int:
+        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
+        ids = list(ckpt_ids)
+        if not ids:
+            return 0
+        now = now_iso()
+        with self._engine.begin() as conn:
+            rows = conn.execute(
+                select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
+            ).all()
+            conn.execute(
+                update(checkpoints)
+                .where(checkpoints.c.id.in_(ids))
+                .values(status=status.value, reason=reason)
+            )
+            for r in rows:
+                record_event(
+                    conn,
+                    action=status.value,
+                    checkpoint_id=r.id,
+                    path=r.path,
+                    reason=reason,
+                    size=None,
+                    actor=actor_name,
+                    at=now,
+                )
+        return len(rows)
+
+    def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
+        found = conn.execute(
+            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
+        ).scalar()
+        if found is not None:
+            return int(found)
+        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
+
+    # ---- reads (BEGIN DEFERRED) ----
+
+    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
+        """What the catalog has under `root`, or only at/below the path `start` inside it."""
+        query = (
+            select(
+                checkpoints.c.id,
+                checkpoints.c.path,
+                checkpoints.c.size_bytes,
+                checkpoints.c.mtime_ns,
+                checkpoints.c.inode,
+                checkpoints.c.status,
+                checkpoints.c.metrics_at,
+            )
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
+        )
+        if start is not None and start != root:
+            # A range on the unique path index: `start` itself, and everything below `start/`
+            # ("0" is the character after "/"), without LIKE and its wildcards.
+            query = query.where(
+                (checkpoints.c.path == start)
+                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+            )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return {
+                r.path: Known(
+                    r.id,
+                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
+                    CheckpointStatus(r.status),
+                    r.metrics_at,
+                )
+                for r in conn.execute(query)
+            }
 
     def count(self) -> int:
         """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
@@ -231,7 +257,7 @@ class Store:
             CheckpointStatus.TRASHED.value,
             CheckpointStatus.PURGED.value,
         )
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             return int(
                 conn.execute(
                     select(func.count())
@@ -246,13 +272,13 @@ class Store:
         None when fine or not SQLite, else what it reported."""
         if not db.is_sqlite(self.url):
             return None
-        with self.engine.connect() as conn:
+        with self._engine.connect() as conn:
             rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
         return None if rows == ["ok"] else "; ".join(map(str, rows))[:500]
 
     def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
         """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             row = conn.execute(
                 select(
                     checkpoints.c.size_bytes,
@@ -267,95 +293,37 @@ class Store:
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
 
-    def latest_heartbeat(self) -> dict[str, Any] | None:
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+    def latest_heartbeat(self) -> Heartbeat | None:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             row = conn.execute(
                 select(heartbeat)
                 .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
                 .limit(1)
             ).first()
-        return dict(row._mapping) if row else None
-
-    # ---- writes: rows whose files are gone or unreadable ----
-
-    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
-        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
-
-    def mark(
-        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
-    ) -> int:
-        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
-        ids = list(ckpt_ids)
-        if not ids:
-            return 0
-        now = utc_now()
-        with self.engine.begin() as conn:
-            rows = conn.execute(
-                select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
-            ).all()
-            conn.execute(
-                update(checkpoints)
-                .where(checkpoints.c.id.in_(ids))
-                .values(status=status.value, reason=reason)
-            )
-            for r in rows:
-                self._event(conn, now, status.value, r.id, r.path, reason, None, actor_name)
-        return len(rows)
-
-    def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
-        found = conn.execute(
-            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
-        ).scalar()
-        if found is not None:
-            return int(found)
-        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
-
-    @staticmethod
-    def _event(
-        conn: Any,
-        at: str,
-        action: str,
-        ckpt_id: int | None,
-        path: str,
-        reason: str | None,
-        size: int | None,
-        actor_name: str,
-    ) -> None:
-        conn.execute(
-            insert(events).values(
-                at=at,
-                action=action,
-                state="done",
-                checkpoint_id=ckpt_id,
-                path=path,
-                reason=reason,
-                bytes=size,
-                actor=actor_name,
-            )
-        )
-
-    # ---- reads of the CLI and the API, in `store_reads` (BEGIN DEFERRED) ----
+        if row is None:
+            return None
+        return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
-        return store_reads.list_checkpoints(self.engine, query)
+        return store_reads.list_checkpoints(self._engine, query)
 
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
-        return store_reads.best(self.engine, metric, mode, run)
+        return store_reads.best(self._engine, metric, mode, run)
 
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
-        return store_reads.get(self.engine, ref)
+        return store_reads.get(self._engine, ref)
 
     def run_keys(self) -> builtins.list[tuple[int, str, str]]:
         """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
-        with self.engine.connect().execution_options(**db.READONLY) as conn:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
             rows = conn.execute(
                 select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
             )
             return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
-        return store_reads.list_runs(self.engine)
+        return store_reads.list_runs(self._engine)
 
 
 def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:

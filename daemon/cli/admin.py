@@ -101,14 +101,8 @@ def current(obj: Context) -> None:
 
     url = obj.config().database
     database.check_url(url)
-    revision = None  # no catalog file yet: nothing to create just to say it is empty
-    path = sqlite_file(url)
-    if path is None or path.exists():
-        engine = database.make_engine(url)
-        try:
-            revision = database.current_revision(engine)
-        finally:
-            engine.dispose()
+    path = sqlite_file(url)  # no catalog file yet: nothing to create just to say it is empty
+    revision = database.revision_at(url) if path is None or path.exists() else None
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
     _echo(f"{revision or 'empty'} ({state})")
 

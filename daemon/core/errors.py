@@ -30,6 +30,10 @@ class LeaseHeld(CkptError):
     exit_code = 4
 
 
+class LeaseLost(LeaseHeld):
+    """A held lease could not be renewed and another process took the run: the work stops."""
+
+
 class SchemaBehind(CkptError):
     exit_code = 5
 

@@ -201,3 +201,58 @@ class Job:
     """A scheduled job for the service's jobs thread (every job but the rescan)."""
 
     name: JobName
+
+
+# ---- what the catalog's audit and trash reads return (JSON shapes: core.views) ----
+
+
+@dataclass(frozen=True)
+class TrashedCheckpoint:
+    """A checkpoint in the trash: where it was (`path`), and `trash`: where its files went
+    (`paths`), when (`at`), in which `batch`, and the `members` it was made of."""
+
+    id: int
+    path: str
+    run: str
+    root: str
+    bytes: int
+    reason: str | None
+    pinned: bool
+    trash: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trash_paths(self) -> list[str]:
+        return list(self.trash.get("paths", []))
+
+    @property
+    def trashed_at(self) -> str:
+        return str(self.trash.get("at", ""))
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One row of the audit log: an act (index, trash, restore, purge, pin, split, ...), its
+    state (planned, done, failed, abandoned), why, how many bytes, and who."""
+
+    id: int
+    at: str
+    action: str
+    state: str
+    checkpoint_id: int | None
+    run: str | None
+    path: str
+    reason: str | None
+    bytes: int | None
+    actor: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A daemon's latest sign of life: who (pid, host), since when, and its `state` document
+    (roots, queue, jobs, last error, ... as the daemon wrote it)."""
+
+    pid: int
+    host: str
+    started_at: str
+    heartbeat_at: str
+    state: dict[str, Any] = field(default_factory=dict)

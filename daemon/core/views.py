@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .model import Checkpoint, Run
+from .model import AuditEvent, Checkpoint, Run, TrashedCheckpoint
 from .units import iso_utc
 
 # `show --json` fields beyond a listing's (stable: add, never rename or remove).
@@ -77,3 +77,33 @@ def _finite(values: dict[str, float | None]) -> dict[str, float | None]:
     """JSON has no NaN or Infinity: a metric the run logged as one is null (text shows `null`
     too, see render.metric_text; the catalog stores it as NULL)."""
     return {k: (v if v is not None and math.isfinite(v) else None) for k, v in values.items()}
+
+
+def trashed_json(t: TrashedCheckpoint) -> dict[str, Any]:
+    """`trash list --json` (and `trash purge --json`'s `purged`): the row, then where it went."""
+    return {
+        "id": t.id,
+        "path": t.path,
+        "run": t.run,
+        "root": t.root,
+        "bytes": t.bytes,
+        "reason": t.reason,
+        "pinned": t.pinned,
+        **t.trash,
+    }
+
+
+def event_json(e: AuditEvent) -> dict[str, Any]:
+    """`log --json`: one audit event."""
+    return {
+        "id": e.id,
+        "at": e.at,
+        "action": e.action,
+        "state": e.state,
+        "checkpoint_id": e.checkpoint_id,
+        "run": e.run,
+        "path": e.path,
+        "reason": e.reason,
+        "bytes": e.bytes,
+        "actor": e.actor,
+    }

@@ -6,23 +6,24 @@ import datetime as dt
 import socket
 from typing import Any
 
+from ..core.model import Heartbeat
 from ..fs.procfs import pid_alive
 
 STALE_AFTER_BEATS = 3
 
 
-def daemon_status(row: dict[str, Any] | None, checkpoints: int) -> dict[str, Any]:
+def daemon_status(row: Heartbeat | None, checkpoints: int) -> dict[str, Any]:
     """The `ckpt status --json` document; `running` is false with a `reason` when it is not."""
     if row is None:
         return _not_running("no daemon has run against this catalog", checkpoints)
-    state = dict(row.get("state") or {})
+    state = dict(row.state)
     doc: dict[str, Any] = {
         "running": True,
         "reason": None,
-        "pid": row["pid"],
-        "host": row["host"],
-        "started_at": row["started_at"],
-        "heartbeat_at": row["heartbeat_at"],
+        "pid": row.pid,
+        "host": row.host,
+        "started_at": row.started_at,
+        "heartbeat_at": row.heartbeat_at,
         "roots": state.get("roots", []),
         "checkpoints": checkpoints,
         "queue": state.get("queue"),
@@ -37,12 +38,12 @@ def daemon_status(row: dict[str, Any] | None, checkpoints: int) -> dict[str, Any
     return doc
 
 
-def _why_not_running(row: dict[str, Any], state: dict[str, Any]) -> str | None:
+def _why_not_running(row: Heartbeat, state: dict[str, Any]) -> str | None:
     if state.get("stopped_at"):
         return f"stopped at {state['stopped_at']}"
-    if row["host"] == socket.gethostname() and not pid_alive(int(row["pid"])):
-        return f"pid {row['pid']} is not running (killed?)"
-    beat = dt.datetime.fromisoformat(row["heartbeat_at"])
+    if row.host == socket.gethostname() and not pid_alive(int(row.pid)):
+        return f"pid {row.pid} is not running (killed?)"
+    beat = dt.datetime.fromisoformat(row.heartbeat_at)
     age = (dt.datetime.now(dt.UTC) - beat).total_seconds()
     limit = STALE_AFTER_BEATS * float(state.get("heartbeat_seconds") or 10)
     if age > limit:

@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 
 from .. import python_module
-from ..catalog.store import Store, actor
+from ..catalog.audit import actor
+from ..catalog.store import Store
 from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config

@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 from .. import logs
-from ..catalog.store import Store, actor
+from ..catalog.audit import actor
+from ..catalog.store import Store
 from ..core.errors import ConfigError
 from ..core.model import Hint, HintKind, Job, JobName, Rescan
 from ..core.units import iso_utc

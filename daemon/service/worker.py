@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..catalog.store import Store, actor
+from ..catalog.audit import actor
+from ..catalog.store import Store
 from ..children import reader_child, tf_child
 from ..core import completion
 from ..core.model import FileStat, Hint, HintKind, Rescan

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..catalog import store_actions, store_leases
 from ..catalog.store import Store
+from ..catalog.store_leases import HeldLease
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..fs import fsops
@@ -39,9 +39,9 @@ def split_checkpoint(
     out: Path | None = None,
     keep_compile: bool = False,
     actor: str,
-    leased: bool = False,
+    leased: HeldLease | None = None,
 ) -> tuple[Checkpoint, SplitResult]:
-    """`leased`: the caller (retention's demotion) already holds the run's lease.
+    """`leased`: the run's lease the caller (retention's demotion) holds, renewed meanwhile.
 
     The artifact is registered before it gets its name (a pending row, completed after), so
     a scan racing the split, or one after a crash in between, knows the file is ours; the file
@@ -68,7 +68,7 @@ def split_checkpoint(
             )
         except BaseException:
             if pending:
-                store_actions.forget_artifact(store.engine, str(final))
+                store.forget_artifact(str(final))
             raise
         _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
     return store.get(str(c.id)), result
@@ -108,8 +108,7 @@ def _register(
     codec: str | None,
     digest: str | None,
 ) -> None:
-    store_actions.add_artifact(
-        store.engine,
+    store.add_artifact(
         checkpoint_id,
         kind=kind,
         path=str(path),
@@ -136,9 +135,7 @@ def compress_checkpoint(
         result = compress(root, Path(c.path), codec=codec, level=level, shuffle=shuffle)
         if result.skipped is None:
             stat = fsops.current_stat(root, members)
-            store_actions.record_rewrite(
-                store.engine, c.id, stat=stat, digest=result.hash, codec=result.codec
-            )
+            store.record_rewrite(c.id, stat=stat, digest=result.hash, codec=result.codec)
         # Recorded so the scheduled job compresses it once; a file that would not shrink is
         # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
         tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
@@ -173,7 +170,13 @@ def adopt(store: Store, path: Path) -> str | None:
 
 @contextmanager
 def _acting_on(
-    config: Config, store: Store, c: Checkpoint, action: str, actor: str, *, leased: bool = False
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    action: str,
+    actor: str,
+    *,
+    leased: HeldLease | None = None,
 ) -> Iterator[tuple[Path, list[Path]]]:
     if c.status != CheckpointStatus.OK:
         raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {action}ed")
@@ -186,25 +189,26 @@ def _acting_on(
     root, members = guards.located(config, store, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     holder = f"{actor} pid {os.getpid()}"
-    lease = (
-        contextlib.nullcontext()
-        if leased
-        else store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS)
+    # The lease is renewed while the transform runs (a split of a large file takes long).
+    held = (
+        contextlib.nullcontext(leased)
+        if leased is not None
+        else store.lease(guards.run_id(store, c), holder, LEASE_SECONDS)
     )
-    with lease as taken_from:
-        if taken_from is not None:  # a killed command held it: settle what it left planned
+    with held as lease:
+        if lease.taken_from is not None:  # a killed command held it: settle what it left planned
             from . import recovery
 
-            recovery.settle_events(config, store, of=taken_from)
+            recovery.settle_events(config, store, of=lease.taken_from)
         guards.recheck(store, c, root, members)
-        with store_actions.audited(
-            store.engine,
+        with store.audited(
             action=action,
             checkpoint_id=c.id,
             path=c.path,
             reason=None,
             size=c.size_bytes,
             actor=actor,
+            lease=lease,
         ):
             yield root, members
 
@@ -224,8 +228,8 @@ def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], lis
     from ..core.query import ListQuery
 
     cold = store.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
-    split_done = store_actions.ids_with_artifact(store.engine, "inference")
-    compressed = store_actions.ids_with_artifact(store.engine, "compressed")
+    split_done = store.ids_with_artifact("inference")
+    compressed = store.ids_with_artifact("compressed")
     to_split = [
         c
         for c in cold

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..catalog import store_actions
 from ..catalog.store import Known, Store
 from ..children import reader_child, tf_child
 from ..core import completion
@@ -134,7 +133,7 @@ class _Scan:
         # The catalog holds paths as text (a name that is not UTF-8 escaped): so are queries.
         where = discovery.display_path(start)[0]
         self.known = store.known_under(str(root.path), where)
-        self.artifacts = store_actions.artifact_paths(store.engine, where)
+        self.artifacts = store.artifact_paths(where)
         self.started = iso_utc(time.time())
         self.metrics_mtimes: dict[Path, int] = {}
         self.unreadable_folders: list[tuple[str, str]] = []  # (folder + "/", reason)

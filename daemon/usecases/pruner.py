@@ -9,7 +9,7 @@ code path with the acting switched off.
 Pins against a running prune or purge: `ckpt pin` takes no lease (it never waits); instead
 every move is *claimed* right before it happens, in one catalog transaction that re-reads the
 row's pin and status and sets it `trashed` (with where its files go) only if it is still an
-unpinned `ok` checkpoint (`store_actions.claim`); a purge claims `trashed` -> `purged` the same
+unpinned `ok` checkpoint (`Store.claim`); a purge claims `trashed` -> `purged` the same
 way right before its unlink. Writers are serialized by the database (BEGIN IMMEDIATE; SELECT
 ... FOR UPDATE elsewhere), so a pin either commits first, and the claim sees it and skips the
 checkpoint, or commits after, and then reports the checkpoint as trashed (it can be restored,
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..catalog import store_actions, store_leases, store_recovery
 from ..catalog.store import Store
+from ..catalog.store_leases import HeldLease
 from ..core import retention
-from ..core.errors import CkptError, NotFound, UsageError
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.errors import CkptError, LeaseLost, NotFound, UsageError
+from ..core.model import Checkpoint, CheckpointStatus, Format, TrashedCheckpoint
 from ..core.query import ListQuery
 from ..core.units import iso_utc, parse_duration
 from ..formats import tf_state
@@ -173,23 +173,26 @@ def _execute(
     should_stop: Callable[[], bool],
 ) -> None:
     holder = f"{actor} pid {os.getpid()}"
-    with store_leases.lease(store.engine, rp.run_id, holder, LEASE_SECONDS) as taken_from:
-        if taken_from is not None:  # a killed command held it: settle what it left planned
-            recovery.settle_events(config, store, of=taken_from)
+    # The lease is renewed while the run is pruned (a demotion's split may take long); a lease
+    # lost meanwhile (this process stopped past its expiry, another took the run) stops it.
+    with store.lease(rp.run_id, holder, LEASE_SECONDS) as lease:
+        if lease.taken_from is not None:  # a killed command held it: settle what it left planned
+            recovery.settle_events(config, store, of=lease.taken_from)
         fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
         current = {c.id: c for c in _checkpoints(store, rp.root, rp.run)}
         _refuse_unsafe_plan(rp, current)
-        renewed = time.monotonic()
         for decision in rp.plan.to_trash():
             if should_stop():
                 return
-            if time.monotonic() - renewed > LEASE_SECONDS / 4:  # a long prune keeps its lease
-                store_leases.renew_lease(store.engine, rp.run_id, holder, LEASE_SECONDS)
-                renewed = time.monotonic()
             try:
-                _trash(config, store, current[decision.id], decision, batch, actor)
+                _trash(config, store, current[decision.id], decision, batch, actor, lease)
                 assert rp.moved is not None
                 rp.moved.add(decision.id)
+            except LeaseLost as exc:  # the run is another process's now: nothing more to move
+                report.failures.append(
+                    {"id": decision.id, "path": decision.path, "error": str(exc)}
+                )
+                return
             except (CkptError, OSError, KeyError) as exc:
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
@@ -214,15 +217,14 @@ def _trash(
     decision: retention.Decision,
     batch: str,
     actor: str,
+    lease: HeldLease,
 ) -> None:
     if c.status != CheckpointStatus.OK or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
-    if decision.action == "demote" and c.id not in store_actions.ids_with_artifact(
-        store.engine, "inference"
-    ):  # the inference artifact first, then the full file goes
-        from .artifacts import split_checkpoint
+    if decision.action == "demote" and c.id not in store.ids_with_artifact("inference"):
+        from .artifacts import split_checkpoint  # the inference artifact first, then the file
 
-        split_checkpoint(config, store, str(c.id), actor=actor, leased=True)
+        split_checkpoint(config, store, str(c.id), actor=actor, leased=lease)
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
     reason = "; ".join(decision.reasons)
@@ -235,20 +237,22 @@ def _trash(
         "batch": batch,
         "members": [str(m) for m in members],
     }
-    event_id, refused = store_actions.claim(
-        store.engine, c.id, action="trash", reason=reason, actor=actor, trash=trash
+    # The claim confirms the run's lease in its transaction: a prune whose lease was taken
+    # over (it was stopped past the expiry) moves nothing more.
+    event_id, refused = store.claim(
+        c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease
     )
     if event_id is None:
         raise fsops.Refused(refused)
     try:
         trashed = fsops.move_to_trash(root, members, batch)
     except BaseException as exc:
-        store_actions.end_claim(store.engine, event_id, c.id, failed=guards.one_line(exc))
+        store.end_claim(event_id, c.id, failed=guards.one_line(exc))
         raise
     if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
         moved = {**trash, "paths": [str(p) for p in trashed]}
-        store_actions.set_status(store.engine, c.id, CheckpointStatus.TRASHED, reason, trash=moved)
-    store_actions.end_claim(store.engine, event_id, c.id)
+        store.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
+    store.end_claim(event_id, c.id)
     if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
 
@@ -273,17 +277,17 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     root = guards.configured_root(config, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     holder = f"{actor} pid {os.getpid()}"
-    with store_leases.lease(store.engine, guards.run_id(store, c), holder, LEASE_SECONDS) as dead:
-        if dead is not None:
-            recovery.settle_events(config, store, of=dead)
-        with store_actions.audited(
-            store.engine,
+    with store.lease(guards.run_id(store, c), holder, LEASE_SECONDS) as lease:
+        if lease.taken_from is not None:
+            recovery.settle_events(config, store, of=lease.taken_from)
+        with store.audited(
             action="restore",
             checkpoint_id=c.id,
             path=c.path,
             reason=None,
             size=c.size_bytes,
             actor=actor,
+            lease=lease,
         ):
             fsops.restore(
                 root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]]
@@ -291,7 +295,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
             # A record found in the trash was never read: the next scan reads it.
             status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
             reason = None if c.hash else "restored from the trash: read at the next scan"
-            store_actions.set_status(store.engine, c.id, status, reason, clear_trash=True)
+            store.set_status(c.id, status, reason, clear_trash=True)
     return store.get(str(c.id))
 
 
@@ -303,12 +307,12 @@ def purge(
     dry_run: bool = False,
     actor: str,
     should_stop: Callable[[], bool] = lambda: False,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[TrashedCheckpoint], list[dict[str, Any]]]:
     """Delete trashed checkpoints trashed more than `older_than` seconds ago (never a pinned
     one). `should_stop` is asked before each item. Returns (purged, failures)."""
     cutoff = iso_utc(time.time() - older_than)
-    trashed = store_actions.trashed(store.engine, include_pinned=False)
-    due = [t for t in trashed if t.get("at", "") <= cutoff]
+    trashed = store.trashed(include_pinned=False)
+    due = [t for t in trashed if t.trashed_at <= cutoff]
     if dry_run:
         return due, []
     purged, failures = [], []
@@ -319,36 +323,36 @@ def purge(
             _purge_one(config, store, item, actor)
             purged.append(item)
         except (CkptError, OSError) as exc:
-            failures.append({"id": item["id"], "path": item["path"], "error": guards.one_line(exc)})
+            failures.append({"id": item.id, "path": item.path, "error": guards.one_line(exc)})
     return purged, failures
 
 
-def _purge_one(config: Config, store: Store, item: dict[str, Any], actor: str) -> None:
-    root = config.root_for(Path(item["path"]))
-    if root is None or str(root.path) != item["root"]:
-        raise fsops.Refused(f"{item['path']} is not inside a configured root: never touched")
-    run_id = store_recovery.run_of(store.engine, item["id"])
+def _purge_one(config: Config, store: Store, item: TrashedCheckpoint, actor: str) -> None:
+    root = config.root_for(Path(item.path))
+    if root is None or str(root.path) != item.root:
+        raise fsops.Refused(f"{item.path} is not inside a configured root: never touched")
+    run_id = store.run_of(item.id)
     holder = f"{actor} pid {os.getpid()}"
-    with store_leases.lease(store.engine, run_id, holder, LEASE_SECONDS) as dead:
-        if dead is not None:
-            recovery.settle_events(config, store, of=dead)
+    with store.lease(run_id, holder, LEASE_SECONDS) as lease:
+        if lease.taken_from is not None:
+            recovery.settle_events(config, store, of=lease.taken_from)
         # Claimed right before the unlink: a pin committed before it keeps the files.
-        event_id, refused = store_actions.claim(
-            store.engine, item["id"], action="purge", reason=None, actor=actor
+        event_id, refused = store.claim(
+            item.id, action="purge", reason=None, actor=actor, lease=lease
         )
         if event_id is None:
             raise fsops.Refused(refused)
         try:
-            fsops.purge(root.path, [Path(p) for p in item["paths"]])
+            fsops.purge(root.path, [Path(p) for p in item.trash_paths])
         except BaseException as exc:
-            store_actions.end_claim(store.engine, event_id, item["id"], failed=guards.one_line(exc))
+            store.end_claim(event_id, item.id, failed=guards.one_line(exc))
             raise
-        store_actions.end_claim(store.engine, event_id, item["id"])
+        store.end_claim(event_id, item.id)
 
 
 def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:
     c = store.get(ref)
-    store_actions.set_pinned(store.engine, c.id, pinned, actor)
+    store.set_pinned(c.id, pinned, actor)
     return store.get(str(c.id))
 
 

@@ -15,10 +15,10 @@ import datetime as dt
 import os
 import time
 from pathlib import Path
-from typing import Any
 
-from ..catalog import store_leases, store_recovery
 from ..catalog.store import Store
+from ..catalog.store_leases import dead_here
+from ..catalog.store_recovery import PlannedEvent
 from ..core.errors import UsageError
 from ..core.model import CheckpointStatus
 from ..core.units import iso_utc
@@ -35,7 +35,7 @@ def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = Non
         if root.path.is_dir():
             reconcile_trash(store, root)
     settle_events(config, store)  # dead processes' acts, leased or not
-    for host, pid in store_leases.drop_dead_leases(store.engine):
+    for host, pid in store.drop_dead_leases():
         event("lease_freed", host=host, pid=pid, reason="its process is gone")
 
 
@@ -52,7 +52,7 @@ def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
         return []
     if not batches:
         return []
-    known = store_recovery.trash_paths(store.engine, str(root.path))
+    known = store.trash_paths(str(root.path))
     adopted = []
     for batch in batches:
         for found in discovery.walk(Path(batch.path)):
@@ -93,8 +93,7 @@ def _adopt(
     }
     run_dir = original.parent
     run = str(run_dir.relative_to(root.path)) if run_dir != root.path else "."
-    checkpoint_id = store_recovery.adopt_trashed(
-        store.engine,
+    checkpoint_id = store.adopt_trashed(
         root=str(root.path),
         run=run,
         path=text,
@@ -122,45 +121,42 @@ def settle_events(config: Config, store: Store, *, of: tuple[str, int] | None = 
     """Close planned events whose act happened (`done`) or whose process died before it
     (`abandoned`); `of`: only those of this (host, pid). Each one closed is logged."""
     legacy_before = iso_utc(time.time() - LEGACY_EVENT_SECONDS)
-    for ev in store_recovery.planned_events(store.engine):
-        if of is not None and (ev["host"], ev["pid"]) != of:
+    for ev in store.planned_events():
+        if of is not None and (ev.host, ev.pid) != of:
             continue
-        dead = store_leases.dead_here(ev["host"], ev["pid"]) or (
-            ev["pid"] is None and ev["at"] < legacy_before
-        )
+        dead = dead_here(ev.host, ev.pid) or (ev.pid is None and ev.at < legacy_before)
         state = _settle(store, ev, dead)
         if state is not None:
-            event("event_settled", id=ev["id"], action=ev["action"], state=state, path=ev["path"])
+            event("event_settled", id=ev.id, action=ev.action, state=state, path=ev.path)
 
 
-def _settle(store: Store, ev: dict[str, Any], dead: bool) -> str | None:
-    row = store_recovery.row_state(store.engine, ev["checkpoint_id"])
-    trash = (row or {}).get("trash") or {}
+def _settle(store: Store, ev: PlannedEvent, dead: bool) -> str | None:
+    row = store.row_state(ev.checkpoint_id)
+    trash = (row.trash if row else None) or {}
     in_trash = [os.path.lexists(p) for p in trash.get("paths", [])]
     at_home = [os.path.lexists(p) for p in trash.get("members", [])]
     moved = bool(in_trash) and all(in_trash)
     back = bool(at_home) and all(at_home) and not any(in_trash)
     gone = bool(in_trash) and not any(in_trash)
-    action, settle, engine = ev["action"], store_recovery.settle, store.engine
+    action, settle = ev.action, store.settle
     trashed, purged = CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value
-    key = {"checkpoint_id": ev["checkpoint_id"]}
-    if action == "trash" and moved and row and row["status"] == trashed:
-        settle(engine, ev["id"], "done")
+    key = ev.checkpoint_id
+    if action == "trash" and moved and row and row.status == trashed:
+        settle(ev.id, "done")
     elif action == "purge" and gone:
-        settle(engine, ev["id"], "done", **key, expect=trashed, status=CheckpointStatus.PURGED)
+        settle(ev.id, "done", checkpoint_id=key, expect=trashed, status=CheckpointStatus.PURGED)
     elif action == "restore" and back:
-        status = CheckpointStatus.OK if row and row["hash"] else CheckpointStatus.INCOMPLETE
-        settle(engine, ev["id"], "done", **key, expect=trashed, status=status, clear_trash=True)
+        status = CheckpointStatus.OK if row and row.hash else CheckpointStatus.INCOMPLETE
+        settle(ev.id, "done", checkpoint_id=key, expect=trashed, status=status, clear_trash=True)
     elif not dead:
         return None  # its process may still be at it
     else:
         why = "the process that planned it ended before it acted"
         if action == "trash" and back:  # claimed, never moved: the checkpoint is where it was
             settle(
-                engine,
-                ev["id"],
+                ev.id,
                 "abandoned",
-                **key,
+                checkpoint_id=key,
                 expect=trashed,
                 status=CheckpointStatus.OK,
                 clear_trash=True,
@@ -168,16 +164,15 @@ def _settle(store: Store, ev: dict[str, Any], dead: bool) -> str | None:
             )
         elif action == "purge" and any(in_trash):  # claimed, files still in the trash
             settle(
-                engine,
-                ev["id"],
+                ev.id,
                 "abandoned",
-                **key,
+                checkpoint_id=key,
                 expect=purged,
                 status=CheckpointStatus.TRASHED,
                 reason=why,
             )
         else:
-            settle(engine, ev["id"], "abandoned", reason=why)
+            settle(ev.id, "abandoned", reason=why)
         return "abandoned"
     return "done"
 
@@ -187,7 +182,7 @@ def trashed_ref(store: Store, ref: str) -> str:
     even when a new file, with its own row, is at that path now)."""
     if ref.isdigit():
         return ref
-    ids = store_recovery.trashed_at(store.engine, os.path.abspath(ref))
+    ids = store.trashed_at(os.path.abspath(ref))
     if len(ids) > 1:
         listed = ", ".join(map(str, ids))
         raise UsageError(

@@ -1,0 +1,184 @@
+"""A run's lease is renewed while its work runs, and work that lost its lease stops.
+
+Real processes on one real SQLite catalog, with leases of a second or so: a holder whose work is
+one long call keeps its lease far past the lease's duration (a second process cannot take it);
+a holder that stops renewing (SIGSTOP: alive, not dead) loses it once it expires, the second
+process takes it, and the first, resumed, does no further step; a killed holder's lease is free
+at once; an act whose lease was taken over writes nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.errors import LeaseHeld, LeaseLost
+from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+from ckpt_daemon.core.query import ListQuery
+
+TTL = 1.0
+
+# The holder: takes the run's lease, then works in `steps` steps of `step_seconds` each (one
+# uninterrupted sleep: a long split or compress is one call), confirming its lease after each.
+HOLDER = """
+import os, sys, time
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.errors import LeaseLost
+
+url, run_id, ttl, steps, step_seconds = sys.argv[1:]
+store = Store(url)
+with store.lease(int(run_id), f"holder pid {os.getpid()}", float(ttl)) as lease:
+    print("held", flush=True)
+    for i in range(int(steps)):
+        time.sleep(float(step_seconds))
+        try:
+            lease.check()
+        except LeaseLost as exc:
+            print("lost", i, exc, flush=True)
+            sys.exit(4)
+        print("step", i, flush=True)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[tuple[str, Store, int]]:
+    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    store = Store(url)
+    ckpt_id = store.record(
+        IndexRecord(
+            path="/r/run/a.h5",
+            root="/r",
+            run="run",
+            status=CheckpointStatus.OK,
+            reason=None,
+            stat=FileStat(10, 1, 1),
+            hash="h",
+        ),
+        actor_name="test",
+        at="2026-01-01T00:00:00.000Z",
+    )
+    (run_id, _root, _name), *_ = store.run_keys()
+    assert ckpt_id and run_id
+    yield url, store, run_id
+    store.close()
+
+
+def start_holder(
+    url: str, run_id: int, steps: int, step_seconds: float, ttl: float = TTL
+) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, url, str(run_id), str(ttl), str(steps), str(step_seconds)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held", holder.stderr.read() if holder.stderr else ""
+    return holder
+
+
+def lease_row(url: str, run_id: int) -> tuple[str, int] | None:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        row = conn.execute("SELECT holder, pid FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, int]) -> None:
+    url, store, run_id = catalog
+    holder = start_holder(url, run_id, steps=1, step_seconds=8 * TTL)
+    try:
+        started = time.monotonic()
+        tries = 0
+        while time.monotonic() - started < 4 * TTL:  # long past the lease's own duration
+            time.sleep(TTL / 2)
+            with pytest.raises(LeaseHeld, match="holder pid"):
+                store.acquire_lease(run_id, f"second pid {os.getpid()}", TTL)
+            tries += 1
+        assert tries >= 4
+        out, err = holder.communicate(timeout=30)
+    finally:
+        holder.kill()
+    assert holder.returncode == 0, err
+    assert out.split() == ["step", "0", "done"]
+    assert lease_row(url, run_id) is None  # released at the end
+    store.acquire_lease(run_id, f"second pid {os.getpid()}", TTL)
+
+
+def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
+    catalog: tuple[str, Store, int],
+) -> None:
+    url, store, run_id = catalog
+    ttl = 3.0  # long enough for the first refusal below on a busy machine
+    holder = start_holder(url, run_id, steps=600, step_seconds=0.1, ttl=ttl)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().split() == ["step", "0"]
+        os.kill(holder.pid, signal.SIGSTOP)  # alive, so not free at once: free once expired
+        with pytest.raises(LeaseHeld):
+            store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+        time.sleep(ttl + 0.5)
+        taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+        assert taken_from is None  # taken because it expired, not from a dead process
+        os.kill(holder.pid, signal.SIGCONT)
+        out, err = holder.communicate(timeout=30)
+    finally:
+        holder.kill()
+    assert holder.returncode == 4, err
+    lines = out.splitlines()
+    assert lines[-1].startswith("lost ") and "no longer ours" in lines[-1], out
+    done = 1 + sum(ln.startswith("step") for ln in lines)  # step 0 was read above
+    # The step it was in when stopped is the one that found the lease gone: no step after it.
+    assert done == int(lines[-1].split()[1])
+    assert lease_row(url, run_id) == (f"second pid {os.getpid()}", os.getpid())  # not released
+
+
+def test_a_killed_holders_lease_is_free_at_once(catalog: tuple[str, Store, int]) -> None:
+    url, store, run_id = catalog
+    holder = start_holder(url, run_id, steps=1, step_seconds=60)
+    holder.kill()
+    holder.wait(timeout=30)
+    taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+    assert taken_from is not None and taken_from[1] == holder.pid
+
+
+def test_an_act_whose_lease_was_taken_over_writes_nothing(
+    catalog: tuple[str, Store, int],
+) -> None:
+    url, store, run_id = catalog
+    (ckpt,) = [c.id for c in store.list(ListQuery())]
+    with store.lease(run_id, f"me pid {os.getpid()}", 60) as lease:
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:  # as a takeover writes it
+            conn.execute(
+                "UPDATE leases SET holder = 'other pid 1', host = 'elsewhere', pid = 1"
+                " WHERE run_id = ?",
+                (run_id,),
+            )
+        with pytest.raises(LeaseLost):
+            store.claim(ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease)
+        with (
+            pytest.raises(LeaseLost),
+            store.audited(
+                action="split",
+                checkpoint_id=ckpt,
+                path="/r/run/a.h5",
+                reason=None,
+                size=10,
+                actor="test",
+                lease=lease,
+            ),
+        ):
+            raise AssertionError("the act ran without its lease")
+        with pytest.raises(LeaseLost):
+            lease.check()
+    assert [c.status for c in store.list(ListQuery())] == [CheckpointStatus.OK]
+    assert [e.action for e in store.audit_log()] == ["indexed"]
+    assert lease_row(url, run_id) == ("other pid 1", 1)  # the new holder's lease stays
