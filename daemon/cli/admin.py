@@ -3,14 +3,15 @@ the service and its catalog."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from .main import Context, _echo, _json, main_group, pass_context
+from ..core.errors import PartialFailure
+from . import documents
+from .context import Context, pass_context
+from .output import echo, emit_json
 
 
-@main_group.command()
+@click.command()
 @click.option(
     "--once",
     is_flag=True,
@@ -30,10 +31,11 @@ def serve(obj: Context, once: bool) -> None:
     from ..service.serve import Service
 
     obj.validated_config(obj.config_path)
-    sys.exit(Service(obj.config_path, obj.database).run(once=once))
+    if Service(obj.config_path, obj.database).run(once=once) != 0:
+        raise PartialFailure("serve --once: some items or jobs failed (see the log above)")
 
 
-@main_group.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
 @pass_context
 def status(obj: Context, as_json: bool) -> None:
@@ -47,24 +49,24 @@ def status(obj: Context, as_json: bool) -> None:
     with obj.catalog() as cat:
         doc = cat.status()
     if as_json:
-        _json(doc)
+        emit_json(documents.status(doc))
         return
     if not doc["running"]:
-        _echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
         return
-    _echo(
+    echo(
         f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
         f"heartbeat {doc['heartbeat_at']}"
     )
     for root in doc["roots"]:
-        _echo(f"  root {root['path']} ({root['observer']})")
-    _echo(
+        echo(f"  root {root['path']} ({root['observer']})")
+    echo(
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
 
 
-@main_group.group()
+@click.group()
 def db() -> None:
     """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports."""
 
@@ -78,7 +80,7 @@ def upgrade(obj: Context) -> None:
     url = obj.config().database
     backup = database.upgrade(url)
     suffix = f" (backup: {backup})" if backup else ""
-    _echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
+    echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
 
 
 @db.command()
@@ -93,10 +95,10 @@ def current(obj: Context) -> None:
     finally:
         engine.dispose()
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
-    _echo(f"{revision or 'empty'} ({state})")
+    echo(f"{revision or 'empty'} ({state})")
 
 
-@main_group.group(name="config")
+@click.group(name="config")
 def config_group() -> None:
     """Configuration: `ckpt config check [PATH]`."""
 
@@ -111,7 +113,7 @@ def check(obj: Context, path: str | None) -> None:
     Example:  ckpt config check /etc/ckpt/config.yaml
     """
     loaded = obj.validated_config(obj.config_path if path is None else path)
-    _echo(f"ok: {loaded.source}")
-    _echo(f"  database: {loaded.database}")
+    echo(f"ok: {loaded.source}")
+    echo(f"  database: {loaded.database}")
     for root in loaded.roots:
-        _echo(f"  root: {root.path} (observer {root.observer})")
+        echo(f"  root: {root.path} (observer {root.observer})")
