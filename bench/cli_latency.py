@@ -31,8 +31,9 @@ TARGET_BEST_S = 0.25  # `ckpt best` on this project's machine kind (issue 9)
 HEAVY = ("sqlalchemy", "alembic", "rich", "h5py", "numpy", "tensorflow")
 PROBE = r"""
 import atexit, json, sys
+heavy = set(sys.argv[1].split(","))
 atexit.register(lambda: sys.stderr.write("LOADED " + json.dumps(sorted(
-    {m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(",")))) + "\n"))
+    {m.split(".")[0] for m in sys.modules} & heavy)) + "\n"))
 sys.argv = ["ckpt", *sys.argv[2:]]
 from ckpt_daemon.cli.main import main
 main()

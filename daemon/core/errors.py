@@ -70,6 +70,10 @@ class Refused(CkptError):
     exit_code = 3
 
 
+class NotARegularFile(Refused):
+    """A symlink, a FIFO, a socket or a device where a file was expected: never read."""
+
+
 class WouldReplace(CkptError):
     """A new file would take the name of one we did not create: refused, nothing written."""
 
