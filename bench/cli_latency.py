@@ -5,8 +5,10 @@ detection_latency.py makes it) in RUNS run folders, named by a filename template
 the epoch and a val_loss, indexed by a real `ckpt scan`. Each command runs as a fresh process
 through the installed `ckpt` console script, interleaved with `python -c pass` (round-robin, so a
 load spike hits all alike), REPEATS times; medians and p90s, and ratios against `python -c pass`
-of the same run. `--importtime` also prints what `ckpt best` imports beyond `python -c pass`,
-slowest first (from `python -X importtime`).
+of the same run. Warm: the package's bytecode is compiled first, as `pip install` does (an
+editable install under PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module on every
+run), and one untimed run fills the page cache. `--importtime` also prints what `ckpt best`
+imports beyond `python -c pass`, slowest first (from `python -X importtime`).
 
     python3 bench/cli_latency.py [--quick] [--repeats N] [--importtime]
 """
@@ -69,6 +71,17 @@ def catalog(n_runs: int, n_epochs: int) -> Path:
 def _rows(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         return int(conn.execute("SELECT count(*) FROM checkpoints WHERE status='ok'").fetchone()[0])
+
+
+def compile_package() -> None:
+    """Bytecode for every module of the installed package (read even when writing is off)."""
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("ckpt_daemon")
+    assert spec is not None and spec.submodule_search_locations
+    for folder in spec.submodule_search_locations:
+        compileall.compile_dir(folder, quiet=1)
 
 
 def p90(values: list[float]) -> float:
@@ -134,6 +147,7 @@ def main() -> int:
         "ckpt status": [*ckpt, "status"],
     }
     jobs = {name: partial(run_cmd, cmd) for name, cmd in commands.items()}
+    compile_package()
     run_cmd(commands["ckpt best --metric val_loss"], Timing())  # warm the page cache
     timings = interleaved(jobs, repeats)
     base = sorted(timings["python -c pass"].wall)[len(timings["python -c pass"].wall) // 2]

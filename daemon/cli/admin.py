@@ -32,7 +32,7 @@ def serve(obj: Context, once: bool) -> None:
 
     obj.validated_config(obj.config_path)
     if Service(obj.config_path, obj.database).run(once=once) != 0:
-        raise PartialFailure("serve --once: some items or jobs failed (see the log above)")
+        raise PartialFailure("serve: some items or jobs failed (see the log above)")
 
 
 @click.command()
