@@ -141,3 +141,14 @@ def test_only_a_local_sqlite_catalog_at_head_is_read_without_the_store(
     with sqlite3.connect(behind) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0001'")
     assert SqliteReads.open(f"sqlite:///{behind}") is None  # the Store refuses it (exit 5)
+
+
+def test_a_catalog_opened_in_one_thread_reads_in_others(both: Any) -> None:
+    """As with the Store's pool: a script may open the catalog, then query it from workers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, reads = both
+    expected = rows(store.list(ListQuery(sort="val_loss")))
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: rows(reads.list(ListQuery(sort="val_loss"))), range(8)))
+    assert found == [expected] * 8

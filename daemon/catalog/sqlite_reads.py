@@ -16,6 +16,7 @@ import math
 import re
 import sqlite3
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ class SqliteReads:
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._db = connection
+        # One connection, any thread (as the Store's pool allows): one query sequence at a time.
+        self._lock = threading.Lock()
 
     @classmethod
     def open(cls, url: str) -> SqliteReads | None:
@@ -73,6 +76,7 @@ class SqliteReads:
                 uri=True,
                 timeout=BUSY_TIMEOUT_S,
                 isolation_level=None,
+                check_same_thread=False,
             )
         except sqlite3.Error:
             return None
@@ -93,13 +97,14 @@ class SqliteReads:
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         sql, params = _listing(query)
-        self._db.execute("BEGIN DEFERRED")
-        try:
-            rows = self._read(sql, params)
-            whole = query == ListQuery(sort=query.sort, descending=query.descending)
-            values = self._metric_values([r[0] for r in rows], whole_table=whole)
-        finally:
-            self._db.execute("COMMIT")
+        with self._lock:
+            self._db.execute("BEGIN DEFERRED")
+            try:
+                rows = self._read(sql, params)
+                whole = query == ListQuery(sort=query.sort, descending=query.descending)
+                values = self._metric_values([r[0] for r in rows], whole_table=whole)
+            finally:
+                self._db.execute("COMMIT")
         return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
@@ -114,33 +119,38 @@ class SqliteReads:
             sql += " AND runs.name = ?"
             params.append(run)
         sql += f" ORDER BY metrics.value {order}, checkpoints.mtime_ns DESC LIMIT 1"
-        self._db.execute("BEGIN DEFERRED")
-        try:
-            rows = self._read(sql, params)
-            if not rows:
-                where = f" in run {run!r}" if run else ""
-                raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
-            row = rows[0]
-            values = self._metric_values([row[0]])
-            sources = self._read(
-                "SELECT name, source FROM metrics WHERE checkpoint_id = ?", (row[0],)
-            )
-        finally:
-            self._db.execute("COMMIT")
+        with self._lock:
+            self._db.execute("BEGIN DEFERRED")
+            try:
+                rows = self._read(sql, params)
+                if not rows:
+                    where = f" in run {run!r}" if run else ""
+                    raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
+                row = rows[0]
+                values = self._metric_values([row[0]])
+                sources = self._read(
+                    "SELECT name, source FROM metrics WHERE checkpoint_id = ?", (row[0],)
+                )
+            finally:
+                self._db.execute("COMMIT")
         found = _to_checkpoint(row, values.get(row[0], {}))
         return dataclasses.replace(found, metric_sources=dict(sources))
 
     def count(self) -> int:
         """Checkpoints on disk (any status but missing, trashed, purged), as `Store.count`."""
         marks = ", ".join("?" * len(_GONE))
-        rows = self._read(f"SELECT count(*) FROM checkpoints WHERE status NOT IN ({marks})", _GONE)
+        with self._lock:
+            rows = self._read(
+                f"SELECT count(*) FROM checkpoints WHERE status NOT IN ({marks})", _GONE
+            )
         return int(rows[0][0] or 0)
 
     def latest_heartbeat(self) -> dict[str, Any] | None:
-        cursor = self._db.execute(
-            "SELECT * FROM heartbeat ORDER BY heartbeat_at DESC, id DESC LIMIT 1"
-        )
-        row = cursor.fetchone()
+        with self._lock:
+            cursor = self._db.execute(
+                "SELECT * FROM heartbeat ORDER BY heartbeat_at DESC, id DESC LIMIT 1"
+            )
+            row = cursor.fetchone()
         if row is None:
             return None
         found = dict(zip([c[0] for c in cursor.description], row, strict=True))
