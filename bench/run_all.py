@@ -16,6 +16,7 @@ BENCHES = (
     "index_cost",
     "hash_throughput",
     "catalog_scale",
+    "cli_latency",
     "detection_latency",
     "detection_during_artifacts",
     "crash_trash",

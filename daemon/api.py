@@ -20,6 +20,7 @@ from .settings import config as config_module
 from .settings.config import Config
 
 if TYPE_CHECKING:
+    from .catalog.sqlite_reads import SqliteReads
     from .catalog.store import Store
     from .core.retention import Policy
     from .transforms.compress import CompressResult
@@ -30,9 +31,28 @@ if TYPE_CHECKING:
 
 
 class Catalog:
-    def __init__(self, config: Config, store: Store) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store | None = None,
+        *,
+        reads: SqliteReads | None = None,
+        may_migrate: bool = False,
+    ) -> None:
         self.config = config
-        self._store = store
+        self._opened = store
+        self._reads = reads  # the hot reads of a local SQLite catalog, without SQLAlchemy
+        self._may_migrate = may_migrate
+
+    @property
+    def _store(self) -> Store:
+        """The catalog's Store, opened on first use: `best`, `list` and `status` on a local
+        SQLite catalog are answered by `_reads` and never import SQLAlchemy."""
+        if self._opened is None:
+            from .catalog.store import Store
+
+            self._opened = Store(self.config.database, may_migrate=self._may_migrate)
+        return self._opened
 
     def __enter__(self) -> Catalog:
         return self
@@ -46,7 +66,10 @@ class Catalog:
         self.close()
 
     def close(self) -> None:
-        self._store.close()
+        if self._opened is not None:
+            self._opened.close()
+        if self._reads is not None:
+            self._reads.close()
 
     def list(
         self,
@@ -71,11 +94,11 @@ class Catalog:
             descending=desc,
             limit=limit,
         )
-        return self._store.list(query)
+        return (self._reads or self._store).list(query)
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto")."""
-        return self._store.best(metric, mode or default_mode(metric), run)
+        return (self._reads or self._store).best(metric, mode or default_mode(metric), run)
 
     def get(self, ref: str | int) -> Checkpoint:
         """By catalog id or path; the result's `details` has layers, configs and events."""
@@ -204,7 +227,8 @@ class Catalog:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
         from .service.health import daemon_status
 
-        return daemon_status(self._store.latest_heartbeat(), self._store.count())
+        source = self._reads or self._store
+        return daemon_status(source.latest_heartbeat(), source.count())
 
     def scan(
         self,
@@ -235,7 +259,12 @@ def open_catalog(
     config_path: str | None = None, database: str | None = None, *, may_migrate: bool = False
 ) -> Catalog:
     """Open the catalog named by `database`, $CKPT_DB or the config (created at head if new)."""
-    from .catalog.store import Store
+    from .catalog.sqlite_reads import SqliteReads
 
     config = config_module.load(config_path, database_override=database)
+    reads = None if may_migrate else SqliteReads.open(config.database)
+    if reads is not None:  # a local SQLite catalog at head: the Store opens when first needed
+        return Catalog(config, reads=reads)
+    from .catalog.store import Store
+
     return Catalog(config, Store(config.database, may_migrate=may_migrate))

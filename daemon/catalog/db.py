@@ -41,14 +41,6 @@ def sqlite_path(url: str) -> Path | None:
     return Path(database)
 
 
-def shown_url(url: str) -> str:
-    """The catalog URL as shown to a person: a password in it is masked."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:  # not a URL at all: it may still hold a secret, so say only that
-        return "<not an SQLAlchemy URL>"
-
-
 def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
     check_url(url)
     if not is_sqlite(url):

@@ -3,14 +3,15 @@ the service and its catalog."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from .main import Context, _echo, _json, main_group, pass_context
+from ..core.errors import PartialFailure
+from . import documents
+from .context import Context, pass_context
+from .output import echo, emit_json
 
 
-@main_group.command()
+@click.command()
 @click.option(
     "--once",
     is_flag=True,
@@ -32,10 +33,11 @@ def serve(obj: Context, once: bool) -> None:
     obj.validated_config(obj.config_path)
     with obj.new_catalog_notice(up_front=True):
         code = Service(obj.config_path, obj.database).run(once=once)
-    sys.exit(code)
+    if code != 0:
+        raise PartialFailure("serve: some items or jobs failed (see the log above)")
 
 
-@main_group.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
 @pass_context
 def status(obj: Context, as_json: bool) -> None:
@@ -46,7 +48,7 @@ def status(obj: Context, as_json: bool) -> None:
     \b
     Example:  ckpt status --json | jq .running
     """
-    from ..catalog.db import shown_url
+    from ..settings.config import shown_url
 
     with obj.catalog() as cat:
         doc = cat.status()
@@ -54,27 +56,27 @@ def status(obj: Context, as_json: bool) -> None:
         # mean "not this catalog".
         doc.update(config=cat.config.source, catalog=shown_url(cat.config.database))
     if as_json:
-        _json(doc)
+        emit_json(documents.status(doc))
         return
     in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
     if not doc["running"]:
-        _echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
-        _echo(in_use)
+        echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        echo(in_use)
         return
-    _echo(
+    echo(
         f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
         f"heartbeat {doc['heartbeat_at']}"
     )
     for root in doc["roots"]:
-        _echo(f"  root {root['path']} ({root['observer']})")
-    _echo(
+        echo(f"  root {root['path']} ({root['observer']})")
+    echo(
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
-    _echo(in_use)
+    echo(in_use)
 
 
-@main_group.group()
+@click.group()
 def db() -> None:
     """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports."""
 
@@ -89,7 +91,7 @@ def upgrade(obj: Context) -> None:
     with obj.new_catalog_notice():
         backup = database.upgrade(url)
     suffix = f" (backup: {backup})" if backup else ""
-    _echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
+    echo(f"catalog schema at {database.SCHEMA_HEAD}{suffix}")
 
 
 @db.command()
@@ -104,10 +106,10 @@ def current(obj: Context) -> None:
     path = sqlite_file(url)  # no catalog file yet: nothing to create just to say it is empty
     revision = database.revision_at(url) if path is None or path.exists() else None
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
-    _echo(f"{revision or 'empty'} ({state})")
+    echo(f"{revision or 'empty'} ({state})")
 
 
-@main_group.group(name="config")
+@click.group(name="config")
 def config_group() -> None:
     """Configuration: `ckpt config check [PATH]`."""
 
@@ -122,7 +124,7 @@ def check(obj: Context, path: str | None) -> None:
     Example:  ckpt config check /etc/ckpt/config.yaml
     """
     loaded = obj.validated_config(obj.config_path if path is None else path)
-    _echo(f"ok: {loaded.source}")
-    _echo(f"  database: {loaded.database}")
+    echo(f"ok: {loaded.source}")
+    echo(f"  database: {loaded.database}")
     for root in loaded.roots:
-        _echo(f"  root: {root.path} (observer {root.observer})")
+        echo(f"  root: {root.path} (observer {root.observer})")

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import click
 
-from .main import Context, _echo, _json, main_group, pass_context
+from ..core.errors import PartialFailure
+from . import documents
+from .context import Context, pass_context
+from .output import echo, emit_json
 
 
-@main_group.command()
+@click.command()
 @click.argument("ref")
 @click.option(
     "--out",
@@ -41,26 +44,15 @@ def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: 
             ref, out=Path(out) if out else None, keep_compile=keep_compile
         )
     if as_json:
-        _json(
-            {
-                "checkpoint": checkpoint.path,
-                "id": checkpoint.id,
-                "artifact": str(result.path),
-                "kind": "inference",
-                "bytes": result.bytes,
-                "source_bytes": result.source_bytes,
-                "hash": result.hash,
-                "datasets": result.datasets,
-            }
-        )
+        emit_json(documents.split(checkpoint, result))
         return
-    _echo(
+    echo(
         f"{result.path}: {format_size(result.bytes)} "
         f"({result.bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
     )
 
 
-@main_group.command()
+@click.command()
 @click.argument("ref")
 @click.option(
     "--codec",
@@ -88,31 +80,20 @@ def compress(
     with obj.catalog() as cat:
         checkpoint, result = cat.compress(ref, codec=codec, level=level, shuffle=not no_shuffle)
     if as_json:
-        _json(
-            {
-                "path": str(result.path),
-                "id": checkpoint.id,
-                "codec": result.codec,
-                "bytes_before": result.bytes_before,
-                "bytes_after": result.bytes_after,
-                "hash": result.hash,
-                "needs": result.needs,
-                "skipped": result.skipped,
-            }
-        )
+        emit_json(documents.compress(checkpoint, result))
         return
     if result.skipped:
-        _echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
+        echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
         return
-    _echo(
+    echo(
         f"{result.path}: {format_size(result.bytes_before)} -> "
         f"{format_size(result.bytes_after)} ({result.codec})"
     )
     if result.needs:
-        _echo(f"note: readers of this file need `{result.needs}` before loading it", err=True)
+        echo(f"note: readers of this file need `{result.needs}` before loading it", err=True)
 
 
-@main_group.command()
+@click.command()
 @click.argument("refs", nargs=-1)
 @click.option(
     "--load",
@@ -129,14 +110,13 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     \b
     Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
     """
-    import sys
-
     with obj.catalog() as cat:
         verdicts = cat.verify(refs, load=load)
     if as_json:
-        _json([v.as_dict() for v in verdicts])
+        emit_json(documents.verify(verdicts))
     else:
         for v in verdicts:
-            _echo(f"{'ok' if v.ok else 'FAILED':<6} {v.path}: {v.detail}")
-    if not all(v.ok for v in verdicts):
-        sys.exit(3)
+            echo(f"{'ok' if v.ok else 'FAILED':<6} {v.path}: {v.detail}")
+    failed = [v for v in verdicts if not v.ok]
+    if failed:
+        raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from .main import MAX_LIMIT, Context, _echo, _json, _table, main_group, pass_context
+from ..core.errors import PartialFailure
+from . import documents
+from .context import MAX_LIMIT, Context, pass_context
+from .output import echo, emit_json, table
 
 if TYPE_CHECKING:
     from ..core.retention import Policy
     from ..usecases.pruner import PruneReport
 
 
-@main_group.command()
+@click.command()
 @click.option("--run", "runs", multiple=True, metavar="RUN", help="Only this run (repeatable).")
 @click.option("--keep-last", type=click.IntRange(min=1), help="Keep the N newest.")
 @click.option("--keep-best", type=click.IntRange(min=1), help="Keep the N best by --metric.")
@@ -52,11 +54,11 @@ def prune(
     with obj.catalog() as cat:
         report = cat.prune(list(runs), policy, dry_run=dry_run)
     if as_json:
-        _json(report.as_dict())
+        emit_json(documents.prune(report))
     else:
         _print_plan(report)
     if report.failures:
-        sys.exit(3)
+        raise PartialFailure(f"prune: {len(report.failures)} move(s) failed")
 
 
 def _policy(
@@ -102,21 +104,21 @@ def _print_plan(report: PruneReport) -> None:
 
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
-        _echo(  # what moved, not what was planned (failures are listed below)
+        echo(  # what moved, not what was planned (failures are listed below)
             f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
             f"{format_size(rp.bytes_freed)} ({rp.policy})"
         )
         for d in rp.plan.decisions:
-            _echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
+            echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
         for note in rp.plan.notes:
-            _echo(f"  note: {note}")
+            echo(f"  note: {note}")
     for skipped in report.skipped:
-        _echo(f"{skipped['run']}: skipped: {skipped['reason']}")
+        echo(f"{skipped['run']}: skipped: {skipped['reason']}")
     for failure in report.failures:
-        _echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
+        echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
 
 
-@main_group.command()
+@click.command()
 @click.argument("ref")
 @pass_context
 def pin(obj: Context, ref: str) -> None:
@@ -128,10 +130,10 @@ def pin(obj: Context, ref: str) -> None:
     with obj.catalog() as cat:
         c = cat.pin(ref)
     where = "" if c.status.value != "trashed" else f" (in the trash: ckpt trash restore {c.id})"
-    _echo(f"pinned: {c.path}{where}")
+    echo(f"pinned: {c.path}{where}")
 
 
-@main_group.command()
+@click.command()
 @click.argument("ref")
 @pass_context
 def unpin(obj: Context, ref: str) -> None:
@@ -141,10 +143,10 @@ def unpin(obj: Context, ref: str) -> None:
     Example:  ckpt unpin 42
     """
     with obj.catalog() as cat:
-        _echo(f"unpinned: {cat.pin(ref, False).path}")
+        echo(f"unpinned: {cat.pin(ref, False).path}")
 
 
-@main_group.group()
+@click.group()
 def trash() -> None:
     """The trash: `ckpt trash list`, `restore REF`, `purge [--older-than DUR]`."""
 
@@ -163,9 +165,9 @@ def trash_list(obj: Context, as_json: bool) -> None:
     with obj.catalog() as cat:
         items = cat.trash()
     if as_json:
-        _json(items)
+        emit_json(documents.trash(items))
         return
-    _table(
+    table(
         ["ID", "CHECKPOINT", "SIZE", "TRASHED", "WHY"],
         [
             [str(t["id"]), t["path"], format_size(t["bytes"]), t.get("at", "-"), t["reason"] or ""]
@@ -184,7 +186,7 @@ def restore(obj: Context, ref: str) -> None:
     Example:  ckpt trash restore runs/exp1/weights.03-0.41.hdf5
     """
     with obj.catalog() as cat:
-        _echo(f"restored: {cat.restore(ref).path}")
+        echo(f"restored: {cat.restore(ref).path}")
 
 
 @trash.command()
@@ -205,18 +207,18 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     with obj.catalog() as cat:
         done, failures = cat.purge(older_than, dry_run=dry_run)
     if as_json:
-        _json({"dry_run": dry_run, "purged": done, "failures": failures})
+        emit_json(documents.purge(dry_run, done, failures))
     else:
         verb = "would purge" if dry_run else "purged"
         for item in done:
-            _echo(f"{verb}: {item['path']}")
+            echo(f"{verb}: {item['path']}")
         for failure in failures:
-            _echo(f"failed: {failure['path']}: {failure['error']}", err=True)
+            echo(f"failed: {failure['path']}: {failure['error']}", err=True)
     if failures:
-        sys.exit(3)
+        raise PartialFailure(f"trash purge: {len(failures)} item(s) failed")
 
 
-@main_group.command(name="log")
+@click.command(name="log")
 @click.option("--run", help="Only events of this run.")
 @click.option("--limit", type=click.IntRange(min=1, max=MAX_LIMIT), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
@@ -230,9 +232,9 @@ def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> Non
     with obj.catalog() as cat:
         events = cat.log(run, limit)
     if as_json:
-        _json(events)
+        emit_json(documents.log(events))
         return
-    _table(
+    table(
         ["AT", "ACTION", "STATE", "PATH", "ACTOR", "REASON"],
         [
             [e["at"], e["action"], e["state"], e["path"], e["actor"], e["reason"] or ""]

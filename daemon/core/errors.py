@@ -1,6 +1,27 @@
-"""One exception hierarchy; each class carries its CLI exit code and a one-line message."""
+"""One exception hierarchy; each class carries its CLI exit code and a one-line message.
+
+Every exception the package raises on purpose is defined here, and `EXIT_CODES` is the one
+table of what `ckpt` exits with (the README shows it; tests/test_cli_contract.py keeps the two
+equal). Modules that raise these re-export the names they always had (`fsops.Refused`)."""
 
 from __future__ import annotations
+
+# The `ckpt` exit codes: every class below carries one of these.
+EXIT_CODES: dict[int, str] = {
+    0: "ok",
+    1: "unexpected error",
+    2: "usage or config error",
+    3: "some items failed",
+    4: "lease held by another process",
+    5: "catalog schema behind (run `ckpt db upgrade`)",
+    6: "not found",
+    130: "interrupted (Ctrl-C)",
+}
+
+
+def exit_code_text() -> str:
+    """The table as one sentence: "Exit codes: 0 ok, 1 unexpected error, ..."."""
+    return "Exit codes: " + ", ".join(f"{code} {text}" for code, text in EXIT_CODES.items()) + "."
 
 
 class CkptError(Exception):
@@ -23,6 +44,8 @@ class ConfigError(UsageError):
 
 
 class PartialFailure(CkptError):
+    """Some items of a batch failed (each already reported); the others were done."""
+
     exit_code = 3
 
 
@@ -40,6 +63,44 @@ class SchemaBehind(CkptError):
 
 class NotFound(CkptError):
     exit_code = 6
+
+
+# File operations (raised by `fs`, `transforms` and the use cases that call them).
+
+
+class Refused(CkptError):
+    """A file operation we will not do, with the one-line reason (the item is skipped)."""
+
+    exit_code = 3
+
+
+class NotARegularFile(Refused):
+    """A symlink, a FIFO, a socket or a device where a file was expected: never read."""
+
+
+class WouldReplace(CkptError):
+    """A new file would take the name of one we did not create: refused, nothing written."""
+
+    exit_code = 2
+
+
+class Changed(CkptError):
+    """The name no longer holds the file we read (or a writer has it open): nothing replaced.
+    `fsops` turns it into `Refused` for its callers."""
+
+    exit_code = 3
+
+
+class TooHostile(UsageError):
+    """The file is legal HDF5 but beyond what a rewrite takes on: nothing written."""
+
+
+class ArtifactMismatch(CkptError):
+    """The artifact written differs from its source (a bug or a failing disk): never renamed."""
+
+
+class VerifyFailed(CkptError):
+    """The rewritten file does not read back as the source: nothing was replaced."""
 
 
 # Reader outcomes: raised by the `formats` readers, turned into catalog statuses by the indexer.

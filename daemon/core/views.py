@@ -1,4 +1,4 @@
-"""Model values → the stable JSON documents of the CLI contract (README). Pure."""
+"""Model values → the checkpoint and run rows of the JSON documents (README contract). Pure."""
 
 from __future__ import annotations
 

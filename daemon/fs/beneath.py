@@ -15,13 +15,10 @@ import os
 import stat
 from pathlib import Path
 
-from .fsops import Refused, folder_beneath, relative_parts
+from ..core.errors import NotARegularFile
+from .fsops import folder_beneath, relative_parts
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-
-
-class NotARegularFile(Refused):
-    """A symlink, a FIFO, a socket or a device where a file was expected: never read."""
 
 
 def open_regular(path: Path, root: Path | None = None) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from ..core.errors import CkptError
+from ..core.errors import Refused, WouldReplace
 from ..core.model import FileStat
 from . import fsswap, procfs
 from .fsswap import Identity
@@ -31,12 +31,6 @@ TRASH_DIR = ".ckpt-trash"
 STALE_AFTER_SECONDS = 86400.0
 _HOST_TAG = hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class Refused(CkptError):
-    """A file operation we will not do, with the one-line reason (the item is skipped)."""
-
-    exit_code = 3
 
 
 # ---- walking beneath a root without following links ----
@@ -296,12 +290,6 @@ def rewrite(
         if old is not None:  # the file replaced, swapped out to the temp name
             os.unlink(old, dir_fd=fd)
             os.fsync(fd)
-
-
-class WouldReplace(CkptError):
-    """A new file would take the name of one we did not create: refused, nothing written."""
-
-    exit_code = 2
 
 
 def _would_replace(final: Path) -> str:

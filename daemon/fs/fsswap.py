@@ -25,15 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+from ..core.errors import Changed
+
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM)
 
 Writers = Callable[[str], list[int]]  # name in the folder -> pids holding it open for writing
-
-
-class Changed(Exception):
-    """The name no longer holds the file we read (or a writer has it open): nothing replaced."""
 
 
 @dataclass(frozen=True)

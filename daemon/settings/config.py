@@ -375,3 +375,16 @@ def sqlite_file(url: str) -> Path | None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
     return Path(database)
+
+
+# SQLAlchemy's own URL pattern, its user:password part (the password runs to the `@`).
+_URL = re.compile(r"(?P<head>[\w+]+://[^:/]*):(?P<password>[^@]*)@", re.DOTALL)
+
+
+def shown_url(url: str) -> str:
+    """The catalog URL as shown to a person: a password in it masked (`***`), read as SQLAlchemy
+    reads it but without importing it (`ckpt status` stays fast). Not a URL at all: it may
+    still hold a secret, so only say that."""
+    if not re.match(r"[\w+]+://", url):
+        return "<not an SQLAlchemy URL>"
+    return _URL.sub(lambda m: f"{m['head']}:***@", url, count=1)

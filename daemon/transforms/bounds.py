@@ -15,7 +15,7 @@ from pathlib import Path
 
 import h5py
 
-from ..core.errors import UsageError
+from ..core.errors import TooHostile
 from ..core.units import format_size
 from ..formats import hdf5, window
 from ..formats.detect import ZIP_MAGIC
@@ -27,10 +27,6 @@ MAX_OBJECTS = 1_000_000  # a big Keras model has tens of thousands
 # but beyond this factor and this size, rewriting it means hours of reading nothing.
 SPARSE_FACTOR = 64
 SPARSE_SLACK = 1 << 30
-
-
-class TooHostile(UsageError):
-    """The file is legal HDF5 but beyond what a rewrite takes on: nothing written."""
 
 
 def check_file(source: Path) -> None:

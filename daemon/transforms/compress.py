@@ -34,7 +34,7 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5o, h5p, h5s, h5t, h5z
 
-from ..core.errors import CkptError, NotFound, UsageError
+from ..core.errors import NotFound, UsageError, VerifyFailed
 from ..core.model import FileStat, Format
 from ..formats import hdf5, window
 from ..formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
@@ -51,10 +51,6 @@ _LEVELS = {"gzip": (4, range(10)), "zstd": (3, range(1, 23))}
 _COPY_BUFFER = 1 << 20
 
 Encoder = Callable[[np.ndarray], Any]  # raw bytes -> compressed buffer (None: did not shrink)
-
-
-class VerifyFailed(CkptError):
-    """The rewritten file does not read back as the source: nothing was replaced."""
 
 
 @dataclass(frozen=True)

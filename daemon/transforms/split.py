@@ -28,7 +28,7 @@ from typing import IO, Any
 import h5py
 import numpy as np
 
-from ..core.errors import CkptError, CorruptCheckpoint, UsageError
+from ..core.errors import ArtifactMismatch, CorruptCheckpoint, UsageError
 from ..core.model import FileStat, Format
 from ..formats import detect, hdf5, savedmodel
 from ..formats.keras_v3 import CONFIG_MEMBER, WEIGHTS_MEMBER
@@ -46,10 +46,6 @@ _TF_REASON = (
     "its model weights and optimizer state cannot be told apart without the object graph and "
     "TensorFlow (Keras 3 even stores trainable weights under optimizer/)"
 )
-
-
-class ArtifactMismatch(CkptError):
-    """The artifact written differs from its source (a bug or a failing disk): never renamed."""
 
 
 @dataclass(frozen=True)

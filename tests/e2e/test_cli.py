@@ -199,17 +199,9 @@ def test_list_does_not_import_h5py_or_tensorflow(scanned: Workspace) -> None:
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    from ckpt_daemon.cli.main import main_group
+    from ckpt_daemon.cli.main import all_commands
 
-    def commands(group: Any, prefix: str = "") -> list[tuple[str, Any]]:
-        found = []
-        for name, cmd in group.commands.items():
-            found.append((prefix + name, cmd))
-            if hasattr(cmd, "commands"):
-                found += commands(cmd, prefix + name + " ")
-        return found
-
-    for name, cmd in commands(main_group):
+    for name, cmd in all_commands():
         result = subprocess.run(
             [sys.executable, "-m", "ckpt_daemon", *name.split(), "--help"],
             capture_output=True,

@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from ckpt_daemon.catalog import db
 from ckpt_daemon.settings import locations
-from ckpt_daemon.settings.config import sqlite_file
+from ckpt_daemon.settings.config import shown_url, sqlite_file
 
 SYSTEM_CONFIG = Path("/etc/ckpt/config.yaml")
 BUILT_IN = "<built-in default>"
@@ -202,8 +203,17 @@ def test_a_password_in_the_catalog_url_is_never_shown(place: Place) -> None:
         f"ckpt: config {BUILT_IN}, catalog postgresql+psycopg2://ckpt:***@127.0.0.1:1/catalog"
     )
     assert "s3cr" not in done.stderr + done.stdout
-    assert db.shown_url(url) == "postgresql+psycopg2://ckpt:***@127.0.0.1:1/catalog"
-    assert db.shown_url("not a url") == "<not an SQLAlchemy URL>"
+    assert shown_url("not a url") == "<not an SQLAlchemy URL>"
+    for other in (
+        url,
+        "postgresql://u:p@h/d",
+        "postgresql://u@h/d",
+        "postgresql://h/d",
+        "mysql+pymysql://a:b:c@h:3306/d?x=1",
+        "sqlite:///./.ckpt/catalog.db",
+        "postgresql://u:p%40ss@h/d",
+    ):  # the same masking as SQLAlchemy's own rendering, without importing it
+        assert shown_url(other) == make_url(other).render_as_string(hide_password=True), other
 
 
 def test_help_tells_where_the_config_is_found(place: Place) -> None:

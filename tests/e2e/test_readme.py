@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from ckpt_daemon.cli.main import main_group
+from ckpt_daemon.cli.main import all_commands
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
-
-
-def commands(group: Any, prefix: str = "ckpt ") -> list[str]:
-    found = []
-    for name, cmd in group.commands.items():
-        if hasattr(cmd, "commands"):
-            found += commands(cmd, f"{prefix}{name} ")
-        else:
-            found.append(prefix + name)
-    return found
 
 
 def test_first_lines_are_the_install_and_test_commands() -> None:
@@ -30,7 +19,7 @@ def test_first_lines_are_the_install_and_test_commands() -> None:
 
 
 def test_every_command_is_documented() -> None:
-    listed = commands(main_group)
+    listed = [f"ckpt {name}" for name, cmd in all_commands() if not hasattr(cmd, "commands")]
     assert len(listed) >= 8
     for command in listed:
         assert f"`{command}" in README, command

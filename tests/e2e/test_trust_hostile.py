@@ -92,6 +92,11 @@ def test_a_live_daemon_indexes_past_a_fifo_link_and_a_deep_file(
     daemon.wait_until(
         lambda: rows(ws).get("normal.h5", {}).get("status") == "ok", HANG_SECONDS, "normal.h5"
     )
+    # The deep file is `incomplete` until it has settled, then `corrupt`: a fast `ckpt list`
+    # may look before that, whichever file the daemon finished first.
+    daemon.wait_until(
+        lambda: rows(ws)[deep.name]["status"] != "incomplete", HANG_SECONDS, "deep settled"
+    )
     found = rows(ws)
     assert found[fifo_linked.name]["status"] == "ok"
     assert found[deep.name]["status"] == "corrupt" and "nested" in found[deep.name]["reason"]

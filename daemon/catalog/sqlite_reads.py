@@ -1,0 +1,276 @@
+"""The catalog's hot reads (`best`, listings, the status counts) on an SQLite catalog, with the
+standard library's sqlite3 alone.
+
+`ckpt best` is called in loops by scripts: importing SQLAlchemy costs more than the rest of the
+command together. These are the same queries as `store_reads` (and `Store.count`,
+`Store.latest_heartbeat`), written as SQL; tests/test_cli_contract.py runs both on one catalog
+and compares. Any catalog this module is not sure about (not a local SQLite file at the schema
+head, a URL with options) is left to the `Store`, which creates, refuses or explains."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import math
+import re
+import sqlite3
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import NotFound
+from ..core.model import Checkpoint, CheckpointStatus, Heartbeat
+from ..core.query import COLUMN_KEYS, ListQuery
+from ..fs import mounts
+
+# The Alembic revision this code's schema is at (migrations/versions; tests/test_catalog.py
+# keeps them in step): a catalog elsewhere goes through the Store.
+SCHEMA_HEAD = "0002"
+BUSY_TIMEOUT_S = 30.0
+# Plain file URLs only: `sqlite:///relative.db`, `sqlite:////absolute.db` (no options, no quoting).
+_PLAIN_SQLITE_URL = re.compile(r"^sqlite(?:\+pysqlite)?:///([^?%#]+)$")
+# What a listing reads, in the order `_to_checkpoint` unpacks it (as store_reads._LIST_COLUMNS).
+_LIST_COLUMNS = (
+    "checkpoints.id, checkpoints.path, runs.name, runs.root, checkpoints.format, "
+    "checkpoints.kind, checkpoints.status, checkpoints.reason, checkpoints.size_bytes, "
+    "checkpoints.mtime_ns, checkpoints.inode, checkpoints.hash, checkpoints.indexed_at, "
+    "checkpoints.epoch, checkpoints.step, checkpoints.weights_bytes, "
+    "checkpoints.optimizer_bytes, checkpoints.optimizer, checkpoints.n_params, checkpoints.pinned"
+)
+_FROM = "FROM checkpoints JOIN runs ON runs.id = checkpoints.run_id"
+_STATUSES = {s.value: s for s in CheckpointStatus}
+_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=", "!=": "!="}
+# SQL: a finite number (catalogs written before NaN/inf became NULL hold +/-Infinity).
+_FINITE = "BETWEEN ? AND ?"
+_FINITE_BOUNDS = (-sys.float_info.max, sys.float_info.max)
+_GONE = (
+    CheckpointStatus.MISSING.value,
+    CheckpointStatus.TRASHED.value,
+    CheckpointStatus.PURGED.value,
+)
+
+
+class SqliteReads:
+    """Read-only queries on one SQLite catalog file; `open` says whether it can serve them."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._db = connection
+        # One connection, any thread (as the Store's pool allows): one query sequence at a time.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, url: str) -> SqliteReads | None:
+        """A reader for `url` if it is a local SQLite catalog at the schema head, else None."""
+        match = _PLAIN_SQLITE_URL.match(url)
+        if match is None:
+            return None
+        path = Path(match.group(1))
+        if not path.is_file() or mounts.network_type(path.parent):
+            return None
+        try:
+            connection = sqlite3.connect(
+                f"{path.absolute().as_uri()}?mode=rw",
+                uri=True,
+                timeout=BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error:
+            return None
+        try:
+            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.Error:
+            row = None
+        if row is None or row[0] != SCHEMA_HEAD:
+            connection.close()
+            return None
+        return cls(connection)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
+        return self._db.execute(sql, params).fetchall()
+
+    def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
+        sql, params = _listing(query)
+        with self._lock:
+            self._db.execute("BEGIN DEFERRED")
+            try:
+                rows = self._read(sql, params)
+                whole = query == ListQuery(sort=query.sort, descending=query.descending)
+                values = self._metric_values([r[0] for r in rows], whole_table=whole)
+            finally:
+                self._db.execute("COMMIT")
+        return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
+
+    def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
+        order = "ASC" if mode == "min" else "DESC"
+        sql = (
+            f"SELECT {_LIST_COLUMNS} {_FROM} JOIN metrics ON metrics.checkpoint_id = "
+            f"checkpoints.id AND metrics.name = ? WHERE checkpoints.status = ? AND "
+            f"metrics.value {_FINITE}"
+        )
+        params: list[Any] = [metric, CheckpointStatus.OK.value, *_FINITE_BOUNDS]
+        if run is not None:
+            sql += " AND runs.name = ?"
+            params.append(run)
+        sql += f" ORDER BY metrics.value {order}, checkpoints.mtime_ns DESC LIMIT 1"
+        with self._lock:
+            self._db.execute("BEGIN DEFERRED")
+            try:
+                rows = self._read(sql, params)
+                if not rows:
+                    where = f" in run {run!r}" if run else ""
+                    raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
+                row = rows[0]
+                values = self._metric_values([row[0]])
+                sources = self._read(
+                    "SELECT name, source FROM metrics WHERE checkpoint_id = ?", (row[0],)
+                )
+            finally:
+                self._db.execute("COMMIT")
+        found = _to_checkpoint(row, values.get(row[0], {}))
+        return dataclasses.replace(found, metric_sources=dict(sources))
+
+    def count(self) -> int:
+        """Checkpoints on disk (any status but missing, trashed, purged), as `Store.count`."""
+        marks = ", ".join("?" * len(_GONE))
+        with self._lock:
+            rows = self._read(
+                f"SELECT count(*) FROM checkpoints WHERE status NOT IN ({marks})", _GONE
+            )
+        return int(rows[0][0] or 0)
+
+    def latest_heartbeat(self) -> Heartbeat | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT pid, host, started_at, heartbeat_at, state FROM heartbeat"
+                " ORDER BY heartbeat_at DESC, id DESC LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        pid, host, started_at, heartbeat_at, state = row
+        return Heartbeat(
+            pid, host, started_at, heartbeat_at, dict(json.loads(state or "null") or {})
+        )
+
+    def _metric_values(
+        self, ids: builtins.list[int], *, whole_table: bool = False
+    ) -> dict[int, dict[str, float | None]]:
+        out: dict[int, dict[str, float | None]] = {}
+        sql = "SELECT checkpoint_id, name, value FROM metrics"
+        chunks: builtins.list[builtins.list[int] | None] = (
+            [None] if whole_table else [ids[i : i + 900] for i in range(0, len(ids), 900)]
+        )
+        for chunk in chunks if ids else []:
+            if chunk is None:
+                part = self._read(sql)
+            else:
+                marks = ", ".join("?" * len(chunk))
+                part = self._read(f"{sql} WHERE checkpoint_id IN ({marks})", chunk)
+            for checkpoint_id, name, value in part:
+                finite = value is not None and math.isfinite(value)
+                out.setdefault(checkpoint_id, {})[name] = value if finite else None
+        return out
+
+
+def _listing(query: ListQuery) -> tuple[str, list[Any]]:
+    """The SQL of a listing: store_reads._filtered and _sorted, clause for clause."""
+    joins: list[str] = []
+    where: list[str] = []
+    params: list[Any] = []
+    if query.run is not None:
+        where.append("runs.name = ?")
+        params.append(query.run)
+    if query.root is not None:
+        where.append("runs.root = ?")
+        params.append(query.root)
+    for column, value in (("format", query.format), ("status", query.status), ("kind", query.kind)):
+        if value is not None:
+            where.append(f"checkpoints.{column} = ?")
+            params.append(value)
+    for cond in query.where:
+        op = _OPERATORS[cond.op]
+        if cond.column is not None:
+            where.append(f"checkpoints.{cond.column} {op} ?")
+            params.append(cond.value)
+        else:
+            where.append(
+                "EXISTS (SELECT 1 FROM metrics WHERE metrics.checkpoint_id = checkpoints.id "
+                f"AND metrics.name = ? AND metrics.value {_FINITE} AND metrics.value {op} ?)"
+            )
+            params += [cond.key, *_FINITE_BOUNDS, cond.value]
+    column_name = COLUMN_KEYS.get(query.sort)
+    if column_name is not None:
+        column = f"checkpoints.{column_name}"
+    elif query.sort in ("run", "format", "status", "kind"):
+        column = "runs.name" if query.sort == "run" else f"checkpoints.{query.sort}"
+    else:
+        joins.append(
+            "LEFT OUTER JOIN metrics AS sort_metric ON sort_metric.checkpoint_id = "
+            "checkpoints.id AND sort_metric.name = ?"
+        )
+        params.insert(0, query.sort)  # the join's parameter comes before the WHERE's
+        column = "sort_metric.value"
+    direction = "DESC" if query.descending else "ASC"
+    sql = " ".join([f"SELECT {_LIST_COLUMNS} {_FROM}", *joins])
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    # Rows without the key sort last either way; ties are broken by id for stable output.
+    sql += f" ORDER BY {column} IS NULL, {column} {direction}, checkpoints.id"
+    if query.limit is not None:
+        sql += " LIMIT ?"
+        params.append(query.limit)
+    return sql, params
+
+
+def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
+    (
+        id_,
+        path,
+        run,
+        root,
+        fmt,
+        kind,
+        status,
+        reason,
+        size,
+        mtime_ns,
+        inode,
+        digest,
+        indexed_at,
+        epoch,
+        step,
+        weights_bytes,
+        optimizer_bytes,
+        optimizer,
+        n_params,
+        pinned,
+    ) = row
+    return Checkpoint(
+        id=id_,
+        path=path,
+        run=run,
+        root=root,
+        format=fmt,
+        kind=kind,
+        status=_STATUSES[status],
+        reason=reason,
+        size_bytes=size,
+        mtime=mtime_ns / 1e9,
+        inode=inode,
+        hash=digest,
+        indexed_at=indexed_at,
+        epoch=epoch,
+        step=step,
+        weights_bytes=weights_bytes,
+        optimizer_bytes=optimizer_bytes,
+        optimizer=optimizer,
+        n_params=n_params,
+        pinned=bool(pinned),
+        metrics=values,
+    )

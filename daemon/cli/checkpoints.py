@@ -1,0 +1,231 @@
+"""`ckpt scan`, `list`, `show`, `best` and `runs`: indexing and reading the catalog.
+
+The read commands are the ones scripts call in loops: this module imports nothing beyond click
+at load time, and each command imports only what it prints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from ..core.errors import NotFound, PartialFailure
+from . import documents
+from .context import MAX_LIMIT, Context, pass_context
+from .output import echo, emit_json, emit_json_rows, progress, table
+
+if TYPE_CHECKING:
+    from ..core.model import Checkpoint
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the scan report as JSON.")
+@pass_context
+def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
+    """Index checkpoints now: PATHS (inside configured roots), or every root.
+
+    Unchanged files are not read again; changed ones are re-indexed; vanished ones are
+    marked missing. Exits 3 when some checkpoints are corrupt or unreadable.
+
+    \b
+    Example:  ckpt scan runs/exp1 --json
+    """
+    from ..logs import setup
+
+    setup("debug" if obj.debug else "warning")
+    advance, stop = progress()
+    with obj.catalog() as cat:
+        try:
+            report = cat.scan(paths, progress=advance)
+        finally:
+            stop()
+    if as_json:
+        emit_json(documents.scan(report))
+    else:
+        echo(
+            f"{len(report.indexed)} indexed, {report.unchanged} unchanged, "
+            f"{len(report.incomplete)} incomplete, {len(report.failed)} failed, "
+            f"{len(report.missing)} missing, {len(report.skipped)} skipped"
+        )
+        for path, status, reason in report.failed:
+            echo(f"  {status}: {path}: {reason}", err=True)
+        for problem in report.errors:
+            echo(f"  error: {problem}", err=True)
+    if report.failed or report.errors:
+        failed = len(report.failed) + len(report.errors)
+        raise PartialFailure(f"scan: {failed} item(s) failed or could not be read")
+
+
+@click.command(name="list")
+@click.option("--run", help="Only this run (its folder relative to its root).")
+@click.option("--format", "fmt", help="Only this format, e.g. keras-v3-zip, keras-legacy-h5.")
+@click.option("--status", help="Only this status: ok, incomplete, corrupt, unreadable, missing.")
+@click.option("--kind", help="Only this kind: full, weights.")
+@click.option(
+    "--where",
+    multiple=True,
+    metavar="EXPR",
+    help="NAME OP VALUE with OP in < <= > >= == != over metrics and epoch, step, "
+    "size, n_params; repeat to AND them.",
+)
+@click.option(
+    "--sort",
+    default="mtime",
+    show_default=True,
+    help="A column (epoch, step, size, mtime, id, path) or a metric name.",
+)
+@click.option("--desc", is_flag=True, help="Sort descending.")
+@click.option("--limit", type=click.IntRange(min=0, max=MAX_LIMIT), help="At most N rows.")
+@click.option("--json", "as_json", is_flag=True, help="JSON array of checkpoint objects.")
+@pass_context
+def list_command(
+    obj: Context,
+    run: str | None,
+    fmt: str | None,
+    status: str | None,
+    kind: str | None,
+    where: tuple[str, ...],
+    sort: str,
+    desc: bool,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """List catalogued checkpoints.
+
+    \b
+    Example:  ckpt list --run exp1 --where "val_loss < 0.3" --sort val_loss --limit 5
+    """
+    with obj.catalog() as cat:
+        rows = cat.list(
+            run=run,
+            where=where,
+            sort=sort,
+            desc=desc,
+            limit=limit,
+            format=fmt,
+            status=status,
+            kind=kind,
+        )
+    if as_json:
+        emit_json_rows(documents.list_rows(rows))
+        return
+    table(
+        ["ID", "RUN", "CHECKPOINT", "FORMAT", "EPOCH", "SIZE", "OPTIMIZER", "STATUS", "METRICS"],
+        [_list_row(c) for c in rows],
+    )
+
+
+def _list_row(c: Checkpoint) -> list[str]:
+    from ..core.render import metric_text
+    from ..core.units import format_size
+
+    name = c.path[len(c.root) :].lstrip("/") if c.path.startswith(c.root) else c.path
+    epoch = str(c.epoch) if c.epoch is not None else (f"s{c.step}" if c.step is not None else "")
+    shown = "  ".join(f"{k}={metric_text(v)}" for k, v in sorted(c.metrics.items()))
+    status = c.status.value if c.status.value == "ok" else f"{c.status.value}: {c.reason or ''}"
+    return [
+        str(c.id),
+        c.run,
+        name,
+        c.format or "-",
+        epoch,
+        format_size(c.size_bytes),
+        c.optimizer or "-",
+        status,
+        shown,
+    ]
+
+
+@click.command()
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="JSON object with layers, configs, events.")
+@pass_context
+def show(obj: Context, ref: str, as_json: bool) -> None:
+    """Everything known about one checkpoint. REF is a catalog id or a path.
+
+    \b
+    Example:  ckpt show runs/exp1/weights.07-0.23.hdf5
+    """
+    with obj.catalog() as cat:
+        doc = documents.checkpoint(cat.get(ref), detailed=True)
+    if as_json:
+        emit_json(doc)
+        return
+    from ..core.render import show_text
+
+    click.echo(show_text(doc))
+
+
+@click.command()
+@click.option("--metric", required=True, help="Metric name, e.g. val_loss.")
+@click.option(
+    "--mode",
+    type=click.Choice(["min", "max"]),
+    help="Default: max for acc/auc/precision/recall/f1 metrics, else min.",
+)
+@click.option("--run", help="Only this run.")
+@click.option(
+    "--artifact",
+    type=click.Choice(["inference"]),
+    help="Print the best checkpoint's inference artifact instead (see `ckpt split`).",
+)
+@click.option("--json", "as_json", is_flag=True, help="The checkpoint as a JSON object.")
+@pass_context
+def best(
+    obj: Context,
+    metric: str,
+    mode: str | None,
+    run: str | None,
+    artifact: str | None,
+    as_json: bool,
+) -> None:
+    """The best `ok` checkpoint by a metric. Prints its path alone (exit 6 if none).
+
+    \b
+    Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"
+    """
+    with obj.catalog() as cat:
+        found = cat.best(metric, mode, run)
+        if artifact:
+            found = cat.get(found.id)
+    if as_json:
+        emit_json(documents.checkpoint(found, detailed=bool(artifact)))
+    elif artifact:
+        echo(_artifact_path(found, artifact))
+    else:
+        echo(found.path)
+
+
+def _artifact_path(found: Checkpoint, kind: str) -> str:
+    for item in found.details.get("artifacts") or []:
+        if item["kind"] == kind:
+            return str(item["path"])
+    raise NotFound(
+        f"the best checkpoint {found.path} has no {kind} artifact: run `ckpt split {found.id}`"
+    )
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON array of run objects.")
+@pass_context
+def runs(obj: Context, as_json: bool) -> None:
+    """Runs (folders holding checkpoints) with counts, bytes, newest and best checkpoints.
+
+    \b
+    Example:  ckpt runs --json
+    """
+    from ..core.units import format_size
+
+    with obj.catalog() as cat:
+        found = cat.runs()
+    if as_json:
+        emit_json(documents.runs(found))
+        return
+    table(
+        ["RUN", "ROOT", "CHECKPOINTS", "SIZE", "NEWEST"],
+        [
+            [r.name, r.root, str(r.checkpoints), format_size(r.bytes), r.newest or "-"]
+            for r in found
+        ],
+    )

@@ -1,0 +1,94 @@
+"""Every `--json` document of the `ckpt` command, one function per command, built here only.
+
+Checkpoint and run rows come from `core.views` (the Python API's values as JSON); reports that
+the use cases already describe as JSON (`as_dict`) are passed through. The README's "JSON"
+paragraph is the contract: tests/test_cli_contract.py checks every command's real output
+against it. Fields may be added, never renamed or removed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..core.views import checkpoint_json, run_json
+
+if TYPE_CHECKING:
+    from ..core.model import Checkpoint, Run
+    from ..usecases.indexer import ScanReport
+    from ..usecases.pruner import PruneReport
+    from ..usecases.verifier import Verdict
+
+Doc = dict[str, Any]
+
+
+def list_rows(found: Iterable[Checkpoint]) -> Iterator[Doc]:
+    """`ckpt list --json`: one row per checkpoint (a generator: 100k rows are streamed)."""
+    return (checkpoint_json(c) for c in found)
+
+
+def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:
+    """`ckpt best --json` (a row), `ckpt show --json` and `best --artifact` (detailed)."""
+    return checkpoint_json(found, detailed=detailed)
+
+
+def runs(found: Iterable[Run]) -> list[Doc]:
+    return [run_json(r) for r in found]
+
+
+def scan(report: ScanReport) -> Doc:
+    return report.as_dict()
+
+
+def prune(report: PruneReport) -> Doc:
+    return report.as_dict()
+
+
+def verify(verdicts: Iterable[Verdict]) -> list[Doc]:
+    return [dict(v.as_dict()) for v in verdicts]
+
+
+def split(found: Checkpoint, result: Any) -> Doc:
+    """`result`: the `transforms.split.SplitResult` of the artifact written."""
+    return {
+        "checkpoint": found.path,
+        "id": found.id,
+        "artifact": str(result.path),
+        "kind": "inference",
+        "bytes": result.bytes,
+        "source_bytes": result.source_bytes,
+        "hash": result.hash,
+        "datasets": result.datasets,
+    }
+
+
+def compress(found: Checkpoint, result: Any) -> Doc:
+    """`result`: the `transforms.compress.CompressResult` of the rewrite (or of the skip)."""
+    return {
+        "path": str(result.path),
+        "id": found.id,
+        "codec": result.codec,
+        "bytes_before": result.bytes_before,
+        "bytes_after": result.bytes_after,
+        "hash": result.hash,
+        "needs": result.needs,
+        "skipped": result.skipped,
+    }
+
+
+def purge(dry_run: bool, purged: list[Doc], failures: list[Doc]) -> Doc:
+    return {"dry_run": dry_run, "purged": purged, "failures": failures}
+
+
+def status(doc: Doc) -> Doc:
+    """`ckpt status --json`: the service's health document (`service.health`), as it is."""
+    return doc
+
+
+def trash(items: list[Doc]) -> list[Doc]:
+    """`ckpt trash list --json`: the catalog's trash records, as they are."""
+    return items
+
+
+def log(events: list[Doc]) -> list[Doc]:
+    """`ckpt log --json`: the audit events, oldest first, as the catalog keeps them."""
+    return events

@@ -1,0 +1,323 @@
+"""The README is the CLI's contract: its JSON documents and its exit-code table, checked against
+what the real `ckpt` prints and exits with (subprocesses, a real catalog, real checkpoints)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckpt_daemon.cli.main import all_commands
+from ckpt_daemon.core import errors
+from tests.support import Workspace
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+
+
+# ---- the README's JSON notation: `{a, b: [{c}], d: x|y, e?, NAME: value}`, `[ROW]`, `A + {...}`
+
+
+@dataclass
+class Obj:
+    fields: dict[str, tuple[Any, bool]] = field(default_factory=dict)  # name -> (spec, optional)
+    any_key: Any = None  # the spec of every value, when an UPPERCASE key stands for any name
+    open_keys: bool = False
+
+
+@dataclass
+class ListOf:
+    item: Any
+
+
+@dataclass
+class Choice:
+    values: set[str]
+
+
+LEAF = None
+_TOKEN = re.compile(r"\s*(\.\.\.|[{}\[\],:+|]|[A-Za-z_][\w?]*)")
+
+
+class Parser:
+    def __init__(self, text: str, names: dict[str, Any]) -> None:
+        self.tokens = _TOKEN.findall(text)
+        assert "".join(self.tokens) == re.sub(r"\s+", "", text), f"cannot read {text!r}"
+        self.names, self.at = names, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.tokens[self.at]
+        assert expected is None or token == expected, (expected, token, self.tokens)
+        self.at += 1
+        return token
+
+    def document(self) -> Any:
+        spec = self.value()
+        assert self.peek() is None, f"left over: {self.tokens[self.at :]}"
+        return spec
+
+    def value(self) -> Any:
+        token = self.take()
+        if token == "{":
+            spec: Any = self.object()
+        elif token == "[":
+            if self.peek() == "...":
+                self.take()
+                spec = ListOf(LEAF)
+            else:
+                spec = ListOf(self.value())
+            self.take("]")
+        elif token in self.names:
+            spec = self.names[token]
+        else:
+            choices = {token}
+            while self.peek() == "|":
+                self.take()
+                choices.add(self.take())
+            spec = Choice(choices) if len(choices) > 1 else LEAF
+        if self.peek() == "+":
+            self.take()
+            more = self.value()
+            assert isinstance(spec, Obj) and isinstance(more, Obj)
+            spec = Obj({**spec.fields, **more.fields}, spec.any_key, spec.open_keys)
+        return spec
+
+    def object(self) -> Obj:
+        spec = Obj()
+        while self.peek() != "}":
+            name = self.take()
+            sub = LEAF
+            if self.peek() == ":":
+                self.take()
+                sub = self.value()
+            if name.isupper():
+                spec.any_key, spec.open_keys = sub, True
+            else:
+                spec.fields[name.rstrip("?")] = (sub, name.endswith("?"))
+            if self.peek() == ",":
+                self.take()
+        self.take("}")
+        return spec
+
+
+def readme_documents() -> dict[str, Any]:
+    """{"list": spec, "trash purge": spec, ...} from the README's bullets."""
+    section = README.split("JSON documents (`--json`", 1)[1].split("\n\n", 2)[1]
+    bullets = re.split(r"\n(?=- )", section.strip())
+    names: dict[str, Any] = {}
+    found: dict[str, Any] = {}
+    for bullet in bullets:
+        text = " ".join(line.strip() for line in bullet.splitlines())
+        match = re.match(r"- (ROW|`ckpt ([a-z ]+) --json`): `([^`]+)`", text)
+        assert match, f"a JSON bullet the test cannot read: {text[:80]}"
+        spec = Parser(match.group(3), names).document()
+        if match.group(1) == "ROW":
+            names["ROW"] = spec
+        else:
+            found[match.group(2)] = spec
+    return found
+
+
+def conforms(value: Any, spec: Any, where: str) -> None:
+    if spec is LEAF:
+        return
+    if isinstance(spec, Choice):
+        assert value in spec.values, f"{where}: {value!r} is not one of {sorted(spec.values)}"
+    elif isinstance(spec, ListOf):
+        assert isinstance(value, list), f"{where}: not a list: {value!r}"
+        for i, item in enumerate(value):
+            conforms(item, spec.item, f"{where}[{i}]")
+    else:
+        assert isinstance(value, dict), f"{where}: not an object: {value!r}"
+        for name, (sub, optional) in spec.fields.items():
+            assert name in value or optional, f"{where}: no field {name!r} (has {sorted(value)})"
+            if value.get(name) is not None:
+                conforms(value[name], sub, f"{where}.{name}")
+        if spec.open_keys:
+            for name, item in value.items():
+                if item is not None:
+                    conforms(item, spec.any_key, f"{where}.{name}")
+
+
+def test_the_notation_catches_a_missing_field() -> None:
+    spec = Parser("{a, b: [{c, d: x|y}], e?, m: {NAME: v}}", {}).document()
+    conforms({"a": 1, "b": [{"c": 1, "d": "x"}], "m": {"k": 1}}, spec, "doc")
+    for broken in (
+        {"b": []},  # no a
+        {"a": 1, "b": [{"d": "x"}]},  # no c
+        {"a": 1, "b": [{"c": 1, "d": "z"}]},  # d not x|y
+        {"a": 1, "b": {}},  # b not a list
+    ):
+        with pytest.raises(AssertionError):
+            conforms(broken, spec, "doc")
+
+
+def test_every_json_option_is_in_the_contract() -> None:
+    with_json = {
+        name
+        for name, command in all_commands()
+        if any(param.name == "as_json" for param in command.params)
+    }
+    assert with_json == set(readme_documents())
+
+
+# ---- the real output of every --json command
+
+
+@pytest.fixture(scope="module")
+def contract_ws(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Workspace:
+    """A root with one run of two real Keras `.h5` checkpoints (val_loss in their names)."""
+    ws = Workspace(tmp_path_factory.mktemp("contract"))
+    shutil.copytree(keras_checkpoints / "tfk" / "run_h5", ws.root / "exp1")
+    return ws
+
+
+@pytest.fixture(scope="module")
+def documents(contract_ws: Workspace) -> dict[str, Any]:
+    """Every --json command run once, in an order that leaves each something to report."""
+    ws = contract_ws
+    out: dict[str, Any] = {"scan": ws.json("scan")}
+    out["list"] = ws.json("list")
+    out["best"] = ws.json("best", "--metric", "val_loss")
+    best = out["best"]["id"]
+    other = next(r["id"] for r in out["list"] if r["id"] != best)
+    out["show"] = ws.json("show", str(best))
+    out["runs"] = ws.json("runs")
+    out["status"] = ws.json("status")
+    out["split"] = ws.json("split", str(best))
+    out["compress"] = ws.json("compress", str(other))
+    out["verify"] = ws.json("verify")
+    out["prune"] = ws.json("prune", "--keep-last", "1")
+    out["trash list"] = ws.json("trash", "list")
+    out["trash purge"] = ws.json("trash", "purge", "--older-than", "0s", "--dry-run")
+    out["log"] = ws.json("log")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(readme_documents()))
+def test_json_output_carries_the_documented_fields(command: str, documents: dict[str, Any]) -> None:
+    doc = documents[command]
+    assert doc, f"ckpt {command} --json reported nothing to check"
+    conforms(doc, readme_documents()[command], f"ckpt {command} --json")
+
+
+@pytest.mark.slow
+def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
+    """The nested lists the contract describes are not empty, so their items were checked."""
+    assert documents["prune"]["runs"][0]["decisions"]
+    assert any(d.get("done") for d in documents["prune"]["runs"][0]["decisions"])
+    assert documents["trash purge"]["purged"] and documents["trash list"]
+    assert documents["runs"][0]["best"] and documents["list"][0]["metrics"]
+
+
+# ---- exit codes: one table, in core.errors, the README and `ckpt --help`
+
+
+def readme_exit_codes() -> dict[int, str]:
+    section = README.split("**Exit codes**", 1)[1].split("\n\n", 2)[1]
+    rows = [line.strip("| ").split(" | ") for line in section.splitlines()[2:]]
+    return {int(code): text for code, text in rows}
+
+
+def test_the_readme_exit_code_table_is_the_code_table() -> None:
+    assert readme_exit_codes() == errors.EXIT_CODES
+
+
+def test_every_error_class_carries_a_documented_exit_code() -> None:
+    classes = [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.CkptError)
+    ]
+    assert len(classes) >= 15
+    for cls in classes:
+        assert cls.exit_code in errors.EXIT_CODES, cls
+
+
+def test_every_exception_class_lives_in_core_errors() -> None:
+    """Outside core/errors.py, only a private exception (control flow inside one module) is
+    allowed; anything a caller may catch or a user may see is defined there."""
+    defined = {name for name, value in vars(errors).items() if isinstance(value, type)}
+    bases = defined | {"Exception", "BaseException", "RuntimeError", "ValueError", "OSError"}
+    for path in (REPO / "daemon").rglob("*.py"):
+        if path.relative_to(REPO).as_posix() == "daemon/core/errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                names = {ast.unparse(b).split(".")[-1] for b in node.bases}
+                assert not names & bases, f"{path}: class {node.name} belongs in core/errors.py"
+
+
+def test_help_ends_with_the_exit_code_table() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ckpt_daemon", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    assert " ".join(errors.exit_code_text().split()) in " ".join(done.stdout.split())
+
+
+def ckpt(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    return ws.run(*args, check=False)
+
+
+@pytest.mark.slow
+def test_exit_codes_of_real_failures(workspace: Workspace, keras_checkpoints: Path) -> None:
+    shutil.copytree(keras_checkpoints / "tfk" / "run_h5", workspace.root / "exp1")
+    (workspace.root / "exp1" / "weights.03-1.60.hdf5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"x" * 64)
+    scanned = ckpt(workspace, "scan")
+    assert scanned.returncode == errors.PartialFailure.exit_code, scanned.stderr
+    assert "ckpt: error: scan: 1 item(s) failed" in scanned.stderr
+    assert ckpt(workspace, "show", "999999").returncode == errors.NotFound.exit_code
+    assert ckpt(workspace, "list", "--where", "val_loss ~ 1").returncode == 2
+    assert ckpt(workspace, "no-such-command").returncode == 2
+
+
+@pytest.mark.slow
+def test_debug_is_the_option_not_a_word_in_argv(workspace: Workspace) -> None:
+    """`-v` as the value of an option is a value; only the global `-v` shows tracebacks."""
+    assert workspace.run("scan").returncode == 0  # creates the catalog at head
+    catalog = workspace.base / "state" / "catalog.db"
+    with sqlite3.connect(catalog) as conn:
+        conn.execute("DROP TABLE metrics")  # any read of metrics now fails unexpectedly
+    plain = ckpt(workspace, "best", "--metric", "-v")
+    assert plain.returncode == 1, plain.stderr
+    assert "ckpt: unexpected error" in plain.stderr and "Traceback" not in plain.stderr
+    debug = ckpt(workspace, "-v", "best", "--metric", "val_loss")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr, debug.stderr
+
+
+# ---- the fast commands stay fast: what they import
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args", [("best", "--metric", "val_loss"), ("list", "--json"), ("status",)]
+)
+def test_hot_commands_import_no_heavy_library(
+    contract_ws: Workspace, documents: dict[str, Any], args: tuple[str, ...]
+) -> None:
+    """`ckpt best`, `list --json` and `status` run in scripts' loops: SQLAlchemy alone costs
+    more than the rest of the command, and rich, h5py, numpy are never needed to answer."""
+    script = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write('LOADED=' + ','.join(sorted(m for m in "
+        "('sqlalchemy', 'alembic', 'rich', 'h5py', 'numpy', 'tensorflow') "
+        "if m in sys.modules)) + '\\n'))\n"
+        "from ckpt_daemon.cli.main import main\n"
+        f"main(['--config', {str(contract_ws.config)!r}, *{list(args)!r}])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "LOADED=\n" in done.stderr
