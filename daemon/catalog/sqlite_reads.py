@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Heartbeat
+from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat
 from ..core.query import COLUMN_KEYS, ListQuery
 from ..fs import mounts
 
@@ -256,7 +256,7 @@ def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
         path=path,
         run=run,
         root=root,
-        format=fmt,
+        format=Format(fmt) if fmt else None,
         kind=kind,
         status=_STATUSES[status],
         reason=reason,
