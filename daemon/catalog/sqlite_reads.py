@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat
+from ..core.model import Checkpoint, CheckpointStatus, Heartbeat
 from ..core.query import COLUMN_KEYS, ListQuery
 from ..fs import mounts
+from .rows import LISTING_COLUMNS, to_checkpoint
 
 # The Alembic revision this code's schema is at (migrations/versions; tests/test_catalog.py
 # keeps them in step): a catalog elsewhere goes through the Store.
@@ -32,16 +33,9 @@ SCHEMA_HEAD = "0002"
 BUSY_TIMEOUT_S = 30.0
 # Plain file URLs only: `sqlite:///relative.db`, `sqlite:////absolute.db` (no options, no quoting).
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite(?:\+pysqlite)?:///([^?%#]+)$")
-# What a listing reads, in the order `_to_checkpoint` unpacks it (as store_reads._LIST_COLUMNS).
-_LIST_COLUMNS = (
-    "checkpoints.id, checkpoints.path, runs.name, runs.root, checkpoints.format, "
-    "checkpoints.kind, checkpoints.status, checkpoints.reason, checkpoints.size_bytes, "
-    "checkpoints.mtime_ns, checkpoints.inode, checkpoints.hash, checkpoints.indexed_at, "
-    "checkpoints.epoch, checkpoints.step, checkpoints.weights_bytes, "
-    "checkpoints.optimizer_bytes, checkpoints.optimizer, checkpoints.n_params, checkpoints.pinned"
-)
+# What a listing reads, in the order `rows.to_checkpoint` unpacks it (as store_reads reads it).
+_LIST_COLUMNS = ", ".join(f"{table}.{column}" for table, column in LISTING_COLUMNS)
 _FROM = "FROM checkpoints JOIN runs ON runs.id = checkpoints.run_id"
-_STATUSES = {s.value: s for s in CheckpointStatus}
 _OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=", "!=": "!="}
 # SQL: a finite number (catalogs written before NaN/inf became NULL hold +/-Infinity).
 _FINITE = "BETWEEN ? AND ?"
@@ -105,7 +99,7 @@ class SqliteReads:
                 values = self._metric_values([r[0] for r in rows], whole_table=whole)
             finally:
                 self._db.execute("COMMIT")
-        return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
+        return [to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
         order = "ASC" if mode == "min" else "DESC"
@@ -133,7 +127,7 @@ class SqliteReads:
                 )
             finally:
                 self._db.execute("COMMIT")
-        found = _to_checkpoint(row, values.get(row[0], {}))
+        found = to_checkpoint(row, values.get(row[0], {}))
         return dataclasses.replace(found, metric_sources=dict(sources))
 
     def count(self) -> int:
@@ -226,51 +220,3 @@ def _listing(query: ListQuery) -> tuple[str, list[Any]]:
         sql += " LIMIT ?"
         params.append(query.limit)
     return sql, params
-
-
-def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
-    (
-        id_,
-        path,
-        run,
-        root,
-        fmt,
-        kind,
-        status,
-        reason,
-        size,
-        mtime_ns,
-        inode,
-        digest,
-        indexed_at,
-        epoch,
-        step,
-        weights_bytes,
-        optimizer_bytes,
-        optimizer,
-        n_params,
-        pinned,
-    ) = row
-    return Checkpoint(
-        id=id_,
-        path=path,
-        run=run,
-        root=root,
-        format=Format(fmt) if fmt else None,
-        kind=kind,
-        status=_STATUSES[status],
-        reason=reason,
-        size_bytes=size,
-        mtime=mtime_ns / 1e9,
-        inode=inode,
-        hash=digest,
-        indexed_at=indexed_at,
-        epoch=epoch,
-        step=step,
-        weights_bytes=weights_bytes,
-        optimizer_bytes=optimizer_bytes,
-        optimizer=optimizer,
-        n_params=n_params,
-        pinned=bool(pinned),
-        metrics=values,
-    )

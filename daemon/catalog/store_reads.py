@@ -11,40 +11,19 @@ from typing import Any
 from sqlalchemy import Engine, Select, and_, case, exists, func, select
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Format, Run
+from ..core.model import Checkpoint, CheckpointStatus, Run
 from ..core.query import COLUMN_KEYS, ListQuery, default_mode
 from . import db
+from .rows import LISTING_COLUMNS, to_checkpoint
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 MAX_ID = 2**63 - 1
 events, artifacts = EVENTS, ARTIFACTS
 
-# What a listing reads, in the order `_to_checkpoint` unpacks it. `details` (layers, configs) is
-# only read by `show`: listings of 100k rows must stay cheap.
-_LIST_COLUMNS = (
-    checkpoints.c.id,
-    checkpoints.c.path,
-    runs.c.name,
-    runs.c.root,
-    checkpoints.c.format,
-    checkpoints.c.kind,
-    checkpoints.c.status,
-    checkpoints.c.reason,
-    checkpoints.c.size_bytes,
-    checkpoints.c.mtime_ns,
-    checkpoints.c.inode,
-    checkpoints.c.hash,
-    checkpoints.c.indexed_at,
-    checkpoints.c.epoch,
-    checkpoints.c.step,
-    checkpoints.c.weights_bytes,
-    checkpoints.c.optimizer_bytes,
-    checkpoints.c.optimizer,
-    checkpoints.c.n_params,
-    checkpoints.c.pinned,
-)
-_STATUSES = {s.value: s for s in CheckpointStatus}
+# What a listing reads, in the order `rows.to_checkpoint` unpacks it.
+_TABLES = {"checkpoints": checkpoints, "runs": runs}
+_LIST_COLUMNS = tuple(_TABLES[table].c[column] for table, column in LISTING_COLUMNS)
 # Facts only `show` prints, kept in plain columns for queries but not on the listing model.
 _SHOW_COLUMNS = (
     "keras_version",
@@ -74,7 +53,7 @@ def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
         # Reading the whole metrics table once beats an IN list only for an unfiltered listing.
         whole = query == ListQuery(sort=query.sort, descending=query.descending)
         values = _metric_values(conn, [r[0] for r in rows], whole_table=whole)
-    return [_to_checkpoint(r, values.get(r[0], {})) for r in rows]
+    return [to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
 
 def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
@@ -135,7 +114,7 @@ def _finite(value: Any) -> Any:
 def _complete(conn: Any, row: Any) -> Checkpoint:
     """One checkpoint with its metrics and where each came from."""
     values = _metric_values(conn, [row[0]])
-    found = _to_checkpoint(row, values.get(row[0], {}))
+    found = to_checkpoint(row, values.get(row[0], {}))
     return dataclasses.replace(found, metric_sources=_metric_sources(conn, row[0]))
 
 
@@ -278,54 +257,6 @@ def _metric_values(
 def _metric_sources(conn: Any, checkpoint_id: int) -> dict[str, str]:
     stmt = select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == checkpoint_id)
     return {name: source for name, source in conn.execute(stmt)}
-
-
-def _to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
-    (
-        id_,
-        path,
-        run,
-        root,
-        fmt,
-        kind,
-        status,
-        reason,
-        size,
-        mtime_ns,
-        inode,
-        digest,
-        indexed_at,
-        epoch,
-        step,
-        weights_bytes,
-        optimizer_bytes,
-        optimizer,
-        n_params,
-        pinned,
-    ) = row
-    return Checkpoint(
-        id=id_,
-        path=path,
-        run=run,
-        root=root,
-        format=Format(fmt) if fmt else None,
-        kind=kind,
-        status=_STATUSES[status],
-        reason=reason,
-        size_bytes=size,
-        mtime=mtime_ns / 1e9,
-        inode=inode,
-        hash=digest,
-        indexed_at=indexed_at,
-        epoch=epoch,
-        step=step,
-        weights_bytes=weights_bytes,
-        optimizer_bytes=optimizer_bytes,
-        optimizer=optimizer,
-        n_params=n_params,
-        pinned=bool(pinned),
-        metrics=values,
-    )
 
 
 def _newest_paths(conn: Any) -> dict[int, str]:
