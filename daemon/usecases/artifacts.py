@@ -216,7 +216,7 @@ def _acting_on(
 def _check_out(root: Path, out: Path | None) -> None:
     """An artifact stays in its checkpoint's root: only paths there are ever written."""
     if out is not None and not Path(os.path.abspath(out)).is_relative_to(root):
-        raise fsops.Refused(f"--out {out} is not inside the checkpoint's root {root}")
+        raise UsageError(f"--out {out} is not inside the checkpoint's root {root}")
 
 
 SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)

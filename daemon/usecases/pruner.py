@@ -357,8 +357,11 @@ def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:
 
 
 def parse_older_than(text: str | None, config: Config) -> float:
+    """`--older-than`: None (not given) means the config's grace period; any text given, an
+    empty one included, must be a duration (a mistyped `--older-than "$DAYS"` never purges
+    by the default silently)."""
     try:
-        return parse_duration(text) if text else config.purge_after_seconds
+        return config.purge_after_seconds if text is None else parse_duration(text)
     except ValueError as exc:
         raise UsageError(f"--older-than: {exc}") from None
 
