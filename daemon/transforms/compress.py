@@ -115,11 +115,11 @@ def compress(
     A result that would not be smaller is thrown away and the file left as it is (`skipped`).
 
     Which file `source` is (inode, size, mtime, ctime) is taken before its first byte is read,
-    and is what the swap requires it still to be: a save landing at any moment after that is
-    never replaced by the compressed old weights. `indexed`: the stat the caller decided on (the
-    catalog's); a file that is not that one anymore at that first look is refused unread. A read
-    that fails on a file that changed under it is refused as changed (exit 3), not reported as
-    a corrupt file or an unexpected error."""
+    and is what the swap requires it still to be: a save landing after that is refused, not
+    replaced (`fsswap` says which window remains). `indexed`: the stat the caller decided on
+    (the catalog's); a file that is not that one anymore at that first look is refused unread.
+    A read that fails on a file that changed under it is refused as changed (exit 3), not
+    reported as a corrupt file or an unexpected error."""
     spec = _spec(codec, level, shuffle)
     first = _first_look(root, source, indexed)
     workers = max(1, workers or len(os.sched_getaffinity(0)))
