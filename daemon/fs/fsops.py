@@ -257,9 +257,11 @@ def rewrite(
     error (or a crash) nothing reaches `final`, and the temp file is removed (after a crash, by
     `remove_stale_temps`). Verify inside the block: the rename happens only after it.
 
-    In place (`like` None): `final` must still be the very file it was when the block began
-    (inode, size, mtime, ctime) and no local process may have it open for writing, else
-    Refused and nothing replaced (see `fsswap.replace_if_same`: atomic on local filesystems).
+    In place (`like` None): `final` must still be the very file it was when the caller first
+    looked, before reading a byte of it (`replacing`, taken with `identity`; else when the
+    block began): inode, size, mtime, ctime; and no local process may have it open for
+    writing, else Refused and nothing replaced (see `fsswap.replace_if_same`: atomic on local
+    filesystems, the swapped-out file re-checked after a short grace before it is deleted).
     A new file (`like`: the file it derives from, whose mode and times it takes): nothing at
     `final` is ever replaced (WouldReplace), unless it is `replacing` still unchanged."""
     parts = relative_parts(root, final)
@@ -268,6 +270,9 @@ def rewrite(
         expected: Identity | None
         if like is None:
             model = expected = _identity(fd, parts[-1], final)
+            if replacing is not None and not replacing.same_file(model):
+                raise Refused(f"{final} not replaced: it changed since it was read")
+            model = expected = replacing or model
         else:
             like_parts = relative_parts(root, like)
             with folder_beneath(root, like_parts[:-1]) as like_fd:
@@ -310,10 +315,15 @@ def _put(dir_fd: int, temp: str, final: Path, expected: Identity | None) -> str 
         except FileExistsError:
             raise WouldReplace(_would_replace(final)) from None
         return None
-    folder = str(final.parent)
 
     def writers(name: str) -> list[int]:
-        return procfs.writers_under([final.parent]).get(os.path.join(folder, name), [])
+        # By the inode the name holds, not by path: /proc shows a path as the kernel resolves
+        # it, which differs from ours when a folder above the root is a symlink or a bind mount.
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return []
+        return procfs.writers_of(info.st_dev, info.st_ino)
 
     try:
         return fsswap.replace_if_same(dir_fd, temp, final.name, expected, writers)

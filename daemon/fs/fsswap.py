@@ -9,8 +9,12 @@ change files):
 - `replace_if_same`: the name must still hold the very file we read (inode, size, mtime, ctime)
   and no local process may have it open for writing. On Linux filesystems that support it,
   `renameat2(RENAME_EXCHANGE)` swaps our file in and the old one out in one step; then the file
-  swapped out is checked: if it is not the one we read (a writer saved in between), it is
-  swapped back and the rewrite refused, so a trainer's save is never replaced by older weights.
+  swapped out is checked, at once and again after a short grace (`SETTLE_SECONDS`): if it is not
+  the one we read, or someone has it open for writing (a writer saved in between, or had just
+  opened the name when it was swapped), it is swapped back and the rewrite refused, so a
+  trainer's save is never replaced by older weights. What remains: a writer whose open() of the
+  old name stalls longer than the grace before truncating, or one on another host (NFS), writes
+  into the file swapped out after it is deleted.
   Where the exchange is not supported (NFS, some FUSE), the same checks run right before a
   plain rename: a save landing between that check and the rename remains possible there.
 """
@@ -21,6 +25,7 @@ import ctypes
 import errno
 import os
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -28,6 +33,7 @@ from functools import cache
 from ..core.errors import Changed
 
 RENAME_NOREPLACE = 1
+SETTLE_SECONDS = 0.1  # the grace before the file swapped out is judged unwritten
 RENAME_EXCHANGE = 2
 _UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM)
 
@@ -101,6 +107,12 @@ def replace_if_same(
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return None
     try:  # `temp` now holds what was at `name` at the instant of the swap
+        _check(dir_fd, temp, expected, writers, ctime=False)
+        # A writer whose open() resolved `name` just before the swap truncates and writes the
+        # file swapped out once that open() returns, which may be after the look above (its
+        # descriptor not yet in /proc, its truncation not yet done). Look again after a grace
+        # long enough for an open() to finish on a loaded machine, before the caller deletes it.
+        time.sleep(SETTLE_SECONDS)
         _check(dir_fd, temp, expected, writers, ctime=False)
     except Changed:
         _swap_back(dir_fd, temp, name, ours)

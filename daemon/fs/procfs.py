@@ -1,7 +1,7 @@
 """Which local processes hold files open for writing, from /proc (Linux; elsewhere: none).
 
-One pass over /proc/*/fd per call: `readlink` every descriptor, and read the open flags only of
-those that point into the folders asked about.
+One pass over /proc/*/fd per call: `readlink` (or `stat`) every descriptor, and read the open
+flags only of those that point into the folders (or at the file) asked about.
 """
 
 from __future__ import annotations
@@ -17,11 +17,7 @@ def writers_under(folders: Iterable[Path]) -> dict[str, list[int]]:
     """{file path: [pids]} for files below `folders` that some process has open for writing."""
     prefixes = tuple(str(f).rstrip("/") + "/" for f in folders)
     found: dict[str, list[int]] = {}
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return found
-    for pid in pids:
+    for pid in _pids():
         fd_dir = f"/proc/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
@@ -35,6 +31,34 @@ def writers_under(folders: Iterable[Path]) -> dict[str, list[int]]:
             if target.startswith(prefixes) and _opened_for_writing(pid, fd):
                 found.setdefault(target, []).append(int(pid))
     return found
+
+
+def writers_of(device: int, inode: int) -> list[int]:
+    """The pids that hold the file (`device`, `inode`) open for writing, whatever name it has
+    now (or none): each descriptor is matched by what it points to, not by its path."""
+    found = []
+    for pid in _pids():
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue  # gone, or not ours to look at
+        for fd in fds:
+            try:
+                info = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if (info.st_ino, info.st_dev) == (inode, device) and _opened_for_writing(pid, fd):
+                found.append(int(pid))
+                break
+    return found
+
+
+def _pids() -> list[str]:
+    try:
+        return [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
 
 
 def _opened_for_writing(pid: str, fd: str) -> bool:

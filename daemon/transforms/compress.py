@@ -25,6 +25,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -34,7 +35,7 @@ import h5py
 import numpy as np
 from h5py import h5a, h5d, h5o, h5p, h5s, h5t, h5z
 
-from ..core.errors import NotFound, UsageError, VerifyFailed
+from ..core.errors import Changed, NotFound, UsageError, VerifyFailed
 from ..core.model import FileStat, Format
 from ..formats import hdf5, window
 from ..formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
@@ -108,34 +109,77 @@ def compress(
     level: int | None = None,
     shuffle: bool = True,
     workers: int | None = None,
+    indexed: FileStat | None = None,
 ) -> CompressResult:
     """Rewrite `source` (below `root`) in place with `codec` + shuffle; verified before the swap.
-    A result that would not be smaller is thrown away and the file left as it is (`skipped`)."""
+    A result that would not be smaller is thrown away and the file left as it is (`skipped`).
+
+    Which file `source` is (inode, size, mtime, ctime) is taken before its first byte is read,
+    and is what the swap requires it still to be: a save landing after that is refused, not
+    replaced (`fsswap` says which window remains). `indexed`: the stat the caller decided on
+    (the catalog's); a file that is not that one anymore at that first look is refused unread.
+    A read that fails on a file that changed under it is refused as changed (exit 3), not
+    reported as a corrupt file or an unexpected error."""
     spec = _spec(codec, level, shuffle)
-    fmt = _hdf5_format(source)
-    refuse_outside_references(source)  # a rewrite would copy bytes from outside the root
-    before = fsops.current_stat(root, [source])
+    first = _first_look(root, source, indexed)
     workers = max(1, workers or len(os.sched_getaffinity(0)))
-    rewrite_file = _rewrite_keras if fmt is Format.KERAS_ZIP else _rewrite_h5
     try:
-        with ThreadPoolExecutor(workers, "compress") as pool, fsops.rewrite(root, source) as temp:
-            try:
+        with _refused_if_changed(root, source, first):
+            fmt = _hdf5_format(source)
+            refuse_outside_references(source)  # a rewrite would copy bytes from outside the root
+            rewrite_file = _rewrite_keras if fmt is Format.KERAS_ZIP else _rewrite_h5
+            with (
+                ThreadPoolExecutor(workers, "compress") as pool,
+                fsops.rewrite(root, source, replacing=first) as temp,
+            ):
                 datasets, digest = rewrite_file(source, temp, spec, _Pipe(pool, 2 * workers))
-            except Exception as exc:
-                _check_unchanged(root, source, before, exc)
-                raise
-            _check_unchanged(root, source, before)
-            after = temp.stat().st_size
-            if after >= before.size:
-                raise _NotSmaller(after)
+                _check_unchanged(root, source, first)
+                after = temp.stat().st_size
+                if after >= first.size:
+                    raise _NotSmaller(after)
     except _NotSmaller as not_smaller:
-        skipped = f"would not shrink: {before.size} -> {not_smaller.size} bytes"
+        skipped = f"would not shrink: {first.size} -> {not_smaller.size} bytes"
         digest = hash_files([source])
+        _check_unchanged(root, source, first)  # the hash is of the file that was read
         return CompressResult(
-            source, spec.label, before.size, before.size, digest, datasets, None, skipped
+            source, spec.label, first.size, first.size, digest, datasets, None, skipped
         )
     needs = "import hdf5plugin" if codec == "zstd" else None
-    return CompressResult(source, spec.label, before.size, after, digest, datasets, needs)
+    return CompressResult(source, spec.label, first.size, after, digest, datasets, needs)
+
+
+def _first_look(root: Path, source: Path, indexed: FileStat | None) -> fsops.Identity:
+    """Which file `source` is, before anything reads it; refused if not the one `indexed`."""
+    first = fsops.identity(root, source)
+    if first is None or not source.is_file():
+        _hdf5_format(source)  # says what is there instead: nothing, a folder, a TF checkpoint
+        raise NotFound(f"{source}: no such file")
+    if indexed is not None and FileStat(first.size, first.mtime_ns, first.inode) != indexed:
+        raise fsops.Refused(
+            f"{source} changed since it was checked against the catalog: skipped; the next "
+            "scan re-indexes it"
+        )
+    return first
+
+
+@contextmanager
+def _refused_if_changed(root: Path, source: Path, first: fsops.Identity) -> Iterator[None]:
+    """A read that fails because a save truncates and writes the file under it (h5py then
+    raises anything: KeyError, RuntimeError, OSError; our readers call it corrupt) is that
+    change: refused, one line, exit 3. On an unchanged file the error stays what it is."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, fsops.Refused | Changed) or _is_unchanged(root, source, first):
+            raise
+        raise fsops.Refused(f"{source} changed while being compressed") from exc
+
+
+def _is_unchanged(root: Path, source: Path, first: fsops.Identity) -> bool:
+    try:
+        return first.same_file(fsops.identity(root, source))
+    except OSError:
+        return False
 
 
 class _NotSmaller(Exception):
@@ -186,15 +230,9 @@ def _hdf5_format(source: Path) -> Format:
     return read_checkpoint(source).format
 
 
-def _check_unchanged(
-    root: Path, source: Path, before: FileStat, cause: BaseException | None = None
-) -> None:
-    try:
-        now = fsops.current_stat(root, [source])
-    except FileNotFoundError:
-        now = None
-    if now != before:
-        raise fsops.Refused(f"{source} changed while being compressed") from cause
+def _check_unchanged(root: Path, source: Path, first: fsops.Identity) -> None:
+    if not _is_unchanged(root, source, first):
+        raise fsops.Refused(f"{source} changed while being compressed")
 
 
 # ---- encoders: run on the pool threads, outside the GIL ----

@@ -132,7 +132,12 @@ def compress_checkpoint(
 
     c = store.get(ref)
     with _acting_on(config, store, c, "compress", actor) as (root, members):
-        result = compress(root, Path(c.path), codec=codec, level=level, shuffle=shuffle)
+        # The stat the checks above matched (hash included): compress takes the file's identity
+        # before reading it and refuses it unread if a save landed since those checks.
+        indexed = store.identity(c.id)[0]
+        result = compress(
+            root, Path(c.path), codec=codec, level=level, shuffle=shuffle, indexed=indexed
+        )
         if result.skipped is None:
             stat = fsops.current_stat(root, members)
             store.record_rewrite(c.id, stat=stat, digest=result.hash, codec=result.codec)
