@@ -21,6 +21,7 @@ from ..catalog.store_leases import HeldLease
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..fs import fsops
+from ..logs import event
 from ..settings.config import Artifacts, Config
 from . import guards
 
@@ -140,7 +141,13 @@ def compress_checkpoint(
         )
         if result.skipped is None:
             stat = fsops.current_stat(root, members)
-            store.record_rewrite(c.id, stat=stat, digest=result.hash, codec=result.codec)
+            # The rewrite kept the mtime and wrote `bytes_after`: anything else is a save that
+            # landed just after the swap. Its stat must not be recorded with our hash (the next
+            # scan would trust it): the row keeps the old stat and the next scan re-reads.
+            if stat.size == result.bytes_after and stat.mtime_ns == indexed.mtime_ns:
+                store.record_rewrite(c.id, stat=stat, digest=result.hash, codec=result.codec)
+            else:
+                event("compress_saw_a_later_save", path=c.path, note="left for the next scan")
         # Recorded so the scheduled job compresses it once; a file that would not shrink is
         # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
         tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
