@@ -3,8 +3,8 @@ standard library's sqlite3 alone.
 
 `ckpt best` is called in loops by scripts: importing SQLAlchemy costs more than the rest of the
 command together. These are the same queries as `store_reads` (and `Store.count`,
-`Store.latest_heartbeat`), written as SQL; tests/test_cli_contract.py runs both on one catalog
-and compares. Any catalog this module is not sure about (not a local SQLite file at the schema
+`Store.latest_heartbeat`), written as SQL; tests/integration/test_sqlite_reads.py runs both on
+one catalog and compares. Any catalog this module is not sure about (not a local SQLite file at the schema
 head, a URL with options) is left to the `Store`, which creates, refuses or explains."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from ..core.query import COLUMN_KEYS, ListQuery
 from ..fs import mounts
 from .rows import LISTING_COLUMNS, to_checkpoint
 
-# The Alembic revision this code's schema is at (migrations/versions; tests/test_catalog.py
-# keeps them in step): a catalog elsewhere goes through the Store.
+# The Alembic revision this code's schema is at (migrations/versions; a test keeps it equal to
+# catalog.db's): a catalog elsewhere goes through the Store.
 SCHEMA_HEAD = "0002"
 BUSY_TIMEOUT_S = 30.0
 # Plain file URLs only: `sqlite:///relative.db`, `sqlite:////absolute.db` (no options, no quoting).
