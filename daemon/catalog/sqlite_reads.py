@@ -4,8 +4,8 @@ standard library's sqlite3 alone.
 `ckpt best` is called in loops by scripts: importing SQLAlchemy costs more than the rest of the
 command together. These are the same queries as `store_reads` (and `Store.count`,
 `Store.latest_heartbeat`), written as SQL; tests/integration/test_sqlite_reads.py runs both on
-one catalog and compares. Any catalog this module is not sure about (not a local SQLite file at the schema
-head, a URL with options) is left to the `Store`, which creates, refuses or explains."""
+one catalog and compares. Any catalog this module is not sure about (not a local SQLite file at
+the schema head, a URL with options) is left to the `Store`, which creates, refuses or explains."""
 
 from __future__ import annotations
 
