@@ -5,7 +5,7 @@ at load time, and each command imports only what it prints."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -187,20 +187,17 @@ def best(
     """
     with obj.catalog() as cat:
         found = cat.best(metric, mode, run)
-        if artifact:
-            found = cat.get(found.id)
+        chosen = _artifact(cat.get(found.id), artifact) if artifact else None
     if as_json:
-        emit_json(documents.checkpoint(found, detailed=bool(artifact)))
-    elif artifact:
-        echo(_artifact_path(found, artifact))
+        emit_json(documents.best(found, chosen))
     else:
-        echo(found.path)
+        echo(chosen["path"] if chosen else found.path)
 
 
-def _artifact_path(found: Checkpoint, kind: str) -> str:
+def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:
     for item in found.details.get("artifacts") or []:
         if item["kind"] == kind:
-            return str(item["path"])
+            return dict(item)
     raise NotFound(
         f"the best checkpoint {found.path} has no {kind} artifact: run `ckpt split {found.id}`"
     )

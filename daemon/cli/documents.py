@@ -27,8 +27,27 @@ def list_rows(found: Iterable[Checkpoint]) -> Iterator[Doc]:
 
 
 def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:
-    """`ckpt best --json` (a row), `ckpt show --json` and `best --artifact` (detailed)."""
+    """`ckpt show --json` (detailed) and a listing's row."""
     return checkpoint_json(found, detailed=detailed)
+
+
+ARTIFACT_FIELDS = ("kind", "path", "bytes", "codec", "hash")
+
+
+def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
+    """`ckpt best --json`, with or without `--artifact`: one shape, a row + `artifact`. With an
+    artifact, `path` is the artifact's (what the text output prints: what a script loads) and
+    `artifact.checkpoint` the checkpoint's; the row's other fields are the checkpoint's."""
+    doc = checkpoint_json(found)
+    if artifact is None:
+        doc["artifact"] = None
+        return doc
+    doc["artifact"] = {
+        **{name: artifact.get(name) for name in ARTIFACT_FIELDS},
+        "checkpoint": found.path,
+    }
+    doc["path"] = artifact["path"]
+    return doc
 
 
 def runs(found: Iterable[Run]) -> list[Doc]:

@@ -47,6 +47,16 @@ def test_split_registers_the_artifact_and_scans_never_index_it(zips: Workspace) 
     assert [e["action"] for e in shown["events"]][-1] == "split"
     printed = zips.run("best", "--metric", "val_loss", "--artifact", "inference").stdout
     assert printed.strip() == str(artifact)
+    # One JSON shape with or without --artifact; its `path` is what the text prints.
+    plain = zips.json("best", "--metric", "val_loss")
+    chosen = zips.json("best", "--metric", "val_loss", "--artifact", "inference")
+    assert list(plain) == list(chosen) and plain["artifact"] is None
+    assert plain["path"] == best and chosen["path"] == printed.strip()
+    assert chosen["artifact"]["checkpoint"] == best and chosen["artifact"]["kind"] == "inference"
+    assert chosen["artifact"]["path"] == str(artifact) and chosen["artifact"]["hash"]
+    assert {k: v for k, v in chosen.items() if k not in ("path", "artifact")} == {
+        k: v for k, v in plain.items() if k not in ("path", "artifact")
+    }
 
 
 def test_compress_updates_the_row_and_the_next_scan_reads_nothing(
