@@ -7,7 +7,7 @@ flags only of those that point into the folders (or at the file) asked about.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
@@ -17,26 +17,34 @@ def writers_under(folders: Iterable[Path]) -> dict[str, list[int]]:
     """{file path: [pids]} for files below `folders` that some process has open for writing."""
     prefixes = tuple(str(f).rstrip("/") + "/" for f in folders)
     found: dict[str, list[int]] = {}
-    for pid in _pids():
-        fd_dir = f"/proc/{pid}/fd"
+    for pid, fd in _descriptors():
         try:
-            fds = os.listdir(fd_dir)
+            target = os.readlink(fd)
         except OSError:
-            continue  # gone, or not ours to look at
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if target.startswith(prefixes) and _opened_for_writing(pid, fd):
-                found.setdefault(target, []).append(int(pid))
+            continue
+        if target.startswith(prefixes) and _opened_for_writing(fd):
+            found.setdefault(target, []).append(int(pid))
     return found
 
 
 def writers_of(device: int, inode: int) -> list[int]:
     """The pids that hold the file (`device`, `inode`) open for writing, whatever name it has
     now (or none): each descriptor is matched by what it points to, not by its path."""
-    found = []
+    found: list[int] = []
+    for pid, fd in _descriptors():
+        if found and found[-1] == int(pid):
+            continue  # this process is already counted
+        try:
+            info = os.stat(fd)
+        except OSError:
+            continue
+        if (info.st_ino, info.st_dev) == (inode, device) and _opened_for_writing(fd):
+            found.append(int(pid))
+    return found
+
+
+def _descriptors() -> Iterator[tuple[str, str]]:
+    """(pid, "/proc/PID/fd/N") for every descriptor of every process we may look at."""
     for pid in _pids():
         fd_dir = f"/proc/{pid}/fd"
         try:
@@ -44,14 +52,7 @@ def writers_of(device: int, inode: int) -> list[int]:
         except OSError:
             continue  # gone, or not ours to look at
         for fd in fds:
-            try:
-                info = os.stat(f"{fd_dir}/{fd}")
-            except OSError:
-                continue
-            if (info.st_ino, info.st_dev) == (inode, device) and _opened_for_writing(pid, fd):
-                found.append(int(pid))
-                break
-    return found
+            yield pid, f"{fd_dir}/{fd}"
 
 
 def _pids() -> list[str]:
@@ -61,9 +62,10 @@ def _pids() -> list[str]:
         return []
 
 
-def _opened_for_writing(pid: str, fd: str) -> bool:
+def _opened_for_writing(fd: str) -> bool:
+    """Whether the descriptor "/proc/PID/fd/N" was opened for writing (its fdinfo flags)."""
     try:
-        with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+        with open(fd.replace("/fd/", "/fdinfo/", 1)) as info:
             for line in info:
                 if line.startswith("flags:"):
                     return bool(int(line.split()[1], 8) & _WRITE_FLAGS)
