@@ -170,7 +170,12 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     type=click.Choice(["inference"]),
     help="Print the best checkpoint's inference artifact instead (see `ckpt split`).",
 )
-@click.option("--json", "as_json", is_flag=True, help="The checkpoint as a JSON object.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The checkpoint's row + `artifact` as JSON (with --artifact, `path` is the artifact's).",
+)
 @pass_context
 def best(
     obj: Context,
