@@ -46,6 +46,9 @@ class RunRow(Base):
     root: Mapped[str] = mapped_column(Text)
     name: Mapped[str] = mapped_column(Text)  # the folder relative to its root; "." for the root
     created_at: Mapped[str] = mapped_column(String(32))
+    # What was derived for the run as a whole (usecases.derivation): naming schemes and their
+    # evidence, steps per epoch, the signature of the metrics logs read.
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 # A trash record lives until restore or purge, whatever appears at its old path meanwhile: only
