@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
     Table,
-    delete,
     func,
     insert,
     select,
@@ -28,21 +26,23 @@ from ..core.model import (
     FileStat,
     Heartbeat,
     IndexRecord,
-    MetricValue,
     Run,
 )
 from ..core.query import ListQuery
 from . import db, store_reads
-from .audit import now_iso, patch_details, record_event
+from .audit import now_iso, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
 from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
+from .store_runs import RunRecords, dedupe, replace_metrics
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 _RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
+# A file rewritten every epoch for a year stays a bounded row: the oldest generations go first.
+MAX_GENERATIONS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Known:
     metrics_at: str | None
 
 
-class Store(Actions, RecoveryRecords, Leases):
+class Store(Actions, RecoveryRecords, Leases, RunRecords):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 
@@ -86,6 +86,7 @@ class Store(Actions, RecoveryRecords, Leases):
                     checkpoints.c.hash,
                     checkpoints.c.generation,
                     checkpoints.c.status,
+                    checkpoints.c.details,
                 ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(_RECORDS))
             ).first()
             if row is None:
@@ -103,16 +104,21 @@ class Store(Actions, RecoveryRecords, Leases):
             values = _row_values(rec, now)
             values["metrics_at"] = at
             if row is None:
+                generation = 1
                 values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
+                values["details"]["generations"] = _sightings([], rec, generation, now)
                 ckpt_id = _insert_id(conn, checkpoints, values)
             else:
                 ckpt_id = row.id
                 rewritten = row.hash is not None and rec.hash is not None and row.hash != rec.hash
-                values.update(run_id=run_id, generation=row.generation + int(rewritten))
+                generation = row.generation + int(rewritten)
+                values.update(run_id=run_id, generation=generation)
+                seen = list((row.details or {}).get("generations") or [])
+                values["details"]["generations"] = _sightings(seen, rec, generation, now)
                 conn.execute(
                     update(checkpoints).where(checkpoints.c.id == ckpt_id).values(**values)
                 )
-            _replace_metrics(conn, ckpt_id, rec.metrics)
+            replace_metrics(conn, ckpt_id, rec.metrics)
             unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
             if not unchanged:
                 record_event(
@@ -126,27 +132,6 @@ class Store(Actions, RecoveryRecords, Leases):
                     at=now,
                 )
             return int(ckpt_id)
-
-    def update_metrics(
-        self,
-        ckpt_id: int,
-        epoch: int | None,
-        step: int | None,
-        values: Sequence[MetricValue],
-        *,
-        at: str,
-    ) -> None:
-        """New metrics for an unchanged checkpoint (a CSVLogger row written after the save)."""
-        with self._engine.begin() as conn:
-            patch_details(
-                conn,
-                ckpt_id,
-                {"metric_sources": {m.name: m.source for m in _dedupe(values)}},
-                epoch=epoch,
-                step=step,
-                metrics_at=at,
-            )
-            _replace_metrics(conn, ckpt_id, values)
 
     def beat(
         self,
@@ -332,24 +317,6 @@ def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
     return int(key[0])
 
 
-def _replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> None:
-    conn.execute(delete(metrics).where(metrics.c.checkpoint_id == ckpt_id))
-    rows = [
-        {
-            "checkpoint_id": ckpt_id,
-            "name": m.name,
-            "source": m.source,
-            # Only finite values rank: NaN or +/-Infinity (a diverged epoch) is stored as NULL,
-            # so it never wins `best` or keep_best, never matches --where, and reads as JSON's
-            # null (which has no Infinity) in text and JSON alike.
-            "value": m.value if math.isfinite(m.value) else None,
-        }
-        for m in _dedupe(values)
-    ]
-    if rows:
-        conn.execute(insert(metrics), rows)
-
-
 def _row_values(rec: IndexRecord, now: str) -> dict[str, Any]:
     info = rec.info
     opt = info.optimizer if info else None
@@ -381,11 +348,36 @@ def _row_values(rec: IndexRecord, now: str) -> dict[str, Any]:
     return values
 
 
+def _sightings(
+    seen: builtins.list[dict[str, Any]], rec: IndexRecord, generation: int, now: str
+) -> builtins.list[dict[str, Any]]:
+    """The generations of the file seen so far, oldest first, with this one (a new hash, or the
+    first read with a hash) added: what derivation learns epochs of rewritten files from."""
+    if rec.hash is None or (seen and seen[-1].get("hash") == rec.hash):
+        return seen
+    opt = rec.info.optimizer if rec.info else None
+    log_epochs, log_before = rec.sighting if rec.sighting else (None, False)
+    entry = {
+        "generation": generation,
+        "hash": rec.hash,
+        "iterations": opt.iterations if opt else None,
+        "mtime_ns": rec.stat.mtime_ns,
+        "indexed_at": now,
+        "log_epochs": log_epochs,
+        "log_before": log_before,
+        "epoch": None,
+        "step": None,
+    }
+    return [*seen, entry][-MAX_GENERATIONS:]
+
+
 def _details(rec: IndexRecord) -> dict[str, Any]:
     info = rec.info
+    reader_notes = list(info.notes) if info else []
     details: dict[str, Any] = {
-        "notes": list(rec.notes) + (list(info.notes) if info else []),
-        "metric_sources": {m.name: m.source for m in _dedupe(rec.metrics)},
+        "notes": list(rec.notes) + reader_notes,
+        "reader_notes": reader_notes,
+        "metric_sources": {m.name: m.source for m in dedupe(rec.metrics)},
     }
     if rec.files:
         details["files"] = list(rec.files)
@@ -402,11 +394,3 @@ def _details(rec: IndexRecord) -> dict[str, Any]:
         signatures=list(info.signatures),
     )
     return details
-
-
-def _dedupe(values: Sequence[MetricValue]) -> list[MetricValue]:
-    """The first value per name wins (callers order by precedence)."""
-    seen: dict[str, MetricValue] = {}
-    for m in values:
-        seen.setdefault(m.name, m)
-    return list(seen.values())

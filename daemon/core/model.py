@@ -116,6 +116,9 @@ class IndexRecord:
     metrics: tuple[MetricValue, ...] = ()
     notes: tuple[str, ...] = ()
     files: tuple[str, ...] = ()  # member files of a multi-file checkpoint, relative to its folder
+    # How far the run's epoch log had got when these bytes were read: (highest logged epoch, the
+    # log not written since the file's mtime); None: the run has no epoch log.
+    sighting: tuple[int | None, bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,24 @@ class _Found:
     layers: list[tuple[str, dict[str, float]]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Sidecar:
+    """What a `<checkpoint>.json` sidecar says: epoch/step, metric values, and problems."""
+
+    ints: dict[str, int]
+    values: dict[str, float]
+    notes: tuple[str, ...]
+    label: str
+
+
+def read_sidecar(path: Path, root: Path | None) -> Sidecar:
+    """The sidecar at `path` (absent: empty), read beneath `root` like every metrics file."""
+    found = _Found({}, {})
+    _add_sidecar(found, path, root)
+    label, values = found.layers[0]
+    return Sidecar(found.ints, values, tuple(found.notes), label)
+
+
 def metrics_for(
     checkpoint_path: Path,
     run_dir: Path,

@@ -6,7 +6,6 @@ its metrics are re-read when a metrics file changed since. Per-item problems nev
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import time
@@ -21,11 +20,12 @@ from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
 from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.units import iso_utc
-from ..formats.metric_files import MetricsResult, metrics_for
 from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
+from . import derivation
+from .derivation import RunRef
 
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
 # chmod or a folder made listable again changes no size, mtime or inode.
@@ -69,6 +69,7 @@ def scan(
     progress: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     reconcile: bool = True,
+    reindex: bool = False,
 ) -> ScanReport:
     """Scan `targets` (files or folders inside configured roots), or every root if none.
 
@@ -76,6 +77,8 @@ def scan(
     reach as it was (nothing is marked missing on a partial walk). `reconcile`: first give
     what is in the roots' trash folders its trash records and settle acts of dead processes
     (`usecases.recovery`; the daemon's per-file indexing leaves that to its rescans).
+    `reindex`: derive the epochs and metrics of every run walked again, changed or not
+    (`usecases.derivation`; no checkpoint is read again).
     """
     report = ScanReport()
     starts = list(_starts(config, targets))
@@ -96,7 +99,9 @@ def scan(
         # One reader child for all checkpoint files of the scan, one TensorFlow child for all
         # TF checkpoints: each started at its first use.
         with reader_child.session(), tf_child.session():
-            _Scan(config, root, store, report, actor, progress, start).run(start, should_stop)
+            walk = _Scan(config, root, store, report, actor, progress, start)
+            walk.reindex = reindex
+            walk.run(start, should_stop)
     return report
 
 
@@ -135,8 +140,16 @@ class _Scan:
         self.known = store.known_under(str(root.path), where)
         self.artifacts = store.artifact_paths(where)
         self.started = iso_utc(time.time())
-        self.metrics_mtimes: dict[Path, int] = {}
         self.unreadable_folders: list[tuple[str, str]] = []  # (folder + "/", reason)
+        self.reindex = False
+        # Run derivation: each run walked is settled once its folder is done (a run's files
+        # come together in the walk); touched runs had a file (re)recorded.
+        self.run_details = store.run_details(str(root.path))
+        self.other_runs = {root.path / name for name in self.run_details}
+        self.logs: dict[Path, derivation.LogsRead] = {}
+        self.touched: set[Path] = set()
+        self.walked: dict[Path, str] = {}
+        self.settled: set[Path] = set()
 
     def run(self, start: Path, should_stop: Callable[[], bool]) -> None:
         seen: set[str] = set()
@@ -156,9 +169,43 @@ class _Scan:
                 continue
             if self.progress:
                 self.progress(text)
+            self._enter_run(found.run_dir)
             if self._visit(found, text, valid):
                 seen.add(text)
+        self._settle_runs()
         self._mark_missing(start, seen)
+
+    def _enter_run(self, run_dir: Path) -> None:
+        """Note the run of a candidate; the run walked before it is settled (derived)."""
+        if run_dir not in self.walked:
+            self._settle_runs()
+            self.walked[run_dir] = self._run_name(run_dir)
+            self.other_runs.add(run_dir)
+
+    def _settle_runs(self) -> None:
+        for run_dir, name in self.walked.items():
+            if run_dir in self.settled:
+                continue
+            self.settled.add(run_dir)
+            ref = RunRef(self.root, run_dir, name)
+            others = self.other_runs - {run_dir}
+            stale = self.reindex or run_dir in self.touched
+            if not stale and not derivation.is_stale(self.run_details.get(name, {}), ref, others):
+                continue
+            try:
+                changed = derivation.refresh_run(
+                    self.store,
+                    ref,
+                    self.templates,
+                    other_runs=others,
+                    at=self.started,
+                    read=self.logs.get(run_dir),
+                )
+            except Exception as exc:  # a hostile log must not stop the scan or the daemon
+                self.report.errors.append(f"run {name}: epochs and metrics not derived: {exc}")
+                event("derive_failed", level=logging.WARNING, run=name, error=str(exc))
+                continue
+            self.report.metrics_refreshed += changed
 
     def _visit(self, cand: discovery.Candidate, text: str, valid_name: bool) -> bool:
         """Index or skip one candidate; False if it vanished meanwhile (then it is missing)."""
@@ -180,12 +227,8 @@ class _Scan:
         self.report.unchanged += 1
         if known.status in _FAILED:
             self.report.failed.append((str(cand.path), known.status.value, "unchanged since"))
-        elif known.status == CheckpointStatus.OK and self._metrics_changed(cand, known):
-            result = self._metrics(cand)
-            self.store.update_metrics(
-                known.id, result.epoch, result.step, result.metrics, at=self.started
-            )
-            self.report.metrics_refreshed += 1
+        elif known.metrics_at is None:  # recorded, never derived (a scan that was stopped)
+            self.touched.add(cand.run_dir)
 
     def _index(self, cand: discovery.Candidate, text: str, stat: FileStat) -> bool:
         from ..formats import savedmodel, tf_checkpoint  # not h5py: files go to the child
@@ -244,7 +287,8 @@ class _Scan:
         info: CheckpointInfo | None = None,
         digest: str | None = None,
     ) -> None:
-        result = self._metrics(cand)
+        self.touched.add(cand.run_dir)
+        logs = self._run_logs(cand.run_dir)
         record = IndexRecord(
             path=text,
             root=str(self.root.path),
@@ -254,10 +298,7 @@ class _Scan:
             stat=stat,
             hash=digest,
             info=info,
-            epoch=result.epoch,
-            step=result.step,
-            metrics=result.metrics,
-            notes=result.notes,
+            sighting=derivation.sighting_of(logs.logs, stat.mtime_ns) if digest else None,
             files=tuple(str(m.relative_to(cand.path.parent)) for m in cand.members)
             if cand.family != discovery.FILE
             else (),
@@ -265,27 +306,12 @@ class _Scan:
         self.store.record(record, actor_name=self.actor, at=self.started)
         _report(self.report, record)
 
-    def _metrics(self, cand: discovery.Candidate) -> MetricsResult:
-        return metrics_for(
-            cand.path, cand.run_dir, self.templates, self.root.metrics_files, self.root.path
-        )
-
-    def _metrics_changed(self, cand: discovery.Candidate, known: Known) -> bool:
-        if known.metrics_at is None:
-            return True
-        read_at = int(dt.datetime.fromisoformat(known.metrics_at).timestamp() * 1e9)
-        return self._newest_metrics_file(cand) >= read_at
-
-    def _newest_metrics_file(self, cand: discovery.Candidate) -> int:
-        run_dir = cand.run_dir
-        if run_dir not in self.metrics_mtimes:
-            newest = 0
-            for pattern in self.root.metrics_files:
-                for match in run_dir.glob(pattern):
-                    newest = max(newest, _mtime_ns(match))
-            self.metrics_mtimes[run_dir] = newest
-        sidecar = cand.path.with_name(cand.path.name + ".json")
-        return max(self.metrics_mtimes[run_dir], _mtime_ns(sidecar))
+    def _run_logs(self, run_dir: Path) -> derivation.LogsRead:
+        """The run's metrics logs, read once per scan (and reused by its derivation)."""
+        if run_dir not in self.logs:
+            ref = RunRef(self.root, run_dir, self._run_name(run_dir))
+            self.logs[run_dir] = derivation.run_logs(ref, self.other_runs - {run_dir})
+        return self.logs[run_dir]
 
     def _run_name(self, run_dir: Path) -> str:
         try:
@@ -320,13 +346,6 @@ class _Scan:
         for path, _known in gone:
             self.report.missing.append(path)
             event("missing", path=path)
-
-
-def _mtime_ns(path: Path) -> int:
-    try:
-        return os.stat(path, follow_symlinks=False).st_mtime_ns
-    except OSError:
-        return 0
 
 
 def _report(report: ScanReport, record: IndexRecord) -> None:

@@ -1,0 +1,151 @@
+"""The catalog side of run derivation (`usecases.derivation` decides): the checkpoints of one run
+with what derivation needs of them, their derived epoch/step/metrics written back, and the run's
+own `details` (naming schemes, steps per epoch, the metrics logs' signature)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, select, update
+
+from ..core.model import CheckpointStatus, MetricValue
+from . import db
+from .audit import patch_details
+from .schema import CHECKPOINTS, METRICS, RUNS
+
+checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+# Rows of files that are (or may be) at their path: the ones a run's derivation speaks of.
+_ABSENT = (
+    CheckpointStatus.TRASHED.value,
+    CheckpointStatus.PURGED.value,
+    CheckpointStatus.MISSING.value,
+)
+
+
+@dataclass(frozen=True)
+class RunMember:
+    """A checkpoint row of a run, as derivation reads it."""
+
+    id: int
+    path: str
+    status: str
+    hash: str | None
+    iterations: int | None
+    mtime_ns: int
+    epoch: int | None
+    step: int | None
+    metrics_at: str | None
+    details: dict[str, Any]
+    metrics: dict[str, tuple[float | None, str]] = field(default_factory=dict)
+
+
+class RunRecords:
+    """Run derivation's reads and writes of `Store` (mixed in: they use its engine)."""
+
+    _engine: Engine
+
+    def run_members(self, root: str, run: str) -> list[RunMember]:
+        """The run's checkpoints that are on disk (any status but missing/trashed/purged)."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(
+                    checkpoints.c.id,
+                    checkpoints.c.path,
+                    checkpoints.c.status,
+                    checkpoints.c.hash,
+                    checkpoints.c.iterations,
+                    checkpoints.c.mtime_ns,
+                    checkpoints.c.epoch,
+                    checkpoints.c.step,
+                    checkpoints.c.metrics_at,
+                    checkpoints.c.details,
+                )
+                .join(runs, runs.c.id == checkpoints.c.run_id)
+                .where(runs.c.root == root, runs.c.name == run)
+                .where(checkpoints.c.status.not_in(_ABSENT))
+            ).all()
+            values: dict[int, dict[str, tuple[float | None, str]]] = {}
+            ids = [r.id for r in rows]
+            for chunk in range(0, len(ids), 500):
+                for m in conn.execute(
+                    select(
+                        metrics.c.checkpoint_id, metrics.c.name, metrics.c.value, metrics.c.source
+                    ).where(metrics.c.checkpoint_id.in_(ids[chunk : chunk + 500]))
+                ):
+                    values.setdefault(m.checkpoint_id, {})[m.name] = (m.value, m.source)
+        return [
+            RunMember(
+                r.id,
+                r.path,
+                r.status,
+                r.hash,
+                r.iterations,
+                r.mtime_ns,
+                r.epoch,
+                r.step,
+                r.metrics_at,
+                dict(r.details or {}),
+                values.get(r.id, {}),
+            )
+            for r in rows
+        ]
+
+    def run_details(self, root: str) -> dict[str, dict[str, Any]]:
+        """Each run of `root` by name: its `details` ({} when nothing was derived yet)."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(select(runs.c.name, runs.c.details).where(runs.c.root == root))
+            return {r.name: dict(r.details or {}) for r in rows}
+
+    def set_run_details(self, root: str, run: str, details: dict[str, Any]) -> None:
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(runs).where(runs.c.root == root, runs.c.name == run).values(details=details)
+            )
+
+    def set_derived_many(
+        self,
+        updates: Sequence[
+            tuple[int, int | None, int | None, Sequence[MetricValue], dict[str, Any]]
+        ],
+        *,
+        at: str,
+    ) -> None:
+        """Derived (id, epoch, step, metrics, details keys to set) of many checkpoints, in one
+        transaction: a run's derivation lands whole or not at all."""
+        if not updates:
+            return
+        with self._engine.begin() as conn:
+            for ckpt_id, epoch, step, values, details in updates:
+                patch_details(conn, ckpt_id, details, epoch=epoch, step=step, metrics_at=at)
+                replace_metrics(conn, ckpt_id, values)
+
+
+def replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> None:
+    """The checkpoint's metrics become `values` (the first per name wins: callers order them by
+    precedence)."""
+    conn.execute(delete(metrics).where(metrics.c.checkpoint_id == ckpt_id))
+    rows = [
+        {
+            "checkpoint_id": ckpt_id,
+            "name": m.name,
+            "source": m.source,
+            # Only finite values rank: NaN or +/-Infinity (a diverged epoch) is stored as NULL,
+            # so it never wins `best` or keep_best, never matches --where, and reads as JSON's
+            # null (which has no Infinity) in text and JSON alike.
+            "value": m.value if math.isfinite(m.value) else None,
+        }
+        for m in dedupe(values)
+    ]
+    if rows:
+        conn.execute(insert(metrics), rows)
+
+
+def dedupe(values: Sequence[MetricValue]) -> list[MetricValue]:
+    """The first value per name wins (callers order by precedence)."""
+    seen: dict[str, MetricValue] = {}
+    for m in values:
+        seen.setdefault(m.name, m)
+    return list(seen.values())

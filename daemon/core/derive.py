@@ -1,0 +1,231 @@
+"""Epoch, step and metrics of every checkpoint of one run, from all the run's evidence at once.
+
+Pure: the caller (usecases.derivation) gathers what the files say; this decides. Per checkpoint,
+highest precedence first:
+
+- epoch/step: its `<checkpoint>.json` sidecar; its file name (read with the run's naming scheme);
+  the same content (hash) as another checkpoint of the run whose epoch is known; its optimizer
+  iteration count divided by the run's steps per epoch, when the run's evidence leaves exactly
+  one possible steps-per-epoch value. No evidence, no epoch: nothing here guesses.
+- metrics: the sidecar, then the run's logs at that epoch (or step), then the values printed in
+  the file name (rounded; a disagreement with a log is noted).
+
+Steps per epoch: every (iteration count, possible epochs) pair the run offers narrows the set of
+values. A name's epoch is an exact pair; a generation the indexer saw with the run's epoch log at
+k epochs is in epochs k..k+1 if the log was last written before the checkpoint (Keras writes the
+CSV row and the checkpoint at the same epoch end, in the callbacks' order), else in 1..k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .metrics import disagrees, to_float
+from .model import MetricValue
+
+MID_EPOCH = "batch"
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One generation of a checkpoint file, as the indexer saw it when it read it."""
+
+    generation: int
+    hash: str | None
+    iterations: int | None
+    mtime_ns: int
+    log_epochs: int | None = None  # the run's highest logged epoch then; None: no epoch log
+    log_before: bool = False  # that log had not been written since the file's mtime
+
+
+@dataclass(frozen=True)
+class Member:
+    """A checkpoint of the run and what its own name and sidecar say."""
+
+    id: int
+    name: str
+    hash: str | None
+    iterations: int | None
+    mtime_ns: int
+    name_ints: Mapping[str, int] = field(default_factory=dict)
+    name_metrics: Mapping[str, str] = field(default_factory=dict)  # metric -> text as written
+    name_scheme: str | None = None  # the template the name was read with
+    sidecar_ints: Mapping[str, int] = field(default_factory=dict)
+    sidecar_values: Mapping[str, float] = field(default_factory=dict)
+    sidecar_label: str = "sidecar"
+    history: tuple[Sighting, ...] = ()  # earlier generations, oldest first
+
+
+@dataclass(frozen=True)
+class Logged:
+    """The run's metrics logs, merged nearest-first (formats.run_logs)."""
+
+    by_epoch: Mapping[int, Mapping[str, MetricValue]] = field(default_factory=dict)
+    by_step: Mapping[int, Mapping[str, MetricValue]] = field(default_factory=dict)
+    epochs: int = 0  # the highest logged epoch (0: no epoch log)
+    mtime_ns: int = 0  # the last write of an epoch log
+
+
+@dataclass(frozen=True)
+class Derived:
+    epoch: int | None
+    step: int | None
+    metrics: tuple[MetricValue, ...]
+    epoch_source: str | None
+    notes: tuple[str, ...]
+    history_epochs: tuple[int | None, ...] = ()  # the epoch of each earlier generation
+
+
+@dataclass(frozen=True)
+class RunDerivation:
+    members: dict[int, Derived]
+    steps_per_epoch: int | None
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Pair:
+    iterations: int
+    low: int
+    high: int
+    what: str
+
+
+def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
+    own = {m.id: _own_fields(m) for m in members}
+    pairs = list(_pairs(members, own, logged))
+    spe, evidence = steps_per_epoch(pairs)
+    by_hash: dict[str, tuple[int, str]] = {}
+    for m in sorted(members, key=lambda m: m.name):
+        ints = own[m.id][0]
+        if m.hash and "epoch" in ints and MID_EPOCH not in ints:
+            by_hash.setdefault(m.hash, (ints["epoch"], m.name))
+    out = {m.id: _derive(m, own[m.id], by_hash, spe, logged) for m in members}
+    return RunDerivation(out, spe, tuple(evidence))
+
+
+def _own_fields(m: Member) -> tuple[dict[str, int], str | None]:
+    """What the checkpoint says of itself: sidecar ints over name ints, and where from."""
+    ints = dict(m.name_ints)
+    source = f"file name ({m.name_scheme})" if ints and m.name_scheme else "file name"
+    if not ints:
+        source = None
+    for key, value in m.sidecar_ints.items():
+        ints[key] = value
+        source = m.sidecar_label
+    return ints, source
+
+
+def _pairs(
+    members: Sequence[Member], own: Mapping[int, tuple[dict[str, int], str | None]], logged: Logged
+) -> list[_Pair]:
+    pairs: list[_Pair] = []
+    for m in members:
+        ints = own[m.id][0]
+        epoch = ints.get("epoch")
+        if m.iterations and epoch and MID_EPOCH not in ints:
+            pairs.append(_Pair(m.iterations, epoch, epoch, f"{m.name}: epoch {epoch}"))
+        for s in m.history:
+            pair = _log_pair(
+                s.iterations, s.log_epochs, s.log_before, f"{m.name} gen {s.generation}"
+            )
+            pairs += [pair] if pair else []
+        if logged.epochs and MID_EPOCH not in ints:  # the run's log as it is now
+            before = logged.mtime_ns <= m.mtime_ns
+            pair = _log_pair(m.iterations, logged.epochs, before, m.name)
+            pairs += [pair] if pair else []
+    return pairs
+
+
+def _log_pair(iterations: int | None, epochs: int | None, before: bool, what: str) -> _Pair | None:
+    if not iterations or not epochs or epochs < 1:
+        return None
+    if before:
+        return _Pair(iterations, epochs, epochs + 1, f"{what}: saved after log epoch {epochs}")
+    return _Pair(iterations, 1, epochs, f"{what}: saved by log epoch {epochs}")
+
+
+def steps_per_epoch(pairs: Sequence[_Pair]) -> tuple[int | None, list[str]]:
+    """The one steps-per-epoch value every pair allows, or None with why."""
+    if not pairs:
+        return None, []
+    exact = [p for p in pairs if p.low == p.high]
+    seed = exact[0] if exact else min(pairs, key=lambda p: p.high - p.low)
+    candidates = {
+        seed.iterations // e for e in range(seed.low, seed.high + 1) if seed.iterations % e == 0
+    }
+    for p in pairs:
+        candidates = {c for c in candidates if _fits(p, c)}
+        if not candidates:
+            return None, [f"no steps per epoch fits every checkpoint (last: {p.what})"]
+    if len(candidates) > 1:
+        shown = ", ".join(str(c) for c in sorted(candidates)[:4])
+        return None, [f"steps per epoch ambiguous ({shown}): no epoch from iterations"]
+    spe = candidates.pop()
+    return spe, [f"{spe} steps per epoch fits {len(pairs)} observations ({seed.what})"]
+
+
+def _fits(p: _Pair, spe: int) -> bool:
+    return p.iterations % spe == 0 and p.low <= p.iterations // spe <= p.high
+
+
+def _derive(
+    m: Member,
+    own: tuple[dict[str, int], str | None],
+    by_hash: Mapping[str, tuple[int, str]],
+    spe: int | None,
+    logged: Logged,
+) -> Derived:
+    ints, source = dict(own[0]), own[1]
+    notes: list[str] = []
+    if "epoch" not in ints and "step" not in ints:
+        epoch, source = _epoch_from_run(m.hash, m.iterations, m.name, by_hash, spe)
+        if epoch is not None:
+            ints["epoch"] = epoch
+    metrics = _metrics(m, ints, logged, notes)
+    history = tuple(
+        _epoch_from_run(s.hash, s.iterations, m.name, by_hash, spe)[0] for s in m.history
+    )
+    return Derived(ints.get("epoch"), ints.get("step"), metrics, source, tuple(notes), history)
+
+
+def _epoch_from_run(
+    digest: str | None,
+    iterations: int | None,
+    name: str,
+    by_hash: Mapping[str, tuple[int, str]],
+    spe: int | None,
+) -> tuple[int | None, str | None]:
+    twin = by_hash.get(digest) if digest else None
+    if twin is not None and twin[1] != name:
+        return twin[0], f"same content as {twin[1]}"
+    if spe and iterations and iterations % spe == 0:
+        return iterations // spe, f"optimizer iterations ({iterations} / {spe} steps per epoch)"
+    return None, None
+
+
+def _metrics(
+    m: Member, ints: Mapping[str, int], logged: Logged, notes: list[str]
+) -> tuple[MetricValue, ...]:
+    merged: dict[str, MetricValue] = {
+        k: MetricValue(k, v, m.sidecar_label) for k, v in m.sidecar_values.items()
+    }
+    epoch, step = ints.get("epoch"), ints.get("step")
+    if MID_EPOCH in ints and epoch is not None:
+        notes.append(f"mid-epoch checkpoint (batch {ints[MID_EPOCH]}): epoch rows not joined")
+        epoch = None
+    from_logs = dict(logged.by_epoch.get(epoch, {})) if epoch is not None else {}
+    if step is not None:
+        from_logs = dict(logged.by_step.get(step, {})) | from_logs
+    for name, value in from_logs.items():
+        merged.setdefault(name, value)
+    for name, text in m.name_metrics.items():
+        best = merged.get(name)
+        if best is None:
+            merged[name] = MetricValue(name, to_float(text), "filename")
+        elif disagrees(text, best.value):
+            notes.append(
+                f"filename {name} {text.strip()} disagrees with {best.source} {best.value:.10g}"
+            )
+    return tuple(merged[k] for k in sorted(merged))

@@ -1,0 +1,199 @@
+"""Epochs, steps and metrics of a run's checkpoints, derived from the whole run at once.
+
+The indexer records what it read of each file; this module then gathers, per run, what the
+names say (the run's naming scheme, `core.naming`), what the metrics logs say (wherever they sit,
+`formats.run_logs`), the sidecars, the optimizer iteration counts and the content hashes of
+every generation, lets `core.derive` decide, and writes back only what changed. Weights are
+never read here: `ckpt scan --reindex` is this, for every run, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..catalog.store import Store
+from ..catalog.store_runs import RunMember
+from ..core.derive import Derived, Logged, Member, Sighting, derive_run
+from ..core.metrics import FilenameTemplate
+from ..core.model import MetricValue
+from ..core.naming import RunNaming, infer_naming
+from ..formats.metric_files import Sidecar, read_sidecar
+from ..formats.run_logs import RunLogs, logs_signature, read_run_logs
+from ..settings.config import RootConfig
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A run folder of a root, and its name in the catalog."""
+
+    root: RootConfig
+    folder: Path
+    name: str
+
+
+def settings_key(root: RootConfig) -> str:
+    """What of the config decides derivation: a change re-derives the root's runs."""
+    text = json.dumps([list(root.filename_templates), list(root.metrics_files)])
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def signature(run: RunRef, other_runs: Collection[Path]) -> list[list[Any]]:
+    """The stat signature of the logs `run` reads (no file is read)."""
+    sig = logs_signature(run.folder, run.root.path, run.root.metrics_files, other_runs)
+    return [list(entry) for entry in sig]
+
+
+def is_stale(details: dict[str, Any], run: RunRef, other_runs: Collection[Path]) -> bool:
+    """Whether the run's derivation may be out of date though none of its files changed."""
+    return details.get("settings") != settings_key(run.root) or details.get("logs") != signature(
+        run, other_runs
+    )
+
+
+@dataclass(frozen=True)
+class LogsRead:
+    """A run's logs and their stat signature taken just before they were read (so a log written
+    meanwhile differs from the signature and is read again by the next scan)."""
+
+    signature: list[list[Any]]
+    logs: RunLogs
+
+
+def run_logs(run: RunRef, other_runs: Collection[Path]) -> LogsRead:
+    sig = signature(run, other_runs)
+    return LogsRead(
+        sig, read_run_logs(run.folder, run.root.path, run.root.metrics_files, other_runs)
+    )
+
+
+def sighting_of(logs: RunLogs, mtime_ns: int) -> tuple[int | None, bool] | None:
+    """How far the run's epoch log had got, seen now, for a file of mtime `mtime_ns`."""
+    if logs.epochs_logged <= 0:
+        return None
+    return logs.epochs_logged, _epoch_log_mtime(logs) <= mtime_ns
+
+
+def refresh_run(
+    store: Store,
+    run: RunRef,
+    templates: Sequence[FilenameTemplate],
+    *,
+    other_runs: Collection[Path],
+    at: str,
+    read: LogsRead | None = None,
+) -> int:
+    """Derive the run's checkpoints again (`read`: its logs, if this scan read them already);
+    returns how many rows changed."""
+    root = str(run.root.path)
+    rows = store.run_members(root, run.name)
+    if read is None:
+        read = run_logs(run, other_runs)
+    logs = read.logs
+    logged = _logged(logs)
+    values = {e: {k: v.value for k, v in d.items()} for e, d in logs.by_epoch.items()}
+    naming = infer_naming([os.path.basename(r.path) for r in rows], values, templates)
+    sidecars = {r.id: read_sidecar(Path(f"{r.path}.json"), run.root.path) for r in rows}
+    members = [_member(r, naming, sidecars[r.id]) for r in rows]
+    result = derive_run(members, logged)
+    changes = []
+    for row in rows:
+        derived = result.members[row.id]
+        update = _update(row, derived, sidecars[row.id])
+        if update is not None:
+            changes.append((row.id, derived, update))
+    store.set_derived_many(
+        [(cid, d.epoch, d.step, d.metrics, details) for cid, d, details in changes], at=at
+    )
+    store.set_run_details(
+        root,
+        run.name,
+        {
+            "naming": naming.as_json(),
+            "steps_per_epoch": result.steps_per_epoch,
+            "evidence": list(result.evidence),
+            "logs": read.signature,
+            "log_files": [f.label for f in logs.files],
+            "notes": list(logs.notes),
+            "settings": settings_key(run.root),
+        },
+    )
+    return len(changes)
+
+
+def _logged(logs: RunLogs) -> Logged:
+    return Logged(logs.by_epoch, logs.by_step, logs.epochs_logged, _epoch_log_mtime(logs))
+
+
+def _epoch_log_mtime(logs: RunLogs) -> int:
+    return max((f.mtime_ns for f in logs.files if f.epochs > 0), default=0)
+
+
+def _member(row: RunMember, naming: RunNaming, sidecar: Sidecar) -> Member:
+    fields = naming.fields(os.path.basename(row.path))
+    return Member(
+        id=row.id,
+        name=os.path.basename(row.path),
+        hash=row.hash,
+        iterations=row.iterations,
+        mtime_ns=row.mtime_ns,
+        name_ints=fields.ints,
+        name_metrics=fields.metrics,
+        name_scheme=fields.template,
+        sidecar_ints=sidecar.ints,
+        sidecar_values=sidecar.values,
+        sidecar_label=sidecar.label,
+        history=tuple(_sightings(row.details.get("generations"))),
+    )
+
+
+def _sightings(entries: object) -> list[Sighting]:
+    out: list[Sighting] = []
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and isinstance(e.get("generation"), int):
+            out.append(
+                Sighting(
+                    e["generation"],
+                    e.get("hash"),
+                    e.get("iterations"),
+                    int(e.get("mtime_ns") or 0),
+                    e.get("log_epochs"),
+                    bool(e.get("log_before")),
+                )
+            )
+    return out
+
+
+def _update(row: RunMember, d: Derived, sidecar: Sidecar) -> dict[str, Any] | None:
+    """The `details` keys to write, or None when the row already says all of this."""
+    notes = [*row.details.get("reader_notes", []), *sidecar.notes, *d.notes]
+    generations = [dict(g) for g in row.details.get("generations") or [] if isinstance(g, dict)]
+    for entry, epoch in zip(generations, d.history_epochs, strict=False):
+        entry["epoch"] = d.epoch if entry.get("hash") == row.hash else epoch
+        entry["step"] = d.step if entry.get("hash") == row.hash else entry.get("step")
+    details = {
+        "epoch_source": d.epoch_source,
+        "notes": notes,
+        "metric_sources": {m.name: m.source for m in d.metrics},
+        "generations": generations,
+    }
+    same = (
+        row.metrics_at is not None
+        and (row.epoch, row.step) == (d.epoch, d.step)
+        and row.metrics == _as_stored(d.metrics)
+        and all(row.details.get(k) == v for k, v in details.items())
+    )
+    return None if same else details
+
+
+def _as_stored(values: Sequence[MetricValue]) -> dict[str, tuple[float | None, str]]:
+    out: dict[str, tuple[float | None, str]] = {}
+    for m in values:
+        finite = m.value if m.value == m.value and abs(m.value) != float("inf") else None
+        out.setdefault(m.name, (finite, m.source))
+    return out

@@ -1,0 +1,150 @@
+"""core.derive: a run's epochs and metrics from all its evidence, and never a guess."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_daemon.core.derive import Logged, Member, Sighting, derive_run
+from ckpt_daemon.core.model import MetricValue
+
+SPE = 26  # steps per epoch of the runs below
+
+
+def _log(epochs: int, mtime_ns: int = 10_000) -> Logged:
+    rows = {
+        e: {
+            "loss": MetricValue("loss", 1.0 / e, "csv:training.log"),
+            "val_loss": MetricValue("val_loss", 2.0 / e, "csv:training.log"),
+        }
+        for e in range(1, epochs + 1)
+    }
+    return Logged(by_epoch=rows, epochs=epochs, mtime_ns=mtime_ns)
+
+
+def _member(i: int, name: str, iterations: int | None, mtime_ns: int = 1_000, **kw) -> Member:
+    return Member(i, name, kw.pop("hash", f"h{i}"), iterations, mtime_ns, **kw)
+
+
+def test_steps_per_epoch_from_named_epochs_gives_a_fixed_name_its_epoch() -> None:
+    members = [
+        _member(1, "model.03.keras", 3 * SPE, name_ints={"epoch": 3}),
+        _member(2, "model.04.keras", 4 * SPE, name_ints={"epoch": 4}),
+        _member(3, "best.keras", 2 * SPE),
+    ]
+    out = derive_run(members, _log(5))
+    assert out.steps_per_epoch == SPE
+    best = out.members[3]
+    assert best.epoch == 2
+    assert best.epoch_source == f"optimizer iterations ({2 * SPE} / {SPE} steps per epoch)"
+    assert {m.name: m.value for m in best.metrics} == {"loss": 0.5, "val_loss": 1.0}
+
+
+def test_identical_content_gives_the_same_epoch_and_metrics() -> None:
+    members = [
+        _member(1, "model.05-1.30.keras", None, hash="same", name_ints={"epoch": 5}),
+        _member(2, "last.keras", None, hash="same"),
+    ]
+    out = derive_run(members, _log(5))
+    last = out.members[2]
+    assert (last.epoch, last.epoch_source) == (5, "same content as model.05-1.30.keras")
+    assert {m.name for m in last.metrics} == {"loss", "val_loss"}
+
+
+def test_best_and_last_after_the_fact_are_resolved_by_the_log_together() -> None:
+    # The CSV row of the last epoch was written after both files (ModelCheckpoint first).
+    members = [_member(1, "best.keras", 2 * SPE), _member(2, "last.keras", 5 * SPE)]
+    out = derive_run(members, _log(5, mtime_ns=5_000))
+    assert (out.members[1].epoch, out.members[2].epoch) == (2, 5)
+
+
+def test_one_fixed_name_alone_is_ambiguous_and_gets_no_epoch() -> None:
+    out = derive_run([_member(1, "best.keras", 3 * SPE)], _log(5, mtime_ns=5_000))
+    assert out.members[1].epoch is None
+    assert out.steps_per_epoch is None
+    assert "ambiguous" in out.evidence[0]
+
+
+def test_generations_seen_live_each_get_the_epoch_of_their_moment() -> None:
+    # last.keras seen at each epoch end: the log had e-1 rows and was written before it.
+    history = tuple(
+        Sighting(e, f"g{e}", e * SPE, 1_000 * e, log_epochs=e - 1 or None, log_before=True)
+        for e in range(1, 5)
+    )
+    member = _member(1, "last.keras", 4 * SPE, mtime_ns=4_000, hash="g4", history=history)
+    out = derive_run([member], _log(4, mtime_ns=4_500))
+    assert out.steps_per_epoch == SPE
+    assert out.members[1].epoch == 4
+    assert out.members[1].history_epochs == (1, 2, 3, 4)
+
+
+def test_iterations_that_restarted_contradict_the_names_and_give_no_epoch() -> None:
+    members = [
+        _member(1, "e03.keras", 3 * SPE, name_ints={"epoch": 3}),
+        _member(2, "e05.keras", 1 * SPE, name_ints={"epoch": 5}),  # a fresh optimizer
+        _member(3, "best.keras", 2 * SPE),
+    ]
+    out = derive_run(members, _log(5))
+    assert out.steps_per_epoch is None
+    assert out.members[3].epoch is None
+    assert out.members[1].epoch == 3  # names still tell their own epochs
+
+
+def test_mid_epoch_checkpoint_is_not_joined_to_epoch_rows() -> None:
+    member = _member(1, "b.e02-b003.keras", None, name_ints={"epoch": 2, "batch": 3})
+    out = derive_run([member], _log(3)).members[1]
+    assert out.epoch == 2 and out.metrics == ()
+    assert "mid-epoch" in out.notes[0]
+
+
+def test_sidecar_wins_and_filename_values_are_cross_checked() -> None:
+    member = _member(
+        1,
+        "weights.02-1.50.hdf5",
+        None,
+        name_ints={"epoch": 2},
+        name_metrics={"val_loss": "1.50", "acc": "0.91"},
+        sidecar_ints={"epoch": 3},
+        sidecar_values={"loss": 9.0},
+        sidecar_label="sidecar:weights.02-1.50.hdf5.json",
+    )
+    out = derive_run([member], _log(3)).members[1]
+    assert (out.epoch, out.epoch_source) == (3, "sidecar:weights.02-1.50.hdf5.json")
+    values = {m.name: (m.value, m.source) for m in out.metrics}
+    assert values["loss"] == (9.0, "sidecar:weights.02-1.50.hdf5.json")
+    assert values["val_loss"] == (2.0 / 3, "csv:training.log")
+    assert values["acc"] == (0.91, "filename")
+    assert any("disagrees" in n for n in out.notes)
+
+
+def test_no_log_and_no_names_means_no_epoch() -> None:
+    out = derive_run([_member(1, "best.keras", 130)], Logged())
+    assert out.members[1].epoch is None and out.members[1].epoch_source is None
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    spe=st.integers(1, 500),
+    epochs=st.lists(st.integers(1, 60), min_size=1, max_size=12, unique=True),
+    named=st.data(),
+)
+def test_an_epoch_from_iterations_is_never_wrong(spe: int, epochs: list[int], named) -> None:
+    """Whatever subset of a run's checkpoints carries its epoch in the name, and however the
+    log stands, every epoch derived from iterations is the true one (or none)."""
+    last = max(epochs)
+    members = []
+    for i, e in enumerate(epochs):
+        with_name = named.draw(st.booleans())
+        members.append(
+            _member(
+                i,
+                f"c{i}.keras",
+                e * spe,
+                mtime_ns=e * 1_000,
+                name_ints={"epoch": e} if with_name else {},
+            )
+        )
+    log_mtime = named.draw(st.sampled_from([last * 1_000 - 1, last * 1_000 + 1]))
+    out = derive_run(members, _log(last, mtime_ns=log_mtime))
+    for i, e in enumerate(epochs):
+        assert out.members[i].epoch in (None, e)
