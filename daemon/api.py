@@ -236,8 +236,10 @@ class Catalog:
         *,
         actor: str | None = None,
         progress: Callable[[str], None] | None = None,
+        reindex: bool = False,
     ) -> ScanReport:
-        """Index now: the given files/folders (inside configured roots), or every root."""
+        """Index now: the given files/folders (inside configured roots), or every root.
+        `reindex`: derive every walked run's epochs and metrics again (no weights read)."""
         from .usecases.indexer import scan
 
         return scan(
@@ -246,6 +248,7 @@ class Catalog:
             [Path(p) for p in paths],
             actor=actor or _actor(),
             progress=progress,
+            reindex=reindex,
         )
 
 

@@ -200,8 +200,19 @@ def list_runs(engine: Engine) -> list[Run]:
         rows = conn.execute(stmt).all()
         newest = _newest_paths(conn)
         best = _best_paths(conn)
+        derived = {r.id: r.details or {} for r in conn.execute(select(runs.c.id, runs.c.details))}
     return [
-        Run(r.name, r.root, r.n, int(r.bytes), newest.get(r.id), best.get(r.id, {}), r.id)
+        Run(
+            r.name,
+            r.root,
+            r.n,
+            int(r.bytes),
+            newest.get(r.id),
+            best.get(r.id, {}),
+            r.id,
+            naming=list(derived.get(r.id, {}).get("naming") or []),
+            steps_per_epoch=derived.get(r.id, {}).get("steps_per_epoch"),
+        )
         for r in rows
     ]
 

@@ -20,16 +20,25 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
+@click.option(
+    "--reindex",
+    is_flag=True,
+    help="Derive epochs, steps and metrics of every run walked again (after a change of "
+    "filename_template or metrics_files), without reading any checkpoint again.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the scan report as JSON.")
 @pass_context
-def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
+def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> None:
     """Index checkpoints now: PATHS (inside configured roots), or every root.
 
     Unchanged files are not read again; changed ones are re-indexed; vanished ones are
-    marked missing. Exits 3 when some checkpoints are corrupt or unreadable.
+    marked missing. Then each run's epochs and metrics are derived from all its names, logs
+    and checkpoints (`metrics_refreshed` counts the rows that changed). Exits 3 when some
+    checkpoints are corrupt or unreadable.
 
     \b
     Example:  ckpt scan runs/exp1 --json
+              ckpt scan --reindex      # after editing filename_template
     """
     from ..logs import setup
 
@@ -37,7 +46,7 @@ def scan(obj: Context, paths: tuple[str, ...], as_json: bool) -> None:
     advance, stop = progress()
     with obj.catalog() as cat:
         try:
-            report = cat.scan(paths, progress=advance)
+            report = cat.scan(paths, progress=advance, reindex=reindex)
         finally:
             stop()
     if as_json:

@@ -159,6 +159,9 @@ class Run:
     newest: str | None
     best: dict[str, str] = field(default_factory=dict)
     id: int | None = None
+    # The run's file-naming schemes: [{template, origin, members, evidence}] (core.naming).
+    naming: list[dict[str, Any]] = field(default_factory=list)
+    steps_per_epoch: int | None = None  # learned from optimizer iterations, when unambiguous
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----

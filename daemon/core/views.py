@@ -26,6 +26,8 @@ SHOW_FIELDS = (
     "codec",
     "metric_sources",
     "generation",
+    "generations",  # [{generation, hash, epoch, step, iterations, indexed_at, ...}], oldest first
+    "epoch_source",  # where the epoch came from: file name, sidecar, same content, iterations
     "first_seen_at",
     "artifacts",
     "events",
@@ -70,6 +72,8 @@ def run_json(r: Run) -> dict[str, Any]:
         "bytes": r.bytes,
         "newest": r.newest,
         "best": r.best,
+        "naming": r.naming,
+        "steps_per_epoch": r.steps_per_epoch,
     }
 
 

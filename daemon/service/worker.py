@@ -36,7 +36,10 @@ TF_CHILD_IDLE_SECONDS = 60.0  # keep the TensorFlow child between checkpoints, n
 READER_CHILD_IDLE_SECONDS = 600.0  # the file reader child (~60 MB): kept for low latency
 _TF_NAMES = ("checkpoint",)
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "keras_metadata.pb")
-_METRICS_SUFFIXES = (".csv", ".log", ".json", ".tsv")
+_METRICS_SUFFIXES = (".csv", ".log", ".json", ".jsonl", ".tsv", ".txt")
+_TENSORBOARD_PREFIX = "events.out.tfevents."
+# The folders Keras's TensorBoard callback (and habit) put event files in, below the run.
+_TENSORBOARD_FOLDERS = {"train", "validation", "eval", "logs", "log", "tensorboard", "tb"}
 
 
 @dataclass
@@ -71,6 +74,11 @@ def target_for(path: Path, is_dir: bool) -> tuple[Path, bool] | None:
         return path, False
     if name.lower().endswith(_METRICS_SUFFIXES):
         return path.parent, True  # metrics of the run's checkpoints may have changed
+    if name.startswith(_TENSORBOARD_PREFIX):  # <run>/logs/validation/events.out.tfevents...
+        folder = path.parent
+        while folder.name.lower() in _TENSORBOARD_FOLDERS and folder.parent != folder:
+            folder = folder.parent
+        return folder, True
     return None
 
 
