@@ -209,12 +209,19 @@ class Actions:
     def record_rewrite(
         self, checkpoint_id: int, *, stat: FileStat, digest: str, codec: str
     ) -> None:
-        """A checkpoint we rewrote in place (compressed): same content, new bytes on disk."""
+        """A checkpoint we rewrote in place (compressed): same content, new bytes on disk (the
+        generation the trainer wrote is still the newest: it keeps its epoch, with our hash)."""
         with self._engine.begin() as conn:
+            details = conn.execute(
+                select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
+            ).scalar()
+            generations = [dict(g) for g in (details or {}).get("generations") or []]
+            if generations:
+                generations[-1]["hash"] = digest
             patch_details(
                 conn,
                 checkpoint_id,
-                {"codec": codec},
+                {"codec": codec, "generations": generations},
                 size_bytes=stat.size,
                 mtime_ns=stat.mtime_ns,
                 inode=stat.inode,

@@ -126,12 +126,14 @@ def _pairs(
         epoch = ints.get("epoch")
         if m.iterations and epoch and MID_EPOCH not in ints:
             pairs.append(_Pair(m.iterations, epoch, epoch, f"{m.name}: epoch {epoch}"))
+        if MID_EPOCH in ints or ("step" in ints and epoch is None):
+            continue  # saved every N steps: maybe mid-epoch, so no epoch bounds from the log
         for s in m.history:
             pair = _log_pair(
                 s.iterations, s.log_epochs, s.log_before, f"{m.name} gen {s.generation}"
             )
             pairs += [pair] if pair else []
-        if logged.epochs and MID_EPOCH not in ints:  # the run's log as it is now
+        if logged.epochs:  # the run's log as it is now
             before = logged.mtime_ns <= m.mtime_ns
             pair = _log_pair(m.iterations, logged.epochs, before, m.name)
             pairs += [pair] if pair else []
@@ -179,10 +181,10 @@ def _derive(
 ) -> Derived:
     ints, source = dict(own[0]), own[1]
     notes: list[str] = []
-    if "epoch" not in ints and "step" not in ints:
-        epoch, source = _epoch_from_run(m.hash, m.iterations, m.name, by_hash, spe)
+    if "epoch" not in ints:
+        epoch, epoch_source = _epoch_from_run(m.hash, m.iterations, m.name, by_hash, spe)
         if epoch is not None:
-            ints["epoch"] = epoch
+            ints["epoch"], source = epoch, epoch_source
     metrics = _metrics(m, ints, logged, notes)
     history = tuple(
         _epoch_from_run(s.hash, s.iterations, m.name, by_hash, spe)[0] for s in m.history
@@ -216,8 +218,13 @@ def _metrics(
         notes.append(f"mid-epoch checkpoint (batch {ints[MID_EPOCH]}): epoch rows not joined")
         epoch = None
     from_logs = dict(logged.by_epoch.get(epoch, {})) if epoch is not None else {}
-    if step is not None:
-        from_logs = dict(logged.by_step.get(step, {})) | from_logs
+    # Step logs are keyed by the global step, which is the optimizer's iteration count: a name's
+    # number may be a save counter (TF's `ckpt-3`), so the count wins when the file has one.
+    step_key = m.iterations if m.iterations is not None else step
+    if step_key is not None and (step is not None or epoch is None) and logged.by_step:
+        if step is not None and step != step_key:
+            notes.append(f"step logs joined at iteration {step_key}, not the name's {step}")
+        from_logs = dict(logged.by_step.get(step_key, {})) | from_logs
     for name, value in from_logs.items():
         merged.setdefault(name, value)
     for name, text in m.name_metrics.items():

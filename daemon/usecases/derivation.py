@@ -37,6 +37,12 @@ class RunRef:
     name: str
 
 
+def other_runs_of(run_dir: Path, runs: Collection[Path]) -> frozenset[Path]:
+    """The run folders whose logs are never `run_dir`'s: all but itself and its ancestors (a run
+    in a folder above it shares that folder's logs by design: nearest first)."""
+    return frozenset(p for p in runs if p != run_dir and p not in run_dir.parents)
+
+
 def settings_key(root: RootConfig) -> str:
     """What of the config decides derivation: a change re-derives the root's runs."""
     text = json.dumps([list(root.filename_templates), list(root.metrics_files)])

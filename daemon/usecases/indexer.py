@@ -188,7 +188,7 @@ class _Scan:
                 continue
             self.settled.add(run_dir)
             ref = RunRef(self.root, run_dir, name)
-            others = self.other_runs - {run_dir}
+            others = derivation.other_runs_of(run_dir, self.other_runs)
             stale = self.reindex or run_dir in self.touched
             if not stale and not derivation.is_stale(self.run_details.get(name, {}), ref, others):
                 continue
@@ -310,7 +310,8 @@ class _Scan:
         """The run's metrics logs, read once per scan (and reused by its derivation)."""
         if run_dir not in self.logs:
             ref = RunRef(self.root, run_dir, self._run_name(run_dir))
-            self.logs[run_dir] = derivation.run_logs(ref, self.other_runs - {run_dir})
+            others = derivation.other_runs_of(run_dir, self.other_runs)
+            self.logs[run_dir] = derivation.run_logs(ref, others)
         return self.logs[run_dir]
 
     def _run_name(self, run_dir: Path) -> str:
