@@ -160,8 +160,9 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
         emit_json(doc)
         return
     from ..core.render import show_text
+    from .output import print_wrapped
 
-    click.echo(show_text(doc))
+    print_wrapped(show_text(doc))
 
 
 @click.command()

@@ -72,12 +72,29 @@ def table(
         out.append(line)
         out += [_fitted(text, width) for text in (after or {}).get(i, ())]
     click.echo("\n".join(out))
-    if laid.hidden:
-        echo(
-            f"({len(laid.hidden)} columns not shown for lack of width: {', '.join(laid.hidden)};"
-            " choose with --columns, or widen the terminal)",
-            err=True,
-        )
+    if laid.hidden:  # said on stderr: stdout stays the table
+        note = f"({len(laid.hidden)} columns not shown: {', '.join(laid.hidden)}; see --columns)"
+        echo(_fitted(note, width), err=True)
+
+
+def print_wrapped(text: str) -> None:
+    """Lines of already-visible text; on a terminal, one longer than it is wide is broken at
+    spaces onto indented lines (never cut: `show` says everything; not left to the terminal,
+    which wraps mid-word and without indent)."""
+    import textwrap
+
+    width = terminal_width()
+    if width is None:
+        click.echo(text)
+        return
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * min(len(line) - len(line.lstrip()) + 4, width // 2)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)
+    click.echo("\n".join(out))
 
 
 def verify_line(ident: int, ok: bool, path: str, detail: str, width: int | None) -> str:

@@ -200,7 +200,7 @@ def template_lines(r: Run) -> list[str]:
 def best_lines(
     r: Run, values: dict[str, dict[str, float | None]], metrics: str | None
 ) -> list[str]:
-    """`  best val_loss 1.643, loss 1.047: e03-vl1.643.keras`, one line per best checkpoint."""
+    """`  best e03-vl1.643.keras: loss 1.047, val_loss 1.643`, one line per best checkpoint."""
     names = chosen_metrics(list(r.best), metrics)
     by_path: dict[str, list[str]] = {}
     for name in names:
@@ -209,7 +209,8 @@ def best_lines(
             continue
         value = values.get(path, {}).get(name)
         by_path.setdefault(path, []).append(f"{name} {metric_text(value)}")
-    return [f"  best {', '.join(shown)}: {_in_run(r, path)}" for path, shown in by_path.items()]
+    # The path first: on a narrow terminal the line is cut at its end, in the values.
+    return [f"  best {_in_run(r, path)}: {', '.join(shown)}" for path, shown in by_path.items()]
 
 
 # ---- ckpt log ----

@@ -66,10 +66,15 @@ def metric_text(value: float | None) -> str:
 
 
 def show_text(doc: dict[str, Any]) -> str:
-    """The text of `ckpt show`; every string of `doc` is shown through `visible`, every float
-    as its shortest decimal (`0.001`, not float32's 0.0010000000474974513)."""
+    """The text of `ckpt show`: its path relative to its root, then the root. Every string of
+    `doc` is shown through `visible`, every float as its shortest decimal (`0.001`, not
+    float32's 0.0010000000474974513)."""
     doc = visible_doc(doc)
-    lines = [f"{doc['path']}", f"  id {doc['id']}  run {doc['run']}  status {doc['status']}"]
+    lines = [
+        relative_path(doc["path"], [doc["root"]]),
+        f"  root {doc['root']}",
+        f"  id {doc['id']}  run {doc['run']}  status {doc['status']}",
+    ]
     if doc.get("reason"):
         lines.append(f"  reason: {doc['reason']}")
     lines += [
