@@ -248,3 +248,21 @@ def test_piped_output_is_complete_and_plain(ws: Workspace, args: tuple[str, ...]
     assert not trailing, trailing
     if args[0] in ("list", "log", "verify"):
         assert f"{LONG_RUN}/epoch_001.keras" in out, out  # whole, never cut
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_example_is_what_ckpt_prints(
+    workspace: Workspace, keras_checkpoints: Path
+) -> None:
+    """The README's `ckpt list --run exp1` / `ckpt runs` block, run on those very files."""
+    run = workspace.root / "exp1"
+    run.mkdir()
+    for source in (keras_checkpoints / ZIP_RUN).iterdir():
+        shutil.copy2(source, run / source.name)  # the three epochs and their training.log
+    workspace.run("scan")
+    block = README.read_text().split("```text\n$ ckpt list --run exp1\n", 1)[1]
+    listed, runs = block.split("```", 1)[0].split("$ ckpt runs\n")
+    assert workspace.run("list", "--run", "exp1").stdout == listed
+    assert workspace.run("runs").stdout == runs
