@@ -4,10 +4,16 @@ column widths, cutting, dropped empty columns, paths relative to their root."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ckpt_daemon.cli.checkpoints import DEFAULT_LIST_COLUMNS
+from ckpt_daemon.cli.tables import grouped_by_root, list_table, metric_order
+from ckpt_daemon.core.errors import UsageError
+from ckpt_daemon.core.model import Checkpoint, CheckpointStatus
 from ckpt_daemon.core.render import config_text, packed, relative_path, show_text
 from ckpt_daemon.core.table import (
     ELLIPSIS,
@@ -165,7 +171,8 @@ def test_show_prints_the_training_config_without_float32_noise() -> None:
         **{k: None for k in ("format", "kind", "keras_version", "backend", "model_class")},
         **{k: None for k in ("model_name", "size_bytes", "weights_bytes", "optimizer_bytes")},
         **{k: None for k in ("n_params", "n_trainable_params", "epoch", "step", "iterations")},
-        "path": "/r/e.keras",
+        "path": "/r/exp1/e.keras",
+        "root": "/r",
         "id": 1,
         "run": ".",
         "status": "ok",
@@ -186,3 +193,66 @@ def test_show_prints_the_training_config_without_float32_noise() -> None:
     assert "training config loss=mse metrics=[mae] jit_compile=false" in text
     assert "optimizer config (Adam) learning_rate=0.001" in text and "clipnorm" not in text
     assert all(line == line.rstrip() for line in text.splitlines())
+    assert text.splitlines()[:2] == ["exp1/e.keras", "  root /r"]
+
+
+# ---- ckpt list's columns (cli/tables: model values in, cells out) ----
+
+
+def checkpoint(ident: int, root: str, rel: str, **fields: Any) -> Checkpoint:
+    values: dict[str, Any] = {
+        "id": ident,
+        "path": f"{root}/{rel}",
+        "run": rel.rsplit("/", 1)[0],
+        "root": root,
+        "format": None,
+        "kind": None,
+        "status": CheckpointStatus.OK,
+        "reason": None,
+        "size_bytes": 1000,
+        "mtime": 0.0,
+        "inode": None,
+        "hash": None,
+        "indexed_at": None,
+    }
+    return Checkpoint(**{**values, **fields})
+
+
+ROWS_OF_TWO_ROOTS = [
+    checkpoint(1, "/a", "exp1/e01.keras", epoch=1, metrics={"loss": 0.5, "val_loss": None}),
+    checkpoint(2, "/b", "tf/ckpt-32", step=32),
+    checkpoint(3, "/a", "exp1/bad.keras", status=CheckpointStatus.CORRUPT, reason="truncated zip"),
+]
+
+
+def test_list_columns_by_default() -> None:
+    rows = grouped_by_root(ROWS_OF_TWO_ROOTS)
+    assert [c.id for c in rows] == [1, 3, 2]  # grouped by root, query order inside
+    header, cells, headings = list_table(rows, None, None, default=DEFAULT_LIST_COLUMNS)
+    assert [c.header for c in header] == [
+        "ID", "PATH", "EPOCH", "STEP", "SIZE", "STATUS", "loss", "val_loss",
+    ]  # fmt: skip
+    assert cells[0] == ["1", "exp1/e01.keras", "1", "", "1.0 kB", "ok", "0.5000", "null"]
+    assert cells[1][5] == "corrupt*" and "truncated" not in " ".join(cells[1])
+    assert cells[2][:4] == ["2", "tf/ckpt-32", "", "32"]  # a step in STEP, never `s32`
+    assert headings == {0: ["root /a"], 2: ["root /b"]}
+    assert list_table(rows[:2], None, None, default=DEFAULT_LIST_COLUMNS)[2] == {}  # one root
+
+
+def test_list_columns_chosen_and_unknown_ones_refused() -> None:
+    header, cells, _ = list_table(
+        ROWS_OF_TWO_ROOTS, "val_loss,path,format", None, default=DEFAULT_LIST_COLUMNS
+    )
+    assert [c.header for c in header] == ["val_loss", "PATH", "FORMAT"]
+    assert all(c.keep for c in header)  # asked for: shown even when empty
+    assert cells[0] == ["null", "exp1/e01.keras", ""]
+    header, _, _ = list_table(ROWS_OF_TWO_ROOTS, "id,metrics", "val_loss", default="")
+    assert [c.header for c in header] == ["ID", "val_loss"]
+    with pytest.raises(UsageError, match=r"unknown column 'epcoh'.*metrics in this listing"):
+        list_table(ROWS_OF_TWO_ROOTS, "id,epcoh", None, default=DEFAULT_LIST_COLUMNS)
+
+
+def test_metrics_sort_with_val_after_train() -> None:
+    assert metric_order(["val_loss", "loss", "val_acc", "acc", "lr"]) == [
+        "acc", "val_acc", "loss", "val_loss", "lr",
+    ]  # fmt: skip
