@@ -1,4 +1,5 @@
-"""Durations (`90s`, `10m`, `2d`) and sizes (`50GB`, `1.5GiB`) as people write them. Pure."""
+"""Durations (`90s`, `10m`, `2d`) and sizes (`50GB`, `1.5GiB`) as people write them, catalog
+times, and floats without float32 noise (`0.001`). Pure."""
 
 from __future__ import annotations
 
