@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,6 +11,9 @@ from ..core.errors import PartialFailure
 from . import documents
 from .context import Context, pass_context
 from .output import echo, emit_json
+
+if TYPE_CHECKING:
+    from ..usecases.verifier import Verdict
 
 
 @click.command()
@@ -107,16 +111,34 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     """Re-hash checkpoints (REFS, or every ok one) and their artifacts; compare with the
     catalog. Exit 3 if any differs, is missing, or (with --load) does not load or differs.
 
+    One line per item as it is checked: id, ok or FAILED, its path relative to its root,
+    and what was found.
+
     \b
     Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
     """
     with obj.catalog() as cat:
-        verdicts = cat.verify(refs, load=load)
-    if as_json:
-        emit_json(documents.verify(verdicts))
-    else:
-        for v in verdicts:
-            echo(f"{'ok' if v.ok else 'FAILED':<6} {v.path}: {v.detail}")
+        if as_json:
+            verdicts = cat.verify(refs, load=load)
+            emit_json(documents.verify(verdicts))
+        else:
+            verdicts = _verify_lines(cat, refs, load)
     failed = [v for v in verdicts if not v.ok]
     if failed:
         raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")
+
+
+def _verify_lines(cat: Any, refs: tuple[str, ...], load: bool) -> list[Verdict]:
+    """Verify one checkpoint at a time, printing each verdict as soon as it is known (a full
+    verify of a large catalog takes minutes: the screen shows it is moving)."""
+    from ..core.render import relative_path
+    from .output import terminal_width, verify_line
+
+    targets = [cat.get(ref) for ref in refs] or cat.list(status="ok", sort="id")
+    width = terminal_width()
+    verdicts = []
+    for c in targets:
+        for v in cat.verify([c.id], load=load):
+            echo(verify_line(v.id, v.ok, relative_path(v.path, [c.root]), v.detail, width))
+            verdicts.append(v)
+    return verdicts

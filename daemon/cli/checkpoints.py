@@ -17,6 +17,10 @@ from .output import echo, emit_json, emit_json_rows, progress, table
 if TYPE_CHECKING:
     from ..core.model import Checkpoint
 
+# `ckpt list`'s text columns without --columns (named here: --help says it without loading
+# the table code).
+DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,metrics"
+
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
@@ -86,6 +90,18 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
 )
 @click.option("--desc", is_flag=True, help="Sort descending.")
 @click.option("--limit", type=click.IntRange(min=0, max=MAX_LIMIT), help="At most N rows.")
+@click.option(
+    "--columns",
+    metavar="A,B,...",
+    help="Text columns, in this order: id, path, run, epoch, step, size, format, kind, "
+    "optimizer, status, mtime, a metric name, or `metrics` (the --metrics columns). "
+    f"Default: {DEFAULT_LIST_COLUMNS}.",
+)
+@click.option(
+    "--metrics",
+    metavar="M1,M2",
+    help="The metric columns (default: every metric in the listing, val_X after X).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of checkpoint objects.")
 @pass_context
 def list_command(
@@ -98,12 +114,22 @@ def list_command(
     sort: str,
     desc: bool,
     limit: int | None,
+    columns: str | None,
+    metrics: str | None,
     as_json: bool,
 ) -> None:
     """List catalogued checkpoints.
 
+    Paths are relative to their root (they start with the run's folder); a listing over
+    several roots has a `root PATH` line before each root's rows. A status marked `*` has a
+    reason (`ckpt show ID` says it). Columns empty in every row are left out; on a narrow
+    terminal the path is shortened from the left (`…/exp1/e07.keras`); into a pipe, rows are
+    never cut.
+
     \b
     Example:  ckpt list --run exp1 --where "val_loss < 0.3" --sort val_loss --limit 5
+    \b
+              ckpt list --columns id,path,epoch,format,metrics --metrics val_loss
     """
     with obj.catalog() as cat:
         rows = cat.list(
@@ -119,31 +145,12 @@ def list_command(
     if as_json:
         emit_json_rows(documents.list_rows(rows))
         return
-    table(
-        ["ID", "RUN", "CHECKPOINT", "FORMAT", "EPOCH", "SIZE", "OPTIMIZER", "STATUS", "METRICS"],
-        [_list_row(c) for c in rows],
+    from .tables import grouped_by_root, list_table
+
+    header, cells, headings = list_table(
+        grouped_by_root(rows), columns, metrics, default=DEFAULT_LIST_COLUMNS
     )
-
-
-def _list_row(c: Checkpoint) -> list[str]:
-    from ..core.render import metric_text
-    from ..core.units import format_size
-
-    name = c.path[len(c.root) :].lstrip("/") if c.path.startswith(c.root) else c.path
-    epoch = str(c.epoch) if c.epoch is not None else (f"s{c.step}" if c.step is not None else "")
-    shown = "  ".join(f"{k}={metric_text(v)}" for k, v in sorted(c.metrics.items()))
-    status = c.status.value if c.status.value == "ok" else f"{c.status.value}: {c.reason or ''}"
-    return [
-        str(c.id),
-        c.run,
-        name,
-        c.format or "-",
-        epoch,
-        format_size(c.size_bytes),
-        c.optimizer or "-",
-        status,
-        shown,
-    ]
+    table(header, cells, before=headings)
 
 
 @click.command()
@@ -162,8 +169,9 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
         emit_json(doc)
         return
     from ..core.render import show_text
+    from .output import print_wrapped
 
-    click.echo(show_text(doc))
+    print_wrapped(show_text(doc))
 
 
 @click.command()
@@ -218,25 +226,42 @@ def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:
 
 
 @click.command()
+@click.option(
+    "--metrics",
+    metavar="M1,M2",
+    help="Which metrics' best checkpoints to show (default: every metric of the run).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of run objects.")
 @pass_context
-def runs(obj: Context, as_json: bool) -> None:
+def runs(obj: Context, metrics: str | None, as_json: bool) -> None:
     """Runs (folders holding checkpoints) with counts, bytes, newest and best checkpoints.
+
+    One row per run (its folder relative to its root; a `root PATH` line heads each root's
+    runs when there are several roots), then its best checkpoint per metric with the value,
+    paths relative to the run's folder.
 
     \b
     Example:  ckpt runs --json
     """
-    from ..core.units import format_size
+    from .tables import RUN_COLUMNS, grouped_by_root, runs_table
 
     with obj.catalog() as cat:
         found = cat.runs()
-    if as_json:
-        emit_json(documents.runs(found))
-        return
-    table(
-        ["RUN", "ROOT", "CHECKPOINTS", "SIZE", "NEWEST"],
-        [
-            [r.name, r.root, str(r.checkpoints), format_size(r.bytes), r.newest or "-"]
-            for r in found
-        ],
-    )
+        if as_json:
+            emit_json(documents.runs(found))
+            return
+        found = grouped_by_root(found)
+        values = _best_values(cat, found)
+    cells, before, after = runs_table(found, values, metrics)
+    table(RUN_COLUMNS, cells, before=before, after=after)
+
+
+def _best_values(cat: Any, found: list[Any]) -> dict[str, dict[str, float | None]]:
+    """The metrics of each run's best checkpoints, by path (one catalog read per checkpoint)."""
+    values: dict[str, dict[str, float | None]] = {}
+    for path in {p for r in found for p in r.best.values()}:
+        try:
+            values[path] = dict(cat.get(path).metrics)
+        except NotFound:  # gone between the two reads: shown without its value
+            values[path] = {}
+    return values

@@ -167,8 +167,16 @@ def trash_list(obj: Context, as_json: bool) -> None:
     if as_json:
         emit_json(documents.trash(items))
         return
+    from ..core.table import Column
+
     table(
-        ["ID", "CHECKPOINT", "SIZE", "TRASHED", "WHY"],
+        [
+            Column("ID", align="right", keep=True),
+            Column("CHECKPOINT", cut="left", keep=True, min_width=16),
+            Column("SIZE", align="right"),
+            Column("TRASHED"),
+            Column("WHY", cut="right"),
+        ],
         [
             [str(t["id"]), t["path"], format_size(t["bytes"]), t.get("at", "-"), t["reason"] or ""]
             for t in items
@@ -226,18 +234,18 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
 def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> None:
     """The audit log: every index, trash, restore, purge, pin, with reason and actor.
 
+    Times are UTC to the second; paths are relative to their root. On a terminal a long
+    reason is cut (`--json` has it whole); into a pipe, nothing is cut.
+
     \b
     Example:  ckpt log --run exp1 --limit 20
     """
     with obj.catalog() as cat:
         events = cat.log(run, limit)
-    if as_json:
-        emit_json(documents.log(events))
-        return
-    table(
-        ["AT", "ACTION", "STATE", "PATH", "ACTOR", "REASON"],
-        [
-            [e["at"], e["action"], e["state"], e["path"], e["actor"], e["reason"] or ""]
-            for e in events
-        ],
-    )
+        if as_json:
+            emit_json(documents.log(events))
+            return
+        roots = [str(root.path) for root in cat.config.roots]
+    from .tables import LOG_COLUMNS, log_rows
+
+    table(LOG_COLUMNS, log_rows(events, roots))

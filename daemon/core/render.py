@@ -1,13 +1,15 @@
-"""Human-readable text: `visible`, the one escaping of every name we print or log, and `ckpt
-show`'s text. Pure: strings and `checkpoint_json(..., detailed=True)` documents in, lines out."""
+"""Human-readable text: `visible`, the one escaping of every name we print or log, paths
+relative to their root, and `ckpt show`'s text. Pure: strings and `checkpoint_json(...,
+detailed=True)` documents in, lines out."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from .units import format_size
+from .units import format_size, shortest_float
 
 # What must not reach a terminal or a log raw: C0 controls (ESC starts colour, cursor and title
 # sequences; CR overwrites a line; a newline forges one), DEL, C1 controls (0x9b is a one-byte
@@ -45,15 +47,34 @@ def visible_doc(value: Any) -> Any:
     return value
 
 
+def relative_path(path: str, roots: Sequence[str]) -> str:
+    """`path` relative to the first of `roots` it is inside (`.` for the root itself), or as
+    it is when it is inside none: the one rule for paths in tables."""
+    for root in roots:
+        base = root.rstrip("/") or "/"
+        if path == base:
+            return "."
+        prefix = base if base.endswith("/") else base + "/"
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path
+
+
 def metric_text(value: float | None) -> str:
     """A metric as text: JSON's `null` for a value that is not a finite number (see views)."""
     return "null" if value is None else f"{value:.4g}"
 
 
 def show_text(doc: dict[str, Any]) -> str:
-    """The text of `ckpt show`; every string of `doc` is shown through `visible`."""
+    """The text of `ckpt show`: its path relative to its root, then the root. Every string of
+    `doc` is shown through `visible`, every float as its shortest decimal (`0.001`, not
+    float32's 0.0010000000474974513)."""
     doc = visible_doc(doc)
-    lines = [f"{doc['path']}", f"  id {doc['id']}  run {doc['run']}  status {doc['status']}"]
+    lines = [
+        relative_path(doc["path"], [doc["root"]]),
+        f"  root {doc['root']}",
+        f"  id {doc['id']}  run {doc['run']}  status {doc['status']}",
+    ]
     if doc.get("reason"):
         lines.append(f"  reason: {doc['reason']}")
     lines += [
@@ -66,13 +87,68 @@ def show_text(doc: dict[str, Any]) -> str:
         f"  epoch {_dash(doc['epoch'])}  step {_dash(doc['step'])}  iterations "
         f"{_dash(doc['iterations'])}",
         f"  optimizer {doc['optimizer'] or '-'}  learning rate {_dash(doc['learning_rate'])}",
-        f"  mtime {doc['mtime']}  indexed {doc['indexed_at'] or '-'}  {doc['hash'] or ''}".rstrip(),
+        f"  mtime {doc['mtime']}  indexed {doc['indexed_at'] or '-'}",
     ]
-    lines += _metrics(doc) + _notes(doc) + _layers(doc) + _artifacts(doc) + _events(doc)
-    return "\n".join(lines)
+    if doc["hash"]:
+        lines.append(f"  hash {doc['hash']}")
+    lines += _metrics(doc) + _training(doc) + _notes(doc)
+    lines += _layers(doc) + _artifacts(doc) + _events(doc)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def config_text(value: Any) -> str:
+    """A config value as a person reads it: floats shortest (`0.001`), JSON's words
+    (`true`, `null`), a Keras object `{class_name, config}` as its class name."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return shortest_float(value)
+    if isinstance(value, dict):
+        if "class_name" in value and isinstance(value.get("config"), dict):
+            name = value["config"].get("name")
+            shown = str(value["class_name"])
+            return f"{name} ({shown})" if isinstance(name, str) and name else shown
+        return "{" + ", ".join(f"{k}: {config_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(config_text(v) for v in value) + "]"
+    return str(value)
+
+
+def packed(label: str, pairs: list[str], width: int = 96) -> list[str]:
+    """`label a=1 b=2 ...` over as many lines as it takes to stay within `width` columns."""
+    lines: list[str] = []
+    current = label
+    for pair in pairs:
+        if current != label and len(current) + 1 + len(pair) > width:
+            lines.append(current)
+            current = " " * len(label)
+        current += " " + pair
+    if current != label:
+        lines.append(current)
+    return lines
+
+
+def _training(doc: dict[str, Any]) -> list[str]:
+    """The compile config it stores: loss, metrics, then the rest that is set; the optimizer
+    and its config (the values that are not null)."""
+    lines = []
+    training = doc.get("training_config")
+    if isinstance(training, dict):
+        named = ("loss", "metrics", "weighted_metrics", "loss_weights")
+        first = [k for k in named if k in training]
+        keys = first + [k for k in training if k not in first]
+        pairs = [f"{k}={config_text(training[k])}" for k in keys if training[k] is not None]
+        lines += packed("  training config", pairs)
+    config = doc.get("optimizer_config")
+    if isinstance(config, dict):
+        pairs = [f"{k}={config_text(v)}" for k, v in config.items() if v is not None]
+        lines += packed(f"  optimizer config ({doc['optimizer'] or '-'})", pairs)
+    return lines
 
 
 def _dash(value: Any) -> str:
+    if isinstance(value, float):
+        return shortest_float(value)
     return "-" if value is None else str(value)
 
 
@@ -83,16 +159,14 @@ def _count(value: int | None) -> str:
 def _metrics(doc: dict[str, Any]) -> list[str]:
     sources = doc.get("metric_sources") or {}
     return [
-        f"  metric {name} = {'null' if value is None else value} ({sources.get(name, '?')})"
+        f"  metric {name} = {'null' if value is None else config_text(value)} "
+        f"({sources.get(name, '?')})"
         for name, value in sorted(doc["metrics"].items())
     ]
 
 
 def _notes(doc: dict[str, Any]) -> list[str]:
     lines = [f"  note: {note}" for note in doc.get("notes") or []]
-    config = doc.get("optimizer_config")
-    if config:
-        lines.append(f"  optimizer config: {json.dumps(config, sort_keys=True)}")
     if doc.get("signatures"):
         lines.append(f"  signatures: {', '.join(doc['signatures'])}")
     return lines

@@ -1,9 +1,11 @@
-"""Durations (`90s`, `10m`, `2d`) and sizes (`50GB`, `1.5GiB`) as people write them. Pure."""
+"""Durations (`90s`, `10m`, `2d`) and sizes (`50GB`, `1.5GiB`) as people write them, catalog
+times, and floats without float32 noise (`0.001`). Pure."""
 
 from __future__ import annotations
 
 import math
 import re
+import struct
 import time
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -83,3 +85,38 @@ def iso_utc(epoch_seconds: float) -> str:
     whole = int(epoch_seconds // 1)
     millis = int((epoch_seconds - whole) * 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def shortest_float(value: float) -> str:
+    """A float as the shortest decimal that reads back to it: Keras stores configs as float32,
+    so a `0.001` comes back as 0.0010000000474974513; when `value` is exactly a float32, the
+    shortest text that rounds to that same float32 is shown (`0.001`), else Python's repr."""
+    if not math.isfinite(value) or value == 0:
+        return repr(value)
+    single = _as_float32(value)
+    if single != value:  # a genuine float64 (or beyond float32's range): its own repr
+        return repr(value)
+    for digits in range(1, 10):  # 9 significant digits always round-trip a float32
+        text = f"{value:.{digits}g}"
+        if _as_float32(float(text)) == single:
+            return repr(float(text))
+    return repr(value)
+
+
+def _as_float32(value: float) -> float:
+    try:
+        return float(struct.unpack("f", struct.pack("f", value))[0])
+    except OverflowError:
+        return math.inf
+
+
+def short_time(iso: str | None) -> str:
+    """`2026-12-01T08:19:19.250Z` as `2026-12-01T08:19:19Z`: the catalog's UTC time to the
+    second, for a table column (JSON keeps the milliseconds)."""
+    if not iso:
+        return "-"
+    head, dot, rest = iso.partition(".")
+    if not dot:
+        return iso
+    zone = rest.lstrip("0123456789")
+    return head + (zone or "")
