@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
-from ..core.render import metric_text, relative_path
+from ..core.render import metric_text, relative_path, visible
 from ..core.table import Column, number_cells
 from ..core.units import format_size, iso_utc, short_time
 
@@ -182,19 +182,16 @@ def _in_run(r: Run, path: str) -> str:
 
 
 def template_lines(r: Run) -> list[str]:
-    """`  template model-{epoch:02d}-{val_loss:.2f}.keras (evidence)`: the file-name scheme of
-    the run, when the Run has one (a `naming` document or a `template` string)."""
-    naming = getattr(r, "naming", None) or getattr(r, "template", None)
-    if not naming:
-        return []
-    if isinstance(naming, dict):
-        template = naming.get("template")
-        if not template:
-            return []
-        evidence = naming.get("evidence") or naming.get("source")
-        shown = evidence if isinstance(evidence, str) else None
-        return [f"  template {template}" + (f" ({shown})" if shown else "")]
-    return [f"  template {naming}"]
+    """`  names model-{epoch:02d}-{val_loss:.2f}.keras (inferred, 6 files)`: each file-name
+    scheme of the run (`core.naming`), and its steps per epoch when learned."""
+    lines = []
+    for scheme in r.naming:
+        template = visible(scheme.get("template", ""))
+        origin, members = scheme.get("origin", "?"), scheme.get("members", 0)
+        lines.append(f"  names {template} ({origin}, {members} file{'s' * (members != 1)})")
+    if r.steps_per_epoch:
+        lines.append(f"  {r.steps_per_epoch} steps per epoch (from optimizer iterations)")
+    return lines
 
 
 def best_lines(
