@@ -11,13 +11,13 @@ taken from the live callbacks (a `Truth` callback placed AFTER the ModelCheckpoi
 each epoch or batch end, which files changed, by sha256, and the exact `logs` Keras passed),
 never by parsing names back. A file written k times (a fixed name) has k generations.
 
-Imported by the tests only for `training_runs_folder` (the pytest process never imports
-TensorFlow: the children do).
+The tests import it for the scenario tables, `session_training_runs` (the cached set) and
+`load_truth`, and the live test for `live_command`: TensorFlow is imported only in the children
+(the callbacks they use are in `training_callbacks.py`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,8 +29,19 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script, too
-from tests.support.keras_fixtures import SEED  # noqa: E402
+if not __package__:  # run as a script: make `tests.support` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.training_callbacks import (
+    LR,
+    SEED,
+    build,
+    kick_class,
+    make_data,
+    step_decay,
+    tensorboard_class,
+    tensorboard_writer,
+    truth_class,
+)
 
 VERSION = 1  # bump when a scenario changes: cached sets of another version are not reused
 FRAMEWORKS = ("keras3", "tfkeras")
@@ -38,7 +49,6 @@ TRUTH = "{}-truth.json"
 GENERATE_TIMEOUT_S = 900
 BATCH = 16  # 64 samples, validation_split=0.25 -> 48 train samples -> 3 steps per epoch
 STEPS_PER_EPOCH = 3
-CHECKPOINT_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 # Each scenario: run folder (relative to OUT/<framework>), ModelCheckpoint specs
 # (template, kwargs), the metrics log, epochs, and options. `template` is what the user wrote.
@@ -104,170 +114,8 @@ CM_RUN = "cm_loop"  # Keras 3: tf.train.CheckpointManager in a GradientTape loop
 CM_EPOCHS = 5
 
 
-# --------------------------------------------------------------------------- truth recording
-
-
-def floats(logs: dict[str, Any] | None) -> dict[str, float]:
-    return {k: float(np.asarray(v).item()) for k, v in (logs or {}).items()}
-
-
-def file_hashes(path: Path) -> dict[str, str]:
-    data = path.read_bytes()
-    out = {"sha256": hashlib.sha256(data).hexdigest()}
-    try:
-        import blake3  # the daemon's hash: lets the live test match generations by content
-
-        out["blake3"] = "blake3:" + blake3.blake3(data).hexdigest()
-    except ImportError:  # pragma: no cover - installed with the daemon
-        pass
-    return out
-
-
-def truth_class(base: type) -> type:
-    """A callback that records every change of the run's checkpoint files as a generation."""
-
-    class Truth(base):  # type: ignore[misc, valid-type]
-        def __init__(self, run_dir: Path, out: Path, sink: dict, per_batch: bool) -> None:
-            super().__init__()
-            self.run_dir, self.out, self.sink, self.per_batch = run_dir, out, sink, per_batch
-            self.seen: dict[Path, str] = {}
-            self.epoch = 0
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.epoch = epoch + 1
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if self.per_batch:
-                self.look(batch + 1, None, floats(logs))
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.look(None, floats(logs), None)
-
-        def look(self, batch: int | None, logs: Any, batch_logs: Any) -> None:
-            for path in sorted(self.run_dir.iterdir()):
-                if not path.name.endswith(CHECKPOINT_SUFFIXES) or not path.is_file():
-                    continue
-                hashes = file_hashes(path)
-                if self.seen.get(path) == hashes["sha256"]:
-                    continue
-                self.seen[path] = hashes["sha256"]
-                generation = {
-                    "epoch": self.epoch,
-                    "batch": batch,
-                    "iterations": int(np.asarray(self.model.optimizer.iterations).item()),
-                    "logs": logs,
-                    "batch_logs": batch_logs,
-                    "mtime_ns": path.stat().st_mtime_ns,
-                    **hashes,
-                }
-                self.sink.setdefault(path.relative_to(self.out).as_posix(), []).append(generation)
-
-    return Truth
-
-
 class SpecError(AssertionError):
     pass
-
-
-# --------------------------------------------------------------------------- Keras-style runs
-
-
-def build(k: Any, name: str) -> Any:
-    inp = k.Input(shape=(8,), name="x")
-    h = k.layers.Dense(16, activation="relu", name="fc1")(inp)
-    out = k.layers.Dense(3, activation="softmax", name="head")(h)
-    model = k.Model(inp, out, name=name)
-    model.compile(
-        optimizer=k.optimizers.Adam(learning_rate=LR),
-        loss="sparse_categorical_crossentropy",
-        metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")],
-    )
-    return model
-
-
-LR = 2.0**-5
-KICK_EPOCHS = (2, 5)  # 0-based: the weights are shaken before epochs 3 and 6
-KICK_SCALE = 0.3  # enough for val_loss to get worse there, small enough to recover after
-
-
-def make_data() -> tuple[np.ndarray, np.ndarray]:
-    """Learnable labels (a fixed linear rule), so val_loss falls, except after a kick."""
-    rng = np.random.default_rng(SEED)
-    x = rng.normal(size=(64, 8)).astype("float32")
-    y = np.argmax(x @ rng.normal(size=(8, 3)), axis=1).astype("int32")
-    return x, y
-
-
-def step_decay(epoch: int, lr: float) -> float:
-    return LR * 0.9**epoch
-
-
-def kick_class(base: type) -> type:
-    class Kick(base):  # type: ignore[misc, valid-type]
-        """Noise added to every weight before the KICK_EPOCHS: val_loss is not monotonic, so
-        save_best_only skips epochs (a deterministic stand-in for a noisy run)."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.rng = np.random.default_rng(7)
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            if epoch in KICK_EPOCHS:
-                for w in self.model.trainable_weights:
-                    noise = self.rng.normal(size=tuple(w.shape)).astype("float32")
-                    w.assign(np.asarray(w) + noise * KICK_SCALE)
-
-    return Kick
-
-
-def tensorboard_writer() -> str:
-    try:
-        import tensorboard  # noqa: F401
-
-        return "keras.callbacks.TensorBoard"
-    except ImportError:
-        return "tf.summary.write"
-
-
-def tensorboard_class(base: type) -> type:
-    class EpochScalars(base):  # type: ignore[misc, valid-type]
-        """What Keras 3's TensorBoard callback writes per epoch, for machines without the
-        `tensorboard` package (its `tf.summary.scalar` needs it): the same event files
-        (logs/train, logs/validation), tags (`epoch_loss`, val_ prefix dropped in validation,
-        `epoch_learning_rate`), 0-based epoch steps and scalars-plugin metadata, through
-        TensorFlow's own `tf.summary.write`."""
-
-        def __init__(self, log_dir: Path) -> None:
-            import tensorflow as tf
-            from tensorflow.core.framework import summary_pb2
-
-            super().__init__()
-            self.tf = tf
-            self.metadata = summary_pb2.SummaryMetadata()
-            self.metadata.plugin_data.plugin_name = "scalars"
-            self.writers = {
-                part: tf.summary.create_file_writer(str(log_dir / part))
-                for part in ("train", "validation")
-            }
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            logs = dict(logs or {})
-            if "learning_rate" not in logs:
-                logs["learning_rate"] = float(np.asarray(self.model.optimizer.learning_rate))
-            for part, writer in self.writers.items():
-                val = part == "validation"
-                items = {k[4:] if val else k: v for k, v in logs.items() if k.startswith("val_") == val}
-                with writer.as_default():
-                    for name, value in items.items():
-                        tensor = self.tf.cast(value, self.tf.float32)
-                        self.tf.summary.write(f"epoch_{name}", tensor, epoch, self.metadata)
-                writer.flush()
-
-        def on_train_end(self, logs: Any = None) -> None:
-            for writer in self.writers.values():
-                writer.close()
-
-    return EpochScalars
 
 
 def metrics_callbacks(k: Any, framework: str, spec: Spec, run_dir: Path) -> list:
@@ -286,7 +134,10 @@ def run_scenario(k: Any, framework: str, spec: Spec, out: Path) -> tuple[dict, d
     # The scheduler first: it adds `learning_rate` to the logs the others see (as users order it).
     callbacks: list = []
     if spec.get("noisy_lr"):
-        callbacks += [k.callbacks.LearningRateScheduler(step_decay), kick_class(k.callbacks.Callback)()]
+        callbacks += [
+            k.callbacks.LearningRateScheduler(step_decay),
+            kick_class(k.callbacks.Callback)(),
+        ]
     per_batch = False
     for template, opts in spec["ckpts"]:
         kwargs: dict[str, Any] = {"save_weights_only": bool(opts.get("wo"))}
@@ -354,9 +205,9 @@ def check_scenario(spec: Spec, checkpoints: dict, epochs: int) -> None:
         if len(saved) >= epochs or saved == list(range(saved[0], saved[-1] + 1)):
             raise SpecError(f"{spec['run']}: no gap in the saved epochs {saved}")
     for rel, c in checkpoints.items():
-        if c["rewritten"] and rel.endswith(("last.keras", "last.h5")):
-            if len(c["generations"]) != epochs:
-                raise SpecError(f"{rel}: {len(c['generations'])} generations, not {epochs}")
+        last = c["rewritten"] and rel.endswith(("last.keras", "last.h5"))
+        if last and len(c["generations"]) != epochs:
+            raise SpecError(f"{rel}: {len(c['generations'])} generations, not {epochs}")
         if c["rewritten"] and "best" in rel and len(c["generations"]) < 2:
             raise SpecError(f"{rel}: best was never rewritten")
 
@@ -438,7 +289,7 @@ def framework_child(framework: str, out: Path) -> None:
     if framework == "keras3":
         import keras as k
     else:
-        import tf_keras as k  # type: ignore[no-redef]
+        import tf_keras as k
     k.utils.set_random_seed(SEED)
     runs: dict = {}
     checkpoints: dict = {}
@@ -517,9 +368,13 @@ def generate(out: Path) -> float:
         for name in FRAMEWORKS
     ]
     outputs = [p.communicate(timeout=GENERATE_TIMEOUT_S)[0] for p in procs]
-    failed = [(p.args, text) for p, text in zip(procs, outputs, strict=True) if p.returncode]
+    failed = [
+        f"--{name} exited {p.returncode}:\n{text}"
+        for name, p, text in zip(FRAMEWORKS, procs, outputs, strict=True)
+        if p.returncode
+    ]
     if failed:
-        raise RuntimeError("training runs failed:\n" + "\n".join(f"{a}\n{t}" for a, t in failed))
+        raise RuntimeError("training runs failed:\n" + "\n".join(failed))
     return time.monotonic() - started
 
 
@@ -536,6 +391,14 @@ def training_runs_folder(base: Path) -> Path:
     except OSError:  # another session won the race: its set is as good as ours
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def session_training_runs(keras_checkpoints: Path, tmp_base: Path) -> Path:
+    """The session's runs: cached beside the Keras fixtures when CKPT_TEST_FIXTURES names them
+    (inside that folder, once its manifest exists, so its own generation is never disturbed),
+    else generated into `tmp_base`."""
+    base = keras_checkpoints if os.environ.get("CKPT_TEST_FIXTURES") else tmp_base
+    return training_runs_folder(base)
 
 
 def load_truth(folder: Path) -> dict[str, dict]:
