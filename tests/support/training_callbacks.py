@@ -81,6 +81,7 @@ def build(k: Any, name: str) -> Any:
         optimizer=k.optimizers.Adam(learning_rate=LR),
         loss="sparse_categorical_crossentropy",
         metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        run_eagerly=True,  # 3 steps x <= 9 epochs: tracing a graph per model costs more
     )
     return model
 

@@ -43,7 +43,7 @@ from tests.support.training_callbacks import (
     truth_class,
 )
 
-VERSION = 1  # bump when a scenario changes: cached sets of another version are not reused
+VERSION = 2  # bump when a scenario changes: cached sets of another version are not reused
 FRAMEWORKS = ("keras3", "tfkeras")
 TRUTH = "{}-truth.json"
 GENERATE_TIMEOUT_S = 900
