@@ -17,12 +17,20 @@ import pytest
 
 from tests.support import Daemon, Workspace, copy_generated, kill_started, service_workspace
 from tests.support.checkpoints import checkpoints_folder
+from tests.support.training_runs import session_training_runs
 
 
 @pytest.fixture(scope="session")
 def keras_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of real checkpoints; ``manifest.json`` in it holds the ground truth."""
     return checkpoints_folder(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def training_runs(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Path:
+    """Real training runs named as users name them; ``<framework>-truth.json`` in it holds what
+    every checkpoint is (epoch, step, logs, generations)."""
+    return session_training_runs(keras_checkpoints, tmp_path_factory.mktemp("training"))
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "keras_root",
     "scanned",
     "daemon_ws",
+    "training_runs",
 }
 PURE_FIXTURES = {"_no_daemon_outlives_its_test"}  # autouse; stops nothing a unit test started
 
