@@ -84,9 +84,14 @@ def label_before(literal: str) -> tuple[str, bool] | None:
 
 def int_role(label: tuple[str, bool] | None) -> str | None:
     word = label[0].lower() if label else ""
-    for role, words in (("epoch", EPOCH_LABELS), ("step", STEP_LABELS), ("batch", BATCH_LABELS)):
-        if word in words:
-            return role
+    for candidate in (word, word.rsplit("_", 1)[-1]):  # `model_e03`: the last word labels it
+        for role, words in (
+            ("epoch", EPOCH_LABELS),
+            ("step", STEP_LABELS),
+            ("batch", BATCH_LABELS),
+        ):
+            if candidate in words:
+                return role
     return None
 
 
@@ -216,6 +221,8 @@ def by_labels(name: str, logged: Logged = NO_LOGS) -> NameFields:
         role = None if is_decimal(text) else int_role(label_before(literal))
         if role and role not in ints:
             ints[role] = int(text)
+    if "batch" in ints and "epoch" not in ints:
+        del ints["batch"]  # Keras writes {batch} only beside {epoch}
     metrics: dict[str, str] = {}
     for literal, text in pairs:
         word = metric_label(label_before(literal)) if is_decimal(text) else None

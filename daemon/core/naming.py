@@ -11,6 +11,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,6 +175,10 @@ def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
             free.append(slot)
         else:
             slot.role, slot.why = role, _int_why(slot, role, f"its label {slot.label[0]!r}")
+    lone_batch = [s for s in slots if s.role == "batch"] if len(slots) == 1 else []
+    for slot in lone_batch:  # Keras writes {batch} only beside {epoch}: `b.7` labels no batch
+        slot.role, slot.why = None, ""
+        free.append(slot)
     roles = [r for r in ("epoch", "batch") if not any(s.role == r for s in slots)]
     if len(free) == 1 and len(slots) == 1:
         values = [int(t) for t in free[0].texts]
@@ -231,6 +236,7 @@ def _template(literals: tuple[str, ...], slots: list[_Slot], ext: str) -> str:
 
 # --- the run ----------------------------------------------------------------------------------
 
+_POINT = re.compile(r"\d+\.\d+")
 _DEFAULTS = tuple((compile_template(text), source) for text, source in KERAS_DEFAULTS)
 
 
@@ -267,6 +273,9 @@ def infer_naming(
             series.setdefault(split.key, []).append((base, split))
     for members in sorted(series.values(), key=len, reverse=True):
         found = _series_scheme(members, logged)
+        if found is None or not set(found[1].fields) & INT_FIELDS:
+            points = _split_points(members)  # `v2.001`: a version and an epoch, not a decimal
+            found = (points and _series_scheme(points, logged)) or found
         if found is not None:
             scheme, template, read = found
             schemes.append(scheme)
@@ -302,6 +311,29 @@ def _default_checks(
         if checked:
             out.append(f"{metric} agrees with the logs in {agree} of {checked} names")
     return tuple(out)
+
+
+def _split_points(members: list[tuple[str, Split]]) -> list[tuple[str, Split]] | None:
+    """The series again with each `A.B` whose A is the same in every name read as two integers
+    (None when there is none): the greedy split takes `v2.001` for one decimal."""
+    first = members[0][1]
+    cut = [
+        i
+        for i in range(len(first.texts))
+        if all(_POINT.fullmatch(s.texts[i]) for _, s in members)
+        and len({s.texts[i].split(".")[0] for _, s in members}) == 1
+    ]
+    if not cut:
+        return None
+    out = []
+    for base, split in members:
+        literals, texts = [split.literals[0]], []
+        for i, text in enumerate(split.texts):
+            pieces = text.split(".") if i in cut else [text]
+            texts += pieces
+            literals += ["."] * (len(pieces) - 1) + [split.literals[i + 1]]
+        out.append((base, Split(tuple(literals), tuple(texts), split.ext)))
+    return out
 
 
 def _series_scheme(
