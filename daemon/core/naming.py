@@ -136,8 +136,10 @@ def _infer_series(splits: list[Split], logged: Logged) -> tuple[str, list[str], 
     ]
     for slot in slots:
         text, count = Counter(slot.texts).most_common(1)[0]
-        metric = any(map(is_decimal, slot.texts)) and metric_label(slot.label)
-        if not metric and count >= n - (n >= 4):  # one stray may differ: it falls out
+        decimal = any(map(is_decimal, slot.texts))
+        # An integer the same in all names but one (`resnet50` and one `resnet18`) is a literal
+        # and the stray falls out; a decimal only when it never changes (a plateau is a value).
+        if not (decimal and metric_label(slot.label)) and count >= n - (n >= 4 and not decimal):
             slot.literal, slot.why = text, f"{text!r} is the same in every name: a literal"
     if not _int_roles([s for s in slots if s.literal is None and not _decimal(s)], logged):
         return None
@@ -169,9 +171,10 @@ def _decimal(slot: _Slot) -> bool:
 def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
     """Give each varying integer part its role (False: one is left without)."""
     free = []
+    labelled = Counter(int_role(s.label) for s in slots)
     for slot in slots:
         role = int_role(slot.label)
-        if role is None or slot.label is None or any(s.role == role for s in slots):
+        if role is None or slot.label is None or labelled[role] > 1:  # `b.1-b2`: says nothing
             free.append(slot)
         else:
             slot.role, slot.why = role, _int_why(slot, role, f"its label {slot.label[0]!r}")

@@ -14,9 +14,9 @@ from ckpt_daemon.core.naming import KERAS_DEFAULTS, RunNaming, infer_naming
 
 
 def _value(epoch: int, low: float) -> float:
-    """A float in [low, low + 0.8) that changes with the epoch; disjoint ranges per metric keep
-    two metrics from ever rounding to the same text."""
-    return low + 0.8 * ((epoch * 0.6180339887) % 1)
+    """A float in [low, low + 0.35) that changes with the epoch; disjoint ranges per metric keep
+    two metrics from ever rounding to the same text, and no value prints as an integer."""
+    return low + 0.35 * ((epoch * 0.6180339887) % 1)
 
 
 RANGES = {"loss": 1.1, "val_loss": 2.1, "accuracy": 0.11, "val_accuracy": 0.51, "auc": 3.1}
@@ -276,9 +276,13 @@ SEPARATORS = ["-", "_", "--", "~", "__", "-x-", "+"]
 FLOAT_SPECS = [".1f", ".2f", ".3f", ".4f", ".1e", ".3e", ".2E", ".3g", ".4g", ""]
 
 
+Drawn = tuple[str, list[dict[str, int]], dict[str, str], bool, frozenset[str]]
+
+
 @st.composite
-def schemes(draw: st.DrawFn) -> tuple[str, list[dict[str, int]], dict[str, str], bool]:
-    """(template, the ints of each name, field -> the metric name expected back, logs given)."""
+def schemes(draw: st.DrawFn) -> Drawn:
+    """(template, the ints of each name, field -> the metric name expected back ("": any),
+    whether logs are given, the unlabelled fields)."""
     kind = draw(st.sampled_from(["epoch", "epoch", "step", "epoch+batch"]))
     parts: list[str] = []
     if kind == "step":
@@ -300,6 +304,7 @@ def schemes(draw: st.DrawFn) -> tuple[str, list[dict[str, int]], dict[str, str],
             keys = [{"epoch": k["epoch"], "batch": b} for k in keys for b in batches]
     logs = draw(st.booleans())
     expect: dict[str, str] = {}
+    free: set[str] = set()
     for metric in draw(st.lists(st.sampled_from(METRICS), max_size=3, unique=True)):
         spec = draw(st.sampled_from(FLOAT_SPECS))
         body = f"{{{metric}:{spec}}}" if spec else f"{{{metric}}}"
@@ -313,16 +318,17 @@ def schemes(draw: st.DrawFn) -> tuple[str, list[dict[str, int]], dict[str, str],
         else:
             parts.append(draw(st.sampled_from(SEPARATORS)) + body)
             expect[metric] = metric if logs else ""  # "" : unnamed, any placeholder
+            free.add(metric)
     text = draw(st.sampled_from(PREFIXES)) + "".join(parts) + draw(st.sampled_from(EXTS))
-    return text, keys, expect, logs
+    return text, keys, expect, logs, frozenset(free)
 
 
 @settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.filter_too_much])
 @given(schemes())
 def test_property_inferred_scheme_reads_back_the_values(
-    case: tuple[str, list[dict[str, int]], dict[str, str], bool],
+    case: Drawn,
 ) -> None:
-    text, keys, expect, logs = case
+    text, keys, expect, logs, free = case
     try:
         compile_template(text)
     except ValueError:
@@ -332,6 +338,11 @@ def test_property_inferred_scheme_reads_back_the_values(
         row = LOGS[ints.get("epoch", 1)]
         names.append(text.format(**row, **{a: row[m] for a, m in ALIASES.items()}, **ints))
     assume(len(set(names)) == len(names))
+    for key, spec in _specs(text):  # an unlabelled value the same in every name is a literal
+        if key not in free:
+            continue
+        printed = {format(LOGS[k.get("epoch", 1)][ALIASES.get(key, key)], spec) for k in keys}
+        assume(len(printed) > 1)
     naming = infer_naming(names, LOGS if logs else {})
     for name, ints in zip(names, keys, strict=True):
         got = naming.fields(name)
