@@ -111,13 +111,16 @@ def metric_label(label: tuple[str, bool] | None) -> str | None:
 def agreement(
     texts: Sequence[str], epochs: Sequence[int | None], logged: Logged, metric: str
 ) -> tuple[int, int]:
-    """(names whose text rounds the logged value, names with a logged value) for `metric`."""
+    """(names whose text rounds the logged value, names with a logged value) for `metric`.
+    Counting stops at the second disagreement: `fits` allows one, so the verdict is the same."""
     agree = checked = 0
     for text, epoch in zip(texts, epochs, strict=True):
         row = logged.get(epoch) if epoch is not None else None
         if row is not None and metric in row:
             checked += 1
             agree += not disagrees(text, row[metric])
+            if checked - agree > 1:
+                break
     return agree, checked
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import lru_cache, reduce
 
 from .metrics import INT_FIELDS, FilenameTemplate, compile_template
 from .name_parts import (
@@ -101,13 +102,17 @@ def _read(template: FilenameTemplate, name: str) -> NameFields | None:
     for candidate in dict.fromkeys((name, base_name(name))):
         texts = template._texts(candidate)
         if texts is not None:
-            try:
-                ints = {k: int(v) for k, v in texts.items() if k in INT_FIELDS}
-            except ValueError:
-                return None
-            metrics = {k: v for k, v in texts.items() if k not in INT_FIELDS}
-            return NameFields(ints, metrics, template.text)
+            return _fields_of(template, texts)
     return None
+
+
+def _fields_of(template: FilenameTemplate, texts: dict[str, str]) -> NameFields | None:
+    try:
+        ints = {k: int(v) for k, v in texts.items() if k in INT_FIELDS}
+    except ValueError:  # more digits than Python converts
+        return None
+    metrics = {k: v for k, v in texts.items() if k not in INT_FIELDS}
+    return NameFields(ints, metrics, template.text)
 
 
 # --- series inference -------------------------------------------------------------------------
@@ -293,11 +298,25 @@ def infer_naming(
 def _read_all(
     template: FilenameTemplate, bases: Sequence[str], known: Mapping[str, NameFields]
 ) -> dict[str, NameFields]:
+    head, tail = _ends(template.text)
     read = {}
     for base in bases:
-        if base not in known and (got := _read(template, base)) is not None:
-            read[base] = got
+        if base.endswith(tail) and base.startswith(head) and base not in known:
+            texts = template._texts(base)  # bases are TF prefixes already
+            got = None if texts is None else _fields_of(template, texts)
+            if got is not None:
+                read[base] = got
     return read
+
+
+@lru_cache(maxsize=256)
+def _ends(text: str) -> tuple[str, str]:
+    """The literal text a template's names start and end with (a cheap filter before its regex)."""
+    parts = list(string.Formatter().parse(text))
+    if len(parts) == 1 and parts[0][1] is None:
+        return parts[0][0], ""  # a fixed name: no fields
+    tail = parts[-1][0] if parts[-1][1] is None else ""
+    return parts[0][0], tail  # Formatter.parse has already turned `{{` into `{`
 
 
 def _default_checks(
@@ -356,7 +375,7 @@ def _series_scheme(
         got = template._texts(base)
         expected = [t for t, is_value in zip(split.texts, values, strict=True) if is_value]
         if got is not None and list(got.values()) == expected:
-            fields = _read(template, base)
+            fields = _fields_of(template, got)
             if fields is not None:
                 read[base] = fields
     if len(read) < max(3, len(members) - 1):
