@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckpt_daemon.core.metrics import compile_template
+from ckpt_daemon.core.metrics import compile_template, disagrees, parse_csv_log
 from ckpt_daemon.core.naming import KERAS_DEFAULTS, RunNaming, infer_naming
 
 
@@ -264,6 +264,227 @@ def test_two_names_show_no_growth() -> None:
 def test_keras_defaults_compile() -> None:
     for text, source in KERAS_DEFAULTS:
         assert compile_template(text).text == text and source
+
+
+# Real Keras 3 / tf-keras training runs (the names ModelCheckpoint wrote, the CSVLogger
+# logs beside them or one folder up), from the generated fixtures' training_runs-v1.
+CSV_1 = (
+    "epoch,accuracy,loss,val_accuracy,val_loss\n"
+    "0,0.3333333432674408,1.3056122064590454,0.375,1.2381534576416016\n"
+    "1,0.5833333134651184,0.9194914698600769,0.6875,0.9682454466819763\n"
+    "2,0.75,0.706612765789032,0.6875,0.759703516960144\n"
+    "3,0.8958333134651184,0.5385283827781677,0.6875,0.6224435567855835\n"
+    "4,0.9583333134651184,0.3934588134288788,0.75,0.5446242094039917\n"
+)
+CSV_2 = (
+    "epoch,accuracy,loss,val_accuracy,val_loss\n"
+    "0,0.3333333432674408,1.3056122064590454,0.375,1.2381534576416016\n"
+    "1,0.5833333134651184,0.9194914698600769,0.6875,0.9682454466819763\n"
+    "2,0.75,0.706612765789032,0.6875,0.759703516960144\n"
+    "3,0.8958333134651184,0.5385283827781677,0.6875,0.6224435567855835\n"
+)
+CSV_3 = (
+    "epoch,accuracy,learning_rate,loss,val_accuracy,val_loss\n"
+    "0,0.3333333432674408,0.03125,1.3056122064590454,0.375,1.2381534576416016\n"
+    "1,0.5625,0.02812499925494194,0.928645670413971,0.6875,0.9921156167984009\n"
+    "2,0.5416666865348816,0.025312500074505806,1.046103835105896,0.4375,1.1092076301574707\n"
+    "3,0.6875,0.02278124913573265,0.7712330222129822,0.5625,0.9125177264213562\n"
+    "4,0.75,0.020503124222159386,0.5962356328964233,0.5625,0.795276403427124\n"
+    "5,0.5833333134651184,0.018452811986207962,0.8414702415466309,0.6875,0.9713361859321594\n"
+    "6,0.7291666865348816,0.016607530415058136,0.6205661296844482,0.6875,0.8335206508636475\n"
+    "7,0.8541666865348816,0.014946778304874897,0.466132789850235,0.6875,0.7360473871231079\n"
+    "8,0.8958333134651184,0.013452100567519665,0.3808043897151947,0.625,0.6701191663742065\n"
+)
+CSV_4 = (
+    "epoch,accuracy,loss,val_accuracy,val_loss\n"
+    "0,0.3333333432674408,1.3056122064590454,0.375,1.2381534576416016\n"
+    "1,0.5833333134651184,0.9194914698600769,0.6875,0.9682454466819763\n"
+    "2,0.75,0.706612765789032,0.6875,0.759703516960144\n"
+    "3,0.8958333134651184,0.5385283827781677,0.6875,0.6224435567855835\n"
+    "4,0.9583333134651184,0.3934588134288788,0.75,0.5446242094039917\n"
+    "5,0.9583333134651184,0.27838802337646484,0.75,0.47996434569358826\n"
+)
+REAL_RUNS: dict[str, tuple[str | None, list[tuple[str, int, int | None]]]] = {
+    "keras3/acc_label": (
+        CSV_1,
+        [
+            ("e1-acc0.33.keras", 1, None),
+            ("e2-acc0.58.keras", 2, None),
+            ("e3-acc0.75.keras", 3, None),
+            ("e4-acc0.90.keras", 4, None),
+            ("e5-acc0.96.keras", 5, None),
+        ],
+    ),
+    "keras3/bare_epoch": (
+        CSV_2,
+        [
+            ("001.keras", 1, None),
+            ("002.keras", 2, None),
+            ("003.keras", 3, None),
+            ("004.keras", 4, None),
+        ],
+    ),
+    "keras3/batch_freq": (
+        CSV_2,
+        [
+            ("b.e01-b002.weights.h5", 1, 2),
+            ("b.e02-b001.weights.h5", 2, 1),
+            ("b.e02-b003.weights.h5", 2, 3),
+            ("b.e03-b002.weights.h5", 3, 2),
+            ("b.e04-b001.weights.h5", 4, 1),
+            ("b.e04-b003.weights.h5", 4, 3),
+        ],
+    ),
+    "keras3/best_gaps": (
+        CSV_3,
+        [
+            ("best-01-1.24.keras", 1, None),
+            ("best-02-0.99.keras", 2, None),
+            ("best-04-0.91.keras", 4, None),
+            ("best-05-0.80.keras", 5, None),
+            ("best-08-0.74.keras", 8, None),
+            ("best-09-0.67.keras", 9, None),
+        ],
+    ),
+    "keras3/constant": (
+        CSV_1,
+        [
+            ("run42-ep1.keras", 1, None),
+            ("run42-ep2.keras", 2, None),
+            ("run42-ep3.keras", 3, None),
+            ("run42-ep4.keras", 4, None),
+            ("run42-ep5.keras", 5, None),
+        ],
+    ),
+    "keras3/dash_acc": (
+        CSV_4,
+        [
+            ("model-01-0.375.keras", 1, None),
+            ("model-02-0.688.keras", 2, None),
+            ("model-03-0.688.keras", 3, None),
+            ("model-04-0.688.keras", 4, None),
+            ("model-05-0.750.keras", 5, None),
+            ("model-06-0.750.keras", 6, None),
+        ],
+    ),
+    "keras3/exp/checkpoints": (
+        CSV_1,
+        [
+            ("epoch_1.weights.h5", 1, None),
+            ("epoch_2.weights.h5", 2, None),
+            ("epoch_3.weights.h5", 3, None),
+            ("epoch_4.weights.h5", 4, None),
+            ("epoch_5.weights.h5", 5, None),
+        ],
+    ),
+    "keras3/keyvalue": (
+        CSV_1,
+        [
+            ("ckpt_epoch=1_val_loss=1.2382.weights.h5", 1, None),
+            ("ckpt_epoch=2_val_loss=0.9682.weights.h5", 2, None),
+            ("ckpt_epoch=3_val_loss=0.7597.weights.h5", 3, None),
+            ("ckpt_epoch=4_val_loss=0.6224.weights.h5", 4, None),
+            ("ckpt_epoch=5_val_loss=0.5446.weights.h5", 5, None),
+        ],
+    ),
+    "keras3/metric_first": (
+        CSV_4,
+        [
+            ("vl1.238_ep01.keras", 1, None),
+            ("vl0.968_ep02.keras", 2, None),
+            ("vl0.760_ep03.keras", 3, None),
+            ("vl0.622_ep04.keras", 4, None),
+            ("vl0.545_ep05.keras", 5, None),
+            ("vl0.480_ep06.keras", 6, None),
+        ],
+    ),
+    "keras3/odd_csv": (
+        None,
+        [
+            ("snap_01.keras", 1, None),
+            ("snap_02.keras", 2, None),
+            ("snap_03.keras", 3, None),
+            ("snap_04.keras", 4, None),
+            ("snap_05.keras", 5, None),
+            ("snap_06.keras", 6, None),
+        ],
+    ),
+    "keras3/sci": (
+        CSV_2,
+        [
+            ("weights_0001_1.238e+00.keras", 1, None),
+            ("weights_0002_9.682e-01.keras", 2, None),
+            ("weights_0003_7.597e-01.keras", 3, None),
+            ("weights_0004_6.224e-01.keras", 4, None),
+        ],
+    ),
+    "keras3/tb_run": (
+        None,
+        [
+            ("w.01.keras", 1, None),
+            ("w.02.keras", 2, None),
+            ("w.03.keras", 3, None),
+            ("w.04.keras", 4, None),
+        ],
+    ),
+    "keras3/two_decimals": (
+        CSV_4,
+        [
+            ("01-1.3056-1.2382.keras", 1, None),
+            ("02-0.9195-0.9682.keras", 2, None),
+            ("03-0.7066-0.7597.keras", 3, None),
+            ("04-0.5385-0.6224.keras", 4, None),
+            ("05-0.3935-0.5446.keras", 5, None),
+            ("06-0.2784-0.4800.keras", 6, None),
+        ],
+    ),
+    "tfkeras/dash_acc": (
+        CSV_1,
+        [
+            ("model-01-0.33.h5", 1, None),
+            ("model-02-0.58.h5", 2, None),
+            ("model-03-0.75.h5", 3, None),
+            ("model-04-0.90.h5", 4, None),
+            ("model-05-0.96.h5", 5, None),
+        ],
+    ),
+    "tfkeras/weights_hdf5": (
+        CSV_4,
+        [
+            ("weights.01-1.24.hdf5", 1, None),
+            ("weights.02-0.97.hdf5", 2, None),
+            ("weights.03-0.76.hdf5", 3, None),
+            ("weights.04-0.62.hdf5", 4, None),
+            ("weights.05-0.54.hdf5", 5, None),
+            ("weights.06-0.48.hdf5", 6, None),
+        ],
+    ),
+}
+
+
+EXPECTED_TEMPLATES = {
+    "keras3/dash_acc": "model-{epoch:02d}-{val_accuracy:.3f}.keras",
+    "keras3/two_decimals": "{epoch:02d}-{loss:.4f}-{val_loss:.4f}.keras",
+    "keras3/sci": "weights_{epoch:04d}_{val_loss:.3e}.keras",
+    "keras3/metric_first": "vl{val_loss:.3f}_ep{epoch:02d}.keras",
+    "keras3/acc_label": "e{epoch}-acc{accuracy:.2f}.keras",
+    "tfkeras/dash_acc": "model-{epoch:02d}-{accuracy:.2f}.h5",
+    "tfkeras/weights_hdf5": "weights.{epoch:02d}-{val_loss:.2f}.hdf5",
+}
+
+
+@pytest.mark.parametrize("run", REAL_RUNS)
+def test_real_keras_runs(run: str) -> None:
+    csv, items = REAL_RUNS[run]
+    logged = parse_csv_log(csv) if csv else {}
+    naming = infer_naming([name for name, _, _ in items], logged)
+    if run in EXPECTED_TEMPLATES:
+        assert [s.template for s in naming.schemes] == [EXPECTED_TEMPLATES[run]]
+    for name, epoch, batch in items:
+        got = naming.fields(name)
+        assert got.ints.get("epoch") == epoch and got.ints.get("batch") == batch, (name, got)
+        for metric, text in got.metrics.items():  # every metric read is a logged one, agreeing
+            assert metric in logged[epoch] and not disagrees(text, logged[epoch][metric])
 
 
 # --- property: random templates from Keras's format grammar read back ------------------------
