@@ -27,7 +27,10 @@ _METRIC_WORDS = frozenset(
 )
 _TF_SUFFIX = re.compile(r"\.(?:index|data-\d+-of-\d+)$")
 _EXT = re.compile(r"(?:\.weights)?\.(?:h5|hdf5|keras|ckpt|pb|tf)$", re.I)
-_NUMBER = re.compile(r"(?<![A-Za-z])(?i:nan|inf)(?![A-Za-z])|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# Digit runs are cut at 40: a hostile 5,000-digit name must not reach int()'s digit limit.
+_NUMBER = re.compile(
+    r"(?<![A-Za-z])(?i:nan|inf)(?![A-Za-z])|\d{1,40}(?:\.\d{1,40})?(?:[eE][-+]?\d{1,4})?"
+)
 _LABEL = re.compile(r"([A-Za-z][A-Za-z0-9_]*?)([=:]|[-_.])?$")
 FIXED = re.compile(r"\d+\.(\d+)")
 SCI = re.compile(r"\d(?:\.(\d+))?([eE])[-+]\d+")

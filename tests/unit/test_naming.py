@@ -577,3 +577,26 @@ def test_property_inferred_scheme_reads_back_the_values(
         for key, metric in expect.items():
             if metric:
                 assert got.metrics.get(metric) == want_texts[key], (text, name, got)
+
+
+NAME_PIECES = [*"0123456789.-_=eEbsx{}nanif", "ckpt", "step", "val_loss", "\udcff", "\x00", "é"]
+NAME_CHARS = st.sampled_from([*NAME_PIECES, ".h5", ".keras", "9" * 50])
+HOSTILE_NAME = st.lists(NAME_CHARS, max_size=12).map("".join) | st.text(max_size=40)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(HOSTILE_NAME, max_size=12), st.booleans())
+def test_property_hostile_names_never_crash(names: list[str], with_logs: bool) -> None:
+    """Any names: no exception; what is read is in the name; every scheme compiles and reads
+    its own members back."""
+    naming = infer_naming(names, LOGS if with_logs else {})
+    for scheme in naming.schemes:
+        template = compile_template(scheme.template)
+        assert sum(template.match(n) is not None for n in set(names)) >= scheme.members or (
+            scheme.origin != "inferred"
+        )
+    assert isinstance(naming.as_json(), list)
+    for name in [*names, "x" + "".join(names)]:
+        got = naming.fields(name)
+        assert all(v >= 0 for v in got.ints.values())
+        assert all(text in name for text in got.metrics.values())
