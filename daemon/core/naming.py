@@ -39,8 +39,24 @@ from .name_parts import (
     split_name,
 )
 
-__all__ = ["KERAS_DEFAULTS", "NameFields", "RunNaming", "Scheme", "base_name", "infer_naming"]
-UNNAMED = "unnamed"  # field name prefix of a metric the names print but nothing names
+__all__ = [
+    "KERAS_DEFAULTS",
+    "NameFields",
+    "RunNaming",
+    "Scheme",
+    "base_name",
+    "infer_naming",
+    "is_unnamed",
+]
+# A decimal the names print but neither a label nor the logs name is still read (its text is
+# kept) under `unnamed1`, `unnamed2`, ... in the order of the name; never a guessed metric name.
+UNNAMED = "unnamed"
+
+
+def is_unnamed(metric: str) -> bool:
+    """Whether a metric name from `NameFields.metrics` is a placeholder (`unnamed1`)."""
+    return metric.startswith(UNNAMED) and metric[len(UNNAMED) :].isdigit()
+
 
 # Keras's own documented filepath examples (and the tutorials everyone copies), read without
 # inference. Where each comes from:
@@ -91,11 +107,16 @@ class RunNaming:
         return by_labels(name, self._logged)
 
     def as_json(self) -> list[dict[str, object]]:
+        """[{template, origin, members, evidence}] for `ckpt runs --json`."""
         return [
-            {"template": s.template, "origin": s.origin, "members": s.members,
-             "evidence": list(s.evidence)}
+            {
+                "template": s.template,
+                "origin": s.origin,
+                "members": s.members,
+                "evidence": [*s.evidence],
+            }
             for s in self.schemes
-        ]  # fmt: skip
+        ]
 
 
 def _read(template: FilenameTemplate, name: str) -> NameFields | None:
@@ -145,7 +166,7 @@ def _infer_series(splits: list[Split], logged: Logged) -> tuple[str, list[str], 
         # An integer the same in all names but one (`resnet50` and one `resnet18`) is a literal
         # and the stray falls out; a decimal only when it never changes (a plateau is a value).
         if not (decimal and metric_label(slot.label)) and count >= n - (n >= 4 and not decimal):
-            slot.literal, slot.why = text, f"{text!r} is the same in every name: a literal"
+            slot.literal, slot.why = text, f"{text!r} is the same in every name: part of the name"
     if not _int_roles([s for s in slots if s.literal is None and not _decimal(s)], logged):
         return None
     epoch_slot = next((s for s in slots if s.role == "epoch"), None)
@@ -163,6 +184,8 @@ def _infer_series(splits: list[Split], logged: Logged) -> tuple[str, list[str], 
         if name is None or name in taken or name in INT_FIELDS or not name.isidentifier():
             unnamed += 1
             name = f"{UNNAMED}{unnamed}"
+        if word or is_unnamed(name):
+            slot.why = f"{name}: {slot.why}"
         taken.add(name)
         slot.role, slot.spec = name, _float_spec(slot.texts)
     template = _template(literals, slots, splits[0].ext)
@@ -182,7 +205,7 @@ def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
         if role is None or slot.label is None or labelled[role] > 1:  # `b.1-b2`: says nothing
             free.append(slot)
         else:
-            slot.role, slot.why = role, _int_why(slot, role, f"its label {slot.label[0]!r}")
+            slot.role, slot.why = role, _int_why(slot, role, f"labelled {slot.label[0]!r}")
     lone_batch = [s for s in slots if s.role == "batch"] if len(slots) == 1 else []
     for slot in lone_batch:  # Keras writes {batch} only beside {epoch}: `b.7` labels no batch
         slot.role, slot.why = None, ""
@@ -193,7 +216,7 @@ def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
         spaced = reduce(math.gcd, values) >= 100 or min(values) >= 1000
         in_logs = bool(logged) and max(values) <= max(logged)
         role = "step" if spaced and not in_logs else "epoch"
-        how = "its spacing" if role == "step" else "growing with the series"
+        how = "by its spacing" if role == "step" else "grows with the series"
         free[0].role, free[0].why = role, _int_why(free[0], role, how)
         return True
     if "step" in {s.role for s in slots} and "epoch" in roles:
@@ -201,7 +224,7 @@ def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
     if len(free) > len(roles):
         return False
     for slot, role in zip(free, roles, strict=False):
-        slot.role, slot.why = role, _int_why(slot, role, "its place in the name")
+        slot.role, slot.why = role, _int_why(slot, role, "by its place in the name")
     return True
 
 
@@ -211,7 +234,7 @@ def _int_why(slot: _Slot, role: str, how: str) -> str:
     padded = width > 1 and any(len(t) == width and t.startswith("0") for t in slot.texts)
     slot.spec = f"0{width}d" if padded else ""
     pad = f", written {width} digits wide" if padded else ""
-    return f"{role} by {how}: {values[0]} → {values[-1]} over {len(values)} names{pad}"
+    return f"{role}: {how}, {values[0]} → {values[-1]} over {len(values)} names{pad}"
 
 
 def _float_spec(texts: list[str]) -> str:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ckpt_daemon.core.metrics import compile_template, disagrees, parse_csv_log
-from ckpt_daemon.core.naming import KERAS_DEFAULTS, RunNaming, infer_naming
+from ckpt_daemon.core.naming import KERAS_DEFAULTS, RunNaming, infer_naming, is_unnamed
 
 
 def _value(epoch: int, low: float) -> float:
@@ -227,6 +227,8 @@ def test_two_logged_metrics_fit_equally_left_unnamed() -> None:
     naming = infer_naming(names, logs)
     assert naming.schemes[0].template == "w{epoch:02d}-{unnamed1:.2f}.h5"
     assert any("loss and val_loss equally" in s for s in naming.schemes[0].evidence)
+    assert [is_unnamed(m) for m in naming.fields(names[0]).metrics] == [True]
+    assert not is_unnamed("unnamed") and not is_unnamed("val_loss")
 
 
 def test_one_stray_value_still_names_the_metric() -> None:
