@@ -137,18 +137,26 @@ def logged_names(logged: Logged) -> list[str]:
 
 
 def _abbreviates(label: str, name: str) -> int | None:
-    """How closely `label` stands for the logged `name`: 0 exact .. 3 a suffix; None: not."""
+    """How closely `label` stands for the logged `name`: 0 exact .. 5 loosely; None: not."""
     a, b = label.lower(), name.lower()
     la, lb = a.split("_"), b.split("_")
     if a == b:
         return 0
+    if a == b.replace("_", ""):
+        return 1  # valloss -> val_loss
     if len(la) == len(lb) and all(y.startswith(x) and x for x, y in zip(la, lb, strict=True)):
-        return 1  # acc -> accuracy, val_acc -> val_accuracy
+        return 2  # acc -> accuracy, val_acc -> val_accuracy, l -> loss
     if len(lb) > 1 and a == "".join(p[:1] for p in lb):
-        return 2  # vl -> val_loss, lr -> learning_rate
+        return 3  # vl -> val_loss, lr -> learning_rate
     if a.endswith("_" + b):
-        return 3  # run_loss -> loss
+        return 4  # run_loss -> loss
+    rest = iter(b)
+    if a[:1] == b[:1] and all(c in rest for c in a):
+        return _LOOSE  # valacc -> val_accuracy: only when the values agree too
     return None
+
+
+_LOOSE = 5
 
 
 def resolve_label(
@@ -160,14 +168,15 @@ def resolve_label(
         tier = _abbreviates(label, name)
         if tier is not None:
             tiers.setdefault(tier, []).append(name)
+    unchecked = not any(e in logged for e in epochs)  # no logged row to compare values with
     for tier in sorted(tiers):
         names = tiers[tier]
         if tier == 0:
             return names[0], f"labelled {label!r}"
-        if tier == 3:
+        if tier == 4:
             names = [max(names, key=len)]
         agreeing = [n for n in names if fits(*agreement(texts, epochs, logged, n), series)]
-        fitting = agreeing or [n for n in names if not any(e in logged for e in epochs)]
+        fitting = agreeing or (names if unchecked and tier != _LOOSE else [])
         if len(fitting) == 1:
             return fitting[0], f"label {label!r} stands for the logged {fitting[0]}"
         if len(fitting) > 1:

@@ -225,7 +225,9 @@ def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
         return False
     for slot, role in zip(free, roles, strict=False):
         slot.role, slot.why = role, _int_why(slot, role, "by its place in the name")
-    return True
+    # Keras writes {batch} after {epoch}: an unlabelled number before it (a time) is no batch.
+    at = {s.role: i for i, s in enumerate(slots) if s.role}
+    return not any(s.role == "batch" for s in free) or at["batch"] > at.get("epoch", -1)
 
 
 def _int_why(slot: _Slot, role: str, how: str) -> str:

@@ -21,7 +21,14 @@ def _value(epoch: int, low: float) -> float:
 
 RANGES = {"loss": 1.1, "val_loss": 2.1, "accuracy": 0.11, "val_accuracy": 0.51, "auc": 3.1}
 LOGS = {e: {k: _value(e, low) for k, low in RANGES.items()} for e in range(1, 201)}
-ALIASES = {"acc": "accuracy", "vl": "val_loss", "val_acc": "val_accuracy"}  # label -> logged
+ALIASES = {  # label -> the logged metric it abbreviates
+    "acc": "accuracy",
+    "vl": "val_loss",
+    "val_acc": "val_accuracy",
+    "valloss": "val_loss",
+    "valacc": "val_accuracy",
+    "l": "loss",
+}
 
 
 def _specs(template: str) -> list[tuple[str, str]]:
@@ -116,6 +123,14 @@ CASES = {
     "period 10": Case("chk_{epoch:04d}_{loss:.2f}.h5", epochs(10, 20, 30, 40)),
     "epoch at the end": Case("{val_loss:.3f}--epoch{epoch}.keras", E6),
     "braces in name": Case("{{run}}-{epoch}-{loss:.2f}.h5", E6),
+    "squashed label": Case(
+        "model_epoch{epoch:03d}_valloss{valloss:.4f}.h5", E6, renamed={"valloss": "val_loss"}
+    ),
+    "loose label, values agree": Case(
+        "ep{epoch}_valacc{valacc:.4f}.h5", E6, renamed={"valacc": "val_accuracy"}
+    ),
+    "one-letter label": Case("model-e{epoch:02d}-l{l:.2f}.keras", E6, renamed={"l": "loss"}),
+    "lightning style": Case("checkpoint-epoch={epoch:02d}-val_loss={val_loss:.2f}.ckpt", E6, False),
 }
 
 
@@ -255,6 +270,13 @@ def test_unseen_name_fitting_an_inferred_scheme() -> None:
     got = naming.fields("model-42-0.777.keras")
     assert got.ints == {"epoch": 42} and got.metrics == {"val_accuracy": "0.777"}
     assert got.template == "model-{epoch:02d}-{val_accuracy:.3f}.keras"
+
+
+def test_a_number_before_the_epoch_is_no_batch() -> None:
+    names = [f"20240101-1200{e:02d}_e{e:02d}.keras" for e in range(1, 6)]  # a time of day
+    naming = infer_naming(names)
+    assert naming.schemes == ()  # never guessed: the names are read by their labels
+    assert [naming.fields(n).ints for n in names] == [{"epoch": e} for e in range(1, 6)]
 
 
 def test_two_names_show_no_growth() -> None:
