@@ -601,6 +601,8 @@ def test_property_inferred_scheme_reads_back_the_values(
         for key, metric in expect.items():
             if metric:
                 assert got.metrics.get(metric) == want_texts[key], (text, name, got)
+    odd = infer_naming([*names, "best.keras", "model-final.h5"], LOGS if logs else {})
+    assert [odd.fields(n) for n in names] == [naming.fields(n) for n in names]  # stable
 
 
 NAME_PIECES = [*"0123456789.-_=eEbsx{}nanif", "ckpt", "step", "val_loss", "\udcff", "\x00", "é"]
