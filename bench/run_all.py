@@ -23,6 +23,7 @@ BENCHES = (
     "daemon_footprint",
     "reconcile",
     "retention",
+    "naming_inference",
     "split_bench",
     "compress_bench",
     "crash_campaign",
