@@ -108,9 +108,9 @@ def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
 def _own_fields(m: Member) -> tuple[dict[str, int], str | None]:
     """What the checkpoint says of itself: sidecar ints over name ints, and where from."""
     ints = dict(m.name_ints)
-    source = f"file name ({m.name_scheme})" if ints and m.name_scheme else "file name"
-    if not ints:
-        source = None
+    source: str | None = None
+    if ints:
+        source = f"file name ({m.name_scheme})" if m.name_scheme else "file name"
     for key, value in m.sidecar_ints.items():
         ints[key] = value
         source = m.sidecar_label

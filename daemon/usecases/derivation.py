@@ -22,7 +22,7 @@ from ..catalog.store_runs import RunMember
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run
 from ..core.metrics import FilenameTemplate
 from ..core.model import MetricValue
-from ..core.naming import RunNaming, infer_naming
+from ..core.naming import RunNaming, infer_naming, is_unnamed
 from ..formats.metric_files import Sidecar, read_sidecar
 from ..formats.run_logs import RunLogs, logs_signature, read_run_logs
 from ..settings.config import RootConfig
@@ -149,7 +149,8 @@ def _member(row: RunMember, naming: RunNaming, sidecar: Sidecar) -> Member:
         iterations=row.iterations,
         mtime_ns=row.mtime_ns,
         name_ints=fields.ints,
-        name_metrics=fields.metrics,
+        # A value in the name that no label or log names is not a metric anyone can query.
+        name_metrics={k: v for k, v in fields.metrics.items() if not is_unnamed(k)},
         name_scheme=fields.template,
         sidecar_ints=sidecar.ints,
         sidecar_values=sidecar.values,
