@@ -188,8 +188,8 @@ def _value(buf: bytes, decoder: _Decoder) -> tuple[str, float] | None:
         return None  # histograms, images, text, the model graph: not metrics
     if simple is not None:
         return tag, simple
-    number = _tensor_scalar(tensor) if tensor is not None else None
-    return None if number is None else (tag, number)
+    found = _tensor_scalar(tensor) if tensor is not None else None
+    return None if found is None else (tag, found)
 
 
 def _plugin_name(buf: bytes) -> str | None:
@@ -205,7 +205,8 @@ def _plugin_name(buf: bytes) -> str | None:
 
 def _tensor_scalar(buf: bytes) -> float | None:
     """The one number of a scalar (or one-element) numeric TensorProto, else None."""
-    dtype, elements, content = 0, 1, None
+    dtype, content = 0, None
+    elements: int | None = 1
     listed: list[tuple[int, int | bytes]] = []  # (dtype the field implies, element)
     for number, wire, value in fields(buf):
         if number == 1 and wire == VARINT:
