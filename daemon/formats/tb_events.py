@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +45,7 @@ from ..core.protowire import (
     repeated,
     split_tfrecords,
 )
+from ..core.tb_scalars import Scalar
 from ..fs import beneath
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -59,14 +60,6 @@ _ELEMENT = {1: "<f", 2: "<d", 3: "<i", 9: "<q", 19: "<e"}
 _BFLOAT16 = 14
 _SINGLE_WIRE = {0: VARINT, 4: FIXED32, 8: FIXED64}  # an unpacked element's wire type, by width
 _VALUE_FIELDS = {5: (1, 4), 6: (2, 8), 7: (3, 0), 10: (9, 0), 13: (19, 0)}  # field: dtype, width
-
-
-@dataclass(frozen=True)
-class Scalar:
-    tag: str
-    step: int
-    wall_time: float
-    value: float
 
 
 @dataclass(frozen=True)
@@ -279,55 +272,37 @@ def is_event_file(name: str) -> bool:
     return name.startswith(EVENT_FILE_PREFIX)
 
 
-# --- from tags to metric names -----------------------------------------------------------------
+Listing = Mapping[str, "os.stat_result | None"]  # name -> lstat of a regular file, None: a folder
 
 
-@dataclass(frozen=True)
-class TbMetrics:
-    """What one event folder's files say, as metrics: `by_epoch` is keyed by 1-based epoch."""
-
-    by_epoch: dict[int, dict[str, float]]
-    by_step: dict[int, dict[str, float]]
-    epoch_times: dict[int, float]  # the latest wall time of an epoch's values
-
-    @property
-    def epochs(self) -> int:
-        return max(self.by_epoch, default=0)
-
-
-def metric_key(tag: str, folder_name: str) -> tuple[str, str]:
-    """("epoch" | "step", metric name) for a tag written into a folder named `folder_name`:
-    Keras's callback writes `<log_dir>/train` and `<log_dir>/validation`; validation values get
-    Keras's `val_` prefix (as in `fit`'s logs and CSVLogger's columns)."""
-    validation = folder_name == "validation"
-    kind = "step"
-    name = tag
-    if tag.startswith("epoch_") and len(tag) > len("epoch_"):
-        kind, name = "epoch", tag[len("epoch_") :]
-    elif tag.startswith("batch_") and len(tag) > len("batch_"):
-        name = tag[len("batch_") :]
-    elif tag.startswith("evaluation_") and tag.endswith("_vs_iterations"):
-        name = tag[len("evaluation_") : -len("_vs_iterations")] or tag
-        validation = True
-    if validation and not name.startswith("val_"):
-        name = "val_" + name
-    return kind, name
-
-
-def to_metrics(scalars: Iterable[Scalar], folder_name: str) -> TbMetrics:
-    """Scalars (in file order; later values of a key win, as a restarted writer appends) keyed
-    by epoch or step. An epoch tag's step is the 0-based epoch; negative steps are dropped."""
-    by_epoch: dict[int, dict[str, float]] = {}
-    by_step: dict[int, dict[str, float]] = {}
-    times: dict[int, float] = {}
-    for scalar in scalars:
-        kind, name = metric_key(scalar.tag, folder_name)
-        if scalar.step < 0:
-            continue
-        if kind == "epoch":
-            epoch = scalar.step + 1
-            by_epoch.setdefault(epoch, {})[name] = scalar.value
-            times[epoch] = max(times.get(epoch, scalar.wall_time), scalar.wall_time)
-        else:
-            by_step.setdefault(scalar.step, {})[name] = scalar.value
-    return TbMetrics(by_epoch, by_step, times)
+def find_event_files(
+    folder: Path,
+    entries: Listing,
+    list_folder: Callable[[Path], Listing],
+    enter: Callable[[Path, Listing], bool],
+    limits: tuple[int, int, int],
+) -> tuple[list[tuple[Path, os.stat_result]], str | None]:
+    """Event files in `folder` (listed as `entries`) and in its subfolders, breadth first, each
+    subfolder listed with `list_folder` and entered only if `enter(path, its listing)`.
+    `limits`: (depth, folders listed, files). Returns the files and why the search stopped
+    early, if it did."""
+    max_depth, max_folders, max_files = limits
+    out: list[tuple[Path, os.stat_result]] = []
+    queue: list[tuple[Path, int, Listing]] = [(folder, 0, entries)]
+    listed = 0
+    while queue:
+        current, depth, names = queue.pop(0)
+        for name in sorted(names):
+            info = names[name]
+            if info is not None and is_event_file(name):
+                if len(out) >= max_files:
+                    return out, f"over {max_files} event files"
+                out.append((current / name, info))
+            elif info is None and depth < max_depth:
+                if listed >= max_folders:
+                    return out, f"over {max_folders} log folders"
+                listed += 1
+                below = list_folder(current / name)
+                if enter(current / name, below):
+                    queue.append((current / name, depth + 1, below))
+    return out, None

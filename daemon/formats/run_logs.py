@@ -1,0 +1,444 @@
+"""The training logs of one run, wherever they sit: its folder and every folder above it up to
+the root (nearest first), CSVLogger files under any name, JSON logs, TensorBoard event files.
+
+Which files: in each folder, the files matching the root's `metrics_files` patterns (in the run
+folder as globs relative to it; in the folders above only patterns naming files directly in
+them, so that a `**` never sweeps a sibling run), any small text file whose first bytes are a
+CSVLogger log (`core.log_sniff`), `*.json` / `*.jsonl` logs, and TensorBoard event files in the
+folder and up to `TB_DEPTH` levels below it. Above the run folder, a subfolder that holds the run
+itself, another known run or checkpoint files is never entered: a sibling experiment's logs are
+never this run's. A nearer folder's value wins; within one folder JSON > CSV > TensorBoard.
+
+Every file is opened through `fs.beneath` (beneath the root, no symlink followed, regular files
+only); everything is bounded (entries, candidates, bytes per file and per run, records); bad
+bytes become notes, never exceptions. Only stat and small reads: no HDF5.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.errors import Refused
+from ..core.log_sniff import (
+    SNIFF_BYTES,
+    csv_log_separator,
+    is_json_log_name,
+    looks_like_checkpoint,
+    parse_json_log,
+)
+from ..core.metrics import MAX_READ_BYTES, ByKey, parse_csv_log
+from ..core.model import MetricValue
+from ..core.tb_scalars import Scalar, to_metrics
+from ..fs import beneath
+from . import tb_events
+
+TB_DEPTH = 3  # logs/fit/20240101-1200/validation
+MAX_ENTRIES_PER_FOLDER = 20_000  # a folder of 10,000 checkpoints is still listed whole
+MAX_SNIFFED_PER_FOLDER = 64
+MAX_PATTERN_MATCHES = 64  # per pattern and folder
+MAX_TB_FOLDERS = 256  # folders listed while looking for event files, per level
+MAX_TB_FILES = 64  # per level
+MAX_RUN_BYTES = 64 * 2**20  # read per run, all files together
+_TEXT_FIRST = (".csv", ".log", ".tsv", ".txt", "")  # sniffed first: where CSV logs usually are
+_TIERS = {"json": 0, "csv": 1, "tensorboard": 2}
+
+
+@dataclass(frozen=True)
+class LogFile:
+    label: str  # path relative to the root, e.g. "exp1/training.log"
+    kind: str  # "csv" | "json" | "tensorboard"
+    mtime_ns: int
+    epochs: int  # highest 1-based epoch this file has a row for (0: none)
+
+
+@dataclass(frozen=True)
+class RunLogs:
+    by_epoch: Mapping[int, Mapping[str, MetricValue]]  # 1-based epoch -> name -> value
+    by_step: Mapping[int, Mapping[str, MetricValue]]
+    epoch_times: Mapping[int, float]  # 1-based epoch -> wall time it was logged (TensorBoard)
+    files: tuple[LogFile, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def epochs_logged(self) -> int:
+        """The highest epoch any one log file has a row for (0: no epoch log)."""
+        return max((f.epochs for f in self.files), default=0)
+
+    def values_at(self, epoch: int) -> dict[str, float]:
+        return {name: m.value for name, m in self.by_epoch.get(epoch, {}).items()}
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path
+    label: str
+    kind: str  # "csv" | "json" | "jsonl" (configured or by name), "sniff", "tensorboard"
+    level: int  # 0: the run folder, 1: its parent, ...
+    size: int
+    mtime_ns: int
+    configured: bool  # matched a `metrics_files` pattern: problems are noted, not skipped
+
+
+@dataclass
+class _Layer:
+    order: tuple[int, int, int]  # (level, tier, rank within them): the merge takes the first
+    source: str
+    by_epoch: ByKey
+    by_step: ByKey
+    times: dict[int, float] = field(default_factory=dict)
+
+
+def read_run_logs(
+    run_dir: Path, root: Path, patterns: Sequence[str], other_runs: Collection[Path] = ()
+) -> RunLogs:
+    """Every metric the run's logs hold, by epoch and by step, with their sources."""
+    notes: list[str] = []
+    layers: list[_Layer] = []
+    files: list[LogFile] = []
+    budget = [MAX_RUN_BYTES]
+    tb_groups: dict[Path, list[_Candidate]] = {}
+    for rank, cand in enumerate(_candidates(run_dir, root, patterns, other_runs, notes)):
+        if cand.kind == "tensorboard":
+            tb_groups.setdefault(cand.path.parent, []).append(cand)
+        else:
+            _read_text_log(cand, rank, root, budget, notes, layers, files)
+    # The newest session's folder first (`logs/fit/<timestamp>/train`): its values win.
+    for rank, folder in enumerate(sorted(tb_groups, reverse=True)):
+        _read_event_folder(folder, rank, tb_groups[folder], root, budget, notes, layers, files)
+    return _merge(layers, files, notes)
+
+
+def logs_signature(
+    run_dir: Path, root: Path, patterns: Sequence[str], other_runs: Collection[Path] = ()
+) -> tuple[tuple[str, int, int], ...]:
+    """(label, size, mtime_ns) of every file `read_run_logs` would open, from stat alone: when
+    it is unchanged between two scans, so are the run's logs."""
+    found = _candidates(run_dir, root, patterns, other_runs, [])
+    return tuple(sorted((c.label, c.size, c.mtime_ns) for c in found))
+
+
+# --- which files --------------------------------------------------------------------------------
+
+
+def _candidates(
+    run_dir: Path,
+    root: Path,
+    patterns: Sequence[str],
+    other_runs: Collection[Path],
+    notes: list[str],
+) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    others = {Path(os.path.abspath(p)) for p in other_runs}
+    run_abs = Path(os.path.abspath(run_dir))
+    others.discard(run_abs)
+    root_abs = Path(os.path.abspath(root))
+    for level, folder in enumerate(_folders(run_abs, root_abs)):
+        entries = _entries(folder, root_abs, notes)
+        taken: set[str] = set()
+        for cand in _configured(folder, level, patterns, entries, root_abs, notes):
+            if cand.label not in taken:
+                taken.add(cand.label)
+                out.append(cand)
+        out += _sniffable(folder, level, entries, taken, root_abs)
+        skip = others | ({run_abs} if level else set())
+        out += _event_files(folder, level, root_abs, skip, notes, entries)
+    return out
+
+
+def _folders(run_dir: Path, root: Path) -> list[Path]:
+    """The run folder, then each folder above it up to and including the root."""
+    if run_dir != root and root not in run_dir.parents:
+        raise ValueError(f"{run_dir} is not beneath {root}")
+    chain = [run_dir]
+    while chain[-1] != root:
+        chain.append(chain[-1].parent)
+    return chain
+
+
+def _entries(folder: Path, root: Path, notes: list[str]) -> dict[str, os.stat_result | None]:
+    """name -> lstat of a regular file, or None for a real folder (symlinks, FIFOs and other
+    special files are left out: never followed, never opened)."""
+    out: dict[str, os.stat_result | None] = {}
+    try:
+        with os.scandir(folder) as listing:
+            for count, entry in enumerate(listing):
+                if count >= MAX_ENTRIES_PER_FOLDER:
+                    notes.append(f"{_label(folder, root)}: over {count} entries, the rest unread")
+                    break
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    out[entry.name] = info
+                elif stat.S_ISDIR(info.st_mode):
+                    out[entry.name] = None
+    except OSError as exc:
+        notes.append(f"{_label(folder, root)}: cannot list ({exc.strerror or exc})")
+    return out
+
+
+def _configured(
+    folder: Path,
+    level: int,
+    patterns: Sequence[str],
+    entries: Mapping[str, os.stat_result | None],
+    root: Path,
+    notes: list[str],
+) -> list[_Candidate]:
+    out: list[_Candidate] = []
+    for pattern in patterns:
+        if level == 0:
+            paths = _glob(folder, pattern, notes)
+        elif "/" in pattern or pattern.startswith("**"):
+            continue  # a pattern reaching into subfolders stays within the run folder
+        else:
+            names = sorted(n for n, info in entries.items() if info and fnmatch.fnmatch(n, pattern))
+            paths = [folder / n for n in names[:MAX_PATTERN_MATCHES]]
+        for path in paths:
+            info = _lstat(path)
+            if info is None or tb_events.is_event_file(path.name):
+                continue
+            kind = _name_kind(path.name) or "csv"
+            out.append(_candidate(path, root, kind, level, info, configured=True))
+    return out
+
+
+def _glob(folder: Path, pattern: str, notes: list[str]) -> list[Path]:
+    try:
+        found: list[Path] = []
+        for path in folder.glob(pattern):
+            found.append(path)
+            if len(found) >= MAX_PATTERN_MATCHES:
+                break
+        return sorted(found)
+    except (ValueError, NotImplementedError, OSError) as exc:
+        notes.append(f"metrics file pattern {pattern!r} ignored: {exc}")
+        return []
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """The stat of a regular file or a symlink (which the read then refuses, with a note)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info if stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode) else None
+
+
+def _sniffable(
+    folder: Path,
+    level: int,
+    entries: Mapping[str, os.stat_result | None],
+    taken: set[str],
+    root: Path,
+) -> list[_Candidate]:
+    """Files directly in `folder` that may be logs by their content, most likely first."""
+    picked: list[tuple[int, str, os.stat_result]] = []
+    for name, info in entries.items():
+        if info is None or info.st_size > MAX_READ_BYTES or info.st_size == 0:
+            continue
+        if looks_like_checkpoint(name) or tb_events.is_event_file(name) or name.startswith("."):
+            continue
+        if _label(folder / name, root) in taken:
+            continue
+        rank = 0 if _name_kind(name) else 1 if os.path.splitext(name)[1] in _TEXT_FIRST else 2
+        picked.append((rank, name, info))
+    picked.sort(key=lambda item: (item[0], item[1]))
+    out = []
+    for _, name, info in picked[:MAX_SNIFFED_PER_FOLDER]:
+        kind = _name_kind(name) or "sniff"
+        out.append(_candidate(folder / name, root, kind, level, info, configured=False))
+    return out
+
+
+def _name_kind(name: str) -> str | None:
+    """ "json" / "jsonl" for a JSON log's name, else None."""
+    if not is_json_log_name(name):
+        return None
+    return "jsonl" if name.lower().endswith(".jsonl") else "json"
+
+
+def _event_files(
+    folder: Path,
+    level: int,
+    root: Path,
+    skip: set[Path],
+    notes: list[str],
+    entries: Mapping[str, os.stat_result | None],
+) -> list[_Candidate]:
+    """Event files in `folder` and up to TB_DEPTH folders below it. Subfolders in `skip` or
+    holding one (other runs), and, above the run folder, subfolders holding checkpoint files
+    (runs we were not told about), are not entered."""
+
+    def enter(path: Path, listing: Mapping[str, os.stat_result | None]) -> bool:
+        if any(run == path or path in run.parents for run in skip):
+            return False
+        return not (level and any(i and looks_like_checkpoint(n) for n, i in listing.items()))
+
+    found, problem = tb_events.find_event_files(
+        folder,
+        entries,
+        lambda path: _entries(path, root, notes),
+        enter,
+        (TB_DEPTH, MAX_TB_FOLDERS, MAX_TB_FILES),
+    )
+    if problem:
+        notes.append(f"{_label(folder, root)}: {problem}, the rest unread")
+    return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in found]
+
+
+def _candidate(
+    path: Path, root: Path, kind: str, level: int, info: os.stat_result, *, configured: bool
+) -> _Candidate:
+    label = _label(path, root)
+    return _Candidate(path, label, kind, level, info.st_size, info.st_mtime_ns, configured)
+
+
+def _label(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+# --- reading them -------------------------------------------------------------------------------
+
+
+def _read_text_log(
+    cand: _Candidate,
+    rank: int,
+    root: Path,
+    budget: list[int],
+    notes: list[str],
+    layers: list[_Layer],
+    files: list[LogFile],
+) -> None:
+    data = _read(cand, root, budget, notes)
+    if data is None:
+        return
+    kind = "csv" if cand.kind in ("csv", "sniff") else "json"
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        if cand.configured:
+            notes.append(f"{cand.label}: not UTF-8 text, ignored")
+        return
+    by_step: ByKey = {}
+    if kind == "csv":
+        first = text.split("\n", 1)[0]
+        by_epoch = parse_csv_log(text, next((s for s in (",", ";", "\t") if s in first), ","))
+    else:
+        by_epoch, by_step, problem = parse_json_log(text, lines=cand.kind == "jsonl")
+        if problem and (cand.configured or by_epoch or by_step):
+            notes.append(f"{cand.label}: {problem}" + ("" if by_epoch or by_step else ", ignored"))
+        if not (by_epoch or by_step or cand.configured):
+            return  # some other JSON (a config, a vocabulary): not a log
+    order = (cand.level, _TIERS[kind], rank)
+    layers.append(_Layer(order, f"{kind}:{cand.label}", by_epoch, by_step))
+    files.append(LogFile(cand.label, kind, cand.mtime_ns, max(by_epoch, default=0)))
+
+
+def _read(cand: _Candidate, root: Path, budget: list[int], notes: list[str]) -> bytes | None:
+    """The file's bytes (bounded; a sniffed file only if its first bytes are a CSV log)."""
+    limit = min(MAX_READ_BYTES, budget[0])
+    if cand.size > limit:
+        if cand.configured or cand.kind != "sniff":
+            why = (
+                f"larger than {limit} bytes" if limit == MAX_READ_BYTES else "over the run's budget"
+            )
+            notes.append(f"{cand.label}: {why}, ignored")
+        return None
+    try:
+        fd = beneath.open_regular(cand.path, root)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(SNIFF_BYTES if cand.kind == "sniff" else limit + 1)
+            if cand.kind == "sniff":
+                if csv_log_separator(data, complete=len(data) < SNIFF_BYTES) is None:
+                    budget[0] -= len(data)
+                    return None
+                data += fh.read(limit + 1 - len(data))
+    except FileNotFoundError:
+        return None  # removed since it was listed
+    except Refused as exc:  # a symlink, a symlinked folder: never read
+        notes.append(f"{cand.label}: {str(exc).removeprefix(str(cand.path) + ' ')}, ignored")
+        return None
+    except OSError as exc:
+        notes.append(f"{cand.label}: unreadable ({exc.strerror or exc}), ignored")
+        return None
+    budget[0] -= len(data)
+    if len(data) > limit:
+        notes.append(f"{cand.label}: grew past {limit} bytes while read, ignored")
+        return None
+    return data
+
+
+def _read_event_folder(
+    folder: Path,
+    rank: int,
+    group: list[_Candidate],
+    root: Path,
+    budget: list[int],
+    notes: list[str],
+    layers: list[_Layer],
+    files: list[LogFile],
+) -> None:
+    """One layer per event folder: its files in name (= creation time) order, a later file's
+    value for the same key winning, as a resumed run writes a new file."""
+    scalars: list[Scalar] = []
+    for cand in sorted(group, key=lambda c: c.path.name):
+        limit = min(MAX_READ_BYTES, budget[0])
+        if limit <= 0:
+            notes.append(f"{cand.label}: over the run's budget of {MAX_RUN_BYTES} bytes, ignored")
+            continue
+        try:
+            found = tb_events.read_event_file(cand.path, root, cand.label, limit)
+        except FileNotFoundError:
+            continue
+        except Refused as exc:
+            notes.append(f"{cand.label}: {str(exc).removeprefix(str(cand.path) + ' ')}, ignored")
+            continue
+        except OSError as exc:
+            notes.append(f"{cand.label}: unreadable ({exc.strerror or exc}), ignored")
+            continue
+        budget[0] -= min(cand.size, limit)
+        notes += found.notes
+        scalars += found.scalars
+        epochs = to_metrics(found.scalars, folder.name).epochs
+        files.append(LogFile(cand.label, "tensorboard", cand.mtime_ns, epochs))
+    metrics = to_metrics(scalars, folder.name)
+    label = _label(folder, root)
+    order = (group[0].level, _TIERS["tensorboard"], rank)
+    layers.append(
+        _Layer(
+            order, f"tensorboard:{label}", metrics.by_epoch, metrics.by_step, metrics.epoch_times
+        )
+    )
+
+
+def _merge(layers: list[_Layer], files: list[LogFile], notes: list[str]) -> RunLogs:
+    by_epoch: dict[int, dict[str, MetricValue]] = {}
+    by_step: dict[int, dict[str, MetricValue]] = {}
+    times_at: dict[int, tuple[int, float]] = {}
+    for layer in sorted(layers, key=lambda item: item.order):
+        for target, source in ((by_epoch, layer.by_epoch), (by_step, layer.by_step)):
+            for key, values in source.items():
+                row = target.setdefault(key, {})
+                for name, value in values.items():
+                    row.setdefault(name, MetricValue(name, value, layer.source))
+        for epoch, wall_time in layer.times.items():  # the nearest level's latest (train, val)
+            level, old = times_at.get(epoch, (layer.order[0], wall_time))
+            if level == layer.order[0]:
+                times_at[epoch] = (level, max(old, wall_time))
+    return RunLogs(
+        {k: by_epoch[k] for k in sorted(by_epoch)},
+        {k: by_step[k] for k in sorted(by_step)},
+        {k: times_at[k][1] for k in sorted(times_at)},
+        tuple(files),
+        tuple(notes),
+    )
