@@ -37,7 +37,7 @@ from ..core.tb_scalars import Scalar, to_metrics
 from ..fs import beneath
 from . import tb_events
 
-TB_DEPTH = 3  # logs/fit/20240101-1200/validation
+TB_DEPTH = 4  # folders below: logs/fit/20240101-1200/validation
 MAX_ENTRIES_PER_FOLDER = 20_000  # a folder of 10,000 checkpoints is still listed whole
 MAX_SNIFFED_PER_FOLDER = 64
 MAX_PATTERN_MATCHES = 64  # per pattern and folder
@@ -223,12 +223,13 @@ def _glob(folder: Path, pattern: str, notes: list[str]) -> list[Path]:
 
 
 def _lstat(path: Path) -> os.stat_result | None:
-    """The stat of a regular file or a symlink (which the read then refuses, with a note)."""
+    """The lstat of anything but a folder: a configured name that is a symlink or a FIFO is
+    refused by `fs.beneath` before any open, with a note."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    return info if stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode) else None
+    return None if stat.S_ISDIR(info.st_mode) else info
 
 
 def _sniffable(
@@ -273,13 +274,18 @@ def _event_files(
     entries: Mapping[str, os.stat_result | None],
 ) -> list[_Candidate]:
     """Event files in `folder` and up to TB_DEPTH folders below it. Subfolders in `skip` or
-    holding one (other runs), and, above the run folder, subfolders holding checkpoint files
-    (runs we were not told about), are not entered."""
+    holding one (other runs) are not entered; above the run folder, neither is any subtree that
+    holds checkpoint files anywhere we look (a run we were not told about): its logs are not
+    this run's."""
+    tainted: set[str] = set()
 
     def enter(path: Path, listing: Mapping[str, os.stat_result | None]) -> bool:
         if any(run == path or path in run.parents for run in skip):
             return False
-        return not (level and any(i and looks_like_checkpoint(n) for n, i in listing.items()))
+        if level and any(i and looks_like_checkpoint(n) for n, i in listing.items()):
+            tainted.add(path.relative_to(folder).parts[0])
+            return False
+        return True
 
     found, problem = tb_events.find_event_files(
         folder,
@@ -290,7 +296,8 @@ def _event_files(
     )
     if problem:
         notes.append(f"{_label(folder, root)}: {problem}, the rest unread")
-    return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in found]
+    kept = [(p, i) for p, i in found if p.relative_to(folder).parts[0] not in tainted]
+    return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in kept]
 
 
 def _candidate(

@@ -1,0 +1,142 @@
+"""formats.run_logs on hand-made run folders: which files count as logs, where they are looked
+for, and hostile files (symlinks, FIFOs, binary junk, garbage event files) becoming notes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ckpt_daemon.formats.run_logs import logs_signature, read_run_logs
+from tests.support import keras_csv
+from tests.support.event_files import file_version_event, scalar_event, tfrecord
+
+PATTERNS = ["training.log", "*.csv", "metrics.json"]
+CSV = keras_csv([{"epoch": 0, "loss": 0.9}, {"epoch": 1, "loss": 0.5}])
+
+
+def _events(path: Path, *values: tuple[str, int, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = tfrecord(file_version_event()) + b"".join(scalar_event(*v) for v in values)
+    path.write_bytes(data)
+
+
+def _sources(logs: object) -> set[str]:
+    rows = [*logs.by_epoch.values(), *logs.by_step.values()]  # type: ignore[attr-defined]
+    return {m.source for row in rows for m in row.values()}
+
+
+def test_symlinks_and_fifos_are_never_followed_or_opened(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    run = root / "run"
+    run.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.csv").write_text(CSV)
+    (run / "training.log").symlink_to(outside / "secret.csv")  # a configured name
+    (run / "history.txt").symlink_to(outside / "secret.csv")  # a sniffed one
+    (run / "logs").symlink_to(outside)  # a symlinked folder is not walked
+    _events(outside / "train" / "events.out.tfevents.1.v2", ("epoch_loss", 0, 0.1))
+    os.mkfifo(run / "metrics.csv")  # would block a plain open
+    os.mkfifo(run / "fifo.txt")
+    logs = read_run_logs(run, root, PATTERNS)
+    assert logs.by_epoch == {} and logs.files == ()
+    assert logs.notes == (  # configured names are noted; sniffed candidates are simply passed
+        "run/training.log: is a symlink: not followed, ignored",
+        "run/metrics.csv: is a FIFO: not read, ignored",
+    )
+
+
+def test_sidecars_metadata_binary_and_other_json_are_not_logs(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "e01.keras").write_bytes(b"PK")
+    (run / "e01.keras.json").write_text('[{"epoch": 1, "loss": 0.1}]')
+    (run / "training_metadata.json").write_text('{"1": {"loss": 0.2}}')
+    (run / "config.json").write_text('{"layers": [1, 2]}')
+    (run / "junk.log").write_bytes(b"epoch,loss\n0,0.5\n\x00\x00\x00")
+    (run / "history.jsonl").write_text('{"epoch": 1, "loss": 0.3}\n{"step": 9, "loss": 0.35}\n')
+    logs = read_run_logs(run, tmp_path, PATTERNS)
+    assert logs.values_at(1) == {"loss": 0.3}
+    assert logs.by_step[9]["loss"].source == "json:run/history.jsonl"
+    assert [(f.label, f.kind, f.epochs) for f in logs.files] == [("run/history.jsonl", "json", 1)]
+    assert logs.notes == ()
+
+
+def test_precedence_json_then_csv_then_tensorboard_within_a_folder(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text('{"epochs": {"1": {"loss": 0.1}}}')
+    (run / "log.tsv").write_text(keras_csv([{"epoch": 0, "loss": 0.2, "acc": 0.5}], "\t"))
+    _events(
+        run / "logs" / "train" / "events.out.tfevents.1.v2",
+        ("epoch_loss", 0, 0.3),
+        ("epoch_acc", 0, 0.25),
+        ("epoch_lr", 0, 0.5),
+    )
+    logs = read_run_logs(run, tmp_path, PATTERNS)
+    row = logs.by_epoch[1]
+    assert (row["loss"].value, row["loss"].source) == (0.1, "json:run/metrics.json")
+    assert (row["acc"].value, row["acc"].source) == (0.5, "csv:run/log.tsv")
+    assert row["lr"].source == "tensorboard:run/logs/train"
+    assert logs.epochs_logged == 1 and len(logs.files) == 3
+
+
+def test_event_files_four_folders_down_and_not_five(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _events(
+        run / "logs/fit/20240101-1200/validation/events.out.tfevents.1.v2", ("epoch_loss", 1, 0.5)
+    )
+    _events(run / "a/b/c/d/e/events.out.tfevents.1.v2", ("epoch_acc", 0, 0.5))
+    logs = read_run_logs(run, tmp_path, PATTERNS)
+    assert logs.values_at(2) == {"val_loss": 0.5} and 1 not in logs.by_epoch
+    assert _sources(logs) == {"tensorboard:run/logs/fit/20240101-1200/validation"}
+
+
+def test_newer_session_folder_wins_and_nested_runs_keep_their_logs(tmp_path: Path) -> None:
+    run = tmp_path / "exp"
+    _events(run / "logs/fit/20240101-1200/train/events.out.tfevents.1.v2", ("epoch_loss", 0, 0.9))
+    _events(run / "logs/fit/20240102-0900/train/events.out.tfevents.2.v2", ("epoch_loss", 0, 0.4))
+    _events(run / "sub/logs/train/events.out.tfevents.3.v2", ("epoch_loss", 5, 0.1))
+    logs = read_run_logs(run, tmp_path, PATTERNS, other_runs=[run / "sub"])
+    assert logs.by_epoch[1]["loss"].value == pytest.approx(0.4)
+    assert 6 not in logs.by_epoch  # exp/sub is a run of its own
+
+
+def test_garbage_and_live_event_files_give_notes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    good = tfrecord(file_version_event()) + scalar_event("epoch_loss", 0, 0.5)
+    _events(run / "logs/train/events.out.tfevents.1.v2")
+    (run / "logs/train/events.out.tfevents.1.v2").write_bytes(
+        good + scalar_event("epoch_loss", 1, 0.4)[:-3]
+    )
+    (run / "logs/validation").mkdir()
+    (run / "logs/validation/events.out.tfevents.2.v2").write_bytes(os.urandom(3000))
+    logs = read_run_logs(run, tmp_path, PATTERNS)
+    assert logs.values_at(1) == {"loss": 0.5}
+    assert any("train/events.out.tfevents.1.v2: incomplete record" in n for n in logs.notes)
+    assert any("validation/events.out.tfevents.2.v2" in n for n in logs.notes)
+
+
+def test_configured_patterns_above_the_run_only_name_files_there(tmp_path: Path) -> None:
+    root = tmp_path
+    (root / "a" / "run").mkdir(parents=True)
+    (root / "b").mkdir()
+    (root / "b" / "metrics.csv").write_text(keras_csv([{"epoch": 0, "loss": 7.0}]))
+    (root / "a" / "metrics.csv").write_text(CSV)
+    logs = read_run_logs(root / "a" / "run", root, ["**/*.csv"])
+    assert _sources(logs) == {"csv:a/metrics.csv"}  # found by content; b/ never swept
+    with pytest.raises(ValueError, match="not beneath"):
+        read_run_logs(tmp_path / "elsewhere", root / "a", PATTERNS)
+
+
+def test_signature_is_stat_only_and_covers_candidates(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("not a log")
+    (run / "e01.keras").write_bytes(b"PK")
+    _events(run / "logs/train/events.out.tfevents.1.v2", ("epoch_loss", 0, 0.5))
+    labels = [label for label, _, _ in logs_signature(run, tmp_path, PATTERNS)]
+    assert labels == ["run/logs/train/events.out.tfevents.1.v2", "run/notes.txt"]
+    os.chmod(run / "notes.txt", 0)  # stat only: a file we could not read still has a stat
+    assert len(logs_signature(run, tmp_path, PATTERNS)) == 2
