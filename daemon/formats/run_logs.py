@@ -36,6 +36,7 @@ from ..core.model import MetricValue
 from ..core.tb_scalars import Scalar, to_metrics
 from ..fs import beneath
 from . import tb_events
+from .tb_events import Listing
 
 TB_DEPTH = 4  # folders below: logs/fit/20240101-1200/validation
 MAX_ENTRIES_PER_FOLDER = 20_000  # a folder of 10,000 checkpoints is still listed whole
@@ -97,20 +98,17 @@ def read_run_logs(
     run_dir: Path, root: Path, patterns: Sequence[str], other_runs: Collection[Path] = ()
 ) -> RunLogs:
     """Every metric the run's logs hold, by epoch and by step, with their sources."""
-    notes: list[str] = []
-    layers: list[_Layer] = []
-    files: list[LogFile] = []
-    budget = [MAX_RUN_BYTES]
+    reader = _Reader(Path(os.path.abspath(root)))
     tb_groups: dict[Path, list[_Candidate]] = {}
-    for rank, cand in enumerate(_candidates(run_dir, root, patterns, other_runs, notes)):
+    for rank, cand in enumerate(_candidates(run_dir, root, patterns, other_runs, reader.notes)):
         if cand.kind == "tensorboard":
             tb_groups.setdefault(cand.path.parent, []).append(cand)
         else:
-            _read_text_log(cand, rank, root, budget, notes, layers, files)
+            reader.text_log(cand, rank)
     # The newest session's folder first (`logs/fit/<timestamp>/train`): its values win.
     for rank, folder in enumerate(sorted(tb_groups, reverse=True)):
-        _read_event_folder(folder, rank, tb_groups[folder], root, budget, notes, layers, files)
-    return _merge(layers, files, notes)
+        reader.event_folder(folder, rank, tb_groups[folder])
+    return reader.merged()
 
 
 def logs_signature(
@@ -138,7 +136,7 @@ def _candidates(
     others.discard(run_abs)
     root_abs = Path(os.path.abspath(root))
     for level, folder in enumerate(_folders(run_abs, root_abs)):
-        entries = _entries(folder, root_abs, notes)
+        entries, _ = _entries(folder, root_abs, notes)
         taken: set[str] = set()
         for cand in _configured(folder, level, patterns, entries, root_abs, notes):
             if cand.label not in taken:
@@ -160,45 +158,52 @@ def _folders(run_dir: Path, root: Path) -> list[Path]:
     return chain
 
 
-def _entries(folder: Path, root: Path, notes: list[str]) -> dict[str, os.stat_result | None]:
-    """name -> lstat of a regular file, or None for a real folder (symlinks, FIFOs and other
-    special files are left out: never followed, never opened)."""
+def _entries(folder: Path, root: Path, notes: list[str]) -> tuple[Listing, bool]:
+    """(name -> lstat of a regular file or None for a real folder, whether checkpoint files
+    are there). Symlinks, FIFOs and other special files are left out: never followed, never
+    opened; checkpoints too, unstatted (the folder type comes from the listing itself)."""
     out: dict[str, os.stat_result | None] = {}
+    checkpoints = False
     try:
         with os.scandir(folder) as listing:
             for count, entry in enumerate(listing):
                 if count >= MAX_ENTRIES_PER_FOLDER:
                     notes.append(f"{_label(folder, root)}: over {count} entries, the rest unread")
                     break
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISREG(info.st_mode):
-                    out[entry.name] = info
-                elif stat.S_ISDIR(info.st_mode):
+                if entry.is_dir(follow_symlinks=False):
                     out[entry.name] = None
+                elif not entry.is_file(follow_symlinks=False):
+                    continue
+                elif looks_like_checkpoint(entry.name):
+                    checkpoints = True
+                else:
+                    try:
+                        out[entry.name] = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
     except OSError as exc:
         notes.append(f"{_label(folder, root)}: cannot list ({exc.strerror or exc})")
-    return out
+    return out, checkpoints
 
 
 def _configured(
     folder: Path,
     level: int,
     patterns: Sequence[str],
-    entries: Mapping[str, os.stat_result | None],
+    entries: Listing,
     root: Path,
     notes: list[str],
 ) -> list[_Candidate]:
     out: list[_Candidate] = []
     for pattern in patterns:
-        if level == 0:
+        if "/" in pattern or "**" in pattern:
+            if level:
+                continue  # a pattern reaching into subfolders stays within the run folder
             paths = _glob(folder, pattern, notes)
-        elif "/" in pattern or pattern.startswith("**"):
-            continue  # a pattern reaching into subfolders stays within the run folder
-        else:
-            names = sorted(n for n, info in entries.items() if info and fnmatch.fnmatch(n, pattern))
+        elif not any(c in pattern for c in "*?["):
+            paths = [folder / pattern]  # a plain name: looked at even if a symlink (noted)
+        else:  # from the listing: a folder of 10,000 checkpoints is not globbed per pattern
+            names = sorted(n for n, i in entries.items() if i and fnmatch.fnmatchcase(n, pattern))
             paths = [folder / n for n in names[:MAX_PATTERN_MATCHES]]
         for path in paths:
             info = _lstat(path)
@@ -235,7 +240,7 @@ def _lstat(path: Path) -> os.stat_result | None:
 def _sniffable(
     folder: Path,
     level: int,
-    entries: Mapping[str, os.stat_result | None],
+    entries: Listing,
     taken: set[str],
     root: Path,
 ) -> list[_Candidate]:
@@ -271,7 +276,7 @@ def _event_files(
     root: Path,
     skip: set[Path],
     notes: list[str],
-    entries: Mapping[str, os.stat_result | None],
+    entries: Listing,
 ) -> list[_Candidate]:
     """Event files in `folder` and up to TB_DEPTH folders below it. Subfolders in `skip` or
     holding one (other runs) are not entered; above the run folder, neither is any subtree that
@@ -279,21 +284,17 @@ def _event_files(
     this run's."""
     tainted: set[str] = set()
 
-    def enter(path: Path, listing: Mapping[str, os.stat_result | None]) -> bool:
+    def list_folder(path: Path) -> Listing | None:
         if any(run == path or path in run.parents for run in skip):
-            return False
-        if level and any(i and looks_like_checkpoint(n) for n, i in listing.items()):
+            return None
+        listing, checkpoints = _entries(path, root, notes)
+        if level and checkpoints:
             tainted.add(path.relative_to(folder).parts[0])
-            return False
-        return True
+            return None
+        return listing
 
-    found, problem = tb_events.find_event_files(
-        folder,
-        entries,
-        lambda path: _entries(path, root, notes),
-        enter,
-        (TB_DEPTH, MAX_TB_FOLDERS, MAX_TB_FILES),
-    )
+    limits = (TB_DEPTH, MAX_TB_FOLDERS, MAX_TB_FILES)
+    found, problem = tb_events.find_event_files(folder, entries, list_folder, limits)
     if problem:
         notes.append(f"{_label(folder, root)}: {problem}, the rest unread")
     kept = [(p, i) for p, i in found if p.relative_to(folder).parts[0] not in tainted]
@@ -317,135 +318,115 @@ def _label(path: Path, root: Path) -> str:
 # --- reading them -------------------------------------------------------------------------------
 
 
-def _read_text_log(
-    cand: _Candidate,
-    rank: int,
-    root: Path,
-    budget: list[int],
-    notes: list[str],
-    layers: list[_Layer],
-    files: list[LogFile],
-) -> None:
-    data = _read(cand, root, budget, notes)
-    if data is None:
-        return
-    kind = "csv" if cand.kind in ("csv", "sniff") else "json"
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        if cand.configured:
-            notes.append(f"{cand.label}: not UTF-8 text, ignored")
-        return
-    by_step: ByKey = {}
-    if kind == "csv":
-        first = text.split("\n", 1)[0]
-        by_epoch = parse_csv_log(text, next((s for s in (",", ";", "\t") if s in first), ","))
-    else:
-        by_epoch, by_step, problem = parse_json_log(text, lines=cand.kind == "jsonl")
-        if problem and (cand.configured or by_epoch or by_step):
-            notes.append(f"{cand.label}: {problem}" + ("" if by_epoch or by_step else ", ignored"))
-        if not (by_epoch or by_step or cand.configured):
-            return  # some other JSON (a config, a vocabulary): not a log
-    order = (cand.level, _TIERS[kind], rank)
-    layers.append(_Layer(order, f"{kind}:{cand.label}", by_epoch, by_step))
-    files.append(LogFile(cand.label, kind, cand.mtime_ns, max(by_epoch, default=0)))
+@dataclass
+class _Reader:
+    """One run's reading: the budget left, and the layers, files and notes gathered."""
 
+    root: Path
+    budget: int = MAX_RUN_BYTES
+    layers: list[_Layer] = field(default_factory=list)
+    files: list[LogFile] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
-def _read(cand: _Candidate, root: Path, budget: list[int], notes: list[str]) -> bytes | None:
-    """The file's bytes (bounded; a sniffed file only if its first bytes are a CSV log)."""
-    limit = min(MAX_READ_BYTES, budget[0])
-    if cand.size > limit:
-        if cand.configured or cand.kind != "sniff":
-            why = (
-                f"larger than {limit} bytes" if limit == MAX_READ_BYTES else "over the run's budget"
-            )
-            notes.append(f"{cand.label}: {why}, ignored")
-        return None
-    try:
-        fd = beneath.open_regular(cand.path, root)
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read(SNIFF_BYTES if cand.kind == "sniff" else limit + 1)
-            if cand.kind == "sniff":
-                if csv_log_separator(data, complete=len(data) < SNIFF_BYTES) is None:
-                    budget[0] -= len(data)
-                    return None
-                data += fh.read(limit + 1 - len(data))
-    except FileNotFoundError:
-        return None  # removed since it was listed
-    except Refused as exc:  # a symlink, a symlinked folder: never read
-        notes.append(f"{cand.label}: {str(exc).removeprefix(str(cand.path) + ' ')}, ignored")
-        return None
-    except OSError as exc:
-        notes.append(f"{cand.label}: unreadable ({exc.strerror or exc}), ignored")
-        return None
-    budget[0] -= len(data)
-    if len(data) > limit:
-        notes.append(f"{cand.label}: grew past {limit} bytes while read, ignored")
-        return None
-    return data
-
-
-def _read_event_folder(
-    folder: Path,
-    rank: int,
-    group: list[_Candidate],
-    root: Path,
-    budget: list[int],
-    notes: list[str],
-    layers: list[_Layer],
-    files: list[LogFile],
-) -> None:
-    """One layer per event folder: its files in name (= creation time) order, a later file's
-    value for the same key winning, as a resumed run writes a new file."""
-    scalars: list[Scalar] = []
-    for cand in sorted(group, key=lambda c: c.path.name):
-        limit = min(MAX_READ_BYTES, budget[0])
-        if limit <= 0:
-            notes.append(f"{cand.label}: over the run's budget of {MAX_RUN_BYTES} bytes, ignored")
-            continue
+    def text_log(self, cand: _Candidate, rank: int) -> None:
+        data = self.read(cand)
         try:
-            found = tb_events.read_event_file(cand.path, root, cand.label, limit)
-        except FileNotFoundError:
-            continue
-        except Refused as exc:
-            notes.append(f"{cand.label}: {str(exc).removeprefix(str(cand.path) + ' ')}, ignored")
-            continue
-        except OSError as exc:
-            notes.append(f"{cand.label}: unreadable ({exc.strerror or exc}), ignored")
-            continue
-        budget[0] -= min(cand.size, limit)
-        notes += found.notes
-        scalars += found.scalars
-        epochs = to_metrics(found.scalars, folder.name).epochs
-        files.append(LogFile(cand.label, "tensorboard", cand.mtime_ns, epochs))
-    metrics = to_metrics(scalars, folder.name)
-    label = _label(folder, root)
-    order = (group[0].level, _TIERS["tensorboard"], rank)
-    layers.append(
-        _Layer(
-            order, f"tensorboard:{label}", metrics.by_epoch, metrics.by_step, metrics.epoch_times
+            text = None if data is None else data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            self.notes += [f"{cand.label}: not UTF-8 text, ignored"] if cand.configured else []
+            return
+        if text is None:
+            return
+        kind = "csv" if cand.kind in ("csv", "sniff") else "json"
+        by_step: ByKey = {}
+        if kind == "csv":
+            first = text.split("\n", 1)[0]
+            by_epoch = parse_csv_log(text, next((s for s in (",", ";", "\t") if s in first), ","))
+        else:
+            by_epoch, by_step, problem = parse_json_log(text, lines=cand.kind == "jsonl")
+            found = bool(by_epoch or by_step)
+            if problem and (cand.configured or found):
+                self.notes.append(f"{cand.label}: {problem}" + ("" if found else ", ignored"))
+            if not (found or cand.configured):
+                return  # some other JSON (a config, a vocabulary): not a log
+        order = (cand.level, _TIERS[kind], rank)
+        self.layers.append(_Layer(order, f"{kind}:{cand.label}", by_epoch, by_step))
+        self.files.append(LogFile(cand.label, kind, cand.mtime_ns, max(by_epoch, default=0)))
+
+    def event_folder(self, folder: Path, rank: int, group: list[_Candidate]) -> None:
+        """One layer per event folder: its files in name (= creation time) order, a later
+        file's value for the same key winning, as a resumed run writes a new file."""
+        scalars: list[Scalar] = []
+        for cand in sorted(group, key=lambda c: c.path.name):
+            data = self.read(cand)
+            if data is None:
+                continue
+            found = tb_events.decode_events(data, cand.label)
+            self.notes += found.notes
+            scalars += found.scalars
+            epochs = to_metrics(found.scalars, folder.name).epochs
+            self.files.append(LogFile(cand.label, "tensorboard", cand.mtime_ns, epochs))
+        metrics = to_metrics(scalars, folder.name)
+        order = (group[0].level, _TIERS["tensorboard"], rank)
+        source = f"tensorboard:{_label(folder, self.root)}"
+        self.layers.append(
+            _Layer(order, source, metrics.by_epoch, metrics.by_step, metrics.epoch_times)
         )
-    )
 
+    def read(self, cand: _Candidate) -> bytes | None:
+        """The file's bytes, bounded: a sniffed file only if its first bytes are a CSV log; an
+        event file over the limit up to the limit (its first records)."""
+        limit = min(MAX_READ_BYTES, self.budget)
+        prefix = cand.kind == "tensorboard"
+        if cand.size > limit and not (prefix and limit > 0):
+            if cand.kind != "sniff":
+                why = "larger than" if limit == MAX_READ_BYTES else "over what is left of the run's"
+                self.notes.append(f"{cand.label}: {why} {limit} bytes, ignored")
+            return None
+        try:
+            fd = beneath.open_regular(cand.path, self.root)
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read(SNIFF_BYTES if cand.kind == "sniff" else limit + 1)
+                if cand.kind == "sniff" and csv_log_separator(data, len(data) < SNIFF_BYTES):
+                    data += fh.read(limit + 1 - len(data))
+                elif cand.kind == "sniff":
+                    self.budget -= len(data)
+                    return None
+        except FileNotFoundError:
+            return None  # removed since it was listed
+        except Refused as exc:  # a symlink, a FIFO, a symlinked folder: never read
+            self.notes.append(f"{cand.label}: {str(exc).removeprefix(f'{cand.path} ')}, ignored")
+            return None
+        except OSError as exc:
+            self.notes.append(f"{cand.label}: unreadable ({exc.strerror or exc}), ignored")
+            return None
+        self.budget -= min(len(data), limit)
+        if len(data) > limit and prefix:
+            self.notes.append(f"{cand.label}: over {limit} bytes, only the records before read")
+            return data[:limit]
+        if len(data) > limit:
+            self.notes.append(f"{cand.label}: grew past {limit} bytes while read, ignored")
+            return None
+        return data
 
-def _merge(layers: list[_Layer], files: list[LogFile], notes: list[str]) -> RunLogs:
-    by_epoch: dict[int, dict[str, MetricValue]] = {}
-    by_step: dict[int, dict[str, MetricValue]] = {}
-    times_at: dict[int, tuple[int, float]] = {}
-    for layer in sorted(layers, key=lambda item: item.order):
-        for target, source in ((by_epoch, layer.by_epoch), (by_step, layer.by_step)):
-            for key, values in source.items():
-                row = target.setdefault(key, {})
-                for name, value in values.items():
-                    row.setdefault(name, MetricValue(name, value, layer.source))
-        for epoch, wall_time in layer.times.items():  # the nearest level's latest (train, val)
-            level, old = times_at.get(epoch, (layer.order[0], wall_time))
-            if level == layer.order[0]:
-                times_at[epoch] = (level, max(old, wall_time))
-    return RunLogs(
-        {k: by_epoch[k] for k in sorted(by_epoch)},
-        {k: by_step[k] for k in sorted(by_step)},
-        {k: times_at[k][1] for k in sorted(times_at)},
-        tuple(files),
-        tuple(notes),
-    )
+    def merged(self) -> RunLogs:
+        by_epoch: dict[int, dict[str, MetricValue]] = {}
+        by_step: dict[int, dict[str, MetricValue]] = {}
+        times_at: dict[int, tuple[int, float]] = {}
+        for layer in sorted(self.layers, key=lambda item: item.order):
+            for target, source in ((by_epoch, layer.by_epoch), (by_step, layer.by_step)):
+                for key, values in source.items():
+                    row = target.setdefault(key, {})
+                    for name, value in values.items():
+                        row.setdefault(name, MetricValue(name, value, layer.source))
+            for epoch, wall_time in layer.times.items():  # the nearest level's latest time
+                level, old = times_at.get(epoch, (layer.order[0], wall_time))
+                if level == layer.order[0]:
+                    times_at[epoch] = (level, max(old, wall_time))
+        return RunLogs(
+            {k: by_epoch[k] for k in sorted(by_epoch)},
+            {k: by_step[k] for k in sorted(by_step)},
+            {k: times_at[k][1] for k in sorted(times_at)},
+            tuple(self.files),
+            tuple(self.notes),
+        )

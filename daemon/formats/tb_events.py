@@ -278,12 +278,11 @@ Listing = Mapping[str, "os.stat_result | None"]  # name -> lstat of a regular fi
 def find_event_files(
     folder: Path,
     entries: Listing,
-    list_folder: Callable[[Path], Listing],
-    enter: Callable[[Path, Listing], bool],
+    list_folder: Callable[[Path], Listing | None],
     limits: tuple[int, int, int],
 ) -> tuple[list[tuple[Path, os.stat_result]], str | None]:
-    """Event files in `folder` (listed as `entries`) and in its subfolders, breadth first, each
-    subfolder listed with `list_folder` and entered only if `enter(path, its listing)`.
+    """Event files in `folder` (listed as `entries`) and in its subfolders, breadth first; a
+    subfolder is listed with `list_folder`, which returns None for one not to enter.
     `limits`: (depth, folders listed, files). Returns the files and why the search stopped
     early, if it did."""
     max_depth, max_folders, max_files = limits
@@ -303,6 +302,6 @@ def find_event_files(
                     return out, f"over {max_folders} log folders"
                 listed += 1
                 below = list_folder(current / name)
-                if enter(current / name, below):
+                if below is not None:
                     queue.append((current / name, depth + 1, below))
     return out, None

@@ -33,18 +33,23 @@ def test_symlinks_and_fifos_are_never_followed_or_opened(tmp_path: Path) -> None
     run.mkdir(parents=True)
     outside.mkdir()
     (outside / "secret.csv").write_text(CSV)
-    (run / "training.log").symlink_to(outside / "secret.csv")  # a configured name
+    (run / "metrics.json").symlink_to(outside / "secret.csv")  # a configured plain name
     (run / "history.txt").symlink_to(outside / "secret.csv")  # a sniffed one
     (run / "logs").symlink_to(outside)  # a symlinked folder is not walked
     _events(outside / "train" / "events.out.tfevents.1.v2", ("epoch_loss", 0, 0.1))
-    os.mkfifo(run / "metrics.csv")  # would block a plain open
+    os.mkfifo(run / "training.log")  # would block a plain open
+    os.mkfifo(run / "x.csv")  # matched by a wildcard: left out of the listing
     os.mkfifo(run / "fifo.txt")
     logs = read_run_logs(run, root, PATTERNS)
     assert logs.by_epoch == {} and logs.files == ()
-    assert logs.notes == (  # configured names are noted; sniffed candidates are simply passed
-        "run/training.log: is a symlink: not followed, ignored",
-        "run/metrics.csv: is a FIFO: not read, ignored",
+    assert logs.notes == (  # configured plain names are noted; the rest simply passed
+        "run/training.log: is a FIFO: not read, ignored",
+        "run/metrics.json: is a symlink: not followed, ignored",
     )
+    assert [label for label, _, _ in logs_signature(run, root, PATTERNS)] == [
+        "run/metrics.json",
+        "run/training.log",
+    ]
 
 
 def test_sidecars_metadata_binary_and_other_json_are_not_logs(tmp_path: Path) -> None:
