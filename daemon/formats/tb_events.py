@@ -58,6 +58,8 @@ SCALARS_PLUGIN = "scalars"
 # DataType enum values (tensorflow/core/framework/types.proto) -> struct format of one element.
 _ELEMENT = {1: "<f", 2: "<d", 3: "<i", 9: "<q", 19: "<e"}
 _BFLOAT16 = 14
+# What tf.summary.scalar writes: dtype DT_FLOAT, an empty shape, 4 bytes of tensor_content.
+_F32_SCALAR = bytes([1 << 3, 1, 2 << 3 | 2, 0, 4 << 3 | 2, 4])
 _SINGLE_WIRE = {0: VARINT, 4: FIXED32, 8: FIXED64}  # an unpacked element's wire type, by width
 _VALUE_FIELDS = {5: (1, 4), 6: (2, 8), 7: (3, 0), 10: (9, 0), 13: (19, 0)}  # field: dtype, width
 
@@ -158,7 +160,7 @@ def _value(buf: bytes, decoder: _Decoder) -> tuple[str, float] | None:
     tag: str | None = None
     simple: float | None = None
     tensor: bytes | None = None
-    plugin: str | None = None
+    metadata: bytes | None = None
     for number, wire, value in fields(buf):
         if number == 1 and wire == LENGTH:
             assert isinstance(value, bytes)
@@ -171,11 +173,13 @@ def _value(buf: bytes, decoder: _Decoder) -> tuple[str, float] | None:
             tensor = value
         elif number == 9 and wire == LENGTH:
             assert isinstance(value, bytes)
-            plugin = _plugin_name(value)
+            metadata = value
     if tag is None or not tag or len(tag) > MAX_TAG_CHARS or not tag.isprintable():
         return None
-    if plugin is not None:
-        decoder.plugins.setdefault(tag, plugin)
+    if metadata is not None and tag not in decoder.plugins:  # Keras repeats it every time
+        plugin = _plugin_name(metadata)
+        if plugin is not None:
+            decoder.plugins[tag] = plugin
     known = decoder.plugins.get(tag)
     if known is not None and known != SCALARS_PLUGIN:
         return None  # histograms, images, text, the model graph: not metrics
@@ -198,6 +202,8 @@ def _plugin_name(buf: bytes) -> str | None:
 
 def _tensor_scalar(buf: bytes) -> float | None:
     """The one number of a scalar (or one-element) numeric TensorProto, else None."""
+    if len(buf) == len(_F32_SCALAR) + 4 and buf.startswith(_F32_SCALAR):  # tf.summary.scalar's
+        return float(struct.unpack_from("<f", buf, len(_F32_SCALAR))[0])
     dtype, content = 0, None
     elements: int | None = 1
     listed: list[tuple[int, int | bytes]] = []  # (dtype the field implies, element)
