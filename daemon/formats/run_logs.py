@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.errors import Refused
 from ..core.log_sniff import (
+    NOT_LOGS,
     SNIFF_BYTES,
     csv_log_separator,
     is_json_log_name,
@@ -143,8 +144,7 @@ def _candidates(
                 taken.add(cand.label)
                 out.append(cand)
         out += _sniffable(folder, level, entries, taken, root_abs)
-        skip = others | ({run_abs} if level else set())
-        out += _event_files(folder, level, root_abs, skip, notes, entries)
+        out += _event_files(folder, level, root_abs, run_abs, others, notes, entries)
     return out
 
 
@@ -274,31 +274,42 @@ def _event_files(
     folder: Path,
     level: int,
     root: Path,
-    skip: set[Path],
+    run: Path,
+    others: set[Path],
     notes: list[str],
     entries: Listing,
 ) -> list[_Candidate]:
-    """Event files in `folder` and up to TB_DEPTH folders below it. Subfolders in `skip` or
-    holding one (other runs) are not entered; above the run folder, neither is any subtree that
-    holds checkpoint files anywhere we look (a run we were not told about): its logs are not
-    this run's."""
-    tainted: set[str] = set()
+    """Event files in `folder` and up to TB_DEPTH folders below it; never inside another run.
+    Above the run folder, the subfolders' files count only while no subfolder off the run's own
+    branch holds another run (a known one, or checkpoint files other than BackupAndRestore's):
+    a folder shared by several runs (a root of experiments) gives its subfolders' logs to none."""
+    branch = run.relative_to(folder).parts[0] if level else None
+    shared = any(folder in o.parents and o.relative_to(folder).parts[0] != branch for o in others)
 
     def list_folder(path: Path) -> Listing | None:
-        if any(run == path or path in run.parents for run in skip):
-            return None
+        nonlocal shared
+        if any(r == path or path in r.parents for r in (*others, run) if level or r != run):
+            return None  # another run, or (above the run folder) the run's own branch
         listing, checkpoints = _entries(path, root, notes)
-        if level and checkpoints:
-            tainted.add(path.relative_to(folder).parts[0])
+        if level and checkpoints and not _backup(path, listing):
+            shared = True
             return None
         return listing
 
     limits = (TB_DEPTH, MAX_TB_FOLDERS, MAX_TB_FILES)
-    found, problem = tb_events.find_event_files(folder, entries, list_folder, limits)
+    lister = (lambda _: None) if level and shared else list_folder  # shared: known runs named
+    found, problem = tb_events.find_event_files(folder, entries, lister, limits)
     if problem:
         notes.append(f"{_label(folder, root)}: {problem}, the rest unread")
-    kept = [(p, i) for p, i in found if p.relative_to(folder).parts[0] not in tainted]
-    return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in kept]
+    if level and shared:
+        found = [(p, i) for p, i in found if p.parent == folder]
+    return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in found]
+
+
+def _backup(path: Path, listing: Listing) -> bool:
+    """A BackupAndRestore folder: Keras 3's (`training_metadata.json` beside the weights) or
+    tf-keras's (`<backup_dir>/chief/`). Housekeeping of the run, not another run."""
+    return path.name == "chief" or not NOT_LOGS.isdisjoint(listing)
 
 
 def _candidate(

@@ -145,3 +145,36 @@ def test_signature_is_stat_only_and_covers_candidates(tmp_path: Path) -> None:
     assert labels == ["run/logs/train/events.out.tfevents.1.v2", "run/notes.txt"]
     os.chmod(run / "notes.txt", 0)  # stat only: a file we could not read still has a stat
     assert len(logs_signature(run, tmp_path, PATTERNS)) == 2
+
+
+def test_a_folder_shared_by_several_runs_gives_its_subfolders_logs_to_none(tmp_path: Path) -> None:
+    run = tmp_path / "exp_a" / "run"
+    run.mkdir(parents=True)
+    (run / "e01.keras").write_bytes(b"PK")
+    _events(tmp_path / "logs/train/events.out.tfevents.1.v2", ("epoch_loss", 0, 0.5))
+    assert read_run_logs(run, tmp_path, PATTERNS).values_at(1) == {"loss": 0.5}  # only run here
+    (tmp_path / "exp_b" / "ckpts").mkdir(parents=True)
+    (tmp_path / "exp_b" / "ckpts" / "w.weights.h5").write_bytes(b"\x89HDF")  # a run not named
+    _events(tmp_path / "events.out.tfevents.2.v2", ("epoch_acc", 0, 0.75))  # directly in it
+    logs = read_run_logs(run, tmp_path, PATTERNS)
+    assert logs.values_at(1) == {"acc": 0.75}
+    assert logs.values_at(1) == read_run_logs(
+        run, tmp_path, PATTERNS, [tmp_path / "x/y"]
+    ).values_at(1)
+    (tmp_path / "exp_b" / "ckpts" / "w.weights.h5").unlink()
+    assert read_run_logs(run, tmp_path, PATTERNS).values_at(1) == {"acc": 0.75, "loss": 0.5}
+    named = read_run_logs(run, tmp_path, PATTERNS, [tmp_path / "exp_b"])  # named, no ckpt yet
+    assert named.values_at(1) == {"acc": 0.75}
+
+
+def test_backup_and_restore_folders_are_the_runs_housekeeping(tmp_path: Path) -> None:
+    exp = tmp_path / "exp"
+    (exp / "checkpoints").mkdir(parents=True)
+    (exp / "backup").mkdir()
+    (exp / "backup" / "latest.weights.h5").write_bytes(b"\x89HDF")
+    (exp / "backup" / "training_metadata.json").write_text('{"epoch": 2}')
+    (exp / "tf_backup" / "chief").mkdir(parents=True)
+    (exp / "tf_backup" / "chief" / "ckpt-1.index").write_bytes(b"x")
+    _events(exp / "logs/validation/events.out.tfevents.1.v2", ("epoch_loss", 0, 0.5))
+    logs = read_run_logs(exp / "checkpoints", tmp_path, PATTERNS)
+    assert logs.values_at(1) == {"val_loss": 0.5}
