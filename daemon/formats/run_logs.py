@@ -1,22 +1,20 @@
-"""The training logs of one run, wherever they sit: its folder and every folder above it up to
-the root (nearest first), CSVLogger files under any name, JSON logs, TensorBoard event files.
+"""The training logs of one run, wherever they sit: its folder, then each folder above it up to
+the root (nearest first). In each folder: the files the root's `metrics_files` patterns name (a
+pattern reaching into subfolders only in the run folder, so a `**` never sweeps a sibling run),
+CSVLogger logs under any name and JSON logs (recognised by `core.log_sniff`), and TensorBoard
+event files there and up to `TB_DEPTH` folders below, never inside another run, and above the
+run folder only while no other run shares the folder (`tb_events.run_event_files`). A nearer
+folder's value wins; within one folder JSON > CSV > TensorBoard.
 
-Which files: in each folder, the files matching the root's `metrics_files` patterns (in the run
-folder as globs relative to it; in the folders above only patterns naming files directly in
-them, so that a `**` never sweeps a sibling run), any small text file whose first bytes are a
-CSVLogger log (`core.log_sniff`), `*.json` / `*.jsonl` logs, and TensorBoard event files in the
-folder and up to `TB_DEPTH` levels below it. Above the run folder, a subfolder that holds the run
-itself, another known run or checkpoint files is never entered: a sibling experiment's logs are
-never this run's. A nearer folder's value wins; within one folder JSON > CSV > TensorBoard.
-
-Every file is opened through `fs.beneath` (beneath the root, no symlink followed, regular files
-only); everything is bounded (entries, candidates, bytes per file and per run, records); bad
-bytes become notes, never exceptions. Only stat and small reads: no HDF5.
+Every file is opened through `fs.beneath` (beneath the root, no symlink followed, no FIFO
+opened); entries, candidates, bytes per file and per run, and records are bounded; bad bytes
+become notes, never exceptions. Stat and small reads only: no HDF5, checkpoints not even statted.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import stat
 from collections.abc import Collection, Mapping, Sequence
@@ -25,7 +23,6 @@ from pathlib import Path
 
 from ..core.errors import Refused
 from ..core.log_sniff import (
-    NOT_LOGS,
     SNIFF_BYTES,
     csv_log_separator,
     is_json_log_name,
@@ -279,37 +276,12 @@ def _event_files(
     notes: list[str],
     entries: Listing,
 ) -> list[_Candidate]:
-    """Event files in `folder` and up to TB_DEPTH folders below it; never inside another run.
-    Above the run folder, the subfolders' files count only while no subfolder off the run's own
-    branch holds another run (a known one, or checkpoint files other than BackupAndRestore's):
-    a folder shared by several runs (a root of experiments) gives its subfolders' logs to none."""
-    branch = run.relative_to(folder).parts[0] if level else None
-    shared = any(folder in o.parents and o.relative_to(folder).parts[0] != branch for o in others)
-
-    def list_folder(path: Path) -> Listing | None:
-        nonlocal shared
-        if any(r == path or path in r.parents for r in (*others, run) if level or r != run):
-            return None  # another run, or (above the run folder) the run's own branch
-        listing, checkpoints = _entries(path, root, notes)
-        if level and checkpoints and not _backup(path, listing):
-            shared = True
-            return None
-        return listing
-
     limits = (TB_DEPTH, MAX_TB_FOLDERS, MAX_TB_FILES)
-    lister = (lambda _: None) if level and shared else list_folder  # shared: known runs named
-    found, problem = tb_events.find_event_files(folder, entries, lister, limits)
+    lister = functools.partial(_entries, root=root, notes=notes)
+    found, problem = tb_events.run_event_files(folder, entries, lister, run, others, limits)
     if problem:
         notes.append(f"{_label(folder, root)}: {problem}, the rest unread")
-    if level and shared:
-        found = [(p, i) for p, i in found if p.parent == folder]
     return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in found]
-
-
-def _backup(path: Path, listing: Listing) -> bool:
-    """A BackupAndRestore folder: Keras 3's (`training_metadata.json` beside the weights) or
-    tf-keras's (`<backup_dir>/chief/`). Housekeeping of the run, not another run."""
-    return path.name == "chief" or not NOT_LOGS.isdisjoint(listing)
 
 
 def _candidate(

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.log_sniff import NOT_LOGS
 from ..core.metrics import MAX_READ_BYTES
 from ..core.protowire import (
     FIXED32,
@@ -281,16 +282,57 @@ def is_event_file(name: str) -> bool:
 Listing = Mapping[str, "os.stat_result | None"]  # name -> lstat of a regular file, None: a folder
 
 
-def find_event_files(
+def run_event_files(
+    folder: Path,
+    entries: Listing,
+    list_folder: Callable[[Path], tuple[Listing, bool]],
+    run: Path,
+    others: Collection[Path],
+    limits: tuple[int, int, int],
+) -> tuple[list[tuple[Path, os.stat_result]], str | None]:
+    """The event files of `run` in `folder` (the run folder or one above it, listed as
+    `entries`) and its subfolders, never inside another run (`others`). Above the run folder,
+    the subfolders' files count only while no subfolder off the run's own branch holds another
+    run (a known one, or checkpoint files other than BackupAndRestore's): a folder shared by
+    several runs (a root of experiments) gives its subfolders' logs to none. `list_folder`
+    gives a folder's listing and whether checkpoint files are in it; `limits`: (depth, folders
+    listed, files). Returns the files and why the search stopped early, if it did."""
+    above = folder != run
+    branch = run.relative_to(folder).parts[0] if above else None
+    shared = above and any(
+        folder in o.parents and o.relative_to(folder).parts[0] != branch for o in others
+    )
+
+    def lister(path: Path) -> Listing | None:
+        nonlocal shared
+        if shared or any(
+            r == path or path in r.parents for r in (*others, run) if above or r != run
+        ):
+            return None  # another run, or (above the run folder) the run's own branch
+        listing, checkpoints = list_folder(path)
+        if above and checkpoints and not _backup(path, listing):
+            shared = True
+            return None
+        return listing
+
+    found, problem = _walk(folder, entries, lister, limits)
+    return [(p, i) for p, i in found if not shared or p.parent == folder], problem
+
+
+def _backup(path: Path, listing: Listing) -> bool:
+    """A BackupAndRestore folder: Keras 3's (`training_metadata.json` beside the weights) or
+    tf-keras's (`<backup_dir>/chief/`). Housekeeping of a run, not another run."""
+    return path.name == "chief" or not NOT_LOGS.isdisjoint(listing)
+
+
+def _walk(
     folder: Path,
     entries: Listing,
     list_folder: Callable[[Path], Listing | None],
     limits: tuple[int, int, int],
 ) -> tuple[list[tuple[Path, os.stat_result]], str | None]:
-    """Event files in `folder` (listed as `entries`) and in its subfolders, breadth first; a
-    subfolder is listed with `list_folder`, which returns None for one not to enter.
-    `limits`: (depth, folders listed, files). Returns the files and why the search stopped
-    early, if it did."""
+    """Event files in `folder` and its subfolders, breadth first; `list_folder` returns None
+    for a folder not to enter."""
     max_depth, max_folders, max_files = limits
     out: list[tuple[Path, os.stat_result]] = []
     queue: list[tuple[Path, int, Listing]] = [(folder, 0, entries)]
