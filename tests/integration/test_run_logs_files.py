@@ -4,11 +4,15 @@ for, and hostile files (symlinks, FIFOs, binary junk, garbage event files) becom
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckpt_daemon.formats.run_logs import logs_signature, read_run_logs
+from ckpt_daemon.formats.tb_events import read_event_file
 from tests.support import keras_csv
 from tests.support.event_files import file_version_event, scalar_event, tfrecord
 
@@ -178,3 +182,26 @@ def test_backup_and_restore_folders_are_the_runs_housekeeping(tmp_path: Path) ->
     _events(exp / "logs/validation/events.out.tfevents.1.v2", ("epoch_loss", 0, 0.5))
     logs = read_run_logs(exp / "checkpoints", tmp_path, PATTERNS)
     assert logs.values_at(1) == {"val_loss": 0.5}
+
+
+def test_an_event_file_over_the_limit_keeps_its_first_records(tmp_path: Path) -> None:
+    path = tmp_path / "train" / "events.out.tfevents.1.v2"
+    _events(path, *(("epoch_loss", e, 0.5) for e in range(20)))
+    result = read_event_file(path, tmp_path, "train/f", limit=300)
+    assert 0 < len(result.scalars) < 20
+    assert result.notes[0] == "train/f: larger than 300 bytes, only the records before that read"
+    assert any("incomplete record" in n for n in result.notes[1:])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=300), min_size=5, max_size=5))
+def test_hostile_contents_never_raise(contents: list[bytes]) -> None:
+    names = ["training.log", "metrics.json", "h.jsonl", "x.txt", "logs/train/events.out.tfevents.1"]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        for name, data in zip(names, contents, strict=True):
+            (run / name).parent.mkdir(parents=True, exist_ok=True)
+            (run / name).write_bytes(b"epoch,loss\n0," + data if name == "x.txt" else data)
+        logs = read_run_logs(run, Path(tmp), PATTERNS)
+        assert all(isinstance(m.value, float) for r in logs.by_epoch.values() for m in r.values())
+        assert len(logs_signature(run, Path(tmp), PATTERNS)) >= 3
