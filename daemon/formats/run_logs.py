@@ -95,7 +95,9 @@ class _Layer:
 def read_run_logs(
     run_dir: Path, root: Path, patterns: Sequence[str], other_runs: Collection[Path] = ()
 ) -> RunLogs:
-    """Every metric the run's logs hold, by epoch and by step, with their sources."""
+    """Every metric the run's logs hold, by epoch and by step, with their sources. `other_runs`:
+    the run folders the caller knows (their logs are never this run's). Raises ValueError when
+    `run_dir` is not beneath `root`; never on what the files hold."""
     reader = _Reader(Path(os.path.abspath(root)))
     tb_groups: dict[Path, list[_Candidate]] = {}
     for rank, cand in enumerate(_candidates(run_dir, root, patterns, other_runs, reader.notes)):
@@ -363,8 +365,12 @@ class _Reader:
         prefix = cand.kind == "tensorboard"
         if cand.size > limit and not (prefix and limit > 0):
             if cand.kind != "sniff":
-                why = "larger than" if limit == MAX_READ_BYTES else "over what is left of the run's"
-                self.notes.append(f"{cand.label}: {why} {limit} bytes, ignored")
+                why = (
+                    f"larger than {limit} bytes"
+                    if limit == MAX_READ_BYTES
+                    else "over the run's budget"
+                )
+                self.notes.append(f"{cand.label}: {why}, ignored")
             return None
         try:
             fd = beneath.open_regular(cand.path, self.root)
