@@ -5,6 +5,7 @@
 - `daemon`: `Daemon` (`ckpt serve` as a subprocess) and `service_workspace`;
 - `checkpoints`: where the generated Keras/TF checkpoints come from (``CKPT_TEST_FIXTURES``);
 - `metric_logs`: training logs as Keras writes them;
+- `event_files` (imported by name): TensorBoard event files built by hand, a protobuf encoder;
 - `keras_fixtures`: the generator of those checkpoints, a script
   (``python3 tests/support/keras_fixtures.py OUT_DIR``), never imported here: it is the only
   test code that imports TensorFlow, and only in its own child processes;
