@@ -94,15 +94,46 @@ class _Pair:
 
 def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
     own = {m.id: _own_fields(m) for m in members}
+    logged_steps = epochs_of_steps(logged)
     pairs = list(_pairs(members, own, logged))
+    pairs += [
+        _Pair(step, e, e, f"log: epoch {e} ended at step {step}")
+        for step, e in logged_steps.items()
+    ]
     spe, evidence = steps_per_epoch(pairs)
     by_hash: dict[str, tuple[int, str]] = {}
     for m in sorted(members, key=lambda m: m.name):
         ints = own[m.id][0]
         if m.hash and "epoch" in ints and MID_EPOCH not in ints:
             by_hash.setdefault(m.hash, (ints["epoch"], m.name))
-    out = {m.id: _derive(m, own[m.id], by_hash, spe, logged) for m in members}
+    known = _Known(by_hash, logged_steps, spe)
+    out = {m.id: _derive(m, own[m.id], known, logged) for m in members}
     return RunDerivation(out, spe, tuple(evidence))
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What the whole run tells about a checkpoint that does not tell its own epoch."""
+
+    by_hash: Mapping[str, tuple[int, str]]  # content hash -> (epoch, the file that names it)
+    logged_steps: Mapping[int, int]  # global step -> the epoch the log says ended there
+    spe: int | None
+
+
+def epochs_of_steps(logged: Logged) -> dict[int, int]:
+    """Steps at which the log says an epoch ended: a record logged under both an epoch and a
+    step (JSON lines with `epoch` and `step`) appears in both tables with the same values."""
+    epoch_of: dict[tuple[tuple[str, float], ...], int | None] = {}
+    for epoch, row in logged.by_epoch.items():
+        key = tuple(sorted((k, v.value) for k, v in row.items()))
+        if key:
+            epoch_of[key] = None if key in epoch_of else epoch  # the same values twice: unsure
+    out: dict[int, int] = {}
+    for step, row in logged.by_step.items():
+        found = epoch_of.get(tuple(sorted((k, v.value) for k, v in row.items())))
+        if found is not None:
+            out[step] = found
+    return out
 
 
 def _own_fields(m: Member) -> tuple[dict[str, int], str | None]:
@@ -173,35 +204,30 @@ def _fits(p: _Pair, spe: int) -> bool:
 
 
 def _derive(
-    m: Member,
-    own: tuple[dict[str, int], str | None],
-    by_hash: Mapping[str, tuple[int, str]],
-    spe: int | None,
-    logged: Logged,
+    m: Member, own: tuple[dict[str, int], str | None], known: _Known, logged: Logged
 ) -> Derived:
     ints, source = dict(own[0]), own[1]
     notes: list[str] = []
     if "epoch" not in ints:
-        epoch, epoch_source = _epoch_from_run(m.hash, m.iterations, m.name, by_hash, spe)
+        epoch, epoch_source = _epoch_from_run(m.hash, m.iterations, m.name, known)
         if epoch is not None:
             ints["epoch"], source = epoch, epoch_source
+    if MID_EPOCH in ints and "step" not in ints and m.iterations is not None:
+        ints["step"] = m.iterations  # saved every N batches: the global step tells where
     metrics = _metrics(m, ints, logged, notes)
-    history = tuple(
-        _epoch_from_run(s.hash, s.iterations, m.name, by_hash, spe)[0] for s in m.history
-    )
+    history = tuple(_epoch_from_run(s.hash, s.iterations, m.name, known)[0] for s in m.history)
     return Derived(ints.get("epoch"), ints.get("step"), metrics, source, tuple(notes), history)
 
 
 def _epoch_from_run(
-    digest: str | None,
-    iterations: int | None,
-    name: str,
-    by_hash: Mapping[str, tuple[int, str]],
-    spe: int | None,
+    digest: str | None, iterations: int | None, name: str, known: _Known
 ) -> tuple[int | None, str | None]:
-    twin = by_hash.get(digest) if digest else None
+    twin = known.by_hash.get(digest) if digest else None
     if twin is not None and twin[1] != name:
         return twin[0], f"same content as {twin[1]}"
+    if iterations and iterations in known.logged_steps:
+        return known.logged_steps[iterations], f"the log's epoch ending at step {iterations}"
+    spe = known.spe
     if spe and iterations and iterations % spe == 0:
         return iterations // spe, f"optimizer iterations ({iterations} / {spe} steps per epoch)"
     return None, None

@@ -148,3 +148,22 @@ def test_an_epoch_from_iterations_is_never_wrong(spe: int, epochs: list[int], na
     out = derive_run(members, _log(last, mtime_ns=log_mtime))
     for i, e in enumerate(epochs):
         assert out.members[i].epoch in (None, e)
+
+
+def test_a_log_that_names_epoch_and_step_together_gives_save_counter_names_their_epoch() -> None:
+    # TF CheckpointManager in a custom loop: `ckpt-N` counts saves; JSON lines carry both keys.
+    rows = {e: {"loss": MetricValue("loss", 1.0 / e, "jsonl:metrics.jsonl")} for e in (1, 2, 3)}
+    steps = {e * 7: rows[e] for e in (1, 2, 3)}
+    logged = Logged(by_epoch=rows, by_step=steps, epochs=3, mtime_ns=10)
+    members = [_member(n, f"ckpt-{n}", 7 * n, name_ints={"step": n}) for n in (1, 2, 3)]
+    out = derive_run(members, logged)
+    assert [out.members[n].epoch for n in (1, 2, 3)] == [1, 2, 3]
+    assert out.members[2].epoch_source == "the log's epoch ending at step 14"
+    assert out.steps_per_epoch == 7
+
+
+def test_the_same_values_at_two_epochs_link_no_step() -> None:
+    same = {"loss": MetricValue("loss", 0.5, "jsonl:m.jsonl")}
+    logged = Logged(by_epoch={1: same, 2: same}, by_step={4: same}, epochs=2)
+    out = derive_run([_member(1, "ckpt-1", 4, name_ints={"step": 1})], logged)
+    assert out.members[1].epoch is None
