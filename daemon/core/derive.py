@@ -148,6 +148,14 @@ def _own_fields(m: Member) -> tuple[dict[str, int], str | None]:
     return ints, source
 
 
+def _overrides(m: Member) -> list[str]:
+    return [
+        f"sidecar {key} {value} overrides filename {key} {m.name_ints[key]}"
+        for key, value in m.sidecar_ints.items()
+        if key in m.name_ints and m.name_ints[key] != value
+    ]
+
+
 def _pairs(
     members: Sequence[Member], own: Mapping[int, tuple[dict[str, int], str | None]], logged: Logged
 ) -> list[_Pair]:
@@ -207,7 +215,7 @@ def _derive(
     m: Member, own: tuple[dict[str, int], str | None], known: _Known, logged: Logged
 ) -> Derived:
     ints, source = dict(own[0]), own[1]
-    notes: list[str] = []
+    notes = _overrides(m)
     if "epoch" not in ints:
         epoch, epoch_source = _epoch_from_run(m.hash, m.iterations, m.name, known)
         if epoch is not None:

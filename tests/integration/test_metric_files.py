@@ -195,4 +195,5 @@ def test_unreadable_file_is_ignored(tmp_path: Path) -> None:
 
 def test_missing_run_dir_never_raises(tmp_path: Path) -> None:
     result = metrics_for(tmp_path / "nope" / "e05.keras", tmp_path / "nope", [], ["*.csv"])
-    assert result == MetricsResult(5, None, (), ())
+    assert (result.epoch, result.step, result.metrics) == (5, None, ())
+    assert all("cannot list" in note for note in result.notes)

@@ -517,7 +517,9 @@ PREFIXES = ["", "model-", "weights.", "net.", "resnet50-", "b.", "run_v2-", "{{x
 EXTS = [".keras", ".h5", ".weights.h5", ".hdf5", ""]
 METRICS = list(RANGES)
 LABELS = {"accuracy": ["accuracy", "acc"], "val_loss": ["val_loss", "vl"]}  # besides the name
-SEPARATORS = ["-", "_", "--", "~", "__", "-x-", "+"]
+# Not "--": `weights.1--1.32.h5` reads as val_loss -1.32 by Keras's own default template,
+# and without logs nothing can tell that it was meant as a "--" separator.
+SEPARATORS = ["-", "_", "~", "__", "-x-", "+"]
 FLOAT_SPECS = [".1f", ".2f", ".3f", ".4f", ".1e", ".3e", ".2E", ".3g", ".4g", ""]
 
 
