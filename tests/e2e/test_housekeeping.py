@@ -272,3 +272,42 @@ def test_checkpoint_manager_rotation_is_removed_by_trainer_not_missing(
     assert relative(ws, report["missing"]) == {"tfrun/ckpt-3"} and report["removed"] == []
     assert set(rows(ws, "--status", "missing")) == {"tfrun/ckpt-3"}
     assert rows(ws)["tfrun/ckpt-3"]["reason"] == "no longer on disk"
+
+
+def test_an_experiment_covers_its_checkpoints_folder_in_best_list_and_prune(
+    workspace: Workspace, keras_checkpoints: Path
+) -> None:
+    ws = workspace
+    source = keras_checkpoints / "tfk" / "run_h5" / "weights.01-1.69.hdf5"
+    layout = {
+        "exp/checkpoints": ["weights.01-0.70.hdf5", "weights.02-0.50.hdf5", "weights.03-0.55.hdf5"],
+        "exp/ckpt/fold1": ["weights.01-0.60.hdf5", "weights.02-0.65.hdf5"],
+        "exp2": ["weights.01-0.10.hdf5", "weights.02-0.11.hdf5"],
+    }
+    for run, names in layout.items():
+        (ws.root / run).mkdir(parents=True)
+        for i, name in enumerate(names):
+            shutil.copyfile(source, ws.root / run / name)
+            os.utime(ws.root / run / name, ns=(10**18 + i * 10**9,) * 2)
+    ws.run("scan")
+    best = ws.run("best", "--metric", "val_loss", "--run", "exp").stdout.strip()
+    assert best == str(ws.root / "exp/checkpoints/weights.02-0.50.hdf5")
+    assert ws.json("best", "--metric", "val_loss", "--run", "exp2")["path"].endswith("0.10.hdf5")
+    assert {r["run"] for r in ws.json("list", "--run", "exp")} == {
+        "exp/checkpoints",
+        "exp/ckpt/fold1",
+    }
+    # prune --run exp: each run below exp planned on its own (its newest kept), exp2 untouched.
+    plan = ws.json("prune", "--run", "exp", "--keep-last", "1", "--dry-run")
+    trashed = {
+        run["run"]: {
+            os.path.basename(d["path"]) for d in run["decisions"] if d["action"] == "trash"
+        }
+        for run in plan["runs"]
+    }
+    assert trashed == {  # all but each run's newest
+        "exp/checkpoints": {"weights.01-0.70.hdf5", "weights.02-0.50.hdf5"},
+        "exp/ckpt/fold1": {"weights.01-0.60.hdf5"},
+    }
+    for run in plan["runs"]:
+        assert {os.path.dirname(d["path"]) for d in run["decisions"]} == {str(ws.root / run["run"])}
