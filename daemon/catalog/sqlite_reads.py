@@ -24,6 +24,7 @@ from typing import Any
 from ..core.errors import NotFound
 from ..core.model import Checkpoint, CheckpointStatus, Heartbeat
 from ..core.query import COLUMN_KEYS, ListQuery
+from ..core.runs import run_scope
 from ..fs import mounts
 from .rows import LISTING_COLUMNS, to_checkpoint
 
@@ -42,6 +43,7 @@ _FINITE = "BETWEEN ? AND ?"
 _FINITE_BOUNDS = (-sys.float_info.max, sys.float_info.max)
 _GONE = (
     CheckpointStatus.MISSING.value,
+    CheckpointStatus.REMOVED.value,
     CheckpointStatus.TRASHED.value,
     CheckpointStatus.PURGED.value,
 )
@@ -110,8 +112,9 @@ class SqliteReads:
         )
         params: list[Any] = [metric, CheckpointStatus.OK.value, *_FINITE_BOUNDS]
         if run is not None:
-            sql += " AND runs.name = ?"
-            params.append(run)
+            condition, bounds = _in_run(run)
+            sql += f" AND {condition}"
+            params += bounds
         sql += f" ORDER BY metrics.value {order}, checkpoints.mtime_ns DESC LIMIT 1"
         with self._lock:
             self._db.execute("BEGIN DEFERRED")
@@ -131,7 +134,8 @@ class SqliteReads:
         return dataclasses.replace(found, metric_sources=dict(sources))
 
     def count(self) -> int:
-        """Checkpoints on disk (any status but missing, trashed, purged), as `Store.count`."""
+        """Checkpoints on disk (any status but missing, removed, trashed, purged), as
+        `Store.count`."""
         marks = ", ".join("?" * len(_GONE))
         with self._lock:
             rows = self._read(
@@ -172,14 +176,27 @@ class SqliteReads:
         return out
 
 
+def _in_run(run: str) -> tuple[str, list[Any]]:
+    """SQL: in run `run` or a run below it, as store_reads._in_run."""
+    scope = run_scope(run)
+    if scope.exact is None:
+        return "1 = 1", []
+    return "(runs.name = ? OR (runs.name >= ? AND runs.name < ?))", [
+        scope.exact,
+        scope.low,
+        scope.high,
+    ]
+
+
 def _listing(query: ListQuery) -> tuple[str, list[Any]]:
     """The SQL of a listing: store_reads._filtered and _sorted, clause for clause."""
     joins: list[str] = []
     where: list[str] = []
     params: list[Any] = []
     if query.run is not None:
-        where.append("runs.name = ?")
-        params.append(query.run)
+        condition, bounds = _in_run(query.run)
+        where.append(condition)
+        params += bounds
     if query.root is not None:
         where.append("runs.root = ?")
         params.append(query.root)

@@ -236,9 +236,11 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
             }
 
     def count(self) -> int:
-        """Checkpoints in the catalog that are on disk (any status but missing/trashed/purged)."""
+        """Checkpoints in the catalog that are on disk (any status but missing, removed,
+        trashed, purged)."""
         gone = (
             CheckpointStatus.MISSING.value,
+            CheckpointStatus.REMOVED.value,
             CheckpointStatus.TRASHED.value,
             CheckpointStatus.PURGED.value,
         )

@@ -351,13 +351,16 @@ def _unclaim(conn: Any, checkpoint_id: int, action: str) -> None:
 
 
 def free_path(conn: Any, checkpoint_id: int) -> None:
-    """A trash record goes back to its path: a `missing` row of another file that was at that
-    path meanwhile is forgotten (its events stay in the log), so the path stays unique."""
+    """A trash record goes back to its path: a `missing` (or `removed`) row of another file that
+    was at that path meanwhile is forgotten (its events stay in the log), so the path stays
+    unique."""
     path = select(checkpoints.c.path).where(checkpoints.c.id == checkpoint_id).scalar_subquery()
     conn.execute(
         delete(checkpoints).where(
             checkpoints.c.path == path,
             checkpoints.c.id != checkpoint_id,
-            checkpoints.c.status == CheckpointStatus.MISSING.value,
+            checkpoints.c.status.in_(
+                (CheckpointStatus.MISSING.value, CheckpointStatus.REMOVED.value)
+            ),
         )
     )

@@ -8,11 +8,12 @@ import os
 import sys
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, case, exists, func, select
+from sqlalchemy import Engine, Select, and_, case, exists, func, select, true
 
 from ..core.errors import NotFound
 from ..core.model import Checkpoint, CheckpointStatus, Run
 from ..core.query import COLUMN_KEYS, ListQuery, default_mode
+from ..core.runs import run_scope
 from . import db
 from .rows import LISTING_COLUMNS, to_checkpoint
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
@@ -59,7 +60,7 @@ def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
 def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
     stmt = stmt.join(runs, runs.c.id == checkpoints.c.run_id)
     if query.run is not None:
-        stmt = stmt.where(runs.c.name == query.run)
+        stmt = stmt.where(_in_run(query.run))
     if query.root is not None:
         stmt = stmt.where(runs.c.root == query.root)
     for column, value in (
@@ -96,13 +97,21 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
         .limit(1)
     )
     if run is not None:
-        stmt = stmt.where(runs.c.name == run)
+        stmt = stmt.where(_in_run(run))
     with engine.connect().execution_options(**db.READONLY) as conn:
         row = conn.execute(stmt).first()
         if row is None:
             where = f" in run {run!r}" if run else ""
             raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
         return _complete(conn, row)
+
+
+def _in_run(run: str) -> Any:
+    """SQL: the checkpoint is in run `run` or a run below it (`core.runs`)."""
+    scope = run_scope(run)
+    if scope.exact is None:
+        return true()
+    return (runs.c.name == scope.exact) | ((runs.c.name >= scope.low) & (runs.c.name < scope.high))
 
 
 def _finite(value: Any) -> Any:

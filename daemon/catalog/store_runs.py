@@ -22,6 +22,7 @@ _ABSENT = (
     CheckpointStatus.TRASHED.value,
     CheckpointStatus.PURGED.value,
     CheckpointStatus.MISSING.value,
+    CheckpointStatus.REMOVED.value,
 )
 
 

@@ -71,9 +71,17 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
 
 
 @click.command(name="list")
-@click.option("--run", help="Only this run (its folder relative to its root).")
+@click.option(
+    "--run",
+    help="Only this run (its folder relative to its root) and the runs below it "
+    "(exp covers exp/checkpoints, not exp2).",
+)
 @click.option("--format", "fmt", help="Only this format, e.g. keras-v3-zip, keras-legacy-h5.")
-@click.option("--status", help="Only this status: ok, incomplete, corrupt, unreadable, missing.")
+@click.option(
+    "--status",
+    help="Only this status: ok, incomplete, corrupt, unreadable, missing, removed, trashed, "
+    "purged.",
+)
 @click.option("--kind", help="Only this kind: full, weights.")
 @click.option(
     "--where",
@@ -181,7 +189,7 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     type=click.Choice(["min", "max"]),
     help="Default: max for acc/auc/precision/recall/f1 metrics, else min.",
 )
-@click.option("--run", help="Only this run.")
+@click.option("--run", help="Only this run and the runs below it (exp covers exp/checkpoints).")
 @click.option(
     "--artifact",
     type=click.Choice(["inference"]),

@@ -17,7 +17,13 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--run", "runs", multiple=True, metavar="RUN", help="Only this run (repeatable).")
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    metavar="RUN",
+    help="Only this run and the runs below it, each on its own (repeatable).",
+)
 @click.option("--keep-last", type=click.IntRange(min=1), help="Keep the N newest.")
 @click.option("--keep-best", type=click.IntRange(min=1), help="Keep the N best by --metric.")
 @click.option("--metric", help="The metric of --keep-best, e.g. val_loss.")

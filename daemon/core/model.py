@@ -17,6 +17,7 @@ class CheckpointStatus(enum.StrEnum):
     CORRUPT = "corrupt"
     UNREADABLE = "unreadable"
     MISSING = "missing"
+    REMOVED = "removed"  # deleted by its own trainer (rotation, crash-recovery state), not lost
     TRASHED = "trashed"
     PURGED = "purged"
 

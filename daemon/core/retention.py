@@ -57,7 +57,12 @@ from .query import default_mode
 from .units import format_size
 
 NOT_CANDIDATES = frozenset(
-    {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
+    {
+        CheckpointStatus.MISSING,
+        CheckpointStatus.REMOVED,
+        CheckpointStatus.TRASHED,
+        CheckpointStatus.PURGED,
+    }
 )
 COUNT_RULES = ("keep_last", "keep_every", "keep_hourly", "keep_daily", "keep_weekly")
 # How much a reason protects under budget pressure: the budget trashes LOOSE before RANKED and

@@ -46,6 +46,14 @@ def without(text: str, folder: str, removed: str) -> str | None:
     return "\n".join(lines) + "\n"
 
 
+def listed(text: str, folder: str) -> list[str]:
+    """The checkpoints `text` names (latest and all kept), as paths joined to `folder`."""
+    pairs = [(m.group(1), m.group(2)) for line in text.splitlines() if (m := _LINE.match(line))]
+    names = [_unquote(v) for k, v in pairs if k in _PATH_KEYS]
+    return [posixpath.normpath(posixpath.join(folder, n)) for n in dict.fromkeys(names) if n]
+
+
+_PATH_KEYS = {"model_checkpoint_path", "all_model_checkpoint_paths"}
 _REWRITTEN = {
     "model_checkpoint_path",
     "all_model_checkpoint_paths",

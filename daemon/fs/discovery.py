@@ -14,6 +14,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.housekeeping import BACKUP_STATE, backup_state_names
 from ..core.model import FileStat, Format
 from .fsops import TEMP_PREFIX
 
@@ -79,7 +80,14 @@ def walk(
     except FileNotFoundError:
         return  # deleted: the caller's missing pass covers what was there
     if stat_module.S_ISREG(mode):
-        yield from _file_candidates(start.parent, [start.name])
+        # The folder's other names tell whether the file is a trainer's own housekeeping.
+        try:
+            siblings = {
+                e.name for e in os.scandir(start.parent) if e.is_file(follow_symlinks=False)
+            }
+        except OSError:
+            siblings = {start.name}
+        yield from _file_candidates(start.parent, [start.name], siblings)
         return
     if not stat_module.S_ISDIR(mode):
         yield Skipped(start, _special_file(mode))
@@ -134,13 +142,21 @@ def _special_file(mode: int) -> str:
     return f"not a regular file ({kind}): never opened"
 
 
-def _file_candidates(folder: Path, names: list[str]) -> Iterator[Candidate | Skipped]:
+def _file_candidates(
+    folder: Path, names: list[str], siblings: set[str] | None = None
+) -> Iterator[Candidate | Skipped]:
     present = set(names)
+    # A BackupAndRestore folder holds the trainer's crash-recovery state, rewritten at every
+    # save and deleted when training ends: never the run's checkpoints, never retention's.
+    backup = backup_state_names(folder.name, present if siblings is None else siblings)
     for name in names:
         if is_temp_name(name):
             continue
         path = folder / name
-        if name.endswith(".index"):
+        if name in backup:
+            if name.endswith(".index") or name.lower().endswith(CHECKPOINT_SUFFIXES):
+                yield Skipped(folder / name.removesuffix(".index"), BACKUP_STATE)
+        elif name.endswith(".index"):
             prefix = name[: -len(".index")]
             members = tf_members(folder, prefix, present)
             if members is not None:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from ..catalog.store import Known, Store
 from ..children import reader_child, tf_child
-from ..core import completion
+from ..core import completion, housekeeping
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
 from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.units import iso_utc
+from ..formats.checkpoint_state import listed_checkpoints
 from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
@@ -30,7 +31,12 @@ from .derivation import RunRef
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
 # chmod or a folder made listable again changes no size, mtime or inode.
 _SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT}
-_GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
+_GONE = {
+    CheckpointStatus.MISSING,
+    CheckpointStatus.REMOVED,
+    CheckpointStatus.TRASHED,
+    CheckpointStatus.PURGED,
+}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
 
 
@@ -42,6 +48,7 @@ class ScanReport:
     incomplete: list[tuple[str, str]] = field(default_factory=list)
     failed: list[tuple[str, str, str]] = field(default_factory=list)  # path, status, reason
     missing: list[str] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)  # by their trainer: path, why
     skipped: list[tuple[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # whole roots that could not be scanned
     cancelled: bool = False  # stopped early: nothing was marked missing
@@ -54,6 +61,7 @@ class ScanReport:
             "incomplete": [{"path": p, "reason": r} for p, r in self.incomplete],
             "failed": [{"path": p, "status": s, "reason": r} for p, s, r in self.failed],
             "missing": self.missing,
+            "removed": [{"path": p, "reason": r} for p, r in self.removed],
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
             "errors": self.errors,
             "cancelled": self.cancelled,
@@ -341,12 +349,35 @@ class _Scan:
             self.report.failed += [(p, CheckpointStatus.UNREADABLE.value, reason) for p, _k in rows]
         hidden_paths = {p for rows in hidden.values() for p, _k in rows}
         gone = [(p, k) for p, k in gone if p not in hidden_paths]
-        self.store.mark_missing(
-            [k.id for _p, k in gone], "no longer on disk", actor_name=self.actor
+        for (status, reason), rows in _why_gone(gone, self.report.skipped, self.root.path):
+            self.store.mark([k.id for _p, k in rows], status, reason, actor_name=self.actor)
+            for path, _known in rows:
+                if status == CheckpointStatus.MISSING:
+                    self.report.missing.append(path)
+                else:  # its own trainer removed it: not an anomaly
+                    self.report.removed.append((path, reason))
+                event(status.value, path=path, reason=reason)
+
+
+def _why_gone(
+    gone: list[tuple[str, Known]], skipped: list[tuple[str, str]], root: Path
+) -> list[tuple[tuple[CheckpointStatus, str], list[tuple[str, Known]]]]:
+    """Vanished rows grouped by verdict: `missing`, or `removed` by their own trainer (a
+    CheckpointManager's rotation, BackupAndRestore's state), decided by `core.housekeeping`."""
+    backup = {p for p, r in skipped if r == housekeeping.BACKUP_STATE}
+    states: dict[str, tuple[bool, frozenset[str] | None]] = {}  # folder: exists, state file
+    verdicts: dict[tuple[CheckpointStatus, str], list[tuple[str, Known]]] = {}
+    for path, known in gone:
+        folder = os.path.dirname(path)
+        if folder not in states:
+            exists = os.path.isdir(folder) and not os.path.islink(folder)
+            states[folder] = (exists, listed_checkpoints(Path(folder), root) if exists else None)
+        exists, listed = states[folder]
+        verdict = housekeeping.why_gone(
+            path, listed, folder_exists=exists, backup_state=path in backup
         )
-        for path, _known in gone:
-            self.report.missing.append(path)
-            event("missing", path=path)
+        verdicts.setdefault(verdict, []).append((path, known))
+    return list(verdicts.items())
 
 
 def _report(report: ScanReport, record: IndexRecord) -> None:

@@ -34,6 +34,7 @@ from ..core import retention
 from ..core.errors import CkptError, LeaseLost, NotFound, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format, TrashedCheckpoint
 from ..core.query import ListQuery
+from ..core.runs import run_scope
 from ..core.units import iso_utc, parse_duration
 from ..formats import tf_state
 from ..fs import fsops
@@ -41,7 +42,12 @@ from ..settings.config import Config
 from . import guards, recovery
 
 LEASE_SECONDS = 600.0
-_GONE = {CheckpointStatus.MISSING, CheckpointStatus.TRASHED, CheckpointStatus.PURGED}
+_GONE = {
+    CheckpointStatus.MISSING,
+    CheckpointStatus.REMOVED,
+    CheckpointStatus.TRASHED,
+    CheckpointStatus.PURGED,
+}
 
 
 @dataclass
@@ -109,9 +115,12 @@ def plan_runs(
     runs: list[str] | None = None,
     override: retention.Policy | None = None,
 ) -> PruneReport:
+    """`runs`: these runs and the runs below each (`exp` covers `exp/checkpoints`, as `ckpt best
+    --run exp` does), each planned on its own, with its own policy; none: every run."""
     report = PruneReport(dry_run=True)
+    scopes = [run_scope(r) for r in runs or ()]
     for run_id, root, name in store.run_keys():
-        if runs and name not in runs:
+        if scopes and not any(scope.covers(name) for scope in scopes):
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
         if policy is None:
@@ -367,7 +376,9 @@ def parse_older_than(text: str | None, config: Config) -> float:
 
 
 def _checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
-    return [c for c in store.list(ListQuery(run=run, root=root)) if c.status not in _GONE]
+    """The checkpoints of run `run` itself (a listing's `run` covers the runs below it too)."""
+    found = store.list(ListQuery(run=run, root=root))
+    return [c for c in found if c.run == run and c.status not in _GONE]
 
 
 def _item(c: Checkpoint, demotable: bool) -> retention.Item:

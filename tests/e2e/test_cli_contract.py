@@ -222,6 +222,25 @@ def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
     assert documents["runs"][0]["best"] and documents["list"][0]["metrics"]
 
 
+# ---- statuses: one vocabulary, in core.model, the README and `ckpt list --help`
+
+
+def test_the_readme_and_list_help_name_every_status() -> None:
+    from ckpt_daemon.core.model import CheckpointStatus
+
+    section = README.split("Statuses: ", 1)[1].split(". Audit event states", 1)[0]
+    assert re.findall(r"(?:^|, )`(\w+)`", section) == [s.value for s in CheckpointStatus]
+    result = subprocess.run(
+        [sys.executable, "-m", "ckpt_daemon", "list", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    named = " ".join(result.stdout.split()).split("Only this status: ", 1)[1].split(".")[0]
+    assert named.split(", ") == [s.value for s in CheckpointStatus]
+
+
 # ---- exit codes: one table, in core.errors, the README and `ckpt --help`
 
 
