@@ -124,3 +124,8 @@ class UnreadableCheckpoint(ReadProblem):
 
 class NotReady(ReadProblem):
     """Still being written (locked by its writer, changed during the read): retry later."""
+
+
+class WireError(ValueError):
+    """Bytes that are not a well-formed protobuf message or TFRecord (core.protowire); readers of
+    event files turn it into a note, never into a failure."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .errors import WireError
+
 _CRC32C_POLY = 0x82F63B78  # Castagnoli, reflected
 
 
@@ -98,10 +100,6 @@ def split_tfrecords(data: bytes, max_records: int, max_record_bytes: int) -> Fra
         records.append(Record(pos, body, data_crc))
         pos = end
     return Framing(tuple(records), None, False)
-
-
-class WireError(ValueError):
-    """Bytes that are not a well-formed protobuf message."""
 
 
 VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
