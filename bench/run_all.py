@@ -24,6 +24,7 @@ BENCHES = (
     "reconcile",
     "retention",
     "naming_inference",
+    "run_derivation",
     "split_bench",
     "compress_bench",
     "crash_campaign",

@@ -104,7 +104,13 @@ def refresh_run(
     logged = _logged(logs)
     values = {e: {k: v.value for k, v in d.items()} for e, d in logs.by_epoch.items()}
     naming = infer_naming([os.path.basename(r.path) for r in rows], values, templates)
-    sidecars = {r.id: read_sidecar(Path(f"{r.path}.json"), run.root.path) for r in rows}
+    present = _names_in(run.folder)  # one listing, not one open per checkpoint
+    sidecars = {
+        r.id: read_sidecar(Path(f"{r.path}.json"), run.root.path)
+        if f"{os.path.basename(r.path)}.json" in present
+        else NO_SIDECAR
+        for r in rows
+    }
     members = [_member(r, naming, sidecars[r.id]) for r in rows]
     result = derive_run(members, logged)
     changes = []
@@ -130,6 +136,16 @@ def refresh_run(
         },
     )
     return len(changes)
+
+
+NO_SIDECAR = Sidecar({}, {}, (), "sidecar")
+
+
+def _names_in(folder: Path) -> frozenset[str]:
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:  # gone or unreadable: its sidecars cannot be read either
+        return frozenset()
 
 
 def _logged(logs: RunLogs) -> Logged:
