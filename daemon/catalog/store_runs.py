@@ -106,22 +106,40 @@ class RunRecords:
                 update(runs).where(runs.c.root == root, runs.c.name == run).values(details=details)
             )
 
-    def set_derived_many(
-        self,
-        updates: Sequence[
-            tuple[int, int | None, int | None, Sequence[MetricValue], dict[str, Any]]
-        ],
-        *,
-        at: str,
-    ) -> None:
-        """Derived (id, epoch, step, metrics, details keys to set) of many checkpoints, in one
-        transaction: a run's derivation lands whole or not at all."""
+    def set_derived_many(self, updates: Sequence[Derivation], *, at: str) -> int:
+        """Derived epoch, step, metrics and `details` keys of many checkpoints, in one
+        transaction. A row whose bytes changed since derivation read it (another process
+        recorded a new generation meanwhile) is left alone: its values were derived for other
+        bytes. Returns how many rows were written."""
         if not updates:
-            return
+            return 0
+        written = 0
         with self._engine.begin() as conn:
-            for ckpt_id, epoch, step, values, details in updates:
-                patch_details(conn, ckpt_id, details, epoch=epoch, step=step, metrics_at=at)
-                replace_metrics(conn, ckpt_id, values)
+            for u in updates:
+                now = conn.execute(
+                    select(checkpoints.c.hash, checkpoints.c.mtime_ns).where(
+                        checkpoints.c.id == u.id
+                    )
+                ).first()
+                if now is None or (now.hash, now.mtime_ns) != (u.hash, u.mtime_ns):
+                    continue
+                patch_details(conn, u.id, u.details, epoch=u.epoch, step=u.step, metrics_at=at)
+                replace_metrics(conn, u.id, u.metrics)
+                written += 1
+        return written
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """What derivation found for one checkpoint, for the bytes it read (`hash`, `mtime_ns`)."""
+
+    id: int
+    hash: str | None
+    mtime_ns: int
+    epoch: int | None
+    step: int | None
+    metrics: Sequence[MetricValue]
+    details: dict[str, Any]
 
 
 def replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.store import Store
-from ..catalog.store_runs import RunMember
+from ..catalog.store_runs import Derivation, RunMember
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run
 from ..core.metrics import FilenameTemplate
 from ..core.model import MetricValue
@@ -115,13 +115,13 @@ def refresh_run(
     result = derive_run(members, logged)
     changes = []
     for row in rows:
-        derived = result.members[row.id]
-        update = _update(row, derived, sidecars[row.id])
-        if update is not None:
-            changes.append((row.id, derived, update))
-    store.set_derived_many(
-        [(cid, d.epoch, d.step, d.metrics, details) for cid, d, details in changes], at=at
-    )
+        d = result.members[row.id]
+        details = _update(row, d, sidecars[row.id])
+        if details is not None:
+            changes.append(
+                Derivation(row.id, row.hash, row.mtime_ns, d.epoch, d.step, d.metrics, details)
+            )
+    written = store.set_derived_many(changes, at=at)
     store.set_run_details(
         root,
         run.name,
@@ -135,7 +135,7 @@ def refresh_run(
             "settings": settings_key(run.root),
         },
     )
-    return len(changes)
+    return written
 
 
 NO_SIDECAR = Sidecar({}, {}, (), "sidecar")

@@ -1,0 +1,89 @@
+"""usecases.derivation and its catalog side on a real SQLite catalog: generations are kept,
+derivation is idempotent, and values derived for old bytes never land on new ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.catalog.store_runs import Derivation
+from ckpt_daemon.core.model import (
+    CheckpointInfo,
+    CheckpointStatus,
+    FileStat,
+    Format,
+    IndexRecord,
+    Kind,
+    OptimizerInfo,
+)
+from ckpt_daemon.settings.config import RootConfig
+from ckpt_daemon.usecases.derivation import RunRef, refresh_run
+from tests.support import keras_csv
+
+AT = "2026-12-01T00:00:00Z"
+
+
+def _record(store: Store, root: Path, name: str, digest: str, iterations: int, mtime: int):
+    info = CheckpointInfo(
+        Format.KERAS_ZIP, Kind.FULL, optimizer=OptimizerInfo("Adam", iterations=iterations)
+    )
+    rec = IndexRecord(
+        path=str(root / "run" / name),
+        root=str(root),
+        run="run",
+        status=CheckpointStatus.OK,
+        reason=None,
+        stat=FileStat(100, mtime, 7),
+        hash=digest,
+        info=info,
+        sighting=(mtime // 1000, False),
+    )
+    return store.record(rec, actor_name="test", at=AT)
+
+
+def _setup(tmp_path: Path) -> tuple[Store, RunRef]:
+    root = tmp_path / "runs"
+    (root / "run").mkdir(parents=True)
+    rows = [{"epoch": e, "loss": 1.0 / (e + 1), "val_loss": 2.0 / (e + 1)} for e in range(4)]
+    (root / "run" / "training.log").write_text(keras_csv(rows), newline="")
+    store = Store(f"sqlite:///{tmp_path / 'catalog.db'}")
+    config = RootConfig(root, "inotify", 30.0, (), ("training.log",), None)
+    return store, RunRef(config, root / "run", "run")
+
+
+def test_generations_are_kept_and_each_gets_its_epoch(tmp_path: Path) -> None:
+    store, run = _setup(tmp_path)
+    for epoch in (1, 2, 3):  # last.keras rewritten at each epoch end, seen each time
+        ckpt = _record(store, run.root.path, "last.keras", f"g{epoch}", 5 * epoch, 1000 * epoch)
+    _record(store, run.root.path, "model.04.keras", "m4", 20, 4000)
+    assert refresh_run(store, run, [], other_runs=(), at=AT) == 2
+    shown = store.get(str(ckpt))
+    generations = shown.details["generations"]
+    assert [g["generation"] for g in generations] == [1, 2, 3]
+    assert [g["iterations"] for g in generations] == [5, 10, 15]
+    assert [g["epoch"] for g in generations] == [1, 2, 3]
+    assert shown.epoch == 3
+    assert shown.details["epoch_source"] == "optimizer iterations (15 / 5 steps per epoch)"
+    assert shown.metrics == {"loss": 1 / 3, "val_loss": 2 / 3}  # the CSV row of epoch 3
+    assert refresh_run(store, run, [], other_runs=(), at=AT) == 0  # nothing changed: no write
+
+
+def test_values_derived_for_old_bytes_never_land_on_new_ones(tmp_path: Path) -> None:
+    store, run = _setup(tmp_path)
+    ckpt = _record(store, run.root.path, "best.keras", "old", 10, 2000)
+    stale = Derivation(ckpt, "old", 2000, 2, None, (), {"epoch_source": "stale"})
+    _record(store, run.root.path, "best.keras", "new", 15, 3000)  # a new generation meanwhile
+    assert store.set_derived_many([stale], at=AT) == 0
+    row = store.get(str(ckpt))
+    assert row.epoch is None and "epoch_source" not in row.details
+    fresh = Derivation(ckpt, "new", 3000, 3, None, (), {"epoch_source": "fresh"})
+    assert store.set_derived_many([fresh], at=AT) == 1
+    assert store.get(str(ckpt)).epoch == 3
+
+
+def test_our_own_rewrite_keeps_the_generation(tmp_path: Path) -> None:
+    store, run = _setup(tmp_path)
+    ckpt = _record(store, run.root.path, "model.02.keras", "raw", 10, 2000)
+    store.record_rewrite(ckpt, stat=FileStat(80, 2000, 8), digest="zstd", codec="zstd")
+    generations = store.get(str(ckpt)).details["generations"]
+    assert [(g["generation"], g["hash"]) for g in generations] == [(1, "zstd")]
