@@ -59,7 +59,8 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
         echo(
             f"{len(report.indexed)} indexed, {report.unchanged} unchanged, "
             f"{len(report.incomplete)} incomplete, {len(report.failed)} failed, "
-            f"{len(report.missing)} missing, {len(report.skipped)} skipped"
+            f"{len(report.missing)} missing, {len(report.removed)} removed by their trainer, "
+            f"{len(report.skipped)} skipped, {report.metrics_refreshed} re-derived"
         )
         for path, status, reason in report.failed:
             echo(f"  {status}: {path}: {reason}", err=True)
