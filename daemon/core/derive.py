@@ -222,6 +222,13 @@ def _derive(
             ints["epoch"], source = epoch, epoch_source
     if MID_EPOCH in ints and "step" not in ints and m.iterations is not None:
         ints["step"] = m.iterations  # saved every N batches: the global step tells where
+    elif "step" in ints and m.iterations is not None and ints["step"] != m.iterations:
+        # The global step is the optimizer's count; a name's number that differs from it is a
+        # save counter (TF CheckpointManager's `ckpt-3` is the third save, not step 3).
+        notes.append(
+            f"step {m.iterations} from the optimizer; the name's {ints['step']} counts saves"
+        )
+        ints["step"] = m.iterations
     metrics = _metrics(m, ints, logged, notes)
     history = tuple(_epoch_from_run(s.hash, s.iterations, m.name, known)[0] for s in m.history)
     return Derived(ints.get("epoch"), ints.get("step"), metrics, source, tuple(notes), history)
@@ -256,8 +263,6 @@ def _metrics(
     # number may be a save counter (TF's `ckpt-3`), so the count wins when the file has one.
     step_key = m.iterations if m.iterations is not None else step
     if step_key is not None and (step is not None or epoch is None) and logged.by_step:
-        if step is not None and step != step_key:
-            notes.append(f"step logs joined at iteration {step_key}, not the name's {step}")
         from_logs = dict(logged.by_step.get(step_key, {})) | from_logs
     for name, value in from_logs.items():
         merged.setdefault(name, value)

@@ -167,3 +167,10 @@ def test_the_same_values_at_two_epochs_link_no_step() -> None:
     logged = Logged(by_epoch={1: same, 2: same}, by_step={4: same}, epochs=2)
     out = derive_run([_member(1, "ckpt-1", 4, name_ints={"step": 1})], logged)
     assert out.members[1].epoch is None
+
+
+def test_a_name_number_that_is_not_the_optimizers_count_is_not_the_step() -> None:
+    member = _member(1, "ckpt-3", 3 * SPE, name_ints={"step": 3})
+    out = derive_run([member], Logged()).members[1]
+    assert out.step == 3 * SPE
+    assert out.notes == (f"step {3 * SPE} from the optimizer; the name's 3 counts saves",)
