@@ -102,7 +102,7 @@ def test_details_clock_and_actor_each_have_one_home() -> None:
 
 
 def _details_updates(text: str) -> list[int]:
-    """Lines of `update(...)....values(details=...)`: a write of a row's `details`."""
+    """Lines of `update(checkpoints)....values(details=...)`: a write of a row's `details`."""
     found = []
     for node in ast.walk(ast.parse(text)):
         if not (
@@ -115,8 +115,9 @@ def _details_updates(text: str) -> list[int]:
         inner: ast.expr = node.func.value
         while isinstance(inner, ast.Call | ast.Attribute):
             if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name):
-                if inner.func.id == "update":
-                    found.append(node.lineno)
+                table = ast.unparse(inner.args[0]) if inner.args else ""
+                if inner.func.id == "update" and table in ("checkpoints", "CHECKPOINTS"):
+                    found.append(node.lineno)  # (runs.details is the run's, not a row's)
                 break
             inner = inner.func if isinstance(inner, ast.Call) else inner.value
     return found

@@ -207,7 +207,7 @@ def test_non_finite_metrics_are_null_in_text_and_json_and_never_best(diverged: W
     assert row.split()[-3:] == ["null", "null", "null"], row
     assert not any("inf" in line for line in listing), listing
     shown = [line for line in ws.run("show", second).stdout.splitlines() if "metric " in line]
-    assert "  metric val_loss = null (csv:training.log)" in shown, shown
+    assert "  metric val_loss = null (csv:exp/training.log)" in shown, shown  # root-relative
     assert not any("inf" in line for line in shown), shown
 
     path = {epoch: row["path"] for epoch, row in by_epoch.items()}
