@@ -101,12 +101,18 @@ def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
         for step, e in logged_steps.items()
     ]
     spe, evidence = steps_per_epoch(pairs)
+    reset = optimizer_reset(members)
+    if reset is not None:
+        spe, evidence = None, [reset, *evidence]
     by_hash: dict[str, tuple[int, str]] = {}
+    anchors: list[tuple[int, int]] = []  # (mtime, epoch) of files that tell their own epoch
     for m in sorted(members, key=lambda m: m.name):
         ints = own[m.id][0]
-        if m.hash and "epoch" in ints and MID_EPOCH not in ints:
-            by_hash.setdefault(m.hash, (ints["epoch"], m.name))
-    known = _Known(by_hash, logged_steps, spe)
+        if "epoch" in ints and MID_EPOCH not in ints:
+            anchors.append((m.mtime_ns, ints["epoch"]))
+            if m.hash:
+                by_hash.setdefault(m.hash, (ints["epoch"], m.name))
+    known = _Known(by_hash, logged_steps, spe, tuple(sorted(anchors)))
     out = {m.id: _derive(m, own[m.id], known, logged) for m in members}
     return RunDerivation(out, spe, tuple(evidence))
 
@@ -118,15 +124,60 @@ class _Known:
     by_hash: Mapping[str, tuple[int, str]]  # content hash -> (epoch, the file that names it)
     logged_steps: Mapping[int, int]  # global step -> the epoch the log says ended there
     spe: int | None
+    anchors: tuple[tuple[int, int], ...] = ()  # (mtime, epoch) of named files, by mtime
+
+
+def optimizer_reset(members: Sequence[Member]) -> str | None:
+    """Why iteration counts cannot give epochs in this run, if they went down over time: a
+    later file (or generation) with fewer iterations than an earlier one means the optimizer
+    was created anew (a second `compile()`, a resume from weights only)."""
+    seen = [(m.mtime_ns, m.iterations, m.name) for m in members if m.iterations]
+    seen += [
+        (s.mtime_ns, s.iterations, f"{m.name} generation {s.generation}")
+        for m in members
+        for s in m.history
+        if s.iterations
+    ]
+    seen.sort(key=lambda t: t[0])
+    most: tuple[int, int, str] | None = None
+    for mtime, iterations, what in seen:
+        assert iterations is not None
+        if most is not None and iterations < most[1] and mtime > most[0]:
+            return (
+                f"optimizer iterations went down ({most[1]} in {most[2]}, then {iterations} in "
+                f"{what}): the optimizer was created anew; no epoch from iterations"
+            )
+        if most is None or iterations >= most[1]:
+            most = (mtime, iterations, what)
+    return None
+
+
+def fits_in_time(epoch: int, mtime_ns: int, anchors: Sequence[tuple[int, int]]) -> bool:
+    """Whether an epoch derived from iterations agrees with when the file was written, given
+    files that name their epochs: no later than a file written after it, no earlier than one
+    written before it, and beyond the newest one about as far as their pace says (an optimizer
+    created anew after the last named file shows as an epoch far too low)."""
+    before = [e for t, e in anchors if t < mtime_ns]
+    after = [e for t, e in anchors if t > mtime_ns]
+    if (before and epoch < max(before)) or (after and epoch > min(after)):
+        return False
+    if after or len(anchors) < 2:
+        return True
+    (t0, e0), (t1, e1) = anchors[0], anchors[-1]
+    if t1 <= t0 or e1 <= e0:
+        return True  # no pace to judge by (files copied without their mtimes)
+    expected = e1 + (mtime_ns - t1) * (e1 - e0) / (t1 - t0)
+    return abs(epoch - expected) <= max(1.5, 0.5 * (expected - e1))
 
 
 def epochs_of_steps(logged: Logged) -> dict[int, int]:
     """Steps at which the log says an epoch ended: a record logged under both an epoch and a
-    step (JSON lines with `epoch` and `step`) appears in both tables with the same values."""
+    step (JSON lines with `epoch` and `step`) appears in both tables with the same values (at
+    least two of them)."""
     epoch_of: dict[tuple[tuple[str, float], ...], int | None] = {}
     for epoch, row in logged.by_epoch.items():
         key = tuple(sorted((k, v.value) for k, v in row.items()))
-        if key:
+        if len(key) >= 2:  # one value alike (rounded logs) is chance; a whole record is not
             epoch_of[key] = None if key in epoch_of else epoch  # the same values twice: unsure
     out: dict[int, int] = {}
     for step, row in logged.by_step.items():
@@ -217,7 +268,7 @@ def _derive(
     ints, source = dict(own[0]), own[1]
     notes = _overrides(m)
     if "epoch" not in ints:
-        epoch, epoch_source = _epoch_from_run(m.hash, m.iterations, m.name, known)
+        epoch, epoch_source = _epoch_from_run(m.hash, m.iterations, m.mtime_ns, m.name, known)
         if epoch is not None:
             ints["epoch"], source = epoch, epoch_source
     if MID_EPOCH in ints and "step" not in ints and m.iterations is not None:
@@ -230,12 +281,14 @@ def _derive(
         )
         ints["step"] = m.iterations
     metrics = _metrics(m, ints, logged, notes)
-    history = tuple(_epoch_from_run(s.hash, s.iterations, m.name, known)[0] for s in m.history)
+    history = tuple(
+        _epoch_from_run(s.hash, s.iterations, s.mtime_ns, m.name, known)[0] for s in m.history
+    )
     return Derived(ints.get("epoch"), ints.get("step"), metrics, source, tuple(notes), history)
 
 
 def _epoch_from_run(
-    digest: str | None, iterations: int | None, name: str, known: _Known
+    digest: str | None, iterations: int | None, mtime_ns: int, name: str, known: _Known
 ) -> tuple[int | None, str | None]:
     twin = known.by_hash.get(digest) if digest else None
     if twin is not None and twin[1] != name:
@@ -244,7 +297,9 @@ def _epoch_from_run(
         return known.logged_steps[iterations], f"the log's epoch ending at step {iterations}"
     spe = known.spe
     if spe and iterations and iterations % spe == 0:
-        return iterations // spe, f"optimizer iterations ({iterations} / {spe} steps per epoch)"
+        epoch = iterations // spe
+        if fits_in_time(epoch, mtime_ns, known.anchors):
+            return epoch, f"optimizer iterations ({iterations} / {spe} steps per epoch)"
     return None, None
 
 

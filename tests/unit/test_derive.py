@@ -152,7 +152,13 @@ def test_an_epoch_from_iterations_is_never_wrong(spe: int, epochs: list[int], na
 
 def test_a_log_that_names_epoch_and_step_together_gives_save_counter_names_their_epoch() -> None:
     # TF CheckpointManager in a custom loop: `ckpt-N` counts saves; JSON lines carry both keys.
-    rows = {e: {"loss": MetricValue("loss", 1.0 / e, "jsonl:metrics.jsonl")} for e in (1, 2, 3)}
+    rows = {
+        e: {
+            "loss": MetricValue("loss", 1.0 / e, "jsonl:metrics.jsonl"),
+            "val_loss": MetricValue("val_loss", 2.0 / e, "jsonl:metrics.jsonl"),
+        }
+        for e in (1, 2, 3)
+    }
     steps = {e * 7: rows[e] for e in (1, 2, 3)}
     logged = Logged(by_epoch=rows, by_step=steps, epochs=3, mtime_ns=10)
     members = [_member(n, f"ckpt-{n}", 7 * n, name_ints={"step": n}) for n in (1, 2, 3)]
@@ -163,7 +169,10 @@ def test_a_log_that_names_epoch_and_step_together_gives_save_counter_names_their
 
 
 def test_the_same_values_at_two_epochs_link_no_step() -> None:
-    same = {"loss": MetricValue("loss", 0.5, "jsonl:m.jsonl")}
+    same = {
+        "loss": MetricValue("loss", 0.5, "jsonl:m.jsonl"),
+        "val_loss": MetricValue("val_loss", 0.6, "jsonl:m.jsonl"),
+    }
     logged = Logged(by_epoch={1: same, 2: same}, by_step={4: same}, epochs=2)
     out = derive_run([_member(1, "ckpt-1", 4, name_ints={"step": 1})], logged)
     assert out.members[1].epoch is None
@@ -174,3 +183,64 @@ def test_a_name_number_that_is_not_the_optimizers_count_is_not_the_step() -> Non
     out = derive_run([member], Logged()).members[1]
     assert out.step == 3 * SPE
     assert out.notes == (f"step {3 * SPE} from the optimizer; the name's 3 counts saves",)
+
+
+# ---- reviewed cases: realistic runs where iterations would give a wrong epoch ------------------
+
+
+def test_fine_tuning_phase_with_a_recompiled_optimizer_gets_no_wrong_epoch() -> None:
+    """The transfer-learning recipe: fit epochs 1-5 (model-01..05.keras), `compile()` again (the
+    iteration count restarts) and fit 6-10 into last.keras, saved just before the CSV row. Its
+    130 iterations are epoch 5's; the pace of the named files says it was written at epoch 10."""
+    members = [
+        Member(e, f"model-{e:02d}.keras", f"h{e}", e * SPE, 1_000 * e, name_ints={"epoch": e})
+        for e in range(1, 6)
+    ]
+    members.append(Member(10, "last.keras", "h-last", 5 * SPE, 10_000))
+    out = derive_run(members, _log(10, mtime_ns=10_005))
+    assert out.members[10].epoch is None, out.members[10]
+    assert out.members[5].epoch == 5
+
+
+def test_last_keras_one_epoch_after_the_newest_named_file_keeps_its_epoch() -> None:
+    # save_best_only names (epochs 1, 2, 4, 8) + last.keras at epoch 9, one pace later.
+    named = [1, 2, 4, 8]
+    members = [
+        Member(e, f"best-{e:02d}.keras", f"h{e}", e * SPE, 1_000 * e, name_ints={"epoch": e})
+        for e in named
+    ]
+    members.append(Member(9, "last.keras", "h-last", 9 * SPE, 9_000))
+    out = derive_run(members, _log(9, mtime_ns=9_005))
+    assert out.members[9].epoch == 9
+
+
+def test_an_optimizer_seen_created_anew_gives_no_epoch_from_iterations() -> None:
+    """Resumed from weights only: the daemon saw last.keras at 130 iterations, then at 26. A run
+    seen only after the fact, with best.keras and last.keras alone, cannot show this (their
+    counts fit a run with fewer steps per epoch just as well): the README says so."""
+    history = (
+        Sighting(1, "g1", 5 * SPE, 5_000, log_epochs=5, log_before=True),
+        Sighting(2, "g2", 1 * SPE, 6_000, log_epochs=6, log_before=True),
+    )
+    members = [
+        Member(1, "last.keras", "g2", 1 * SPE, 6_000, history=history),
+        Member(2, "best.keras", "hb", 4 * SPE, 4_000),
+    ]
+    out = derive_run(members, _log(6, mtime_ns=5_990))
+    assert out.steps_per_epoch is None
+    assert "created anew" in out.evidence[0]
+    assert (out.members[1].epoch, out.members[2].epoch) == (None, None)
+
+
+def test_a_step_record_equal_to_an_epoch_row_by_chance_links_nothing() -> None:
+    """Rounded single-metric JSON records: the step-130 loss equals epoch 3's by chance."""
+    by_epoch = {
+        e: {"loss": MetricValue("loss", v, "json")}
+        for e, v in {1: 0.9, 2: 0.7, 3: 0.52, 4: 0.45, 5: 0.4}.items()
+    }
+    by_step = {
+        s: {"loss": MetricValue("loss", v, "json")} for s, v in {100: 0.6, 130: 0.52}.items()
+    }
+    logged = Logged(by_epoch=by_epoch, by_step=by_step, epochs=5, mtime_ns=1)
+    out = derive_run([Member(1, "last.keras", "h", 130, 10)], logged).members[1]
+    assert out.epoch != 3 and out.epoch_source != "the log's epoch ending at step 130", out
