@@ -221,6 +221,7 @@ def list_runs(engine: Engine) -> list[Run]:
             r.id,
             naming=list(derived.get(r.id, {}).get("naming") or []),
             steps_per_epoch=derived.get(r.id, {}).get("steps_per_epoch"),
+            evidence=list(derived.get(r.id, {}).get("evidence") or []),
         )
         for r in rows
     ]

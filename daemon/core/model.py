@@ -163,6 +163,7 @@ class Run:
     # The run's file-naming schemes: [{template, origin, members, evidence}] (core.naming).
     naming: list[dict[str, Any]] = field(default_factory=list)
     steps_per_epoch: int | None = None  # learned from optimizer iterations, when unambiguous
+    evidence: list[str] = field(default_factory=list)  # how steps_per_epoch was (not) learned
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----

@@ -74,6 +74,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "best": r.best,
         "naming": r.naming,
         "steps_per_epoch": r.steps_per_epoch,
+        "evidence": r.evidence,
     }
 
 
