@@ -85,15 +85,30 @@ def show_text(doc: dict[str, Any]) -> str:
         f"optimizer state {format_size(doc['optimizer_bytes'])}",
         f"  parameters {_count(doc['n_params'])} ({_count(doc['n_trainable_params'])} trainable)",
         f"  epoch {_dash(doc['epoch'])}  step {_dash(doc['step'])}  iterations "
-        f"{_dash(doc['iterations'])}",
+        f"{_dash(doc['iterations'])}"
+        + (f"  (epoch from {doc['epoch_source']})" if doc.get("epoch_source") else ""),
         f"  optimizer {doc['optimizer'] or '-'}  learning rate {_dash(doc['learning_rate'])}",
         f"  mtime {doc['mtime']}  indexed {doc['indexed_at'] or '-'}",
     ]
     if doc["hash"]:
         lines.append(f"  hash {doc['hash']}")
-    lines += _metrics(doc) + _training(doc) + _notes(doc)
+    lines += _metrics(doc) + _generations(doc) + _training(doc) + _notes(doc)
     lines += _layers(doc) + _artifacts(doc) + _events(doc)
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _generations(doc: dict[str, Any]) -> list[str]:
+    """The earlier generations of a file rewritten in place (`best.keras`), oldest first."""
+    seen = doc.get("generations") or []
+    if len(seen) < 2:
+        return []
+    lines = [f"  generations seen: {len(seen)}"]
+    for g in seen:
+        lines.append(
+            f"    {g.get('generation')}: epoch {_dash(g.get('epoch'))}  iterations "
+            f"{_dash(g.get('iterations'))}  indexed {g.get('indexed_at') or '-'}"
+        )
+    return lines
 
 
 def config_text(value: Any) -> str:
