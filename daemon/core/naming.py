@@ -2,7 +2,8 @@
 
 Names are split into literal and numeric parts (`core.name_parts`); names with the same literals
 form a series. In a series of 3 or more, a varying integer part is the epoch (or step/batch, by
-label or spacing), a decimal part a metric, named by its label or by agreeing with the logs at the
+label or spacing; `core.name_roles`) or a session part (a run, fold or seed counter: one template
+per value), a decimal part a metric, named by its label or by agreeing with the logs at the
 printed precision. A configured template wins, then Keras's documented examples, then inference; a
 name no scheme reads is parsed by its labels alone (`e03`, `step-500`, `val_loss=0.2`).
 Pure: no I/O, no clock.
