@@ -2,7 +2,8 @@
 
 Names are split into literal and numeric parts (`core.name_parts`); names with the same literals
 form a series. In a series of 3 or more, a varying integer part is the epoch (or step/batch, by
-label or spacing), a decimal part a metric, named by its label or by agreeing with the logs at the
+label or spacing; `core.name_roles`) or a session part (a run, fold or seed counter: one template
+per value), a decimal part a metric, named by its label or by agreeing with the logs at the
 printed precision. A configured template wins, then Keras's documented examples, then inference; a
 name no scheme reads is parsed by its labels alone (`e03`, `step-500`, `val_loss=0.2`).
 Pure: no I/O, no clock.
@@ -10,13 +11,12 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import math
 import re
 import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, reduce
+from functools import lru_cache
 
 from .metrics import INT_FIELDS, FilenameTemplate, compile_template
 from .name_parts import (
@@ -30,7 +30,6 @@ from .name_parts import (
     base_name,
     by_labels,
     fits,
-    int_role,
     is_decimal,
     label_before,
     match_logs,
@@ -38,6 +37,7 @@ from .name_parts import (
     resolve_label,
     split_name,
 )
+from .name_roles import Slot, assign_int_roles
 
 __all__ = [
     "KERAS_DEFAULTS",
@@ -139,25 +139,23 @@ def _fields_of(template: FilenameTemplate, texts: dict[str, str]) -> NameFields 
 # --- series inference -------------------------------------------------------------------------
 
 
-@dataclass
-class _Slot:
-    texts: list[str]
-    label: tuple[str, bool] | None
-    literal: str | None = None  # the same text in (nearly) every name: part of the name
-    role: str | None = None  # epoch / step / batch, or the metric's field name
-    spec: str = ""
-    why: str = ""
+@dataclass(frozen=True)
+class _Inferred:
+    templates: dict[tuple[str, ...], str]  # the session parts' texts -> the template
+    evidence: list[str]
+    values: list[bool]  # which numbers of a name are read as values
+    parts: list[int]  # which numbers are session parts (literal within each sub-series)
 
 
-def _infer_series(splits: list[Split], logged: Logged) -> tuple[str, list[str], list[bool]] | None:
-    """(template, evidence, which numbers are values) for names sharing one skeleton, or None
+def _infer_series(splits: list[Split], logged: Logged) -> _Inferred | None:
+    """The template(s) of names sharing one skeleton (one per session part value), or None
     when they do not show one."""
     n = len(splits)
     if n < 3:
         return None  # one or two names cannot show growth
     literals = splits[0].literals
     slots = [
-        _Slot([s.texts[i] for s in splits], label_before(literals[i]))
+        Slot([s.texts[i] for s in splits], label_before(literals[i]))
         for i in range(len(literals) - 1)
     ]
     for slot in slots:
@@ -167,7 +165,7 @@ def _infer_series(splits: list[Split], logged: Logged) -> tuple[str, list[str], 
         # and the stray falls out; a decimal only when it never changes (a plateau is a value).
         if not (decimal and metric_label(slot.label)) and count >= n - (n >= 4 and not decimal):
             slot.literal, slot.why = text, f"{text!r} is the same in every name: part of the name"
-    if not _int_roles([s for s in slots if s.literal is None and not _decimal(s)], logged):
+    if not assign_int_roles([s for s in slots if s.literal is None and not _decimal(s)], logged):
         return None
     epoch_slot = next((s for s in slots if s.role == "epoch"), None)
     epochs = [int(t) for t in epoch_slot.texts] if epoch_slot else [None] * n
@@ -188,55 +186,20 @@ def _infer_series(splits: list[Split], logged: Logged) -> tuple[str, list[str], 
             slot.why = f"{name}: {slot.why}"
         taken.add(name)
         slot.role, slot.spec = name, _float_spec(slot.texts)
-    template = _template(literals, slots, splits[0].ext)
-    return template, [s.why for s in slots if s.why], [s.literal is None for s in slots]
+    parts = [i for i, s in enumerate(slots) if s.part]
+    templates = {}
+    for split in splits:
+        key = tuple(split.texts[i] for i in parts)
+        if key not in templates:
+            templates[key] = _template(
+                literals, slots, splits[0].ext, dict(zip(parts, key, strict=True))
+            )
+    values = [s.literal is None and not s.part for s in slots]
+    return _Inferred(templates, [s.why for s in slots if s.why], values, parts)
 
 
-def _decimal(slot: _Slot) -> bool:
+def _decimal(slot: Slot) -> bool:
     return any(map(is_decimal, slot.texts))
-
-
-def _int_roles(slots: list[_Slot], logged: Logged) -> bool:
-    """Give each varying integer part its role (False: one is left without)."""
-    free = []
-    labelled = Counter(int_role(s.label) for s in slots)
-    for slot in slots:
-        role = int_role(slot.label)
-        if role is None or slot.label is None or labelled[role] > 1:  # `b.1-b2`: says nothing
-            free.append(slot)
-        else:
-            slot.role, slot.why = role, _int_why(slot, role, f"labelled {slot.label[0]!r}")
-    lone_batch = [s for s in slots if s.role == "batch"] if len(slots) == 1 else []
-    for slot in lone_batch:  # Keras writes {batch} only beside {epoch}: `b.7` labels no batch
-        slot.role, slot.why = None, ""
-        free.append(slot)
-    roles = [r for r in ("epoch", "batch") if not any(s.role == r for s in slots)]
-    if len(free) == 1 and len(slots) == 1:
-        values = [int(t) for t in free[0].texts]
-        spaced = reduce(math.gcd, values) >= 100 or min(values) >= 1000
-        in_logs = bool(logged) and max(values) <= max(logged)
-        role = "step" if spaced and not in_logs else "epoch"
-        how = "by its spacing" if role == "step" else "grows with the series"
-        free[0].role, free[0].why = role, _int_why(free[0], role, how)
-        return True
-    if "step" in {s.role for s in slots} and "epoch" in roles:
-        roles.remove("epoch")
-    if len(free) > len(roles):
-        return False
-    for slot, role in zip(free, roles, strict=False):
-        slot.role, slot.why = role, _int_why(slot, role, "by its place in the name")
-    # Keras writes {batch} after {epoch}: an unlabelled number before it (a time) is no batch.
-    at = {s.role: i for i, s in enumerate(slots) if s.role}
-    return not any(s.role == "batch" for s in free) or at["batch"] > at.get("epoch", -1)
-
-
-def _int_why(slot: _Slot, role: str, how: str) -> str:
-    values = sorted(int(t) for t in slot.texts)
-    width = min(len(t) for t in slot.texts)
-    padded = width > 1 and any(len(t) == width and t.startswith("0") for t in slot.texts)
-    slot.spec = f"0{width}d" if padded else ""
-    pad = f", written {width} digits wide" if padded else ""
-    return f"{role}: {how}, {values[0]} → {values[-1]} over {len(values)} names{pad}"
 
 
 def _float_spec(texts: list[str]) -> str:
@@ -253,14 +216,16 @@ def _float_spec(texts: list[str]) -> str:
     return ""
 
 
-def _template(literals: tuple[str, ...], slots: list[_Slot], ext: str) -> str:
+def _template(
+    literals: tuple[str, ...], slots: list[Slot], ext: str, parts: Mapping[int, str]
+) -> str:
     def lit(text: str) -> str:
         return text.replace("{", "{{").replace("}", "}}")
 
     out = [lit(literals[0])]
-    for slot, after in zip(slots, literals[1:], strict=True):
-        if slot.literal is not None:
-            out.append(lit(slot.literal))
+    for i, (slot, after) in enumerate(zip(slots, literals[1:], strict=True)):
+        if slot.literal is not None or i in parts:
+            out.append(lit(parts.get(i) or slot.literal or ""))
         else:
             out.append(f"{{{slot.role}:{slot.spec}}}" if slot.spec else f"{{{slot.role}}}")
         out.append(lit(after))
@@ -306,11 +271,10 @@ def infer_naming(
             series.setdefault(split.key, []).append((base, split))
     for members in sorted(series.values(), key=len, reverse=True):
         found = _series_scheme(members, logged)
-        if found is None or not set(found[1].fields) & INT_FIELDS:
+        if found is None or not set(found[0][1].fields) & INT_FIELDS:
             points = _split_points(members)  # `v2.001`: a version and an epoch, not a decimal
             found = (points and _series_scheme(points, logged)) or found
-        if found is not None:
-            scheme, template, read = found
+        for scheme, template, read in found or ():
             schemes.append(scheme)
             readers.append(template)
             known.update(read)
@@ -383,27 +347,38 @@ def _split_points(members: list[tuple[str, Split]]) -> list[tuple[str, Split]] |
     return out
 
 
-def _series_scheme(
-    members: list[tuple[str, Split]], logged: Logged
-) -> tuple[Scheme, FilenameTemplate, dict[str, NameFields]] | None:
-    """The inferred scheme of one series, if it reads its names back (all but one stray)."""
+_Found = list[tuple[Scheme, FilenameTemplate, dict[str, NameFields]]]
+
+
+def _series_scheme(members: list[tuple[str, Split]], logged: Logged) -> _Found | None:
+    """The inferred scheme of one series (one per session part value), if it reads its names
+    back (all but one stray)."""
     inferred = _infer_series([split for _, split in members], logged)
     if inferred is None:
         return None
-    text, evidence, values = inferred
-    try:
-        template = compile_template(text)
-    except ValueError:
-        return None
-    read = {}
-    for base, split in members:
-        got = template._texts(base)
-        expected = [t for t, is_value in zip(split.texts, values, strict=True) if is_value]
-        if got is not None and list(got.values()) == expected:
-            fields = _fields_of(template, got)
-            if fields is not None:
-                read[base] = fields
-    if len(read) < max(3, len(members) - 1):
-        return None  # the template does not read its own names back: no scheme
-    evidence.append(f"reads {len(read)} of {len(members)} names of this skeleton")
-    return Scheme(template.text, "inferred", len(read), tuple(evidence)), template, read
+    groups: list[tuple[FilenameTemplate, dict[str, NameFields]]] = []
+    for key, text in inferred.templates.items():
+        try:
+            template = compile_template(text)
+        except ValueError:
+            return None
+        read = {}
+        for base, split in members:
+            if tuple(split.texts[i] for i in inferred.parts) != key:
+                continue
+            got = template._texts(base)
+            values = zip(split.texts, inferred.values, strict=True)
+            if got is not None and list(got.values()) == [t for t, value in values if value]:
+                fields = _fields_of(template, got)
+                if fields is not None:
+                    read[base] = fields
+        if read:
+            groups.append((template, read))
+    total = sum(len(read) for _, read in groups)
+    if total < max(3, len(members) - 1):
+        return None  # the templates do not read their own names back: no scheme
+    said = f"reads {total} of {len(members)} names of this skeleton"
+    return [
+        (Scheme(t.text, "inferred", len(read), (*inferred.evidence, said)), t, read)
+        for t, read in groups
+    ]
