@@ -1,50 +1,39 @@
-"""The training logs of one run, wherever they sit: its folder, then each folder above it up to
-the root (nearest first). In each folder: the files the root's `metrics_files` patterns name (a
-pattern reaching into subfolders only in the run folder, so a `**` never sweeps a sibling run),
-CSVLogger logs under any name and JSON logs (recognised by `core.log_sniff`), and TensorBoard
-event files there and up to `TB_DEPTH` folders below, never inside another run, and above the
-run folder only while no other run shares the folder (`tb_events.run_event_files`). A nearer
-folder's value wins; within one folder JSON > CSV > TensorBoard.
+"""The training logs of one run, wherever they sit (`formats.log_discovery` finds them: the run's
+folder, then each folder above it up to the root, nearest first; in a folder other runs share,
+only the logs that name the run's branch), read and merged: CSVLogger logs under any name and
+JSON logs (recognised by `core.log_sniff`), TensorBoard event files (`formats.tb_events`). A
+nearer folder's value wins; within one folder JSON > CSV > TensorBoard.
 
 Every file is opened through `fs.beneath` (beneath the root, no symlink followed, no FIFO
 opened); entries, candidates, bytes per file and per run, and records are bounded; bad bytes
 become notes, never exceptions. Stat and small reads only: no HDF5, checkpoints not even statted.
+
+`other_runs`: the run folders the caller knows, as paths (indexed once per call) or as a
+`RunIndex` of the root's runs built once for a whole scan (it may hold this run and the folders
+above it), which keeps a rescan's cost per run flat in the number of runs.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import functools
 import os
-import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import Refused
-from ..core.log_sniff import (
-    SNIFF_BYTES,
-    csv_log_separator,
-    is_json_log_name,
-    looks_like_checkpoint,
-    parse_json_log,
-)
+from ..core.log_sniff import SNIFF_BYTES, csv_log_separator, parse_json_log
 from ..core.metrics import MAX_READ_BYTES, ByKey, parse_csv_log
 from ..core.model import MetricValue
 from ..core.tb_scalars import Scalar, to_metrics
 from ..fs import beneath
 from . import tb_events
-from .tb_events import Listing
+from .log_discovery import Candidate, candidates, label
+from .run_index import RunIndex
 
-TB_DEPTH = 4  # folders below: logs/fit/20240101-1200/validation
-MAX_ENTRIES_PER_FOLDER = 20_000  # a folder of 10,000 checkpoints is still listed whole
-MAX_SNIFFED_PER_FOLDER = 64
-MAX_PATTERN_MATCHES = 64  # per pattern and folder
-MAX_TB_FOLDERS = 256  # folders listed while looking for event files, per level
-MAX_TB_FILES = 64  # per level
 MAX_RUN_BYTES = 64 * 2**20  # read per run, all files together
-_TEXT_FIRST = (".csv", ".log", ".tsv", ".txt", "")  # sniffed first: where CSV logs usually are
 _TIERS = {"json": 0, "csv": 1, "tensorboard": 2}
+
+OtherRuns = Collection[Path] | RunIndex
 
 
 @dataclass(frozen=True)
@@ -72,17 +61,6 @@ class RunLogs:
         return {name: m.value for name, m in self.by_epoch.get(epoch, {}).items()}
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    path: Path
-    label: str
-    kind: str  # "csv" | "json" | "jsonl" (configured or by name), "sniff", "tensorboard"
-    level: int  # 0: the run folder, 1: its parent, ...
-    size: int
-    mtime_ns: int
-    configured: bool  # matched a `metrics_files` pattern: problems are noted, not skipped
-
-
 @dataclass
 class _Layer:
     order: tuple[int, int, int]  # (level, tier, rank within them): the merge takes the first
@@ -93,14 +71,15 @@ class _Layer:
 
 
 def read_run_logs(
-    run_dir: Path, root: Path, patterns: Sequence[str], other_runs: Collection[Path] = ()
+    run_dir: Path, root: Path, patterns: Sequence[str], other_runs: OtherRuns = ()
 ) -> RunLogs:
     """Every metric the run's logs hold, by epoch and by step, with their sources. `other_runs`:
     the run folders the caller knows (their logs are never this run's). Raises ValueError when
     `run_dir` is not beneath `root`; never on what the files hold."""
     reader = _Reader(Path(os.path.abspath(root)))
-    tb_groups: dict[Path, list[_Candidate]] = {}
-    for rank, cand in enumerate(_candidates(run_dir, root, patterns, other_runs, reader.notes)):
+    found = candidates(run_dir, root, patterns, other_runs, reader.notes)
+    tb_groups: dict[Path, list[Candidate]] = {}
+    for rank, cand in enumerate(found.candidates):
         if cand.kind == "tensorboard":
             tb_groups.setdefault(cand.path.parent, []).append(cand)
         else:
@@ -108,196 +87,22 @@ def read_run_logs(
     # The newest session's folder first (`logs/fit/<timestamp>/train`): its values win.
     for rank, folder in enumerate(sorted(tb_groups, reverse=True)):
         reader.event_folder(folder, rank, tb_groups[folder])
+    if found.withheld and not reader.layers:  # why a run has no metrics: once, when it matters
+        shown = ", ".join(found.withheld[:3]) + (", ..." if len(found.withheld) > 3 else "")
+        reader.notes.append(
+            f"{shown}: in a folder shared by several runs and named after none of this run's"
+            " folders, not used"
+        )
     return reader.merged()
 
 
 def logs_signature(
-    run_dir: Path, root: Path, patterns: Sequence[str], other_runs: Collection[Path] = ()
+    run_dir: Path, root: Path, patterns: Sequence[str], other_runs: OtherRuns = ()
 ) -> tuple[tuple[str, int, int], ...]:
     """(label, size, mtime_ns) of every file `read_run_logs` would open, from stat alone: when
     it is unchanged between two scans, so are the run's logs."""
-    found = _candidates(run_dir, root, patterns, other_runs, [])
+    found = candidates(run_dir, root, patterns, other_runs, []).candidates
     return tuple(sorted((c.label, c.size, c.mtime_ns) for c in found))
-
-
-# --- which files --------------------------------------------------------------------------------
-
-
-def _candidates(
-    run_dir: Path,
-    root: Path,
-    patterns: Sequence[str],
-    other_runs: Collection[Path],
-    notes: list[str],
-) -> list[_Candidate]:
-    out: list[_Candidate] = []
-    others = {Path(os.path.abspath(p)) for p in other_runs}
-    run_abs = Path(os.path.abspath(run_dir))
-    others.discard(run_abs)
-    root_abs = Path(os.path.abspath(root))
-    for level, folder in enumerate(_folders(run_abs, root_abs)):
-        entries, _ = _entries(folder, root_abs, notes)
-        taken: set[str] = set()
-        for cand in _configured(folder, level, patterns, entries, root_abs, notes):
-            if cand.label not in taken:
-                taken.add(cand.label)
-                out.append(cand)
-        out += _sniffable(folder, level, entries, taken, root_abs)
-        out += _event_files(folder, level, root_abs, run_abs, others, notes, entries)
-    return out
-
-
-def _folders(run_dir: Path, root: Path) -> list[Path]:
-    """The run folder, then each folder above it up to and including the root."""
-    if run_dir != root and root not in run_dir.parents:
-        raise ValueError(f"{run_dir} is not beneath {root}")
-    chain = [run_dir]
-    while chain[-1] != root:
-        chain.append(chain[-1].parent)
-    return chain
-
-
-def _entries(folder: Path, root: Path, notes: list[str]) -> tuple[Listing, bool]:
-    """(name -> lstat of a regular file or None for a real folder, whether checkpoint files
-    are there). Symlinks, FIFOs and other special files are left out: never followed, never
-    opened; checkpoints too, unstatted (the folder type comes from the listing itself)."""
-    out: dict[str, os.stat_result | None] = {}
-    checkpoints = False
-    try:
-        with os.scandir(folder) as listing:
-            for count, entry in enumerate(listing):
-                if count >= MAX_ENTRIES_PER_FOLDER:
-                    notes.append(f"{_label(folder, root)}: over {count} entries, the rest unread")
-                    break
-                if entry.is_dir(follow_symlinks=False):
-                    out[entry.name] = None
-                elif not entry.is_file(follow_symlinks=False):
-                    continue
-                elif looks_like_checkpoint(entry.name):
-                    checkpoints = True
-                else:
-                    try:
-                        out[entry.name] = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-    except OSError as exc:
-        notes.append(f"{_label(folder, root)}: cannot list ({exc.strerror or exc})")
-    return out, checkpoints
-
-
-def _configured(
-    folder: Path,
-    level: int,
-    patterns: Sequence[str],
-    entries: Listing,
-    root: Path,
-    notes: list[str],
-) -> list[_Candidate]:
-    out: list[_Candidate] = []
-    for pattern in patterns:
-        if "/" in pattern or "**" in pattern:
-            if level:
-                continue  # a pattern reaching into subfolders stays within the run folder
-            paths = _glob(folder, pattern, notes)
-        elif not any(c in pattern for c in "*?["):
-            paths = [folder / pattern]  # a plain name: looked at even if a symlink (noted)
-        else:  # from the listing: a folder of 10,000 checkpoints is not globbed per pattern
-            names = sorted(n for n, i in entries.items() if i and fnmatch.fnmatchcase(n, pattern))
-            paths = [folder / n for n in names[:MAX_PATTERN_MATCHES]]
-        for path in paths:
-            info = _lstat(path)
-            if info is None or tb_events.is_event_file(path.name):
-                continue
-            kind = _name_kind(path.name) or "csv"
-            out.append(_candidate(path, root, kind, level, info, configured=True))
-    return out
-
-
-def _glob(folder: Path, pattern: str, notes: list[str]) -> list[Path]:
-    try:
-        found: list[Path] = []
-        for path in folder.glob(pattern):
-            found.append(path)
-            if len(found) >= MAX_PATTERN_MATCHES:
-                break
-        return sorted(found)
-    except (ValueError, NotImplementedError, OSError) as exc:
-        notes.append(f"metrics file pattern {pattern!r} ignored: {exc}")
-        return []
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    """The lstat of anything but a folder: a configured name that is a symlink or a FIFO is
-    refused by `fs.beneath` before any open, with a note."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    return None if stat.S_ISDIR(info.st_mode) else info
-
-
-def _sniffable(
-    folder: Path,
-    level: int,
-    entries: Listing,
-    taken: set[str],
-    root: Path,
-) -> list[_Candidate]:
-    """Files directly in `folder` that may be logs by their content, most likely first."""
-    picked: list[tuple[int, str, os.stat_result]] = []
-    for name, info in entries.items():
-        if info is None or info.st_size > MAX_READ_BYTES or info.st_size == 0:
-            continue
-        if looks_like_checkpoint(name) or tb_events.is_event_file(name) or name.startswith("."):
-            continue
-        if _label(folder / name, root) in taken:
-            continue
-        rank = 0 if _name_kind(name) else 1 if os.path.splitext(name)[1] in _TEXT_FIRST else 2
-        picked.append((rank, name, info))
-    picked.sort(key=lambda item: (item[0], item[1]))
-    out = []
-    for _, name, info in picked[:MAX_SNIFFED_PER_FOLDER]:
-        kind = _name_kind(name) or "sniff"
-        out.append(_candidate(folder / name, root, kind, level, info, configured=False))
-    return out
-
-
-def _name_kind(name: str) -> str | None:
-    """ "json" / "jsonl" for a JSON log's name, else None."""
-    if not is_json_log_name(name):
-        return None
-    return "jsonl" if name.lower().endswith(".jsonl") else "json"
-
-
-def _event_files(
-    folder: Path,
-    level: int,
-    root: Path,
-    run: Path,
-    others: set[Path],
-    notes: list[str],
-    entries: Listing,
-) -> list[_Candidate]:
-    limits = (TB_DEPTH, MAX_TB_FOLDERS, MAX_TB_FILES)
-    lister = functools.partial(_entries, root=root, notes=notes)
-    found, problem = tb_events.run_event_files(folder, entries, lister, run, others, limits)
-    if problem:
-        notes.append(f"{_label(folder, root)}: {problem}, the rest unread")
-    return [_candidate(p, root, "tensorboard", level, i, configured=False) for p, i in found]
-
-
-def _candidate(
-    path: Path, root: Path, kind: str, level: int, info: os.stat_result, *, configured: bool
-) -> _Candidate:
-    label = _label(path, root)
-    return _Candidate(path, label, kind, level, info.st_size, info.st_mtime_ns, configured)
-
-
-def _label(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 # --- reading them -------------------------------------------------------------------------------
@@ -313,7 +118,7 @@ class _Reader:
     files: list[LogFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def text_log(self, cand: _Candidate, rank: int) -> None:
+    def text_log(self, cand: Candidate, rank: int) -> None:
         data = self.read(cand)
         try:
             text = None if data is None else data.decode("utf-8-sig")
@@ -338,7 +143,7 @@ class _Reader:
         self.layers.append(_Layer(order, f"{kind}:{cand.label}", by_epoch, by_step))
         self.files.append(LogFile(cand.label, kind, cand.mtime_ns, max(by_epoch, default=0)))
 
-    def event_folder(self, folder: Path, rank: int, group: list[_Candidate]) -> None:
+    def event_folder(self, folder: Path, rank: int, group: list[Candidate]) -> None:
         """One layer per event folder: its files in name (= creation time) order, a later
         file's value for the same key winning, as a resumed run writes a new file."""
         scalars: list[Scalar] = []
@@ -353,12 +158,12 @@ class _Reader:
             self.files.append(LogFile(cand.label, "tensorboard", cand.mtime_ns, epochs))
         metrics = to_metrics(scalars, folder.name)
         order = (group[0].level, _TIERS["tensorboard"], rank)
-        source = f"tensorboard:{_label(folder, self.root)}"
+        source = f"tensorboard:{label(folder, self.root)}"
         self.layers.append(
             _Layer(order, source, metrics.by_epoch, metrics.by_step, metrics.epoch_times)
         )
 
-    def read(self, cand: _Candidate) -> bytes | None:
+    def read(self, cand: Candidate) -> bytes | None:
         """The file's bytes, bounded: a sniffed file only if its first bytes are a CSV log; an
         event file over the limit up to the limit (its first records)."""
         limit = min(MAX_READ_BYTES, self.budget)

@@ -48,6 +48,7 @@ from ..core.protowire import (
 )
 from ..core.tb_scalars import Scalar
 from ..fs import beneath
+from .run_index import RunIndex, as_index
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
 MAX_RECORDS = 200_000  # per file; a batch-level log of 200k steps is still read in ~1 s
@@ -282,33 +283,58 @@ def is_event_file(name: str) -> bool:
 Listing = Mapping[str, "os.stat_result | None"]  # name -> lstat of a regular file, None: a folder
 
 
+@dataclass(frozen=True)
+class EventSearch:
+    files: list[tuple[Path, os.stat_result]]
+    problem: str | None  # why the search stopped early, if it did
+    shared: bool  # above the run folder: another run shares the folder (found or known)
+
+
 def run_event_files(
     folder: Path,
     entries: Listing,
     list_folder: Callable[[Path], tuple[Listing, bool]],
     run: Path,
-    others: Collection[Path],
+    others: Collection[Path] | RunIndex,
     limits: tuple[int, int, int],
 ) -> tuple[list[tuple[Path, os.stat_result]], str | None]:
+    """`search_event_files` as (files, why the search stopped early)."""
+    found = search_event_files(folder, entries, list_folder, run, others, limits)
+    return found.files, found.problem
+
+
+def search_event_files(
+    folder: Path,
+    entries: Listing,
+    list_folder: Callable[[Path], tuple[Listing, bool]],
+    run: Path,
+    others: Collection[Path] | RunIndex,
+    limits: tuple[int, int, int],
+) -> EventSearch:
     """The event files of `run` in `folder` (the run folder or one above it, listed as
-    `entries`) and its subfolders, never inside another run (`others`). Above the run folder,
-    the subfolders' files count only while no subfolder off the run's own branch holds another
-    run (a known one, or checkpoint files other than BackupAndRestore's): a folder shared by
-    several runs (a root of experiments) gives its subfolders' logs to none. `list_folder`
-    gives a folder's listing and whether checkpoint files are in it; `limits`: (depth, folders
-    listed, files). Returns the files and why the search stopped early, if it did."""
+    `entries`) and its subfolders, never inside another run (`others`: the other run folders,
+    or a `RunIndex` of the root's runs, which may hold `run` and the folders above it). Above
+    the run folder, the subfolders' files count only while no subfolder off the run's own branch
+    holds another run (a known one, or checkpoint files other than BackupAndRestore's): a folder
+    shared by several runs (a root of experiments) gives its subfolders' logs to none.
+    `list_folder` gives a folder's listing and whether checkpoint files are in it; `limits`:
+    (depth, folders listed, files). Paths are absolute. Every check is a lookup in the index:
+    the cost does not grow with the number of runs."""
+    index = as_index(others)
     above = folder != run
     branch = run.relative_to(folder).parts[0] if above else None
-    shared = above and any(
-        folder in o.parents and o.relative_to(folder).parts[0] != branch for o in others
-    )
+    shared = above and branch is not None and index.shared_off(folder, branch)
+    if shared:  # only the files directly in it count: no subfolder is worth listing
+        direct = {n: i for n, i in entries.items() if i is not None}
+        found, problem = _walk(folder, direct, lambda _: None, limits)
+        return EventSearch(found, problem, True)
 
     def lister(path: Path) -> Listing | None:
         nonlocal shared
-        if shared or any(
-            r == path or path in r.parents for r in (*others, run) if above or r != run
-        ):
-            return None  # another run, or (above the run folder) the run's own branch
+        if shared or (above and path.parent == folder and path.name == branch):
+            return None  # (above the run folder) the run's own branch
+        if index.is_run_or_above_one(path):
+            return None  # another run, or a folder above one
         listing, checkpoints = list_folder(path)
         if above and checkpoints and not _backup(path, listing):
             shared = True
@@ -316,7 +342,8 @@ def run_event_files(
         return listing
 
     found, problem = _walk(folder, entries, lister, limits)
-    return [(p, i) for p, i in found if not shared or p.parent == folder], problem
+    files = [(p, i) for p, i in found if not shared or p.parent == folder]
+    return EventSearch(files, problem, shared)
 
 
 def _backup(path: Path, listing: Listing) -> bool:
