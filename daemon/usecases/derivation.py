@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from ..core.metrics import FilenameTemplate
 from ..core.model import MetricValue
 from ..core.naming import RunNaming, infer_naming, is_unnamed
 from ..formats.metric_files import Sidecar, read_sidecar
-from ..formats.run_logs import RunLogs, logs_signature, read_run_logs
+from ..formats.run_logs import OtherRuns, RunLogs, logs_signature, read_run_logs
 from ..settings.config import RootConfig
 
 
@@ -37,25 +37,19 @@ class RunRef:
     name: str
 
 
-def other_runs_of(run_dir: Path, runs: Collection[Path]) -> frozenset[Path]:
-    """The run folders whose logs are never `run_dir`'s: all but itself and its ancestors (a run
-    in a folder above it shares that folder's logs by design: nearest first)."""
-    return frozenset(p for p in runs if p != run_dir and p not in run_dir.parents)
-
-
 def settings_key(root: RootConfig) -> str:
     """What of the config decides derivation: a change re-derives the root's runs."""
     text = json.dumps([list(root.filename_templates), list(root.metrics_files)])
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def signature(run: RunRef, other_runs: Collection[Path]) -> list[list[Any]]:
+def signature(run: RunRef, other_runs: OtherRuns) -> list[list[Any]]:
     """The stat signature of the logs `run` reads (no file is read)."""
     sig = logs_signature(run.folder, run.root.path, run.root.metrics_files, other_runs)
     return [list(entry) for entry in sig]
 
 
-def is_stale(details: dict[str, Any], run: RunRef, other_runs: Collection[Path]) -> bool:
+def is_stale(details: dict[str, Any], run: RunRef, other_runs: OtherRuns) -> bool:
     """Whether the run's derivation may be out of date though none of its files changed."""
     return details.get("settings") != settings_key(run.root) or details.get("logs") != signature(
         run, other_runs
@@ -71,7 +65,7 @@ class LogsRead:
     logs: RunLogs
 
 
-def run_logs(run: RunRef, other_runs: Collection[Path]) -> LogsRead:
+def run_logs(run: RunRef, other_runs: OtherRuns) -> LogsRead:
     sig = signature(run, other_runs)
     return LogsRead(
         sig, read_run_logs(run.folder, run.root.path, run.root.metrics_files, other_runs)
@@ -90,7 +84,7 @@ def refresh_run(
     run: RunRef,
     templates: Sequence[FilenameTemplate],
     *,
-    other_runs: Collection[Path],
+    other_runs: OtherRuns,
     at: str,
     read: LogsRead | None = None,
 ) -> int:

@@ -21,6 +21,7 @@ from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.units import iso_utc
 from ..formats.checkpoint_state import listed_checkpoints
+from ..formats.run_index import RunIndex
 from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
@@ -153,7 +154,7 @@ class _Scan:
         # Run derivation: each run walked is settled once its folder is done (a run's files
         # come together in the walk); touched runs had a file (re)recorded.
         self.run_details = store.run_details(str(root.path))
-        self.other_runs = {root.path / name for name in self.run_details}
+        self.run_index = RunIndex(root.path / name for name in self.run_details)
         self.logs: dict[Path, derivation.LogsRead] = {}
         self.touched: set[Path] = set()
         self.walked: dict[Path, str] = {}
@@ -188,7 +189,7 @@ class _Scan:
         if run_dir not in self.walked:
             self._settle_runs()
             self.walked[run_dir] = self._run_name(run_dir)
-            self.other_runs.add(run_dir)
+            self.run_index.add(run_dir)
 
     def _settle_runs(self) -> None:
         for run_dir, name in self.walked.items():
@@ -196,7 +197,7 @@ class _Scan:
                 continue
             self.settled.add(run_dir)
             ref = RunRef(self.root, run_dir, name)
-            others = derivation.other_runs_of(run_dir, self.other_runs)
+            others = self.run_index  # ignores the asking run and the folders above it
             stale = self.reindex or run_dir in self.touched
             if not stale and not derivation.is_stale(self.run_details.get(name, {}), ref, others):
                 continue
@@ -318,7 +319,7 @@ class _Scan:
         """The run's metrics logs, read once per scan (and reused by its derivation)."""
         if run_dir not in self.logs:
             ref = RunRef(self.root, run_dir, self._run_name(run_dir))
-            others = derivation.other_runs_of(run_dir, self.other_runs)
+            others = self.run_index  # ignores the asking run and the folders above it
             self.logs[run_dir] = derivation.run_logs(ref, others)
         return self.logs[run_dir]
 
