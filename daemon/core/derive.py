@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .metrics import disagrees, to_float
 from .model import MetricValue
+from .naming import NameFields, is_unnamed
 
 MID_EPOCH = "batch"
 
@@ -55,6 +56,35 @@ class Member:
     sidecar_values: Mapping[str, float] = field(default_factory=dict)
     sidecar_label: str = "sidecar"
     history: tuple[Sighting, ...] = ()  # earlier generations, oldest first
+
+
+def member(
+    ckpt_id: int,
+    name: str,
+    fields: NameFields,
+    sidecar: tuple[Mapping[str, int], Mapping[str, float], str] = ({}, {}, "sidecar"),
+    *,
+    digest: str | None = None,
+    iterations: int | None = None,
+    mtime_ns: int = 0,
+    history: tuple[Sighting, ...] = (),
+) -> Member:
+    """A Member from what its name and its sidecar (ints, values, label) say."""
+    return Member(
+        id=ckpt_id,
+        name=name,
+        hash=digest,
+        iterations=iterations,
+        mtime_ns=mtime_ns,
+        name_ints=fields.ints,
+        # A value in the name that no label or log names is not a metric anyone can query.
+        name_metrics={k: v for k, v in fields.metrics.items() if not is_unnamed(k)},
+        name_scheme=fields.template,
+        sidecar_ints=sidecar[0],
+        sidecar_values=sidecar[1],
+        sidecar_label=sidecar[2],
+        history=history,
+    )
 
 
 @dataclass(frozen=True)

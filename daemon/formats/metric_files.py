@@ -60,8 +60,8 @@ def metrics_for(
     """Epoch, step and metrics of one checkpoint as its run's derivation sees it when it is the
     run's only checkpoint: its name, its sidecar, the run's logs (`formats.run_logs`, beneath
     `root`, default the run folder). The indexer derives whole runs (`usecases.derivation`)."""
-    from ..core.derive import Logged, Member, derive_run
-    from ..core.naming import infer_naming, is_unnamed
+    from ..core.derive import Logged, derive_run, member
+    from ..core.naming import infer_naming
     from .run_logs import read_run_logs
 
     base = root if root is not None else run_dir
@@ -72,21 +72,9 @@ def metrics_for(
     values = {e: {k: v.value for k, v in d.items()} for e, d in logs.by_epoch.items()}
     fields = infer_naming([checkpoint_path.name], values, templates).fields(checkpoint_path.name)
     sidecar = read_sidecar(Path(f"{checkpoint_path}.json"), root)
-    member = Member(
-        id=0,
-        name=checkpoint_path.name,
-        hash=None,
-        iterations=None,
-        mtime_ns=0,
-        name_ints=fields.ints,
-        name_metrics={k: v for k, v in fields.metrics.items() if not is_unnamed(k)},
-        name_scheme=fields.template,
-        sidecar_ints=sidecar.ints,
-        sidecar_values=sidecar.values,
-        sidecar_label=sidecar.label,
-    )
+    found = member(0, checkpoint_path.name, fields, (sidecar.ints, sidecar.values, sidecar.label))
     logged = Logged(logs.by_epoch, logs.by_step, logs.epochs_logged)
-    d = derive_run([member], logged).members[0]
+    d = derive_run([found], logged).members[0]
     return MetricsResult(d.epoch, d.step, d.metrics, (*sidecar.notes, *logs.notes, *d.notes))
 
 

@@ -290,19 +290,6 @@ class EventSearch:
     shared: bool  # above the run folder: another run shares the folder (found or known)
 
 
-def run_event_files(
-    folder: Path,
-    entries: Listing,
-    list_folder: Callable[[Path], tuple[Listing, bool]],
-    run: Path,
-    others: Collection[Path] | RunIndex,
-    limits: tuple[int, int, int],
-) -> tuple[list[tuple[Path, os.stat_result]], str | None]:
-    """`search_event_files` as (files, why the search stopped early)."""
-    found = search_event_files(folder, entries, list_folder, run, others, limits)
-    return found.files, found.problem
-
-
 def search_event_files(
     folder: Path,
     entries: Listing,

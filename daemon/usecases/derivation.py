@@ -19,10 +19,10 @@ from typing import Any
 
 from ..catalog.store import Store
 from ..catalog.store_runs import Derivation, RunMember
-from ..core.derive import Derived, Logged, Member, Sighting, derive_run
+from ..core.derive import Derived, Logged, Member, Sighting, derive_run, member
 from ..core.metrics import FilenameTemplate
 from ..core.model import MetricValue
-from ..core.naming import RunNaming, infer_naming, is_unnamed
+from ..core.naming import RunNaming, infer_naming
 from ..formats.metric_files import Sidecar, read_sidecar
 from ..formats.run_logs import OtherRuns, RunLogs, logs_signature, read_run_logs
 from ..settings.config import RootConfig
@@ -151,20 +151,15 @@ def _epoch_log_mtime(logs: RunLogs) -> int:
 
 
 def _member(row: RunMember, naming: RunNaming, sidecar: Sidecar) -> Member:
-    fields = naming.fields(os.path.basename(row.path))
-    return Member(
-        id=row.id,
-        name=os.path.basename(row.path),
-        hash=row.hash,
+    name = os.path.basename(row.path)
+    return member(
+        row.id,
+        name,
+        naming.fields(name),
+        (sidecar.ints, sidecar.values, sidecar.label),
+        digest=row.hash,
         iterations=row.iterations,
         mtime_ns=row.mtime_ns,
-        name_ints=fields.ints,
-        # A value in the name that no label or log names is not a metric anyone can query.
-        name_metrics={k: v for k, v in fields.metrics.items() if not is_unnamed(k)},
-        name_scheme=fields.template,
-        sidecar_ints=sidecar.ints,
-        sidecar_values=sidecar.values,
-        sidecar_label=sidecar.label,
         history=tuple(_sightings(row.details.get("generations"))),
     )
 
