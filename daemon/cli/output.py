@@ -73,7 +73,7 @@ def table(
         out += [_fitted(text, width) for text in (after or {}).get(i, ())]
     click.echo("\n".join(out))
     if laid.hidden:  # said on stderr: stdout stays the table
-        note = f"({len(laid.hidden)} columns not shown: {', '.join(laid.hidden)}; see --columns)"
+        note = f"({len(laid.hidden)} columns not shown, see --columns: {', '.join(laid.hidden)})"
         echo(_fitted(note, width), err=True)
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # Every column `ckpt list --columns` takes (besides metric names and `metrics`: all of them).
 LIST_COLUMNS: dict[str, Column] = {
     "id": Column("ID", align="right", keep=True),
-    "path": Column("PATH", cut="left", keep=True, min_width=16),
+    "path": Column("PATH", cut="left", keep=True, min_width=32),
     "run": Column("RUN", cut="left"),
     "epoch": Column("EPOCH", align="right"),
     "step": Column("STEP", align="right"),

@@ -118,7 +118,7 @@ def _shrink(
             return
         if columns[i].cut:
             floor = max(columns[i].min_width, cell_width(columns[i].header))
-            widths[i] = max(floor, widths[i] - excess)
+            widths[i] = max(min(floor, widths[i]), widths[i] - excess)  # never wider than it was
 
 
 def _line(
