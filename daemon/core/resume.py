@@ -3,8 +3,10 @@
 `ckpt latest --resumable` filters by it and prints its reason (`resume_reason`); `ckpt describe`
 will say the same. "Resumable" means: the file holds the optimizer state (slots, iteration count)
 and the library that loads it puts that state back, so `fit()` continues where training stopped
-instead of restarting Adam's moments from zero. The facts behind each rule are in
-/work/shared/design/keras-formats.md (section 1 and bug B1)."""
+instead of restarting Adam's moments from zero. The facts behind each rule: a Keras 3 legacy
+`.h5` loads with only 2 optimizer variables (keras/src/legacy/saving/legacy_h5_format.py builds
+the optimizer without its slots) and `fit()` then raises; tf-keras resumes its own `.h5`; a
+tf-keras `save_weights('x.h5')` holds no optimizer state; a SavedModel is loaded for serving."""
 
 from __future__ import annotations
 
