@@ -329,8 +329,8 @@ def test_debug_is_the_option_not_a_word_in_argv(workspace: Workspace) -> None:
 def test_hot_commands_import_no_heavy_library(
     contract_ws: Workspace, documents: dict[str, Any], args: tuple[str, ...]
 ) -> None:
-    """`ckpt best`, `latest`, `list --json` and `status` run in scripts' loops: SQLAlchemy alone costs
-    more than the rest of the command, and rich, h5py, numpy are never needed to answer."""
+    """`ckpt best`, `latest`, `list --json` and `status` run in scripts' loops: SQLAlchemy alone
+    costs more than the rest of the command, and rich, h5py, numpy are never needed to answer."""
     script = (
         "import atexit, sys\n"
         "atexit.register(lambda: sys.stderr.write('LOADED=' + ','.join(sorted(m for m in "
