@@ -27,17 +27,9 @@ CANDIDATE_COLUMNS = (
     ("checkpoints", "iterations"),
 )
 _N = len(LISTING_COLUMNS)
-_ID, _PATH, _ROOT, _FORMAT, _KIND, _SIZE, _MTIME_NS, _INODE, _OPTIMIZER_BYTES = (
-    0,
-    1,
-    3,
-    4,
-    5,
-    8,
-    9,
-    10,
-    16,
-)
+# Where each fact is in a candidate row (runs.root is "root"; no two columns share a name).
+_AT = {column: i for i, (_table, column) in enumerate(CANDIDATE_COLUMNS)}
+assert len(_AT) == len(CANDIDATE_COLUMNS), "two candidate columns share a name"
 MAX_CHANGED = 50  # candidates skipped as changed before giving up (each costs a few stats)
 PAGE = 64  # candidates read per query
 
@@ -49,8 +41,7 @@ class Outcome:
     """The winning row (or None) and why others were passed over."""
 
     row: Row | None = None
-    changed: list[str] = dataclasses.field(default_factory=list)  # "path: size differ"
-    not_resumable: int = 0
+    changed: list[str] = dataclasses.field(default_factory=list)  # "PATH: size changed ..."
 
 
 def first_unchanged(
@@ -65,13 +56,12 @@ def first_unchanged(
     outcome = Outcome()
     for row in _rows(pages):
         if resumable and not judge(row).resumable:
-            outcome.not_resumable += 1
-            continue
+            continue  # a Keras 3 legacy .h5 with optimizer bytes: the SQL filter lets it by
         difference = changed(row, files_of)
         if difference is None:
             outcome.row = row
             return outcome
-        outcome.changed.append(f"{row[_PATH]}: {difference}")
+        outcome.changed.append(f"{row[_AT['path']]}: {difference}")
         if len(outcome.changed) >= MAX_CHANGED:
             return outcome
     return outcome
@@ -96,19 +86,24 @@ def one_run(names: Sequence[str]) -> None:
 
 
 def judge(row: Row) -> Resumability:
-    fmt = row[_FORMAT]
-    return resumability(Format(fmt) if fmt else None, row[_KIND], row[_OPTIMIZER_BYTES], row[_N])
+    fmt = row[_AT["format"]]
+    return resumability(
+        Format(fmt) if fmt else None,
+        row[_AT["kind"]],
+        row[_AT["optimizer_bytes"]],
+        row[_AT["keras_version"]],
+    )
 
 
 def changed(row: Row, files_of: Callable[[int], list[str]]) -> str | None:
     """None if the row's files are the bytes it was indexed from, else what differs."""
-    path = Path(row[_PATH])
+    path = Path(row[_AT["path"]])
     members = [path]
-    if row[_FORMAT] == Format.TF_CHECKPOINT.value:
-        members = [path.parent / name for name in files_of(row[_ID])] or members
-    expected = FileStat(row[_SIZE], row[_MTIME_NS], row[_INODE])
+    if row[_AT["format"]] == Format.TF_CHECKPOINT.value:
+        members = [path.parent / name for name in files_of(row[_AT["id"]])] or members
+    expected = FileStat(row[_AT["size_bytes"]], row[_AT["mtime_ns"]], row[_AT["inode"]])
     try:
-        found = fsops.current_stat(Path(row[_ROOT]), members)
+        found = fsops.current_stat(Path(row[_AT["root"]]), members)
     except FileNotFoundError:
         return "file missing"
     except (CkptError, OSError, ValueError) as exc:
@@ -126,8 +121,8 @@ def checkpoint(outcome: Outcome, values: dict[str, float | None]) -> Checkpoint:
     assert row is not None
     verdict = judge(row)
     details = {
-        "keras_version": row[_N],
-        "iterations": row[_N + 1],
+        "keras_version": row[_AT["keras_version"]],
+        "iterations": row[_AT["iterations"]],
         "resumable": verdict.resumable,
         "resume_reason": verdict.reason,
         "skipped": list(outcome.changed),
@@ -147,7 +142,7 @@ def not_found(outcome: Outcome, what: str, newest: Row | None = None) -> NotFoun
         )
     if newest is not None:
         return NotFound(
-            f"no {what} can resume training: the newest, {newest[_PATH]}, cannot "
+            f"no {what} can resume training: the newest, {newest[_AT['path']]}, cannot "
             f"({judge(newest).reason})"
         )
     return NotFound(f"no {what}")
