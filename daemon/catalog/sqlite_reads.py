@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.model import Checkpoint, CheckpointStatus, Heartbeat
+from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat, Kind
 from ..core.query import COLUMN_KEYS, ListQuery
-from ..core.resume import MAY_RESUME
+from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
 from ..fs import mounts
 from . import pick
@@ -49,6 +49,18 @@ _NEWEST_FIRST = (
         f"checkpoints.{c} IS NULL, checkpoints.{c} DESC" for c in ("iterations", "epoch", "step")
     )
     + ", checkpoints.mtime_ns DESC, checkpoints.id DESC"
+)
+# `latest --resumable`'s filter, as store_reads._may_resume: rows `core.resume` may call resumable.
+_MAY_RESUME = (
+    f"checkpoints.format IN ({', '.join('?' * len(MAY_RESUME))})"
+    " AND checkpoints.optimizer_bytes > 0 AND (checkpoints.format != ? OR (checkpoints.kind = ?"
+    f" AND ({' OR '.join(['checkpoints.keras_version LIKE ?'] * len(LEGACY_H5_RESUMES_IN))})))"
+)
+_MAY_RESUME_PARAMS = (
+    *(f.value for f in MAY_RESUME),
+    Format.KERAS_LEGACY_H5.value,
+    Kind.FULL.value,
+    *(f"{m}.%" for m in LEGACY_H5_RESUMES_IN),
 )
 _GONE = (
     CheckpointStatus.MISSING.value,
@@ -144,11 +156,7 @@ class SqliteReads:
             condition, bounds = _in_run(run)
             sql += f" AND {condition}"
             params += bounds
-        formats = [f.value for f in MAY_RESUME]
-        judged = (
-            f"{sql} AND checkpoints.format IN ({', '.join('?' * len(formats))})"
-            " AND checkpoints.optimizer_bytes > 0"
-        )
+        judged = f"{sql} AND {_MAY_RESUME}"
         order = f" ORDER BY {_NEWEST_FIRST}"
         where = f" in run {run!r}" if run else ""
         with self._lock:
@@ -162,7 +170,9 @@ class SqliteReads:
                     )
                     pick.one_run([n for (n,) in names])
                 if resumable:
-                    outcome = self._pick(judged + order, [*params, *formats], resumable=True)
+                    outcome = self._pick(
+                        judged + order, [*params, *_MAY_RESUME_PARAMS], resumable=True
+                    )
                 else:
                     outcome = self._pick(sql + order, params)
                 if outcome.row is None:

@@ -8,12 +8,12 @@ import os
 import sys
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, case, exists, func, select, true
+from sqlalchemy import Engine, Select, and_, case, exists, func, or_, select, true
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Run
+from ..core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
 from ..core.query import COLUMN_KEYS, ListQuery, default_mode
-from ..core.resume import MAY_RESUME
+from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
 from . import db, pick
 from .rows import LISTING_COLUMNS, to_checkpoint
@@ -116,9 +116,7 @@ def latest(engine: Engine, run: str | None = None, resumable: bool = False) -> C
     stmt = stmt.where(checkpoints.c.status == CheckpointStatus.OK.value)
     if run is not None:
         stmt = stmt.where(_in_run(run))
-    judged = stmt.where(
-        checkpoints.c.format.in_([f.value for f in MAY_RESUME]), checkpoints.c.optimizer_bytes > 0
-    )
+    judged = stmt.where(_may_resume())
     with engine.connect().execution_options(**db.READONLY) as conn:
         if run is None:
             pick.one_run(conn.execute(_RUNS_WITH_OK).scalars().all())
@@ -128,6 +126,19 @@ def latest(engine: Engine, run: str | None = None, resumable: bool = False) -> C
             newest = conn.execute(stmt.limit(1)).first() if resumable else None
             raise pick.not_found(outcome, f"ok checkpoint{where}", newest)
         return _complete(conn, outcome)
+
+
+def _may_resume() -> Any:
+    """SQL: the rows `core.resume` may call resumable (it judges each one that passes)."""
+    legacy = checkpoints.c.format == Format.KERAS_LEGACY_H5.value
+    resuming_keras = or_(
+        *(checkpoints.c.keras_version.like(f"{m}.%") for m in LEGACY_H5_RESUMES_IN)
+    )
+    return and_(
+        checkpoints.c.format.in_([f.value for f in MAY_RESUME]),
+        checkpoints.c.optimizer_bytes > 0,
+        or_(~legacy, and_(checkpoints.c.kind == Kind.FULL.value, resuming_keras)),
+    )
 
 
 def _newest_first(stmt: Select[Any]) -> Select[Any]:

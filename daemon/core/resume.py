@@ -17,6 +17,9 @@ from .model import Format, Kind
 # The formats that may be resumable at all (the catalog queries pre-filter on them and on
 # optimizer_bytes > 0; `resumability` is the judge of every row that passes).
 MAY_RESUME = (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5, Format.TF_CHECKPOINT)
+# The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
+# match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
+LEGACY_H5_RESUMES_IN = ("1", "2")
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def resumability(
         return Resumability(
             False, "legacy .h5 of an unknown Keras version: its optimizer state may not load"
         )
-    if major >= 3:
+    if str(major) not in LEGACY_H5_RESUMES_IN:
         return Resumability(
             False,
             f"legacy .h5 written by Keras {keras_version}: Keras 3 drops its optimizer slots "
