@@ -3,6 +3,7 @@
 from ckpt_daemon.api import open_catalog
 with open_catalog() as cat:
     best = cat.best("val_loss")                      # a ckpt_daemon.core.model.Checkpoint
+    resume = cat.latest("exp1", resumable=True)      # the newest checkpoint training resumes from
     recent = cat.list(run="exp1", where=["epoch >= 10"], sort="val_loss", limit=5)
 """
 
@@ -97,8 +98,19 @@ class Catalog:
         return (self._reads or self._store).list(query)
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
-        """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto")."""
+        """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose
+        files are unchanged since indexed (a changed one is skipped for the next)."""
         return (self._reads or self._store).best(metric, mode or default_mode(metric), run)
+
+    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
+        """The newest `ok` checkpoint of `run` (and the runs below it): the most training
+        progress (optimizer iterations, then epoch, step, mtime). `resumable`: only one that can
+        resume training (optimizer state that its loader restores: `core.resume`). Its files are
+        stat'ed first: one changed since indexed is skipped for the next. `details` holds
+        `resumable`, `resume_reason`, `keras_version`, `iterations` and `skipped` (changed
+        candidates passed over). Without `run` the catalog must hold one run with ok
+        checkpoints (else UsageError). NotFound when there is none."""
+        return (self._reads or self._store).latest(run, resumable)
 
     def get(self, ref: str | int) -> Checkpoint:
         """By catalog id or path; the result's `details` has layers, configs and events."""
@@ -215,13 +227,16 @@ class Catalog:
         )
 
     def verify(
-        self, refs: Sequence[str | int] = (), *, load: bool = False
+        self, refs: Sequence[str | int] = (), *, load: bool = False, actor: str | None = None
     ) -> builtins.list[Verdict]:
         """Re-hash checkpoints (all `ok` ones by default) and their artifacts; with `load`,
-        also load them with Keras in a child process and compare predictions."""
+        also load them with Keras in a child process and compare predictions. A checkpoint
+        whose hash differs under an unchanged stat (bit rot) is marked `corrupt`."""
         from .usecases.verifier import verify
 
-        return verify(self.config, self._store, [str(r) for r in refs], load=load)
+        return verify(
+            self.config, self._store, [str(r) for r in refs], load=load, actor=actor or _actor()
+        )
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""

@@ -21,11 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Heartbeat
+from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat, Kind
 from ..core.query import COLUMN_KEYS, ListQuery
+from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
 from ..fs import mounts
+from . import pick
 from .rows import LISTING_COLUMNS, to_checkpoint
 
 # The Alembic revision this code's schema is at (migrations/versions; a test keeps it equal to
@@ -36,11 +37,31 @@ BUSY_TIMEOUT_S = 30.0
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite(?:\+pysqlite)?:///([^?%#]+)$")
 # What a listing reads, in the order `rows.to_checkpoint` unpacks it (as store_reads reads it).
 _LIST_COLUMNS = ", ".join(f"{table}.{column}" for table, column in LISTING_COLUMNS)
+_CANDIDATE_COLUMNS = ", ".join(f"{table}.{column}" for table, column in pick.CANDIDATE_COLUMNS)
 _FROM = "FROM checkpoints JOIN runs ON runs.id = checkpoints.run_id"
 _OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=", "!=": "!="}
 # SQL: a finite number (catalogs written before NaN/inf became NULL hold +/-Infinity).
 _FINITE = "BETWEEN ? AND ?"
 _FINITE_BOUNDS = (-sys.float_info.max, sys.float_info.max)
+# `latest`'s order, as store_reads._newest_first: unknown iterations, epoch, step sort last.
+_NEWEST_FIRST = (
+    ", ".join(
+        f"checkpoints.{c} IS NULL, checkpoints.{c} DESC" for c in ("iterations", "epoch", "step")
+    )
+    + ", checkpoints.mtime_ns DESC, checkpoints.id DESC"
+)
+# `latest --resumable`'s filter, as store_reads._may_resume: rows `core.resume` may call resumable.
+_MAY_RESUME = (
+    f"checkpoints.format IN ({', '.join('?' * len(MAY_RESUME))})"
+    " AND checkpoints.optimizer_bytes > 0 AND (checkpoints.format != ? OR (checkpoints.kind = ?"
+    f" AND ({' OR '.join(['checkpoints.keras_version LIKE ?'] * len(LEGACY_H5_RESUMES_IN))})))"
+)
+_MAY_RESUME_PARAMS = (
+    *(f.value for f in MAY_RESUME),
+    Format.KERAS_LEGACY_H5.value,
+    Kind.FULL.value,
+    *(f"{m}.%" for m in LEGACY_H5_RESUMES_IN),
+)
 _GONE = (
     CheckpointStatus.MISSING.value,
     CheckpointStatus.REMOVED.value,
@@ -106,7 +127,7 @@ class SqliteReads:
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
         order = "ASC" if mode == "min" else "DESC"
         sql = (
-            f"SELECT {_LIST_COLUMNS} {_FROM} JOIN metrics ON metrics.checkpoint_id = "
+            f"SELECT {_CANDIDATE_COLUMNS} {_FROM} JOIN metrics ON metrics.checkpoint_id = "
             f"checkpoints.id AND metrics.name = ? WHERE checkpoints.status = ? AND "
             f"metrics.value {_FINITE}"
         )
@@ -115,22 +136,75 @@ class SqliteReads:
             condition, bounds = _in_run(run)
             sql += f" AND {condition}"
             params += bounds
-        sql += f" ORDER BY metrics.value {order}, checkpoints.mtime_ns DESC LIMIT 1"
+        sql += f" ORDER BY metrics.value {order}, checkpoints.mtime_ns DESC, checkpoints.id DESC"
+        where = f" in run {run!r}" if run else ""
         with self._lock:
             self._db.execute("BEGIN DEFERRED")
             try:
-                rows = self._read(sql, params)
-                if not rows:
-                    where = f" in run {run!r}" if run else ""
-                    raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
-                row = rows[0]
-                values = self._metric_values([row[0]])
-                sources = self._read(
-                    "SELECT name, source FROM metrics WHERE checkpoint_id = ?", (row[0],)
-                )
+                outcome = self._pick(sql, params)
+                if outcome.row is None:
+                    raise pick.not_found(outcome, f"ok checkpoint{where} has metric {metric!r}")
+                return self._complete(outcome)
             finally:
                 self._db.execute("COMMIT")
-        found = to_checkpoint(row, values.get(row[0], {}))
+
+    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
+        """As `store_reads.latest`, clause for clause."""
+        sql = f"SELECT {_CANDIDATE_COLUMNS} {_FROM} WHERE checkpoints.status = ?"
+        params: list[Any] = [CheckpointStatus.OK.value]
+        if run is not None:
+            condition, bounds = _in_run(run)
+            sql += f" AND {condition}"
+            params += bounds
+        judged = f"{sql} AND {_MAY_RESUME}"
+        order = f" ORDER BY {_NEWEST_FIRST}"
+        where = f" in run {run!r}" if run else ""
+        with self._lock:
+            self._db.execute("BEGIN DEFERRED")
+            try:
+                if run is None:
+                    names = self._read(
+                        f"SELECT DISTINCT runs.name {_FROM} WHERE checkpoints.status = ?"
+                        " ORDER BY runs.name LIMIT 4",
+                        [CheckpointStatus.OK.value],
+                    )
+                    pick.one_run([n for (n,) in names])
+                if resumable:
+                    outcome = self._pick(
+                        judged + order, [*params, *_MAY_RESUME_PARAMS], resumable=True
+                    )
+                else:
+                    outcome = self._pick(sql + order, params)
+                if outcome.row is None:
+                    newest = None
+                    if resumable:
+                        found = self._read(f"{sql}{order} LIMIT 1", params)
+                        newest = found[0] if found else None
+                    raise pick.not_found(outcome, f"ok checkpoint{where}", newest)
+                return self._complete(outcome)
+            finally:
+                self._db.execute("COMMIT")
+
+    def _pick(
+        self, sql: str, params: builtins.list[Any], *, resumable: bool = False
+    ) -> pick.Outcome:
+        def page(offset: int, limit: int) -> builtins.list[Any]:
+            return self._read(f"{sql} LIMIT ? OFFSET ?", [*params, limit, offset])
+
+        def files_of(checkpoint_id: int) -> builtins.list[str]:
+            rows = self._read("SELECT details FROM checkpoints WHERE id = ?", (checkpoint_id,))
+            details = json.loads(rows[0][0] or "null") if rows else None
+            files = details.get("files") if isinstance(details, dict) else None
+            return [str(f) for f in files] if isinstance(files, builtins.list) else []
+
+        return pick.first_unchanged(page, files_of, resumable=resumable)
+
+    def _complete(self, outcome: pick.Outcome) -> Checkpoint:
+        assert outcome.row is not None
+        row_id = outcome.row[0]
+        values = self._metric_values([row_id])
+        sources = self._read("SELECT name, source FROM metrics WHERE checkpoint_id = ?", (row_id,))
+        found = pick.checkpoint(outcome, values.get(row_id, {}))
         return dataclasses.replace(found, metric_sources=dict(sources))
 
     def count(self) -> int:

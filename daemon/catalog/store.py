@@ -297,6 +297,9 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
         return store_reads.best(self._engine, metric, mode, run)
 
+    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
+        return store_reads.latest(self._engine, run, resumable)
+
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
         return store_reads.get(self._engine, ref)

@@ -8,13 +8,14 @@ import os
 import sys
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, case, exists, func, select, true
+from sqlalchemy import Engine, Select, and_, case, exists, func, or_, select, true
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Run
+from ..core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
 from ..core.query import COLUMN_KEYS, ListQuery, default_mode
+from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
-from . import db
+from . import db, pick
 from .rows import LISTING_COLUMNS, to_checkpoint
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
 
@@ -25,6 +26,7 @@ events, artifacts = EVENTS, ARTIFACTS
 # What a listing reads, in the order `rows.to_checkpoint` unpacks it.
 _TABLES = {"checkpoints": checkpoints, "runs": runs}
 _LIST_COLUMNS = tuple(_TABLES[table].c[column] for table, column in LISTING_COLUMNS)
+_CANDIDATE_COLUMNS = tuple(_TABLES[t].c[column] for t, column in pick.CANDIDATE_COLUMNS)
 # Facts only `show` prints, kept in plain columns for queries but not on the listing model.
 _SHOW_COLUMNS = (
     "keras_version",
@@ -87,23 +89,86 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
 
 
 def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Checkpoint:
+    """The `ok` checkpoint with the best finite `metric` whose files are unchanged (`pick`)."""
     order = metrics.c.value.asc() if mode == "min" else metrics.c.value.desc()
     stmt = (
-        select(*_LIST_COLUMNS)
+        select(*_CANDIDATE_COLUMNS)
         .join(runs, runs.c.id == checkpoints.c.run_id)
         .join(metrics, and_(metrics.c.checkpoint_id == checkpoints.c.id, metrics.c.name == metric))
         .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
-        .order_by(order, checkpoints.c.mtime_ns.desc())
-        .limit(1)
+        .order_by(order, checkpoints.c.mtime_ns.desc(), checkpoints.c.id.desc())
     )
     if run is not None:
         stmt = stmt.where(_in_run(run))
+    where = f" in run {run!r}" if run else ""
     with engine.connect().execution_options(**db.READONLY) as conn:
-        row = conn.execute(stmt).first()
-        if row is None:
+        outcome = _pick(conn, stmt)
+        if outcome.row is None:
+            raise pick.not_found(outcome, f"ok checkpoint{where} has metric {metric!r}")
+        return _complete(conn, outcome)
+
+
+def latest(engine: Engine, run: str | None = None, resumable: bool = False) -> Checkpoint:
+    """The newest `ok` checkpoint (the most training progress: optimizer iterations, then epoch,
+    step, mtime, id) whose files are unchanged; with `resumable`, of those that can resume
+    training (`core.resume`). Without `run`, the catalog must hold one run with ok rows."""
+    stmt = _newest_first(select(*_CANDIDATE_COLUMNS).join(runs, runs.c.id == checkpoints.c.run_id))
+    stmt = stmt.where(checkpoints.c.status == CheckpointStatus.OK.value)
+    if run is not None:
+        stmt = stmt.where(_in_run(run))
+    judged = stmt.where(_may_resume())
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        if run is None:
+            pick.one_run(conn.execute(_RUNS_WITH_OK).scalars().all())
+        outcome = _pick(conn, judged if resumable else stmt, resumable=resumable)
+        if outcome.row is None:
             where = f" in run {run!r}" if run else ""
-            raise NotFound(f"no ok checkpoint{where} has metric {metric!r}")
-        return _complete(conn, row)
+            newest = conn.execute(stmt.limit(1)).first() if resumable else None
+            raise pick.not_found(outcome, f"ok checkpoint{where}", newest)
+        return _complete(conn, outcome)
+
+
+def _may_resume() -> Any:
+    """SQL: the rows `core.resume` may call resumable (it judges each one that passes)."""
+    legacy = checkpoints.c.format == Format.KERAS_LEGACY_H5.value
+    resuming_keras = or_(
+        *(checkpoints.c.keras_version.like(f"{m}.%") for m in LEGACY_H5_RESUMES_IN)
+    )
+    return and_(
+        checkpoints.c.format.in_([f.value for f in MAY_RESUME]),
+        checkpoints.c.optimizer_bytes > 0,
+        or_(~legacy, and_(checkpoints.c.kind == Kind.FULL.value, resuming_keras)),
+    )
+
+
+def _newest_first(stmt: Select[Any]) -> Select[Any]:
+    keys: list[Any] = []
+    for column in (checkpoints.c.iterations, checkpoints.c.epoch, checkpoints.c.step):
+        keys += [column.is_(None), column.desc()]  # unknown sorts after known, on any database
+    return stmt.order_by(*keys, checkpoints.c.mtime_ns.desc(), checkpoints.c.id.desc())
+
+
+_RUNS_WITH_OK = (
+    select(runs.c.name)
+    .join(checkpoints, checkpoints.c.run_id == runs.c.id)
+    .where(checkpoints.c.status == CheckpointStatus.OK.value)
+    .group_by(runs.c.name)
+    .order_by(runs.c.name)
+    .limit(4)
+)
+
+
+def _pick(conn: Any, stmt: Select[Any], *, resumable: bool = False) -> pick.Outcome:
+    def page(offset: int, limit: int) -> list[Any]:
+        return list(conn.execute(stmt.offset(offset).limit(limit)).all())
+
+    def files_of(checkpoint_id: int) -> list[str]:
+        details = conn.execute(
+            select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
+        ).scalar()
+        return list((details or {}).get("files") or [])
+
+    return pick.first_unchanged(page, files_of, resumable=resumable)
 
 
 def _in_run(run: str) -> Any:
@@ -120,11 +185,19 @@ def _finite(value: Any) -> Any:
     return value.between(-sys.float_info.max, sys.float_info.max)
 
 
-def _complete(conn: Any, row: Any) -> Checkpoint:
-    """One checkpoint with its metrics and where each came from."""
-    values = _metric_values(conn, [row[0]])
-    found = to_checkpoint(row, values.get(row[0], {}))
-    return dataclasses.replace(found, metric_sources=_metric_sources(conn, row[0]))
+def _complete(conn: Any, found: Any) -> Checkpoint:
+    """One checkpoint (a listing row, or a `pick` outcome with its details) with its metrics
+    and where each came from."""
+    if isinstance(found, pick.Outcome):
+        assert found.row is not None
+        row_id = found.row[0]
+        values = _metric_values(conn, [row_id])
+        checkpoint = pick.checkpoint(found, values.get(row_id, {}))
+    else:
+        row_id = found[0]
+        values = _metric_values(conn, [row_id])
+        checkpoint = to_checkpoint(found, values.get(row_id, {}))
+    return dataclasses.replace(checkpoint, metric_sources=_metric_sources(conn, row_id))
 
 
 def get(engine: Engine, ref: str) -> Checkpoint:

@@ -219,6 +219,8 @@ def best(
     with obj.catalog() as cat:
         found = cat.best(metric, mode, run)
         chosen = _artifact(cat.get(found.id), artifact) if artifact else None
+    for skipped in found.details.get("skipped") or []:
+        echo(f"ckpt: skipped {skipped}", err=True)
     if as_json:
         emit_json(documents.best(found, chosen))
     else:

@@ -50,6 +50,14 @@ def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
     return doc
 
 
+def latest(found: Checkpoint) -> Doc:
+    """`ckpt latest --json`: the row + whether training can resume from it, and why."""
+    doc = checkpoint_json(found)
+    doc["resumable"] = bool(found.details.get("resumable"))
+    doc["resume_reason"] = str(found.details.get("resume_reason") or "")
+    return doc
+
+
 def runs(found: Iterable[Run]) -> list[Doc]:
     return [run_json(r) for r in found]
 

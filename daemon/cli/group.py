@@ -18,6 +18,7 @@ COMMANDS = {
     "list": "checkpoints:list_command",
     "show": "checkpoints:show",
     "best": "checkpoints:best",
+    "latest": "resume:latest",
     "runs": "checkpoints:runs",
     "prune": "retention:prune",
     "pin": "retention:pin",

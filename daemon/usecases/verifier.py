@@ -1,7 +1,10 @@
 """`ckpt verify`: do the files still hold the bytes the catalog indexed? Re-hash and compare.
 
-A mismatch is reported, never "fixed": the next scan re-indexes a file that changed, and a
-checkpoint whose bytes changed without its size or mtime changing is worth a human's look.
+A mismatch is reported, never "fixed". A file whose stat changed is left to the next scan, which
+re-indexes it (a new generation). A file whose hash differs while its size, mtime and inode are
+the indexed ones (bit rot, a copy cut short under the same mtime) has no new generation for any
+scan to find: it is marked `corrupt` in the catalog, with an audit event, so `best`, `latest`
+and retention stop treating it as ok; it is worth a human's look.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 from .. import python_module
 from ..catalog.store import Store
 from ..core.errors import CkptError
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
 from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_files
@@ -39,6 +42,7 @@ def verify(
     *,
     load: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
+    actor: str | None = None,
 ) -> list[Verdict]:
     """Verdicts for `refs` (ids or paths), or for every `ok` checkpoint and its artifacts;
     with `load`, also whether Keras loads each one and its inference artifact predicts the
@@ -50,7 +54,7 @@ def verify(
     for c in targets:
         if should_stop():
             break
-        verdicts.append(_checkpoint(config, store, c))
+        verdicts.append(_checkpoint(config, store, c, actor))
         full = store.get(str(c.id))
         verdicts += [_artifact(c, a) for a in full.details.get("artifacts", [])]
         if load:
@@ -95,24 +99,58 @@ def _load(c: Checkpoint) -> Verdict:
     )
 
 
-def _checkpoint(config: Config, store: Store, c: Checkpoint) -> Verdict:
+BIT_ROT = "bytes changed since indexed (hash differs, same size and mtime)"
+
+
+def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) -> Verdict:
     if c.status != CheckpointStatus.OK or not c.hash:
         return Verdict(c.id, c.path, False, f"not verifiable: {c.status.value}")
     try:
         root, members = guards.located(config, store, c)
         expected, digest, _files = store.identity(c.id)
+        before = fsops.current_stat(root, members)
         if c.format == Format.SAVED_MODEL:  # a folder: its files are hashed by name, see hashing
-            found = fsops.current_stat(root, members)
-            same = found == expected
+            same = before == expected
             return Verdict(c.id, c.path, same, "stat matches" if same else "stat differs")
         actual = hash_files(members)
+        after = fsops.current_stat(root, members)
     except FileNotFoundError:
         return Verdict(c.id, c.path, False, "file missing")
     except (CkptError, OSError) as exc:
         return Verdict(c.id, c.path, False, guards.one_line(exc))
-    if actual != digest:
-        return Verdict(c.id, c.path, False, f"hash differs: catalog {digest}, file {actual}")
-    return Verdict(c.id, c.path, True, "hash matches")
+    if actual == digest:
+        return Verdict(c.id, c.path, True, "hash matches")
+    if before != expected or after != expected:  # a new generation: the scan's to index
+        return Verdict(
+            c.id,
+            c.path,
+            False,
+            f"hash differs: the file changed since indexed ({_stat_diff(expected, after)}): "
+            "the next scan re-indexes it",
+        )
+    _mark_corrupt(store, c, actor)
+    return Verdict(
+        c.id, c.path, False, f"{BIT_ROT}: marked corrupt (catalog {digest}, file {actual})"
+    )
+
+
+def _mark_corrupt(store: Store, c: Checkpoint, actor: str | None) -> None:
+    from ..catalog.audit import actor as process_actor
+
+    with store.audited(
+        action="mark-corrupt",
+        checkpoint_id=c.id,
+        path=c.path,
+        reason=BIT_ROT,
+        size=c.size_bytes,
+        actor=actor or process_actor(),
+    ):
+        store.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
+
+
+def _stat_diff(expected: FileStat, found: FileStat) -> str:
+    names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
+    return ", ".join(names) + " differ"
 
 
 def _artifact(c: Checkpoint, artifact: dict[str, object]) -> Verdict:

@@ -123,8 +123,10 @@ def test_verify_rehashes_and_reports_silent_changes(zips: Workspace) -> None:
     assert result.returncode == 3
     bad = [v for v in json.loads(result.stdout) if not v["ok"]]
     assert [(Path(v["path"]).name, v["detail"].split(":")[0]) for v in bad] == [
-        (FILES[0], "hash differs")
+        (FILES[0], "bytes changed since indexed (hash differs, same size and mtime)")
     ]
+    marked = {r["path"]: r["status"] for r in json.loads(zips.run("list", "--json").stdout)}
+    assert marked[str(target)] == "corrupt"  # so best, latest and retention no longer take it
 
 
 def test_verify_load_checks_the_artifact_predicts_like_the_checkpoint(zips: Workspace) -> None:

@@ -190,6 +190,7 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out: dict[str, Any] = {"scan": ws.json("scan")}
     out["list"] = ws.json("list")
     out["best"] = ws.json("best", "--metric", "val_loss")
+    out["latest"] = ws.json("latest", "--run", "exp1")
     best = out["best"]["id"]
     other = next(r["id"] for r in out["list"] if r["id"] != best)
     out["show"] = ws.json("show", str(best))
@@ -322,13 +323,14 @@ def test_debug_is_the_option_not_a_word_in_argv(workspace: Workspace) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "args", [("best", "--metric", "val_loss"), ("list", "--json"), ("status",)]
+    "args",
+    [("best", "--metric", "val_loss"), ("latest", "--resumable"), ("list", "--json"), ("status",)],
 )
 def test_hot_commands_import_no_heavy_library(
     contract_ws: Workspace, documents: dict[str, Any], args: tuple[str, ...]
 ) -> None:
-    """`ckpt best`, `list --json` and `status` run in scripts' loops: SQLAlchemy alone costs
-    more than the rest of the command, and rich, h5py, numpy are never needed to answer."""
+    """`ckpt best`, `latest`, `list --json` and `status` run in scripts' loops: SQLAlchemy alone
+    costs more than the rest of the command, and rich, h5py, numpy are never needed to answer."""
     script = (
         "import atexit, sys\n"
         "atexit.register(lambda: sys.stderr.write('LOADED=' + ','.join(sorted(m for m in "

@@ -1,0 +1,51 @@
+"""`ckpt latest`: the checkpoint a preempted job resumes from.
+
+A read command scripts call at every job start: it imports nothing beyond click at load time."""
+
+from __future__ import annotations
+
+import click
+
+from . import documents
+from .context import Context, pass_context
+from .output import echo, emit_json
+
+
+@click.command()
+@click.option(
+    "--run",
+    help="Only this run and the runs below it (exp covers exp/checkpoints). Required when "
+    "several runs have ok checkpoints.",
+)
+@click.option(
+    "--resumable",
+    is_flag=True,
+    help="Only checkpoints training can resume from: optimizer state that its loader restores "
+    "(a .keras, a tf-keras .h5, a TF checkpoint); not a Keras 3 legacy .h5, weights-only files "
+    "or a SavedModel.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The checkpoint's row + `resumable` and `resume_reason` as JSON.",
+)
+@pass_context
+def latest(obj: Context, run: str | None, resumable: bool, as_json: bool) -> None:
+    """The newest `ok` checkpoint of a run. Prints its path alone (exit 6 if none).
+
+    Newest is the most training progress: optimizer iterations, then epoch, then step, then
+    mtime. For a TF checkpoint the path is the prefix `tf.train.Checkpoint.restore` takes. A
+    checkpoint whose files changed since they were indexed is never printed: the next one is.
+
+    \b
+    Example:  python train.py --resume-from "$(ckpt latest --run exp1 --resumable)"
+    """
+    with obj.catalog() as cat:
+        found = cat.latest(run, resumable)
+    for skipped in found.details.get("skipped") or []:
+        echo(f"ckpt: skipped {skipped}", err=True)
+    if as_json:
+        emit_json(documents.latest(found))
+    else:
+        echo(found.path)

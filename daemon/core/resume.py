@@ -1,0 +1,81 @@
+"""Can training resume from a checkpoint? One answer with its reason, from catalog facts alone.
+
+`ckpt latest --resumable` filters by it and prints its reason (`resume_reason`); `ckpt describe`
+will say the same. "Resumable" means: the file holds the optimizer state (slots, iteration count)
+and the library that loads it puts that state back, so `fit()` continues where training stopped
+instead of restarting Adam's moments from zero. The facts behind each rule: a Keras 3 legacy
+`.h5` loads with only 2 optimizer variables (keras/src/legacy/saving/legacy_h5_format.py builds
+the optimizer without its slots) and `fit()` then raises; tf-keras resumes its own `.h5`; a
+tf-keras `save_weights('x.h5')` holds no optimizer state; a SavedModel is loaded for serving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import Format, Kind
+
+# The formats that may be resumable at all (the catalog queries pre-filter on them and on
+# optimizer_bytes > 0; `resumability` is the judge of every row that passes).
+MAY_RESUME = (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5, Format.TF_CHECKPOINT)
+# The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
+# match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
+LEGACY_H5_RESUMES_IN = ("1", "2")
+
+
+@dataclass(frozen=True)
+class Resumability:
+    resumable: bool
+    reason: str
+
+
+def resumability(
+    format: Format | None,
+    kind: str | None,
+    optimizer_bytes: int | None,
+    keras_version: str | None,
+) -> Resumability:
+    """Whether training can resume from a checkpoint of this `format` and `kind`, with
+    `optimizer_bytes` of optimizer state, written by Keras `keras_version` (None: unknown)."""
+    if format is None:
+        return Resumability(False, "format unknown")
+    if format == Format.SAVED_MODEL:
+        return Resumability(False, "a SavedModel is for serving: training does not resume from it")
+    if format == Format.KERAS_LEGACY_WEIGHTS_H5:
+        return Resumability(False, "weights only (tf-keras save_weights .h5): no optimizer state")
+    if format == Format.KERAS_WEIGHTS_H5:
+        # Keras 3 writes optimizer/vars into a .weights.h5, but only a model the user builds and
+        # compiles identically can take them (model.load_weights); load_model cannot open it.
+        return Resumability(
+            False,
+            "weights only (.weights.h5): needs a model you build and compile yourself "
+            "(model.load_weights), not load_model",
+        )
+    if not optimizer_bytes or optimizer_bytes <= 0:
+        return Resumability(False, "no optimizer state: training would restart the optimizer")
+    if format == Format.TF_CHECKPOINT:
+        return Resumability(
+            True, "TF checkpoint with optimizer state: tf.train.Checkpoint(...).restore(prefix)"
+        )
+    if kind != Kind.FULL.value:
+        return Resumability(False, "weights only: no architecture to load")
+    if format == Format.KERAS_ZIP:
+        return Resumability(True, "Keras archive with optimizer state: keras.models.load_model")
+    major = _major(keras_version)
+    if major is None:
+        return Resumability(
+            False, "legacy .h5 of an unknown Keras version: its optimizer state may not load"
+        )
+    if str(major) not in LEGACY_H5_RESUMES_IN:
+        return Resumability(
+            False,
+            f"legacy .h5 written by Keras {keras_version}: Keras 3 drops its optimizer slots "
+            "on load and fit() then fails",
+        )
+    return Resumability(
+        True, f"legacy .h5 of Keras {keras_version} with optimizer state: tf_keras load_model"
+    )
+
+
+def _major(version: str | None) -> int | None:
+    head = (version or "").strip().split(".", 1)[0]
+    return int(head) if head.isascii() and head.isdigit() else None

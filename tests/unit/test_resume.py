@@ -1,0 +1,71 @@
+"""`core.resume.resumability`: which checkpoints training can resume from, and the reason said,
+for every format, kind, writing Keras version and optimizer state."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_daemon.core.model import Format
+from ckpt_daemon.core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME, resumability
+
+F = Format
+# (format, kind, optimizer_bytes, keras_version, resumable, a word of the reason)
+TABLE = [
+    (F.KERAS_ZIP, "full", 1828, "3.15.1", True, "load_model"),
+    (F.KERAS_ZIP, "full", 1828, None, True, "load_model"),
+    (F.KERAS_ZIP, "full", 0, "3.15.1", False, "no optimizer state"),
+    (F.KERAS_ZIP, "full", None, "3.15.1", False, "no optimizer state"),
+    (F.KERAS_LEGACY_H5, "full", 1824, "2.21.0", True, "tf_keras"),
+    (F.KERAS_LEGACY_H5, "full", 1824, "2.15.0", True, "tf_keras"),
+    (F.KERAS_LEGACY_H5, "full", 1828, "3.15.1", False, "drops its optimizer slots"),
+    (F.KERAS_LEGACY_H5, "full", 1828, "3.0.0", False, "drops its optimizer slots"),
+    (F.KERAS_LEGACY_H5, "full", 1828, "10.1", False, "drops its optimizer slots"),
+    (F.KERAS_LEGACY_H5, "full", 1828, None, False, "unknown Keras version"),
+    (F.KERAS_LEGACY_H5, "full", 1828, "tf.keras", False, "unknown Keras version"),
+    (F.KERAS_LEGACY_H5, "full", 1828, "", False, "unknown Keras version"),
+    (F.KERAS_LEGACY_H5, "full", 1828, "٣.1", False, "unknown Keras version"),  # not ASCII
+    (F.KERAS_LEGACY_H5, "full", 0, "2.21.0", False, "no optimizer state"),
+    (F.KERAS_LEGACY_H5, "weights", 1824, "2.21.0", False, "weights only"),
+    (F.KERAS_LEGACY_WEIGHTS_H5, "weights", 0, "2.21.0", False, "weights only"),
+    (F.KERAS_LEGACY_WEIGHTS_H5, "weights", 1000, "2.21.0", False, "weights only"),
+    (F.KERAS_WEIGHTS_H5, "weights", 1828, None, False, "load_weights"),
+    (F.KERAS_WEIGHTS_H5, "weights", 0, None, False, "weights only"),
+    (F.TF_CHECKPOINT, "weights", 1828, None, True, "restore(prefix)"),
+    (F.TF_CHECKPOINT, "full", 1828, None, True, "restore(prefix)"),
+    (F.TF_CHECKPOINT, "weights", 0, None, False, "no optimizer state"),
+    (F.SAVED_MODEL, "full", 1828, None, False, "SavedModel"),
+    (F.SAVED_MODEL, "full", 0, "2.21.0", False, "SavedModel"),
+    (None, None, 1828, None, False, "format unknown"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "kind", "optimizer", "version", "resumable", "word"), TABLE)
+def test_resumability_table(
+    fmt: Format | None,
+    kind: str | None,
+    optimizer: int | None,
+    version: str | None,
+    resumable: bool,
+    word: str,
+) -> None:
+    verdict = resumability(fmt, kind, optimizer, version)
+    assert verdict.resumable is resumable
+    assert word in verdict.reason
+
+
+def test_every_format_is_in_the_table() -> None:
+    assert {row[0] for row in TABLE} >= set(Format)
+
+
+def test_the_catalog_prefilter_keeps_every_resumable_row() -> None:
+    """The readers ask SQL only for MAY_RESUME formats with optimizer_bytes > 0: a row outside
+    that could never be resumable, so the filter loses nothing."""
+    for fmt, kind, optimizer, version, resumable, _word in TABLE:
+        if resumable:
+            assert fmt in MAY_RESUME and optimizer and optimizer > 0
+        if resumable and fmt == Format.KERAS_LEGACY_H5:  # SQL: kind full, keras_version 'N.%'
+            assert kind == "full" and version and version.split(".")[0] in LEGACY_H5_RESUMES_IN
+    for fmt in set(Format) - set(MAY_RESUME):
+        for kind in ("full", "weights"):
+            for version in ("2.21.0", "3.15.1", None):
+                assert not resumability(fmt, kind, 10**6, version).resumable
