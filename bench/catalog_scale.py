@@ -77,14 +77,14 @@ def iso(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / 1e9))
 
 
-def fixture_rows(n_runs: int) -> tuple[list[dict[str, Any]], ...]:
+def fixture_rows(n_runs: int, root: Path) -> tuple[list[dict[str, Any]], ...]:
     rng = random.Random(42)
     runs, ckpts, metrics = [], [], []
     for i in range(1, n_runs + 1):
         runs.append(
             {
                 "id": i,
-                "root": "/data/runs",
+                "root": str(root),
                 "name": f"exp{i}",
                 "created_at": iso(T0_NS + i * 86_400 * 10**9),
             }
@@ -103,7 +103,7 @@ def fixture_rows(n_runs: int) -> tuple[list[dict[str, Any]], ...]:
                     "run_id": i,
                     "status": "ok",
                     "reason": None,
-                    "path": f"/data/runs/exp{i}/weights.{epoch:03d}-{val_loss:.3f}.h5",
+                    "path": f"{root}/exp{i}/weights.{epoch:03d}-{val_loss:.3f}.h5",
                     "format": "keras-legacy-h5",
                     "kind": "full",
                     "size_bytes": 3 * weights + 60_000,
@@ -141,9 +141,24 @@ def fixture_rows(n_runs: int) -> tuple[list[dict[str, Any]], ...]:
     return runs, ckpts, metrics
 
 
+def make_files(root: Path, ckpts: list[dict[str, Any]]) -> None:
+    """A sparse file for every row, of its size and mtime, and the row takes its inode: `best`
+    and `latest` stat their answer and skip a file that changed behind the catalog's back."""
+    shutil.rmtree(root, ignore_errors=True)
+    for row in ckpts:
+        path = Path(row["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(row["size_bytes"])
+        os.utime(path, ns=(row["mtime_ns"], row["mtime_ns"]))
+        row["inode"] = os.stat(path).st_ino
+
+
 def build_catalog(folder: Path, n_runs: int) -> Path:
     """The cached catalog and its config.yaml; rebuilt when missing or of another size."""
-    db_path, config = folder / f"catalog-{n_runs}runs.db", folder / f"config-{n_runs}runs.yaml"
+    # v2: rows of real (sparse) files beneath folder/runs-N, their inodes and mtimes
+    db_path = folder / f"catalog-{n_runs}runs-v2.db"
+    config = folder / f"config-{n_runs}runs-v2.yaml"
     ok_marker = db_path.with_suffix(".ok")
     if ok_marker.exists() and db_path.exists() and config.exists():
         return config
@@ -159,7 +174,9 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
     url = f"sqlite:///{db_path}"
     start = time.perf_counter()
     Store(url).close()  # created at head by Alembic
-    runs, ckpts, metrics = fixture_rows(n_runs)
+    root = folder / f"runs-{n_runs}"
+    runs, ckpts, metrics = fixture_rows(n_runs, root)
+    make_files(root, ckpts)
     engine = db.make_engine(url)  # bulk rows straight into the tables: a fixture, not an act
     with engine.begin() as conn:
         for table_, rows in ((RUNS, runs), (CHECKPOINTS, ckpts), (METRICS, metrics)):
@@ -172,7 +189,7 @@ def build_catalog(folder: Path, n_runs: int) -> Path:
     )
     config.write_text(
         f"# written by bench/catalog_scale.py\ndatabase: sqlite:///{db_path}\n"
-        f"state_dir: {folder}/state\nroots:\n  - path: /data/runs\n"
+        f"state_dir: {folder}/state\nroots:\n  - path: {root}\n"
     )
     ok_marker.touch()
     return config
