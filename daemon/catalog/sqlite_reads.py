@@ -251,7 +251,7 @@ class SqliteReads:
 
 
 def _in_run(run: str) -> tuple[str, list[Any]]:
-    """SQL: in run `run` or a run below it, as store_reads._in_run."""
+    """SQL: in run `run` or a run below it, as store_reads.in_run."""
     scope = run_scope(run)
     if scope.exact is None:
         return "1 = 1", []

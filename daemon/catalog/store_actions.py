@@ -23,6 +23,7 @@ from . import db
 from .audit import close_event, now_iso, patch_details, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS
 from .store_leases import HeldLease
+from .store_reads import in_run
 
 checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
 artifacts = ARTIFACTS
@@ -308,7 +309,7 @@ class Actions:
             .order_by(events.c.id.desc())
         )
         if run is not None:
-            stmt = stmt.where(runs.c.name == run)
+            stmt = stmt.where(in_run(run))  # the run and the runs below it
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._engine.connect().execution_options(**db.READONLY) as conn:

@@ -62,7 +62,7 @@ def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
 def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
     stmt = stmt.join(runs, runs.c.id == checkpoints.c.run_id)
     if query.run is not None:
-        stmt = stmt.where(_in_run(query.run))
+        stmt = stmt.where(in_run(query.run))
     if query.root is not None:
         stmt = stmt.where(runs.c.root == query.root)
     for column, value in (
@@ -99,7 +99,7 @@ def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Chec
         .order_by(order, checkpoints.c.mtime_ns.desc(), checkpoints.c.id.desc())
     )
     if run is not None:
-        stmt = stmt.where(_in_run(run))
+        stmt = stmt.where(in_run(run))
     where = f" in run {run!r}" if run else ""
     with engine.connect().execution_options(**db.READONLY) as conn:
         outcome = _pick(conn, stmt)
@@ -115,7 +115,7 @@ def latest(engine: Engine, run: str | None = None, resumable: bool = False) -> C
     stmt = _newest_first(select(*_CANDIDATE_COLUMNS).join(runs, runs.c.id == checkpoints.c.run_id))
     stmt = stmt.where(checkpoints.c.status == CheckpointStatus.OK.value)
     if run is not None:
-        stmt = stmt.where(_in_run(run))
+        stmt = stmt.where(in_run(run))
     judged = stmt.where(_may_resume())
     with engine.connect().execution_options(**db.READONLY) as conn:
         if run is None:
@@ -171,7 +171,7 @@ def _pick(conn: Any, stmt: Select[Any], *, resumable: bool = False) -> pick.Outc
     return pick.first_unchanged(page, files_of, resumable=resumable)
 
 
-def _in_run(run: str) -> Any:
+def in_run(run: str) -> Any:
     """SQL: the checkpoint is in run `run` or a run below it (`core.runs`)."""
     scope = run_scope(run)
     if scope.exact is None:

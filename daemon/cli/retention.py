@@ -233,7 +233,7 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
 
 
 @click.command(name="log")
-@click.option("--run", help="Only events of this run.")
+@click.option("--run", help="Only events of this run and the runs below it.")
 @click.option("--limit", type=click.IntRange(min=1, max=MAX_LIMIT), default=200, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
 @pass_context
