@@ -297,6 +297,10 @@ def test_an_experiment_covers_its_checkpoints_folder_in_best_list_and_prune(
         "exp/checkpoints",
         "exp/ckpt/fold1",
     }
+    assert {e["run"] for e in ws.json("log", "--run", "exp")} == {
+        "exp/checkpoints",
+        "exp/ckpt/fold1",
+    }
     # prune --run exp: each run below exp planned on its own (its newest kept), exp2 untouched.
     plan = ws.json("prune", "--run", "exp", "--keep-last", "1", "--dry-run")
     trashed = {
