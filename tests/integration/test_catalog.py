@@ -133,24 +133,29 @@ def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> N
     from ckpt_daemon.core.query import ListQuery
 
     store = Store(url_for(tmp_path))
+    root = tmp_path / "r"
+    (root / "run").mkdir(parents=True)
     for name, value in (("a.h5", float("nan")), ("b.h5", 0.5)):
+        path = root / "run" / name
+        path.write_bytes(b"x")  # best stats its answer: the file must be there, unchanged
+        st = path.stat()
         store.record(
             IndexRecord(
-                path=f"/r/run/{name}",
-                root="/r",
+                path=str(path),
+                root=str(root),
                 run="run",
                 status=CheckpointStatus.OK,
                 reason=None,
-                stat=FileStat(1, 1, 1),
+                stat=FileStat(st.st_size, st.st_mtime_ns, st.st_ino),
                 metrics=(MetricValue("val_loss", value, "filename"),),
             ),
             actor_name="t",
             at="2026-01-01T00:00:00.000Z",
         )
-    assert store.best("val_loss", "min").path == "/r/run/b.h5"
+    assert store.best("val_loss", "min").path == str(root / "run" / "b.h5")
     listed = {c.path: c.metrics for c in store.list(ListQuery())}
-    assert listed["/r/run/a.h5"] == {"val_loss": None}
-    assert json.dumps(listed["/r/run/a.h5"])  # serializable
+    assert listed[str(root / "run" / "a.h5")] == {"val_loss": None}
+    assert json.dumps(listed[str(root / "run" / "a.h5")])  # serializable
     store.close()
 
 
