@@ -89,7 +89,12 @@ def screenshot(ws: Workspace, socket: str, folder: Path, *args: str) -> str:
     subprocess.run(
         [*tmux, "new-session", "-d", "-s", name, "-x", str(WIDTH), "-y", str(HEIGHT), script],
         check=True,
-        env={**os.environ, "TERM": "xterm-256color"},
+        # COLUMNS/LINES (set by some runners, e.g. pytest-xdist workers) would override the
+        # window's real size, as they do for any program that asks shutil for it.
+        env={
+            **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+            "TERM": "xterm-256color",
+        },
     )
     deadline = time.monotonic() + 180  # a loaded 2-core machine: generous
     try:
