@@ -18,8 +18,10 @@ CSV row and the checkpoint at the same epoch end, in the callbacks' order), else
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from .metrics import disagrees, to_float
 from .model import MetricValue
@@ -142,7 +144,7 @@ def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
             anchors.append((m.mtime_ns, ints["epoch"]))
             if m.hash:
                 by_hash.setdefault(m.hash, (ints["epoch"], m.name))
-    known = _Known(by_hash, logged_steps, spe, tuple(sorted(anchors)))
+    known = _Known(by_hash, logged_steps, spe, Timeline.of(anchors))
     out = {m.id: _derive(m, own[m.id], known, logged) for m in members}
     return RunDerivation(out, spe, tuple(evidence))
 
@@ -154,7 +156,7 @@ class _Known:
     by_hash: Mapping[str, tuple[int, str]]  # content hash -> (epoch, the file that names it)
     logged_steps: Mapping[int, int]  # global step -> the epoch the log says ended there
     spe: int | None
-    anchors: tuple[tuple[int, int], ...] = ()  # (mtime, epoch) of named files, by mtime
+    anchors: Timeline  # the files that name their epochs, by mtime
 
 
 def optimizer_reset(members: Sequence[Member]) -> str | None:
@@ -182,18 +184,41 @@ def optimizer_reset(members: Sequence[Member]) -> str | None:
     return None
 
 
-def fits_in_time(epoch: int, mtime_ns: int, anchors: Sequence[tuple[int, int]]) -> bool:
+@dataclass(frozen=True)
+class Timeline:
+    """Files that name their epochs, by mtime, with the running maximum of their epochs from the
+    oldest and the running minimum from the newest: `fits_in_time` in O(log n) per file."""
+
+    times: tuple[int, ...]
+    epochs: tuple[int, ...]
+    max_upto: tuple[int, ...]  # max epoch of anchors[0..i]
+    min_from: tuple[int, ...]  # min epoch of anchors[i..]
+
+    @staticmethod
+    def of(anchors: Sequence[tuple[int, int]]) -> Timeline:
+        ordered = sorted(anchors)
+        times = tuple(t for t, _e in ordered)
+        epochs = tuple(e for _t, e in ordered)
+        max_upto = tuple(accumulate(epochs, max))
+        min_from = tuple(reversed(tuple(accumulate(reversed(epochs), min))))
+        return Timeline(times, epochs, max_upto, min_from)
+
+
+def fits_in_time(epoch: int, mtime_ns: int, line: Timeline) -> bool:
     """Whether an epoch derived from iterations agrees with when the file was written, given
     files that name their epochs: no later than a file written after it, no earlier than one
     written before it, and beyond the newest one about as far as their pace says (an optimizer
     created anew after the last named file shows as an epoch far too low)."""
-    before = [e for t, e in anchors if t < mtime_ns]
-    after = [e for t, e in anchors if t > mtime_ns]
-    if (before and epoch < max(before)) or (after and epoch > min(after)):
+    n = len(line.times)
+    before = bisect_left(line.times, mtime_ns)  # anchors[:before] were written earlier
+    after = bisect_right(line.times, mtime_ns)  # anchors[after:] were written later
+    if (before and epoch < line.max_upto[before - 1]) or (
+        after < n and epoch > line.min_from[after]
+    ):
         return False
-    if after or len(anchors) < 2:
+    if after < n or n < 2:
         return True
-    (t0, e0), (t1, e1) = anchors[0], anchors[-1]
+    t0, e0, t1, e1 = line.times[0], line.epochs[0], line.times[-1], line.epochs[-1]
     if t1 <= t0 or e1 <= e0:
         return True  # no pace to judge by (files copied without their mtimes)
     expected = e1 + (mtime_ns - t1) * (e1 - e0) / (t1 - t0)
