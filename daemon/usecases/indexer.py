@@ -26,7 +26,7 @@ from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import derivation
+from . import derivation, versions
 from .derivation import RunRef
 
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
@@ -312,8 +312,11 @@ class _Scan:
             if cand.family != discovery.FILE
             else (),
         )
-        self.store.record(record, actor_name=self.actor, at=self.started)
+        ckpt_id = self.store.record(record, actor_name=self.actor, at=self.started)
         _report(self.report, record)
+        if status == CheckpointStatus.OK and cand.family == discovery.FILE:
+            # At once: the trainer's next save to a fixed name destroys this generation.
+            versions.capture(self.config, self.store, self.root, ckpt_id, actor=self.actor)
 
     def _run_logs(self, run_dir: Path) -> derivation.LogsRead:
         """The run's metrics logs, read once per scan (and reused by its derivation)."""
