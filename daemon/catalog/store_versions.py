@@ -254,6 +254,31 @@ class VersionRecords:
             ).all()
         return [VersionRow(*r) for r in rows]
 
+    def uncaptured(self, root: str, start: str) -> dict[str, int]:
+        """{path: generation} of the ok files at or below `start` in `root` whose current bytes
+        have no kept copy: a capture a crash (or `versions.capture: off`, then on) left undone,
+        which a scan then does."""
+        kept = checkpoints.alias("kept")
+        has_copy = (
+            select(kept.c.id)
+            .where(kept.c.version_of == checkpoints.c.path, kept.c.hash == checkpoints.c.hash)
+            .where(kept.c.status.in_((OK, STANDBY)))
+            .exists()
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(checkpoints.c.path, checkpoints.c.generation)
+                .join(runs, runs.c.id == checkpoints.c.run_id)
+                .where(runs.c.root == root, checkpoints.c.status == OK)
+                .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
+                .where(~has_copy)
+                .where(
+                    (checkpoints.c.path == start)
+                    | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+                )
+            ).all()
+        return {r.path: r.generation for r in rows}
+
     def version_files(self, root: str) -> set[str]:
         """Paths of every version row under `root` that is not trashed or purged."""
         with self._engine.connect().execution_options(**db.READONLY) as conn:
