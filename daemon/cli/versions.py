@@ -23,6 +23,9 @@ def restore(obj: Context, path: str, version: int | None, epoch: int | None, as_
     verified against its hash and swapped in atomically, and only if PATH is still the file that
     was kept (a trainer saving meanwhile wins: exit 3, nothing changed). Audited (`ckpt log`).
     `ckpt show PATH` lists the versions kept (`ckpt trash restore` is for trashed files).
+
+    \b
+    Example:  ckpt restore runs/exp1/best.keras --epoch 2
     """
     with obj.catalog() as cat:
         row = cat.restore_version(path, version=version, epoch=epoch)

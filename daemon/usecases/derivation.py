@@ -210,6 +210,8 @@ def _version_updates(
                 continue
             epoch, step = found
             at_epoch = logs.by_epoch.get(epoch, {}) if epoch is not None else {}
+            if not at_epoch:
+                continue  # no log of that epoch: it keeps what it had when it was current
             values = tuple(at_epoch[k] for k in sorted(at_epoch))
             source = f"generation {kept.generation} of {os.path.basename(row.path)}"
         details = {"epoch_source": source, "metric_sources": {m.name: m.source for m in values}}

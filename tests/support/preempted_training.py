@@ -1,9 +1,11 @@
-"""keras-team/keras#17012, for real: `ModelCheckpoint(save_best_only=True)` + `CSVLogger(append=True)`
-+ `BackupAndRestore`, preempted after epoch 4 by an exception, resumed in a new process.
+"""keras-team/keras#17012, for real: `ModelCheckpoint(save_best_only=True)` +
+`CSVLogger(append=True)` + `BackupAndRestore`, preempted after epoch 4 by an exception, resumed
+in a new process.
 
 Usage (a child process; the test runs it twice)::
 
-    python3 tests/support/preempted_training.py keras3|tfkeras RUN_DIR VERSIONS_DIR TRUTH_DIR first|resume
+    python3 tests/support/preempted_training.py keras3|tfkeras RUN_DIR VERSIONS_DIR TRUTH_DIR \
+        first|resume
 
 The learning rate is 0.02 for epochs 1-2 and -0.01 after (gradient ascent), so val_loss is best at
 epoch 2 and worse at every epoch after it, every time: after the resume, ModelCheckpoint has

@@ -1,0 +1,177 @@
+"""Kept versions on real files and a real catalog: the copy (never a link), its row and standby
+status as the file is rewritten or goes, retention of versions in a run without a policy,
+`restore_version`, and a crash's orphans adopted or trashed. Real Keras 3 `.keras` generations
+(the fixtures), each with the sidecar a trainer may write beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ckpt_daemon.api import open_catalog
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.errors import Refused, WouldReplace
+from ckpt_daemon.core.query import ListQuery
+from ckpt_daemon.fs.fsclone import clone_new
+from ckpt_daemon.settings import config as config_module
+from ckpt_daemon.usecases import indexer, pruner, versions
+from tests.support import Workspace
+
+pytestmark = pytest.mark.slow
+GENERATIONS = ["e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras"]
+VAL_LOSS = [0.9, 0.4, 0.7]  # generation 2 is the best
+
+
+def save(ws: Workspace, fixtures: Path, n: int) -> Path:
+    """Generation `n` (1-based) of `job/best.keras`, rewritten in place as Keras does."""
+    best = ws.root / "job" / "best.keras"
+    best.parent.mkdir(exist_ok=True)
+    with open(fixtures / "k3" / "run_zip" / GENERATIONS[(n - 1) % 3], "rb") as src:
+        data = src.read()
+    with open(best, "r+b" if best.exists() else "wb") as out:  # the same inode, truncated
+        out.truncate(0)
+        out.write(data + bytes(n))  # distinct bytes per generation (zip readers skip the tail)
+    sidecar = {"epoch": n, "val_loss": VAL_LOSS[(n - 1) % 3]}
+    (best.parent / "best.keras.json").write_text(json.dumps(sidecar))
+    return best
+
+
+def scan(ws: Workspace) -> tuple[config_module.Config, Store]:
+    config = config_module.load(str(ws.config))
+    store = Store(config.database)
+    indexer.scan(config, store, actor="test")
+    return config, store
+
+
+def test_each_generation_is_kept_and_standby_while_the_file_holds_it(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    ws = Workspace(tmp_path)
+    for n in (1, 2, 3):
+        best = save(ws, keras_checkpoints, n)
+        config, store = scan(ws)
+        store.close()
+    store = Store(config.database)
+    kept = store.versions_of(str(best))
+    assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "ok"), (3, "standby")]
+    for v in kept:
+        assert os.stat(v.path).st_ino != os.stat(best).st_ino  # a copy, never a link
+    assert Path(kept[2].path).read_bytes() == best.read_bytes()
+    listed = store.list(ListQuery(run="job"))
+    assert sorted((c.version_of is not None, c.generation) for c in listed) == [
+        (False, 3),
+        (True, 1),
+        (True, 2),
+    ]  # the standby copy is the file itself: listed once
+    by_gen = {c.generation: c for c in listed if c.version_of}
+    assert (by_gen[2].epoch, by_gen[2].metrics["val_loss"]) == (2, 0.4)
+    assert store.best("val_loss", "min", "job").path == kept[1].path
+
+    best.unlink()  # the trainer deleted it: its standby copy is a version now
+    indexer.scan(config, store, actor="test")
+    assert [v.status for v in store.versions_of(str(best))] == ["ok", "ok", "ok"]
+    store.close()
+
+
+def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    ws = Workspace(tmp_path)
+    for n in range(1, 6):  # val_loss 0.9, 0.4, 0.7, 0.9, 0.4: the 5th is the file now
+        best = save(ws, keras_checkpoints, n)
+        config, store = scan(ws)
+        store.close()
+    store = Store(config.database)
+    report = pruner.plan_runs(config, store)
+    [run] = report.runs
+    assert run.policy.startswith("versions:")
+    decisions = {Path(d.path).name: (d.action, d.reasons) for d in run.plan.decisions}
+    assert set(decisions) == {f"best.v{g}.keras" for g in (1, 2, 3, 4)}  # not the file itself
+    assert (
+        decisions["best.v2.keras"][0] == "keep"
+        and "best val_loss #1" in decisions["best.v2.keras"][1][0]
+    )
+    assert decisions["best.v4.keras"] == (
+        "keep",
+        ("newest", "previous generation of best.keras (v4)"),
+    )
+    assert decisions["best.v1.keras"][0] == decisions["best.v3.keras"][0] == "trash"
+    pruner.prune(config, store, actor="test")
+    assert [v.generation for v in store.versions_of(str(best))] == [2, 4, 5]
+    assert (ws.root / ".ckpt-trash").is_dir() and best.exists()
+    store.close()
+
+
+def test_restore_puts_an_old_generation_back_and_keeps_the_current_one(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    ws = Workspace(tmp_path)
+    (ws.config).write_text(ws.config.read_text() + "versions:\n  capture: rewritten\n")
+    for n in (1, 2, 3):
+        best = save(ws, keras_checkpoints, n)
+        config, store = scan(ws)
+        store.close()
+    store = Store(config.database)
+    # `rewritten`: generation 1 was never kept; 2 is; 3 (the file now) is kept at the restore.
+    assert [v.generation for v in store.versions_of(str(best))] == [2, 3]
+    v2 = Path(store.versions_of(str(best))[0].path)
+    store.close()
+    with open_catalog(str(ws.config)) as cat:
+        row = cat.restore_version(str(best), epoch=2)
+        assert best.read_bytes() == v2.read_bytes() and row.hash == cat.get(str(v2)).hash
+        assert row.generation == 4  # a new generation of the file, with generation 2's bytes
+        events = [e["action"] for e in cat.log("job")]
+        assert "restore-version" in events
+    store = Store(config.database)
+    kept = {v.generation: v.status for v in store.versions_of(str(best))}
+    assert kept == {2: "standby", 3: "ok"}  # 2 is what the file holds again
+    store.close()
+
+
+def test_a_copy_is_never_torn_nor_replaces_anything(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    (root / "job").mkdir(parents=True)
+    source, target = root / "job" / "best.keras", root / ".ckpt-versions" / "job" / "best.v1.keras"
+    source.write_bytes(b"generation one" * 1000)
+
+    def torn(temp: Path) -> None:
+        raise RuntimeError("hash differs")
+
+    with pytest.raises(RuntimeError):
+        clone_new(root, source, target, torn)
+    assert not target.exists() and list(target.parent.iterdir()) == []  # no temp left
+    assert clone_new(root, source, target, lambda _temp: None) in ("copy", "reflink")
+    with open(source, "r+b") as f:  # the trainer rewrites the same inode
+        f.write(b"generation two")
+    assert target.read_bytes() == b"generation one" * 1000
+    with pytest.raises(WouldReplace):
+        clone_new(root, source, target, lambda _temp: None)
+    link = root / "job" / "link.keras"
+    link.symlink_to(source)
+    with pytest.raises(Refused):
+        clone_new(root, link, root / ".ckpt-versions" / "job" / "link.v1.keras", lambda _t: None)
+
+
+def test_orphans_of_a_crash_are_adopted_or_moved_to_the_trash(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    ws = Workspace(tmp_path)
+    best = save(ws, keras_checkpoints, 1)
+    config, store = scan(ws)
+    [kept] = store.versions_of(str(best))
+    # A crash between the rename and the row: the file is there, its row is not.
+    orphan = Path(kept.path).with_name("best.v7.keras")
+    shutil.copy2(kept.path, orphan)
+    junk = Path(kept.path).with_name("notes.txt")
+    junk.write_text("not ours")
+    store.close()
+    store = Store(config.database)
+    done = versions.adopt_orphans(store, config.roots[0], actor="test")
+    assert sorted(line.split(":")[0].split()[0] for line in done) == ["adopted", "moved"]
+    assert not junk.exists() and any((ws.root / ".ckpt-trash").rglob("notes.txt"))
+    assert str(orphan) in store.version_files(str(ws.root))
+    store.close()
