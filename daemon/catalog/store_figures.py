@@ -14,6 +14,7 @@ from ..core.observability import (
     BYTE_KINDS,
     COUNTED_ACTIONS,
     DEMOTED_REASON,
+    NOT_SMALLER,
     Figures,
     byte_kind,
     histogram,
@@ -87,8 +88,22 @@ def figures(engine: Engine, roots: Iterable[str]) -> Figures:
                 EVENTS.c.reason.contains(DEMOTED_REASON, autoescape=True),
             )
         ).scalar()
+        # A compress that would not shrink the file is a done act too, recorded with the codec
+        # it tried as `not smaller: ...` (usecases.artifacts): not counted as compressed.
+        compressed = conn.execute(
+            select(func.count(func.distinct(EVENTS.c.id)))
+            .select_from(EVENTS)
+            .join(ARTIFACTS, ARTIFACTS.c.checkpoint_id == EVENTS.c.checkpoint_id)
+            .where(
+                EVENTS.c.action == "compress",
+                EVENTS.c.state == "done",
+                ARTIFACTS.c.kind == "compressed",
+                ARTIFACTS.c.codec.not_like(f"{NOT_SMALLER}%"),
+            )
+        ).scalar()
     totals = {name: done[action] for name, action in COUNTED_ACTIONS.items()}
     totals["demoted"] = int(demoted or 0)
+    totals["compressed"] = int(compressed or 0)
     return Figures(
         by_status=dict(by_status),
         bytes=dict(sizes),

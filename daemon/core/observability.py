@@ -21,10 +21,12 @@ BYTE_KINDS = ("checkpoint", "inference_artifact", "version", "trash")
 LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, math.inf)
 # The audit actions counted by the `ckpt_<what>_total` counters (done events only).
 COUNTED_ACTIONS = {"indexed": "indexed", "trashed": "trash", "purged": "purge"}
-COUNTED_ACTIONS.update(compressed="compress", split="split")
+COUNTED_ACTIONS.update(split="split")  # compressed: only those that shrank (NOT_SMALLER)
 # A trash done by retention's budget that replaced a checkpoint by its inference artifact
 # (core.retention's reason text) is a demotion.
 DEMOTED_REASON = "demoted to its inference artifact"
+# The codec recorded for a compress that would not shrink the file (usecases.artifacts).
+NOT_SMALLER = "not smaller: "
 HOOK_EVENTS = ("new_best", "corrupt", "disk_pressure", "retention")
 
 

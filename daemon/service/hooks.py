@@ -31,6 +31,7 @@ from ..logs import event
 from ..settings.config import Config
 from ..settings.operations import Hook
 from ..usecases.indexer import ScanReport
+from .worker import new_failures
 
 QUEUE_SIZE = 256
 STOP_GRACE_SECONDS = 5.0  # a hook still running when the service stops gets this long
@@ -157,7 +158,7 @@ class Notifications:
         self.hooks, self.store, self.config = hooks, store, config
 
     def scanned(self, report: ScanReport) -> None:
-        for path, status, reason in report.failed:
+        for path, status, reason in new_failures(report):
             if status == CheckpointStatus.CORRUPT.value:
                 self.hooks.emit("corrupt", path=path, reason=reason)
         if not self.hooks.wanted("new_best"):

@@ -252,7 +252,7 @@ class _Parts:
             last_scan_time=stats.last_scan_time,
             last_ok=self.runner.last_ok,
             errors={
-                "index": stats.failed,
+                "index": stats.index_errors,
                 "scan": stats.scan_errors,
                 "worker": stats.worker_errors,
                 "job": self.runner.failures,

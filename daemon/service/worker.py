@@ -40,6 +40,14 @@ _METRICS_SUFFIXES = (".csv", ".log", ".json", ".jsonl", ".tsv", ".txt")
 _TENSORBOARD_PREFIX = "events.out.tfevents."
 # The folders Keras's TensorBoard callback (and habit) put event files in, below the run.
 _TENSORBOARD_FOLDERS = {"train", "validation", "eval", "logs", "log", "tensorboard", "tb"}
+# The reason usecases.indexer gives a corrupt or unreadable file it saw again unchanged: already
+# counted and told when it failed.
+UNCHANGED_FAILURE = "unchanged since"
+
+
+def new_failures(report: ScanReport) -> list[tuple[str, str, str]]:
+    """The files this scan found corrupt or unreadable, not those that already were."""
+    return [f for f in report.failed if f[2] != UNCHANGED_FAILURE]
 
 
 @dataclass
@@ -54,6 +62,7 @@ class Stats:
     failed: int = 0
     db_ok: bool = True  # the last heartbeat write reached the catalog
     last_scan_time: float | None = None  # when the last walk of every root ended (epoch s)
+    index_errors: int = 0  # files found corrupt or unreadable (each once, until it changes)
     worker_errors: int = 0  # the worker loop's own exceptions (catalog down, disk errors)
     scan_errors: int = 0  # whole roots a scan could not walk
 
@@ -225,6 +234,7 @@ class Worker(threading.Thread):
             self.stats.indexed += len(report.indexed)
             self.stats.last_index_at = iso_utc(time.time())
         self.stats.failed += len(report.failed)
+        self.stats.index_errors += len(new_failures(report))
         self.stats.scan_errors += len(report.errors)
         if report.errors:
             self.stats.last_error = report.errors[-1]
