@@ -135,9 +135,9 @@ class HookRunner(threading.Thread):
             error=why,
         )
 
-    def stop(self) -> None:
-        """After `stopping` is set: the running hook gets a short grace, then is killed."""
-        self.join(timeout=STOP_GRACE_SECONDS)
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """After `stopping` is set: the running hook gets `grace` seconds, then is killed."""
+        self.join(timeout=grace)
         child = self._child
         if child is not None and child.poll() is None:
             _kill(child)
