@@ -73,9 +73,10 @@ def heartbeat_state(store: Store) -> dict[str, Any]:
 
 
 def write_textfile(path: Path, text: bytes) -> None:
-    """Atomically (temp file, fsync, rename): the collector never reads half a file."""
+    """Atomically (temp file, fsync, rename): the collector never reads half a file. The temp
+    name ends in `.tmp`, not `.prom`: node_exporter reads every `*.prom` of its folder."""
     absolute = Path(os.path.abspath(path))
-    fsops.atomic_write(absolute.parent, absolute, text)
+    fsops.atomic_write(absolute.parent, absolute, text, temp_suffix=".tmp")
 
 
 class MetricsServer:
