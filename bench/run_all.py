@@ -25,6 +25,7 @@ BENCHES = (
     "retention",
     "naming_inference",
     "run_derivation",
+    "version_capture",
     "split_bench",
     "compress_bench",
     "crash_campaign",

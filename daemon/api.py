@@ -151,6 +151,28 @@ class Catalog:
 
         return pruner.restore(self.config, self._store, str(ref), actor or _actor())
 
+    def restore_version(
+        self,
+        path: str,
+        *,
+        version: int | None = None,
+        epoch: int | None = None,
+        actor: str | None = None,
+    ) -> Checkpoint:
+        """Put a kept generation of the rewritten file `path` back at `path` (by generation
+        `version`, or the newest kept one of `epoch`); its current generation is kept first.
+        Returns the file's row, re-indexed."""
+        from .usecases import versions
+
+        return versions.restore_version(
+            self.config,
+            self._store,
+            path,
+            generation=version,
+            epoch=epoch,
+            actor=actor or _actor(),
+        )
+
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
         from .usecases import pruner
 

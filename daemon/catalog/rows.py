@@ -31,6 +31,8 @@ LISTING_COLUMNS = (
     ("checkpoints", "optimizer"),
     ("checkpoints", "n_params"),
     ("checkpoints", "pinned"),
+    ("checkpoints", "generation"),
+    ("checkpoints", "version_of"),
 )
 STATUSES = {s.value: s for s in CheckpointStatus}
 
@@ -58,6 +60,8 @@ def to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
         optimizer,
         n_params,
         pinned,
+        generation,
+        version_of,
     ) = row
     return Checkpoint(
         id=id_,
@@ -80,5 +84,7 @@ def to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
         optimizer=optimizer,
         n_params=n_params,
         pinned=bool(pinned),
+        generation=generation or 1,
+        version_of=version_of,
         metrics=values,
     )

@@ -61,6 +61,7 @@ class CheckpointRow(Base):
     __table_args__ = (
         Index(None, "run_id", "status"),
         Index(None, "path"),
+        Index(None, "version_of"),
         Index(
             "uq_checkpoints_live_path",
             "path",
@@ -83,6 +84,9 @@ class CheckpointRow(Base):
     inode: Mapped[int | None] = mapped_column(BigInteger)
     hash: Mapped[str | None] = mapped_column(String(80))
     generation: Mapped[int] = mapped_column(Integer, default=1)  # bumped when rewritten in place
+    # A copy the service kept of one generation (`generation`) of the file at this path, which
+    # its trainer rewrites in place (`usecases.versions`); NULL for files a trainer wrote.
+    version_of: Mapped[str | None] = mapped_column(Text)
     epoch: Mapped[int | None] = mapped_column(Integer)
     step: Mapped[int | None] = mapped_column(BigInteger)
     weights_bytes: Mapped[int | None] = mapped_column(BigInteger)

@@ -31,7 +31,7 @@ from .rows import LISTING_COLUMNS, to_checkpoint
 
 # The Alembic revision this code's schema is at (migrations/versions; a test keeps it equal to
 # catalog.db's): a catalog elsewhere goes through the Store.
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0004"
 BUSY_TIMEOUT_S = 30.0
 # Plain file URLs only: `sqlite:///relative.db`, `sqlite:////absolute.db` (no options, no quoting).
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite(?:\+pysqlite)?:///([^?%#]+)$")
@@ -278,6 +278,8 @@ def _listing(query: ListQuery) -> tuple[str, list[Any]]:
         if value is not None:
             where.append(f"checkpoints.{column} = ?")
             params.append(value)
+    if query.status is None:  # a standby copy is the file itself: listed once, as the file
+        where.append("checkpoints.status != 'standby'")
     for cond in query.where:
         op = _OPERATORS[cond.op]
         if cond.column is not None:

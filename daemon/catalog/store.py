@@ -37,6 +37,7 @@ from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
 from .store_runs import RunRecords, dedupe, replace_metrics
+from .store_versions import VersionRecords, sync_standby
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
@@ -56,7 +57,7 @@ class Known:
     metrics_at: str | None
 
 
-class Store(Actions, RecoveryRecords, Leases, RunRecords):
+class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 
@@ -120,6 +121,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
                     update(checkpoints).where(checkpoints.c.id == ckpt_id).values(**values)
                 )
             replace_metrics(conn, ckpt_id, rec.metrics)
+            sync_standby(conn, rec.path)
             unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
             if not unchanged:
                 record_event(
@@ -181,6 +183,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
                 .values(status=status.value, reason=reason)
             )
             for r in rows:
+                sync_standby(conn, r.path)
                 record_event(
                     conn,
                     action=status.value,
@@ -217,6 +220,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
             .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
+            .where(checkpoints.c.version_of.is_(None))  # kept versions: not in any walk
         )
         if start is not None and start != root:
             # A range on the unique path index: `start` itself, and everything below `start/`

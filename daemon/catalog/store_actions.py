@@ -24,6 +24,7 @@ from .audit import close_event, now_iso, patch_details, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS
 from .store_leases import HeldLease
 from .store_reads import in_run
+from .store_versions import sync_standby
 
 checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
 artifacts = ARTIFACTS
@@ -102,6 +103,7 @@ class Actions:
                     checkpoints.c.pinned,
                     checkpoints.c.path,
                     checkpoints.c.size_bytes,
+                    checkpoints.c.version_of,
                 )
                 .where(checkpoints.c.id == checkpoint_id)
                 .with_for_update()
@@ -119,6 +121,7 @@ class Actions:
                 status=new.value,
                 reason=reason if action == "trash" else "deleted from the trash",
             )
+            sync_standby(conn, row.version_of or row.path)
             event_id = record_event(
                 conn,
                 action=action,
@@ -167,6 +170,13 @@ class Actions:
                 status=status.value,
                 reason=reason,
             )
+            row = conn.execute(
+                select(checkpoints.c.path, checkpoints.c.version_of).where(
+                    checkpoints.c.id == checkpoint_id
+                )
+            ).first()
+            if row is not None:
+                sync_standby(conn, row.version_of or row.path)
 
     def add_artifact(
         self,

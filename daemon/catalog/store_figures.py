@@ -56,8 +56,9 @@ def figures(engine: Engine, roots: Iterable[str]) -> Figures:
         )
         for r in rows:
             trashed = r.status == CheckpointStatus.TRASHED.value
-            sizes[(r.root, byte_kind(r.path, trashed))] += int(r.size_bytes or 0)
-            if not trashed and r.indexed_at:
+            kind = byte_kind(r.path, trashed)
+            sizes[(r.root, kind)] += int(r.size_bytes or 0)
+            if kind == "checkpoint" and r.indexed_at:  # a version is our copy, not an index
                 latencies.append(iso_seconds(r.indexed_at) - r.mtime_ns / 1e9)
         artifact_bytes = conn.execute(
             select(RUNS.c.root, func.coalesce(func.sum(ARTIFACTS.c.bytes), 0))

@@ -72,6 +72,8 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
     ):
         if value is not None:
             stmt = stmt.where(checkpoints.c[column] == value)
+    if query.status is None:  # a standby copy is the file itself: listed once, as the file
+        stmt = stmt.where(checkpoints.c.status != CheckpointStatus.STANDBY.value)
     for cond in query.where:
         if cond.column is not None:
             stmt = stmt.where(_OPS[cond.op](checkpoints.c[cond.column], cond.value))
@@ -232,7 +234,9 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         history = conn.execute(
             select(events).where(events.c.checkpoint_id == row.id).order_by(events.c.id)
         ).all()
+        kept = _versions_of(conn, found.path) if found.version_of is None else []
     details = dict(row.details or {})
+    details["versions"] = kept
     details.update(
         {name: row._mapping[name] for name in _SHOW_COLUMNS},
         artifacts=[_artifact_json(a) for a in found_artifacts],
@@ -249,6 +253,37 @@ def get(engine: Engine, ref: str) -> Checkpoint:
         for e in history
     ]
     return dataclasses.replace(found, details=details)
+
+
+def _versions_of(conn: Any, path: str) -> list[dict[str, Any]]:
+    """The kept versions of the file at `path`, oldest generation first (`show`)."""
+    rows = conn.execute(
+        select(*_LIST_COLUMNS)
+        .join(runs, runs.c.id == checkpoints.c.run_id)
+        .where(
+            checkpoints.c.version_of == path,
+            checkpoints.c.status != CheckpointStatus.PURGED.value,
+        )
+        .order_by(checkpoints.c.generation, checkpoints.c.id)
+    ).all()
+    values = _metric_values(conn, [r[0] for r in rows])
+    out = []
+    for r in rows:
+        c = to_checkpoint(r, values.get(r[0], {}))
+        out.append(
+            {
+                "generation": c.generation,
+                "path": c.path,
+                "status": c.status.value,
+                "current": c.status == CheckpointStatus.STANDBY,
+                "epoch": c.epoch,
+                "step": c.step,
+                "hash": c.hash,
+                "size_bytes": c.size_bytes,
+                "metrics": {k: v for k, v in c.metrics.items() if v is not None},
+            }
+        )
+    return out
 
 
 def _is_catalog_id(ref: str) -> bool:

@@ -67,6 +67,7 @@ class RunRecords:
                 .join(runs, runs.c.id == checkpoints.c.run_id)
                 .where(runs.c.root == root, runs.c.name == run)
                 .where(checkpoints.c.status.not_in(_ABSENT))
+                .where(checkpoints.c.version_of.is_(None))  # versions: from their file's
             ).all()
             values: dict[int, dict[str, tuple[float | None, str]]] = {}
             ids = [r.id for r in rows]

@@ -81,7 +81,9 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
 @click.option(
     "--status",
     help="Only this status: ok, incomplete, corrupt, unreadable, missing, removed, trashed, "
-    "purged.",
+    "purged, standby (kept copies of the generation a rewritten file holds now: not listed "
+    "otherwise). Kept versions of rewritten files are listed like any checkpoint, with "
+    "version_of in --json.",
 )
 @click.option("--kind", help="Only this kind: full, weights.")
 @click.option(

@@ -24,6 +24,7 @@ COMMANDS = {
     "pin": "retention:pin",
     "unpin": "retention:unpin",
     "trash": "retention:trash",
+    "restore": "versions:restore",
     "log": "retention:log_command",
     "split": "artifacts:split",
     "compress": "artifacts:compress",

@@ -18,6 +18,9 @@ class CheckpointStatus(enum.StrEnum):
     UNREADABLE = "unreadable"
     MISSING = "missing"
     REMOVED = "removed"  # deleted by its own trainer (rotation, crash-recovery state), not lost
+    # A kept copy (`version_of` set) of the generation its file holds now: a version, shown and
+    # judged by retention, only once the file is rewritten or gone (usecases.versions).
+    STANDBY = "standby"
     TRASHED = "trashed"
     PURGED = "purged"
 
@@ -146,6 +149,8 @@ class Checkpoint:
     optimizer: str | None = None
     n_params: int | None = None
     pinned: bool = False
+    generation: int = 1  # of the file at `path`; for a version, the generation it keeps
+    version_of: str | None = None  # a version kept of a rewritten file: that file's path
     metrics: dict[str, float | None] = field(default_factory=dict)  # None: logged as NaN
     metric_sources: dict[str, str] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)  # layers, configs, notes: `show` only

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Where version capture keeps the generations a rewrite would lose (issue 11, the lead's part):
-# a row whose path has this component is a version, not a checkpoint of its own.
-VERSIONS_DIR = ".ckpt-versions"
+# Where version capture keeps the generations a rewrite would lose: a row whose path has this
+# component is a version (or its standby copy), not a checkpoint of its own.
+from .versions import VERSIONS_DIR
+
 # The byte kinds of `ckpt_bytes{kind}`: a closed set (the label's cardinality is 4 per root).
 BYTE_KINDS = ("checkpoint", "inference_artifact", "version", "trash")
 # Seconds from a file's mtime to its indexed row: Keras writes, the worker waits for the file to

@@ -92,7 +92,9 @@ def show_text(doc: dict[str, Any]) -> str:
     ]
     if doc["hash"]:
         lines.append(f"  hash {doc['hash']}")
-    lines += _metrics(doc) + _generations(doc) + _training(doc) + _notes(doc)
+    if doc.get("version_of"):
+        lines.append(f"  version {doc['generation']} of {doc['version_of']}")
+    lines += _metrics(doc) + _generations(doc) + _versions(doc) + _training(doc) + _notes(doc)
     lines += _layers(doc) + _artifacts(doc) + _events(doc)
     return "\n".join(line.rstrip() for line in lines)
 
@@ -108,6 +110,21 @@ def _generations(doc: dict[str, Any]) -> list[str]:
             f"    {g.get('generation')}: epoch {_dash(g.get('epoch'))}  iterations "
             f"{_dash(g.get('iterations'))}  indexed {g.get('indexed_at') or '-'}"
         )
+    return lines
+
+
+def _versions(doc: dict[str, Any]) -> list[str]:
+    """The kept copies of a rewritten file's generations (`ckpt restore --version N`)."""
+    kept = doc.get("versions") or []
+    if not kept:
+        return []
+    lines = [f"  versions kept: {len(kept)}"]
+    for v in kept:
+        values = "  ".join(f"{k} {metric_text(x)}" for k, x in sorted(v["metrics"].items()))
+        state = "current (the file holds it)" if v["current"] else v["status"]
+        where = relative_path(v["path"], [doc["root"]])
+        parts = [f"v{v['generation']}: epoch {_dash(v['epoch'])}", values, state, where]
+        lines.append("    " + "  ".join(p for p in parts if p))
     return lines
 
 

@@ -18,8 +18,9 @@ Semantics:
   looks older than it might be (conservative: at worst it takes a keep_last slot).
 - Always kept: the newest ok checkpoint by that order ("newest"), and also the most recently
   written one if that is another ("newest mtime": a run mixing known and unknown progress
-  keeps both candidates), pinned ones ("pinned") and every non-ok one (its status as the
-  reason: the planner never trashes what it could not read).
+  keeps both candidates), pinned ones ("pinned"), every non-ok one (its status as the
+  reason: the planner never trashes what it could not read), and those the caller protects
+  with a reason of its own (`Item.protected`: a rewritten file's previous generation).
 - Keep rules are a union: a checkpoint survives if any rule keeps it. `keep_last N`; `keep_best`
   per metric (ties: newer mtime, then higher id; a checkpoint without the metric, or with NaN, is
   kept with "no <metric>: kept" unless `keep_missing=False`); `keep_every N` on the epoch, or on
@@ -85,6 +86,7 @@ class Item:
     metrics: Mapping[str, float | None] = field(default_factory=dict)
     # The size of its inference artifact if it can be demoted to one (split), else None.
     inference_bytes: int | None = None
+    protected: str | None = None  # kept whatever the rules say, for this reason
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,8 @@ def _reasons(
             yield item.id, PROTECTED, protected[item.id]
         if item.pinned:
             yield item.id, PROTECTED, "pinned"
+        if item.protected:
+            yield item.id, PROTECTED, item.protected
         if item.status != CheckpointStatus.OK:
             yield item.id, PROTECTED, str(item.status)
     newest_first = ok[::-1]  # by mtime: ties in keep_best, periods

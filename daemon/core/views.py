@@ -27,6 +27,7 @@ SHOW_FIELDS = (
     "metric_sources",
     "generation",
     "generations",  # [{generation, hash, epoch, step, iterations, indexed_at, ...}], oldest first
+    "versions",  # kept copies: [{generation, path, status, current, epoch, step, hash, ...}]
     "epoch_source",  # where the epoch came from: file name, sidecar, same content, iterations
     "first_seen_at",
     "artifacts",
@@ -55,6 +56,8 @@ def checkpoint_json(c: Checkpoint, *, detailed: bool = False) -> dict[str, Any]:
         "mtime": iso_utc(c.mtime),
         "indexed_at": c.indexed_at,
         "hash": c.hash,
+        "generation": c.generation,
+        "version_of": c.version_of,
         "metrics": _finite(c.metrics),
     }
     if detailed:

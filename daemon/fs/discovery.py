@@ -16,12 +16,13 @@ from pathlib import Path
 
 from ..core.housekeeping import BACKUP_STATE, backup_state_names
 from ..core.model import FileStat, Format
+from ..core.versions import VERSIONS_DIR
 from .fsops import TEMP_PREFIX
 
 CHECKPOINT_SUFFIXES = (".keras", ".h5", ".hdf5", ".he5")
 SAVED_MODEL_MARKERS = ("saved_model.pb", "saved_model.pbtxt")
 # Folders that belong to us or to tools, never to a run.
-_SKIPPED_DIRS = {".ckpt", ".ckpt-trash", ".git", "__pycache__", ".ipynb_checkpoints"}
+_SKIPPED_DIRS = {".ckpt", ".ckpt-trash", VERSIONS_DIR, ".git", "__pycache__", ".ipynb_checkpoints"}
 # Writers' temporary names: TF's `ckpt-1_temp/` folders and
 # `*.tempstate<n>` files, `checkpoint.tmp<hex>`, Keras's `tmpXXXX/model.weights.h5` extractions.
 _TEMP_NAME = re.compile(rf"(\.tempstate\d*$|\.tmp[0-9a-f]*$|^{re.escape(TEMP_PREFIX)})")

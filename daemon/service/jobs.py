@@ -50,7 +50,7 @@ class Jobs:
         # Jobs that change files run only when the config asks for them.
         wanted = {
             JobName.RESCAN: True,
-            JobName.RETENTION: config.has_retention(),
+            JobName.RETENTION: config.runs_retention(),
             JobName.PURGE: True,
             JobName.VERIFY: True,
             JobName.ARTIFACTS: config.artifacts.enabled,

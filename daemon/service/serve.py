@@ -95,7 +95,7 @@ class Service:
         stats = Stats(started_at=iso_utc(time.time()))
         runner = JobRunner(self.config, store, stats, self.stopping, lambda _rescan: None)
         jobs = [JobName.PURGE]
-        if self.config.has_retention():
+        if self.config.runs_retention():
             jobs.insert(0, JobName.RETENTION)
         if self.config.artifacts.enabled:
             jobs.append(JobName.ARTIFACTS)

@@ -9,7 +9,7 @@ import fnmatch
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -31,6 +31,7 @@ from .values import mapping as _mapping
 from .values import path as _path
 from .values import size as _size
 from .values import strings as _strings
+from .versions import Versions, parse_versions
 
 OBSERVERS = ("auto", "inotify", "polling")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -100,11 +101,17 @@ class Config:
     run_rules: tuple[RunRule, ...] = ()
     purge_after_seconds: float = 7 * 86400.0
     artifacts: Artifacts = Artifacts()
+    versions: Versions = field(default_factory=Versions)
     metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
     hooks: tuple[Hook, ...] = ()
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
+
+    def runs_retention(self) -> bool:
+        """Whether the service's retention job has work: policies, or kept versions (which
+        have a policy of their own where a run has none)."""
+        return self.has_retention() or self.versions.capture != "off"
 
     def policy_for(self, root: str, run: str) -> tuple[Policy | None, str]:
         """The retention policy of a run, and where it came from (first match wins)."""
@@ -176,6 +183,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
         run_rules=_run_rules(raw.get("runs", [])),
         artifacts=_artifacts(raw.get("artifacts", {})),
+        versions=parse_versions(raw.get("versions", {})),
         purge_after_seconds=_duration(
             _mapping(raw.get("trash", {}), "trash", {"purge_after"}).get("purge_after", "7d"),
             "trash.purge_after",
@@ -197,6 +205,7 @@ TOP_KEYS = {
     "runs",
     "trash",
     "artifacts",
+    "versions",
     "hooks",
 }
 ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}

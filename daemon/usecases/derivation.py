@@ -116,6 +116,9 @@ def refresh_run(
                 Derivation(row.id, row.hash, row.mtime_ns, d.epoch, d.step, d.metrics, details)
             )
     written = store.set_derived_many(changes, at=at)
+    store.set_derived_many(
+        _version_updates(store, root, run.name, rows, result.members, logs), at=at
+    )
     store.set_run_details(
         root,
         run.name,
@@ -178,6 +181,52 @@ def _sightings(entries: object) -> list[Sighting]:
                     bool(e.get("log_before")),
                 )
             )
+    return out
+
+
+def _version_updates(
+    store: Store,
+    root: str,
+    run: str,
+    rows: Sequence[RunMember],
+    derived: dict[int, Derived],
+    logs: RunLogs,
+) -> list[Derivation]:
+    """Each kept version of the run's files gets the epoch, step and metrics of the generation
+    it keeps: the file's own when it still holds those bytes, else that generation's epoch
+    and the logs' values at it."""
+    by_path = {r.path: r for r in rows}
+    out = []
+    for kept in store.versions_in_run(root, run):
+        row = by_path.get(kept.version_of)
+        if row is None or row.id not in derived:
+            continue  # the file is gone: its versions keep what they were given
+        d = derived[row.id]
+        if kept.hash == row.hash:
+            epoch, step, values, source = d.epoch, d.step, d.metrics, d.epoch_source
+        else:
+            found = _generation_epochs(row, d).get(kept.hash or "")
+            if found is None:
+                continue
+            epoch, step = found
+            at_epoch = logs.by_epoch.get(epoch, {}) if epoch is not None else {}
+            values = tuple(at_epoch[k] for k in sorted(at_epoch))
+            source = f"generation {kept.generation} of {os.path.basename(row.path)}"
+        details = {"epoch_source": source, "metric_sources": {m.name: m.source for m in values}}
+        out.append(Derivation(kept.id, kept.hash, kept.mtime_ns, epoch, step, values, details))
+    return out
+
+
+def _generation_epochs(row: RunMember, d: Derived) -> dict[str, tuple[int | None, int | None]]:
+    """{hash: (epoch, step)} of every generation of the file seen, as derivation decided."""
+    out: dict[str, tuple[int | None, int | None]] = {}
+    entries = [g for g in row.details.get("generations") or [] if isinstance(g, dict)]
+    for entry, epoch in zip(entries, d.history_epochs, strict=False):
+        if isinstance(entry.get("hash"), str):
+            current = entry["hash"] == row.hash
+            out[entry["hash"]] = (d.epoch, d.step) if current else (epoch, entry.get("step"))
+    if row.hash is not None:
+        out[row.hash] = (d.epoch, d.step)
     return out
 
 

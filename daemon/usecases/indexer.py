@@ -20,13 +20,14 @@ from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
 from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.units import iso_utc
+from ..core.versions import should_capture
 from ..formats.checkpoint_state import listed_checkpoints
 from ..formats.run_index import RunIndex
 from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import derivation
+from . import derivation, versions
 from .derivation import RunRef
 
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
@@ -148,6 +149,11 @@ class _Scan:
         where = discovery.display_path(start)[0]
         self.known = store.known_under(str(root.path), where)
         self.artifacts = store.artifact_paths(where)
+        self.uncaptured = {  # fixed names whose current bytes have no copy: a crash's undone
+            path
+            for path, generation in store.uncaptured(str(root.path), where).items()
+            if should_capture(config.versions.capture, os.path.basename(path), generation)
+        }
         self.started = iso_utc(time.time())
         self.unreadable_folders: list[tuple[str, str]] = []  # (folder + "/", reason)
         self.reindex = False
@@ -225,6 +231,8 @@ class _Scan:
         known = self.known.get(text)
         if known and known.stat == stat and known.status in _SETTLED:
             self._unchanged(cand, known)
+            if text in self.uncaptured and cand.family == discovery.FILE:
+                versions.capture(self.config, self.store, self.root, known.id, actor=self.actor)
             return True
         if not valid_name:
             reason = "file name is not valid UTF-8: rename it to have it indexed"
@@ -312,8 +320,11 @@ class _Scan:
             if cand.family != discovery.FILE
             else (),
         )
-        self.store.record(record, actor_name=self.actor, at=self.started)
+        ckpt_id = self.store.record(record, actor_name=self.actor, at=self.started)
         _report(self.report, record)
+        if status == CheckpointStatus.OK and cand.family == discovery.FILE:
+            # At once: the trainer's next save to a fixed name destroys this generation.
+            versions.capture(self.config, self.store, self.root, ckpt_id, actor=self.actor)
 
     def _run_logs(self, run_dir: Path) -> derivation.LogsRead:
         """The run's metrics logs, read once per scan (and reused by its derivation)."""

@@ -36,6 +36,7 @@ from ..core.model import Checkpoint, CheckpointStatus, Format, TrashedCheckpoint
 from ..core.query import ListQuery
 from ..core.runs import run_scope
 from ..core.units import iso_utc, parse_duration
+from ..core.versions import Kept, previous_generations
 from ..formats import tf_state
 from ..fs import fsops
 from ..settings.config import Config
@@ -123,10 +124,16 @@ def plan_runs(
         if scopes and not any(scope.covers(name) for scope in scopes):
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
+        found = _checkpoints(store, root, name)
+        previous = _previous_generations(config, found)
         if policy is None:
-            report.skipped.append({"run": name, "reason": "no retention policy configured"})
-            continue
-        items = [_item(c, _demotable(c)) for c in _checkpoints(store, root, name)]
+            # Kept versions have a policy of their own, so their cost stays bounded.
+            found = [c for c in found if c.version_of is not None]
+            policy, source = _versions_policy(config, found), "versions"
+            if not found:
+                report.skipped.append({"run": name, "reason": "no retention policy configured"})
+                continue
+        items = [_item(c, _demotable(c), previous.get(c.id)) for c in found]
         if items:
             described = f"{source}: {policy.describe()}"
             report.runs.append(
@@ -381,7 +388,25 @@ def _checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
     return [c for c in found if c.run == run and c.status not in _GONE]
 
 
-def _item(c: Checkpoint, demotable: bool) -> retention.Item:
+def _previous_generations(config: Config, found: list[Checkpoint]) -> dict[int, str]:
+    kept = [
+        Kept(c.id, c.version_of, c.generation)
+        for c in found
+        if c.version_of is not None and c.status == CheckpointStatus.OK
+    ]
+    return previous_generations(kept, config.versions.keep_previous)
+
+
+def _versions_policy(config: Config, kept: list[Checkpoint]) -> retention.Policy:
+    """For a run without a retention policy, its versions: the best by `versions.metric`
+    (default val_loss, else loss, whichever they have), beside the previous generations."""
+    metric = config.versions.metric or next(
+        (m for m in ("val_loss", "loss") if any(m in c.metrics for c in kept)), "val_loss"
+    )
+    return retention.Policy(keep_best=(retention.KeepBest(metric, 1, keep_missing=False),))
+
+
+def _item(c: Checkpoint, demotable: bool, protected: str | None = None) -> retention.Item:
     return retention.Item(
         id=c.id,
         path=c.path,
@@ -394,6 +419,7 @@ def _item(c: Checkpoint, demotable: bool) -> retention.Item:
         metrics=c.metrics,
         # Without its optimizer state a checkpoint is about its weights plus the config.
         inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if demotable else None,
+        protected=protected,
     )
 
 

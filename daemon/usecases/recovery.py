@@ -25,6 +25,7 @@ from ..core.units import iso_utc
 from ..fs import discovery, fsops
 from ..logs import event
 from ..settings.config import Config, RootConfig
+from . import versions
 
 LEGACY_EVENT_SECONDS = 3600.0  # planned events without a pid: older than any lease
 
@@ -34,6 +35,7 @@ def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = Non
     for root in config.roots if roots is None else roots:
         if root.path.is_dir():
             reconcile_trash(store, root)
+            versions.adopt_orphans(store, root, actor="ckpt reconcile")
     settle_events(config, store)  # dead processes' acts, leased or not
     for host, pid in store.drop_dead_leases():
         event("lease_freed", host=host, pid=pid, reason="its process is gone")

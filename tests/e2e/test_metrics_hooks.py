@@ -163,6 +163,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) 
             "ok": (run / ZIP_FILES[2]).stat().st_size + (legacy / "full.h5").stat().st_size,
             "trash": sum((keras_checkpoints / ZIP_RUN / n).stat().st_size for n in ZIP_FILES[:2]),
             "corrupt": 5000,
+            "version": padded.stat().st_size,  # the copy of generation 1, padded, uncompressed
         },
     }
 
@@ -179,12 +180,13 @@ def test_a_live_scrape_has_every_metric_with_its_exact_value(scenario: dict[str,
         "unreadable": 0,
         "missing": 0,
         "removed": 0,
+        "standby": 1,  # full.h5 is a fixed name: its generation 1 kept (before the compress)
         "purged": 0,
     }
     assert value(s, "ckpt_bytes", root=root, kind="checkpoint") == sizes["ok"] + sizes["corrupt"]
     assert value(s, "ckpt_bytes", root=root, kind="trash") == sizes["trash"]
     assert value(s, "ckpt_bytes", root=root, kind="inference_artifact") == 0
-    assert value(s, "ckpt_bytes", root=root, kind="version") == 0
+    assert value(s, "ckpt_bytes", root=root, kind="version") == sizes["version"]
     assert value(s, "ckpt_root_free_bytes", root=root) > 0
     assert value(s, "ckpt_root_min_free_bytes", root=root) == 0
     # Counters from the audit log: all time.

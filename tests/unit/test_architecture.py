@@ -80,7 +80,8 @@ OWNERS = {
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
 # Path methods that change files whatever the receiver is called (str.replace is not one).
 PATH_MUTATORS = {"unlink", "rmdir", "write_bytes", "write_text", "symlink_to", "hardlink_to"}
-MUTATORS = {"fs.fsops", "fs.fsswap"}  # fsswap: the renameat2 half of fsops
+# fsswap: the renameat2 half of fsops; fsclone: its copying half (kept versions)
+MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone"}
 # Programs run with `python -m`: they talk to their parent on stdout and exit with a code.
 PROGRAMS = {"__main__", "children.tf_probe", "children.keras_load_probe"}
 

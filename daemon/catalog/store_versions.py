@@ -1,0 +1,291 @@
+"""Kept versions in the catalog: a version is a checkpoint row of its own (its run, epoch,
+metrics, hash) with `version_of` naming the file it was kept of (`usecases.versions` copies,
+`core.versions` names). Its status is `standby` while that file still holds the same bytes, and
+`ok` (a version like any checkpoint) once the file was rewritten or is gone: `sync_standby`
+keeps that true in the same transaction as every change of the file's row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, and_, insert, select, update
+
+from ..core.errors import NotFound
+from ..core.model import CheckpointStatus, FileStat
+from . import db
+from .audit import now_iso, record_event
+from .schema import CHECKPOINTS, METRICS, RUNS
+
+checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
+OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
+# Columns a version takes from the row of the file it keeps, as that row is when it is kept.
+_COPIED = (
+    "run_id",
+    "format",
+    "kind",
+    "epoch",
+    "step",
+    "weights_bytes",
+    "optimizer_bytes",
+    "optimizer",
+    "iterations",
+    "n_params",
+    "n_trainable_params",
+    "model_class",
+    "model_name",
+    "keras_version",
+    "backend",
+    "indexed_at",
+    "metrics_at",
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A checkpoint row that may get a version kept: what the copy is checked against."""
+
+    id: int
+    path: str
+    root: str
+    status: str
+    hash: str | None
+    generation: int
+    stat: FileStat
+    version_of: str | None
+    kept_hashes: frozenset[str]  # hashes of the versions already kept of this path (live ones)
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    id: int
+    path: str
+    version_of: str
+    generation: int
+    status: str
+    hash: str | None
+    mtime_ns: int
+
+
+def sync_standby(conn: Any, path: str) -> None:
+    """Versions of `path` that hold what the file holds now are `standby`; the others `ok`."""
+    current = conn.execute(
+        select(checkpoints.c.hash).where(
+            checkpoints.c.path == path,
+            checkpoints.c.status == OK,
+            checkpoints.c.version_of.is_(None),
+        )
+    ).scalar()
+    mine = checkpoints.c.version_of == path
+    if current is None:
+        conn.execute(
+            update(checkpoints).where(mine, checkpoints.c.status == STANDBY).values(status=OK)
+        )
+        return
+    conn.execute(
+        update(checkpoints)
+        .where(mine, checkpoints.c.status == STANDBY, checkpoints.c.hash != current)
+        .values(status=OK)
+    )
+    conn.execute(
+        update(checkpoints)
+        .where(mine, checkpoints.c.status == OK, checkpoints.c.hash == current)
+        .values(status=STANDBY)
+    )
+
+
+class VersionRecords:
+    """The catalog's side of kept versions (mixed into `Store`: uses its engine)."""
+
+    _engine: Engine
+
+    def version_source(self, checkpoint_id: int) -> Source | None:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(
+                select(
+                    checkpoints.c.id,
+                    checkpoints.c.path,
+                    runs.c.root,
+                    checkpoints.c.status,
+                    checkpoints.c.hash,
+                    checkpoints.c.generation,
+                    checkpoints.c.size_bytes,
+                    checkpoints.c.mtime_ns,
+                    checkpoints.c.inode,
+                    checkpoints.c.version_of,
+                )
+                .join(runs, runs.c.id == checkpoints.c.run_id)
+                .where(checkpoints.c.id == checkpoint_id)
+            ).first()
+            if row is None:
+                return None
+            kept = conn.execute(
+                select(checkpoints.c.hash).where(
+                    checkpoints.c.version_of == row.path, checkpoints.c.status.in_((OK, STANDBY))
+                )
+            ).scalars()
+            return Source(
+                row.id,
+                row.path,
+                row.root,
+                row.status,
+                row.hash,
+                row.generation,
+                FileStat(row.size_bytes, row.mtime_ns, row.inode),
+                row.version_of,
+                frozenset(h for h in kept if h),
+            )
+
+    def add_version(
+        self,
+        source: Source,
+        path: str,
+        stat: FileStat,
+        *,
+        how: str,
+        actor_name: str,
+    ) -> int:
+        """A row for the copy at `path` of generation `source.generation` (bytes
+        `source.hash`). It takes the file's row as it was read: when that row holds other bytes
+        by now (rewritten meanwhile, or a copy adopted after a crash), only what the file's
+        generations say of those bytes (epoch, step, iterations); the next derivation adds its
+        metrics."""
+        now = now_iso()
+        with self._engine.begin() as conn:
+            there = conn.execute(  # adopted by a reconcile meanwhile: one row per version file
+                select(checkpoints.c.id).where(
+                    checkpoints.c.path == path, checkpoints.c.status.not_in(("trashed", "purged"))
+                )
+            ).scalar()
+            if there is not None:
+                return int(there)
+            row = conn.execute(
+                select(
+                    *(checkpoints.c[name] for name in _COPIED),
+                    checkpoints.c.details,
+                    checkpoints.c.hash,
+                ).where(checkpoints.c.id == source.id)
+            ).first()
+            if row is None:
+                raise NotFound(f"no checkpoint {source.id} in the catalog")
+            details = dict(row.details or {})
+            generations = details.pop("generations", None) or []
+            values: dict[str, Any] = {name: row._mapping[name] for name in _COPIED}
+            same = row.hash == source.hash
+            if not same:
+                seen = [g for g in generations if isinstance(g, dict)]
+                entry = next((g for g in seen if g.get("hash") == source.hash), {})
+                values.update(
+                    epoch=entry.get("epoch"),
+                    step=entry.get("step"),
+                    iterations=entry.get("iterations"),
+                    metrics_at=None,  # derived again: its metrics are its epoch's
+                )
+            values.update(
+                path=path,
+                status=STANDBY,
+                reason=None,
+                size_bytes=stat.size,
+                mtime_ns=stat.mtime_ns,
+                inode=stat.inode,
+                hash=source.hash,
+                generation=source.generation,
+                version_of=source.path,
+                details=details | {"kept_by": how},
+                pinned=False,
+                first_seen_at=now,
+            )
+            key = conn.execute(insert(checkpoints).values(**values)).inserted_primary_key
+            assert key is not None
+            version_id = int(key[0])
+            copied = (
+                conn.execute(
+                    select(metrics.c.name, metrics.c.value, metrics.c.source).where(
+                        metrics.c.checkpoint_id == source.id
+                    )
+                ).all()
+                if same
+                else []
+            )
+            if copied:
+                conn.execute(
+                    insert(metrics),
+                    [
+                        {"checkpoint_id": version_id, "name": n, "value": v, "source": src}
+                        for n, v, src in copied
+                    ],
+                )
+            record_event(
+                conn,
+                action="version",
+                checkpoint_id=version_id,
+                path=path,
+                reason=f"generation {source.generation} of {source.path} kept ({how})",
+                size=stat.size,
+                actor=actor_name,
+                at=now,
+            )
+            sync_standby(conn, source.path)
+            return version_id
+
+    def versions_in_run(self, root: str, run: str) -> list[VersionRow]:
+        """The run's versions that are kept (ok or standby)."""
+        return self._versions(and_(runs.c.root == root, runs.c.name == run))
+
+    def versions_of(self, path: str) -> list[VersionRow]:
+        return self._versions(checkpoints.c.version_of == path)
+
+    def _versions(self, condition: Any) -> list[VersionRow]:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(
+                    checkpoints.c.id,
+                    checkpoints.c.path,
+                    checkpoints.c.version_of,
+                    checkpoints.c.generation,
+                    checkpoints.c.status,
+                    checkpoints.c.hash,
+                    checkpoints.c.mtime_ns,
+                )
+                .join(runs, runs.c.id == checkpoints.c.run_id)
+                .where(condition, checkpoints.c.version_of.is_not(None))
+                .where(checkpoints.c.status.in_((OK, STANDBY)))
+                .order_by(checkpoints.c.version_of, checkpoints.c.generation)
+            ).all()
+        return [VersionRow(*r) for r in rows]
+
+    def uncaptured(self, root: str, start: str) -> dict[str, int]:
+        """{path: generation} of the ok files at or below `start` in `root` whose current bytes
+        have no kept copy: a capture a crash (or `versions.capture: off`, then on) left undone,
+        which a scan then does."""
+        kept = checkpoints.alias("kept")
+        has_copy = (
+            select(kept.c.id)
+            .where(kept.c.version_of == checkpoints.c.path, kept.c.hash == checkpoints.c.hash)
+            .where(kept.c.status.in_((OK, STANDBY)))
+            .exists()
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(checkpoints.c.path, checkpoints.c.generation)
+                .join(runs, runs.c.id == checkpoints.c.run_id)
+                .where(runs.c.root == root, checkpoints.c.status == OK)
+                .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
+                .where(~has_copy)
+                .where(
+                    (checkpoints.c.path == start)
+                    | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+                )
+            ).all()
+        return {r.path: r.generation for r in rows}
+
+    def version_files(self, root: str) -> set[str]:
+        """Paths of every version row under `root` that is not trashed or purged."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(checkpoints.c.path)
+                .join(runs, runs.c.id == checkpoints.c.run_id)
+                .where(runs.c.root == root, checkpoints.c.version_of.is_not(None))
+                .where(checkpoints.c.status.not_in(("trashed", "purged")))
+            ).scalars()
+            return set(rows)

@@ -1,0 +1,100 @@
+"""Versions of files rewritten in place: which files get their generations kept, where a kept
+generation lives, and which of a run's versions retention must protect. Pure.
+
+A trainer that saves to a fixed name (`best.keras`, `last.h5`) truncates and rewrites the same
+file, so each save destroys the previous generation. The service keeps a copy of each completed
+generation in `<root>/.ckpt-versions/<the file's folder>/<stem>.v<generation><suffix>` (the
+suffix kept, so Keras loads the copy as it loads the original). While the file still holds that
+generation the copy is on `standby`; once the file is rewritten (or gone) the copy is a version,
+an ordinary member of the run for retention.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+VERSIONS_DIR = ".ckpt-versions"
+CAPTURE_MODES = ("fixed_names", "rewritten", "off")
+# Longest first: `.weights.h5` must win over `.h5`.
+_SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".he5", ".h5")
+_VERSION_NAME = re.compile(
+    r"^(?P<stem>.+)\.v(?P<generation>[0-9]{1,9})(?P<suffix>"
+    + "|".join(re.escape(s) for s in _SUFFIXES)
+    + r")$"
+)
+
+
+def split_suffix(name: str) -> tuple[str, str]:
+    """(`best`, `.weights.h5`): the name without the suffix Keras keys its loaders on."""
+    lowered = name.lower()
+    for suffix in _SUFFIXES:
+        if lowered.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], name[-len(suffix) :]
+    return name, ""
+
+
+def is_fixed_name(name: str) -> bool:
+    """A name with no number in its stem (`best.keras`, `model_last.h5`): a trainer that saves
+    to it rewrites it. Numbered names (`ckpt-05.keras`) are a file per save."""
+    stem, _suffix = split_suffix(name)
+    return not any(ch.isdigit() for ch in stem)
+
+
+def should_capture(mode: str, name: str, generation: int) -> bool:
+    """Whether to keep a copy of this generation of the file `name` as soon as it is complete:
+    `fixed_names` (default) every generation of a fixed name, and of any file from its second
+    generation on; `rewritten` only from the second generation (the first one is lost when the
+    file is first rewritten, but a file written once costs nothing); `off` never."""
+    if mode == "off":
+        return False
+    return generation >= 2 or (mode == "fixed_names" and is_fixed_name(name))
+
+
+def version_parts(parts: Sequence[str], generation: int) -> tuple[str, ...]:
+    """Where generation `generation` of the file at `parts` (relative to its root) is kept."""
+    stem, suffix = split_suffix(parts[-1])
+    return (VERSIONS_DIR, *parts[:-1], f"{stem}.v{generation}{suffix}")
+
+
+def original_parts(parts: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
+    """The file a version at `parts` (relative to its root) was kept of, and its generation;
+    None for anything that is not a version's name."""
+    if len(parts) < 2 or parts[0] != VERSIONS_DIR:
+        return None
+    found = _VERSION_NAME.match(parts[-1])
+    if found is None:
+        return None
+    name = found["stem"] + found["suffix"]
+    return (*parts[1:-1], name), int(found["generation"])
+
+
+def is_version_path(path: str) -> bool:
+    return VERSIONS_DIR in PurePosixPath(path).parts
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A version as retention sees it: its row, the file it keeps, which generation."""
+
+    id: int
+    version_of: str
+    generation: int
+
+
+def previous_generations(versions: Iterable[Kept], n: int) -> dict[int, str]:
+    """{id: reason} of the `n` most recent kept generations of each file: what a trainer's next
+    rewrite would otherwise leave as the only way back (`versions.keep_previous`)."""
+    by_file: dict[str, list[Kept]] = {}
+    for kept in versions:
+        by_file.setdefault(kept.version_of, []).append(kept)
+    out: dict[int, str] = {}
+    for path, of_file in by_file.items():
+        name = PurePosixPath(path).name
+        ranked = sorted(of_file, key=lambda k: (k.generation, k.id), reverse=True)
+        for rank, k in enumerate(ranked[:n], start=1):
+            which = "previous generation" if rank == 1 else f"previous generation #{rank}"
+            out[k.id] = f"{which} of {name} (v{k.generation})"
+    return out

@@ -1,0 +1,156 @@
+"""Copies of a file beneath a root, made the safe way: the copying half of `fsops`.
+
+`clone_new` copies a file a trainer wrote into a new file of ours (a kept version): a reflink
+clone where the filesystem shares blocks (`FICLONE`: btrfs, XFS, bcachefs; instant and free until
+the trainer rewrites its file), else an in-kernel copy (`copy_file_range`, which NFS 4.2 and
+some filesystems also do without moving bytes through us). Never a hard link: a trainer
+truncates and rewrites the very same inode, so a link would follow it. The copy goes to a temp
+file beside its final name, is fsynced and verified by the caller, and only then published
+under a name nothing else holds (`fsswap.publish_new`); a crash leaves only our temp file, which
+`fsops.remove_stale_temps` removes.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from pathlib import Path
+
+from ..core.errors import Refused, WouldReplace
+from . import fsswap
+from .fsops import folder_beneath, relative_parts, temp_name
+
+FICLONE = 0x40049409  # _IOW(0x94, 9, int): linux/fs.h
+_CHUNK = 64 << 20  # per copy_file_range call: bounded, and a stop request is seen between
+_NO_CLONE = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EPERM}
+_NO_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def clone_new(
+    root: Path,
+    source: Path,
+    target: Path,
+    verify: Callable[[Path], None],
+    *,
+    chunk: Callable[[int], None] = lambda _copied: None,
+) -> str:
+    """Copy `source` to the new file `target` (both below `root`; target's folders created,
+    0700), keeping source's mode and times. `verify(temp)` runs on the fsynced copy before it
+    gets its name: raise to refuse (the copy is removed). `chunk(bytes_copied)` is called as the
+    copy goes. Returns "reflink" or "copy". WouldReplace if `target` exists; Refused for a
+    symlink or a non-regular source."""
+    src_parts, dst_parts = relative_parts(root, source), relative_parts(root, target)
+    with (
+        folder_beneath(root, src_parts[:-1]) as src_dir,
+        folder_beneath(root, dst_parts[:-1], create=True) as dst_dir,
+    ):
+        if fsswap.identity_at(dst_dir, dst_parts[-1]) is not None:
+            raise WouldReplace(f"{target} exists already")
+        src = _open_regular(src_dir, src_parts[-1], source)
+        temp = temp_name(target, os.urandom(4).hex())
+        try:
+            info = os.fstat(src)
+            out = os.open(
+                temp.name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dst_dir,
+            )
+            try:
+                how = _copy(src, out, info.st_size, chunk)
+                os.fchmod(out, stat.S_IMODE(info.st_mode))
+                os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+                os.fsync(out)
+            finally:
+                os.close(out)
+            verify(_dir_path(root, dst_parts[:-1]) / temp.name)
+            try:
+                fsswap.publish_new(dst_dir, temp.name, dst_parts[-1])
+            except FileExistsError:
+                raise WouldReplace(f"{target} exists already") from None
+            os.fsync(dst_dir)
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(temp.name, dir_fd=dst_dir)
+            raise
+        finally:
+            os.close(src)
+    return how
+
+
+def copy_into(root: Path, source: Path, temp: Path) -> str:
+    """Copy `source` into the new file `temp` (a temp name `fsops.rewrite` handed out; both
+    below `root`), fsynced; `rewrite` then gives it its times and its name."""
+    src_parts, dst_parts = relative_parts(root, source), relative_parts(root, temp)
+    with (
+        folder_beneath(root, src_parts[:-1]) as src_dir,
+        folder_beneath(root, dst_parts[:-1]) as dst_dir,
+    ):
+        src = _open_regular(src_dir, src_parts[-1], source)
+        try:
+            size = os.fstat(src).st_size
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            out = os.open(dst_parts[-1], flags, 0o600, dir_fd=dst_dir)
+            try:
+                how = _copy(src, out, size, lambda _n: None)
+                os.fsync(out)
+            finally:
+                os.close(out)
+        finally:
+            os.close(src)
+    return how
+
+
+def _open_regular(dir_fd: int, name: str, path: Path) -> int:
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused(f"{path} is a symlink: never followed") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused(f"{path} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _copy(src: int, out: int, size: int, chunk: Callable[[int], None]) -> str:
+    try:
+        fcntl.ioctl(out, FICLONE, src)
+        chunk(size)
+        return "reflink"
+    except OSError as exc:
+        if exc.errno not in _NO_CLONE:
+            raise
+    copied = 0
+    while True:
+        try:
+            n = os.copy_file_range(src, out, _CHUNK, copied, copied)
+        except OSError as exc:
+            if exc.errno not in _NO_RANGE or copied:
+                raise
+            return _read_write(src, out, chunk)
+        if n == 0:
+            break
+        copied += n
+        chunk(copied)
+    return "copy"
+
+
+def _read_write(src: int, out: int, chunk: Callable[[int], None]) -> str:
+    copied = 0
+    while block := os.pread(src, 4 << 20, copied):
+        os.write(out, block)  # regular files: a short write raises instead
+        copied += len(block)
+        chunk(copied)
+    return "copy"
+
+
+def _dir_path(root: Path, parts: Sequence[str]) -> Path:
+    return root.joinpath(*parts)

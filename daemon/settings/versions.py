@@ -1,0 +1,31 @@
+"""The `versions:` section of config.yaml: keeping the generations of files rewritten in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..core.versions import CAPTURE_MODES
+from .values import choice, count, mapping
+
+VERSIONS_KEYS = {"capture", "keep_previous", "metric"}
+
+
+@dataclass(frozen=True)
+class Versions:
+    """How versions are captured and, for runs without a retention policy, kept."""
+
+    capture: str = "fixed_names"
+    keep_previous: int = 1  # the newest N kept generations of each file, always
+    metric: str | None = None  # keep_best's metric for versions (None: val_loss, else loss)
+
+
+def parse_versions(value: Any) -> Versions:
+    raw = mapping(value, "versions", VERSIONS_KEYS)
+    capture = choice(raw.get("capture", "fixed_names"), "versions.capture", CAPTURE_MODES)
+    keep_previous = count(raw, "keep_previous", "versions")
+    metric = raw.get("metric")
+    if metric is not None and (not isinstance(metric, str) or not metric.strip()):
+        raise ConfigError("versions.metric", "expected a metric name, e.g. val_loss")
+    return Versions(capture, 1 if keep_previous is None else keep_previous, metric)

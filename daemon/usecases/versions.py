@@ -1,0 +1,230 @@
+"""Never lose the best: keep each completed generation of a file rewritten in place, and put
+an old generation back (`ckpt restore PATH --version N`).
+
+The indexer calls `capture` right after it recorded a generation, so the copy is made while the
+trainer is busy with its next epoch (measured: bench/version_capture.py; README "Versions").
+The copy is verified against the hash the indexer read before it gets its name; a trainer that
+rewrites the file during the copy makes the hash differ, and that generation is logged as lost,
+never kept torn. After a crash, our temp copies are removed with every other temp of ours
+(`fsops.remove_stale_temps`), and a version file that got its name but not its row is adopted
+(`adopt_orphans`) when its bytes are a generation the catalog saw, else moved to the trash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..catalog.store import Store
+from ..catalog.store_versions import Source
+from ..core import versions as naming
+from ..core.errors import NotFound, Refused, UsageError, WouldReplace
+from ..core.model import Checkpoint, CheckpointStatus, FileStat
+from ..fs import fsclone, fsops
+from ..fs.hashing import hash_files
+from ..logs import event
+from ..settings.config import Config, RootConfig
+
+
+class _Torn(Exception):
+    """The copy does not hold the bytes that were indexed: the file was rewritten meanwhile."""
+
+
+def capture(
+    config: Config,
+    store: Store,
+    root: RootConfig,
+    checkpoint_id: int,
+    *,
+    actor: str,
+    mode: str | None = None,
+) -> str | None:
+    """Keep a verified copy of the generation the checkpoint's file holds now, if its name and
+    `versions.capture` (or `mode`) ask for it and no copy of those bytes is kept yet. Returns
+    the version's path, or None. Never raises for a file that changed or vanished: logged."""
+    source = store.version_source(checkpoint_id)
+    if source is None or source.version_of is not None or source.hash is None:
+        return None
+    if source.status != CheckpointStatus.OK.value or source.hash in source.kept_hashes:
+        return None  # not complete, or these bytes are kept already (a restore, a re-save)
+    original = Path(source.path)
+    mode = mode or config.versions.capture
+    if not naming.should_capture(mode, original.name, source.generation):
+        return None
+    target = root.path.joinpath(
+        *naming.version_parts(fsops.relative_parts(root.path, original), source.generation)
+    )
+    started = time.monotonic()
+
+    def verify(temp: Path) -> None:
+        if hash_files([temp], root.path) != source.hash:
+            raise _Torn(f"{original} was rewritten while generation {source.generation} was copied")
+
+    try:
+        how = fsclone.clone_new(root.path, original, target, verify)
+    except WouldReplace:
+        return _adopt_existing(store, root, source, target, actor)
+    except (_Torn, Refused, OSError) as exc:
+        event(
+            "version_lost",
+            level=logging.WARNING,
+            path=source.path,
+            generation=source.generation,
+            reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+        )
+        return None
+    stat = _stat(target)
+    store.add_version(source, str(target), stat, how=how, actor_name=actor)
+    event(
+        "version_kept",
+        path=source.path,
+        generation=source.generation,
+        version=str(target),
+        how=how,
+        seconds=round(time.monotonic() - started, 3),
+    )
+    return str(target)
+
+
+def _adopt_existing(
+    store: Store, root: RootConfig, source: Source, target: Path, actor: str
+) -> str | None:
+    """A version file with this name exists without a row (our crash between its rename and
+    its row): kept if it holds the bytes, else left for `adopt_orphans` to judge."""
+    if str(target) in store.version_files(str(root.path)):
+        return None
+    try:
+        same = hash_files([target], root.path) == source.hash
+    except (Refused, OSError):
+        return None
+    if not same:
+        return None
+    store.add_version(source, str(target), _stat(target), how="adopted", actor_name=actor)
+    return str(target)
+
+
+def adopt_orphans(store: Store, root: RootConfig, *, actor: str) -> list[str]:
+    """Version files under `root` without a row (a crash after the rename): adopted when their
+    bytes are a generation the catalog saw of their file, else moved to the trash (never
+    deleted). Returns what was done, one line each."""
+    base = root.path / naming.VERSIONS_DIR
+    if not base.is_dir() or base.is_symlink():
+        return []
+    known = store.version_files(str(root.path))
+    done: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if str(path) in known or name.startswith(fsops.TEMP_PREFIX):
+                continue
+            done.append(_judge_orphan(store, root, path, actor))
+    return done
+
+
+def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str:
+    parts = fsops.relative_parts(root.path, path)
+    decoded = naming.original_parts(parts)
+    source = None
+    if decoded is not None:
+        original = str(root.path.joinpath(*decoded[0]))
+        try:
+            row = store.get(original)
+            source = store.version_source(row.id)
+            digest = hash_files([path], root.path)
+        except (NotFound, Refused, OSError):
+            source = None
+        if source is not None and _seen(store, row, digest):
+            kept = dataclasses.replace(source, hash=digest, generation=decoded[1])
+            store.add_version(kept, str(path), _stat(path), how="adopted", actor_name=actor)
+            event("version_adopted", path=str(path), of=original)
+            return f"adopted {path}"
+    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-orphan-versions"
+    fsops.move_to_trash(root.path, [path], batch)
+    event("version_discarded", level=logging.WARNING, path=str(path))
+    return f"moved to the trash: {path}"
+
+
+def _seen(store: Store, row: Checkpoint, digest: str) -> bool:
+    full = store.get(str(row.id))
+    return any(
+        isinstance(g, dict) and g.get("hash") == digest
+        for g in full.details.get("generations") or []
+    )
+
+
+def restore_version(
+    config: Config,
+    store: Store,
+    path: str,
+    *,
+    generation: int | None = None,
+    epoch: int | None = None,
+    actor: str,
+) -> Checkpoint:
+    """Put a kept generation of `path` back at `path`: the generation there now is kept first,
+    then the version is copied beside the file, verified and swapped in atomically (only if
+    the file is still what was kept: a trainer's save meanwhile wins). Audited."""
+    absolute = os.path.abspath(path)
+    root = config.root_for(Path(absolute))
+    if root is None:
+        raise UsageError(f"{path} is not inside a configured root ({config.source})")
+    chosen = _chosen(store, absolute, generation, epoch)
+    current = store.get(absolute)
+    if current.version_of is not None:
+        raise UsageError(f"{path} is itself a kept version: give the file it keeps")
+    if current.hash == chosen.hash:
+        raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
+    here = fsops.identity(root.path, Path(absolute))
+    if here is None:
+        raise NotFound(f"{path} is not there: restore it from the trash, or copy the version")
+    if current.status == CheckpointStatus.OK:
+        capture(config, store, root, current.id, actor=actor, mode="fixed_names")
+        if current.hash not in {v.hash for v in store.versions_of(absolute)}:
+            raise Refused(f"{path}: its current generation could not be kept first; not restored")
+    with (
+        store.audited(
+            action="restore-version",
+            checkpoint_id=current.id,
+            path=absolute,
+            reason=f"generation {chosen.generation} (epoch {_dash(chosen.epoch)}) from "
+            f"{chosen.path}",
+            size=chosen.size_bytes,
+            actor=actor,
+        ),
+        fsops.rewrite(root.path, Path(absolute), like=Path(chosen.path), replacing=here) as temp,
+    ):
+        fsclone.copy_into(root.path, Path(chosen.path), temp)
+        if hash_files([temp], root.path) != chosen.hash:
+            raise Refused(f"version {chosen.path} does not hold the bytes it was kept with")
+    from . import indexer
+
+    indexer.scan(config, store, [Path(absolute)], actor=actor, reconcile=False)
+    return store.get(absolute)
+
+
+def _chosen(store: Store, path: str, generation: int | None, epoch: int | None) -> Checkpoint:
+    if (generation is None) == (epoch is None):
+        raise UsageError("give exactly one of --version N or --epoch E")
+    kept = [store.get(str(v.id)) for v in store.versions_of(path)]
+    if generation is not None:
+        found = [v for v in kept if v.generation == generation]
+    else:
+        found = [v for v in kept if v.epoch == epoch]
+    if not found:
+        listed = ", ".join(f"v{v.generation} (epoch {_dash(v.epoch)})" for v in kept) or "none"
+        what = f"version {generation}" if generation is not None else f"epoch {epoch}"
+        raise NotFound(f"no kept {what} of {path}; kept: {listed}")
+    return max(found, key=lambda v: v.generation)
+
+
+def _stat(path: Path) -> FileStat:
+    info = os.lstat(path)
+    return FileStat(info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
