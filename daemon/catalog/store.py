@@ -28,8 +28,9 @@ from ..core.model import (
     IndexRecord,
     Run,
 )
+from ..core.observability import Figures
 from ..core.query import ListQuery
-from . import db, store_reads
+from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
 from .store_actions import Actions
@@ -318,6 +319,14 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords):
 
     def runs(self) -> builtins.list[Run]:
         return store_reads.list_runs(self._engine)
+
+    def figures(self, roots: Iterable[str]) -> Figures:
+        """Counts, bytes, all-time totals and indexing latency for the `ckpt_*` metrics."""
+        return store_figures.figures(self._engine, roots)
+
+    def run_best_other(self, checkpoint_id: int, metric: str, mode: str) -> float | None:
+        """The best `metric` of the other `ok` checkpoints of its run (`new_best` hook)."""
+        return store_figures.run_best_other(self._engine, checkpoint_id, metric, mode)
 
 
 def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:

@@ -33,6 +33,7 @@ COMMANDS = {
     "status": "admin:status",
     "db": "admin:db",
     "config": "admin:config_group",
+    "metrics": "metrics:metrics",
 }
 
 

@@ -223,10 +223,11 @@ def temp_prefix() -> str:
     return f"{TEMP_PREFIX}{os.getpid()}h{_HOST_TAG}-"
 
 
-def atomic_write(root: Path, path: Path, data: bytes) -> None:
-    """Replace `path` (below `root`) with `data`: temp file, fsync, rename, fsync the folder."""
+def atomic_write(root: Path, path: Path, data: bytes, *, temp_suffix: str = "") -> None:
+    """Replace `path` (below `root`) with `data`: temp file, fsync, rename, fsync the folder.
+    `temp_suffix` ends the temp file's name (`.tmp`: a reader globbing `*.prom` skips it)."""
     parts = relative_parts(root, path)
-    temp = temp_name(path, secrets.token_hex(4)).name
+    temp = temp_name(path, secrets.token_hex(4)).name + temp_suffix
     with folder_beneath(root, parts[:-1]) as fd:
         try:
             mode = stat.S_IMODE(entry_stat(fd, parts[-1]).st_mode)

@@ -23,6 +23,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .. import python_module
 from ..catalog.audit import actor
@@ -31,6 +32,10 @@ from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config
 from .worker import Stats
+
+if TYPE_CHECKING:
+    from ..usecases.pruner import PruneReport
+    from .hooks import Notifications
 
 CHILD_STOP_SECONDS = 30.0  # a child asked to end gets this long before SIGKILL
 
@@ -55,6 +60,10 @@ class JobRunner(threading.Thread):
         self._lock = threading.Lock()
         self.tick = time.monotonic()  # last time the loop ran, or a job made progress
         self.running: JobName | None = None
+        self.failures = 0  # job errors and failed items since start (ckpt_errors_total{job})
+        self.last_ok: dict[str, float] = {}  # job -> when it last ended without a failure
+        # What the hooks hear of (service.hooks.Notifications), set by the service.
+        self.notifications: Notifications | None = None
 
     def offer(self, item: Job) -> None:
         """From the scheduler's thread: never blocks, never raises; a job already waiting
@@ -80,26 +89,33 @@ class JobRunner(threading.Thread):
             try:
                 self.run_job(name)
             except Exception as exc:  # the catalog is down, a disk error: log, go on
+                self.failures += 1
                 self.stats.last_error = f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]
                 event("job_error", level=logging.ERROR, job=name, error=self.stats.last_error)
             finally:
                 self.running = None
 
     def run_job(self, name: JobName) -> None:
+        """One job (its end time kept in `last_ok` when nothing in it failed)."""
+        before = self.failures
+        if self._run_job(name) and self.failures == before:
+            self.last_ok[name.value] = time.time()
+
+    def _run_job(self, name: JobName) -> bool:
         """One job: the same code paths as `ckpt prune`, `trash purge`, `verify`, `split` and
-        `compress`."""
+        `compress`. Returns whether it ran (False: stopping, or skipped)."""
         from ..core.errors import CkptError
         from ..usecases import pruner
 
         if self.stopping.is_set():
-            return
+            return False
         who = f"daemon:{actor()}"
         if name is JobName.VERIFY:
             self._verify()
-            return
+            return True
         if name is JobName.ARTIFACTS:
             self._artifacts()
-            return
+            return not self.stopping.is_set()
         stop = self.stopping.is_set
         try:
             if name is JobName.RETENTION:
@@ -110,6 +126,7 @@ class JobRunner(threading.Thread):
                     trashed=sum(r.trashed for r in report.runs),
                     failures=len(failures),
                 )
+                self._tell_retention(report)
             else:  # JobName.PURGE (a rescan is the worker's: never queued here)
                 purged, failures = pruner.purge(
                     self.config,
@@ -121,10 +138,21 @@ class JobRunner(threading.Thread):
                 event("purge", purged=len(purged), failures=len(failures))
         except CkptError as exc:  # a lease held by a user's `ckpt prune`: next time
             event(f"{name}_skipped", level=logging.WARNING, reason=str(exc))
-            return
+            return False
         for failure in failures:
+            self.failures += 1
             self.stats.last_error = f"{name}: {failure['path']}: {failure['error']}"
             event(f"{name}_failed", level=logging.WARNING, **failure)
+        return not stop()
+
+    def _tell_retention(self, report: PruneReport) -> None:
+        """A `retention` hook event for each checkpoint the job moved to the trash."""
+        if self.notifications is None:
+            return
+        for rp in report.runs:
+            for d in rp.plan.decisions:
+                if rp.moved and d.id in rp.moved:
+                    self.notifications.retention(d.path, rp.run, d.action, "; ".join(d.reasons))
 
     def _artifacts(self) -> None:
         """Split and compress cold checkpoints, one at a time, each in a `nice` child process
@@ -172,6 +200,7 @@ class JobRunner(threading.Thread):
             event(f"{args[0]}_stopped", path=args[1], reason="the service is stopping")
             return
         lines = [ln for ln in err.splitlines() if ln.strip()]
+        self.failures += 1
         self.stats.last_error = f"{args[0]} {args[1]}: {lines[-1] if lines else child.returncode}"
         event(f"{args[0]}_failed", level=logging.WARNING, error=self.stats.last_error)
 
@@ -187,6 +216,7 @@ class JobRunner(threading.Thread):
                 self.tick = time.monotonic()
                 if time.monotonic() > deadline:
                     os.killpg(child.pid, signal.SIGKILL)
+                    self.failures += 1
                     self.stats.last_error = f"{args[0]} {args[1]}: killed after {timeout:g} s"
                     event(f"{args[0]}_timeout", level=logging.WARNING, error=self.stats.last_error)
                     return child.communicate()
@@ -201,7 +231,7 @@ class JobRunner(threading.Thread):
 
     def _verify(self) -> None:
         """Re-hash everything; a file whose bytes changed unseen is re-indexed."""
-        from ..usecases.verifier import verify
+        from ..usecases.verifier import BIT_ROT, verify
 
         problem = self.store.quick_check()
         if problem:
@@ -211,5 +241,7 @@ class JobRunner(threading.Thread):
         for v in verdicts:
             if not v.ok:
                 event("verify_failed", level=logging.WARNING, path=v.path, detail=v.detail)
+                if self.notifications is not None and v.detail.startswith(BIT_ROT):
+                    self.notifications.corrupt(v.path, v.detail)
                 self.rescan(Rescan(f"verify: {v.detail}", v.path))
         event("verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))

@@ -31,6 +31,8 @@ from ..logs import event
 from ..settings import config as config_module
 from ..settings.config import Config
 from ..usecases.indexer import ScanReport, scan
+from . import exporter
+from .hooks import HookRunner, Notifications
 from .job_runner import JobRunner
 from .jobs import Jobs
 from .systemd import Notifier, watchdog_interval
@@ -140,11 +142,21 @@ class Service:
                 worker.offer(item)
 
         jobs = Jobs(enqueue)
-        parts = _Parts(worker, watcher, jobs, runner)
+        hooks = HookRunner(self.config.hooks, self.stopping)
+        notifications = Notifications(hooks, store, lambda: self.config)
+        worker.after_scan = notifications.scanned
+        runner.notifications = notifications
+        parts = _Parts(worker, watcher, jobs, runner, hooks)
         worker.more_state = parts.state
+        self._store = store
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
         try:
-            for path, _reason in self._reconcile(store).incomplete:
+            self._start_metrics(parts)  # a port already taken: exit 2, naming the key
+            hooks.start()
+            report = self._reconcile(store)
+            if not report.cancelled:
+                stats.last_scan_time = time.time()
+            for path, _reason in report.incomplete:
                 worker.offer(Hint(path, HintKind.CHANGED))
             worker.start()
             runner.start()
@@ -159,6 +171,22 @@ class Service:
             parts.stop()
             worker.final_heartbeat(stopped_at=iso_utc(time.time()))
         return 0
+
+    def _start_metrics(self, parts: _Parts) -> None:
+        """`/metrics` on `service.metrics_listen`, if set; each scrape reads the catalog."""
+        listen = self.config.metrics_listen
+        if listen is None:
+            return
+        store = self._store
+
+        def produce() -> exporter.Snapshot:
+            return exporter.snapshot(self.config, store, parts.metrics_state())
+
+        try:
+            parts.metrics = exporter.MetricsServer(listen, produce)
+        except OSError as exc:
+            why = f"cannot listen on {listen}: {exc}"
+            raise ConfigError("service.metrics_listen", why) from exc
 
     def _main_loop(self, parts: _Parts) -> None:
         ping_every = watchdog_interval()
@@ -193,7 +221,15 @@ class Service:
             parts.watcher.start()
             parts.worker.offer(Rescan("roots changed on reload"))
         parts.jobs.reschedule(new)
+        parts.hooks.hooks = new.hooks
+        moved = new.metrics_listen != self.config.metrics_listen
         parts.worker.config = parts.runner.config = self.config = new
+        if moved:
+            parts.stop_metrics()
+            try:
+                self._start_metrics(parts)
+            except ConfigError as exc:  # the new address is taken: no /metrics until fixed
+                event("metrics_refused", level=logging.ERROR, error=str(exc))
         event("reloaded", config=new.source)
         self.notifier.ready(parts.status_line())
 
@@ -201,11 +237,34 @@ class Service:
 class _Parts:
     """The running pieces, for health checks, status lines and an orderly stop."""
 
-    def __init__(self, worker: Worker, watcher: Watcher, jobs: Jobs, runner: JobRunner) -> None:
+    def __init__(
+        self, worker: Worker, watcher: Watcher, jobs: Jobs, runner: JobRunner, hooks: HookRunner
+    ) -> None:
         self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
+        self.hooks = hooks
+        self.metrics: exporter.MetricsServer | None = None
+
+    def metrics_state(self) -> dict[str, Any]:
+        """The service's part of the Prometheus metrics (also kept in every heartbeat)."""
+        stats = self.worker.stats
+        return exporter.service_state(
+            queue=self.worker.queue.qsize() + len(self.worker.pending),
+            last_scan_time=stats.last_scan_time,
+            last_ok=self.runner.last_ok,
+            errors={
+                "index": stats.index_errors,
+                "scan": stats.scan_errors,
+                "worker": stats.worker_errors,
+                "job": self.runner.failures,
+                "scheduler": sum(self.jobs.errors.values()),
+                "hook": self.hooks.failed,
+            },
+            heartbeat_time=self.worker.last_beat_time,
+        )
 
     def state(self) -> dict[str, Any]:
         return {
+            "metrics": self.metrics_state(),
             "roots": self.watcher.describe(),
             "pid": os.getpid(),
             "jobs": {
@@ -238,9 +297,17 @@ class _Parts:
             f"last error: {stats.last_error or 'none'}"
         )
 
+    def stop_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
+
     def stop(self) -> None:
         self.jobs.stop()
         self.watcher.stop()
+        self.stop_metrics()
+        if self.hooks.is_alive():
+            self.hooks.stop()
         if self.worker.is_alive():
             self.worker.join(timeout=60)
         if self.runner.is_alive():  # a child asked to end gets CHILD_STOP_SECONDS

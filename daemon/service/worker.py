@@ -40,6 +40,14 @@ _METRICS_SUFFIXES = (".csv", ".log", ".json", ".jsonl", ".tsv", ".txt")
 _TENSORBOARD_PREFIX = "events.out.tfevents."
 # The folders Keras's TensorBoard callback (and habit) put event files in, below the run.
 _TENSORBOARD_FOLDERS = {"train", "validation", "eval", "logs", "log", "tensorboard", "tb"}
+# The reason usecases.indexer gives a corrupt or unreadable file it saw again unchanged: already
+# counted and told when it failed.
+UNCHANGED_FAILURE = "unchanged since"
+
+
+def new_failures(report: ScanReport) -> list[tuple[str, str, str]]:
+    """The files this scan found corrupt or unreadable, not those that already were."""
+    return [f for f in report.failed if f[2] != UNCHANGED_FAILURE]
 
 
 @dataclass
@@ -53,6 +61,10 @@ class Stats:
     last_error: str | None = None
     failed: int = 0
     db_ok: bool = True  # the last heartbeat write reached the catalog
+    last_scan_time: float | None = None  # when the last walk of every root ended (epoch s)
+    index_errors: int = 0  # files found corrupt or unreadable (each once, until it changes)
+    worker_errors: int = 0  # the worker loop's own exceptions (catalog down, disk errors)
+    scan_errors: int = 0  # whole roots a scan could not walk
 
 
 def target_for(path: Path, is_dir: bool) -> tuple[Path, bool] | None:
@@ -99,6 +111,9 @@ class Worker(threading.Thread):
         self._beat_at = 0.0
         # The service adds what only it knows (observers, job counts) to every heartbeat.
         self.more_state: Callable[[], dict[str, Any]] = dict
+        # What every scan found, for the hooks (service.hooks.Notifications.scanned).
+        self.after_scan: Callable[[ScanReport], None] = lambda _report: None
+        self.last_beat_time: float | None = None
 
     def offer(self, item: Hint | Rescan) -> None:
         """Called from watcher and scheduler threads: never blocks, never raises."""
@@ -120,6 +135,7 @@ class Worker(threading.Thread):
             try:
                 self._step()
             except Exception as exc:  # the catalog is down, a disk error: log, retry later
+                self.stats.worker_errors += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 event("worker_error", level=logging.ERROR, error=self.stats.last_error)
                 self.stopping.wait(5)
@@ -197,6 +213,8 @@ class Worker(threading.Thread):
         self._rescan = None
         event("rescan", reason=request.reason)
         report = self._scan([Path(request.target)] if request.target else [])
+        if not request.target and not report.cancelled:
+            self.stats.last_scan_time = time.time()
         now = time.monotonic()
         for path, _reason in report.incomplete:
             self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
@@ -216,8 +234,11 @@ class Worker(threading.Thread):
             self.stats.indexed += len(report.indexed)
             self.stats.last_index_at = iso_utc(time.time())
         self.stats.failed += len(report.failed)
+        self.stats.index_errors += len(new_failures(report))
+        self.stats.scan_errors += len(report.errors)
         if report.errors:
             self.stats.last_error = report.errors[-1]
+        self.after_scan(report)
         return report
 
     def _heartbeat(self) -> None:
@@ -225,6 +246,7 @@ class Worker(threading.Thread):
         if now - self._beat_at < self.config.heartbeat_seconds:
             return
         self._beat_at = now
+        self.last_beat_time = time.time()
         self._heartbeat_id = self.store.beat(
             self._heartbeat_id,
             pid=os.getpid(),

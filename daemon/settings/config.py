@@ -18,6 +18,9 @@ from ..core.errors import ConfigError
 from ..core.model import JobName
 from ..core.retention import KeepBest, Policy
 from .locations import BUILT_IN, find_config_file
+from .operations import Hook, Listen
+from .operations import hooks as _hooks
+from .operations import metrics_listen as _metrics_listen
 from .values import at_least_a_second as _at_least_a_second
 from .values import choice as _choice
 from .values import count as _count
@@ -99,6 +102,8 @@ class Config:
     purge_after_seconds: float = 7 * 86400.0
     artifacts: Artifacts = Artifacts()
     versions: Versions = field(default_factory=Versions)
+    metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
+    hooks: tuple[Hook, ...] = ()
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -162,7 +167,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     completion = _mapping(
         raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
     )
-    service = _mapping(raw.get("service", {}), "service", {"heartbeat"})
+    service = _mapping(raw.get("service", {}), "service", {"heartbeat", "metrics_listen"})
     return Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
@@ -183,6 +188,8 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
             _mapping(raw.get("trash", {}), "trash", {"purge_after"}).get("purge_after", "7d"),
             "trash.purge_after",
         ),
+        metrics_listen=_metrics_listen(service.get("metrics_listen")),
+        hooks=_hooks(raw.get("hooks")),
     )
 
 
@@ -199,6 +206,7 @@ TOP_KEYS = {
     "trash",
     "artifacts",
     "versions",
+    "hooks",
 }
 ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
 SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}

@@ -58,6 +58,7 @@ IO_LIBRARIES = {
     "numpy",
     "blake3",
     "logging",
+    "prometheus_client",
 }
 CLOCK_READS = ("time.time(", "time.time_ns(", "monotonic(", "perf_counter(", ".now(", ".today(")
 # Where each third-party library may be imported: a layer name or one module.
@@ -74,6 +75,7 @@ OWNERS = {
     "yaml": {"settings.config"},
     "click": {"cli"},
     "rich": {"cli"},
+    "prometheus_client": {"service.exporter"},
 }
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
 # Path methods that change files whatever the receiver is called (str.replace is not one).

@@ -1,0 +1,249 @@
+"""The Prometheus metrics, the only prometheus_client import: `ckpt serve`'s `/metrics` and
+`ckpt metrics --textfile` (node_exporter's textfile collector) print the same text, built by
+`metrics_text` from the catalog's figures (`Store.figures`: all-time totals from the audit
+events, so counters survive restarts) and the service's state (live in `ckpt serve`; the newest
+heartbeat's for `ckpt metrics`). Every name has the one `ckpt_` prefix, base units (bytes,
+seconds) and `_total` on counters. The README's metric table lists them with their labels."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+from ..catalog.store import Store
+from ..core.observability import Figures, iso_seconds
+from ..fs import fsops
+from ..logs import event
+from ..settings.config import Config
+from ..settings.operations import Listen
+
+# Errors the service counts since it started (`ckpt_errors_total{kind}`): a closed set.
+ERROR_KINDS = ("index", "scan", "worker", "job", "scheduler", "hook")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one exposition reads, taken at once."""
+
+    figures: Figures
+    state: Mapping[str, Any]  # the service's `metrics` state (see `service_state`)
+    free: Mapping[str, int | None]  # root -> free bytes for unprivileged users (None: unknown)
+    min_free: Mapping[str, int]  # root -> the disk guard's threshold (0 until it exists)
+
+
+def snapshot(config: Config, store: Store, state: Mapping[str, Any]) -> Snapshot:
+    roots = [str(r.path) for r in config.roots]
+    return Snapshot(
+        figures=store.figures(roots),
+        state=state,
+        free={root: _free_bytes(root) for root in roots},
+        min_free=dict.fromkeys(roots, 0),
+    )
+
+
+def metrics_text(snap: Snapshot) -> bytes:
+    """The exposition in Prometheus's text format (version 0.0.4)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(lambda: snap))
+    return generate_latest(registry)
+
+
+def heartbeat_state(store: Store) -> dict[str, Any]:
+    """The `metrics` state of the newest heartbeat (empty if no daemon ever ran)."""
+    beat = store.latest_heartbeat()
+    state = dict((beat.state or {}).get("metrics") or {}) if beat else {}
+    if beat is not None:
+        state["heartbeat_time"] = iso_seconds(beat.heartbeat_at)
+    return state
+
+
+def write_textfile(path: Path, text: bytes) -> None:
+    """Atomically (temp file, fsync, rename): the collector never reads half a file. The temp
+    name ends in `.tmp`, not `.prom`: node_exporter reads every `*.prom` of its folder."""
+    absolute = Path(os.path.abspath(path))
+    fsops.atomic_write(absolute.parent, absolute, text, temp_suffix=".tmp")
+
+
+class MetricsServer:
+    """`/metrics` on `service.metrics_listen`, answered on its own thread at each scrape."""
+
+    def __init__(self, listen: Listen, produce: Callable[[], Snapshot]) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(produce))
+        self.listen = listen
+        self._server, self._thread = start_http_server(listen.port, listen.host, registry)
+        self.port = int(self._server.server_address[1])
+        event("metrics_listening", address=str(Listen(listen.host, self.port)))
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+class _Collector:
+    def __init__(self, produce: Callable[[], Snapshot]) -> None:
+        self._produce = produce
+        self._lock = threading.Lock()  # two scrapes at once read the catalog one after another
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            snap = self._produce()
+        yield from _families(snap)
+
+
+def _families(snap: Snapshot) -> Iterator[Metric]:
+    fig, state = snap.figures, snap.state
+    info = InfoMetricFamily("ckpt_daemon", "The ckpt-daemon version and its platform.")
+    info.add_metric(
+        [],
+        {
+            "version": _version(),
+            "python": platform.python_version(),
+            "sqlite": sqlite3.sqlite_version,
+        },
+    )
+    yield info
+
+    status = GaugeMetricFamily(
+        "ckpt_checkpoints", "Checkpoint rows in the catalog by status.", labels=["status"]
+    )
+    for name, n in sorted(fig.by_status.items()):
+        status.add_metric([name], n)
+    yield status
+
+    size = GaugeMetricFamily(
+        "ckpt_bytes",
+        "Bytes on disk by root and kind (checkpoint, inference_artifact, version, trash).",
+        labels=["root", "kind"],
+    )
+    for (root, kind), n in sorted(fig.bytes.items()):
+        size.add_metric([root, kind], n)
+    yield size
+
+    free = GaugeMetricFamily(
+        "ckpt_root_free_bytes", "Free bytes for unprivileged users (statvfs).", labels=["root"]
+    )
+    for root, available in sorted(snap.free.items()):
+        if available is not None:
+            free.add_metric([root], available)
+    yield free
+    threshold = GaugeMetricFamily(
+        "ckpt_root_min_free_bytes",
+        "The disk guard's min_free threshold (0: none).",
+        labels=["root"],
+    )
+    for root, n in sorted(snap.min_free.items()):
+        threshold.add_metric([root], n)
+    yield threshold
+
+    latency = HistogramMetricFamily(
+        "ckpt_index_latency_seconds",
+        "Seconds from a checkpoint's mtime to its indexed row (rows on disk now).",
+    )
+    latency.add_metric(
+        [],
+        [(_le(bound), n) for bound, n in fig.latency.buckets],
+        sum_value=fig.latency.total,
+    )
+    yield latency
+
+    helps = {
+        "indexed": "Checkpoints indexed (new or changed bytes), all time.",
+        "trashed": "Checkpoints moved to the trash, all time.",
+        "purged": "Checkpoints deleted from the trash, all time.",
+        "demoted": "Checkpoints replaced by their inference artifact (retention), all time.",
+        "compressed": "Checkpoints recompressed in place, all time.",
+        "split": "Inference artifacts written, all time.",
+    }
+    for name, text in helps.items():
+        yield CounterMetricFamily(f"ckpt_{name}", text, value=fig.totals.get(name, 0))
+
+    failed = CounterMetricFamily(
+        "ckpt_actions_failed", "Audited acts that failed, by action, all time.", labels=["action"]
+    )
+    for action, n in sorted(fig.failed.items()):
+        failed.add_metric([action], n)
+    yield failed
+
+    errors = CounterMetricFamily(
+        "ckpt_errors", "Errors of the service since it started, by kind.", labels=["kind"]
+    )
+    counted = state.get("errors") or {}
+    for kind in ERROR_KINDS:
+        errors.add_metric([kind], int(counted.get(kind, 0)))
+    yield errors
+
+    queue = GaugeMetricFamily("ckpt_worker_queue_length", "Hints and files waiting to be indexed.")
+    queue.add_metric([], int(state.get("queue", 0)))
+    yield queue
+
+    for key, name, text in (
+        ("last_scan_time", "ckpt_last_scan_timestamp_seconds", "When the last full scan ended."),
+        ("heartbeat_time", "ckpt_heartbeat_timestamp_seconds", "The service's last heartbeat."),
+    ):
+        if state.get(key) is not None:
+            yield GaugeMetricFamily(name, text, value=float(state[key]))
+    jobs = GaugeMetricFamily(
+        "ckpt_last_success_timestamp_seconds",
+        "When each background job last finished without a failure.",
+        labels=["job"],
+    )
+    for job, at in sorted((state.get("last_ok") or {}).items()):
+        jobs.add_metric([job], float(at))
+    yield jobs
+
+
+def service_state(
+    *,
+    queue: int,
+    last_scan_time: float | None,
+    last_ok: Mapping[str, float],
+    errors: Mapping[str, int],
+    heartbeat_time: float | None = None,
+) -> dict[str, Any]:
+    """The service's part of the metrics: kept live by `ckpt serve` and in every heartbeat
+    (for `ckpt metrics`), JSON-able."""
+    return {
+        "queue": queue,
+        "last_scan_time": last_scan_time,
+        "last_ok": dict(last_ok),
+        "errors": {kind: int(errors.get(kind, 0)) for kind in ERROR_KINDS},
+        "heartbeat_time": heartbeat_time,
+    }
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def _free_bytes(root: str) -> int | None:
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ckpt-daemon")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,195 @@
+"""`hooks:`: the operator's commands, run on events (a run's new best checkpoint, a corrupt
+checkpoint, disk pressure, a retention act) with a JSON document on stdin.
+
+The callers (worker, jobs thread, the disk guard) only enqueue: `HookRunner.emit` never blocks
+and never raises; its own thread runs the commands one at a time, each as an argv (never through
+a shell, so no file name is ever parsed by one), in its own session, killed whole at its timeout.
+The queue is bounded: when hooks fall behind, the newest events are dropped and counted. A hook
+that fails, hangs or cannot be started is one log line; the service goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..catalog.store import Store
+from ..core.model import CheckpointStatus
+from ..core.observability import hook_document, is_better, monitored_metric
+from ..core.query import default_mode
+from ..core.units import iso_utc
+from ..logs import event
+from ..settings.config import Config
+from ..settings.operations import Hook
+from ..usecases.indexer import ScanReport
+from .worker import new_failures
+
+QUEUE_SIZE = 256
+STOP_GRACE_SECONDS = 5.0  # a hook still running when the service stops gets this long
+_STDERR_LIMIT = 4096
+
+
+class HookRunner(threading.Thread):
+    def __init__(self, hooks: tuple[Hook, ...], stopping: threading.Event) -> None:
+        super().__init__(name="ckpt-hooks", daemon=True)
+        self.hooks = hooks  # replaced on reload
+        self.stopping = stopping
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=QUEUE_SIZE)
+        self.ran = 0
+        self.failed = 0  # failed, timed out, could not start, or dropped
+        self._child: subprocess.Popen[bytes] | None = None
+
+    def wanted(self, name: str) -> bool:
+        return any(name in hook.on for hook in self.hooks)
+
+    def emit(self, name: str, **fields: Any) -> bool:
+        """Queue `name` for the hooks that listen to it; never blocks, never raises. Returns
+        whether it was queued (False: no hook listens, or the queue is full)."""
+        if not self.wanted(name):
+            return False
+        document = hook_document(name, at=iso_utc(time.time()), **fields)
+        try:
+            self.queue.put_nowait(document)
+        except queue.Full:
+            self.failed += 1
+            event("hook_dropped", level=logging.WARNING, hook_event=name, queued=QUEUE_SIZE)
+            return False
+        return True
+
+    def disk_pressure(self, root: str, free_bytes: int, min_free_bytes: int, reason: str) -> bool:
+        """For the disk guard: free space of `root` fell below its `min_free`."""
+        return self.emit(
+            "disk_pressure",
+            path=root,
+            metric="free_bytes",
+            value=float(free_bytes),
+            reason=reason,
+            min_free_bytes=min_free_bytes,
+        )
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                document = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            for hook in self.hooks:
+                if document["event"] in hook.on and not self.stopping.is_set():
+                    self._run(hook, document)
+
+    def _run(self, hook: Hook, document: dict[str, Any]) -> None:
+        payload = json.dumps(document, allow_nan=False, default=str).encode()
+        started = time.monotonic()
+        try:
+            child = subprocess.Popen(
+                list(hook.command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: killed whole on a timeout
+                close_fds=True,
+            )
+        except OSError as exc:
+            self._failed(hook, document, f"cannot start: {exc}")
+            return
+        self._child = child
+        try:
+            _, err = child.communicate(payload, timeout=hook.timeout)
+        except subprocess.TimeoutExpired:
+            _kill(child)
+            self._failed(hook, document, f"timed out after {hook.timeout:g}s (killed)")
+            return
+        finally:
+            self._child = None
+        self.ran += 1
+        if child.returncode != 0:
+            last = (err or b"")[-_STDERR_LIMIT:].decode("utf-8", "replace").strip().splitlines()
+            tail = f": {last[-1]}" if last else ""
+            self._failed(hook, document, f"exited {child.returncode}{tail}")
+            return
+        event(
+            "hook_ran",
+            level=logging.DEBUG,
+            hook_event=document["event"],
+            command=hook.command[0],
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def _failed(self, hook: Hook, document: dict[str, Any], why: str) -> None:
+        self.failed += 1
+        event(
+            "hook_failed",
+            level=logging.WARNING,
+            hook_event=document["event"],
+            command=hook.command[0],
+            path=document.get("path"),
+            error=why,
+        )
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """After `stopping` is set: the running hook gets `grace` seconds, then is killed."""
+        self.join(timeout=grace)
+        child = self._child
+        if child is not None and child.poll() is None:
+            _kill(child)
+        self.join(timeout=STOP_GRACE_SECONDS)
+
+
+def _kill(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # it ended meanwhile
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+class Notifications:
+    """What the worker and the jobs thread tell the hooks: decisions of which event a scan
+    report, a verify or a prune means, and its fields."""
+
+    def __init__(self, hooks: HookRunner, store: Store, config: Callable[[], Config]) -> None:
+        self.hooks, self.store, self.config = hooks, store, config
+
+    def scanned(self, report: ScanReport) -> None:
+        for path, status, reason in new_failures(report):
+            if status == CheckpointStatus.CORRUPT.value:
+                self.hooks.emit("corrupt", path=path, reason=reason)
+        if not self.hooks.wanted("new_best"):
+            return
+        for path in report.indexed:
+            try:
+                self._new_best(path)
+            except Exception as exc:  # a catalog hiccup must not cost the worker its scan
+                event("hook_error", level=logging.WARNING, path=path, error=str(exc))
+
+    def _new_best(self, path: str) -> None:
+        c = self.store.get(path)
+        if c.status != CheckpointStatus.OK:
+            return
+        policy, _ = self.config().policy_for(c.root, c.run)
+        rules = policy.keep_best if policy else ()
+        metric = monitored_metric([b.metric for b in rules], c.metrics)
+        value = c.metrics.get(metric) if metric else None
+        if metric is None or value is None:
+            return
+        mode = next((b.mode for b in rules if b.metric == metric and b.mode), None)
+        mode = mode or default_mode(metric)
+        other = self.store.run_best_other(c.id, metric, mode)
+        if is_better(value, other, mode):
+            reason = f"previous best {other:g}" if other is not None else "first of its run"
+            self.hooks.emit(
+                "new_best", path=c.path, run=c.run, metric=metric, value=value, reason=reason
+            )
+
+    def corrupt(self, path: str, reason: str) -> None:
+        self.hooks.emit("corrupt", path=path, reason=reason)
+
+    def retention(self, path: str, run: str, action: str, reason: str) -> None:
+        self.hooks.emit("retention", path=path, run=run, reason=reason, action=action)
