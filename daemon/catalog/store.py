@@ -36,6 +36,7 @@ from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
 from .store_runs import RunRecords, dedupe, replace_metrics
+from .store_usage import UsageReads
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
@@ -55,7 +56,7 @@ class Known:
     metrics_at: str | None
 
 
-class Store(Actions, RecoveryRecords, Leases, RunRecords):
+class Store(Actions, RecoveryRecords, Leases, RunRecords, UsageReads):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 

@@ -74,6 +74,7 @@ OWNERS = {
     "yaml": {"settings.config"},
     "click": {"cli"},
     "rich": {"cli"},
+    "matplotlib": {"cli.plot_png"},
 }
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
 # Path methods that change files whatever the receiver is called (str.replace is not one).
