@@ -48,6 +48,18 @@ def is_version(path: str) -> bool:
     return VERSIONS_COMPONENT in path or path.startswith(f"{VERSIONS_FOLDER}/")
 
 
+def versioned_run(run: str) -> str:
+    """The run whose versions a run folder holds: `exp1/.ckpt-versions` (or
+    `.ckpt-versions/exp1`) → `exp1`; any other run is its own."""
+    parts = [p for p in run.split("/") if p != VERSIONS_FOLDER]
+    return "/".join(parts) or "."
+
+
+def members_of(run: str, rows: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """The rows of `run` itself, with the versions of its checkpoints wherever they are kept."""
+    return [c for c in rows if c.run == run or (is_version(c.path) and versioned_run(c.run) == run)]
+
+
 @dataclass(frozen=True)
 class MarkedCheckpoint:
     checkpoint: Checkpoint

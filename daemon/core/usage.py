@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .history import versioned_run
 from .model import CheckpointStatus
 
 KINDS = ("checkpoint", "inference", "version", "trash")
@@ -75,11 +76,12 @@ def summarize(
     checkpoints: Iterable[CheckpointBytes], artifacts: Iterable[ArtifactBytes]
 ) -> list[RootUsage]:
     """Per root (biggest first), its total by kind and its runs by kind (biggest first; ties
-    by name). A run with nothing on disk is not listed."""
+    by name); versions count in the run they are versions of. A run with nothing on disk is
+    not listed."""
     roots: dict[str, Tally] = {}
     runs: dict[tuple[str, str], Tally] = {}
     rows: list[tuple[str, str, str, int, int]] = [
-        (c.root, c.run, kind, c.files, c.bytes)
+        (c.root, versioned_run(c.run) if c.version else c.run, kind, c.files, c.bytes)
         for c in checkpoints
         if (kind := kind_of(c.status, c.version)) is not None
     ]

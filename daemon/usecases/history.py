@@ -1,6 +1,7 @@
 """Looking at runs: a run's history (its logs by epoch and its checkpoints, marked), and the disk
-space of every root, run and kind. Reads only: the catalog, and the run's training logs
-(`formats.run_logs`, bounded, beneath the root), never a checkpoint's bytes."""
+space of every root, run and kind. What is read: the catalog, and the run's training logs
+(`formats.run_logs`, bounded, beneath the root), never a checkpoint's bytes; what is written:
+only the file a command was asked for (`ckpt plot -o`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..core.errors import NotFound, UsageError
-from ..core.history import History, build, chosen_metrics
+from ..core.history import (
+    VERSIONS_FOLDER,
+    History,
+    build,
+    chosen_metrics,
+    members_of,
+    versioned_run,
+)
 from ..core.model import Checkpoint
 from ..core.query import ListQuery
 from ..core.usage import RootUsage, summarize
@@ -22,8 +30,7 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
     """The history of `run` (one run: a name that covers several runs below it must name one)
     for `metrics` (default: `core.history.chosen_metrics`). NotFound when the catalog has no
     checkpoint of it."""
-    rows = _run_rows(store, run)
-    root, name = rows[0].root, rows[0].run
+    root, name, rows = _run_rows(store, run)
     logged, notes = _logged(config, store, root, name)
     policy, _ = config.policy_for(root, name)
     monitored = [b.metric for b in policy.keep_best] if policy is not None else []
@@ -33,16 +40,20 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
     return build(name, root, rows, logged, chosen, notes)
 
 
-def _run_rows(store: Store, run: str) -> list[Checkpoint]:
+def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
     rows = store.list(ListQuery(run=run, sort="id"))
+    # Versions kept in a folder of ours at the root (`.ckpt-versions/RUN/...`), if any.
+    rows += store.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []
     if not rows:
         raise NotFound(f"no checkpoint of run {run!r} in the catalog (see `ckpt runs`)")
-    exact = [r for r in rows if r.run == run]
-    keys = sorted({(r.root, r.run) for r in (exact or rows)})
-    if len(keys) > 1:
-        shown = ", ".join(f"{name} (in {root})" for root, name in keys[:5])
-        raise UsageError(f"--run {run!r} covers {len(keys)} runs: {shown}; name one of them")
-    return exact or rows
+    own = {(r.root, versioned_run(r.run)) for r in rows}
+    if run in {name for _, name in own}:
+        own = {(root, name) for root, name in own if name == run}
+    if len(own) > 1:
+        shown = ", ".join(f"{name} (in {root})" for root, name in sorted(own)[:5])
+        raise UsageError(f"--run {run!r} covers {len(own)} runs: {shown}; name one of them")
+    root, name = next(iter(own))
+    return root, name, members_of(name, [r for r in rows if r.root == root])
 
 
 def _logged(
