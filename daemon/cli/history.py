@@ -99,7 +99,7 @@ def plot(obj: Context, runs: tuple[str, ...], metric: str, output: Path, as_json
         drawn = [series(cat.history(run, [metric]), metric) for run in runs]
     if not any(s.line for s in drawn):
         raise UsageError(f"no value of {metric!r} in {', '.join(runs)}: nothing to plot")
-    write_output(output, plot_png.render(drawn, metric))
+    write_output(output, plot_png.render(drawn, metric).png)
     if as_json:
         emit_json({"output": str(output), "series": [series_json(s) for s in drawn]})
     else:

@@ -6,7 +6,8 @@ command, with the Agg backend (no display), to bytes (the file is written by the
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import UsageError
@@ -37,8 +38,16 @@ def require() -> Any:
     return plt
 
 
-def render(drawn: Sequence[Series], metric: str) -> bytes:
-    """A PNG of every run's line with its checkpoints as markers, a legend of runs and marks."""
+@dataclass(frozen=True)
+class Rendered:
+    png: bytes
+    # Where each checkpoint's marker is, in pixels of the PNG (x from the left, y from the top).
+    at: dict[int, tuple[float, float]]
+
+
+def render(drawn: Sequence[Series], metric: str, *, marks: Collection[str] = MARKS) -> Rendered:
+    """A PNG of every run's line with its checkpoints as markers, a legend of runs and marks.
+    `marks`: which marks are drawn (a test draws them one at a time, and none, to compare)."""
     plt = require()
     fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
     try:
@@ -49,7 +58,7 @@ def render(drawn: Sequence[Series], metric: str) -> bytes:
             if s.line:
                 xs, ys = zip(*s.line, strict=True)
                 ax.plot(xs, ys, color=colour, linewidth=1.5, label=f"{s.run} ({s.mode})")
-            for mark in MARKS:
+            for mark in (m for m in MARKS if m in marks):
                 at = [(e, v) for k, e, v, _ in s.markers if k == mark]
                 if not at:
                     continue
@@ -64,9 +73,18 @@ def render(drawn: Sequence[Series], metric: str) -> bytes:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="best")
         fig.tight_layout()
+        fig.canvas.draw()  # the layout is final: data coordinates map to the saved pixels
+        height = fig.bbox.height
+        places: dict[int, tuple[float, float]] = {}
+        for one in drawn:
+            for mark, epoch, value, ident in one.markers:
+                if mark not in marks:
+                    continue
+                x, y = ax.transData.transform((epoch, value))
+                places[ident] = (float(x), float(height - y))
         out = io.BytesIO()
         fig.savefig(out, format="png")
-        return out.getvalue()
+        return Rendered(out.getvalue(), places)
     finally:
         plt.close(fig)
 
