@@ -203,6 +203,9 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["trash list"] = ws.json("trash", "list")
     out["trash purge"] = ws.json("trash", "purge", "--older-than", "0s", "--dry-run")
     out["log"] = ws.json("log")
+    out["history"] = ws.json("history", "--run", "exp1")
+    out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
+    out["du"] = ws.json("du")
     return out
 
 
@@ -221,6 +224,8 @@ def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
     assert any(d.get("done") for d in documents["prune"]["runs"][0]["decisions"])
     assert documents["trash purge"]["purged"] and documents["trash list"]
     assert documents["runs"][0]["best"] and documents["list"][0]["metrics"]
+    assert documents["history"]["checkpoints"] and documents["history"]["epochs"]
+    assert documents["plot"]["series"][0]["markers"] and documents["du"]["roots"][0]["runs"]
 
 
 # ---- statuses: one vocabulary, in core.model, the README and `ckpt list --help`
