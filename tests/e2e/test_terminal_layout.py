@@ -267,14 +267,18 @@ def test_the_readme_history_screen_is_what_ckpt_prints(
 ) -> None:
     """The README's `ckpt history` screen: a real Keras run (save_best_only: epochs 3, 6, 7
     saved nothing) after a pin, a prune that trashed three and a deleted file."""
+    from ckpt_daemon.api import open_catalog
+    from ckpt_daemon.core.retention import Policy
+
     ws = Workspace(tmp_path / "ws")
     run = ws.root / "best_gaps"
     shutil.copytree(training_runs / "keras3" / "best_gaps", run, copy_function=shutil.copy2)
-    ws.run("scan")
-    ws.run("pin", str(run / "best-04-0.91.keras"))
-    ws.run("prune", "--run", "best_gaps", "--keep-last", "2")
-    (run / "best-08-0.74.keras").unlink()
-    ws.run("scan")
+    with open_catalog(str(ws.config)) as cat:  # the setup in-process: the screen is the test
+        cat.scan()
+        cat.pin(str(run / "best-04-0.91.keras"))
+        cat.prune(["best_gaps"], Policy(keep_last=2))
+        (run / "best-08-0.74.keras").unlink()
+        cat.scan()
     screen = screenshot(ws, tmux_server, tmp_path, "history", "--run", "best_gaps")
     fits(screen)
     block = README.read_text().split("```text\n$ ckpt history --run best_gaps\n", 1)[1]
