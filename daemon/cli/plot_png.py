@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.history import MARKS, Series
+from ..core.render import visible
 
 # Marker per mark: shape, size, fill: "filled" in the run's colour with a black edge, "hollow"
 # (the edge in the run's colour), "line" (a marker of strokes only: `x`).
@@ -49,6 +50,12 @@ def render(drawn: Sequence[Series], metric: str, *, marks: Collection[str] = MAR
     """A PNG of every run's line with its checkpoints as markers, a legend of runs and marks.
     `marks`: which marks are drawn (a test draws them one at a time, and none, to compare)."""
     plt = require()
+    # A name is data: `$x$` in a run or metric name is not mathtext (a bad one would raise).
+    with plt.rc_context({"text.parse_math": False, "text.usetex": False}):
+        return _drawn(plt, drawn, visible(metric), marks)
+
+
+def _drawn(plt: Any, drawn: Sequence[Series], metric: str, marks: Collection[str]) -> Rendered:
     fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
     try:
         colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -57,7 +64,7 @@ def render(drawn: Sequence[Series], metric: str, *, marks: Collection[str] = MAR
             colour = colours[i % len(colours)]
             if s.line:
                 xs, ys = zip(*s.line, strict=True)
-                ax.plot(xs, ys, color=colour, linewidth=1.5, label=f"{s.run} ({s.mode})")
+                ax.plot(xs, ys, color=colour, linewidth=1.5, label=f"{visible(s.run)} ({s.mode})")
             for mark in (m for m in MARKS if m in marks):
                 at = [(e, v) for k, e, v, _ in s.markers if k == mark]
                 if not at:

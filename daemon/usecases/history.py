@@ -90,4 +90,7 @@ def write_output(path: Path, data: bytes) -> None:
     from ..fs.fsops import atomic_write
 
     absolute = Path(os.path.abspath(path))
-    atomic_write(absolute.parent, absolute, data)
+    try:
+        atomic_write(absolute.parent, absolute, data)
+    except OSError as exc:  # no such folder, not allowed: the user's path, a usage error
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -22,7 +22,7 @@ from PIL import Image
 
 from ckpt_daemon.api import Catalog, open_catalog
 from ckpt_daemon.cli import plot_png
-from ckpt_daemon.core.history import History, series
+from ckpt_daemon.core.history import History, Series, series
 from ckpt_daemon.core.retention import Policy
 from ckpt_daemon.core.usage import usage_json
 from tests.support.training_runs import load_truth
@@ -164,3 +164,16 @@ def test_du_is_the_bytes_on_disk(looked: Looked) -> None:
         "trash": 0,
     }
     assert root["bytes"] == doc["bytes"] == sum(r["bytes"] for r in runs.values())
+
+
+def test_names_are_drawn_as_data_never_as_mathtext() -> None:
+    hostile = Series(
+        "exp_$\\frac{$_\x1b[31m",
+        "val_$loss",
+        "min",
+        ((1, 0.5), (2, 0.4)),
+        (("best", 2, 0.4, 7),),
+        (),
+    )
+    rendered = plot_png.render([hostile], "val_$loss")  # a bad `$...$` would raise here
+    assert Image.open(io.BytesIO(rendered.png)).size == (900, 500) and set(rendered.at) == {7}
