@@ -51,6 +51,7 @@ def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
         own = {(root, name) for root, name in own if name == run}
     if len(own) > 1:
         shown = ", ".join(f"{name} (in {root})" for root, name in sorted(own)[:5])
+        shown += ", ..." if len(own) > 5 else ""
         raise UsageError(f"--run {run!r} covers {len(own)} runs: {shown}; name one of them")
     root, name = next(iter(own))
     return root, name, members_of(name, [r for r in rows if r.root == root])
