@@ -41,6 +41,7 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
 
 
 def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
+    run = versioned_run(run)  # a versions folder is its run's: the whole history is shown
     rows = store.list(ListQuery(run=run, sort="id"))
     # Versions kept in a folder of ours at the root (`.ckpt-versions/RUN/...`), if any.
     rows += store.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []

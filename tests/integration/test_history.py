@@ -22,6 +22,7 @@ from PIL import Image
 
 from ckpt_daemon.api import Catalog, open_catalog
 from ckpt_daemon.cli import plot_png
+from ckpt_daemon.core.errors import NotFound, UsageError
 from ckpt_daemon.core.history import History, Series, series
 from ckpt_daemon.core.retention import Policy
 from ckpt_daemon.core.usage import usage_json
@@ -100,6 +101,17 @@ def test_every_epoch_has_its_logged_values_and_every_checkpoint_its_marks(looked
         (9, p[9]): ("best", "kept"),
     }
     assert not [r for r in h.rows if r.epoch in (3, 6, 7) and r.checkpoints]
+
+
+def test_a_run_is_one_run_and_must_exist(looked: Looked) -> None:
+    with pytest.raises(UsageError, match=r"covers 2 runs: best_gaps .*, best_last"):
+        looked.cat.history(".")
+    with pytest.raises(NotFound, match="no checkpoint of run 'best'"):
+        looked.cat.history("best")  # a name prefix is not a run
+    # The run's versions folder is part of the run, never a run of its own.
+    whole = {m.checkpoint.id for m in looked.cat.history(RUN).checkpoints}
+    versions = looked.cat.history(f"{RUN}/.ckpt-versions")
+    assert versions.run == RUN and {m.checkpoint.id for m in versions.checkpoints} == whole
 
 
 def plotted(looked: Looked) -> tuple[list[History], list[Any]]:
