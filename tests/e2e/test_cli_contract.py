@@ -228,6 +228,20 @@ def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
     assert documents["plot"]["series"][0]["markers"] and documents["du"]["roots"][0]["runs"]
 
 
+@pytest.mark.slow
+def test_plot_writes_a_png_of_every_checkpoint(
+    contract_ws: Workspace, documents: dict[str, Any]
+) -> None:
+    from PIL import Image
+
+    plotted = documents["plot"]
+    assert {m["id"] for m in plotted["series"][0]["markers"]} == {
+        r["id"] for r in documents["list"]
+    }
+    with Image.open(contract_ws.base / plotted["output"]) as image:
+        assert image.format == "PNG" and image.size == (900, 500)
+
+
 # ---- statuses: one vocabulary, in core.model, the README and `ckpt list --help`
 
 
