@@ -59,8 +59,9 @@ def history(obj: Context, run: str, metrics: tuple[str, ...], as_json: bool) -> 
             for line in lines:
                 echo(line)
             echo("")
+        for line in legend(charts, width):
+            echo(line)
         if charts:
-            echo(legend(charts, width))
             echo("")
     columns, cells = history_table(found)
     table(columns, cells)

@@ -110,8 +110,15 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def legend(charts: Sequence[Sequence[str]], width: int) -> str:
-    """The glyphs the charts use, with what each means, in one line (cut at `width`)."""
+def legend(charts: Sequence[Sequence[str]], width: int) -> list[str]:
+    """The glyphs the charts use, with what each means: lines of at most `width` columns,
+    broken between entries (never inside one, unless one alone is wider)."""
     used = {char for lines in charts for line in lines[1:] for char in line}
     parts = [f"{g} {meaning}" for g, meaning in LEGEND.items() if g in used]
-    return "   ".join(parts)[:width]
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += "   " + part
+        else:
+            lines.append(part[:width])
+    return lines

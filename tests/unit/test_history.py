@@ -171,7 +171,9 @@ def test_the_chart_fits_any_width(width: int, epochs: int, spread: float) -> Non
     assert all(cell_width(line) <= width for line in lines), lines
     if width >= 30:
         assert len(lines) == 1 + 8 + 2
-        assert legend([lines], width)
+        shown = legend([lines], width)
+        assert shown and all(len(line) <= width for line in shown)
+        assert " ".join(shown).count("no checkpoint") == (NO_CHECKPOINT in "".join(lines[1:]))
 
 
 def test_every_checkpoint_has_its_glyph_when_there_is_room() -> None:
