@@ -158,7 +158,7 @@ def long_run(n: int) -> list[Checkpoint]:
     ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     width=st.integers(min_value=1, max_value=240),
     epochs=st.integers(min_value=1, max_value=400),
