@@ -23,7 +23,9 @@ from .settings.config import Config
 if TYPE_CHECKING:
     from .catalog.sqlite_reads import SqliteReads
     from .catalog.store import Store
+    from .core.history import History
     from .core.retention import Policy
+    from .core.usage import RootUsage
     from .transforms.compress import CompressResult
     from .transforms.split import SplitResult
     from .usecases.indexer import ScanReport
@@ -118,6 +120,20 @@ class Catalog:
 
     def runs(self) -> builtins.list[Run]:
         return self._store.runs()
+
+    def history(self, run: str, metrics: Sequence[str] = ()) -> History:
+        """A run's metrics per epoch (its logs and its checkpoints) with every checkpoint
+        marked: kept, best (per metric), pinned, trashed, version, missing (`ckpt history`)."""
+        from .usecases.history import run_history
+
+        return run_history(self.config, self._store, run, metrics)
+
+    def du(self) -> builtins.list[RootUsage]:
+        """Bytes per root, run and kind (checkpoint, inference, version, trash), biggest
+        first, from the catalog alone (`ckpt du`)."""
+        from .usecases.history import disk_usage
+
+        return disk_usage(self._store)
 
     def plan_prune(self, runs: Sequence[str] = (), policy: Policy | None = None) -> PruneReport:
         """What `prune` would do, with every decision's reasons; changes nothing."""

@@ -37,6 +37,7 @@ from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
 from .store_runs import RunRecords, dedupe, replace_metrics
+from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
@@ -57,7 +58,7 @@ class Known:
     metrics_at: str | None
 
 
-class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords):
+class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageReads):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 

@@ -203,6 +203,9 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["trash list"] = ws.json("trash", "list")
     out["trash purge"] = ws.json("trash", "purge", "--older-than", "0s", "--dry-run")
     out["log"] = ws.json("log")
+    out["history"] = ws.json("history", "--run", "exp1")
+    out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
+    out["du"] = ws.json("du")
     return out
 
 
@@ -221,6 +224,22 @@ def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
     assert any(d.get("done") for d in documents["prune"]["runs"][0]["decisions"])
     assert documents["trash purge"]["purged"] and documents["trash list"]
     assert documents["runs"][0]["best"] and documents["list"][0]["metrics"]
+    assert documents["history"]["checkpoints"] and documents["history"]["epochs"]
+    assert documents["plot"]["series"][0]["markers"] and documents["du"]["roots"][0]["runs"]
+
+
+@pytest.mark.slow
+def test_plot_writes_a_png_of_every_checkpoint(
+    contract_ws: Workspace, documents: dict[str, Any]
+) -> None:
+    from PIL import Image
+
+    plotted = documents["plot"]
+    assert {m["id"] for m in plotted["series"][0]["markers"]} == {
+        r["id"] for r in documents["list"]
+    }
+    with Image.open(contract_ws.base / plotted["output"]) as image:
+        assert image.format == "PNG" and image.size == (900, 500)
 
 
 # ---- statuses: one vocabulary, in core.model, the README and `ckpt list --help`

@@ -241,7 +241,48 @@ COMMANDS = [
     ("log",),
     ("verify",),
     ("trash", "list"),
+    ("history", "--run", LONG_RUN),
+    ("du",),
 ]
+
+
+def test_history_chart_and_table_fit_the_terminal(
+    ws: Workspace, tmux_server: str, tmp_path: Path
+) -> None:
+    screen = screenshot(ws, tmux_server, tmp_path, "history", "--run", LONG_RUN)
+    fits(screen)
+    lines = screen.splitlines()
+    assert lines[0] == f"val_loss (min) per epoch, run {LONG_RUN}"[:WIDTH], screen
+    assert sum("┤" in line for line in lines) == 6 and "◆ best" in screen, screen
+    head = next(i for i, line in enumerate(lines) if line.startswith("EPOCH"))
+    assert lines[head].split() == ["EPOCH", "val_loss", "loss", "MARKS", "PATH"], screen
+    rows = lines[head + 1 :]
+    assert [row.split()[0] for row in rows] == ["1", "2", "3"], screen
+    assert all(row.endswith(f"epoch_00{i}.keras") for i, row in enumerate(rows, 1)), screen
+    assert "…" in rows[0], screen  # the long path is cut from the left to fit
+
+
+def test_the_readme_history_screen_is_what_ckpt_prints(
+    tmp_path: Path, training_runs: Path, tmux_server: str
+) -> None:
+    """The README's `ckpt history` screen: a real Keras run (save_best_only: epochs 3, 6, 7
+    saved nothing) after a pin, a prune that trashed three and a deleted file."""
+    from ckpt_daemon.api import open_catalog
+    from ckpt_daemon.core.retention import Policy
+
+    ws = Workspace(tmp_path / "ws")
+    run = ws.root / "best_gaps"
+    shutil.copytree(training_runs / "keras3" / "best_gaps", run, copy_function=shutil.copy2)
+    with open_catalog(str(ws.config)) as cat:  # the setup in-process: the screen is the test
+        cat.scan()
+        cat.pin(str(run / "best-04-0.91.keras"))
+        cat.prune(["best_gaps"], Policy(keep_last=2))
+        (run / "best-08-0.74.keras").unlink()
+        cat.scan()
+    screen = screenshot(ws, tmux_server, tmp_path, "history", "--run", "best_gaps")
+    fits(screen)
+    block = README.read_text().split("```text\n$ ckpt history --run best_gaps\n", 1)[1]
+    assert screen == block.split("```", 1)[0], screen
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=[" ".join(a) for a in COMMANDS])
@@ -254,7 +295,9 @@ def test_piped_output_is_complete_and_plain(ws: Workspace, args: tuple[str, ...]
     assert "…" not in out, out
     trailing = [line for line in out.splitlines() if line != line.rstrip()]
     assert not trailing, trailing
-    if args[0] in ("list", "log", "verify"):
+    if args[0] == "history":
+        assert "┤" not in out, out  # no chart into a pipe
+    if args[0] in ("list", "log", "verify", "history"):
         assert f"{LONG_RUN}/epoch_001.keras" in out, out  # whole, never cut
 
 

@@ -76,6 +76,7 @@ OWNERS = {
     "click": {"cli"},
     "rich": {"cli"},
     "prometheus_client": {"service.exporter"},
+    "matplotlib": {"cli.plot_png"},
 }
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
 # Path methods that change files whatever the receiver is called (str.replace is not one).

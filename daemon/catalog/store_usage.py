@@ -1,0 +1,66 @@
+"""What `ckpt du` reads: bytes of checkpoint rows and of derived files, summed per root, run,
+status and kind in SQL (one pass over each table; a million rows never leave the database)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import case, func, select
+
+from ..core.history import VERSIONS_COMPONENT
+from ..core.usage import ArtifactBytes, CheckpointBytes
+from . import db
+from .rows import STATUSES
+from .schema import ARTIFACTS, CHECKPOINTS, RUNS
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+checkpoints, artifacts, runs = CHECKPOINTS, ARTIFACTS, RUNS
+# A `compressed` artifact is the checkpoint itself rewritten (counted with it); an artifact
+# without a hash is pending: its file does not exist yet.
+_IN_PLACE = "compressed"
+
+
+class UsageReads:
+    _engine: Engine
+
+    def usage(self) -> tuple[list[CheckpointBytes], list[ArtifactBytes]]:
+        version = case(
+            (checkpoints.c.path.contains(VERSIONS_COMPONENT, autoescape=True), True), else_=False
+        ).label("version")
+        by_status = (
+            select(
+                runs.c.root,
+                runs.c.name,
+                checkpoints.c.status,
+                version,
+                func.count(checkpoints.c.id),
+                func.coalesce(func.sum(checkpoints.c.size_bytes), 0),
+            )
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .group_by(runs.c.root, runs.c.name, checkpoints.c.status, version)
+        )
+        derived = (
+            select(
+                runs.c.root,
+                runs.c.name,
+                artifacts.c.kind,
+                func.count(artifacts.c.id),
+                func.coalesce(func.sum(artifacts.c.bytes), 0),
+            )
+            .join(checkpoints, checkpoints.c.id == artifacts.c.checkpoint_id)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(artifacts.c.kind != _IN_PLACE, artifacts.c.hash.is_not(None))
+            .group_by(runs.c.root, runs.c.name, artifacts.c.kind)
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(by_status).all()
+            made = conn.execute(derived).all()
+        return (
+            [
+                CheckpointBytes(r[0], r[1], STATUSES[r[2]], bool(r[3]), r[4], int(r[5]))
+                for r in rows
+            ],
+            [ArtifactBytes(r[0], r[1], r[2], r[3], int(r[4])) for r in made],
+        )

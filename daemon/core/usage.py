@@ -1,0 +1,116 @@
+"""Bytes on disk per root, run and kind (`ckpt du`), decided from catalog rows. Pure.
+
+The catalog says what each file is and how big it was when indexed; nothing is walked. Kinds:
+a checkpoint at its path, an inference artifact we wrote, a kept version of a rewritten
+checkpoint (`core.history.is_version`), a checkpoint in the trash. A missing, removed or purged
+checkpoint takes no space and is not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .history import versioned_run
+from .model import CheckpointStatus
+
+KINDS = ("checkpoint", "inference", "version", "trash")
+_NOT_ON_DISK = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PURGED}
+
+
+@dataclass(frozen=True)
+class CheckpointBytes:
+    """Checkpoint rows of one (root, run, status, in the versions folder) with their bytes."""
+
+    root: str
+    run: str
+    status: CheckpointStatus
+    version: bool
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ArtifactBytes:
+    """Derived files (not in-place rewrites) of one (root, run, artifact kind)."""
+
+    root: str
+    run: str
+    kind: str
+    files: int
+    bytes: int
+
+
+def kind_of(status: CheckpointStatus, version: bool) -> str | None:
+    """Which `du` kind checkpoint rows are, or None when their files are not on disk."""
+    if status is CheckpointStatus.TRASHED:
+        return "trash"
+    if status in _NOT_ON_DISK:
+        return None
+    return "version" if version else "checkpoint"
+
+
+@dataclass
+class Tally:
+    name: str
+    bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    files: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+    def add(self, kind: str, files: int, size: int) -> None:
+        self.bytes[kind] += size
+        self.files[kind] += files
+
+
+@dataclass(frozen=True)
+class RootUsage:
+    root: Tally
+    runs: list[Tally]  # biggest first
+
+
+def summarize(
+    checkpoints: Iterable[CheckpointBytes], artifacts: Iterable[ArtifactBytes]
+) -> list[RootUsage]:
+    """Per root (biggest first), its total by kind and its runs by kind (biggest first; ties
+    by name); versions count in the run they are versions of. A run with nothing on disk is
+    not listed."""
+    roots: dict[str, Tally] = {}
+    runs: dict[tuple[str, str], Tally] = {}
+    rows: list[tuple[str, str, str, int, int]] = [
+        (c.root, versioned_run(c.run) if c.version else c.run, kind, c.files, c.bytes)
+        for c in checkpoints
+        if (kind := kind_of(c.status, c.version)) is not None
+    ]
+    rows += [(a.root, a.run, "inference", a.files, a.bytes) for a in artifacts]
+    for root, run, kind, files, size in rows:
+        roots.setdefault(root, Tally(root)).add(kind, files, size)
+        runs.setdefault((root, run), Tally(run)).add(kind, files, size)
+    out = []
+    for root, tally in sorted(roots.items(), key=lambda item: (-item[1].total, item[0])):
+        of_root = [t for (r, _), t in runs.items() if r == root]
+        out.append(RootUsage(tally, sorted(of_root, key=lambda t: (-t.total, t.name))))
+    return out
+
+
+def usage_json(usage: list[RootUsage]) -> dict[str, Any]:
+    """`ckpt du --json` (stable field names: add, never rename)."""
+
+    def counted(t: Tally) -> dict[str, Any]:
+        return {"bytes": t.total, "by_kind": dict(t.bytes), "files": dict(t.files)}
+
+    return {
+        "bytes": sum(u.root.total for u in usage),
+        "kinds": list(KINDS),
+        "roots": [
+            {
+                "root": u.root.name,
+                **counted(u.root),
+                "runs": [{"run": t.name, **counted(t)} for t in u.runs],
+            }
+            for u in usage
+        ],
+    }
