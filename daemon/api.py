@@ -278,10 +278,10 @@ class Catalog:
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
-        from .service.health import daemon_status
+        from .service.health import daemons_status
 
         source = self._reads or self._store
-        return daemon_status(source.latest_heartbeat(), source.count())
+        return daemons_status(source.heartbeats(), source.count())
 
     def scan(
         self,

@@ -24,7 +24,7 @@ from ..fs import mounts
 
 # Kept in step with migrations/versions by tests/integration/test_catalog.py, so that opening a
 # catalog does not have to import Alembic to learn the head revision.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
 
@@ -128,6 +128,19 @@ def _install_sqlite_hooks(engine: Engine, *, foreign_keys: bool) -> None:
     def _on_begin(conn: Any) -> None:
         readonly = conn.get_execution_options().get("ckpt_readonly", False)
         conn.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
+
+
+def lock_for(conn: Any, key: str) -> None:
+    """Serialize the rest of this transaction with every other one that takes `key`: on
+    SQLite every writer already holds the database's write lock (BEGIN IMMEDIATE); on
+    PostgreSQL a transaction-scoped advisory lock on a hash of `key`."""
+    if conn.dialect.name == "postgresql":
+        import hashlib
+
+        number = int.from_bytes(
+            hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True
+        )
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": number})
 
 
 def current_revision(engine: Engine) -> str | None:

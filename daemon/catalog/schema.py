@@ -165,8 +165,11 @@ class LeaseRow(Base):
 
 class HeartbeatRow(Base):
     __tablename__ = "heartbeat"
+    __table_args__ = (Index(None, "node"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The daemon's node identity (`service.node`): one live daemon per node on a catalog.
+    node: Mapped[str | None] = mapped_column(String(256))
     pid: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(256))
     started_at: Mapped[str] = mapped_column(String(32))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import (
@@ -19,7 +19,7 @@ from sqlalchemy import (
     update,
 )
 
-from ..core.errors import NotFound
+from ..core.errors import DaemonRunning, NotFound
 from ..core.model import (
     Checkpoint,
     CheckpointStatus,
@@ -32,6 +32,7 @@ from ..core.observability import Figures
 from ..core.query import ListQuery
 from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
+from .rows import HEARTBEAT_ROWS, newest_per_node
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
 from .store_actions import Actions
 from .store_leases import Leases
@@ -137,6 +138,64 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
                 )
             return int(ckpt_id)
 
+    def register(
+        self,
+        node: str,
+        *,
+        pid: int,
+        host: str,
+        started_at: str,
+        state: dict[str, Any],
+        is_live: Callable[[Heartbeat], bool],
+    ) -> int:
+        """This daemon's first heartbeat row, unless the newest one of `node` is of a daemon
+        that `is_live` judges running: then DaemonRunning, and nothing written. One
+        transaction (BEGIN IMMEDIATE on SQLite): two daemons of one node starting together
+        cannot both register."""
+        with self._engine.begin() as conn:
+            db.lock_for(conn, f"node:{node}")
+            row = conn.execute(
+                select(heartbeat)
+                .where(heartbeat.c.node == node)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(1)
+            ).first()
+            if row is not None:
+                beat = Heartbeat(
+                    row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {})
+                )
+                if is_live(beat):
+                    raise DaemonRunning(
+                        f"a daemon of node {node!r} is running on this catalog (pid {row.pid} "
+                        f"on {row.host}, heartbeat {row.heartbeat_at}): stop it, or give this "
+                        "one another service.node"
+                    )
+            values = {
+                "node": node,
+                "pid": pid,
+                "host": host,
+                "started_at": started_at,
+                "heartbeat_at": now_iso(),
+                "state": state,
+            }
+            return _insert_id(conn, heartbeat, values)
+
+    def heartbeats(self) -> builtins.list[Heartbeat]:
+        """The newest heartbeat of each daemon node, newest first."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(heartbeat)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(HEARTBEAT_ROWS)
+            ).all()
+        beats = [
+            Heartbeat(
+                r.pid, r.host, r.started_at, r.heartbeat_at, dict(r.state or {}), r.node, r.id
+            )
+            for r in rows
+        ]
+        return newest_per_node(beats)
+
     def beat(
         self,
         heartbeat_id: int | None,
@@ -145,9 +204,11 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         host: str,
         started_at: str,
         state: dict[str, Any],
+        node: str | None = None,
     ) -> int:
         """Record that this daemon is alive (one row per daemon run); returns the row id."""
         values = {
+            "node": node,
             "pid": pid,
             "host": host,
             "started_at": started_at,

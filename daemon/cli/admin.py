@@ -3,6 +3,8 @@ the service and its catalog."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..core.errors import PartialFailure
@@ -59,8 +61,11 @@ def status(obj: Context, as_json: bool) -> None:
         emit_json(documents.status(doc))
         return
     in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
+    nodes = _daemon_lines(doc.get("daemons") or [])
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        for line in nodes:
+            echo(line)
         echo(in_use)
         return
     echo(
@@ -73,7 +78,20 @@ def status(obj: Context, as_json: bool) -> None:
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
+    for line in nodes:
+        echo(line)
     echo(in_use)
+
+
+def _daemon_lines(daemons: list[dict[str, Any]]) -> list[str]:
+    """One line per daemon node of the catalog, when there is more than one."""
+    if len(daemons) < 2:
+        return []
+    lines = [f"  daemons ({sum(d['running'] for d in daemons)} of {len(daemons)} running):"]
+    for d in daemons:
+        state = "running" if d["running"] else f"not running ({d['reason']})"
+        lines.append(f"    {d['node']}: pid {d['pid']} on {d['host']}, {state}")
+    return lines
 
 
 @click.group()

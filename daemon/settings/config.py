@@ -21,6 +21,7 @@ from .locations import BUILT_IN, find_config_file
 from .operations import Hook, Listen
 from .operations import hooks as _hooks
 from .operations import metrics_listen as _metrics_listen
+from .operations import node as _node
 from .values import at_least_a_second as _at_least_a_second
 from .values import choice as _choice
 from .values import count as _count
@@ -103,6 +104,7 @@ class Config:
     artifacts: Artifacts = Artifacts()
     versions: Versions = field(default_factory=Versions)
     metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
+    node: str | None = None  # `service.node`: this daemon's identity (None: the host name)
     hooks: tuple[Hook, ...] = ()
 
     def has_retention(self) -> bool:
@@ -122,6 +124,13 @@ class Config:
             if str(configured.path) == root and configured.retention is not None:
                 return configured.retention, f"roots[{i}].retention"
         return self.retention, "retention"
+
+    @property
+    def node_name(self) -> str:
+        """This daemon's node identity: `service.node`, else the host name."""
+        import socket
+
+        return self.node or socket.gethostname()
 
     def root_for(self, path: Path) -> RootConfig | None:
         """The configured root that contains `path` (no symlinks resolved: paths as given)."""
@@ -167,7 +176,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     completion = _mapping(
         raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
     )
-    service = _mapping(raw.get("service", {}), "service", {"heartbeat", "metrics_listen"})
+    service = _mapping(raw.get("service", {}), "service", {"heartbeat", "metrics_listen", "node"})
     return Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
@@ -189,6 +198,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
             "trash.purge_after",
         ),
         metrics_listen=_metrics_listen(service.get("metrics_listen")),
+        node=_node(service.get("node")),
         hooks=_hooks(raw.get("hooks")),
     )
 
