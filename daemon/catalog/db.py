@@ -130,6 +130,21 @@ def _install_sqlite_hooks(engine: Engine, *, foreign_keys: bool) -> None:
         conn.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
 
 
+def serialize(conn: Any, *key: object) -> None:
+    """Serialize the caller's write transaction with every other one that names the same `key`
+    (a row that may not exist yet: a path, a run, a run's lease), until it commits.
+
+    SQLite: nothing to do, `BEGIN IMMEDIATE` already serializes every writer. PostgreSQL: a
+    transaction-scoped advisory lock, because READ COMMITTED lets two transactions read the same
+    state, and `SELECT ... FOR UPDATE` cannot lock a row that is not there yet (two inserts of
+    one path: one fails on the unique index; two bumps of one counter: one is lost)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+            {"key": "\x1f".join(map(str, key))},
+        )
+
+
 def current_revision(engine: Engine) -> str | None:
     """The catalog's schema revision, or None for an empty database."""
     with engine.connect().execution_options(**READONLY) as conn:

@@ -35,7 +35,7 @@ from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
 from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
-from .store_runs import RunRecords, dedupe, replace_metrics
+from .store_runs import RunRecords, dedupe, replace_metrics, run_id_for
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
@@ -79,6 +79,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
         """
         now = now_iso()
         with self._engine.begin() as conn:
+            db.serialize(conn, "path", rec.path)  # its generation is a read-modify-write
             run_id = self._run_id(conn, rec.root, rec.run, now)
             row = conn.execute(
                 select(
@@ -193,12 +194,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
         return len(rows)
 
     def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
-        found = conn.execute(
-            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
-        ).scalar()
-        if found is not None:
-            return int(found)
-        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
+        return run_id_for(conn, root, name, now)
 
     # ---- reads (BEGIN DEFERRED) ----
 

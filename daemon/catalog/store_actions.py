@@ -96,6 +96,8 @@ class Actions:
         with self._engine.begin() as conn:
             if lease is not None:
                 lease.renew(conn)
+            # PostgreSQL: the row locked to commit; one another transaction holds (a pin, a
+            # claim) is skipped, not waited for: the act is refused, whoever wins decides.
             row = conn.execute(
                 select(
                     checkpoints.c.status,
@@ -104,9 +106,14 @@ class Actions:
                     checkpoints.c.size_bytes,
                 )
                 .where(checkpoints.c.id == checkpoint_id)
-                .with_for_update()
+                .with_for_update(skip_locked=True)
             ).first()
             if row is None:
+                there = conn.execute(
+                    select(checkpoints.c.path).where(checkpoints.c.id == checkpoint_id)
+                ).scalar()
+                if there is not None:
+                    return None, f"{there} is being changed by another process now"
                 return None, "no longer in the catalog"
             if row.pinned:
                 return None, f"{row.path} is pinned now"
@@ -214,7 +221,9 @@ class Actions:
         generation the trainer wrote is still the newest: it keeps its epoch, with our hash)."""
         with self._engine.begin() as conn:
             details = conn.execute(
-                select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
+                select(checkpoints.c.details)
+                .where(checkpoints.c.id == checkpoint_id)
+                .with_for_update()
             ).scalar()
             generations = [dict(g) for g in (details or {}).get("generations") or []]
             if generations:
@@ -244,9 +253,9 @@ class Actions:
         """Returns whether it changed."""
         with self._engine.begin() as conn:
             row = conn.execute(
-                select(checkpoints.c.pinned, checkpoints.c.path).where(
-                    checkpoints.c.id == checkpoint_id
-                )
+                select(checkpoints.c.pinned, checkpoints.c.path)
+                .where(checkpoints.c.id == checkpoint_id)
+                .with_for_update()
             ).first()
             if row is None or bool(row.pinned) == pinned:
                 return False
