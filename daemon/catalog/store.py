@@ -31,7 +31,7 @@ from ..core.model import (
 from ..core.query import ListQuery
 from . import db, store_reads
 from .audit import now_iso, record_event
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
@@ -216,9 +216,9 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords):
         if start is not None and start != root:
             # A range on the unique path index: `start` itself, and everything below `start/`
             # ("0" is the character after "/"), without LIKE and its wildcards.
+            path = codepoint_order(checkpoints.c.path)
             query = query.where(
-                (checkpoints.c.path == start)
-                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
             )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return {

@@ -1,21 +1,20 @@
 """A run's lease is renewed while its work runs, and work that lost its lease stops.
 
-Real processes on one real SQLite catalog, with leases of a second or so: a holder whose work is
-one long call keeps its lease far past the lease's duration (a second process cannot take it);
-a holder that stops renewing (SIGSTOP: alive, not dead) loses it once it expires, the second
-process takes it, and the first, resumed, does no further step; a killed holder's lease is free
-at once; an act whose lease was taken over writes nothing."""
+Real processes on one real catalog (SQLite, PostgreSQL), with leases of a second or so: a holder
+whose work is one long call keeps its lease far past the lease's duration (a second process
+cannot take it; SQLite only, the renewal is the same UPDATE on both and this test is the
+longest); a holder that stops renewing (SIGSTOP: alive, not dead) loses it once it expires, the
+second process takes it, and the first, resumed, does no further step; a killed holder's lease
+is free at once; an act whose lease was taken over writes nothing."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +22,7 @@ from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.errors import LeaseHeld, LeaseLost
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
 from ckpt_daemon.core.query import ListQuery
+from tests.support.catalogs import sql
 
 TTL = 1.0
 
@@ -50,8 +50,8 @@ print("done", flush=True)
 
 
 @pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[tuple[str, Store, int]]:
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+def catalog(catalog_url: str) -> Iterator[tuple[str, Store, int]]:
+    url = catalog_url
     store = Store(url)
     ckpt_id = store.record(
         IndexRecord(
@@ -87,11 +87,11 @@ def start_holder(
 
 
 def lease_row(url: str, run_id: int) -> tuple[str, int] | None:
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-        row = conn.execute("SELECT holder, pid FROM leases WHERE run_id = ?", (run_id,)).fetchone()
-    return None if row is None else (row[0], row[1])
+    rows = sql(url, "SELECT holder, pid FROM leases WHERE run_id = :run", {"run": run_id})
+    return None if not rows else (rows[0][0], rows[0][1])
 
 
+@pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, int]) -> None:
     url, store, run_id = catalog
     holder = start_holder(url, run_id, steps=1, step_seconds=8 * TTL)
@@ -156,12 +156,12 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
     url, store, run_id = catalog
     (ckpt,) = [c.id for c in store.list(ListQuery())]
     with store.lease(run_id, f"me pid {os.getpid()}", 60) as lease:
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:  # as a takeover writes it
-            conn.execute(
-                "UPDATE leases SET holder = 'other pid 1', host = 'elsewhere', pid = 1"
-                " WHERE run_id = ?",
-                (run_id,),
-            )
+        sql(  # as a takeover writes it
+            url,
+            "UPDATE leases SET holder = 'other pid 1', host = 'elsewhere', pid = 1"
+            " WHERE run_id = :run",
+            {"run": run_id},
+        )
         with pytest.raises(LeaseLost):
             store.claim(ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease)
         with (

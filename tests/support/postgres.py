@@ -95,7 +95,11 @@ class PostgresServer:
         )
 
     def _start_pgserver(self) -> tuple[str, str]:
-        import pgserver
+        import warnings
+
+        with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR (CI, root): /tmp
+            warnings.simplefilter("ignore")
+            import pgserver
 
         data = self.folder / "pgserver"
         data.mkdir()
