@@ -8,6 +8,8 @@ one update is lost; IMMEDIATE takes the write lock before the read).
 
 from __future__ import annotations
 
+import json
+import math
 import sqlite3
 import subprocess
 import sys
@@ -44,7 +46,10 @@ def sqlite_path(url: str) -> Path | None:
 def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
     check_url(url)
     if not is_sqlite(url):
-        return _create_engine(url, pool_pre_ping=True)
+        engine = _create_engine(url, pool_pre_ping=True, json_serializer=_finite_json)
+        if engine.dialect.driver == "psycopg":
+            _install_psycopg_hooks(engine)
+        return engine
     path = sqlite_path(url)
     if path is not None:
         try:
@@ -143,6 +148,43 @@ def serialize(conn: Any, *key: object) -> None:
             text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
             {"key": "\x1f".join(map(str, key))},
         )
+
+
+def _finite_json(value: Any) -> str:
+    """JSON for PostgreSQL's `json` columns, which refuse NaN and Infinity (SQLite stores
+    Python's `NaN` token as it is): a non-finite float in `details` (a hostile file's optimizer
+    config, a diverged learning rate) becomes null, as non-finite metrics do."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _install_psycopg_hooks(engine: Engine) -> None:
+    """PostgreSQL's text cannot hold NUL, which a hostile file's names may (SQLite keeps it):
+    each NUL becomes U+FFFD, the replacement character, instead of failing the whole write."""
+    from psycopg.types.string import StrBinaryDumper, StrDumper, StrDumperUnknown
+
+    def nul_free(base: Any) -> Any:
+        class NulFree(base):
+            def dump(self, obj: str) -> Any:
+                return super().dump(obj.replace("\0", "\ufffd"))
+
+        return NulFree
+
+    dumpers = [nul_free(d) for d in (StrBinaryDumper, StrDumper, StrDumperUnknown)]
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        for dumper in dumpers:  # the last one of each format wins: unknown-typed text, as before
+            dbapi_connection.adapters.register_dumper(str, dumper)
 
 
 def current_revision(engine: Engine) -> str | None:

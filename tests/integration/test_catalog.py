@@ -161,3 +161,38 @@ def test_known_under_a_start_path_is_exactly_that_subtree(catalog_url: str) -> N
     assert set(store.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
     assert len(store.known_under("/r")) == 5
     store.close()
+
+
+def test_hostile_values_are_stored_on_both_backends(catalog_url: str) -> None:
+    """NaN/Infinity in `details` (PostgreSQL's json refuses them) and NUL in a name (its text
+    refuses it) do not fail the write: PostgreSQL keeps null and U+FFFD, SQLite keeps them."""
+    from ckpt_daemon.core.model import CheckpointInfo, Format, Kind
+
+    store = Store(catalog_url)
+    info = CheckpointInfo(
+        Format.KERAS_ZIP,
+        Kind.FULL,
+        model_name="evil\x00name",
+        training_config={"lr": float("nan"), "clip": [float("inf"), 1.5], "n": "a\x00b"},
+    )
+    rec = IndexRecord(
+        path="/r/run/evil.keras",
+        root="/r",
+        run="run",
+        status=CheckpointStatus.OK,
+        reason="read\x00error",
+        stat=FileStat(10, 1, 1),
+        hash="h",
+        info=info,
+    )
+    found = store.get(str(store.record(rec, actor_name="t", at="2026-01-01T00:00:00Z")))
+    store.close()
+    config = found.details["training_config"]
+    assert config["n"] == "a\x00b" and config["clip"][1] == 1.5  # JSON escapes a NUL
+    ((model_name, reason),) = sql(catalog_url, "SELECT model_name, reason FROM checkpoints")
+    if db.is_sqlite(catalog_url):
+        assert config["lr"] != config["lr"] and config["clip"][0] == float("inf")
+        assert (model_name, reason) == ("evil\x00name", "read\x00error")
+    else:
+        assert config["lr"] is None and config["clip"][0] is None
+        assert (model_name, reason) == ("evil\ufffdname", "read\ufffderror")
