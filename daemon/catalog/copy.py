@@ -48,8 +48,11 @@ def copy_catalog(source_url: str, target_url: str) -> list[TableCopy]:
         if filled:
             listed = ", ".join(f"{t} ({n} rows)" for t, n in sorted(filled.items()))
             raise UsageError(f"the target catalog is not empty: {listed}; copy into a new one")
+        # One snapshot of the source for every table (SQLite: one read transaction; PostgreSQL:
+        # REPEATABLE READ, its READ COMMITTED would let each table show another moment).
+        snapshot = {} if db.is_sqlite(source_url) else {"isolation_level": "REPEATABLE READ"}
         with (
-            source.connect().execution_options(**db.READONLY) as reading,
+            source.connect().execution_options(**db.READONLY, **snapshot) as reading,
             target.begin() as writing,
         ):
             for table in _tables():
@@ -71,7 +74,8 @@ def copy_catalog(source_url: str, target_url: str) -> list[TableCopy]:
 def summarize(engine: Engine) -> list[TableCopy]:
     """Each table's row count and checksum (the verification of a copy)."""
     out = []
-    with engine.connect().execution_options(**db.READONLY) as conn:
+    snapshot = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name != "sqlite" else {}
+    with engine.connect().execution_options(**db.READONLY, **snapshot) as conn:
         for table in _tables():
             digest, n = hashlib.sha256(), 0
             for rows in _batches(conn, table):
