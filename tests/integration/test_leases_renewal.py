@@ -182,3 +182,70 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
     assert [c.status for c in store.list(ListQuery())] == [CheckpointStatus.OK]
     assert [e.action for e in store.audit_log()] == ["indexed"]
     assert lease_row(url, run_id) == ("other pid 1", 1)  # the new holder's lease stays
+
+
+RACER = """
+import os, sys
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.errors import LeaseHeld
+
+store = Store(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()  # all take at once
+try:
+    store.acquire_lease(int(sys.argv[2]), f"racer pid {os.getpid()}", 60)
+    print("took", flush=True)
+except LeaseHeld:
+    print("held", flush=True)
+"""
+
+
+def test_racers_for_a_new_lease_one_takes_it(catalog: tuple[str, Store, int]) -> None:
+    """No lease row yet: takers at the same moment (PostgreSQL's READ COMMITTED would let them
+    all see none and insert) get exactly one holder and LeaseHeld for the rest, no error."""
+    url, _store, run_id = catalog
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, url, str(run_id)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for racer in racers:
+            assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
+        for racer in racers:
+            assert racer.stdin is not None
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
+        results = [racer.communicate(timeout=120) for racer in racers]
+    finally:
+        for racer in racers:
+            racer.kill()
+    assert all(r.returncode == 0 for r in racers), [err for _out, err in results]
+    assert sorted(out.strip() for out, _err in results) == ["held", "held", "held", "took"]
+    row = lease_row(url, run_id)
+    assert row is not None and row[0].startswith("racer pid ")
+
+
+@pytest.mark.parametrize("catalog_url", ["postgresql"], indirect=True)
+def test_a_claim_skips_a_row_another_transaction_holds(catalog: tuple[str, Store, int]) -> None:
+    """PostgreSQL: a claim does not wait for a row another transaction has locked (SKIP
+    LOCKED): it is refused with why, and succeeds once that transaction ends."""
+    from sqlalchemy import create_engine, text
+
+    url, store, _run_id = catalog
+    (ckpt,) = [c.id for c in store.list(ListQuery())]
+    other = create_engine(url)
+    try:
+        with other.begin() as conn:
+            conn.execute(text("SELECT id FROM checkpoints WHERE id = :id FOR UPDATE"), {"id": ckpt})
+            event, why = store.claim(ckpt, action="trash", reason="t", actor="t", trash={})
+            assert event is None and "being changed by another process now" in why
+        event, why = store.claim(ckpt, action="trash", reason="t", actor="t", trash={})
+        assert event is not None and why == ""
+    finally:
+        other.dispose()
