@@ -12,6 +12,7 @@ at the test's end (WITH (FORCE): a child process of a failed test may still hold
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import pwd
@@ -135,6 +136,7 @@ class PostgresServer:
         self._stop = lambda: subprocess.run(
             [*prefix, pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"], **run
         )
+        atexit.register(self.stop)  # a worker that dies leaves no server behind (pgserver: same)
         return str(sockets), f"initdb from {initdb}"
 
     def stop(self) -> None:
