@@ -36,6 +36,9 @@ class TableCopy:
 def copy_catalog(source_url: str, target_url: str) -> list[TableCopy]:
     """Copy the catalog at `source_url` (at head: SchemaBehind otherwise) into the empty catalog
     at `target_url` (created at head if it is a new database). Returns what was verified."""
+    path = db.sqlite_path(source_url) if db.is_sqlite(source_url) else None
+    if path is not None and not path.is_file():  # connecting would create an empty file
+        raise UsageError(f"the source catalog {path} does not exist: nothing to copy")
     source, target = db.make_engine(source_url), db.make_engine(target_url)
     try:
         if db.current_revision(source) is None:
