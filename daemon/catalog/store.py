@@ -33,11 +33,11 @@ from ..core.query import ListQuery
 from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
 from .rows import HEARTBEAT_ROWS, newest_per_node
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
-from .store_runs import RunRecords, dedupe, replace_metrics
+from .store_runs import RunRecords, dedupe, replace_metrics, run_id_for
 from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
 
@@ -83,6 +83,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         """
         now = now_iso()
         with self._engine.begin() as conn:
+            db.serialize(conn, "path", rec.path)  # its generation is a read-modify-write
             run_id = self._run_id(conn, rec.root, rec.run, now)
             row = conn.execute(
                 select(
@@ -153,7 +154,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         transaction (BEGIN IMMEDIATE on SQLite): two daemons of one node starting together
         cannot both register."""
         with self._engine.begin() as conn:
-            db.lock_for(conn, f"node:{node}")
+            db.serialize(conn, "node", node)
             row = conn.execute(
                 select(heartbeat)
                 .where(heartbeat.c.node == node)
@@ -259,12 +260,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         return len(rows)
 
     def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
-        found = conn.execute(
-            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
-        ).scalar()
-        if found is not None:
-            return int(found)
-        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
+        return run_id_for(conn, root, name, now)
 
     # ---- reads (BEGIN DEFERRED) ----
 
@@ -287,9 +283,9 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         if start is not None and start != root:
             # A range on the unique path index: `start` itself, and everything below `start/`
             # ("0" is the character after "/"), without LIKE and its wildcards.
+            path = codepoint_order(checkpoints.c.path)
             query = query.where(
-                (checkpoints.c.path == start)
-                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
             )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return {
