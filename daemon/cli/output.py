@@ -1,4 +1,4 @@
-"""What the CLI prints: escaped text lines, JSON documents, tables and a progress counter.
+"""What the CLI prints: escaped text lines, JSON documents, tables and progress of long work.
 
 Every byte the `ckpt` command writes goes through here. Tables are laid out by core.table (no
 rich: a cell is never markup); rich is imported only for the progress bar on a terminal."""
@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
+    from ..core.progress import Progress
     from ..core.table import Column
 
 
@@ -122,25 +124,67 @@ def _fitted(text: str, width: int | None) -> str:
     return cut_right(shown, width) if width else shown
 
 
-def progress() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
-    """A live counter on stderr when it is a terminal; nothing otherwise."""
-    if not sys.stderr.isatty():
-        return None, lambda: None
+class LiveWork:
+    """Long work as it goes: a line per finished item (`line`), streamed to stdout whatever
+    it is, and on a terminal a bar under the lines (`update`): items done of all, bytes,
+    time left, the item at work. Made by `live_work`."""
+
+    def __init__(self, verb: str, bar: Any) -> None:
+        self.verb, self._bar = verb, bar
+        self._task = bar.add_task("", total=None, item="") if bar is not None else None
+
+    def line(self, text: str) -> None:
+        """One finished item's line; its names are shown, never obeyed (render.visible)."""
+        from ..core.render import visible
+
+        if self._bar is None:
+            click.echo(visible(text))  # click flushes: each line reaches a pipe at once
+        else:  # above the bar, as written: no markup, no wrapping, no highlighting
+            self._bar.console.out(visible(text), highlight=False)
+
+    def update(self, p: Progress) -> None:
+        """A use case's report (the callback it is given); nothing to do without a bar."""
+        if self._bar is None:
+            return
+        from ..core.render import visible
+        from ..core.table import cut_left
+        from ..core.units import format_size
+
+        counted = f"{p.done} of {p.total}" if p.total is not None else str(p.done)
+        text = f"{counted} {self.verb}"
+        by_bytes = bool(p.total_bytes)
+        if by_bytes:
+            text += f", {format_size(p.bytes)} of {format_size(p.total_bytes or 0)}"
+        item = "" if p.finished else cut_left(visible(p.item), 40)
+        self._bar.update(
+            self._task,
+            description=text,
+            total=p.total_bytes if by_bytes else p.total,
+            completed=p.bytes if by_bytes else p.done,
+            item=item,
+        )
+
+
+@contextmanager
+def live_work(verb: str, *, as_json: bool = False) -> Iterator[LiveWork]:
+    """A `LiveWork` whose bar is drawn only when stdout is a terminal and the output is not
+    JSON: a pipe or a file gets the lines alone, --json one document at the end. The bar is
+    on stdout, where the lines are (rich keeps it below them), and leaves no trace."""
+    if as_json or not sys.stdout.isatty():
+        yield LiveWork(verb, None)
+        return
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn
+    from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import Progress as Bar
 
-    from ..core.render import visible
-
-    bar = Progress(
+    bar = Bar(
         SpinnerColumn(),
-        TextColumn("{task.completed} checked  {task.description}", markup=False),
-        console=Console(stderr=True),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(bar_width=24),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[item]}", markup=False),
+        console=Console(file=sys.stdout, markup=False, emoji=False, highlight=False),
         transient=True,
     )
-    task = bar.add_task("", total=None)
-    bar.start()
-
-    def advance(path: str) -> None:
-        bar.update(task, advance=1, description=visible(path[-60:]))
-
-    return advance, bar.stop
+    with bar:
+        yield LiveWork(verb, bar)

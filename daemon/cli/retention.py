@@ -9,9 +9,10 @@ import click
 from ..core.errors import PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
-from .output import echo, emit_json, table
+from .output import echo, emit_json, live_work, table
 
 if TYPE_CHECKING:
+    from ..core.progress import Progress
     from ..core.retention import Policy
     from ..usecases.pruner import PruneReport
 
@@ -56,9 +57,19 @@ def prune(
     \b
     Example:  ckpt prune --run exp1 --keep-last 3 --keep-best 2 --metric val_loss --dry-run
     """
+    from ..core.render import relative_path
+
     policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
-    with obj.catalog() as cat:
-        report = cat.prune(list(runs), policy, dry_run=dry_run)
+    with obj.catalog() as cat, live_work("moved to the trash", as_json=as_json) as work:
+        roots = sorted((str(r.path) for r in cat.config.roots), key=len, reverse=True)
+
+        def moved(p: Progress) -> None:  # each move as it is done, the plan below at the end
+            work.update(p)
+            if p.finished and not as_json:
+                why = f": {p.detail}" if p.detail else ""
+                work.line(f"{p.outcome} {relative_path(p.item, roots)}{why}")
+
+        report = cat.prune(list(runs), policy, dry_run=dry_run, on_progress=moved)
     if as_json:
         emit_json(documents.prune(report))
     else:

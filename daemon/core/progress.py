@@ -47,16 +47,12 @@ class Counter:
 
     def start(self, item: str) -> None:
         if self.on_progress is not None:
-            self.on_progress(
-                Progress(item, self.done, self.total, self.bytes, self.total_bytes)
-            )
+            self.on_progress(Progress(item, self.done, self.total, self.bytes, self.total_bytes))
 
     def finish(self, item: str, outcome: str, size: int = 0, detail: str = "") -> None:
         self.done += 1
         self.bytes += max(0, size)
         if self.on_progress is not None:
             self.on_progress(
-                Progress(
-                    item, self.done, self.total, self.bytes, self.total_bytes, outcome, detail
-                )
+                Progress(item, self.done, self.total, self.bytes, self.total_bytes, outcome, detail)
             )
