@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -43,7 +43,7 @@ def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: 
     """
     from ..core.units import format_size
 
-    with obj.catalog() as cat, live_work("split", as_json=as_json) as work:
+    with obj.catalog() as cat, _live(cat, "split", as_json) as work:
         checkpoint, result = cat.split(
             ref,
             out=Path(out) if out else None,
@@ -84,7 +84,7 @@ def compress(
     """
     from ..core.units import format_size
 
-    with obj.catalog() as cat, live_work("compressed", as_json=as_json) as work:
+    with obj.catalog() as cat, _live(cat, "compressed", as_json) as work:
         checkpoint, result = cat.compress(
             ref, codec=codec, level=level, shuffle=not no_shuffle, on_progress=work.update
         )
@@ -122,16 +122,13 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     \b
     Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
     """
-    from ..core.render import relative_path
     from .output import terminal_width, verify_line
 
     width = terminal_width()
-    with obj.catalog() as cat, live_work("checked", as_json=as_json) as work:
-        # Longest first: a root inside another root names its own paths.
-        roots = sorted((str(r.path) for r in cat.config.roots), key=len, reverse=True)
+    with obj.catalog() as cat, _live(cat, "checked", as_json, by_bytes=not load) as work:
 
         def line(v: Verdict) -> None:  # as soon as it is known: --load takes seconds each
-            work.line(verify_line(v.id, v.ok, relative_path(v.path, roots), v.detail, width))
+            work.line(verify_line(v.id, v.ok, work.relative(v.path), v.detail, width))
 
         if as_json:
             verdicts = cat.verify(refs, load=load)
@@ -143,3 +140,8 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     failed = [v for v in verdicts if not v.ok]
     if failed:
         raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")
+
+
+def _live(cat: Any, verb: str, as_json: bool, *, by_bytes: bool = True) -> Any:
+    roots = [str(r.path) for r in cat.config.roots]
+    return live_work(verb, as_json=as_json, roots=roots, by_bytes=by_bytes)

@@ -50,8 +50,10 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
     from ..logs import setup
 
     setup("debug" if obj.debug else "warning")
-    with obj.catalog() as cat, live_work("checked", as_json=as_json) as work:
-        report = cat.scan(paths, reindex=reindex, on_progress=_scan_lines(cat, work, as_json))
+    with obj.catalog() as cat:
+        roots = [str(r.path) for r in cat.config.roots]
+        with live_work("checked", as_json=as_json, roots=roots) as work:
+            report = cat.scan(paths, reindex=reindex, on_progress=_scan_lines(work, as_json))
     if as_json:
         emit_json(documents.scan(report))
     else:
@@ -70,19 +72,16 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
         raise PartialFailure(f"scan: {failed} item(s) failed or could not be read")
 
 
-def _scan_lines(cat: Any, work: Any, as_json: bool) -> Callable[[Progress], None]:
+def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     """Feeds the bar, and streams a line per file read (indexed, incomplete or failed) as it
     is done; the unchanged ones of a big tree only count."""
-    from ..core.render import relative_path
-
-    roots = sorted((str(r.path) for r in cat.config.roots), key=len, reverse=True)
 
     def report(p: Progress) -> None:
         work.update(p)
         if as_json or p.outcome in (None, "unchanged", "skipped", "vanished"):
             return
         why = f"  {p.detail}" if p.detail else ""
-        work.line(f"{p.outcome:<10}  {relative_path(p.item, roots)}{why}")
+        work.line(f"{p.outcome:<10}  {work.relative(p.item)}{why}")
 
     return report
 

@@ -129,9 +129,17 @@ class LiveWork:
     it is, and on a terminal a bar under the lines (`update`): items done of all, bytes,
     time left, the item at work. Made by `live_work`."""
 
-    def __init__(self, verb: str, bar: Any) -> None:
-        self.verb, self._bar = verb, bar
+    def __init__(self, verb: str, bar: Any, roots: Iterable[str] = (), by_bytes: bool = True):
+        self.verb, self._bar, self.by_bytes = verb, bar, by_bytes
+        # Longest first: a root inside another root names its own paths.
+        self.roots = sorted(roots, key=len, reverse=True)
         self._task = bar.add_task("", total=None, item="") if bar is not None else None
+
+    def relative(self, path: str) -> str:
+        """`path` relative to its root (render.relative_path), as every line shows it."""
+        from ..core.render import relative_path
+
+        return relative_path(path, self.roots)
 
     def line(self, text: str) -> None:
         """One finished item's line; its names are shown, never obeyed (render.visible)."""
@@ -150,12 +158,14 @@ class LiveWork:
         from ..core.table import cut_left
         from ..core.units import format_size
 
+        # Time left from bytes where the work is reading them (hashing, copying), else from
+        # items (a Keras load takes seconds whatever the size).
         counted = f"{p.done} of {p.total}" if p.total is not None else str(p.done)
         text = f"{counted} {self.verb}"
-        by_bytes = bool(p.total_bytes)
-        if by_bytes:
-            text += f", {format_size(p.bytes)} of {format_size(p.total_bytes or 0)}"
-        item = "" if p.finished else cut_left(visible(p.item), 40)
+        if p.total_bytes:
+            text += f", {format_size(p.bytes)} of {format_size(p.total_bytes)}"
+        by_bytes = self.by_bytes and bool(p.total_bytes)
+        item = "" if p.finished else cut_left(visible(self.relative(p.item)), 40)
         self._bar.update(
             self._task,
             description=text,
@@ -166,12 +176,15 @@ class LiveWork:
 
 
 @contextmanager
-def live_work(verb: str, *, as_json: bool = False) -> Iterator[LiveWork]:
+def live_work(
+    verb: str, *, as_json: bool = False, roots: Iterable[str] = (), by_bytes: bool = True
+) -> Iterator[LiveWork]:
     """A `LiveWork` whose bar is drawn only when stdout is a terminal and the output is not
     JSON: a pipe or a file gets the lines alone, --json one document at the end. The bar is
-    on stdout, where the lines are (rich keeps it below them), and leaves no trace."""
+    on stdout, where the lines are (rich keeps it below them), and leaves no trace. Paths are
+    shown relative to the first of `roots` they are in; `by_bytes`: time left from bytes."""
     if as_json or not sys.stdout.isatty():
-        yield LiveWork(verb, None)
+        yield LiveWork(verb, None, roots, by_bytes)
         return
     from rich.console import Console
     from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeRemainingColumn
@@ -187,4 +200,4 @@ def live_work(verb: str, *, as_json: bool = False) -> Iterator[LiveWork]:
         transient=True,
     )
     with bar:
-        yield LiveWork(verb, bar)
+        yield LiveWork(verb, bar, roots, by_bytes)

@@ -57,19 +57,18 @@ def prune(
     \b
     Example:  ckpt prune --run exp1 --keep-last 3 --keep-best 2 --metric val_loss --dry-run
     """
-    from ..core.render import relative_path
-
     policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
-    with obj.catalog() as cat, live_work("moved to the trash", as_json=as_json) as work:
-        roots = sorted((str(r.path) for r in cat.config.roots), key=len, reverse=True)
+    with obj.catalog() as cat:
+        roots = [str(r.path) for r in cat.config.roots]
+        with live_work("moved to the trash", as_json=as_json, roots=roots) as work:
 
-        def moved(p: Progress) -> None:  # each move as it is done, the plan below at the end
-            work.update(p)
-            if p.finished and not as_json:
-                why = f": {p.detail}" if p.detail else ""
-                work.line(f"{p.outcome} {relative_path(p.item, roots)}{why}")
+            def moved(p: Progress) -> None:  # each move as it is done; the plan at the end
+                work.update(p)
+                if p.finished and not as_json:
+                    why = f": {p.detail}" if p.detail else ""
+                    work.line(f"{p.outcome} {work.relative(p.item)}{why}")
 
-        report = cat.prune(list(runs), policy, dry_run=dry_run, on_progress=moved)
+            report = cat.prune(list(runs), policy, dry_run=dry_run, on_progress=moved)
     if as_json:
         emit_json(documents.prune(report))
     else:
