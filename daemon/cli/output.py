@@ -187,13 +187,20 @@ def live_work(
         yield LiveWork(verb, None, roots, by_bytes)
         return
     from rich.console import Console
-    from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from rich.progress import Progress as Bar
 
     bar = Bar(
         SpinnerColumn(),
         TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=24),
+        TimeElapsedColumn(),  # the one sign of life while a single big file is worked on
         TimeRemainingColumn(),
         TextColumn("{task.fields[item]}", markup=False),
         console=Console(file=sys.stdout, markup=False, emoji=False, highlight=False),
