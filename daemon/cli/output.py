@@ -133,7 +133,8 @@ class LiveWork:
         self.verb, self._bar, self.by_bytes = verb, bar, by_bytes
         # Longest first: a root inside another root names its own paths.
         self.roots = sorted(roots, key=len, reverse=True)
-        self._task = bar.add_task("", total=None, item="") if bar is not None else None
+        # Until the first report (the use case's imports and catalog reads come first).
+        self._task = bar.add_task("starting", total=None, item="") if bar is not None else None
 
     def relative(self, path: str) -> str:
         """`path` relative to its root (render.relative_path), as every line shows it."""
