@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .core.model import Checkpoint, Run
+from .core.progress import OnProgress
 from .core.query import Condition, ListQuery, default_mode, parse_condition
 from .settings import config as config_module
 from .settings.config import Config
@@ -148,6 +149,7 @@ class Catalog:
         *,
         dry_run: bool = False,
         actor: str | None = None,
+        on_progress: OnProgress | None = None,
     ) -> PruneReport:
         """Apply retention (`policy`, else the configured ones): doomed checkpoints go to the
         trash (restore with `restore`); per-item failures are in `report.failures`."""
@@ -160,6 +162,7 @@ class Catalog:
             override=policy,
             dry_run=dry_run,
             actor=actor or _actor(),
+            on_progress=on_progress,
         )
 
     def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
@@ -229,6 +232,7 @@ class Catalog:
         out: Path | None = None,
         keep_compile: bool = False,
         actor: str | None = None,
+        on_progress: OnProgress | None = None,
     ) -> tuple[Checkpoint, SplitResult]:
         """Write and register the inference artifact of a checkpoint."""
         from .usecases.artifacts import split_checkpoint
@@ -240,6 +244,7 @@ class Catalog:
             out=out,
             keep_compile=keep_compile,
             actor=actor or _actor(),
+            on_progress=on_progress,
         )
 
     def compress(
@@ -250,6 +255,7 @@ class Catalog:
         level: int | None = None,
         shuffle: bool = True,
         actor: str | None = None,
+        on_progress: OnProgress | None = None,
     ) -> tuple[Checkpoint, CompressResult]:
         """Compress a checkpoint in place, losslessly and verified."""
         from .usecases.artifacts import compress_checkpoint
@@ -262,18 +268,33 @@ class Catalog:
             level=level,
             shuffle=shuffle,
             actor=actor or _actor(),
+            on_progress=on_progress,
         )
 
     def verify(
-        self, refs: Sequence[str | int] = (), *, load: bool = False, actor: str | None = None
+        self,
+        refs: Sequence[str | int] = (),
+        *,
+        load: bool = False,
+        actor: str | None = None,
+        on_verdict: Callable[[Verdict], None] | None = None,
+        on_progress: OnProgress | None = None,
     ) -> builtins.list[Verdict]:
         """Re-hash checkpoints (all `ok` ones by default) and their artifacts; with `load`,
         also load them with Keras in a child process and compare predictions. A checkpoint
-        whose hash differs under an unchanged stat (bit rot) is marked `corrupt`."""
+        whose hash differs under an unchanged stat (bit rot) is marked `corrupt`.
+        `on_verdict` gets each verdict as soon as it is known, `on_progress` each checkpoint's
+        start and end."""
         from .usecases.verifier import verify
 
         return verify(
-            self.config, self._store, [str(r) for r in refs], load=load, actor=actor or _actor()
+            self.config,
+            self._store,
+            [str(r) for r in refs],
+            load=load,
+            actor=actor or _actor(),
+            on_verdict=on_verdict,
+            on_progress=on_progress,
         )
 
     def status(self) -> dict[str, Any]:
@@ -290,6 +311,7 @@ class Catalog:
         actor: str | None = None,
         progress: Callable[[str], None] | None = None,
         reindex: bool = False,
+        on_progress: OnProgress | None = None,
     ) -> ScanReport:
         """Index now: the given files/folders (inside configured roots), or every root.
         `reindex`: derive every walked run's epochs and metrics again (no weights read)."""
@@ -302,6 +324,7 @@ class Catalog:
             actor=actor or _actor(),
             progress=progress,
             reindex=reindex,
+            on_progress=on_progress,
         )
 
 

@@ -10,7 +10,7 @@ import click
 from ..core.errors import PartialFailure
 from . import documents
 from .context import Context, pass_context
-from .output import echo, emit_json
+from .output import echo, emit_json, live_work
 
 if TYPE_CHECKING:
     from ..usecases.verifier import Verdict
@@ -43,9 +43,12 @@ def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: 
     """
     from ..core.units import format_size
 
-    with obj.catalog() as cat:
+    with obj.catalog() as cat, _live(cat, "split", as_json) as work:
         checkpoint, result = cat.split(
-            ref, out=Path(out) if out else None, keep_compile=keep_compile
+            ref,
+            out=Path(out) if out else None,
+            keep_compile=keep_compile,
+            on_progress=work.update,
         )
     if as_json:
         emit_json(documents.split(checkpoint, result))
@@ -81,8 +84,10 @@ def compress(
     """
     from ..core.units import format_size
 
-    with obj.catalog() as cat:
-        checkpoint, result = cat.compress(ref, codec=codec, level=level, shuffle=not no_shuffle)
+    with obj.catalog() as cat, _live(cat, "compressed", as_json) as work:
+        checkpoint, result = cat.compress(
+            ref, codec=codec, level=level, shuffle=not no_shuffle, on_progress=work.update
+        )
     if as_json:
         emit_json(documents.compress(checkpoint, result))
         return
@@ -117,28 +122,26 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     \b
     Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
     """
-    with obj.catalog() as cat:
+    from .output import terminal_width, verify_line
+
+    width = terminal_width()
+    with obj.catalog() as cat, _live(cat, "checked", as_json, by_bytes=not load) as work:
+
+        def line(v: Verdict) -> None:  # as soon as it is known: --load takes seconds each
+            work.line(verify_line(v.id, v.ok, work.relative(v.path), v.detail, width))
+
         if as_json:
             verdicts = cat.verify(refs, load=load)
-            emit_json(documents.verify(verdicts))
-        else:
-            verdicts = _verify_lines(cat, refs, load)
+        else:  # by id, as the lines have always come
+            ids = refs or tuple(str(c.id) for c in cat.list(status="ok", sort="id"))
+            verdicts = cat.verify(ids, load=load, on_verdict=line, on_progress=work.update)
+    if as_json:
+        emit_json(documents.verify(verdicts))
     failed = [v for v in verdicts if not v.ok]
     if failed:
         raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")
 
 
-def _verify_lines(cat: Any, refs: tuple[str, ...], load: bool) -> list[Verdict]:
-    """Verify one checkpoint at a time, printing each verdict as soon as it is known (a full
-    verify of a large catalog takes minutes: the screen shows it is moving)."""
-    from ..core.render import relative_path
-    from .output import terminal_width, verify_line
-
-    targets = [cat.get(ref) for ref in refs] or cat.list(status="ok", sort="id")
-    width = terminal_width()
-    verdicts = []
-    for c in targets:
-        for v in cat.verify([c.id], load=load):
-            echo(verify_line(v.id, v.ok, relative_path(v.path, [c.root]), v.detail, width))
-            verdicts.append(v)
-    return verdicts
+def _live(cat: Any, verb: str, as_json: bool, *, by_bytes: bool = True) -> Any:
+    roots = [str(r.path) for r in cat.config.roots]
+    return live_work(verb, as_json=as_json, roots=roots, by_bytes=by_bytes)

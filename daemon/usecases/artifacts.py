@@ -20,6 +20,7 @@ from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.progress import Counter, OnProgress
 from ..fs import fsops
 from ..logs import event
 from ..settings.config import Artifacts, Config
@@ -41,16 +42,20 @@ def split_checkpoint(
     keep_compile: bool = False,
     actor: str,
     leased: HeldLease | None = None,
+    on_progress: OnProgress | None = None,
 ) -> tuple[Checkpoint, SplitResult]:
     """`leased`: the run's lease the caller (retention's demotion) holds, renewed meanwhile.
 
     The artifact is registered before it gets its name (a pending row, completed after), so
     a scan racing the split, or one after a crash in between, knows the file is ours; the file
     also carries a marker (`transforms.marker`). Any other file at that name is never
-    replaced: only this checkpoint's own artifact, still as registered, is rewritten."""
+    replaced: only this checkpoint's own artifact, still as registered, is rewritten.
+    `on_progress` hears the checkpoint start (its bytes the total) and finish (`split`)."""
     from ..transforms.split import inference_path, split
 
     c = store.get(ref)
+    counter = Counter(on_progress, 1, c.size_bytes)
+    counter.start(c.path)
     with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
         final = inference_path(Path(c.path), out)
@@ -72,6 +77,7 @@ def split_checkpoint(
                 store.forget_artifact(str(final))
             raise
         _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
+    counter.finish(c.path, "split", c.size_bytes, str(result.path))
     return store.get(str(c.id)), result
 
 
@@ -128,10 +134,15 @@ def compress_checkpoint(
     level: int | None = None,
     shuffle: bool = True,
     actor: str,
+    on_progress: OnProgress | None = None,
 ) -> tuple[Checkpoint, CompressResult]:
+    """`on_progress` hears the checkpoint start (its bytes the total) and finish
+    (`compressed` or `left`)."""
     from ..transforms.compress import compress
 
     c = store.get(ref)
+    counter = Counter(on_progress, 1, c.size_bytes)
+    counter.start(c.path)
     with _acting_on(config, store, c, "compress", actor) as (root, members):
         # The stat the checks above matched (hash included): compress takes the file's identity
         # before reading it and refuses it unread if a save landed since those checks.
@@ -152,6 +163,8 @@ def compress_checkpoint(
         # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
         tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
         _register(store, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash)
+    outcome = "compressed" if result.skipped is None else "left"
+    counter.finish(c.path, outcome, c.size_bytes, result.skipped or "")
     return store.get(str(c.id)), result
 
 
