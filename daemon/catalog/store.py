@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
@@ -19,12 +19,11 @@ from sqlalchemy import (
     update,
 )
 
-from ..core.errors import DaemonRunning, NotFound
+from ..core.errors import NotFound
 from ..core.model import (
     Checkpoint,
     CheckpointStatus,
     FileStat,
-    Heartbeat,
     IndexRecord,
     Run,
 )
@@ -32,9 +31,9 @@ from ..core.observability import Figures
 from ..core.query import ListQuery
 from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
-from .rows import HEARTBEAT_ROWS, newest_per_node
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
+from .store_daemons import DaemonRecords
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
 from .store_runs import RunRecords, dedupe, replace_metrics, run_id_for
@@ -59,7 +58,9 @@ class Known:
     metrics_at: str | None
 
 
-class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageReads):
+class Store(
+    Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageReads, DaemonRecords
+):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 
@@ -138,92 +139,6 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
                     at=now,
                 )
             return int(ckpt_id)
-
-    def register(
-        self,
-        node: str,
-        *,
-        pid: int,
-        host: str,
-        started_at: str,
-        state: dict[str, Any],
-        is_live: Callable[[Heartbeat], bool],
-    ) -> int:
-        """This daemon's first heartbeat row, unless the newest one of `node` is of a daemon
-        that `is_live` judges running: then DaemonRunning, and nothing written. One
-        transaction (BEGIN IMMEDIATE on SQLite): two daemons of one node starting together
-        cannot both register."""
-        with self._engine.begin() as conn:
-            db.serialize(conn, "node", node)
-            row = conn.execute(
-                select(heartbeat)
-                .where(heartbeat.c.node == node)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-            if row is not None:
-                beat = Heartbeat(
-                    row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {})
-                )
-                if is_live(beat):
-                    raise DaemonRunning(
-                        f"a daemon of node {node!r} is running on this catalog (pid {row.pid} "
-                        f"on {row.host}, heartbeat {row.heartbeat_at}): stop it, or give this "
-                        "one another service.node"
-                    )
-            values = {
-                "node": node,
-                "pid": pid,
-                "host": host,
-                "started_at": started_at,
-                "heartbeat_at": now_iso(),
-                "state": state,
-            }
-            return _insert_id(conn, heartbeat, values)
-
-    def heartbeats(self) -> builtins.list[Heartbeat]:
-        """The newest heartbeat of each daemon node, newest first."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(heartbeat)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(HEARTBEAT_ROWS)
-            ).all()
-        beats = [
-            Heartbeat(
-                r.pid, r.host, r.started_at, r.heartbeat_at, dict(r.state or {}), r.node, r.id
-            )
-            for r in rows
-        ]
-        return newest_per_node(beats)
-
-    def beat(
-        self,
-        heartbeat_id: int | None,
-        *,
-        pid: int,
-        host: str,
-        started_at: str,
-        state: dict[str, Any],
-        node: str | None = None,
-    ) -> int:
-        """Record that this daemon is alive (one row per daemon run); returns the row id."""
-        values = {
-            "node": node,
-            "pid": pid,
-            "host": host,
-            "started_at": started_at,
-            "heartbeat_at": now_iso(),
-            "state": state,
-        }
-        with self._engine.begin() as conn:
-            if heartbeat_id is not None:
-                done = conn.execute(
-                    update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
-                )
-                if done.rowcount:
-                    return heartbeat_id
-            return _insert_id(conn, heartbeat, values)
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
         return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
@@ -342,17 +257,6 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
             raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
-
-    def latest_heartbeat(self) -> Heartbeat | None:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(heartbeat)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-        if row is None:
-            return None
-        return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self._engine, query)
