@@ -336,13 +336,19 @@ def markdown(f: Facts) -> str:
     if f.layers:
         out.extend([f"## Layers ({len(f.layers)})", ""])
         rows = [[r.name, r.class_name, f"{r.n_params:,}", r.shapes, r.trainable] for r in f.layers]
-        out.extend(_md_table(["layer", "class", "parameters", "weights", "trainable"], rows, frozenset({2})))
+        out.extend(
+            _md_table(
+                ["layer", "class", "parameters", "weights", "trainable"], rows, frozenset({2})
+            )
+        )
     pairs("Optimizer", f.optimizer)
     pairs("Training config", f.training)
     pairs("Epoch", f.epoch)
     if f.metrics:
         out.extend(["## Metrics of this epoch", ""])
-        out.extend(_md_table(["metric", "value", "source"], [list(m) for m in f.metrics], frozenset({1})))
+        out.extend(
+            _md_table(["metric", "value", "source"], [list(m) for m in f.metrics], frozenset({1}))
+        )
     pairs("Sizes", f.sizes)
     pairs("Lineage", f.lineage)
     out.extend(["## How to load it", "", "```python", visible(f.load), "```", ""])
