@@ -20,6 +20,7 @@ from .units import format_size, shortest_float
 
 # The codecs whose HDF5 filters Keras cannot read without `import hdf5plugin` (keras-formats §0.7).
 PLUGIN_CODECS = ("zstd", "blosc", "blosc2", "bitshuffle", "lz4")
+WEIGHTS_KIND = "json+h5-weights"  # the artifact row of an export's `<stem>.weights.h5`
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def facts(
     optimizer_bytes = 0 if inference else doc["optimizer_bytes"]
     inputs, outputs = ports(model_config)
     what = [
-        ("format", f"{doc['format'] or '-'} ({_kind_text(doc['kind'], inference)})"),
+        ("format", _format_text(doc, artifact)),
         ("keras", doc["keras_version"] or "-"),
         ("backend", doc["backend"] or "-"),
         ("model", f"{doc['model_class'] or '-'} {doc['model_name'] or ''}".rstrip()),
@@ -100,6 +101,8 @@ def facts(
         for name, value in sorted(doc["metrics"].items())
     ]
     size = artifact["bytes"] if artifact else doc["size_bytes"]
+    if artifact and artifact["kind"] == "json+h5":  # the config and its weights file
+        size += sum(a["bytes"] for a in doc.get("artifacts") or [] if a["kind"] == WEIGHTS_KIND)
     sizes = [
         ("file", format_size(size)),
         ("weights", format_size(doc["weights_bytes"])),
@@ -119,7 +122,8 @@ def facts(
         sizes=sizes,
         lineage=_lineage(doc, artifact),
         load=load_line(path, fmt, doc["keras_version"], artifact, doc.get("codec")),
-        notes=list(doc.get("notes") or []),
+        # The checkpoint's resume note is not the artifact's (its own line says why not).
+        notes=[n for n in doc.get("notes") or [] if not (inference and n.startswith("resume"))],
     )
 
 
@@ -130,10 +134,14 @@ def _format(value: str | None) -> Format | None:
         return None
 
 
-def _kind_text(kind: str | None, inference: bool) -> str:
-    if inference:
-        return "inference artifact: architecture + weights"
-    return {Kind.FULL.value: "full model", "weights": "weights only"}.get(kind or "", kind or "-")
+def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
+    if artifact is not None and artifact["kind"] == "json+h5":
+        return f"json+h5 (model config JSON + .weights.h5, exported from {doc['format']})"
+    if artifact is not None:
+        return f"{doc['format']} (inference artifact: architecture + weights)"
+    kind = doc["kind"]
+    shown = {Kind.FULL.value: "full model", "weights": "weights only"}.get(kind or "", kind or "-")
+    return f"{doc['format'] or '-'} ({shown})"
 
 
 def ports(model_config: Any) -> tuple[list[Port], list[Port]]:
@@ -243,7 +251,7 @@ def _lineage(doc: dict[str, Any], artifact: dict[str, Any] | None) -> list[tuple
     if doc.get("codec"):
         pairs.append(("compressed", doc["codec"]))
     for a in doc.get("artifacts") or []:
-        if artifact is None or a["path"] != artifact["path"]:
+        if artifact is None or (a["path"] != artifact["path"] and a["kind"] != "card"):
             shown = relative_path(a["path"], [doc["root"]])
             pairs.append((f"artifact {a['kind']}", f"{shown} ({a.get('hash') or 'pending'})"))
     return pairs

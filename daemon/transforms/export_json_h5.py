@@ -38,7 +38,7 @@ from .split import (
 
 LAYOUT = "json+h5"
 _LEGACY = (
-    "a legacy .h5 stores its weights by layer name (model_weights/<layer>/...), while "
+    "a legacy .h5: its weights are stored by layer name (model_weights/<layer>/...), and "
     "load_weights of a .weights.h5 reads Keras's own variable paths (layers/<class>_N/vars) "
     "that only Keras assigns: use `ckpt split` (a slim .h5 that load_model reads)"
 )
