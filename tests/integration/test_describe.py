@@ -22,6 +22,7 @@ import pytest
 
 from ckpt_daemon.api import open_catalog
 from ckpt_daemon.core.errors import UsageError
+from ckpt_daemon.core.retention import Policy
 from ckpt_daemon.usecases.describe import card_path, render
 from tests.support.workspace import Workspace
 
@@ -97,6 +98,7 @@ print(json.dumps({"files": report, "exports": exports}))
 """
 
 K3_FILES = ["k3/run_zip/e03-vl1.643.keras", "k3/legacy/full.h5"]
+COPIED = ("k3/run_zip", "k3/legacy", "k3/run_weights", "tfk/run_h5")
 TFK_ARCHIVE = "tfk/archive/tfk.keras"
 TFK_FILES = ["tfk/run_h5/weights.02-1.68.hdf5", TFK_ARCHIVE]
 ARCHIVES = ["k3/run_zip/e03-vl1.643.keras", TFK_ARCHIVE]
@@ -124,8 +126,9 @@ def described(
     by the product (which checks each in its own child); then the Keras 3 truth child, which
     also loads the Keras 3 export independently. Four TensorFlow processes in all."""
     ws = Workspace(tmp_path_factory.mktemp("describe"))
-    for part in ("k3", "tfk"):
+    for part in COPIED:  # no TF checkpoint or SavedModel: their reader would start TensorFlow
         shutil.copytree(keras_checkpoints / part, ws.root / part)
+    shutil.copy2(keras_checkpoints / "tfk/weights_only.h5", ws.root / "tfk/weights_only.h5")
     (ws.root / "tfk/archive").mkdir()
     tfk = {
         "lib": "tf_keras",
@@ -134,7 +137,8 @@ def described(
         "exports": [],
     }
     truth = json.loads(_child(TRUTH, json.dumps(tfk)))
-    ws.run("scan")
+    with open_catalog(str(ws.config)) as cat:
+        assert not cat.scan().failed
     exports = {}
     with open_catalog(str(ws.config)) as cat:
         for name in ARCHIVES:
@@ -255,8 +259,7 @@ def test_json_h5_exports_are_the_stored_config_and_predict_identically(
         ("k3/run_weights/w.01.weights.h5", "weights only"),
         ("tfk/weights_only.h5", "weights only"),
         ("k3/legacy/full.h5", "legacy .h5"),
-        ("k3/tfckpt/ckpt-2", "TF"),
-        ("tfk/savedmodel", "savedmodel"),
+        ("tfk/run_h5/weights.01-1.69.hdf5", "legacy .h5"),
     ],
 )
 def test_json_h5_is_refused_with_the_reason(
@@ -283,18 +286,22 @@ def test_card_is_created_trashed_and_restored_with_its_artifact(
         assert "inference artifact" in text and "keras.models.load_model" in text
         kinds = {a["kind"]: a for a in cat.get(c.id).details["artifacts"]}
         assert kinds["card"]["path"] == str(card) and kinds["card"]["hash"]
-    # Keep the two newest: epoch 1 goes to the trash, its artifact and card with it.
-    ws.run("prune", "--keep-last", "2", "--run", "k3/run_zip")
+        # Keep the two newest: epoch 1 goes to the trash, its artifact and card with it.
+        report = cat.prune(["k3/run_zip"], Policy(keep_last=2))
+        assert sum(r.trashed for r in report.runs) == 1 and not report.failures
     assert not source.exists() and not result.path.exists() and not card.exists()
     trash = list((ws.root / ".ckpt-trash").rglob("e01-vl1.683.inference.*"))
     assert sorted(p.name for p in trash) == [
         "e01-vl1.683.inference.keras",
         "e01-vl1.683.inference.md",
     ]
-    ws.run("trash", "restore", str(c.id))
-    assert source.exists() and result.path.exists() and card.read_text() == text
-    scan = ws.json("scan")
-    assert not scan["indexed"] and not scan["failed"]
+    with open_catalog(str(ws.config)) as cat:
+        cat.restore(c.id)
+        assert source.exists() and result.path.exists() and card.read_text() == text
+        scan = cat.scan()
+        assert not scan.indexed and not scan.failed
+        assert str(result.path) in {p for p, _why in scan.skipped}
+        assert not [c for c in cat.list() if c.path.endswith(".md")]
 
 
 def test_describe_cli_formats_and_output_file(
