@@ -47,10 +47,10 @@ def split(
 
     Verified (every kept dataset decodes to the source's values) before it is renamed into
     place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it),
-    with its model card `<stem>.inference.md` beside it (`ckpt describe`). With `--layout
-    json+h5`: `<stem>.json` + `<stem>.weights.h5` + `<stem>.md`, checked in a child process
-    (model_from_json + load_weights predict identically to the checkpoint) before they get
-    their names.
+    with its model card beside it (`<stem>.inference` + `.md`, see `ckpt describe`). With
+    `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card (`<stem>` + `.md`),
+    checked in a child process (model_from_json + load_weights predict identically to the
+    checkpoint) before they get their names.
 
     \b
     Example:  ckpt split "$(ckpt best --metric val_loss --run exp1)"

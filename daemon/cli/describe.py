@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from .context import Context, pass_context
@@ -32,7 +30,7 @@ def describe(obj: Context, ref: str, fmt: str, output: str | None) -> None:
     read, TensorFlow is never imported.
 
     \b
-    Example:  ckpt describe "$(ckpt best --metric val_loss)" -o MODEL_CARD.md
+    Example:  ckpt describe "$(ckpt best --metric val_loss)" -o model-card.txt --format txt
     """
     from ..usecases.describe import render
     from .output import echo
@@ -42,5 +40,6 @@ def describe(obj: Context, ref: str, fmt: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)  # every name in it went through render.visible
         return
-    Path(output).write_text(text)
+    with click.open_file(output, "w", atomic=True) as out:  # a temp beside it, renamed
+        out.write(text)
     echo(f"{output}: the model card of {ref}")

@@ -120,7 +120,8 @@ def export(
 def _write(source: Path, config_temp: Path, weights_temp: Path, mark: str) -> int:
     with open(source, "rb") as raw, zipfile.ZipFile(raw) as archive:
         config = read_member(archive, CONFIG_MEMBER, MAX_JSON_BYTES)
-        config_temp.write_bytes(config)  # our own temp, named by fsops.rewrite
+        with open(config_temp, "wb") as out:  # our own temp, named by fsops.rewrite
+            out.write(config)
         _expect(config_temp.read_bytes() == config, CONFIG_MEMBER)
         with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as src:
             with h5py.File(weights_temp, "w", locking=False) as dst:

@@ -49,7 +49,7 @@ def split_checkpoint(
     a scan racing the split, or one after a crash in between, knows the file is ours; the file
     also carries a marker (`transforms.marker`). Any other file at that name is never
     replaced: only this checkpoint's own artifact, still as registered, is rewritten. Its
-    model card (`<stem>.inference.md`, `usecases.describe`) is written beside it, registered
+    model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
     as part of it."""
     from ..transforms.split import inference_path, split
     from .describe import card_path, own_card, write_card

@@ -1,5 +1,5 @@
 """`ckpt describe`: a model card for a catalogued checkpoint or artifact, and the card
-`<stem>.inference.md` that every split writes beside its artifact.
+(`<stem>.inference` + `.md`) that every split writes beside its artifact.
 
 Everything comes from the catalog and the file's metadata: the model config it stores (a
 `.keras` archive's `config.json`, read with zipfile and json; a legacy `.h5`'s `model_config`,
@@ -32,8 +32,8 @@ _MAX_CONFIG_BYTES = 16 << 20
 
 
 def card_path(artifact: Path) -> Path:
-    """`e03.inference.keras` → `e03.inference.md`; `w.inference.weights.h5` →
-    `w.inference.md`; an export's `e03.json` → `e03.md`."""
+    """The card's name: the artifact's with `.md` for its Keras suffix (`e03.inference.keras`
+    → `e03.inference` + `.md`; an export's `e03.json` → `e03` + `.md`)."""
     name = artifact.name
     for suffix in (".weights.h5", ".keras", ".hdf5", ".h5", ".json"):
         if name.endswith(suffix) and name != suffix:
@@ -70,7 +70,8 @@ def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> P
     if replacing is None:
         store.add_artifact(c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None)
     with fsops.rewrite(root, target, like=artifact, replacing=replacing) as temp:
-        temp.write_bytes(text)  # our own temp, named by fsops.rewrite
+        with open(temp, "wb") as out:  # our own temp, named by fsops.rewrite
+            out.write(text)
         digest = hash_files([temp])
     store.add_artifact(
         c.id, kind=CARD_KIND, path=str(target), size=len(text), codec=None, digest=digest

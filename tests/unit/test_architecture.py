@@ -80,7 +80,13 @@ MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "m
 PATH_MUTATORS = {"unlink", "rmdir", "write_bytes", "write_text", "symlink_to", "hardlink_to"}
 MUTATORS = {"fs.fsops", "fs.fsswap"}  # fsswap: the renameat2 half of fsops
 # Programs run with `python -m`: they talk to their parent on stdout and exit with a code.
-PROGRAMS = {"__main__", "children.tf_probe", "children.keras_load_probe"}
+PROGRAMS = {
+    "__main__",
+    "children.tf_probe",
+    "children.keras_load_probe",
+    "children.config_child",
+    "children.json_h5_probe",
+}
 
 
 @cache
