@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -321,3 +322,28 @@ def test_describe_cli_formats_and_output_file(
         json.loads(ws.run("describe", ref, "--format", "json").stdout)["parameters"]["total"]
         == "259"
     )
+
+
+def _normalized(card_text: str, root: str) -> str:
+    """A card without what differs from machine to machine: the root, times, who, hashes."""
+    text = card_text.replace(root, "ROOT").replace(root.replace("_", "\\_"), "ROOT")
+    text = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "TIME", text)
+    text = re.sub(r" by [^ |]+ \|", " by WHO |", text)
+    return re.sub(r"blake3:[0-9a-f]{64}", "HASH", text)
+
+
+def test_the_readme_card_is_what_describe_prints(tmp_path: Path, keras_checkpoints: Path) -> None:
+    """The README's card, generated again the way its text says (a copy of the fixture run
+    as `exp1`, scanned, split, described): the same card but for root, times and hashes."""
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split("````markdown\n", 1)[1].split("````", 1)[0]
+    root_line = re.search(r"^\| root \| (.+) \|$", shown, re.M)
+    assert root_line is not None
+    ws = Workspace(tmp_path)
+    shutil.copytree(keras_checkpoints / "k3/run_zip", ws.root / "exp1")
+    path = ws.root / "exp1/e03-vl1.643.keras"
+    with open_catalog(str(ws.config)) as cat:
+        cat.scan()
+        cat.split(str(path))
+        generated = render(cat.describe(str(path)), "md")
+    assert _normalized(generated, str(ws.root)) == _normalized(shown, root_line.group(1))
