@@ -19,6 +19,7 @@ from pathlib import Path
 
 import h5py
 
+from ..core.card import WEIGHTS_KIND
 from ..core.errors import UsageError
 from ..core.model import Format
 from ..formats import detect, hdf5
@@ -99,7 +100,7 @@ def export(
     why = refusal(detect.read_checkpoint(source).format)
     if why is not None:
         raise UsageError(f"not exported as {LAYOUT}: {source} is {why}")
-    mark = marker.encode("inference", source, source_hash)
+    mark = marker.encode(WEIGHTS_KIND, source, source_hash)  # adopt() re-registers it so
     with (
         fsops.rewrite(root, config_path, like=source) as config_temp,
         fsops.rewrite(root, weights_path, like=source) as weights_temp,

@@ -26,7 +26,7 @@ from . import guards
 
 CARD_KIND = "card"
 JSON_H5 = "json+h5"  # the kind of an export's `<stem>.json`
-JSON_H5_WEIGHTS = "json+h5-weights"  # ... and of its `<stem>.weights.h5`
+JSON_H5_WEIGHTS = card.WEIGHTS_KIND  # ... and of its `<stem>.weights.h5`
 FORMATS = ("md", "json", "txt")
 _MAX_CONFIG_BYTES = 16 << 20
 
