@@ -171,3 +171,10 @@ def test_load_lines_per_format_with_hdf5plugin_for_zstd() -> None:
     export = card.load_line("/r/e.json", Format.KERAS_ZIP, "3.15.1", {"kind": "json+h5"})
     assert 'model_from_json(open("/r/e.json").read())' in export
     assert 'load_weights("/r/e.weights.h5")' in export
+
+
+def test_a_name_with_backticks_cannot_leave_the_code_block() -> None:
+    md = card.markdown(card.facts(_doc(path="/data/runs/exp|1/a```b.keras"), CONFIG))
+    block = md.split("## How to load it\n\n", 1)[1]
+    fence = block.split("python\n", 1)[0]
+    assert fence == "````" and block.count(fence) == 2
