@@ -26,6 +26,7 @@ BENCHES = (
     "naming_inference",
     "run_derivation",
     "split_bench",
+    "describe_bench",
     "compress_bench",
     "crash_campaign",
 )
