@@ -27,6 +27,7 @@ BENCHES = (
     "run_derivation",
     "version_capture",
     "split_bench",
+    "describe_bench",
     "compress_bench",
     "crash_campaign",
 )

@@ -24,10 +24,12 @@ from .settings.config import Config
 if TYPE_CHECKING:
     from .catalog.sqlite_reads import SqliteReads
     from .catalog.store import Store
+    from .core.card import Facts
     from .core.history import History
     from .core.retention import Policy
     from .core.usage import RootUsage
     from .transforms.compress import CompressResult
+    from .transforms.export_json_h5 import ExportResult
     from .transforms.split import SplitResult
     from .usecases.indexer import ScanReport
     from .usecases.pruner import PruneReport
@@ -246,6 +248,23 @@ class Catalog:
             actor=actor or _actor(),
             on_progress=on_progress,
         )
+
+    def export(
+        self, ref: str | int, *, out: Path | None = None, actor: str | None = None
+    ) -> tuple[Checkpoint, ExportResult]:
+        """`ckpt split --layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card."""
+        from .usecases.artifacts import export_checkpoint
+
+        return export_checkpoint(
+            self.config, self._store, str(ref), out=out, actor=actor or _actor()
+        )
+
+    def describe(self, ref: str | int) -> Facts:
+        """The model card's facts of a checkpoint or artifact (`core.card`; render them with
+        `usecases.describe.render(facts, "md"|"json"|"txt")`)."""
+        from .usecases.describe import describe
+
+        return describe(self.config, self._store, str(ref))
 
     def compress(
         self,

@@ -216,6 +216,13 @@ class Actions:
         with self._engine.begin() as conn:
             conn.execute(delete(artifacts).where(artifacts.c.path == path))
 
+    def artifact_owner(self, path: str) -> int | None:
+        """The checkpoint id whose registered artifact is at `path` (None: no artifact there)."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return conn.execute(
+                select(artifacts.c.checkpoint_id).where(artifacts.c.path == path)
+            ).scalar()
+
     def ids_with_artifact(self, kind: str) -> set[int]:
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return set(

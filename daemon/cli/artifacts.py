@@ -29,20 +29,41 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Keep the compile/training config (a fresh optimizer on load).",
 )
+@click.option(
+    "--layout",
+    type=click.Choice(["inference", "json+h5"]),
+    default="inference",
+    show_default=True,
+    help="json+h5: <stem>.json (the stored model config) + <stem>.weights.h5 (load_weights), "
+    "for .keras files.",
+)
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
 @pass_context
-def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: bool) -> None:
+def split(
+    obj: Context, ref: str, out: str | None, keep_compile: bool, layout: str, as_json: bool
+) -> None:
     """Write the slim inference artifact of a checkpoint (architecture + weights, no optimizer
     state); the original stays as the resume artifact.
 
     Verified (every kept dataset decodes to the source's values) before it is renamed into
-    place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it).
+    place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it),
+    with its model card beside it (`<stem>.inference` + `.md`, see `ckpt describe`). With
+    `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card (`<stem>` + `.md`),
+    checked in a child process (model_from_json + load_weights predict identically to the
+    checkpoint) before they get their names.
 
     \b
     Example:  ckpt split "$(ckpt best --metric val_loss --run exp1)"
+              ckpt split runs/exp1/e07.keras --layout json+h5
     """
     from ..core.units import format_size
+    from ..usecases.describe import card_path
 
+    if layout == "json+h5":
+        if keep_compile:
+            raise click.UsageError("--keep-compile: the json+h5 config is exactly as stored")
+        _export(obj, ref, out, as_json)
+        return
     with obj.catalog() as cat, _live(cat, "split", as_json) as work:
         checkpoint, result = cat.split(
             ref,
@@ -50,13 +71,48 @@ def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: 
             keep_compile=keep_compile,
             on_progress=work.update,
         )
+    card = str(card_path(result.path))
     if as_json:
-        emit_json(documents.split(checkpoint, result))
+        emit_json({**documents.split(checkpoint, result), "card": card})
         return
     echo(
         f"{result.path}: {format_size(result.bytes)} "
         f"({result.bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
     )
+    echo(f"{card}: its model card")
+
+
+def _export(obj: Context, ref: str, out: str | None, as_json: bool) -> None:
+    from ..core.units import format_size
+    from ..usecases.describe import card_path
+
+    with obj.catalog() as cat:
+        checkpoint, result = cat.export(ref, out=Path(out) if out else None)
+    card = str(card_path(result.config_path))
+    if as_json:
+        emit_json(
+            {
+                "checkpoint": checkpoint.path,
+                "id": checkpoint.id,
+                "layout": "json+h5",
+                "config": str(result.config_path),
+                "weights": str(result.weights_path),
+                "card": card,
+                "config_bytes": result.config_bytes,
+                "weights_bytes": result.weights_bytes,
+                "source_bytes": result.source_bytes,
+                "config_hash": result.config_hash,
+                "weights_hash": result.weights_hash,
+                "datasets": result.datasets,
+            }
+        )
+        return
+    echo(f"{result.config_path}: {format_size(result.config_bytes)} (the stored model config)")
+    echo(
+        f"{result.weights_path}: {format_size(result.weights_bytes)} "
+        f"({result.weights_bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
+    )
+    echo(f"{card}: its model card")
 
 
 @click.command()

@@ -28,6 +28,7 @@ from . import guards
 
 if TYPE_CHECKING:
     from ..transforms.compress import CompressResult
+    from ..transforms.export_json_h5 import ExportResult
     from ..transforms.split import SplitResult
 
 LEASE_SECONDS = 3600.0
@@ -49,9 +50,12 @@ def split_checkpoint(
     The artifact is registered before it gets its name (a pending row, completed after), so
     a scan racing the split, or one after a crash in between, knows the file is ours; the file
     also carries a marker (`transforms.marker`). Any other file at that name is never
-    replaced: only this checkpoint's own artifact, still as registered, is rewritten.
-    `on_progress` hears the checkpoint start (its bytes the total) and finish (`split`)."""
+    replaced: only this checkpoint's own artifact, still as registered, is rewritten. Its
+    model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
+    as part of it. `on_progress` hears the checkpoint start (its bytes the total) and finish
+    (`split`)."""
     from ..transforms.split import inference_path, split
+    from .describe import card_path, own_card, write_card
 
     c = store.get(ref)
     counter = Counter(on_progress, 1, c.size_bytes)
@@ -60,6 +64,7 @@ def split_checkpoint(
         _check_out(root, out)
         final = inference_path(Path(c.path), out)
         replacing = _own_artifact(root, c, final)
+        own_card(root, c, card_path(final))  # a foreign file at the card's name: refused first
         pending = replacing is None
         if pending:
             _register(store, c.id, "inference", final, 0, None, None)
@@ -77,7 +82,64 @@ def split_checkpoint(
                 store.forget_artifact(str(final))
             raise
         _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
+        write_card(config, store, c, result.path)
     counter.finish(c.path, "split", c.size_bytes, str(result.path))
+    return store.get(str(c.id)), result
+
+
+def export_checkpoint(
+    config: Config,
+    store: Store,
+    ref: str,
+    *,
+    out: Path | None = None,
+    actor: str,
+) -> tuple[Checkpoint, ExportResult]:
+    """`ckpt split --layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card
+    `<stem>.md`, each registered (pending before it gets its name, as a split), verified in a
+    child process (architecture + weights predict identically to the checkpoint) before either
+    gets its name. Refused with the reason for formats it cannot take (`refusal`)."""
+    from ..children import json_h5_probe
+    from ..transforms.export_json_h5 import export, export_paths, refusal
+    from .describe import JSON_H5, JSON_H5_WEIGHTS, card_path, own_card, write_card
+
+    c = store.get(ref)
+    why = refusal(c.format)
+    if why is not None:
+        raise UsageError(f"not exported as json+h5: {c.path} is {why}")
+    version = str(c.details.get("keras_version") or "")
+    library = "tf_keras" if version.startswith(("1.", "2.")) else "keras"
+
+    def check(config_temp: Path, weights_temp: Path) -> None:
+        json_h5_probe.check(library, Path(c.path), config_temp, weights_temp)
+
+    with _acting_on(config, store, c, "split", actor) as (root, _members):
+        _check_out(root, out)
+        config_path, weights_path = export_paths(Path(c.path), out)
+        own_card(root, c, card_path(config_path))
+        for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
+            if fsops.identity(root, path) is not None:
+                raise fsops.WouldReplace(
+                    f"{path} exists: refused, nothing replaced (move it away, or --out DIR)"
+                )
+            _register(store, c.id, kind, path, 0, None, None)
+        try:
+            result = export(root, Path(c.path), out=out, source_hash=c.hash, check=check)
+        except BaseException:
+            for path in (config_path, weights_path):
+                store.forget_artifact(str(path))
+            raise
+        _register(store, c.id, JSON_H5, config_path, result.config_bytes, None, result.config_hash)
+        _register(
+            store,
+            c.id,
+            JSON_H5_WEIGHTS,
+            weights_path,
+            result.weights_bytes,
+            None,
+            result.weights_hash,
+        )
+        write_card(config, store, c, config_path)
     return store.get(str(c.id)), result
 
 

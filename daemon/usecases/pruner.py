@@ -254,6 +254,8 @@ def _trash(
         split_checkpoint(config, store, str(c.id), actor=actor, leased=lease)
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
+    if decision.action != "demote":  # a demoted checkpoint leaves its artifact in its place
+        members = [*members, *_artifact_files(store, root, c)]
     reason = "; ".join(decision.reasons)
     trash = {
         "paths": [
@@ -282,6 +284,22 @@ def _trash(
     store.end_claim(event_id, c.id)
     if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
+
+
+def _artifact_files(store: Store, root: Path, c: Checkpoint) -> list[Path]:
+    """The files derived from `c` that are on disk (inference artifact, its card, a json+h5
+    export): they go to the trash with it and come back with it."""
+    found = []
+    for a in store.get(str(c.id)).details.get("artifacts", []):
+        path = Path(a["path"])
+        if a["kind"] == "compressed" or path == Path(c.path):  # the checkpoint itself
+            continue
+        try:
+            if fsops.identity(root, path) is not None:
+                found.append(path)
+        except (fsops.Refused, OSError):  # outside the root or a vanished folder: left alone
+            continue
+    return found
 
 
 def _forget_in_state_file(root: Path, prefix: Path) -> None:
