@@ -8,6 +8,7 @@ one update is lost; IMMEDIATE takes the write lock before the read).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import sqlite3
@@ -26,7 +27,7 @@ from ..fs import mounts
 
 # Kept in step with migrations/versions by tests/integration/test_catalog.py, so that opening a
 # catalog does not have to import Alembic to learn the head revision.
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
 
@@ -133,6 +134,15 @@ def _install_sqlite_hooks(engine: Engine, *, foreign_keys: bool) -> None:
     def _on_begin(conn: Any) -> None:
         readonly = conn.get_execution_options().get("ckpt_readonly", False)
         conn.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
+
+
+def clock(conn: Any) -> dt.datetime:
+    """Now, by the database's clock where there is one (PostgreSQL: hosts of a fleet may
+    disagree; the server is the one clock they share), else this host's (SQLite is local)."""
+    if conn.dialect.name == "postgresql":
+        moment = conn.execute(text("SELECT now()")).scalar()
+        return moment.astimezone(dt.UTC)
+    return dt.datetime.now(dt.UTC)
 
 
 def serialize(conn: Any, *key: object) -> None:

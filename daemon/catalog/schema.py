@@ -163,6 +163,9 @@ class LeaseRow(Base):
     # Who holds it: a lease of a dead process on this host is free at once.
     host: Mapped[str | None] = mapped_column(String(256))
     pid: Mapped[int | None] = mapped_column(Integer)
+    # The fencing token: one more at every take, never less (a released lease keeps its row).
+    token: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    node: Mapped[str | None] = mapped_column(String(256))  # the holder's `service.node`
 
 
 class HeartbeatRow(Base):

@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, insert, select, update
+from sqlalchemy import Engine, and_, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import LeaseHeld, LeaseLost
 from ..fs import procfs
 from . import db
-from .audit import iso, now, this_process
+from .audit import iso, this_process
 from .schema import LEASES
 
 leases = LEASES
@@ -46,9 +46,11 @@ class HeldLease:
         run_id: int,
         holder: str,
         ttl_seconds: float,
-        taken_from: tuple[str, int] | None,
+        taken: tuple[int, tuple[str, int] | None],
     ) -> None:
         self._engine, self.run_id, self.holder = engine, run_id, holder
+        token, taken_from = taken
+        self.token = token  # the fencing token: an act confirms it in its first write
         self.ttl_seconds = ttl_seconds
         self.taken_from = taken_from  # the dead holder it was taken over from: settle its acts
         self._lost: str | None = None
@@ -70,21 +72,27 @@ class HeldLease:
         if self._lost is not None:
             raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
         host, pid = this_process()
-        stmt = (
-            update(leases)
-            .where(
-                leases.c.run_id == self.run_id,
-                leases.c.holder == self.holder,
-                leases.c.host == host,
-                leases.c.pid == pid,
+
+        def renewal(conn: Any) -> Any:
+            moment = db.clock(conn)  # the database's clock: hosts may disagree
+            return conn.execute(
+                update(leases)
+                .where(
+                    leases.c.run_id == self.run_id,
+                    leases.c.holder == self.holder,
+                    leases.c.host == host,
+                    leases.c.pid == pid,
+                    leases.c.token == self.token,
+                    leases.c.expires_at > iso(moment),  # expired: another may have it now
+                )
+                .values(expires_at=iso(moment + dt.timedelta(seconds=self.ttl_seconds)))
             )
-            .values(expires_at=iso(now() + dt.timedelta(seconds=self.ttl_seconds)))
-        )
+
         if conn is None:
             with self._engine.begin() as own:
-                done = own.execute(stmt)
+                done = renewal(own)
         else:
-            done = conn.execute(stmt)
+            done = renewal(conn)
         if done.rowcount != 1:
             self._lost = "another process took its lease (or it was released)"
             raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
@@ -110,7 +118,9 @@ class Leases:
     _engine: Engine
 
     @contextmanager
-    def lease(self, run_id: int, holder: str, ttl_seconds: float) -> Iterator[HeldLease]:
+    def lease(
+        self, run_id: int, holder: str, ttl_seconds: float, *, node: str | None = None
+    ) -> Iterator[HeldLease]:
         """Hold the run's lease for the block, renewed while it runs (LeaseHeld, exit 4, if
         another process has it). Yields the held lease: `.check()` it before each act."""
         held = HeldLease(
@@ -118,66 +128,83 @@ class Leases:
             run_id,
             holder,
             ttl_seconds,
-            self.acquire_lease(run_id, holder, ttl_seconds),
+            self.acquire_lease(run_id, holder, ttl_seconds, node=node),
         )
         held.start()
         try:
             yield held
         finally:
             held.stop()
-            self.release_lease(run_id, holder)
+            self.release_lease(run_id, holder, held.token)
 
-    def acquire_lease(self, run_id: int, holder: str, ttl_seconds: float) -> tuple[str, int] | None:
+    def acquire_lease(
+        self, run_id: int, holder: str, ttl_seconds: float, *, node: str | None = None
+    ) -> tuple[int, tuple[str, int] | None]:
         """Take the run's lease (atomically, see above); raise LeaseHeld if another has it.
 
-        A lease of a dead process on this host is free at once. Returns the (host, pid) of such a
-        dead holder when the lease was taken over from one (its planned acts need settling)."""
-        moment = now()
+        Expiry is judged by the database's clock (`db.clock`). A lease of a dead process on
+        this host is free at once. Returns the new fencing token (the last one plus one) and
+        the (host, pid) of a dead holder it was taken over from (its planned acts need
+        settling), or None."""
         host, pid = this_process()
         with self._engine.begin() as conn:
             db.serialize(conn, "lease", run_id)
+            moment = db.clock(conn)
             row = conn.execute(select(leases).where(leases.c.run_id == run_id)).first()
             dead = row is not None and dead_here(row.host, row.pid)
             mine = row is not None and row.holder == holder
             if row is not None and not mine and not dead and row.expires_at > iso(moment):
                 raise LeaseHeld(
-                    f"run is being changed by {row.holder} (lease until {row.expires_at})"
+                    f"run is being changed by {row.holder}"
+                    + (f" on node {row.node}" if row.node else "")
+                    + f" (lease until {row.expires_at})"
                 )
+            token = (int(row.token or 0) if row is not None else 0) + 1
             values = {
                 "holder": holder,
                 "acquired_at": iso(moment),
                 "expires_at": iso(moment + dt.timedelta(seconds=ttl_seconds)),
                 "host": host,
                 "pid": pid,
+                "token": token,
+                "node": node,
             }
             if row is None:
                 conn.execute(insert(leases).values(run_id=run_id, **values))
             else:
                 conn.execute(update(leases).where(leases.c.run_id == run_id).values(**values))
-        return (row.host, row.pid) if dead and not mine and row is not None else None
+        taken_from = (row.host, row.pid) if row is not None and dead and not mine else None
+        return token, taken_from
 
     def drop_dead_leases(self) -> list[tuple[str, int]]:
-        """Remove the leases of dead processes of this host; returns their (host, pid)."""
+        """Free the held leases of dead processes of this host; returns their (host, pid)."""
         host, _pid = this_process()
         with self._engine.begin() as conn:
-            rows = conn.execute(select(leases).where(leases.c.host == host).with_for_update()).all()
+            moment = iso(db.clock(conn))
+            rows = conn.execute(
+                select(leases)
+                .where(leases.c.host == host, leases.c.expires_at > moment)
+                .with_for_update()
+            ).all()
             dead = [r for r in rows if dead_here(r.host, r.pid)]
-            for r in dead:
+            for r in dead:  # expired, not deleted: the row keeps its token
                 conn.execute(
-                    delete(leases).where(leases.c.run_id == r.run_id, leases.c.holder == r.holder)
+                    update(leases)
+                    .where(leases.c.run_id == r.run_id, leases.c.holder == r.holder)
+                    .values(expires_at=moment)
                 )
         return [(r.host, r.pid) for r in dead]
 
-    def release_lease(self, run_id: int, holder: str) -> None:
+    def release_lease(self, run_id: int, holder: str, token: int | None = None) -> None:
+        """Give the lease up: expired now, its row (and token) kept; only if it is still ours."""
         host, pid = this_process()
         with self._engine.begin() as conn:
-            conn.execute(
-                delete(leases).where(
-                    and_(
-                        leases.c.run_id == run_id,
-                        leases.c.holder == holder,
-                        leases.c.host == host,
-                        leases.c.pid == pid,
-                    )
-                )
+            mine = and_(
+                leases.c.run_id == run_id,
+                leases.c.holder == holder,
+                leases.c.host == host,
+                leases.c.pid == pid,
             )
+            if token is not None:
+                mine = and_(mine, leases.c.token == token)
+            conn.execute(update(leases).where(mine).values(expires_at=iso(db.clock(conn))))

@@ -96,9 +96,9 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
 @click.option(
     "--status",
     help="Only this status: ok, incomplete, corrupt, unreadable, missing, removed, trashed, "
-    "purged, standby (kept copies of the generation a rewritten file holds now: not listed "
-    "otherwise). Kept versions of rewritten files are listed like any checkpoint, with "
-    "version_of in --json.",
+    "purged, standby. A standby row is the kept copy of the generation a rewritten file holds "
+    "now, listed only when asked for; kept versions of earlier generations are listed like any "
+    "checkpoint, with version_of in --json.",
 )
 @click.option("--kind", help="Only this kind: full, weights.")
 @click.option(

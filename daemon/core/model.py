@@ -18,11 +18,11 @@ class CheckpointStatus(enum.StrEnum):
     UNREADABLE = "unreadable"
     MISSING = "missing"
     REMOVED = "removed"  # deleted by its own trainer (rotation, crash-recovery state), not lost
+    TRASHED = "trashed"
+    PURGED = "purged"
     # A kept copy (`version_of` set) of the generation its file holds now: a version, shown and
     # judged by retention, only once the file is rewritten or gone (usecases.versions).
     STANDBY = "standby"
-    TRASHED = "trashed"
-    PURGED = "purged"
 
 
 class Format(enum.StrEnum):

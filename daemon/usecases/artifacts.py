@@ -280,7 +280,7 @@ def _acting_on(
     held = (
         contextlib.nullcontext(leased)
         if leased is not None
-        else store.lease(guards.run_id(store, c), holder, LEASE_SECONDS)
+        else store.lease(guards.run_id(store, c), holder, LEASE_SECONDS, node=config.node_name)
     )
     with held as lease:
         if lease.taken_from is not None:  # a killed command held it: settle what it left planned

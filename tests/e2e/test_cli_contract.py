@@ -187,6 +187,10 @@ def contract_ws(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Pat
 def documents(contract_ws: Workspace) -> dict[str, Any]:
     """Every --json command run once, in an order that leaves each something to report."""
     ws = contract_ws
+    generations = [
+        (ws.root / "exp1" / name).read_bytes()
+        for name in ("weights.01-1.69.hdf5", "weights.02-1.68.hdf5")
+    ]
     out: dict[str, Any] = {"scan": ws.json("scan")}
     out["list"] = ws.json("list")
     out["best"] = ws.json("best", "--metric", "val_loss")
@@ -206,6 +210,13 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["history"] = ws.json("history", "--run", "exp1")
     out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
     out["du"] = ws.json("du")
+    # A fixed name rewritten in place (its generations kept), then its first one put back.
+    fixed = ws.root / "fixed" / "best.hdf5"
+    fixed.parent.mkdir()
+    for data in generations:
+        fixed.write_bytes(data)
+        ws.run("scan", str(fixed.parent))
+    out["restore"] = ws.json("restore", str(fixed), "--version", "1")
     return out
 
 
@@ -343,7 +354,12 @@ def test_debug_is_the_option_not_a_word_in_argv(workspace: Workspace) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
-    [("best", "--metric", "val_loss"), ("latest", "--resumable"), ("list", "--json"), ("status",)],
+    [
+        ("best", "--metric", "val_loss"),
+        ("latest", "--run", "exp1", "--resumable"),
+        ("list", "--json"),
+        ("status",),
+    ],
 )
 def test_hot_commands_import_no_heavy_library(
     contract_ws: Workspace, documents: dict[str, Any], args: tuple[str, ...]

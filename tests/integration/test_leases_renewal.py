@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from ckpt_daemon.catalog.audit import now_iso
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.errors import LeaseHeld, LeaseLost
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
@@ -87,7 +88,12 @@ def start_holder(
 
 
 def lease_row(url: str, run_id: int) -> tuple[str, int] | None:
-    rows = sql(url, "SELECT holder, pid FROM leases WHERE run_id = :run", {"run": run_id})
+    """The run's lease while it is held (a released one keeps its row, expired: its token)."""
+    rows = sql(
+        url,
+        "SELECT holder, pid FROM leases WHERE run_id = :run AND expires_at > :now",
+        {"run": run_id, "now": now_iso()},
+    )
     return None if not rows else (rows[0][0], rows[0][1])
 
 
@@ -126,8 +132,9 @@ def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
         with pytest.raises(LeaseHeld):
             store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
         time.sleep(ttl + 0.5)
-        taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+        token, taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
         assert taken_from is None  # taken because it expired, not from a dead process
+        assert token == 2  # the fencing token only grows: the stopped holder had 1
         os.kill(holder.pid, signal.SIGCONT)
         out, err = holder.communicate(timeout=30)
     finally:
@@ -146,7 +153,7 @@ def test_a_killed_holders_lease_is_free_at_once(catalog: tuple[str, Store, int])
     holder = start_holder(url, run_id, steps=1, step_seconds=60)
     holder.kill()
     holder.wait(timeout=30)
-    taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+    _token, taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
     assert taken_from is not None and taken_from[1] == holder.pid
 
 
@@ -249,3 +256,24 @@ def test_a_claim_skips_a_row_another_transaction_holds(catalog: tuple[str, Store
         assert event is not None and why == ""
     finally:
         other.dispose()
+
+
+def test_a_newer_token_fences_off_an_act_of_the_same_holder(
+    catalog: tuple[str, Store, int],
+) -> None:
+    """A takeover bumps the token: an act holding the old token writes nothing, even if the
+    new holder has this holder's very name, host and pid (a restart reusing a pid, a clock
+    that let the old expiry pass): the token alone fences it."""
+    url, store, run_id = catalog
+    (ckpt,) = [c.id for c in store.list(ListQuery())]
+    with store.lease(run_id, f"me pid {os.getpid()}", 60, node="node-a") as lease:
+        assert lease.token >= 1
+        sql(url, "UPDATE leases SET token = token + 1 WHERE run_id = :run", {"run": run_id})
+        with pytest.raises(LeaseLost):
+            store.claim(ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease)
+    assert [c.status for c in store.list(ListQuery())] == [CheckpointStatus.OK]
+    token = lease.token
+    next_token, _taken = store.acquire_lease(run_id, f"me pid {os.getpid()}", 60, node="node-b")
+    assert next_token == token + 2  # never reused, never lower, across releases
+    store.release_lease(run_id, f"me pid {os.getpid()}", next_token)
+    assert store.acquire_lease(run_id, "another pid 1", 60)[0] == token + 3  # released: free
