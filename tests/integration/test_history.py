@@ -63,15 +63,19 @@ def looked(tmp_path_factory: pytest.TempPathFactory, training_runs: Path) -> Ite
             int(r["epoch"]) + 1: {k: float(v) for k, v in r.items()} for r in csv.DictReader(fh)
         }
     cat = open_catalog(str(config))
+    # A fixed name its trainer rewrites in place: epoch 4's model, then epoch 5's. The service
+    # keeps each generation (`.ckpt-versions/RUN/best.v1.keras` is epoch 4's, a version now).
+    fixed = root / RUN / "best.keras"
+    epoch5 = by_epoch[5].read_bytes()
+    shutil.copy2(by_epoch[4], fixed)
+    cat.scan()
+    fixed.write_bytes(epoch5)
+    Path(f"{fixed}.json").write_text(json.dumps({"epoch": 5}))
     cat.scan()
     cat.pin(str(by_epoch[4]))
-    cat.prune([RUN], Policy(keep_last=2))  # keeps 8 and 9 (and the pinned 4): trashes 1, 2, 5
+    cat.prune([RUN], Policy(keep_last=3))  # keeps 8, 9, best.keras (5), the pinned 4 and v1
     by_epoch[8].unlink()
-    # A kept version of epoch 4's file, in our versions folder, its epoch in a sidecar.
-    version = root / RUN / ".ckpt-versions" / by_epoch[4].name
-    version.parent.mkdir()
-    shutil.copy2(by_epoch[4], version)
-    Path(f"{version}.json").write_text(json.dumps({"epoch": 4}))
+    version = root / ".ckpt-versions" / RUN / "best.v1.keras"
     cat.scan()
     cat.split(str(by_epoch[9]))
     try:
@@ -97,6 +101,7 @@ def test_every_epoch_has_its_logged_values_and_every_checkpoint_its_marks(looked
         (4, p[4]): ("pinned", "kept"),
         (4, str(looked.version)): ("version",),
         (5, p[5]): ("trashed",),
+        (5, str(looked.root / RUN / "best.keras")): ("kept",),
         (8, p[8]): ("missing",),
         (9, p[9]): ("best", "kept"),
     }
@@ -156,22 +161,23 @@ def test_du_is_the_bytes_on_disk(looked: Looked) -> None:
     runs = {r["run"]: r for r in root["runs"]}
     assert list(runs) == sorted(runs, key=lambda n: -runs[n]["bytes"])  # biggest first
     run_dir = looked.root / RUN
-    kept = [f for f in run_dir.glob("best-*.keras") if ".inference." not in f.name]
+    kept = [f for f in run_dir.glob("best*.keras") if ".inference." not in f.name]
     assert runs[RUN]["by_kind"]["checkpoint"] == sum(f.stat().st_size for f in kept)
-    assert runs[RUN]["files"]["checkpoint"] == len(kept) == 2
+    assert runs[RUN]["files"]["checkpoint"] == len(kept) == 3
     assert (runs[RUN]["files"]["inference"], runs[RUN]["by_kind"]["inference"]) == on_disk(
-        run_dir, "*.inference.keras"
-    )
+        run_dir, "*.inference.*"
+    )  # the artifact and its model card (`<stem>.inference.md`)
     assert (runs[RUN]["files"]["version"], runs[RUN]["by_kind"]["version"]) == on_disk(
-        run_dir / ".ckpt-versions", "*.keras"
-    )
+        looked.root / ".ckpt-versions" / RUN, "*.keras"
+    )  # the kept version and the standby copy of what best.keras holds now
     assert (runs[RUN]["files"]["trash"], runs[RUN]["by_kind"]["trash"]) == on_disk(
         looked.root / ".ckpt-trash", "*.keras"
     )
     assert runs[OTHER]["by_kind"] == {
         "checkpoint": on_disk(looked.root / OTHER, "*.keras")[1],
         "inference": 0,
-        "version": 0,
+        # its best.keras and last.keras are fixed names: their generations are kept
+        "version": on_disk(looked.root / ".ckpt-versions" / OTHER, "*.keras")[1],
         "trash": 0,
     }
     assert root["bytes"] == doc["bytes"] == sum(r["bytes"] for r in runs.values())
