@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from .housekeeping import KERAS_WEIGHTS
+
 VERSIONS_DIR = ".ckpt-versions"
 CAPTURE_MODES = ("fixed_names", "rewritten", "off")
 # Longest first: `.weights.h5` must win over `.h5`.
@@ -38,9 +40,11 @@ def split_suffix(name: str) -> tuple[str, str]:
 
 def is_fixed_name(name: str) -> bool:
     """A name with no number in its stem (`best.keras`, `model_last.h5`): a trainer that saves
-    to it rewrites it. Numbered names (`ckpt-05.keras`) are a file per save."""
+    to it rewrites it. Numbered names (`ckpt-05.keras`) are a file per save, and so is Keras
+    BackupAndRestore's `latest.weights.h5` here: its state, not a model (the scan skips it once
+    its `training_metadata.json` is there), kept only if it is seen rewritten."""
     stem, _suffix = split_suffix(name)
-    return not any(ch.isdigit() for ch in stem)
+    return name != KERAS_WEIGHTS and not any(ch.isdigit() for ch in stem)
 
 
 def should_capture(mode: str, name: str, generation: int) -> bool:

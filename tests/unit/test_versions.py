@@ -43,6 +43,7 @@ def test_the_suffix_keras_loads_by_is_kept_whole(name: str, stem: str, suffix: s
         ("ckpt-05.keras", False),
         ("weights.03-0.52.hdf5", False),
         ("resnet50_best.keras", False),  # a number in the stem: kept from its 2nd generation
+        ("latest.weights.h5", False),  # Keras BackupAndRestore's state
     ],
 )
 def test_fixed_names_are_the_ones_without_a_number(name: str, fixed: bool) -> None:
