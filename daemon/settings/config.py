@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
 from ..core.model import JobName
 from ..core.retention import KeepBest, Policy
@@ -28,6 +29,7 @@ from .values import duration as _duration
 from .values import every as _every
 from .values import heartbeat as _heartbeat
 from .values import mapping as _mapping
+from .values import min_free as _min_free
 from .values import path as _path
 from .values import size as _size
 from .values import strings as _strings
@@ -46,6 +48,7 @@ class RootConfig:
     filename_templates: tuple[str, ...]
     metrics_files: tuple[str, ...]
     retention: Policy | None = None
+    min_free: MinFree | None = None  # the disk guard's threshold here (None: the top-level one)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class Config:
     versions: Versions = field(default_factory=Versions)
     metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
     hooks: tuple[Hook, ...] = ()
+    min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -122,6 +126,10 @@ class Config:
             if str(configured.path) == root and configured.retention is not None:
                 return configured.retention, f"roots[{i}].retention"
         return self.retention, "retention"
+
+    def min_free_for(self, root: RootConfig) -> MinFree | None:
+        """The disk guard's threshold for `root`: its own `min_free`, else the top-level one."""
+        return root.min_free or self.min_free
 
     def root_for(self, path: Path) -> RootConfig | None:
         """The configured root that contains `path` (no symlinks resolved: paths as given)."""
@@ -190,6 +198,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         ),
         metrics_listen=_metrics_listen(service.get("metrics_listen")),
         hooks=_hooks(raw.get("hooks")),
+        min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
     )
 
 
@@ -207,8 +216,17 @@ TOP_KEYS = {
     "artifacts",
     "versions",
     "hooks",
+    "min_free",
 }
-ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
+ROOT_KEYS = {
+    "path",
+    "observer",
+    "poll_interval",
+    "filename_template",
+    "metrics_files",
+    "retention",
+    "min_free",
+}
 SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}
 POLICY_KEYS = {
     "keep_last",
@@ -287,6 +305,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
             f"{key}.metrics_files",
         ),
         retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
+        min_free=_min_free(raw["min_free"], f"{key}.min_free") if "min_free" in raw else None,
     )
 
 
