@@ -3,6 +3,8 @@ the service and its catalog."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..core.errors import PartialFailure
@@ -49,18 +51,22 @@ def status(obj: Context, as_json: bool) -> None:
     Example:  ckpt status --json | jq .running
     """
     from ..settings.config import shown_url
+    from ..usecases.disk_guard import status as disk_status
 
     with obj.catalog() as cat:
         doc = cat.status()
         # Which config and catalog were asked: from another folder, `not running` may only
         # mean "not this catalog".
         doc.update(config=cat.config.source, catalog=shown_url(cat.config.database))
+        # Free space measured now; the guard's state as the daemon last reported it.
+        doc["disk"] = disk_status(cat.config, doc["disk"] if doc["running"] else [])
     if as_json:
         emit_json(documents.status(doc))
         return
     in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        _disk_lines(doc["disk"])
         echo(in_use)
         return
     echo(
@@ -73,7 +79,21 @@ def status(obj: Context, as_json: bool) -> None:
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
+    _disk_lines(doc["disk"])
     echo(in_use)
+
+
+def _disk_lines(disk: list[dict[str, Any]]) -> None:
+    """One line per guarded filesystem: free, threshold, state (and why it cannot free)."""
+    from ..core.units import format_size
+
+    for fs in disk:
+        echo(
+            f"  disk {', '.join(fs['roots'])}: free {format_size(fs['free_bytes'])}, min_free "
+            f"{format_size(fs['min_free_bytes'])} ({fs['min_free']}): {fs['state']}"
+        )
+        if fs["why"]:
+            echo(f"    {fs['why']}")
 
 
 @click.group()

@@ -32,6 +32,7 @@ from ..settings import config as config_module
 from ..settings.config import Config
 from ..usecases.indexer import ScanReport, scan
 from . import exporter
+from .disk_guard import DiskGuard
 from .hooks import HookRunner, Notifications
 from .job_runner import JobRunner
 from .jobs import Jobs
@@ -144,9 +145,16 @@ class Service:
         jobs = Jobs(enqueue)
         hooks = HookRunner(self.config.hooks, self.stopping)
         notifications = Notifications(hooks, store, lambda: self.config)
-        worker.after_scan = notifications.scanned
+        guard = DiskGuard(lambda: self.config, store, hooks, self.stopping)
+
+        def after_scan(report: ScanReport) -> None:
+            notifications.scanned(report)
+            if report.indexed:  # a new file may have crossed min_free: measure now
+                guard.poke()
+
+        worker.after_scan = after_scan
         runner.notifications = notifications
-        parts = _Parts(worker, watcher, jobs, runner, hooks)
+        parts = _Parts(worker, watcher, jobs, runner, hooks, guard)
         worker.more_state = parts.state
         self._store = store
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
@@ -160,6 +168,7 @@ class Service:
                 worker.offer(Hint(path, HintKind.CHANGED))
             worker.start()
             runner.start()
+            guard.start()
             jobs.start(self.config)
             self.notifier.ready(parts.status_line())
             event("ready", pid=os.getpid())
@@ -238,10 +247,16 @@ class _Parts:
     """The running pieces, for health checks, status lines and an orderly stop."""
 
     def __init__(
-        self, worker: Worker, watcher: Watcher, jobs: Jobs, runner: JobRunner, hooks: HookRunner
+        self,
+        worker: Worker,
+        watcher: Watcher,
+        jobs: Jobs,
+        runner: JobRunner,
+        hooks: HookRunner,
+        guard: DiskGuard,
     ) -> None:
         self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
-        self.hooks = hooks
+        self.hooks, self.guard = hooks, guard
         self.metrics: exporter.MetricsServer | None = None
 
     def metrics_state(self) -> dict[str, Any]:
@@ -266,6 +281,7 @@ class _Parts:
         return {
             "metrics": self.metrics_state(),
             "roots": self.watcher.describe(),
+            "disk": self.guard.states,
             "pid": os.getpid(),
             "jobs": {
                 "runs": dict(self.jobs.runs),
@@ -281,9 +297,11 @@ class _Parts:
         now = time.monotonic()
         worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
         runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
+        guard_ok = not self.guard.is_alive() or now - self.guard.tick < RUNNER_STALL_SECONDS
         return (
             worker_ok
             and runner_ok
+            and guard_ok
             and self.watcher.healthy()
             and self.jobs.healthy()
             and stats.db_ok
@@ -312,3 +330,5 @@ class _Parts:
             self.worker.join(timeout=60)
         if self.runner.is_alive():  # a child asked to end gets CHILD_STOP_SECONDS
             self.runner.join(timeout=90)
+        if self.guard.is_alive():  # a demotion's split in progress finishes first
+            self.guard.join(timeout=90)

@@ -15,9 +15,8 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..catalog.store import Store
 from ..core import disk_guard, retention
 from ..core.disk_guard import GuardPlan, MinFree, RunFacts, Step, TrashEntry
 from ..core.errors import CkptError
@@ -25,7 +24,9 @@ from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.resume import resumability
 from ..fs import fsops
 from ..settings.config import Config, RootConfig
-from . import guards, pruner, recovery
+
+if TYPE_CHECKING:  # SQLAlchemy: `ckpt status` reads the disk state without paying for it
+    from ..catalog.store import Store
 
 _NOT_ON_DISK = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PURGED}
 
@@ -98,6 +99,37 @@ def thresholds(config: Config) -> dict[str, int]:
     return out
 
 
+def status(config: Config, reported: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`ckpt status`'s disk lines: per guarded filesystem, free space and the threshold measured
+    now, and the state the running daemon `reported` (its last heartbeat; none: not running)."""
+    out = []
+    for fs in guarded(config):
+        now = usage(fs.roots[0])
+        threshold = fs.min_free.threshold(now.total)
+        heard = next((r for r in reported if set(r.get("roots", ())) == set(fs.roots)), None)
+        if now.free >= threshold:
+            state, why = "ok", None
+        elif heard is None:
+            state, why = "pressure", "no daemon is running to free space"
+        elif heard.get("state") == "cannot free":
+            state, why = "cannot free", heard.get("why")
+        else:
+            state, why = "pressure", None  # the daemon's next pass acts on it
+        out.append(
+            {
+                "roots": list(fs.roots),
+                "free_bytes": now.free,
+                "min_free_bytes": threshold,
+                "min_free": fs.min_free.describe(),
+                "state": state,
+                "why": why,
+                "since": heard.get("since") if heard else None,
+                "freed_bytes": int(heard.get("freed_bytes") or 0) if heard else 0,
+            }
+        )
+    return out
+
+
 def plan_for(config: Config, store: Store, fs: Guarded) -> GuardPlan:
     """The plan for `fs` as it is now (nothing acted)."""
     now = usage(fs.roots[0])
@@ -125,6 +157,8 @@ def relieve(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Relief:
     """Plan and act until `fs` is back above its threshold (measured again after each act)."""
+    from . import guards
+
     relief = Relief(plan_for(config, store, fs))
     threshold = relief.plan.threshold
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-guard-{os.getpid()}"
@@ -143,6 +177,8 @@ def relieve(
 
 
 def _act(config: Config, store: Store, step: Step, batch: str, actor: str) -> None:
+    from . import guards, pruner, recovery
+
     if step.action == "purge":
         _purge(config, store, step.id, step.reason, actor)
         return
@@ -160,6 +196,8 @@ def _act(config: Config, store: Store, step: Step, batch: str, actor: str) -> No
 
 
 def _purge(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
+    from . import pruner
+
     item = next((t for t in store.trashed(include_pinned=False) if t.id == checkpoint_id), None)
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
@@ -167,6 +205,8 @@ def _purge(config: Config, store: Store, checkpoint_id: int, reason: str, actor:
 
 
 def _facts(config: Config, store: Store, root: str, name: str) -> RunFacts:
+    from . import pruner
+
     found = pruner._checkpoints(store, root, name)
     previous = pruner._previous_generations(config, found)
     policy, _ = config.policy_for(root, name)
@@ -190,6 +230,8 @@ def _last_resumable(found: list[Checkpoint]) -> int | None:
         verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
         legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
         return verdict.resumable or legacy
+
+    from . import pruner
 
     able = [pruner._item(c, False) for c in _ok(found) if may_resume(c)]
     return max(able, key=retention.progress_key).id if able else None
