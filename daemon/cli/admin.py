@@ -88,9 +88,12 @@ def _disk_lines(disk: list[dict[str, Any]]) -> None:
     from ..core.units import format_size
 
     for fs in disk:
+        limit = format_size(fs["min_free_bytes"])
+        if str(fs["min_free"]).endswith("%"):
+            limit += f" ({fs['min_free']})"
         echo(
-            f"  disk {', '.join(fs['roots'])}: free {format_size(fs['free_bytes'])}, min_free "
-            f"{format_size(fs['min_free_bytes'])} ({fs['min_free']}): {fs['state']}"
+            f"  disk {', '.join(fs['roots'])}: free {format_size(fs['free_bytes'])}, "
+            f"min_free {limit}: {fs['state']}"
         )
         if fs["why"]:
             echo(f"    {fs['why']}")

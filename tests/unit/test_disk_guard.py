@@ -220,7 +220,7 @@ _items = st.builds(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     runs=st.lists(
         st.tuples(
