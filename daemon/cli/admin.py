@@ -18,7 +18,8 @@ from .output import echo, emit_json
     "--once",
     is_flag=True,
     help="Reconcile every root with the catalog, run the configured retention, trash purge and "
-    "artifacts jobs once, and exit (for cron and tests). Exit 3 if some item failed.",
+    "artifacts jobs and a disk guard pass (min_free) once, and exit (for cron and tests). Exit 3 "
+    "if some item failed.",
 )
 @pass_context
 def serve(obj: Context, once: bool) -> None:

@@ -245,7 +245,12 @@ def _holding(
         key=lambda item: (-item.size_bytes, item.id),
     )
     total = sum(item.size_bytes for item in kept)
-    lines = [f"{len(kept)} protected checkpoints hold {format_size(total)}"]
+    which = (
+        "1 protected checkpoint holds"
+        if len(kept) == 1
+        else f"{len(kept)} protected checkpoints hold"
+    )
+    lines = [f"{which} {format_size(total)}"]
     lines += [
         f"{item.path} ({format_size(item.size_bytes)}: {protected[item.id]})"
         for item in kept[:HOLDING_SHOWN]

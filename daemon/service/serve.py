@@ -91,8 +91,9 @@ class Service:
 
     def _run_jobs_once(self, store: Store) -> bool:
         """`--once`: the file-changing jobs the config asks for (retention, trash purge,
-        artifacts), through the worker's own code, without starting its thread. The verify job
-        (a full re-hash) is left to `ckpt verify`. Returns whether some item failed."""
+        artifacts, a disk guard pass), through the worker's own code, without starting its
+        thread. The verify job (a full re-hash) is left to `ckpt verify`. Returns whether some
+        item failed."""
         stats = Stats(started_at=iso_utc(time.time()))
         runner = JobRunner(self.config, store, stats, self.stopping, lambda _rescan: None)
         jobs = [JobName.PURGE]
@@ -102,6 +103,13 @@ class Service:
             jobs.append(JobName.ARTIFACTS)
         for name in jobs:
             runner.run_job(name)
+        # The disk guard's pass too, with the thread's own code: cron gets the same relief.
+        guard = DiskGuard(lambda: self.config, store, HookRunner((), self.stopping), self.stopping)
+        try:
+            guard.check()
+        except Exception as exc:  # as in the thread: logged, and `--once` exits 3
+            event("disk_guard_error", level=logging.ERROR, error=str(exc))
+            return True
         return stats.last_error is not None
 
     def _reconcile(self, store: Store) -> ScanReport:

@@ -102,3 +102,27 @@ def test_one_warning_per_episode_and_status_per_filesystem(results) -> None:
     assert disk["state"] == "ok" and disk["min_free_bytes"] == 3 * MB
     assert disk["free_bytes"] >= 3 * MB and disk["roots"] == [results["status"]["roots"][0]["path"]]
     assert "min_free 3.0 MB: ok" in results["status_text"]
+
+
+def test_serve_once_runs_a_guard_pass(tmp_path: Path, keras_checkpoints: Path) -> None:
+    """`ckpt serve --once` (cron) relieves the disk too: on the real filesystem with `min_free:
+    99%` it demotes what it may, keeps the newest (also the best val_loss), and exits 0."""
+    root = tmp_path / "runs"
+    shutil.copytree(keras_checkpoints / "k3" / "run_zip", root / "a")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nroots: [{root}]\nmin_free: 99%\n")
+    ckpt = [sys.executable, "-m", "ckpt_daemon", "--config", str(config)]
+    done = subprocess.run([*ckpt, "serve", "--once"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("level=warning event=disk_pressure ") == 1, done.stderr
+    log = json.loads(
+        subprocess.run([*ckpt, "log", "--json"], capture_output=True, text=True).stdout
+    )
+    purged = [Path(e["path"]).name for e in log if e["action"] == "purge"]
+    assert purged == ["e01-vl1.683.keras", "e02-vl1.663.keras"]
+    assert all(e["reason"].startswith("disk pressure") for e in log if e["action"] == "purge")
+    assert sorted(p.name for p in (root / "a").glob("*.keras")) == [
+        "e01-vl1.683.inference.keras",
+        "e02-vl1.663.inference.keras",
+        "e03-vl1.643.keras",
+    ]

@@ -21,6 +21,7 @@ from ckpt_daemon.service import exporter
 from ckpt_daemon.service.disk_guard import DiskGuard
 from ckpt_daemon.service.hooks import HookRunner
 from ckpt_daemon.settings import config as config_module
+from ckpt_daemon.settings.operations import Hook
 from ckpt_daemon.usecases import disk_guard, indexer, pruner
 
 pytestmark = pytest.mark.slow
@@ -80,15 +81,18 @@ def test_the_thread_warns_once_per_episode_and_status_says_cannot_free(
 ) -> None:
     config, store, _root = guarded
     current = [config]
-    guard = DiskGuard(
-        lambda: current[0], store, HookRunner((), threading.Event()), threading.Event()
-    )
+    hooks = HookRunner((Hook(("disk_pressure",), ("true",)),), threading.Event())  # not started
+    guard = DiskGuard(lambda: current[0], store, hooks, threading.Event())
     guard.quiet_seconds = 0.0
     with caplog.at_level(logging.INFO):
         guard.check()
         guard.check(poked=True)  # still below: the same episode, no second warning
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage() for r in warnings] == ["disk_pressure"]
+    (hook,) = [hooks.queue.get_nowait() for _ in range(hooks.queue.qsize())]  # once per episode
+    assert hook["event"] == "disk_pressure" and hook["path"] == str(config.roots[0].path)
+    assert hook["min_free_bytes"] == guard.states[0]["min_free_bytes"]
+    assert "cannot free enough" in hook["reason"]
     (state,) = guard.states
     assert state["state"] == "cannot free" and "cannot free enough" in state["why"]
     (shown,) = disk_guard.status(config, guard.states)
