@@ -60,7 +60,7 @@ def status(obj: Context, as_json: bool) -> None:
         # mean "not this catalog".
         doc.update(config=cat.config.source, catalog=shown_url(cat.config.database))
         # Free space measured now; the guard's state as the daemon last reported it.
-        doc["disk"] = disk_status(cat.config, doc["disk"] if doc["running"] else [])
+        doc["disk"] = disk_status(cat.config, doc["disk"], running=bool(doc["running"]))
     if as_json:
         emit_json(documents.status(doc))
         return

@@ -8,7 +8,9 @@ back above, in this documented order, each with its reason, stopping as soon as 
 2. demote: split a full checkpoint into its inference artifact, then the full file goes to the
    trash and is purged (a usable model stays); only while the artifact itself fits in what is
    free at that moment;
-3. the oldest checkpoints that no rule protects: to the trash, then purged.
+3. the oldest checkpoints that no rule protects: to the trash, then purged; first those that no
+   retention rule keeps (the next retention pass would trash them anyway), then those kept only
+   by a rule such as keep_last or keep_every (the reason names the rule overridden).
 
 Within steps 2 and 3 the oldest go first, by mtime across runs (the runs on one filesystem have
 no common epoch), then id. Never in any plan (`protections`): a run's newest checkpoint (by
@@ -62,6 +64,8 @@ class RunFacts:
     items: tuple[retention.Item, ...]
     best_metrics: tuple[tuple[str, str], ...] = ()  # (metric, "min"|"max") whose best is kept
     last_resumable: int | None = None  # the id of the run's last resumable checkpoint
+    # id -> the retention rules that keep it (the run's policy; absent: no rule keeps it).
+    kept_by: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -199,12 +203,16 @@ def plan(
         )
         demoted.add(item.id)
         now += saves
-    for item, run_name in movable:
+    kept_by = {item_id: rules for run in runs for item_id, rules in run.kept_by.items()}
+    # Those no retention rule keeps go first (the next retention pass would trash them anyway).
+    for item, run_name in sorted(movable, key=lambda pair: pair[0].id in kept_by):
         if now >= threshold:
             break
         if item.id in demoted or item.size_bytes <= 0:
             continue
-        reason = "oldest checkpoint no rule protects: trashed and purged"
+        rules = kept_by.get(item.id)
+        which = f"kept only by {rules}" if rules else "no retention rule keeps it"
+        reason = f"oldest checkpoint no protection covers ({which}): trashed and purged"
         steps.append(
             Step(
                 "trash", item.id, item.path, run_name, item.size_bytes, _why(now, threshold, reason)

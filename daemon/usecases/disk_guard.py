@@ -99,9 +99,11 @@ def thresholds(config: Config) -> dict[str, int]:
     return out
 
 
-def status(config: Config, reported: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def status(
+    config: Config, reported: list[dict[str, Any]], *, running: bool = True
+) -> list[dict[str, Any]]:
     """`ckpt status`'s disk lines: per guarded filesystem, free space and the threshold measured
-    now, and the state the running daemon `reported` (its last heartbeat; none: not running)."""
+    now, and the state the running daemon `reported` in its last heartbeat."""
     out = []
     for fs in guarded(config):
         now = usage(fs.roots[0])
@@ -109,9 +111,9 @@ def status(config: Config, reported: list[dict[str, Any]]) -> list[dict[str, Any
         heard = next((r for r in reported if set(r.get("roots", ())) == set(fs.roots)), None)
         if now.free >= threshold:
             state, why = "ok", None
-        elif heard is None:
+        elif not running:
             state, why = "pressure", "no daemon is running to free space"
-        elif heard.get("state") == "cannot free":
+        elif heard is not None and heard.get("state") == "cannot free":
             state, why = "cannot free", heard.get("why")
         else:
             state, why = "pressure", None  # the daemon's next pass acts on it
@@ -186,6 +188,10 @@ def _act(config: Config, store: Store, step: Step, batch: str, actor: str) -> No
     # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone.
     if c.status != CheckpointStatus.OK or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now.
+    ok = [pruner._item(x, False) for x in pruner._checkpoints(store, c.root, c.run)]
+    if c.id in retention.newest([i for i in ok if i.status == CheckpointStatus.OK.value]):
+        raise fsops.Refused(f"refused: {c.path} is its run's newest checkpoint now")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
     holder = f"{actor} pid {os.getpid()}"
     with store.lease(guards.run_id(store, c), holder, pruner.LEASE_SECONDS) as lease:
@@ -218,7 +224,11 @@ def _facts(config: Config, store: Store, root: str, name: str) -> RunFacts:
         if (metric.metric, metric.resolved_mode) not in best:
             best.append((metric.metric, metric.resolved_mode))
     items = tuple(pruner._item(c, pruner._demotable(c), previous.get(c.id)) for c in found)
-    return RunFacts(name, items, tuple(best), _last_resumable(found))
+    kept_by: dict[int, str] = {}
+    if policy is not None and items:
+        decided = retention.plan(items, policy).decisions
+        kept_by = {d.id: ", ".join(d.reasons) for d in decided if d.action == "keep"}
+    return RunFacts(name, items, tuple(best), _last_resumable(found), kept_by)
 
 
 def _last_resumable(found: list[Checkpoint]) -> int | None:

@@ -97,7 +97,7 @@ def test_the_thread_warns_once_per_episode_and_status_says_cannot_free(
     assert state["state"] == "cannot free" and "cannot free enough" in state["why"]
     (shown,) = disk_guard.status(config, guard.states)
     assert shown["state"] == "cannot free" and shown["why"] == state["why"]
-    (alone,) = disk_guard.status(config, [])  # no daemon reporting: nobody frees it
+    (alone,) = disk_guard.status(config, [], running=False)  # nobody frees it
     assert alone["state"] == "pressure" and "no daemon" in alone["why"]
 
     lowered = replace(config, roots=(replace(config.roots[0], min_free=MinFree(bytes=1)),))

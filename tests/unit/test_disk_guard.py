@@ -115,6 +115,14 @@ def test_plan_table(free, threshold, runs, trash, expected, enough) -> None:
     assert all(step.reason.startswith("disk pressure (free ") for step in plan.steps)
 
 
+def test_what_no_retention_rule_keeps_goes_before_what_a_rule_keeps() -> None:
+    facts = RunFacts("run", (item(1), item(2), item(3)), (), None, {1: "last #2", 3: "newest"})
+    plan = disk_guard.plan(1 * MB, 21 * MB, [facts])
+    assert acts(plan) == [("trash", 2), ("trash", 1)]
+    assert "(no retention rule keeps it)" in plan.steps[0].reason
+    assert "(kept only by last #2)" in plan.steps[1].reason
+
+
 def test_demotion_reason_and_what_it_frees() -> None:
     plan = disk_guard.plan(10 * MB, 16 * MB, [run(item(1, inference_bytes=3 * MB), item(2))])
     (step,) = plan.steps
