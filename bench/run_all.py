@@ -28,6 +28,7 @@ BENCHES = (
     "version_capture",
     "disk_pressure",
     "split_bench",
+    "describe_bench",
     "compress_bench",
     "crash_campaign",
 )

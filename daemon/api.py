@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .core.model import Checkpoint, Run
+from .core.progress import OnProgress
 from .core.query import Condition, ListQuery, default_mode, parse_condition
 from .settings import config as config_module
 from .settings.config import Config
@@ -23,10 +24,12 @@ from .settings.config import Config
 if TYPE_CHECKING:
     from .catalog.sqlite_reads import SqliteReads
     from .catalog.store import Store
+    from .core.card import Facts
     from .core.history import History
     from .core.retention import Policy
     from .core.usage import RootUsage
     from .transforms.compress import CompressResult
+    from .transforms.export_json_h5 import ExportResult
     from .transforms.split import SplitResult
     from .usecases.indexer import ScanReport
     from .usecases.pruner import PruneReport
@@ -148,6 +151,7 @@ class Catalog:
         *,
         dry_run: bool = False,
         actor: str | None = None,
+        on_progress: OnProgress | None = None,
     ) -> PruneReport:
         """Apply retention (`policy`, else the configured ones): doomed checkpoints go to the
         trash (restore with `restore`); per-item failures are in `report.failures`."""
@@ -160,6 +164,7 @@ class Catalog:
             override=policy,
             dry_run=dry_run,
             actor=actor or _actor(),
+            on_progress=on_progress,
         )
 
     def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
@@ -229,6 +234,7 @@ class Catalog:
         out: Path | None = None,
         keep_compile: bool = False,
         actor: str | None = None,
+        on_progress: OnProgress | None = None,
     ) -> tuple[Checkpoint, SplitResult]:
         """Write and register the inference artifact of a checkpoint."""
         from .usecases.artifacts import split_checkpoint
@@ -240,7 +246,25 @@ class Catalog:
             out=out,
             keep_compile=keep_compile,
             actor=actor or _actor(),
+            on_progress=on_progress,
         )
+
+    def export(
+        self, ref: str | int, *, out: Path | None = None, actor: str | None = None
+    ) -> tuple[Checkpoint, ExportResult]:
+        """`ckpt split --layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card."""
+        from .usecases.artifacts import export_checkpoint
+
+        return export_checkpoint(
+            self.config, self._store, str(ref), out=out, actor=actor or _actor()
+        )
+
+    def describe(self, ref: str | int) -> Facts:
+        """The model card's facts of a checkpoint or artifact (`core.card`; render them with
+        `usecases.describe.render(facts, "md"|"json"|"txt")`)."""
+        from .usecases.describe import describe
+
+        return describe(self.config, self._store, str(ref))
 
     def compress(
         self,
@@ -250,6 +274,7 @@ class Catalog:
         level: int | None = None,
         shuffle: bool = True,
         actor: str | None = None,
+        on_progress: OnProgress | None = None,
     ) -> tuple[Checkpoint, CompressResult]:
         """Compress a checkpoint in place, losslessly and verified."""
         from .usecases.artifacts import compress_checkpoint
@@ -262,26 +287,41 @@ class Catalog:
             level=level,
             shuffle=shuffle,
             actor=actor or _actor(),
+            on_progress=on_progress,
         )
 
     def verify(
-        self, refs: Sequence[str | int] = (), *, load: bool = False, actor: str | None = None
+        self,
+        refs: Sequence[str | int] = (),
+        *,
+        load: bool = False,
+        actor: str | None = None,
+        on_verdict: Callable[[Verdict], None] | None = None,
+        on_progress: OnProgress | None = None,
     ) -> builtins.list[Verdict]:
         """Re-hash checkpoints (all `ok` ones by default) and their artifacts; with `load`,
         also load them with Keras in a child process and compare predictions. A checkpoint
-        whose hash differs under an unchanged stat (bit rot) is marked `corrupt`."""
+        whose hash differs under an unchanged stat (bit rot) is marked `corrupt`.
+        `on_verdict` gets each verdict as soon as it is known, `on_progress` each checkpoint's
+        start and end."""
         from .usecases.verifier import verify
 
         return verify(
-            self.config, self._store, [str(r) for r in refs], load=load, actor=actor or _actor()
+            self.config,
+            self._store,
+            [str(r) for r in refs],
+            load=load,
+            actor=actor or _actor(),
+            on_verdict=on_verdict,
+            on_progress=on_progress,
         )
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
-        from .service.health import daemon_status
+        from .service.health import daemons_status
 
         source = self._reads or self._store
-        return daemon_status(source.latest_heartbeat(), source.count())
+        return daemons_status(source.heartbeats(), source.count())
 
     def scan(
         self,
@@ -290,6 +330,7 @@ class Catalog:
         actor: str | None = None,
         progress: Callable[[str], None] | None = None,
         reindex: bool = False,
+        on_progress: OnProgress | None = None,
     ) -> ScanReport:
         """Index now: the given files/folders (inside configured roots), or every root.
         `reindex`: derive every walked run's epochs and metrics again (no weights read)."""
@@ -302,6 +343,7 @@ class Catalog:
             actor=actor or _actor(),
             progress=progress,
             reindex=reindex,
+            on_progress=on_progress,
         )
 
 

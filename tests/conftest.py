@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from tests.support import Daemon, Workspace, copy_generated, kill_started, service_workspace
+from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
+from tests.support.postgres import PostgresServer, start_server
 from tests.support.training_runs import session_training_runs
 
 
@@ -74,3 +76,25 @@ def daemon_ws(tmp_path: Path) -> Iterator[tuple[Workspace, Daemon]]:
     yield ws, daemon
     if daemon.proc.poll() is None:
         assert daemon.stop() == 0, daemon.log
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for this test process (started on first use; a failure to start
+    fails the tests that need it, with the reason)."""
+    server = start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new catalog's URL, once per backend: an SQLite file (created and migrated by the first
+    `Store`), a PostgreSQL database at head."""
+    yield from catalog_urls(request, tmp_path, at_head=True)
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Like `catalog_url`, but PostgreSQL's database is empty too: the migrations run on it."""
+    yield from catalog_urls(request, tmp_path, at_head=False)

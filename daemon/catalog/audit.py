@@ -105,8 +105,10 @@ def patch_details(
     """Set `changes` and remove `drop` in a checkpoint's `details` JSON, and set `columns`, in
     the caller's transaction. `only_if_status`: only while the row has that status. Returns
     whether a row was changed."""
-    row = conn.execute(
-        select(CHECKPOINTS.c.details, CHECKPOINTS.c.status).where(CHECKPOINTS.c.id == checkpoint_id)
+    row = conn.execute(  # FOR UPDATE (PostgreSQL): a read-modify-write of the JSON
+        select(CHECKPOINTS.c.details, CHECKPOINTS.c.status)
+        .where(CHECKPOINTS.c.id == checkpoint_id)
+        .with_for_update()
     ).first()
     if row is None or (only_if_status is not None and row.status != only_if_status):
         return False

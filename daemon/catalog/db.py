@@ -8,6 +8,8 @@ one update is lost; IMMEDIATE takes the write lock before the read).
 
 from __future__ import annotations
 
+import json
+import math
 import sqlite3
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from ..fs import mounts
 
 # Kept in step with migrations/versions by tests/integration/test_catalog.py, so that opening a
 # catalog does not have to import Alembic to learn the head revision.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
 
@@ -44,7 +46,10 @@ def sqlite_path(url: str) -> Path | None:
 def make_engine(url: str, *, foreign_keys: bool = True) -> Engine:
     check_url(url)
     if not is_sqlite(url):
-        return _create_engine(url, pool_pre_ping=True)
+        engine = _create_engine(url, pool_pre_ping=True, json_serializer=_finite_json)
+        if engine.dialect.driver == "psycopg":
+            _install_psycopg_hooks(engine)
+        return engine
     path = sqlite_path(url)
     if path is not None:
         try:
@@ -128,6 +133,58 @@ def _install_sqlite_hooks(engine: Engine, *, foreign_keys: bool) -> None:
     def _on_begin(conn: Any) -> None:
         readonly = conn.get_execution_options().get("ckpt_readonly", False)
         conn.exec_driver_sql("BEGIN DEFERRED" if readonly else "BEGIN IMMEDIATE")
+
+
+def serialize(conn: Any, *key: object) -> None:
+    """Serialize the caller's write transaction with every other one that names the same `key`
+    (a row that may not exist yet: a path, a run, a run's lease), until it commits.
+
+    SQLite: nothing to do, `BEGIN IMMEDIATE` already serializes every writer. PostgreSQL: a
+    transaction-scoped advisory lock, because READ COMMITTED lets two transactions read the same
+    state, and `SELECT ... FOR UPDATE` cannot lock a row that is not there yet (two inserts of
+    one path: one fails on the unique index; two bumps of one counter: one is lost)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+            {"key": "\x1f".join(map(str, key))},
+        )
+
+
+def _finite_json(value: Any) -> str:
+    """JSON for PostgreSQL's `json` columns, which refuse NaN and Infinity (SQLite stores
+    Python's `NaN` token as it is): a non-finite float in `details` (a hostile file's optimizer
+    config, a diverged learning rate) becomes null, as non-finite metrics do."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _install_psycopg_hooks(engine: Engine) -> None:
+    """PostgreSQL's text cannot hold NUL, which a hostile file's names may (SQLite keeps it):
+    each NUL becomes U+FFFD, the replacement character, instead of failing the whole write."""
+    from psycopg.types.string import StrBinaryDumper, StrDumper, StrDumperUnknown
+
+    def nul_free(base: Any) -> Any:
+        class NulFree(base):
+            def dump(self, obj: str) -> Any:
+                return super().dump(obj.replace("\0", "\ufffd"))
+
+        return NulFree
+
+    dumpers = [nul_free(d) for d in (StrBinaryDumper, StrDumper, StrDumperUnknown)]
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        for dumper in dumpers:  # the last one of each format wins: unknown-typed text, as before
+            dbapi_connection.adapters.register_dumper(str, dumper)
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat
 
 # What a listing reads, in the order `to_checkpoint` unpacks it. `details` (layers, configs) is
 # only read by `show`: listings of 100k rows must stay cheap.
@@ -88,3 +88,16 @@ def to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
         version_of=version_of,
         metrics=values,
     )
+
+
+# How many of the newest heartbeat rows `heartbeats()` looks at (one row per daemon start).
+HEARTBEAT_ROWS = 500
+
+
+def newest_per_node(beats: list[Heartbeat]) -> list[Heartbeat]:
+    """The first (newest) heartbeat of each node in `beats` (newest first); a row written before
+    nodes existed counts as the node of its host."""
+    seen: dict[str, Heartbeat] = {}
+    for beat in beats:
+        seen.setdefault(beat.node or beat.host, beat)
+    return list(seen.values())

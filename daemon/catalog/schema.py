@@ -22,7 +22,9 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.functions import FunctionElement
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -165,13 +167,37 @@ class LeaseRow(Base):
 
 class HeartbeatRow(Base):
     __tablename__ = "heartbeat"
+    __table_args__ = (Index(None, "node"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The daemon's node identity (`service.node`): one live daemon per node on a catalog.
+    node: Mapped[str | None] = mapped_column(String(256))
     pid: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(256))
     started_at: Mapped[str] = mapped_column(String(32))
     heartbeat_at: Mapped[str] = mapped_column(String(32))
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class codepoint_order(FunctionElement[str]):
+    """A text column compared in code point order, as the range queries below a path or run
+    need (`p >= "a/" AND p < "a0"`): SQLite's default (BINARY) already is; a PostgreSQL database
+    created with a linguistic collation (en_US.UTF-8) orders "/" and "0" otherwise, so there the
+    comparison gets `COLLATE "C"`."""
+
+    type = Text()
+    inherit_cache = True
+    name = "codepoint_order"
+
+
+@compiles(codepoint_order)
+def _codepoint_order(element: Any, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
+
+
+@compiles(codepoint_order, "postgresql")
+def _codepoint_order_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return f'({compiler.process(element.clauses, **kw)}) COLLATE "C"'
 
 
 # The tables as Core objects, for the store's SQL (typed: `__table__` is only a FromClause).

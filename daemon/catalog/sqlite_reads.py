@@ -27,11 +27,11 @@ from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
 from ..fs import mounts
 from . import pick
-from .rows import LISTING_COLUMNS, to_checkpoint
+from .rows import HEARTBEAT_ROWS, LISTING_COLUMNS, newest_per_node, to_checkpoint
 
 # The Alembic revision this code's schema is at (migrations/versions; a test keeps it equal to
 # catalog.db's): a catalog elsewhere goes through the Store.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 BUSY_TIMEOUT_S = 30.0
 # Plain file URLs only: `sqlite:///relative.db`, `sqlite:////absolute.db` (no options, no quoting).
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite(?:\+pysqlite)?:///([^?%#]+)$")
@@ -216,6 +216,19 @@ class SqliteReads:
                 f"SELECT count(*) FROM checkpoints WHERE status NOT IN ({marks})", _GONE
             )
         return int(rows[0][0] or 0)
+
+    def heartbeats(self) -> builtins.list[Heartbeat]:
+        """The newest heartbeat of each daemon node, newest first (as `Store.heartbeats`)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT pid, host, started_at, heartbeat_at, state, node, id FROM heartbeat"
+                f" ORDER BY heartbeat_at DESC, id DESC LIMIT {HEARTBEAT_ROWS}"
+            ).fetchall()
+        beats = [
+            Heartbeat(p, h, s, b, dict(json.loads(st or "null") or {}), n, i)
+            for p, h, s, b, st, n, i in rows
+        ]
+        return newest_per_node(beats)
 
     def latest_heartbeat(self) -> Heartbeat | None:
         with self._lock:

@@ -24,7 +24,6 @@ from ..core.model import (
     Checkpoint,
     CheckpointStatus,
     FileStat,
-    Heartbeat,
     IndexRecord,
     Run,
 )
@@ -32,11 +31,12 @@ from ..core.observability import Figures
 from ..core.query import ListQuery
 from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
+from .store_daemons import DaemonRecords
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
-from .store_runs import RunRecords, dedupe, replace_metrics
+from .store_runs import RunRecords, dedupe, replace_metrics, run_id_for
 from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
 
@@ -58,7 +58,9 @@ class Known:
     metrics_at: str | None
 
 
-class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageReads):
+class Store(
+    Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageReads, DaemonRecords
+):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 
@@ -82,6 +84,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         """
         now = now_iso()
         with self._engine.begin() as conn:
+            db.serialize(conn, "path", rec.path)  # its generation is a read-modify-write
             run_id = self._run_id(conn, rec.root, rec.run, now)
             row = conn.execute(
                 select(
@@ -137,32 +140,6 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
                 )
             return int(ckpt_id)
 
-    def beat(
-        self,
-        heartbeat_id: int | None,
-        *,
-        pid: int,
-        host: str,
-        started_at: str,
-        state: dict[str, Any],
-    ) -> int:
-        """Record that this daemon is alive (one row per daemon run); returns the row id."""
-        values = {
-            "pid": pid,
-            "host": host,
-            "started_at": started_at,
-            "heartbeat_at": now_iso(),
-            "state": state,
-        }
-        with self._engine.begin() as conn:
-            if heartbeat_id is not None:
-                done = conn.execute(
-                    update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
-                )
-                if done.rowcount:
-                    return heartbeat_id
-            return _insert_id(conn, heartbeat, values)
-
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
         return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
 
@@ -198,12 +175,7 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         return len(rows)
 
     def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
-        found = conn.execute(
-            select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
-        ).scalar()
-        if found is not None:
-            return int(found)
-        return _insert_id(conn, runs, {"root": root, "name": name, "created_at": now})
+        return run_id_for(conn, root, name, now)
 
     # ---- reads (BEGIN DEFERRED) ----
 
@@ -226,9 +198,9 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
         if start is not None and start != root:
             # A range on the unique path index: `start` itself, and everything below `start/`
             # ("0" is the character after "/"), without LIKE and its wildcards.
+            path = codepoint_order(checkpoints.c.path)
             query = query.where(
-                (checkpoints.c.path == start)
-                | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
             )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return {
@@ -285,17 +257,6 @@ class Store(Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageR
             raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
-
-    def latest_heartbeat(self) -> Heartbeat | None:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(heartbeat)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-        if row is None:
-            return None
-        return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self._engine, query)

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from ..core.model import AuditEvent, CheckpointStatus, FileStat, TrashedCheckpoint
 from . import db
 from .audit import close_event, now_iso, patch_details, record_event
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, codepoint_order
 from .store_leases import HeldLease
 from .store_reads import in_run
 from .store_versions import sync_standby
@@ -97,6 +97,8 @@ class Actions:
         with self._engine.begin() as conn:
             if lease is not None:
                 lease.renew(conn)
+            # PostgreSQL: the row locked to commit; one another transaction holds (a pin, a
+            # claim) is skipped, not waited for: the act is refused, whoever wins decides.
             row = conn.execute(
                 select(
                     checkpoints.c.status,
@@ -106,9 +108,14 @@ class Actions:
                     checkpoints.c.version_of,
                 )
                 .where(checkpoints.c.id == checkpoint_id)
-                .with_for_update()
+                .with_for_update(skip_locked=True)
             ).first()
             if row is None:
+                there = conn.execute(
+                    select(checkpoints.c.path).where(checkpoints.c.id == checkpoint_id)
+                ).scalar()
+                if there is not None:
+                    return None, f"{there} is being changed by another process now"
                 return None, "no longer in the catalog"
             if row.pinned:
                 return None, f"{row.path} is pinned now"
@@ -209,6 +216,13 @@ class Actions:
         with self._engine.begin() as conn:
             conn.execute(delete(artifacts).where(artifacts.c.path == path))
 
+    def artifact_owner(self, path: str) -> int | None:
+        """The checkpoint id whose registered artifact is at `path` (None: no artifact there)."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return conn.execute(
+                select(artifacts.c.checkpoint_id).where(artifacts.c.path == path)
+            ).scalar()
+
     def ids_with_artifact(self, kind: str) -> set[int]:
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return set(
@@ -224,7 +238,9 @@ class Actions:
         generation the trainer wrote is still the newest: it keeps its epoch, with our hash)."""
         with self._engine.begin() as conn:
             details = conn.execute(
-                select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
+                select(checkpoints.c.details)
+                .where(checkpoints.c.id == checkpoint_id)
+                .with_for_update()
             ).scalar()
             generations = [dict(g) for g in (details or {}).get("generations") or []]
             if generations:
@@ -242,10 +258,10 @@ class Actions:
     def artifact_paths(self, start: str) -> set[str]:
         """Paths of our derived files at or below `start`: never indexed as new checkpoints.
         (A `compressed` artifact is the checkpoint itself, rewritten: not one of them.)"""
-        path = artifacts.c.path
+        path, ordered = artifacts.c.path, codepoint_order(artifacts.c.path)
         stmt = select(path).where(
             (artifacts.c.kind != "compressed")
-            & ((path == start) | ((path >= start + "/") & (path < start + "0")))
+            & ((path == start) | ((ordered >= start + "/") & (ordered < start + "0")))
         )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return set(conn.execute(stmt).scalars())
@@ -254,9 +270,9 @@ class Actions:
         """Returns whether it changed."""
         with self._engine.begin() as conn:
             row = conn.execute(
-                select(checkpoints.c.pinned, checkpoints.c.path).where(
-                    checkpoints.c.id == checkpoint_id
-                )
+                select(checkpoints.c.pinned, checkpoints.c.path)
+                .where(checkpoints.c.id == checkpoint_id)
+                .with_for_update()
             ).first()
             if row is None or bool(row.pinned) == pinned:
                 return False

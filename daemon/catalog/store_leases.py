@@ -1,6 +1,8 @@
-"""Run leases in the catalog: a destructive act takes its run's lease first (one transaction,
-BEGIN IMMEDIATE). A lease records the host and pid of its holder: one held by a dead process of
-this host is free at once; elsewhere it is free once expired.
+"""Run leases in the catalog: a destructive act takes its run's lease first (one transaction:
+BEGIN IMMEDIATE on SQLite; on PostgreSQL an advisory lock on the run's lease, held to commit, so
+two takers of a lease row that does not exist yet cannot both insert it). A lease records the
+host and pid of its holder: one held by a dead process of this host is free at once; elsewhere
+it is free once expired.
 
 A lease is renewed while its work runs: `Leases.lease` starts a renewer thread that pushes the
 expiry forward every quarter of its duration, so a long act (a split under a prune's lease) never
@@ -22,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import LeaseHeld, LeaseLost
 from ..fs import procfs
+from . import db
 from .audit import iso, now, this_process
 from .schema import LEASES
 
@@ -125,13 +128,14 @@ class Leases:
             self.release_lease(run_id, holder)
 
     def acquire_lease(self, run_id: int, holder: str, ttl_seconds: float) -> tuple[str, int] | None:
-        """Take the run's lease (atomically: BEGIN IMMEDIATE); raise LeaseHeld if another has it.
+        """Take the run's lease (atomically, see above); raise LeaseHeld if another has it.
 
         A lease of a dead process on this host is free at once. Returns the (host, pid) of such a
         dead holder when the lease was taken over from one (its planned acts need settling)."""
         moment = now()
         host, pid = this_process()
         with self._engine.begin() as conn:
+            db.serialize(conn, "lease", run_id)
             row = conn.execute(select(leases).where(leases.c.run_id == run_id)).first()
             dead = row is not None and dead_here(row.host, row.pid)
             mine = row is not None and row.holder == holder
@@ -156,7 +160,7 @@ class Leases:
         """Remove the leases of dead processes of this host; returns their (host, pid)."""
         host, _pid = this_process()
         with self._engine.begin() as conn:
-            rows = conn.execute(select(leases).where(leases.c.host == host)).all()
+            rows = conn.execute(select(leases).where(leases.c.host == host).with_for_update()).all()
             dead = [r for r in rows if dead_here(r.host, r.pid)]
             for r in dead:
                 conn.execute(

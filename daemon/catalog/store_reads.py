@@ -17,7 +17,7 @@ from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
 from . import db, pick
 from .rows import LISTING_COLUMNS, to_checkpoint
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 MAX_ID = 2**63 - 1
@@ -178,7 +178,8 @@ def in_run(run: str) -> Any:
     scope = run_scope(run)
     if scope.exact is None:
         return true()
-    return (runs.c.name == scope.exact) | ((runs.c.name >= scope.low) & (runs.c.name < scope.high))
+    name = codepoint_order(runs.c.name)
+    return (runs.c.name == scope.exact) | ((name >= scope.low) & (name < scope.high))
 
 
 def _finite(value: Any) -> Any:

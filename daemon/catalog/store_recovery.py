@@ -16,6 +16,7 @@ from . import db
 from .audit import close_event, now_iso, patch_details, record_event
 from .schema import CHECKPOINTS, EVENTS, RUNS
 from .store_actions import RECORDS, free_path
+from .store_runs import run_id_for
 
 checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
 
@@ -111,11 +112,7 @@ class RecoveryRecords:
         """
         now = now_iso()
         with self._engine.begin() as conn:
-            run_id = conn.execute(
-                select(runs.c.id).where(runs.c.root == root, runs.c.name == run)
-            ).scalar()
-            if run_id is None:
-                run_id = _new_id(conn, insert(runs).values(root=root, name=run, created_at=now))
+            run_id = run_id_for(conn, root, run, now)
             found = conn.execute(
                 select(checkpoints.c.id).where(
                     checkpoints.c.path == path,

@@ -118,9 +118,9 @@ class RunRecords:
         with self._engine.begin() as conn:
             for u in updates:
                 now = conn.execute(
-                    select(checkpoints.c.hash, checkpoints.c.mtime_ns).where(
-                        checkpoints.c.id == u.id
-                    )
+                    select(checkpoints.c.hash, checkpoints.c.mtime_ns)
+                    .where(checkpoints.c.id == u.id)
+                    .with_for_update()
                 ).first()
                 if now is None or (now.hash, now.mtime_ns) != (u.hash, u.mtime_ns):
                     continue
@@ -128,6 +128,22 @@ class RunRecords:
                 replace_metrics(conn, u.id, u.metrics)
                 written += 1
         return written
+
+
+def run_id_for(conn: Any, root: str, name: str, now: str) -> int:
+    """The id of run (root, name), inserted if new, in the caller's write transaction."""
+    query = select(runs.c.id).where(runs.c.root == root, runs.c.name == name)
+    found = conn.execute(query).scalar()
+    if found is None:
+        db.serialize(conn, "run", root, name)  # two first sightings of one run: one insert
+        found = conn.execute(query).scalar()
+    if found is not None:
+        return int(found)
+    key = conn.execute(
+        insert(runs).values(root=root, name=name, created_at=now)
+    ).inserted_primary_key
+    assert key is not None, "INSERT returned no primary key"
+    return int(key[0])
 
 
 @dataclass(frozen=True)

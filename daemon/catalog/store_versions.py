@@ -15,7 +15,7 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import now_iso, record_event
-from .schema import CHECKPOINTS, METRICS, RUNS
+from .schema import CHECKPOINTS, METRICS, RUNS, codepoint_order
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
@@ -152,6 +152,7 @@ class VersionRecords:
         metrics."""
         now = now_iso()
         with self._engine.begin() as conn:
+            db.serialize(conn, "path", path)
             there = conn.execute(  # adopted by a reconcile meanwhile: one row per version file
                 select(checkpoints.c.id).where(
                     checkpoints.c.path == path, checkpoints.c.status.not_in(("trashed", "purged"))
@@ -259,6 +260,7 @@ class VersionRecords:
         have no kept copy: a capture a crash (or `versions.capture: off`, then on) left undone,
         which a scan then does."""
         kept = checkpoints.alias("kept")
+        ordered = codepoint_order(checkpoints.c.path)
         has_copy = (
             select(kept.c.id)
             .where(kept.c.version_of == checkpoints.c.path, kept.c.hash == checkpoints.c.hash)
@@ -274,7 +276,7 @@ class VersionRecords:
                 .where(~has_copy)
                 .where(
                     (checkpoints.c.path == start)
-                    | ((checkpoints.c.path >= start + "/") & (checkpoints.c.path < start + "0"))
+                    | ((ordered >= start + "/") & (ordered < start + "0"))
                 )
             ).all()
         return {r.path: r.generation for r in rows}

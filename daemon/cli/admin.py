@@ -65,9 +65,12 @@ def status(obj: Context, as_json: bool) -> None:
         emit_json(documents.status(doc))
         return
     in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
+    nodes = _daemon_lines(doc.get("daemons") or [])
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
         _disk_lines(doc["disk"])
+        for line in nodes:
+            echo(line)
         echo(in_use)
         return
     echo(
@@ -81,6 +84,8 @@ def status(obj: Context, as_json: bool) -> None:
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
     _disk_lines(doc["disk"])
+    for line in nodes:
+        echo(line)
     echo(in_use)
 
 
@@ -100,9 +105,21 @@ def _disk_lines(disk: list[dict[str, Any]]) -> None:
             echo(f"    {fs['why']}")
 
 
+def _daemon_lines(daemons: list[dict[str, Any]]) -> list[str]:
+    """One line per daemon node of the catalog, when there is more than one."""
+    if len(daemons) < 2:
+        return []
+    lines = [f"  daemons ({sum(d['running'] for d in daemons)} of {len(daemons)} running):"]
+    for d in daemons:
+        state = "running" if d["running"] else f"not running ({d['reason']})"
+        lines.append(f"    {d['node']}: pid {d['pid']} on {d['host']}, {state}")
+    return lines
+
+
 @click.group()
 def db() -> None:
-    """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports."""
+    """Catalog schema: `ckpt db upgrade` migrates (after a backup), `ckpt db current` reports,
+    `ckpt db copy --to URL` copies the catalog into an empty one (SQLite <-> PostgreSQL)."""
 
 
 @db.command()
@@ -131,6 +148,40 @@ def current(obj: Context) -> None:
     revision = database.revision_at(url) if path is None or path.exists() else None
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
     echo(f"{revision or 'empty'} ({state})")
+
+
+@db.command(name="copy")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    metavar="URL",
+    help="The catalog to copy into: a new SQLite file or an empty PostgreSQL database "
+    "(e.g. postgresql+psycopg://user@host/ckpt). Created at the schema head if new.",
+)
+@pass_context
+def copy_command(obj: Context, target: str) -> None:
+    """Copy the whole catalog (every table, ids kept) into an empty one, and verify it.
+
+    Moves a catalog from SQLite to PostgreSQL and back. Each table's row count and a checksum
+    of its rows are compared on both sides after the copy; exit 1 if they differ. A target
+    that holds any row is refused (exit 2). Stop the daemon first: rows it writes meanwhile
+    are not copied.
+
+    \b
+    Example:  ckpt db copy --to postgresql+psycopg://ckpt@db.example/ckpt
+    """
+    from ..catalog import db as database
+    from ..catalog.copy import copy_catalog
+    from ..settings.config import shown_url
+
+    source = obj.config().database
+    database.check_url(target)
+    copied = copy_catalog(source, target)
+    for table in copied:
+        echo(f"{table.table}: {table.rows} rows, sha256 {table.checksum[:16]}")
+    total = sum(t.rows for t in copied)
+    echo(f"copied {total} rows from {shown_url(source)} to {shown_url(target)}: verified")
 
 
 @click.group(name="config")

@@ -10,7 +10,7 @@ import click
 from ..core.errors import PartialFailure
 from . import documents
 from .context import Context, pass_context
-from .output import echo, emit_json
+from .output import echo, emit_json, live_work
 
 if TYPE_CHECKING:
     from ..usecases.verifier import Verdict
@@ -29,31 +29,90 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Keep the compile/training config (a fresh optimizer on load).",
 )
+@click.option(
+    "--layout",
+    type=click.Choice(["inference", "json+h5"]),
+    default="inference",
+    show_default=True,
+    help="json+h5: <stem>.json (the stored model config) + <stem>.weights.h5 (load_weights), "
+    "for .keras files.",
+)
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
 @pass_context
-def split(obj: Context, ref: str, out: str | None, keep_compile: bool, as_json: bool) -> None:
+def split(
+    obj: Context, ref: str, out: str | None, keep_compile: bool, layout: str, as_json: bool
+) -> None:
     """Write the slim inference artifact of a checkpoint (architecture + weights, no optimizer
     state); the original stays as the resume artifact.
 
     Verified (every kept dataset decodes to the source's values) before it is renamed into
-    place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it).
+    place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it),
+    with its model card beside it (`<stem>.inference` + `.md`, see `ckpt describe`). With
+    `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card (`<stem>` + `.md`),
+    checked in a child process (model_from_json + load_weights predict identically to the
+    checkpoint) before they get their names.
 
     \b
     Example:  ckpt split "$(ckpt best --metric val_loss --run exp1)"
+              ckpt split runs/exp1/e07.keras --layout json+h5
     """
     from ..core.units import format_size
+    from ..usecases.describe import card_path
 
-    with obj.catalog() as cat:
+    if layout == "json+h5":
+        if keep_compile:
+            raise click.UsageError("--keep-compile: the json+h5 config is exactly as stored")
+        _export(obj, ref, out, as_json)
+        return
+    with obj.catalog() as cat, _live(cat, "split", as_json) as work:
         checkpoint, result = cat.split(
-            ref, out=Path(out) if out else None, keep_compile=keep_compile
+            ref,
+            out=Path(out) if out else None,
+            keep_compile=keep_compile,
+            on_progress=work.update,
         )
+    card = str(card_path(result.path))
     if as_json:
-        emit_json(documents.split(checkpoint, result))
+        emit_json({**documents.split(checkpoint, result), "card": card})
         return
     echo(
         f"{result.path}: {format_size(result.bytes)} "
         f"({result.bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
     )
+    echo(f"{card}: its model card")
+
+
+def _export(obj: Context, ref: str, out: str | None, as_json: bool) -> None:
+    from ..core.units import format_size
+    from ..usecases.describe import card_path
+
+    with obj.catalog() as cat:
+        checkpoint, result = cat.export(ref, out=Path(out) if out else None)
+    card = str(card_path(result.config_path))
+    if as_json:
+        emit_json(
+            {
+                "checkpoint": checkpoint.path,
+                "id": checkpoint.id,
+                "layout": "json+h5",
+                "config": str(result.config_path),
+                "weights": str(result.weights_path),
+                "card": card,
+                "config_bytes": result.config_bytes,
+                "weights_bytes": result.weights_bytes,
+                "source_bytes": result.source_bytes,
+                "config_hash": result.config_hash,
+                "weights_hash": result.weights_hash,
+                "datasets": result.datasets,
+            }
+        )
+        return
+    echo(f"{result.config_path}: {format_size(result.config_bytes)} (the stored model config)")
+    echo(
+        f"{result.weights_path}: {format_size(result.weights_bytes)} "
+        f"({result.weights_bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
+    )
+    echo(f"{card}: its model card")
 
 
 @click.command()
@@ -81,8 +140,10 @@ def compress(
     """
     from ..core.units import format_size
 
-    with obj.catalog() as cat:
-        checkpoint, result = cat.compress(ref, codec=codec, level=level, shuffle=not no_shuffle)
+    with obj.catalog() as cat, _live(cat, "compressed", as_json) as work:
+        checkpoint, result = cat.compress(
+            ref, codec=codec, level=level, shuffle=not no_shuffle, on_progress=work.update
+        )
     if as_json:
         emit_json(documents.compress(checkpoint, result))
         return
@@ -117,28 +178,26 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     \b
     Example:  ckpt verify --json | jq '.[] | select(.ok | not)'
     """
-    with obj.catalog() as cat:
+    from .output import terminal_width, verify_line
+
+    width = terminal_width()
+    with obj.catalog() as cat, _live(cat, "checked", as_json, by_bytes=not load) as work:
+
+        def line(v: Verdict) -> None:  # as soon as it is known: --load takes seconds each
+            work.line(verify_line(v.id, v.ok, work.relative(v.path), v.detail, width))
+
         if as_json:
             verdicts = cat.verify(refs, load=load)
-            emit_json(documents.verify(verdicts))
-        else:
-            verdicts = _verify_lines(cat, refs, load)
+        else:  # by id, as the lines have always come
+            ids = refs or tuple(str(c.id) for c in cat.list(status="ok", sort="id"))
+            verdicts = cat.verify(ids, load=load, on_verdict=line, on_progress=work.update)
+    if as_json:
+        emit_json(documents.verify(verdicts))
     failed = [v for v in verdicts if not v.ok]
     if failed:
         raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")
 
 
-def _verify_lines(cat: Any, refs: tuple[str, ...], load: bool) -> list[Verdict]:
-    """Verify one checkpoint at a time, printing each verdict as soon as it is known (a full
-    verify of a large catalog takes minutes: the screen shows it is moving)."""
-    from ..core.render import relative_path
-    from .output import terminal_width, verify_line
-
-    targets = [cat.get(ref) for ref in refs] or cat.list(status="ok", sort="id")
-    width = terminal_width()
-    verdicts = []
-    for c in targets:
-        for v in cat.verify([c.id], load=load):
-            echo(verify_line(v.id, v.ok, relative_path(v.path, [c.root]), v.detail, width))
-            verdicts.append(v)
-    return verdicts
+def _live(cat: Any, verb: str, as_json: bool, *, by_bytes: bool = True) -> Any:
+    roots = [str(r.path) for r in cat.config.roots]
+    return live_work(verb, as_json=as_json, roots=roots, by_bytes=by_bytes)

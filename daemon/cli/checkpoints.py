@@ -12,10 +12,13 @@ import click
 from ..core.errors import NotFound, PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
-from .output import echo, emit_json, emit_json_rows, progress, table
+from .output import echo, emit_json, emit_json_rows, live_work, table
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..core.model import Checkpoint
+    from ..core.progress import Progress
 
 # `ckpt list`'s text columns without --columns (named here: --help says it without loading
 # the table code).
@@ -47,12 +50,10 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
     from ..logs import setup
 
     setup("debug" if obj.debug else "warning")
-    advance, stop = progress()
     with obj.catalog() as cat:
-        try:
-            report = cat.scan(paths, progress=advance, reindex=reindex)
-        finally:
-            stop()
+        roots = [str(r.path) for r in cat.config.roots]
+        with live_work("checked", as_json=as_json, roots=roots) as work:
+            report = cat.scan(paths, reindex=reindex, on_progress=_scan_lines(work, as_json))
     if as_json:
         emit_json(documents.scan(report))
     else:
@@ -69,6 +70,20 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
     if report.failed or report.errors:
         failed = len(report.failed) + len(report.errors)
         raise PartialFailure(f"scan: {failed} item(s) failed or could not be read")
+
+
+def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
+    """Feeds the bar, and streams a line per file read (indexed, incomplete or failed) as it
+    is done; the unchanged ones of a big tree only count."""
+
+    def report(p: Progress) -> None:
+        work.update(p)
+        if as_json or p.outcome in (None, "unchanged", "skipped", "vanished"):
+            return
+        why = f"  {p.detail}" if p.detail else ""
+        work.line(f"{p.outcome:<10}  {work.relative(p.item)}{why}")
+
+    return report
 
 
 @click.command(name="list")

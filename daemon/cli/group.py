@@ -17,6 +17,7 @@ COMMANDS = {
     "scan": "checkpoints:scan",
     "list": "checkpoints:list_command",
     "show": "checkpoints:show",
+    "describe": "describe:describe",
     "best": "checkpoints:best",
     "latest": "resume:latest",
     "runs": "checkpoints:runs",

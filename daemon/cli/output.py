@@ -1,4 +1,4 @@
-"""What the CLI prints: escaped text lines, JSON documents, tables and a progress counter.
+"""What the CLI prints: escaped text lines, JSON documents, tables and progress of long work.
 
 Every byte the `ckpt` command writes goes through here. Tables are laid out by core.table (no
 rich: a cell is never markup); rich is imported only for the progress bar on a terminal."""
@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
+    from ..core.progress import Progress
     from ..core.table import Column
 
 
@@ -37,6 +39,9 @@ def emit_json_rows(rows: Iterable[dict[str, Any]]) -> None:
         out.write(",\n" if i else "\n")
         out.write(json.dumps(row))
     out.write("\n]\n")
+
+
+FLUSH_SECONDS = 0.1  # how long a finished item's line may wait to be printed on a terminal
 
 
 def terminal_width() -> int | None:
@@ -122,25 +127,125 @@ def _fitted(text: str, width: int | None) -> str:
     return cut_right(shown, width) if width else shown
 
 
-def progress() -> tuple[Callable[[str], None] | None, Callable[[], None]]:
-    """A live counter on stderr when it is a terminal; nothing otherwise."""
-    if not sys.stderr.isatty():
-        return None, lambda: None
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn
+class LiveWork:
+    """Long work as it goes: a line per finished item (`line`), streamed to stdout whatever
+    it is, and on a terminal a bar under the lines (`update`): items done of all, bytes,
+    time left, the item at work. Made by `live_work`."""
 
-    from ..core.render import visible
+    def __init__(self, verb: str, bar: Any, roots: Iterable[str] = (), by_bytes: bool = True):
+        self.verb, self._bar, self.by_bytes = verb, bar, by_bytes
+        # Longest first: a root inside another root names its own paths.
+        self.roots = sorted(roots, key=len, reverse=True)
+        # Until the first report (the use case's imports and catalog reads come first).
+        self._task = bar.add_task("starting", total=None, item="") if bar is not None else None
+        # On a terminal, lines wait here up to FLUSH_SECONDS and go out together: each print
+        # under a live bar redraws it (a verify of 1000 small files took twice as long,
+        # line by line). Meanwhile they are drawn in the bar's own region (see live_work),
+        # so each is seen at once.
+        self.pending: list[str] = []
+        self._flushed = 0.0
 
-    bar = Progress(
+    def relative(self, path: str) -> str:
+        """`path` relative to its root (render.relative_path), as every line shows it."""
+        from ..core.render import relative_path
+
+        return relative_path(path, self.roots)
+
+    def line(self, text: str) -> None:
+        """One finished item's line; its names are shown, never obeyed (render.visible)."""
+        from ..core.render import visible
+
+        if self._bar is None:
+            click.echo(visible(text))  # click flushes: each line reaches a pipe at once
+        else:
+            self.pending.append(visible(text))
+            self.flush(due_only=True)
+
+    def flush(self, *, due_only: bool = False) -> None:
+        """The waiting lines printed above the bar, as written: no markup, no wrapping, no
+        highlighting (`due_only`: only if the last flush is FLUSH_SECONDS old)."""
+        import time
+
+        now = time.monotonic()
+        if not self.pending or (due_only and now - self._flushed < FLUSH_SECONDS):
+            return
+        text = "\n".join(self.pending)
+        self.pending.clear()  # first: the bar's region stops drawing them as they are printed
+        self._flushed = now
+        self._bar.console.out(text, highlight=False)
+
+    def update(self, p: Progress) -> None:
+        """A use case's report (the callback it is given); nothing to do without a bar."""
+        if self._bar is None:
+            return
+        self.flush(due_only=True)
+        from ..core.render import visible
+        from ..core.table import cut_left
+        from ..core.units import format_size
+
+        # Time left from bytes where the work is reading them (hashing, copying), else from
+        # items (a Keras load takes seconds whatever the size).
+        counted = f"{p.done} of {p.total}" if p.total is not None else str(p.done)
+        text = f"{counted} {self.verb}"
+        if p.total_bytes:
+            text += f", {format_size(p.bytes)} of {format_size(p.total_bytes)}"
+        by_bytes = self.by_bytes and bool(p.total_bytes)
+        item = "" if p.finished else cut_left(visible(self.relative(p.item)), 40)
+        self._bar.update(
+            self._task,
+            description=text,
+            total=p.total_bytes if by_bytes else p.total,
+            completed=p.bytes if by_bytes else p.done,
+            item=item,
+        )
+
+
+@contextmanager
+def live_work(
+    verb: str, *, as_json: bool = False, roots: Iterable[str] = (), by_bytes: bool = True
+) -> Iterator[LiveWork]:
+    """A `LiveWork` whose bar is drawn only when stdout is a terminal and the output is not
+    JSON: a pipe or a file gets the lines alone, --json one document at the end. The bar is
+    on stdout, where the lines are (rich keeps it below them), and leaves no trace. Paths are
+    shown relative to the first of `roots` they are in; `by_bytes`: time left from bytes."""
+    if as_json or not sys.stdout.isatty():
+        yield LiveWork(verb, None, roots, by_bytes)
+        return
+    from rich.console import Console, Group
+    from rich.progress import (
+        BarColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as Bar
+    from rich.text import Text
+
+    waiting: list[str] = []  # the LiveWork's pending lines
+
+    class LinesAndBar(Bar):
+        def get_renderable(self) -> Any:  # called by the bar's refresh thread too
+            shown = list(waiting)
+            if not shown:
+                return super().get_renderable()
+            lines = Text("\n".join(shown), no_wrap=True, overflow="crop")
+            return Group(lines, super().get_renderable())
+
+    bar = LinesAndBar(
         SpinnerColumn(),
-        TextColumn("{task.completed} checked  {task.description}", markup=False),
-        console=Console(stderr=True),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(bar_width=24),
+        TimeElapsedColumn(),  # the one sign of life while a single big file is worked on
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[item]}", markup=False),
+        console=Console(file=sys.stdout, markup=False, emoji=False, highlight=False),
         transient=True,
     )
-    task = bar.add_task("", total=None)
-    bar.start()
-
-    def advance(path: str) -> None:
-        bar.update(task, advance=1, description=visible(path[-60:]))
-
-    return advance, bar.stop
+    with bar:
+        work = LiveWork(verb, bar, roots, by_bytes)
+        work.pending = waiting
+        try:
+            yield work
+        finally:
+            work.flush()

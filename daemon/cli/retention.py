@@ -9,9 +9,10 @@ import click
 from ..core.errors import PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
-from .output import echo, emit_json, table
+from .output import echo, emit_json, live_work, table
 
 if TYPE_CHECKING:
+    from ..core.progress import Progress
     from ..core.retention import Policy
     from ..usecases.pruner import PruneReport
 
@@ -58,7 +59,16 @@ def prune(
     """
     policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
     with obj.catalog() as cat:
-        report = cat.prune(list(runs), policy, dry_run=dry_run)
+        roots = [str(r.path) for r in cat.config.roots]
+        with live_work("moved to the trash", as_json=as_json, roots=roots) as work:
+
+            def moved(p: Progress) -> None:  # each move as it is done; the plan at the end
+                work.update(p)
+                if p.finished and not as_json:
+                    why = f": {p.detail}" if p.detail else ""
+                    work.line(f"{p.outcome} {work.relative(p.item)}{why}")
+
+            report = cat.prune(list(runs), policy, dry_run=dry_run, on_progress=moved)
     if as_json:
         emit_json(documents.prune(report))
     else:

@@ -34,6 +34,10 @@ class UsageError(CkptError):
     exit_code = 2
 
 
+class DaemonRunning(UsageError):
+    """A daemon of the same node identity already runs against the catalog."""
+
+
 class ConfigError(UsageError):
     """Bad configuration: names the key path and the reason."""
 

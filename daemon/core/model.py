@@ -269,3 +269,5 @@ class Heartbeat:
     started_at: str
     heartbeat_at: str
     state: dict[str, Any] = field(default_factory=dict)
+    node: str | None = None  # `service.node`; None for rows of daemons before nodes
+    id: int | None = None

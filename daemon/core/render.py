@@ -66,12 +66,18 @@ def metric_text(value: float | None) -> str:
 
 
 def show_text(doc: dict[str, Any]) -> str:
-    """The text of `ckpt show`: its path relative to its root, then the root. Every string of
-    `doc` is shown through `visible`, every float as its shortest decimal (`0.001`, not
-    float32's 0.0010000000474974513)."""
+    """The text of `ckpt show`: the terse layout of `core.card.facts` (the facts `ckpt
+    describe` prints), then what only `show` lists (generations, audit events). Its path
+    relative to its root, then the root; every string through `visible`, every float as its
+    shortest decimal (`0.001`, not float32's 0.0010000000474974513)."""
+    from .card import facts
+
+    f = facts(doc)
     doc = visible_doc(doc)
+    what, sizes, epoch = dict(f.what), dict(f.sizes), dict(f.epoch)
+    params, lineage = dict(f.parameters), dict(f.lineage)
     lines = [
-        relative_path(doc["path"], [doc["root"]]),
+        f.title,
         f"  root {doc['root']}",
         f"  id {doc['id']}  run {doc['run']}  status {doc['status']}",
     ]
@@ -79,23 +85,35 @@ def show_text(doc: dict[str, Any]) -> str:
         lines.append(f"  reason: {doc['reason']}")
     lines += [
         f"  format {doc['format'] or '-'} ({doc['kind'] or '-'}), "
-        f"keras {doc['keras_version'] or '-'}, backend {doc['backend'] or '-'}",
-        f"  model {doc['model_class'] or '-'} {doc['model_name'] or ''}".rstrip(),
-        f"  size {format_size(doc['size_bytes'])}: weights {format_size(doc['weights_bytes'])}, "
-        f"optimizer state {format_size(doc['optimizer_bytes'])}",
-        f"  parameters {_count(doc['n_params'])} ({_count(doc['n_trainable_params'])} trainable)",
-        f"  epoch {_dash(doc['epoch'])}  step {_dash(doc['step'])}  iterations "
-        f"{_dash(doc['iterations'])}"
-        + (f"  (epoch from {doc['epoch_source']})" if doc.get("epoch_source") else ""),
+        f"keras {what['keras']}, backend {what['backend']}",
+        f"  model {what['model']}",
+        f"  size {sizes['file']}: weights {sizes['weights']}, "
+        f"optimizer state {sizes['optimizer state']}",
+        f"  parameters {params['total']} ({params['trainable']} trainable)",
+        f"  epoch {epoch['epoch']}  step {epoch['step']}  iterations {epoch['iterations']}"
+        + (f"  (epoch from {epoch['epoch from']})" if doc.get("epoch_source") else ""),
         f"  optimizer {doc['optimizer'] or '-'}  learning rate {_dash(doc['learning_rate'])}",
-        f"  mtime {doc['mtime']}  indexed {doc['indexed_at'] or '-'}",
+        f"  mtime {lineage['mtime']}  indexed {doc['indexed_at'] or '-'}",
     ]
     if doc["hash"]:
         lines.append(f"  hash {doc['hash']}")
     if doc.get("version_of"):
         lines.append(f"  version {doc['generation']} of {doc['version_of']}")
-    lines += _metrics(doc) + _generations(doc) + _versions(doc) + _training(doc) + _notes(doc)
-    lines += _layers(doc) + _artifacts(doc) + _events(doc)
+    lines += [f"  metric {name} = {value} ({source})" for name, value, source in f.metrics]
+    lines += _generations(doc) + _versions(doc)
+    lines += packed("  training config", [f"{k}={v}" for k, v in f.training])
+    if isinstance(doc.get("optimizer_config"), dict):
+        pairs = [f"{k}={v}" for k, v in f.optimizer[2:]]  # after class and learning rate
+        lines += packed(f"  optimizer config ({doc['optimizer'] or '-'})", pairs)
+    lines += [f"  note: {note}" for note in f.notes]
+    if doc.get("signatures"):
+        lines.append(f"  signatures: {', '.join(doc['signatures'])}")
+    if f.layers:
+        lines.append(f"  layers ({len(f.layers)}):")
+        lines += [
+            f"    {r.name:<28} {r.class_name:<22} {r.n_params:>12,}  {r.shapes}" for r in f.layers
+        ]
+    lines += _artifacts(doc) + _events(doc)
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -160,62 +178,10 @@ def packed(label: str, pairs: list[str], width: int = 96) -> list[str]:
     return lines
 
 
-def _training(doc: dict[str, Any]) -> list[str]:
-    """The compile config it stores: loss, metrics, then the rest that is set; the optimizer
-    and its config (the values that are not null)."""
-    lines = []
-    training = doc.get("training_config")
-    if isinstance(training, dict):
-        named = ("loss", "metrics", "weighted_metrics", "loss_weights")
-        first = [k for k in named if k in training]
-        keys = first + [k for k in training if k not in first]
-        pairs = [f"{k}={config_text(training[k])}" for k in keys if training[k] is not None]
-        lines += packed("  training config", pairs)
-    config = doc.get("optimizer_config")
-    if isinstance(config, dict):
-        pairs = [f"{k}={config_text(v)}" for k, v in config.items() if v is not None]
-        lines += packed(f"  optimizer config ({doc['optimizer'] or '-'})", pairs)
-    return lines
-
-
 def _dash(value: Any) -> str:
     if isinstance(value, float):
         return shortest_float(value)
     return "-" if value is None else str(value)
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else f"{value:,}"
-
-
-def _metrics(doc: dict[str, Any]) -> list[str]:
-    sources = doc.get("metric_sources") or {}
-    return [
-        f"  metric {name} = {'null' if value is None else config_text(value)} "
-        f"({sources.get(name, '?')})"
-        for name, value in sorted(doc["metrics"].items())
-    ]
-
-
-def _notes(doc: dict[str, Any]) -> list[str]:
-    lines = [f"  note: {note}" for note in doc.get("notes") or []]
-    if doc.get("signatures"):
-        lines.append(f"  signatures: {', '.join(doc['signatures'])}")
-    return lines
-
-
-def _layers(doc: dict[str, Any]) -> list[str]:
-    layers = doc.get("layers") or []
-    if not layers:
-        return []
-    lines = [f"  layers ({len(layers)}):"]
-    for layer in layers:
-        shapes = ", ".join("x".join(map(str, w["shape"])) or "scalar" for w in layer["weights"])
-        lines.append(
-            f"    {layer['name']:<28} {layer['class_name'] or '':<22} "
-            f"{layer['n_params']:>12,}  {shapes}"
-        )
-    return lines
 
 
 def _artifacts(doc: dict[str, Any]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Is a daemon running against this catalog? Judged from its last heartbeat row."""
+"""Which daemons run against this catalog? Each judged from its node's last heartbeat row."""
 
 from __future__ import annotations
 
@@ -10,6 +10,35 @@ from ..core.model import Heartbeat
 from ..fs.procfs import pid_alive
 
 STALE_AFTER_BEATS = 3
+
+
+def is_live(row: Heartbeat) -> bool:
+    """A daemon that has not stopped, beats on time and, on this host, whose pid runs."""
+    return _why_not_running(row, dict(row.state)) is None
+
+
+def daemons_status(rows: list[Heartbeat], checkpoints: int) -> dict[str, Any]:
+    """The `ckpt status --json` document over every node: `running` if any daemon is;
+    `daemons`: each node's newest daemon; the other fields are those of the first running
+    daemon (else the newest one)."""
+    judged = [(row, _why_not_running(row, dict(row.state))) for row in rows]
+    chosen = next((row for row, why in judged if why is None), rows[0] if rows else None)
+    doc = daemon_status(chosen, checkpoints)
+    doc["daemons"] = [
+        {
+            "node": row.node or row.host,
+            "host": row.host,
+            "pid": row.pid,
+            "running": why is None,
+            "reason": why,
+            "started_at": row.started_at,
+            "heartbeat_at": row.heartbeat_at,
+            "roots": dict(row.state).get("roots", []),
+        }
+        for row, why in judged
+    ]
+    doc["running"] = any(why is None for _row, why in judged)
+    return doc
 
 
 def daemon_status(row: Heartbeat | None, checkpoints: int) -> dict[str, Any]:

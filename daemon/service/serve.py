@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sqlite3
 import threading
 import time
@@ -33,6 +34,7 @@ from ..settings.config import Config
 from ..usecases.indexer import ScanReport, scan
 from . import exporter
 from .disk_guard import DiskGuard
+from .health import is_live
 from .hooks import HookRunner, Notifications
 from .job_runner import JobRunner
 from .jobs import Jobs
@@ -165,6 +167,18 @@ class Service:
         parts = _Parts(worker, watcher, jobs, runner, hooks, guard)
         worker.more_state = parts.state
         self._store = store
+        # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
+        worker.registered(
+            store.register(
+                self.config.node_name,
+                pid=os.getpid(),
+                host=socket.gethostname(),
+                started_at=stats.started_at,
+                state=worker.state(),
+                is_live=is_live,
+            )
+        )
+        event("registered", node=self.config.node_name)
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
         try:
             self._start_metrics(parts)  # a port already taken: exit 2, naming the key

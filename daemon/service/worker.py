@@ -251,6 +251,7 @@ class Worker(threading.Thread):
             self._heartbeat_id,
             pid=os.getpid(),
             host=socket.gethostname(),
+            node=self.config.node_name,
             started_at=self.stats.started_at,
             state=self.state(),
         )
@@ -268,6 +269,11 @@ class Worker(threading.Thread):
             **extra,
         }
 
+    def registered(self, heartbeat_id: int) -> None:
+        """The heartbeat row the service registered this daemon with (`Store.register`)."""
+        self._heartbeat_id = heartbeat_id
+        self._beat_at = time.monotonic()
+
     def final_heartbeat(self, **extra: Any) -> None:
         """The service's last word in the catalog (`stopped_at`), written by the main thread
         once this thread has ended."""
@@ -275,6 +281,7 @@ class Worker(threading.Thread):
             self._heartbeat_id,
             pid=os.getpid(),
             host=socket.gethostname(),
+            node=self.config.node_name,
             started_at=self.stats.started_at,
             state=self.state(**extra),
         )

@@ -22,6 +22,7 @@ from .locations import BUILT_IN, find_config_file
 from .operations import Hook, Listen
 from .operations import hooks as _hooks
 from .operations import metrics_listen as _metrics_listen
+from .operations import node as _node
 from .values import at_least_a_second as _at_least_a_second
 from .values import choice as _choice
 from .values import count as _count
@@ -106,6 +107,7 @@ class Config:
     artifacts: Artifacts = Artifacts()
     versions: Versions = field(default_factory=Versions)
     metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
+    node: str | None = None  # `service.node`: this daemon's identity (None: the host name)
     hooks: tuple[Hook, ...] = ()
     min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
 
@@ -130,6 +132,13 @@ class Config:
     def min_free_for(self, root: RootConfig) -> MinFree | None:
         """The disk guard's threshold for `root`: its own `min_free`, else the top-level one."""
         return root.min_free or self.min_free
+
+    @property
+    def node_name(self) -> str:
+        """This daemon's node identity: `service.node`, else the host name."""
+        import socket
+
+        return self.node or socket.gethostname()
 
     def root_for(self, path: Path) -> RootConfig | None:
         """The configured root that contains `path` (no symlinks resolved: paths as given)."""
@@ -175,7 +184,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     completion = _mapping(
         raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
     )
-    service = _mapping(raw.get("service", {}), "service", {"heartbeat", "metrics_listen"})
+    service = _mapping(raw.get("service", {}), "service", {"heartbeat", "metrics_listen", "node"})
     return Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
@@ -197,6 +206,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
             "trash.purge_after",
         ),
         metrics_listen=_metrics_listen(service.get("metrics_listen")),
+        node=_node(service.get("node")),
         hooks=_hooks(raw.get("hooks")),
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
     )

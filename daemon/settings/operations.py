@@ -102,3 +102,14 @@ def _hook(item: Any, key: str) -> Hook:
     if not 0 < timeout <= 3600 or not math.isfinite(timeout):
         raise ConfigError(f"{key}.timeout", "must be a duration above 0s and at most 1h")
     return Hook(tuple(dict.fromkeys(on)), tuple(command), timeout)
+
+
+def node(value: Any, key: str = "service.node") -> str | None:
+    """The daemon's node identity: printable, at most 256 characters; None: the host name."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > 256:
+        raise ConfigError(key, "expected a name of 1 to 256 characters, e.g. gpu-node-7")
+    if not value.isprintable():
+        raise ConfigError(key, "control characters are not allowed in a node name")
+    return value

@@ -20,6 +20,7 @@ from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.progress import Counter, OnProgress
 from ..fs import fsops
 from ..logs import event
 from ..settings.config import Artifacts, Config
@@ -27,6 +28,7 @@ from . import guards
 
 if TYPE_CHECKING:
     from ..transforms.compress import CompressResult
+    from ..transforms.export_json_h5 import ExportResult
     from ..transforms.split import SplitResult
 
 LEASE_SECONDS = 3600.0
@@ -41,20 +43,28 @@ def split_checkpoint(
     keep_compile: bool = False,
     actor: str,
     leased: HeldLease | None = None,
+    on_progress: OnProgress | None = None,
 ) -> tuple[Checkpoint, SplitResult]:
     """`leased`: the run's lease the caller (retention's demotion) holds, renewed meanwhile.
 
     The artifact is registered before it gets its name (a pending row, completed after), so
     a scan racing the split, or one after a crash in between, knows the file is ours; the file
     also carries a marker (`transforms.marker`). Any other file at that name is never
-    replaced: only this checkpoint's own artifact, still as registered, is rewritten."""
+    replaced: only this checkpoint's own artifact, still as registered, is rewritten. Its
+    model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
+    as part of it. `on_progress` hears the checkpoint start (its bytes the total) and finish
+    (`split`)."""
     from ..transforms.split import inference_path, split
+    from .describe import card_path, own_card, write_card
 
     c = store.get(ref)
+    counter = Counter(on_progress, 1, c.size_bytes)
+    counter.start(c.path)
     with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
         final = inference_path(Path(c.path), out)
         replacing = _own_artifact(root, c, final)
+        own_card(root, c, card_path(final))  # a foreign file at the card's name: refused first
         pending = replacing is None
         if pending:
             _register(store, c.id, "inference", final, 0, None, None)
@@ -72,6 +82,64 @@ def split_checkpoint(
                 store.forget_artifact(str(final))
             raise
         _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
+        write_card(config, store, c, result.path)
+    counter.finish(c.path, "split", c.size_bytes, str(result.path))
+    return store.get(str(c.id)), result
+
+
+def export_checkpoint(
+    config: Config,
+    store: Store,
+    ref: str,
+    *,
+    out: Path | None = None,
+    actor: str,
+) -> tuple[Checkpoint, ExportResult]:
+    """`ckpt split --layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card
+    `<stem>.md`, each registered (pending before it gets its name, as a split), verified in a
+    child process (architecture + weights predict identically to the checkpoint) before either
+    gets its name. Refused with the reason for formats it cannot take (`refusal`)."""
+    from ..children import json_h5_probe
+    from ..transforms.export_json_h5 import export, export_paths, refusal
+    from .describe import JSON_H5, JSON_H5_WEIGHTS, card_path, own_card, write_card
+
+    c = store.get(ref)
+    why = refusal(c.format)
+    if why is not None:
+        raise UsageError(f"not exported as json+h5: {c.path} is {why}")
+    version = str(c.details.get("keras_version") or "")
+    library = "tf_keras" if version.startswith(("1.", "2.")) else "keras"
+
+    def check(config_temp: Path, weights_temp: Path) -> None:
+        json_h5_probe.check(library, Path(c.path), config_temp, weights_temp)
+
+    with _acting_on(config, store, c, "split", actor) as (root, _members):
+        _check_out(root, out)
+        config_path, weights_path = export_paths(Path(c.path), out)
+        own_card(root, c, card_path(config_path))
+        for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
+            if fsops.identity(root, path) is not None:
+                raise fsops.WouldReplace(
+                    f"{path} exists: refused, nothing replaced (move it away, or --out DIR)"
+                )
+            _register(store, c.id, kind, path, 0, None, None)
+        try:
+            result = export(root, Path(c.path), out=out, source_hash=c.hash, check=check)
+        except BaseException:
+            for path in (config_path, weights_path):
+                store.forget_artifact(str(path))
+            raise
+        _register(store, c.id, JSON_H5, config_path, result.config_bytes, None, result.config_hash)
+        _register(
+            store,
+            c.id,
+            JSON_H5_WEIGHTS,
+            weights_path,
+            result.weights_bytes,
+            None,
+            result.weights_hash,
+        )
+        write_card(config, store, c, config_path)
     return store.get(str(c.id)), result
 
 
@@ -128,10 +196,15 @@ def compress_checkpoint(
     level: int | None = None,
     shuffle: bool = True,
     actor: str,
+    on_progress: OnProgress | None = None,
 ) -> tuple[Checkpoint, CompressResult]:
+    """`on_progress` hears the checkpoint start (its bytes the total) and finish
+    (`compressed` or `left`)."""
     from ..transforms.compress import compress
 
     c = store.get(ref)
+    counter = Counter(on_progress, 1, c.size_bytes)
+    counter.start(c.path)
     with _acting_on(config, store, c, "compress", actor) as (root, members):
         # The stat the checks above matched (hash included): compress takes the file's identity
         # before reading it and refuses it unread if a save landed since those checks.
@@ -152,6 +225,8 @@ def compress_checkpoint(
         # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
         tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
         _register(store, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash)
+    outcome = "compressed" if result.skipped is None else "left"
+    counter.finish(c.path, outcome, c.size_bytes, result.skipped or "")
     return store.get(str(c.id)), result
 
 

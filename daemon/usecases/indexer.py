@@ -19,6 +19,7 @@ from ..core import completion, housekeeping
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
 from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
+from ..core.progress import Counter, OnProgress
 from ..core.units import iso_utc
 from ..core.versions import should_capture
 from ..formats.checkpoint_state import listed_checkpoints
@@ -80,6 +81,7 @@ def scan(
     should_stop: Callable[[], bool] = lambda: False,
     reconcile: bool = True,
     reindex: bool = False,
+    on_progress: OnProgress | None = None,
 ) -> ScanReport:
     """Scan `targets` (files or folders inside configured roots), or every root if none.
 
@@ -89,8 +91,12 @@ def scan(
     (`usecases.recovery`; the daemon's per-file indexing leaves that to its rescans).
     `reindex`: derive the epochs and metrics of every run walked again, changed or not
     (`usecases.derivation`; no checkpoint is read again).
+    `progress` hears each candidate's path before it is looked at; `on_progress` hears it
+    start and finish, with what became of it (`indexed`, `unchanged`, `incomplete`, a failed
+    status, `skipped`, `vanished`); the total is unknown: a walk finds its items as it goes.
     """
     report = ScanReport()
+    counter = Counter(on_progress)
     starts = list(_starts(config, targets))
     if reconcile and not should_stop():
         from . import recovery
@@ -110,7 +116,7 @@ def scan(
         # TF checkpoints: each started at its first use.
         with reader_child.session(), tf_child.session():
             walk = _Scan(config, root, store, report, actor, progress, start)
-            walk.reindex = reindex
+            walk.reindex, walk.counter = reindex, counter
             walk.run(start, should_stop)
     return report
 
@@ -157,6 +163,8 @@ class _Scan:
         self.started = iso_utc(time.time())
         self.unreadable_folders: list[tuple[str, str]] = []  # (folder + "/", reason)
         self.reindex = False
+        self.counter = Counter(None)
+        self.last_size = 0
         # Run derivation: each run walked is settled once its folder is done (a run's files
         # come together in the walk); touched runs had a file (re)recorded.
         self.run_details = store.run_details(str(root.path))
@@ -184,11 +192,37 @@ class _Scan:
                 continue
             if self.progress:
                 self.progress(text)
+            self.counter.start(text)
+            before = self._tally()
             self._enter_run(found.run_dir)
-            if self._visit(found, text, valid):
+            present = self._visit(found, text, valid)
+            if present:
                 seen.add(text)
+            self.counter.finish(text, *self._outcome(before, present))
         self._settle_runs()
         self._mark_missing(start, seen)
+
+    def _tally(self) -> tuple[int, int, int, int]:
+        r = self.report
+        return len(r.indexed), len(r.incomplete), len(r.failed), len(r.skipped)
+
+    def _outcome(self, before: tuple[int, int, int, int], present: bool) -> tuple[str, int, str]:
+        """(outcome, bytes read, detail) of the candidate just visited, from the report."""
+        r = self.report
+        indexed, incomplete, failed, skipped = (
+            now > then for now, then in zip(self._tally(), before, strict=True)
+        )
+        if not present:
+            return "vanished", 0, ""
+        if indexed:
+            return "indexed", self.last_size, ""
+        if incomplete:
+            return "incomplete", 0, r.incomplete[-1][1]
+        if failed and r.failed[-1][2] != "unchanged since":
+            return r.failed[-1][1], 0, r.failed[-1][2]
+        if skipped:
+            return "skipped", 0, r.skipped[-1][1]
+        return "unchanged", 0, ""
 
     def _enter_run(self, run_dir: Path) -> None:
         """Note the run of a candidate; the run walked before it is settled (derived)."""
@@ -305,6 +339,7 @@ class _Scan:
         digest: str | None = None,
     ) -> None:
         self.touched.add(cand.run_dir)
+        self.last_size = stat.size  # the bytes read and hashed, for the progress report
         logs = self._run_logs(cand.run_dir)
         record = IndexRecord(
             path=text,

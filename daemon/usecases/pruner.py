@@ -33,6 +33,7 @@ from ..catalog.store_leases import HeldLease
 from ..core import retention
 from ..core.errors import CkptError, LeaseLost, NotFound, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format, TrashedCheckpoint
+from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..core.runs import run_scope
 from ..core.units import iso_utc, parse_duration
@@ -158,8 +159,11 @@ def prune(
     dry_run: bool = False,
     actor: str,
     should_stop: Callable[[], bool] = lambda: False,
+    on_progress: OnProgress | None = None,
 ) -> PruneReport:
-    """`should_stop` is asked before each move: a stopped prune leaves the rest as it was."""
+    """`should_stop` is asked before each move: a stopped prune leaves the rest as it was.
+    `on_progress` hears each planned move start and finish (`trashed` or `failed`), counted in
+    checkpoints and bytes over the whole plan."""
     if not dry_run:  # a killed command's claims first: what it never moved is a candidate again
         recovery.settle_events(config, store)
     report = plan_runs(config, store, runs, override)
@@ -167,13 +171,15 @@ def prune(
     if dry_run:
         return report
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    doomed = [d for rp in report.runs for d in rp.plan.to_trash()]
+    counter = Counter(on_progress, len(doomed), sum(d.size_bytes for d in doomed))
     for rp in report.runs:
         if rp.plan.to_trash():
             rp.moved = set()
             if should_stop():
                 break
             try:
-                _execute(config, store, rp, batch, actor, report, should_stop)
+                _execute(config, store, rp, batch, actor, report, should_stop, counter)
             except fsops.Refused as exc:  # a whole run refused: say so, go on with the others
                 report.failures.append({"id": None, "path": rp.run, "error": str(exc)})
     return report
@@ -187,6 +193,7 @@ def _execute(
     actor: str,
     report: PruneReport,
     should_stop: Callable[[], bool],
+    counter: Counter,
 ) -> None:
     holder = f"{actor} pid {os.getpid()}"
     # The lease is renewed while the run is pruned (a demotion's split may take long); a lease
@@ -200,19 +207,23 @@ def _execute(
         for decision in rp.plan.to_trash():
             if should_stop():
                 return
+            counter.start(decision.path)
             try:
                 _trash(config, store, current[decision.id], decision, batch, actor, lease)
                 assert rp.moved is not None
                 rp.moved.add(decision.id)
+                counter.finish(decision.path, "trashed", decision.size_bytes)
             except LeaseLost as exc:  # the run is another process's now: nothing more to move
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": str(exc)}
                 )
+                counter.finish(decision.path, "failed", detail=str(exc))
                 return
             except (CkptError, OSError, KeyError) as exc:
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
+                counter.finish(decision.path, "failed", detail=guards.one_line(exc))
 
 
 def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
@@ -243,6 +254,8 @@ def _trash(
         split_checkpoint(config, store, str(c.id), actor=actor, leased=lease)
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
+    if decision.action != "demote":  # a demoted checkpoint leaves its artifact in its place
+        members = [*members, *_artifact_files(store, root, c)]
     reason = "; ".join(decision.reasons)
     trash = {
         "paths": [
@@ -271,6 +284,22 @@ def _trash(
     store.end_claim(event_id, c.id)
     if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
+
+
+def _artifact_files(store: Store, root: Path, c: Checkpoint) -> list[Path]:
+    """The files derived from `c` that are on disk (inference artifact, its card, a json+h5
+    export): they go to the trash with it and come back with it."""
+    found = []
+    for a in store.get(str(c.id)).details.get("artifacts", []):
+        path = Path(a["path"])
+        if a["kind"] == "compressed" or path == Path(c.path):  # the checkpoint itself
+            continue
+        try:
+            if fsops.identity(root, path) is not None:
+                found.append(path)
+        except (fsops.Refused, OSError):  # outside the root or a vanished folder: left alone
+            continue
+    return found
 
 
 def _forget_in_state_file(root: Path, prefix: Path) -> None:

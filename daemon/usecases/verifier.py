@@ -17,6 +17,7 @@ from .. import python_module
 from ..catalog.store import Store
 from ..core.errors import CkptError
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_files
@@ -43,23 +44,57 @@ def verify(
     load: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     actor: str | None = None,
+    on_verdict: Callable[[Verdict], None] | None = None,
+    on_progress: OnProgress | None = None,
 ) -> list[Verdict]:
     """Verdicts for `refs` (ids or paths), or for every `ok` checkpoint and its artifacts;
     with `load`, also whether Keras loads each one and its inference artifact predicts the
-    same (in a child process, one at a time). `should_stop` is asked before each checkpoint."""
+    same (in a child process, one at a time). `should_stop` is asked before each checkpoint.
+
+    A full verify of a large catalog takes minutes (`--load`: seconds per checkpoint), so
+    each verdict goes to `on_verdict` as soon as it is known, and `on_progress` hears when a
+    checkpoint starts and when it is done (counted in checkpoints and their bytes)."""
     targets = [store.get(ref) for ref in refs] or [
         c for c in store.list(ListQuery(status=CheckpointStatus.OK.value))
     ]
-    verdicts = []
+    counter = Counter(on_progress, len(targets), sum(c.size_bytes or 0 for c in targets))
+    verdicts: list[Verdict] = []
     for c in targets:
         if should_stop():
             break
-        verdicts.append(_checkpoint(config, store, c, actor))
-        full = store.get(str(c.id))
-        verdicts += [_artifact(c, a) for a in full.details.get("artifacts", [])]
-        if load:
-            verdicts.append(_load(full))
+        counter.start(c.path)
+        mine = _verdicts(config, store, c, load, actor, on_verdict)
+        failed = [v for v in mine if not v.ok]
+        outcome = "failed" if failed else "ok"
+        counter.finish(c.path, outcome, c.size_bytes or 0, (failed or mine)[0].detail)
+        verdicts += mine
     return verdicts
+
+
+def _verdicts(
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    load: bool,
+    actor: str | None,
+    on_verdict: Callable[[Verdict], None] | None,
+) -> list[Verdict]:
+    """The checkpoint's verdict, its artifacts' and (with `load`) its load's, each handed
+    to `on_verdict` as it is known."""
+    found = []
+
+    def note(v: Verdict) -> None:
+        found.append(v)
+        if on_verdict is not None:
+            on_verdict(v)
+
+    note(_checkpoint(config, store, c, actor))
+    full = store.get(str(c.id))
+    for a in full.details.get("artifacts", []):
+        note(_artifact(c, a))
+    if load:
+        note(_load(full))
+    return found
 
 
 def _load(c: Checkpoint) -> Verdict:

@@ -43,7 +43,12 @@ def test_split_registers_the_artifact_and_scans_never_index_it(zips: Workspace) 
     assert report["indexed"] == [] and str(artifact) in [s["path"] for s in report["skipped"]]
     assert artifact.name not in paths(zips)
     shown = zips.json("show", best)
-    assert [(a["kind"], a["path"]) for a in shown["artifacts"]] == [("inference", str(artifact))]
+    card = artifact.with_name(artifact.name.replace(".keras", ".md"))  # its model card
+    assert [(a["kind"], a["path"]) for a in shown["artifacts"]] == [
+        ("inference", str(artifact)),
+        ("card", str(card)),
+    ]
+    assert doc["card"] == str(card) and card.read_text().startswith("# Model card: ")
     assert [e["action"] for e in shown["events"]][-1] == "split"
     printed = zips.run("best", "--metric", "val_loss", "--artifact", "inference").stdout
     assert printed.strip() == str(artifact)
@@ -111,7 +116,8 @@ def test_split_and_compress_refuse_tf_formats_and_changed_files(
 def test_verify_rehashes_and_reports_silent_changes(zips: Workspace) -> None:
     zips.run("split", str(zips.root / RUN / FILES[2]))
     verdicts = json.loads(zips.run("verify", "--json").stdout)
-    assert len(verdicts) == 5 and all(v["ok"] for v in verdicts)  # 4 checkpoints + 1 artifact
+    # 4 checkpoints + 1 artifact + its model card
+    assert len(verdicts) == 6 and all(v["ok"] for v in verdicts)
     # Same size and mtime, other bytes: only a re-hash can tell.
     target = zips.root / RUN / FILES[0]
     info = target.stat()

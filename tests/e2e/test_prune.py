@@ -258,6 +258,7 @@ def test_over_budget_demotes_to_inference_artifacts_before_trashing(zips: Worksp
         artifact = zips.root / RUN / name.replace(".keras", ".inference.keras")
         assert artifact.exists()
         shown = zips.json("show", str(zips.root / RUN / name))
-        assert [a["kind"] for a in shown["artifacts"]] == ["inference"]
+        assert [a["kind"] for a in shown["artifacts"]] == ["inference", "card"]
+        assert artifact.with_name(artifact.name.replace(".keras", ".md")).exists()  # left too
         assert [e["action"] for e in shown["events"]][-2:] == ["split", "trash"]
     assert zips.json("scan")["indexed"] == []  # the artifacts are ours, not new checkpoints

@@ -130,7 +130,8 @@ def test_hostile_names_are_printed_escaped_and_json_keeps_the_real_path(
 
 
 def test_scan_progress_on_a_terminal_shows_names_as_data(odd_names: Workspace) -> None:
-    """`ckpt scan` draws a live counter with the current path when stderr is a terminal."""
+    """`ckpt scan` draws a live bar with the current path, and streams its lines above it,
+    when stdout is a terminal."""
     import pty
     import threading
 
@@ -152,7 +153,7 @@ def test_scan_progress_on_a_terminal_shows_names_as_data(odd_names: Workspace) -
     cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(odd_names.config), "scan"]
     try:
         done = subprocess.run(
-            cmd, stdout=subprocess.PIPE, stderr=terminal, timeout=300, cwd=odd_names.base
+            cmd, stdout=terminal, stderr=subprocess.PIPE, timeout=300, cwd=odd_names.base
         )
     finally:
         os.close(terminal)
@@ -161,6 +162,7 @@ def test_scan_progress_on_a_terminal_shows_names_as_data(odd_names: Workspace) -
     assert done.returncode == 3  # the truncated file
     drawn = b"".join(chunks)
     assert b"checked" in drawn, drawn  # the counter was drawn
+    assert rb"indexed     [red]x[/red]/" in drawn, drawn  # a streamed line, as typed
     # Whichever name was drawn last, it came as typed: no colour from `[red]` or from the ESC
     # in a name, no bold from `[bold]`, no emoji for `:smile:`, no screen clear.
     for sequence in (

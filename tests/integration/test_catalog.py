@@ -1,4 +1,5 @@
-"""The catalog itself: migrations on a real SQLite file, and concurrent writers from processes."""
+"""The catalog itself, on a real SQLite file and a real PostgreSQL database: migrations, and
+concurrent writers from processes."""
 
 from __future__ import annotations
 
@@ -11,15 +12,7 @@ from pathlib import Path
 from ckpt_daemon.catalog import db
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
-
-
-def url_for(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'catalog.db'}"
-
-
-def tables(path: Path) -> set[str]:
-    with sqlite3.connect(path) as conn:
-        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+from tests.support.catalogs import sql, tables
 
 
 def test_schema_head_constant_matches_the_migrations() -> None:
@@ -31,10 +24,10 @@ def test_schema_head_constant_matches_the_migrations() -> None:
     assert ScriptDirectory(str(folder)).get_current_head() == db.SCHEMA_HEAD
 
 
-def test_new_catalog_is_created_at_head_in_wal_mode(tmp_path: Path) -> None:
-    store = Store(url_for(tmp_path))
+def test_new_catalog_is_created_at_head_in_wal_mode(empty_catalog_url: str) -> None:
+    url = empty_catalog_url
+    store = Store(url)
     store.close()
-    path = tmp_path / "catalog.db"
     assert {
         "runs",
         "checkpoints",
@@ -44,32 +37,34 @@ def test_new_catalog_is_created_at_head_in_wal_mode(tmp_path: Path) -> None:
         "leases",
         "heartbeat",
         "alembic_version",
-    } <= tables(path)
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert (
-            conn.execute("SELECT version_num FROM alembic_version").fetchone()[0] == db.SCHEMA_HEAD
-        )
+    } <= tables(url)
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(db.SCHEMA_HEAD,)]
+    if db.is_sqlite(url):
+        path = db.sqlite_path(url)
+        assert path is not None
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_every_migration_downgrades_and_upgrades_with_rows_intact(tmp_path: Path) -> None:
-    url = url_for(tmp_path)
+def test_every_migration_downgrades_and_upgrades_with_rows_intact(empty_catalog_url: str) -> None:
+    url = empty_catalog_url
     store = Store(url)
     record(store, "/r/run/a.h5", "h1")
     store.close()
-    path = tmp_path / "catalog.db"
-    with sqlite3.connect(path) as conn:
-        before = {
-            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-            for t in ("runs", "checkpoints", "metrics", "events")
-        }
+    counted = ("runs", "checkpoints", "events")
+    before = {t: sql(url, f"SELECT count(*) FROM {t}")[0][0] for t in counted}
+    assert before == {"runs": 1, "checkpoints": 1, "events": 1}
     backup = db.upgrade(url)  # already at head: nothing to do, no backup
     assert backup is None
-    db.downgrade(url, "base")
-    assert tables(path) <= {"alembic_version"}
+    db.downgrade(url, "0001")  # every step down keeps the rows
+    assert {t: sql(url, f"SELECT count(*) FROM {t}")[0][0] for t in counted} == before
     db.upgrade(url)
-    assert "checkpoints" in tables(path)
-    assert before["checkpoints"] == 1  # the rows existed; a base downgrade drops the tables
+    assert {t: sql(url, f"SELECT count(*) FROM {t}")[0][0] for t in counted} == before
+    assert sql(url, "SELECT version_num FROM alembic_version") == [(db.SCHEMA_HEAD,)]
+    db.downgrade(url, "base")
+    assert tables(url) <= {"alembic_version"}
+    db.upgrade(url)
+    assert "checkpoints" in tables(url)
 
 
 def record(store: Store, path: str, digest: str) -> int:
@@ -103,9 +98,9 @@ store.close()
 """
 
 
-def test_concurrent_writers_from_several_processes_lose_nothing(tmp_path: Path) -> None:
+def test_concurrent_writers_from_several_processes_lose_nothing(catalog_url: str) -> None:
     """Each write of the shared path is a read-modify-write of its generation counter."""
-    url = url_for(tmp_path)
+    url = catalog_url
     Store(url).close()
     workers, n = 4, 40
     procs = [
@@ -116,23 +111,22 @@ def test_concurrent_writers_from_several_processes_lose_nothing(tmp_path: Path) 
     ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
-    with sqlite3.connect(tmp_path / "catalog.db") as conn:
-        generation = conn.execute(
-            "SELECT generation FROM checkpoints WHERE path='/r/run/shared.h5'"
-        ).fetchone()[0]
-        own = conn.execute("SELECT count(*) FROM checkpoints WHERE path LIKE '%own-%'").fetchone()
-        runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+    ((generation,),) = sql(url, "SELECT generation FROM checkpoints WHERE path='/r/run/shared.h5'")
+    own = sql(url, "SELECT count(*) FROM checkpoints WHERE path LIKE '%own-%'")[0]
+    ((runs,),) = sql(url, "SELECT count(*) FROM runs")
     # Every one of the workers*n writes carried a new hash: the first inserts, each later one
     # must have bumped the counter exactly once.
     assert generation == workers * n
     assert own[0] == workers * n and runs == 1
 
 
-def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> None:
+def test_nan_metrics_are_stored_as_null_and_ignored_by_best(
+    catalog_url: str, tmp_path: Path
+) -> None:
     from ckpt_daemon.core.model import MetricValue
     from ckpt_daemon.core.query import ListQuery
 
-    store = Store(url_for(tmp_path))
+    store = Store(catalog_url)
     root = tmp_path / "r"
     (root / "run").mkdir(parents=True)
     for name, value in (("a.h5", float("nan")), ("b.h5", 0.5)):
@@ -159,11 +153,46 @@ def test_nan_metrics_are_stored_as_null_and_ignored_by_best(tmp_path: Path) -> N
     store.close()
 
 
-def test_known_under_a_start_path_is_exactly_that_subtree(tmp_path: Path) -> None:
-    store = Store(url_for(tmp_path))
+def test_known_under_a_start_path_is_exactly_that_subtree(catalog_url: str) -> None:
+    store = Store(catalog_url)
     for path in ("/r/run/a.h5", "/r/run/sub/b.h5", "/r/run2/c.h5", "/r/run.h5", "/r/ru/d.h5"):
         record(store, path, path)
     assert set(store.known_under("/r", "/r/run")) == {"/r/run/a.h5", "/r/run/sub/b.h5"}
     assert set(store.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
     assert len(store.known_under("/r")) == 5
     store.close()
+
+
+def test_hostile_values_are_stored_on_both_backends(catalog_url: str) -> None:
+    """NaN/Infinity in `details` (PostgreSQL's json refuses them) and NUL in a name (its text
+    refuses it) do not fail the write: PostgreSQL keeps null and U+FFFD, SQLite keeps them."""
+    from ckpt_daemon.core.model import CheckpointInfo, Format, Kind
+
+    store = Store(catalog_url)
+    info = CheckpointInfo(
+        Format.KERAS_ZIP,
+        Kind.FULL,
+        model_name="evil\x00name",
+        training_config={"lr": float("nan"), "clip": [float("inf"), 1.5], "n": "a\x00b"},
+    )
+    rec = IndexRecord(
+        path="/r/run/evil.keras",
+        root="/r",
+        run="run",
+        status=CheckpointStatus.OK,
+        reason="read\x00error",
+        stat=FileStat(10, 1, 1),
+        hash="h",
+        info=info,
+    )
+    found = store.get(str(store.record(rec, actor_name="t", at="2026-01-01T00:00:00Z")))
+    store.close()
+    config = found.details["training_config"]
+    assert config["n"] == "a\x00b" and config["clip"][1] == 1.5  # JSON escapes a NUL
+    ((model_name, reason),) = sql(catalog_url, "SELECT model_name, reason FROM checkpoints")
+    if db.is_sqlite(catalog_url):
+        assert config["lr"] != config["lr"] and config["clip"][0] == float("inf")
+        assert (model_name, reason) == ("evil\x00name", "read\x00error")
+    else:
+        assert config["lr"] is None and config["clip"][0] is None
+        assert (model_name, reason) == ("evil\ufffdname", "read\ufffderror")

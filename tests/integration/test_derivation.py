@@ -1,5 +1,6 @@
-"""usecases.derivation and its catalog side on a real SQLite catalog: generations are kept,
-derivation is idempotent, and values derived for old bytes never land on new ones."""
+"""usecases.derivation and its catalog side on a real catalog (SQLite and PostgreSQL):
+generations are kept, derivation is idempotent, and values derived for old bytes never land on
+new ones."""
 
 from __future__ import annotations
 
@@ -41,18 +42,18 @@ def _record(store: Store, root: Path, name: str, digest: str, iterations: int, m
     return store.record(rec, actor_name="test", at=AT)
 
 
-def _setup(tmp_path: Path) -> tuple[Store, RunRef]:
+def _setup(tmp_path: Path, url: str) -> tuple[Store, RunRef]:
     root = tmp_path / "runs"
     (root / "run").mkdir(parents=True)
     rows = [{"epoch": e, "loss": 1.0 / (e + 1), "val_loss": 2.0 / (e + 1)} for e in range(4)]
     (root / "run" / "training.log").write_text(keras_csv(rows), newline="")
-    store = Store(f"sqlite:///{tmp_path / 'catalog.db'}")
+    store = Store(url)
     config = RootConfig(root, "inotify", 30.0, (), ("training.log",), None)
     return store, RunRef(config, root / "run", "run")
 
 
-def test_generations_are_kept_and_each_gets_its_epoch(tmp_path: Path) -> None:
-    store, run = _setup(tmp_path)
+def test_generations_are_kept_and_each_gets_its_epoch(tmp_path: Path, catalog_url: str) -> None:
+    store, run = _setup(tmp_path, catalog_url)
     for epoch in (1, 2, 3):  # last.keras rewritten at each epoch end, seen each time
         ckpt = _record(store, run.root.path, "last.keras", f"g{epoch}", 5 * epoch, 1000 * epoch)
     _record(store, run.root.path, "model.04.keras", "m4", 20, 4000)
@@ -68,8 +69,10 @@ def test_generations_are_kept_and_each_gets_its_epoch(tmp_path: Path) -> None:
     assert refresh_run(store, run, [], other_runs=(), at=AT) == 0  # nothing changed: no write
 
 
-def test_values_derived_for_old_bytes_never_land_on_new_ones(tmp_path: Path) -> None:
-    store, run = _setup(tmp_path)
+def test_values_derived_for_old_bytes_never_land_on_new_ones(
+    tmp_path: Path, catalog_url: str
+) -> None:
+    store, run = _setup(tmp_path, catalog_url)
     ckpt = _record(store, run.root.path, "best.keras", "old", 10, 2000)
     stale = Derivation(ckpt, "old", 2000, 2, None, (), {"epoch_source": "stale"})
     _record(store, run.root.path, "best.keras", "new", 15, 3000)  # a new generation meanwhile
@@ -81,8 +84,8 @@ def test_values_derived_for_old_bytes_never_land_on_new_ones(tmp_path: Path) -> 
     assert store.get(str(ckpt)).epoch == 3
 
 
-def test_our_own_rewrite_keeps_the_generation(tmp_path: Path) -> None:
-    store, run = _setup(tmp_path)
+def test_our_own_rewrite_keeps_the_generation(tmp_path: Path, catalog_url: str) -> None:
+    store, run = _setup(tmp_path, catalog_url)
     ckpt = _record(store, run.root.path, "model.02.keras", "raw", 10, 2000)
     store.record_rewrite(ckpt, stat=FileStat(80, 2000, 8), digest="zstd", codec="zstd")
     generations = store.get(str(ckpt)).details["generations"]

@@ -16,14 +16,17 @@ from typing import Any
 import pytest
 
 from ckpt_daemon.catalog import pick
+from ckpt_daemon.catalog.copy import copy_catalog
 from ckpt_daemon.catalog.rows import LISTING_COLUMNS
 from ckpt_daemon.catalog.sqlite_reads import SqliteReads
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.errors import NotFound, UsageError
-from ckpt_daemon.core.model import Format
+from ckpt_daemon.core.model import CheckpointStatus, FileStat, Format, IndexRecord
+from ckpt_daemon.core.query import ListQuery
 from ckpt_daemon.core.resume import resumability
 from ckpt_daemon.settings import config as config_module
 from tests.support import Workspace
+from tests.support.postgres import PostgresServer
 
 pytestmark = pytest.mark.slow
 
@@ -258,3 +261,62 @@ def test_the_guard_gives_up_after_max_changed(tmp_path: Path) -> None:
         raise pick.not_found(outcome, "ok checkpoint in run 'r'")
     rows[pick.MAX_CHANGED - 1][9] += 1  # the 50th is unchanged after all: it wins
     assert pick.first_unchanged(pages, lambda _id: []).row is rows[pick.MAX_CHANGED - 1]
+
+
+def _answer(source: Store, run: str, resumable: bool) -> Any:
+    try:
+        return dataclasses.asdict(source.latest(run, resumable))
+    except NotFound as exc:
+        return str(exc)
+
+
+def test_a_copy_on_postgresql_answers_as_the_sqlite_catalog(
+    scanned_ws: Workspace, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """`db copy` SQLite -> PostgreSQL -> SQLite: the checksums of every table agree across the
+    backends (checked inside the copy), PostgreSQL's readers give the SQLite catalog's answers,
+    the CLI's SQLite fast path declines a PostgreSQL URL, and new rows get new ids."""
+    source = _url(scanned_ws)
+    url = postgres.fresh_url(at_head=False)
+    try:
+        copied = {t.table: t.rows for t in copy_catalog(source, url)}
+        assert copied["checkpoints"] >= 9 and copied["events"] >= copied["checkpoints"]
+        assert SqliteReads.open(url) is None  # the CLI falls back to store_reads
+        sqlite_store, pg_store = Store(source), Store(url)
+        try:
+            for run in SCOPES:
+                for resumable in (False, True):
+                    assert _answer(pg_store, run, resumable) == _answer(
+                        sqlite_store, run, resumable
+                    )
+            assert [dataclasses.asdict(c) for c in pg_store.list(ListQuery())] == [
+                dataclasses.asdict(c) for c in sqlite_store.list(ListQuery())
+            ]
+            new = pg_store.record(
+                IndexRecord(
+                    path="/elsewhere/run/new.h5",
+                    root="/elsewhere",
+                    run="run",
+                    status=CheckpointStatus.OK,
+                    reason=None,
+                    stat=FileStat(1, 1, 1),
+                    hash="n",
+                ),
+                actor_name="test",
+                at="2026-12-01T00:00:00Z",
+            )
+            assert new > max(c.id for c in sqlite_store.list(ListQuery()))  # sequence reset
+        finally:
+            sqlite_store.close()
+            pg_store.close()
+        with pytest.raises(UsageError, match=r"not empty: artifacts|not empty: .*checkpoints"):
+            copy_catalog(source, url)
+        back = {t.table: t.rows for t in copy_catalog(url, f"sqlite:///{tmp_path / 'back.db'}")}
+        assert back == {
+            **copied,
+            "runs": copied["runs"] + 1,
+            "checkpoints": copied["checkpoints"] + 1,
+            "events": copied["events"] + 1,
+        }
+    finally:
+        postgres.drop(url)

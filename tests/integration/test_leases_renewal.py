@@ -1,21 +1,20 @@
 """A run's lease is renewed while its work runs, and work that lost its lease stops.
 
-Real processes on one real SQLite catalog, with leases of a second or so: a holder whose work is
-one long call keeps its lease far past the lease's duration (a second process cannot take it);
-a holder that stops renewing (SIGSTOP: alive, not dead) loses it once it expires, the second
-process takes it, and the first, resumed, does no further step; a killed holder's lease is free
-at once; an act whose lease was taken over writes nothing."""
+Real processes on one real catalog (SQLite, PostgreSQL), with leases of a second or so: a holder
+whose work is one long call keeps its lease far past the lease's duration (a second process
+cannot take it; SQLite only, the renewal is the same UPDATE on both and this test is the
+longest); a holder that stops renewing (SIGSTOP: alive, not dead) loses it once it expires, the
+second process takes it, and the first, resumed, does no further step; a killed holder's lease
+is free at once; an act whose lease was taken over writes nothing."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +22,7 @@ from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.errors import LeaseHeld, LeaseLost
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
 from ckpt_daemon.core.query import ListQuery
+from tests.support.catalogs import sql
 
 TTL = 1.0
 
@@ -50,8 +50,8 @@ print("done", flush=True)
 
 
 @pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[tuple[str, Store, int]]:
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
+def catalog(catalog_url: str) -> Iterator[tuple[str, Store, int]]:
+    url = catalog_url
     store = Store(url)
     ckpt_id = store.record(
         IndexRecord(
@@ -87,11 +87,11 @@ def start_holder(
 
 
 def lease_row(url: str, run_id: int) -> tuple[str, int] | None:
-    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-        row = conn.execute("SELECT holder, pid FROM leases WHERE run_id = ?", (run_id,)).fetchone()
-    return None if row is None else (row[0], row[1])
+    rows = sql(url, "SELECT holder, pid FROM leases WHERE run_id = :run", {"run": run_id})
+    return None if not rows else (rows[0][0], rows[0][1])
 
 
+@pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, int]) -> None:
     url, store, run_id = catalog
     holder = start_holder(url, run_id, steps=1, step_seconds=8 * TTL)
@@ -156,12 +156,12 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
     url, store, run_id = catalog
     (ckpt,) = [c.id for c in store.list(ListQuery())]
     with store.lease(run_id, f"me pid {os.getpid()}", 60) as lease:
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:  # as a takeover writes it
-            conn.execute(
-                "UPDATE leases SET holder = 'other pid 1', host = 'elsewhere', pid = 1"
-                " WHERE run_id = ?",
-                (run_id,),
-            )
+        sql(  # as a takeover writes it
+            url,
+            "UPDATE leases SET holder = 'other pid 1', host = 'elsewhere', pid = 1"
+            " WHERE run_id = :run",
+            {"run": run_id},
+        )
         with pytest.raises(LeaseLost):
             store.claim(ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease)
         with (
@@ -182,3 +182,70 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
     assert [c.status for c in store.list(ListQuery())] == [CheckpointStatus.OK]
     assert [e.action for e in store.audit_log()] == ["indexed"]
     assert lease_row(url, run_id) == ("other pid 1", 1)  # the new holder's lease stays
+
+
+RACER = """
+import os, sys
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.core.errors import LeaseHeld
+
+store = Store(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()  # all take at once
+try:
+    store.acquire_lease(int(sys.argv[2]), f"racer pid {os.getpid()}", 60)
+    print("took", flush=True)
+except LeaseHeld:
+    print("held", flush=True)
+"""
+
+
+def test_racers_for_a_new_lease_one_takes_it(catalog: tuple[str, Store, int]) -> None:
+    """No lease row yet: takers at the same moment (PostgreSQL's READ COMMITTED would let them
+    all see none and insert) get exactly one holder and LeaseHeld for the rest, no error."""
+    url, _store, run_id = catalog
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, url, str(run_id)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for racer in racers:
+            assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
+        for racer in racers:
+            assert racer.stdin is not None
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
+        results = [racer.communicate(timeout=120) for racer in racers]
+    finally:
+        for racer in racers:
+            racer.kill()
+    assert all(r.returncode == 0 for r in racers), [err for _out, err in results]
+    assert sorted(out.strip() for out, _err in results) == ["held", "held", "held", "took"]
+    row = lease_row(url, run_id)
+    assert row is not None and row[0].startswith("racer pid ")
+
+
+@pytest.mark.parametrize("catalog_url", ["postgresql"], indirect=True)
+def test_a_claim_skips_a_row_another_transaction_holds(catalog: tuple[str, Store, int]) -> None:
+    """PostgreSQL: a claim does not wait for a row another transaction has locked (SKIP
+    LOCKED): it is refused with why, and succeeds once that transaction ends."""
+    from sqlalchemy import create_engine, text
+
+    url, store, _run_id = catalog
+    (ckpt,) = [c.id for c in store.list(ListQuery())]
+    other = create_engine(url)
+    try:
+        with other.begin() as conn:
+            conn.execute(text("SELECT id FROM checkpoints WHERE id = :id FOR UPDATE"), {"id": ckpt})
+            event, why = store.claim(ckpt, action="trash", reason="t", actor="t", trash={})
+            assert event is None and "being changed by another process now" in why
+        event, why = store.claim(ckpt, action="trash", reason="t", actor="t", trash={})
+        assert event is not None and why == ""
+    finally:
+        other.dispose()

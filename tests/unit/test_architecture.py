@@ -84,7 +84,13 @@ PATH_MUTATORS = {"unlink", "rmdir", "write_bytes", "write_text", "symlink_to", "
 # fsswap: the renameat2 half of fsops; fsclone: its copying half (kept versions)
 MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone"}
 # Programs run with `python -m`: they talk to their parent on stdout and exit with a code.
-PROGRAMS = {"__main__", "children.tf_probe", "children.keras_load_probe"}
+PROGRAMS = {
+    "__main__",
+    "children.tf_probe",
+    "children.keras_load_probe",
+    "children.config_child",
+    "children.json_h5_probe",
+}
 
 
 @cache

@@ -54,6 +54,9 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "scanned",
     "daemon_ws",
     "training_runs",
+    "postgres",  # starts a PostgreSQL server; the two below may ask it for a database
+    "catalog_url",
+    "empty_catalog_url",
 }
 PURE_FIXTURES = {"_no_daemon_outlives_its_test"}  # autouse; stops nothing a unit test started
 

@@ -1,0 +1,129 @@
+"""Daemons in the catalog: one heartbeat row per daemon run, naming its node (`service.node`),
+host and pid; a second daemon of a node that has a live one is refused (`register`); `ckpt status`
+reads each node's newest row (`heartbeats`)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, insert, select, update
+
+from ..core.errors import DaemonRunning
+from ..core.model import Heartbeat
+from . import db
+from .audit import now_iso
+from .rows import HEARTBEAT_ROWS, newest_per_node
+from .schema import HEARTBEAT
+
+heartbeat = HEARTBEAT
+
+
+class DaemonRecords:
+    """The heartbeat reads and writes of `Store` (mixed in: they use its engine)."""
+
+    _engine: Engine
+
+    def register(
+        self,
+        node: str,
+        *,
+        pid: int,
+        host: str,
+        started_at: str,
+        state: dict[str, Any],
+        is_live: Callable[[Heartbeat], bool],
+    ) -> int:
+        """This daemon's first heartbeat row, unless the newest one of `node` is of a daemon
+        that `is_live` judges running: then DaemonRunning, and nothing written. One
+        transaction (BEGIN IMMEDIATE on SQLite): two daemons of one node starting together
+        cannot both register."""
+        with self._engine.begin() as conn:
+            db.serialize(conn, "node", node)
+            row = conn.execute(
+                select(heartbeat)
+                .where(heartbeat.c.node == node)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(1)
+            ).first()
+            if row is not None:
+                beat = Heartbeat(
+                    row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {})
+                )
+                if is_live(beat):
+                    raise DaemonRunning(
+                        f"a daemon of node {node!r} is running on this catalog (pid {row.pid} "
+                        f"on {row.host}, heartbeat {row.heartbeat_at}): stop it, or give this "
+                        "one another service.node"
+                    )
+            values = {
+                "node": node,
+                "pid": pid,
+                "host": host,
+                "started_at": started_at,
+                "heartbeat_at": now_iso(),
+                "state": state,
+            }
+            return _insert_id(conn, values)
+
+    def heartbeats(self) -> builtins.list[Heartbeat]:
+        """The newest heartbeat of each daemon node, newest first."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(heartbeat)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(HEARTBEAT_ROWS)
+            ).all()
+        beats = [
+            Heartbeat(
+                r.pid, r.host, r.started_at, r.heartbeat_at, dict(r.state or {}), r.node, r.id
+            )
+            for r in rows
+        ]
+        return newest_per_node(beats)
+
+    def beat(
+        self,
+        heartbeat_id: int | None,
+        *,
+        pid: int,
+        host: str,
+        started_at: str,
+        state: dict[str, Any],
+        node: str | None = None,
+    ) -> int:
+        """Record that this daemon is alive (one row per daemon run); returns the row id."""
+        values = {
+            "node": node,
+            "pid": pid,
+            "host": host,
+            "started_at": started_at,
+            "heartbeat_at": now_iso(),
+            "state": state,
+        }
+        with self._engine.begin() as conn:
+            if heartbeat_id is not None:
+                done = conn.execute(
+                    update(heartbeat).where(heartbeat.c.id == heartbeat_id).values(**values)
+                )
+                if done.rowcount:
+                    return heartbeat_id
+            return _insert_id(conn, values)
+
+    def latest_heartbeat(self) -> Heartbeat | None:
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(
+                select(heartbeat)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(1)
+            ).first()
+        if row is None:
+            return None
+        return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
+
+
+def _insert_id(conn: Any, values: dict[str, Any]) -> int:
+    key = conn.execute(insert(heartbeat).values(**values)).inserted_primary_key
+    assert key is not None, "INSERT returned no primary key"
+    return int(key[0])

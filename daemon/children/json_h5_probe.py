@@ -1,0 +1,104 @@
+"""Check a json+h5 export in a child process: the architecture from `<stem>.json`
+(`model_from_json`) with the weights of `<stem>.weights.h5` (`load_weights`) must predict
+bit-identically to the full checkpoint (`load_model`), on the fixed random input of
+`keras_load_probe`.
+
+    python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT CONFIG.json W.weights.h5
+
+Prints one JSON object: {"identical": true|false, "max_abs_diff": float, "outputs": N} or
+{"error": "..."}. Only ever a child: the daemon and the CLI never import Keras.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .. import python_module
+from ..core.errors import ArtifactMismatch
+from .keras_load_probe import _inputs
+
+TIMEOUT_SECONDS = 600.0
+
+
+def check(library: str, checkpoint: Path, config: Path, weights: Path) -> None:
+    """The parent's side: raise ArtifactMismatch unless the export predicts identically."""
+    cmd = [
+        *python_module("children.json_h5_probe"),
+        library,
+        *map(str, (checkpoint, config, weights)),
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=TIMEOUT_SECONDS,
+        env=env,
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        result = {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+    if "error" in result:
+        raise ArtifactMismatch(f"json+h5 export does not load with {library}: {result['error']}")
+    if not result["identical"]:
+        raise ArtifactMismatch(
+            f"json+h5 export predicts differently from {checkpoint} "
+            f"(max abs diff {result['max_abs_diff']})"
+        )
+
+
+def _outputs(model: Any, feed: list[Any], np: Any) -> list[Any]:
+    out = model.predict(feed if len(feed) > 1 else feed[0], verbose=0)
+    return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[0] not in ("keras", "tf_keras"):
+        print(
+            "usage: python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT JSON WEIGHTS",
+            file=sys.stderr,
+        )
+        return 2
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.suppress(ImportError):
+        import hdf5plugin  # noqa: F401 - zstd-compressed files need its filters registered
+    import numpy as np
+
+    warnings.simplefilter("ignore")  # model_from_json compiles: "skipping optimizer variables"
+    try:
+        keras = importlib.import_module(argv[0])
+        full = keras.models.load_model(argv[1], compile=False)
+        feed = _inputs(full, np)
+        expected = _outputs(full, feed, np)
+        model = keras.models.model_from_json(Path(argv[2]).read_text())
+        model.load_weights(argv[3])
+        got = _outputs(model, feed, np)
+        result: dict[str, Any] = {
+            "outputs": len(got),
+            "identical": len(got) == len(expected)
+            and all(np.array_equal(a, b) for a, b in zip(expected, got, strict=False)),
+            "max_abs_diff": max(
+                (float(np.max(np.abs(a - b))) for a, b in zip(expected, got, strict=False)),
+                default=0.0,
+            ),
+        }
+    except Exception as exc:  # the report says why it does not load
+        text = str(exc).strip().splitlines()
+        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,409 @@
+"""The facts of a model card (`ckpt describe`) and of `ckpt show`: one list, two layouts.
+
+`facts(doc, model_config)` turns a `checkpoint_json(..., detailed=True)` document (plus the
+model config the file stores, when the caller read it) into `Facts`: every value already
+formatted once (shortest floats, sizes, escaped names). `show` lays them out tersely
+(`render.show_text`); `describe` as Markdown, plain text or JSON (`markdown`, `text`,
+`as_json`). Pure: documents in, strings out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .model import Format, Kind
+from .render import config_text, relative_path, visible, visible_doc
+from .resume import resumability
+from .units import format_size, shortest_float
+
+# The codecs whose HDF5 filters Keras cannot read without `import hdf5plugin` (keras-formats §0.7).
+PLUGIN_CODECS = ("zstd", "blosc", "blosc2", "bitshuffle", "lz4")
+WEIGHTS_KIND = "json+h5-weights"  # the artifact row of an export's `<stem>.weights.h5`
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    name: str
+    class_name: str
+    n_params: int
+    shapes: str  # "8x16, 16"
+    trainable: str  # "yes" | "no" | "-"
+
+
+@dataclass(frozen=True)
+class Port:
+    """A model input or output: its layer, shape (`(None, 8)`) and dtype, as the config says."""
+
+    name: str
+    shape: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    title: str  # the file's path relative to its root
+    what: list[tuple[str, str]]
+    inputs: list[Port]
+    outputs: list[Port]
+    parameters: list[tuple[str, str]]
+    layers: list[LayerRow]
+    optimizer: list[tuple[str, str]]
+    training: list[tuple[str, str]]
+    epoch: list[tuple[str, str]]
+    metrics: list[tuple[str, str, str]]  # name, value, source
+    sizes: list[tuple[str, str]]
+    lineage: list[tuple[str, str]]
+    load: str
+    notes: list[str] = field(default_factory=list)
+
+
+def facts(
+    doc: dict[str, Any], model_config: Any = None, artifact: dict[str, Any] | None = None
+) -> Facts:
+    """The card of checkpoint `doc`, or of its `artifact` (a row of `doc["artifacts"]`)."""
+    doc = visible_doc(doc)
+    model_config = visible_doc(model_config)
+    path = artifact["path"] if artifact else doc["path"]
+    fmt = _format(doc["format"])
+    inference = artifact is not None
+    resume = resumability(fmt, doc["kind"], doc["optimizer_bytes"], doc["keras_version"])
+    n, trainable = doc["n_params"], doc["n_trainable_params"]
+    optimizer_bytes = 0 if inference else doc["optimizer_bytes"]
+    inputs, outputs = ports(model_config)
+    what = [
+        ("format", _format_text(doc, artifact)),
+        ("keras", doc["keras_version"] or "-"),
+        ("backend", doc["backend"] or "-"),
+        ("model", f"{doc['model_class'] or '-'} {doc['model_name'] or ''}".rstrip()),
+        (
+            "resumable",
+            "no - an inference artifact: no optimizer state"
+            if inference
+            else f"{'yes' if resume.resumable else 'no'} - {resume.reason}",
+        ),
+    ]
+    parameters = [
+        ("total", _count(n)),
+        ("trainable", _count(trainable)),
+        ("non-trainable", _count(None if n is None or trainable is None else n - trainable)),
+    ]
+    epoch = [
+        ("epoch", _dash(doc["epoch"])),
+        ("step", _dash(doc["step"])),
+        ("iterations", _dash(doc["iterations"])),
+        ("epoch from", doc.get("epoch_source") or "-"),
+    ]
+    sources = doc.get("metric_sources") or {}
+    metrics = [
+        (name, "null" if value is None else config_text(value), sources.get(name, "?"))
+        for name, value in sorted(doc["metrics"].items())
+    ]
+    size = artifact["bytes"] if artifact else doc["size_bytes"]
+    if artifact and artifact["kind"] == "json+h5":  # the config and its weights file
+        size += sum(a["bytes"] for a in doc.get("artifacts") or [] if a["kind"] == WEIGHTS_KIND)
+    sizes = [
+        ("file", format_size(size)),
+        ("weights", format_size(doc["weights_bytes"])),
+        ("optimizer state", format_size(optimizer_bytes)),
+    ]
+    return Facts(
+        title=relative_path(path, [doc["root"]]),
+        what=what,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters,
+        layers=_layers(doc, model_config),
+        optimizer=[] if inference else _optimizer(doc),
+        training=[] if inference else _training(doc),
+        epoch=epoch,
+        metrics=metrics,
+        sizes=sizes,
+        lineage=_lineage(doc, artifact),
+        load=load_line(path, fmt, doc["keras_version"], artifact, doc.get("codec")),
+        # The checkpoint's resume note is not the artifact's (its own line says why not).
+        notes=[n for n in doc.get("notes") or [] if not (inference and n.startswith("resume"))],
+    )
+
+
+def _format(value: str | None) -> Format | None:
+    try:
+        return Format(value) if value else None
+    except ValueError:
+        return None
+
+
+def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
+    if artifact is not None and artifact["kind"] == "json+h5":
+        return f"json+h5 (model config JSON + .weights.h5, exported from {doc['format']})"
+    if artifact is not None:
+        return f"{doc['format']} (inference artifact: architecture + weights)"
+    kind = doc["kind"]
+    shown = {Kind.FULL.value: "full model", "weights": "weights only"}.get(kind or "", kind or "-")
+    return f"{doc['format'] or '-'} ({shown})"
+
+
+def ports(model_config: Any) -> tuple[list[Port], list[Port]]:
+    """Inputs (InputLayer shapes and dtypes) and outputs (their layers; a shape where the
+    layer's config gives it: Dense units) of a Functional/Sequential model config."""
+    config = model_config.get("config") if isinstance(model_config, dict) else None
+    if not isinstance(config, dict):
+        return [], []
+    layers = [x for x in config.get("layers") or [] if isinstance(x, dict)]
+    by_name = {_layer_name(x): x for x in layers}
+    in_names = _port_names(config.get("input_layers"))
+    out_names = _port_names(config.get("output_layers"))
+    if not in_names:  # Sequential: its first layer, if it is an InputLayer
+        in_names = [_layer_name(x) for x in layers[:1] if x.get("class_name") == "InputLayer"]
+    if not out_names and layers:
+        out_names = [_layer_name(layers[-1])]
+    inputs = [_port(name, by_name.get(name)) for name in in_names]
+    return inputs, [_port(name, by_name.get(name)) for name in out_names]
+
+
+def _layer_name(layer: dict[str, Any]) -> str:
+    inner = layer.get("config")
+    name = inner.get("name") if isinstance(inner, dict) else None
+    return str(name if name is not None else layer.get("name", "?"))
+
+
+def _port_names(spec: Any) -> list[str]:
+    """`[["x", 0, 0]]`, `["x", 0, 0]` or a dict of them (Keras 3 dict inputs)."""
+    if isinstance(spec, dict):
+        spec = list(spec.values())
+    if isinstance(spec, list) and spec and isinstance(spec[0], str):
+        return [spec[0]]
+    if isinstance(spec, list):
+        return [name for item in spec for name in _port_names(item)]
+    return []
+
+
+def _port(name: str, layer: dict[str, Any] | None) -> Port:
+    inner = layer.get("config") if layer else None
+    inner = inner if isinstance(inner, dict) else {}
+    shape = inner.get("batch_shape") or inner.get("batch_input_shape")
+    if shape is None and isinstance(inner.get("units"), int):
+        shape = [None, inner["units"]]
+    dtype = inner.get("dtype")
+    if isinstance(dtype, dict):  # Keras 3 DTypePolicy
+        dtype = (dtype.get("config") or {}).get("name")
+    shown = "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")" if shape else "-"
+    return Port(name, shown.replace(",)", ")") if shape else shown, str(dtype or "-"))
+
+
+def _layers(doc: dict[str, Any], model_config: Any) -> list[LayerRow]:
+    flags = {}
+    config = model_config.get("config") if isinstance(model_config, dict) else None
+    for layer in (config or {}).get("layers") or [] if isinstance(config, dict) else []:
+        if isinstance(layer, dict) and isinstance(layer.get("config"), dict):
+            flags[_layer_name(layer)] = layer["config"].get("trainable", True) is not False
+    rows = []
+    for layer in doc.get("layers") or []:
+        shapes = ", ".join("x".join(map(str, w["shape"])) or "scalar" for w in layer["weights"])
+        flag = flags.get(layer["name"])
+        rows.append(
+            LayerRow(
+                layer["name"],
+                layer["class_name"] or "",
+                layer["n_params"],
+                shapes,
+                "-" if flag is None else ("yes" if flag else "no"),
+            )
+        )
+    return rows
+
+
+def _optimizer(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    if not doc["optimizer"] and not doc.get("optimizer_config"):
+        return []
+    pairs = [("class", doc["optimizer"] or "-"), ("learning rate", _dash(doc["learning_rate"]))]
+    config = doc.get("optimizer_config")
+    if isinstance(config, dict):
+        pairs += [(k, config_text(v)) for k, v in config.items() if v is not None]
+    return pairs
+
+
+def _training(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    training = doc.get("training_config")
+    if not isinstance(training, dict):
+        return []
+    named = ("loss", "metrics", "weighted_metrics", "loss_weights")
+    keys = [k for k in named if k in training] + [k for k in training if k not in named]
+    return [(k, config_text(training[k])) for k in keys if training[k] is not None]
+
+
+def _lineage(doc: dict[str, Any], artifact: dict[str, Any] | None) -> list[tuple[str, str]]:
+    pairs = [("run", doc["run"]), ("root", doc["root"])]
+    if artifact:
+        pairs += [
+            ("derived from", relative_path(doc["path"], [doc["root"]])),
+            ("source hash", doc["hash"] or "-"),
+            ("artifact hash", artifact.get("hash") or "-"),
+            ("written", artifact.get("created_at") or "-"),
+        ]
+    else:
+        pairs.append(("hash", doc["hash"] or "-"))
+    pairs += [
+        ("mtime", doc["mtime"]),
+        ("indexed", f"{doc['indexed_at'] or '-'}" + _indexed_by(doc)),
+    ]
+    if doc.get("codec"):
+        pairs.append(("compressed", doc["codec"]))
+    for a in doc.get("artifacts") or []:
+        if artifact is None or (a["path"] != artifact["path"] and a["kind"] != "card"):
+            shown = relative_path(a["path"], [doc["root"]])
+            pairs.append((f"artifact {a['kind']}", f"{shown} ({a.get('hash') or 'pending'})"))
+    return pairs
+
+
+def _indexed_by(doc: dict[str, Any]) -> str:
+    for e in doc.get("events") or []:
+        if e.get("action") == "indexed":
+            return f" by {e['actor']}"
+    return ""
+
+
+def load_line(
+    path: str,
+    fmt: Format | None,
+    keras_version: str | None,
+    artifact: dict[str, Any] | None = None,
+    codec: str | None = None,
+) -> str:
+    """The one line of Python that loads this file (with `import hdf5plugin` first when its
+    codec needs it)."""
+    lib = "tf_keras" if (keras_version or "").startswith(("1.", "2.")) else "keras"
+    quoted = json.dumps(path)
+    if artifact is not None and artifact.get("kind") == "json+h5":
+        weights = json.dumps(path[: -len(".json")] + ".weights.h5")
+        line = (
+            f"import {lib}; model = {lib}.models.model_from_json(open({quoted}).read()); "
+            f"model.load_weights({weights})"
+        )
+    elif fmt in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
+        line = f"import {lib}; model = {lib}.models.load_model({quoted})"
+    elif fmt in (Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_WEIGHTS_H5):
+        line = f"model.load_weights({quoted})  # model: built with the same architecture"
+    elif fmt == Format.TF_CHECKPOINT:
+        line = f"tf.train.Checkpoint(model=model, optimizer=optimizer).restore({quoted})"
+    elif fmt == Format.SAVED_MODEL:
+        line = f"import tensorflow as tf; loaded = tf.saved_model.load({quoted})"
+    else:
+        return "-"
+    needs_plugin = any(c in (codec or "") for c in PLUGIN_CODECS)
+    return f"import hdf5plugin; {line}" if needs_plugin else line
+
+
+def _dash(value: Any) -> str:
+    if isinstance(value, float):
+        return shortest_float(value)
+    return "-" if value is None else str(value)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+# ---- layouts ----
+
+
+def _md(text: str) -> str:
+    """A value inside a Markdown table cell or line: no pipe, backtick or markup breaks out."""
+    out = visible(text)
+    for char in ("\\", "|", "`", "*", "_", "<", ">", "[", "]"):
+        out = out.replace(char, "\\" + char)
+    return out
+
+
+def _md_table(
+    header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()
+) -> list[str]:
+    align = ["---:" if i in right else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def markdown(f: Facts) -> str:
+    """The card as GitHub-flavoured Markdown."""
+    out = [f"# Model card: {_md(f.title)}", ""]
+
+    def pairs(title: str, items: list[tuple[str, str]]) -> None:
+        if items:
+            out.extend([f"## {title}", ""])
+            out.extend(_md_table(["", ""], [[k, v] for k, v in items]))
+
+    pairs("What it is", f.what)
+    if f.inputs or f.outputs:
+        out.extend(["## Inputs and outputs", ""])
+        rows = [["input", p.name, p.shape, p.dtype] for p in f.inputs]
+        rows += [["output", p.name, p.shape, p.dtype] for p in f.outputs]
+        out.extend(_md_table(["", "layer", "shape", "dtype"], rows))
+    pairs("Parameters", f.parameters)
+    if f.layers:
+        out.extend([f"## Layers ({len(f.layers)})", ""])
+        rows = [[r.name, r.class_name, f"{r.n_params:,}", r.shapes, r.trainable] for r in f.layers]
+        out.extend(
+            _md_table(
+                ["layer", "class", "parameters", "weights", "trainable"], rows, frozenset({2})
+            )
+        )
+    pairs("Optimizer", f.optimizer)
+    pairs("Training config", f.training)
+    pairs("Epoch", f.epoch)
+    if f.metrics:
+        out.extend(["## Metrics of this epoch", ""])
+        out.extend(
+            _md_table(["metric", "value", "source"], [list(m) for m in f.metrics], frozenset({1}))
+        )
+    pairs("Sizes", f.sizes)
+    pairs("Lineage", f.lineage)
+    load = visible(f.load)
+    fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", load)), default=0))
+    out.extend(["## How to load it", "", f"{fence}python", load, fence, ""])  # no break-out
+    if f.notes:
+        out.extend(["## Notes", ""] + [f"- {_md(n)}" for n in f.notes] + [""])
+    out.append("Generated by `ckpt describe` from the catalog and the file's metadata.")
+    return "\n".join(out) + "\n"
+
+
+def text(f: Facts) -> str:
+    """The card as plain text (aligned `label  value` lines per section)."""
+    out = [f.title]
+
+    def pairs(title: str, items: list[tuple[str, str]]) -> None:
+        if items:
+            width = max(len(k) for k, _ in items)
+            out.append(f"{title}:")
+            out.extend(f"  {k:<{width}}  {v}" for k, v in items)
+
+    pairs("what it is", f.what)
+    for kind, ports_ in (("input", f.inputs), ("output", f.outputs)):
+        out.extend(f"  {kind} {p.name} {p.shape} {p.dtype}" for p in ports_)
+    pairs("parameters", f.parameters)
+    if f.layers:
+        out.append(f"layers ({len(f.layers)}):")
+        out.extend(
+            f"  {r.name:<28} {r.class_name:<22} {r.n_params:>12,}  {r.trainable:<3}  {r.shapes}"
+            for r in f.layers
+        )
+    pairs("optimizer", f.optimizer)
+    pairs("training config", f.training)
+    pairs("epoch", f.epoch)
+    out.extend(f"  metric {n} = {v} ({s})" for n, v, s in f.metrics)
+    pairs("sizes", f.sizes)
+    pairs("lineage", f.lineage)
+    out.append(f"load: {f.load}")
+    out.extend(f"note: {n}" for n in f.notes)
+    return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def as_json(f: Facts) -> dict[str, Any]:
+    """The card as a JSON document: sections of `{label: value}`, tables as lists of objects."""
+    doc = asdict(f)
+    for key in ("what", "parameters", "optimizer", "training", "epoch", "sizes", "lineage"):
+        doc[key] = dict(doc[key])
+    doc["metrics"] = [{"name": n, "value": v, "source": s} for n, v, s in f.metrics]
+    return doc
