@@ -26,6 +26,7 @@ BENCHES = (
     "naming_inference",
     "run_derivation",
     "version_capture",
+    "disk_pressure",
     "split_bench",
     "describe_bench",
     "compress_bench",

@@ -18,7 +18,8 @@ from .output import echo, emit_json
     "--once",
     is_flag=True,
     help="Reconcile every root with the catalog, run the configured retention, trash purge and "
-    "artifacts jobs once, and exit (for cron and tests). Exit 3 if some item failed.",
+    "artifacts jobs and a disk guard pass (min_free) once, and exit (for cron and tests). Exit 3 "
+    "if some item failed.",
 )
 @pass_context
 def serve(obj: Context, once: bool) -> None:
@@ -51,12 +52,15 @@ def status(obj: Context, as_json: bool) -> None:
     Example:  ckpt status --json | jq .running
     """
     from ..settings.config import shown_url
+    from ..usecases.disk_guard import status as disk_status
 
     with obj.catalog() as cat:
         doc = cat.status()
         # Which config and catalog were asked: from another folder, `not running` may only
         # mean "not this catalog".
         doc.update(config=cat.config.source, catalog=shown_url(cat.config.database))
+        # Free space measured now; the guard's state as the daemon last reported it.
+        doc["disk"] = disk_status(cat.config, doc["disk"], running=bool(doc["running"]))
     if as_json:
         emit_json(documents.status(doc))
         return
@@ -64,6 +68,7 @@ def status(obj: Context, as_json: bool) -> None:
     nodes = _daemon_lines(doc.get("daemons") or [])
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        _disk_lines(doc["disk"])
         for line in nodes:
             echo(line)
         echo(in_use)
@@ -78,9 +83,26 @@ def status(obj: Context, as_json: bool) -> None:
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
+    _disk_lines(doc["disk"])
     for line in nodes:
         echo(line)
     echo(in_use)
+
+
+def _disk_lines(disk: list[dict[str, Any]]) -> None:
+    """One line per guarded filesystem: free, threshold, state (and why it cannot free)."""
+    from ..core.units import format_size
+
+    for fs in disk:
+        limit = format_size(fs["min_free_bytes"])
+        if str(fs["min_free"]).endswith("%"):
+            limit += f" ({fs['min_free']})"
+        echo(
+            f"  disk {', '.join(fs['roots'])}: free {format_size(fs['free_bytes'])}, "
+            f"min_free {limit}: {fs['state']}"
+        )
+        if fs["why"]:
+            echo(f"    {fs['why']}")
 
 
 def _daemon_lines(daemons: list[dict[str, Any]]) -> list[str]:

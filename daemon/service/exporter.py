@@ -43,7 +43,7 @@ class Snapshot:
     figures: Figures
     state: Mapping[str, Any]  # the service's `metrics` state (see `service_state`)
     free: Mapping[str, int | None]  # root -> free bytes for unprivileged users (None: unknown)
-    min_free: Mapping[str, int]  # root -> the disk guard's threshold (0 until it exists)
+    min_free: Mapping[str, int]  # root -> the disk guard's threshold in bytes (0: not guarded)
 
 
 def snapshot(config: Config, store: Store, state: Mapping[str, Any]) -> Snapshot:
@@ -52,7 +52,7 @@ def snapshot(config: Config, store: Store, state: Mapping[str, Any]) -> Snapshot
         figures=store.figures(roots),
         state=state,
         free={root: _free_bytes(root) for root in roots},
-        min_free=dict.fromkeys(roots, 0),
+        min_free=_thresholds(config),
     )
 
 
@@ -230,6 +230,15 @@ def service_state(
 
 def _le(bound: float) -> str:
     return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def _thresholds(config: Config) -> dict[str, int]:
+    from ..usecases.disk_guard import thresholds
+
+    try:
+        return thresholds(config)
+    except OSError:  # a root gone meanwhile: its gauge says 0 rather than the scrape failing
+        return dict.fromkeys((str(r.path) for r in config.roots), 0)
 
 
 def _free_bytes(root: str) -> int | None:

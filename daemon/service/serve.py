@@ -33,6 +33,7 @@ from ..settings import config as config_module
 from ..settings.config import Config
 from ..usecases.indexer import ScanReport, scan
 from . import exporter
+from .disk_guard import DiskGuard
 from .health import is_live
 from .hooks import HookRunner, Notifications
 from .job_runner import JobRunner
@@ -92,8 +93,9 @@ class Service:
 
     def _run_jobs_once(self, store: Store) -> bool:
         """`--once`: the file-changing jobs the config asks for (retention, trash purge,
-        artifacts), through the worker's own code, without starting its thread. The verify job
-        (a full re-hash) is left to `ckpt verify`. Returns whether some item failed."""
+        artifacts, a disk guard pass), through the worker's own code, without starting its
+        thread. The verify job (a full re-hash) is left to `ckpt verify`. Returns whether some
+        item failed."""
         stats = Stats(started_at=iso_utc(time.time()))
         runner = JobRunner(self.config, store, stats, self.stopping, lambda _rescan: None)
         jobs = [JobName.PURGE]
@@ -103,6 +105,13 @@ class Service:
             jobs.append(JobName.ARTIFACTS)
         for name in jobs:
             runner.run_job(name)
+        # The disk guard's pass too, with the thread's own code: cron gets the same relief.
+        guard = DiskGuard(lambda: self.config, store, HookRunner((), self.stopping), self.stopping)
+        try:
+            guard.check()
+        except Exception as exc:  # as in the thread: logged, and `--once` exits 3
+            event("disk_guard_error", level=logging.ERROR, error=str(exc))
+            return True
         return stats.last_error is not None
 
     def _reconcile(self, store: Store) -> ScanReport:
@@ -146,9 +155,16 @@ class Service:
         jobs = Jobs(enqueue)
         hooks = HookRunner(self.config.hooks, self.stopping)
         notifications = Notifications(hooks, store, lambda: self.config)
-        worker.after_scan = notifications.scanned
+        guard = DiskGuard(lambda: self.config, store, hooks, self.stopping)
+
+        def after_scan(report: ScanReport) -> None:
+            notifications.scanned(report)
+            if report.indexed:  # a new file may have crossed min_free: measure now
+                guard.poke()
+
+        worker.after_scan = after_scan
         runner.notifications = notifications
-        parts = _Parts(worker, watcher, jobs, runner, hooks)
+        parts = _Parts(worker, watcher, jobs, runner, hooks, guard)
         worker.more_state = parts.state
         self._store = store
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
@@ -174,6 +190,7 @@ class Service:
                 worker.offer(Hint(path, HintKind.CHANGED))
             worker.start()
             runner.start()
+            guard.start()
             jobs.start(self.config)
             self.notifier.ready(parts.status_line())
             event("ready", pid=os.getpid())
@@ -252,10 +269,16 @@ class _Parts:
     """The running pieces, for health checks, status lines and an orderly stop."""
 
     def __init__(
-        self, worker: Worker, watcher: Watcher, jobs: Jobs, runner: JobRunner, hooks: HookRunner
+        self,
+        worker: Worker,
+        watcher: Watcher,
+        jobs: Jobs,
+        runner: JobRunner,
+        hooks: HookRunner,
+        guard: DiskGuard,
     ) -> None:
         self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
-        self.hooks = hooks
+        self.hooks, self.guard = hooks, guard
         self.metrics: exporter.MetricsServer | None = None
 
     def metrics_state(self) -> dict[str, Any]:
@@ -280,6 +303,7 @@ class _Parts:
         return {
             "metrics": self.metrics_state(),
             "roots": self.watcher.describe(),
+            "disk": self.guard.states,
             "pid": os.getpid(),
             "jobs": {
                 "runs": dict(self.jobs.runs),
@@ -295,9 +319,11 @@ class _Parts:
         now = time.monotonic()
         worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
         runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
+        guard_ok = not self.guard.is_alive() or now - self.guard.tick < RUNNER_STALL_SECONDS
         return (
             worker_ok
             and runner_ok
+            and guard_ok
             and self.watcher.healthy()
             and self.jobs.healthy()
             and stats.db_ok
@@ -326,3 +352,5 @@ class _Parts:
             self.worker.join(timeout=60)
         if self.runner.is_alive():  # a child asked to end gets CHILD_STOP_SECONDS
             self.runner.join(timeout=90)
+        if self.guard.is_alive():  # a demotion's split in progress finishes first
+            self.guard.join(timeout=90)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
 from ..core.model import JobName
 from ..core.retention import KeepBest, Policy
@@ -29,6 +30,7 @@ from .values import duration as _duration
 from .values import every as _every
 from .values import heartbeat as _heartbeat
 from .values import mapping as _mapping
+from .values import min_free as _min_free
 from .values import path as _path
 from .values import size as _size
 from .values import strings as _strings
@@ -47,6 +49,7 @@ class RootConfig:
     filename_templates: tuple[str, ...]
     metrics_files: tuple[str, ...]
     retention: Policy | None = None
+    min_free: MinFree | None = None  # the disk guard's threshold here (None: the top-level one)
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ class Config:
     metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
     node: str | None = None  # `service.node`: this daemon's identity (None: the host name)
     hooks: tuple[Hook, ...] = ()
+    min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -124,6 +128,10 @@ class Config:
             if str(configured.path) == root and configured.retention is not None:
                 return configured.retention, f"roots[{i}].retention"
         return self.retention, "retention"
+
+    def min_free_for(self, root: RootConfig) -> MinFree | None:
+        """The disk guard's threshold for `root`: its own `min_free`, else the top-level one."""
+        return root.min_free or self.min_free
 
     @property
     def node_name(self) -> str:
@@ -200,6 +208,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         metrics_listen=_metrics_listen(service.get("metrics_listen")),
         node=_node(service.get("node")),
         hooks=_hooks(raw.get("hooks")),
+        min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
     )
 
 
@@ -217,8 +226,17 @@ TOP_KEYS = {
     "artifacts",
     "versions",
     "hooks",
+    "min_free",
 }
-ROOT_KEYS = {"path", "observer", "poll_interval", "filename_template", "metrics_files", "retention"}
+ROOT_KEYS = {
+    "path",
+    "observer",
+    "poll_interval",
+    "filename_template",
+    "metrics_files",
+    "retention",
+    "min_free",
+}
 SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}
 POLICY_KEYS = {
     "keep_last",
@@ -297,6 +315,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
             f"{key}.metrics_files",
         ),
         retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
+        min_free=_min_free(raw["min_free"], f"{key}.min_free") if "min_free" in raw else None,
     )
 
 

@@ -7,9 +7,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..core.disk_guard import MinFree
 
 # `ckpt status` calls a daemon dead after three missed heartbeats. A longer one would let it
 # report a hung or vanished daemon (on another host, where no pid can be checked) as running; a
@@ -104,3 +107,19 @@ def duration(value: Any, key: str) -> float:
         return parse_duration(value)
     except ValueError as exc:
         raise ConfigError(key, str(exc)) from exc
+
+
+def min_free(value: Any, key: str) -> MinFree:
+    """The disk guard's threshold: a size (`20GB`) or a percentage of the filesystem (`10%`)."""
+    from ..core.disk_guard import MinFree
+
+    if isinstance(value, str) and value.strip().endswith("%"):
+        number = value.strip()[:-1].strip()
+        try:
+            percent = float(number)
+        except ValueError:
+            raise ConfigError(key, f"{value!r} is not a percentage like 10%") from None
+        if not 0 < percent < 100:
+            raise ConfigError(key, f"a percentage above 0 and below 100, got {value!r}")
+        return MinFree(percent=percent)
+    return MinFree(bytes=size(value, key))

@@ -374,7 +374,10 @@ def purge(
     return purged, failures
 
 
-def _purge_one(config: Config, store: Store, item: TrashedCheckpoint, actor: str) -> None:
+def _purge_one(
+    config: Config, store: Store, item: TrashedCheckpoint, actor: str, reason: str | None = None
+) -> None:
+    """`reason`: why it is purged before its grace period (the disk guard's), for `ckpt log`."""
     root = config.root_for(Path(item.path))
     if root is None or str(root.path) != item.root:
         raise fsops.Refused(f"{item.path} is not inside a configured root: never touched")
@@ -385,7 +388,7 @@ def _purge_one(config: Config, store: Store, item: TrashedCheckpoint, actor: str
             recovery.settle_events(config, store, of=lease.taken_from)
         # Claimed right before the unlink: a pin committed before it keeps the files.
         event_id, refused = store.claim(
-            item.id, action="purge", reason=None, actor=actor, lease=lease
+            item.id, action="purge", reason=reason, actor=actor, lease=lease
         )
         if event_id is None:
             raise fsops.Refused(refused)

@@ -1,0 +1,202 @@
+"""The disk guard's thread in `ckpt serve`: it measures each guarded filesystem (statvfs, cheap)
+every second and right after each indexed file (`poke`), and when free space is below `min_free`
+frees space through `usecases.disk_guard` (retention's rails) until it is back above.
+
+An episode is the time a filesystem spends below its threshold. It logs one warning when it
+starts (how far below, what the first pass freed and why, or why it cannot), calls the
+`disk_pressure` hook once, and one info line when it ends (what it freed in all). Every act is
+an audit event with its reason (`ckpt log`). A filesystem where nothing more can be freed is
+planned again only after an indexed file or every STUCK_RETRY_SECONDS: a full disk must not
+turn into a catalog read per second.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..catalog.store import Store
+from ..core.units import format_size, iso_utc
+from ..logs import event
+from ..settings.config import Config
+from ..usecases import disk_guard
+from ..usecases.disk_guard import Guarded, Relief
+from .hooks import HookRunner
+
+CHECK_EVERY_SECONDS = 1.0
+STUCK_RETRY_SECONDS = 10.0
+# An episode ends once free space has stayed above min_free this long: a trainer that crosses
+# it again at every save is one episode (one warning), not one per checkpoint.
+QUIET_SECONDS = 60.0
+ACTOR = "daemon:disk-guard"
+
+
+@dataclass
+class Episode:
+    since: str
+    free_at_start: int
+    threshold: int
+    freed: int = 0
+    acts: dict[str, int] = field(default_factory=lambda: {"purge": 0, "demote": 0, "trash": 0})
+    failures: int = 0
+    stuck_at: float | None = None  # monotonic time of the last pass that could not free enough
+    above_since: float | None = None  # monotonic time free space got back above min_free
+    why: str | None = None
+
+
+class DiskGuard(threading.Thread):
+    def __init__(
+        self,
+        config: Callable[[], Config],
+        store: Store,
+        hooks: HookRunner,
+        stopping: threading.Event,
+    ) -> None:
+        super().__init__(name="ckpt-disk-guard", daemon=True)
+        self.config, self.store, self.hooks, self.stopping = config, store, hooks, stopping
+        self._wake = threading.Event()
+        self.episodes: dict[int, Episode] = {}
+        self.states: list[dict[str, Any]] = []  # per filesystem, for the heartbeat and status
+        self.tick = time.monotonic()
+        self.errors = 0
+        self.quiet_seconds = QUIET_SECONDS
+
+    def poke(self) -> None:
+        """A file was indexed: measure now, not at the next second."""
+        self._wake.set()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            poked = self._wake.wait(timeout=CHECK_EVERY_SECONDS)
+            self._wake.clear()
+            self.tick = time.monotonic()
+            try:
+                self.check(poked=poked)
+            except Exception as exc:  # a catalog hiccup must not end the guard
+                self.errors += 1
+                event("disk_guard_error", level=logging.ERROR, error=str(exc))
+
+    def check(self, *, poked: bool = True) -> None:
+        config = self.config()
+        states = []
+        seen = set()
+        for fs in disk_guard.guarded(config):
+            seen.add(fs.dev)
+            states.append(self._check_one(config, fs, poked))
+        for dev in set(self.episodes) - seen:  # unguarded on reload
+            del self.episodes[dev]
+        self.states = states
+
+    def _check_one(self, config: Config, fs: Guarded, poked: bool) -> dict[str, Any]:
+        now = disk_guard.usage(fs.roots[0])
+        threshold = fs.min_free.threshold(now.total)
+        episode = self.episodes.get(fs.dev)
+        if now.free >= threshold:
+            self._above(fs, episode, now.free)
+            return _state(fs, now.free, threshold, "ok", None)
+        if episode is None:
+            episode = Episode(iso_utc(time.time()), now.free, threshold)
+            self.episodes[fs.dev] = episode
+            relief = self._relieve(config, fs, episode)
+            self._start(fs, episode, relief)
+        elif (
+            episode.stuck_at is None
+            or poked
+            or (time.monotonic() - episode.stuck_at >= STUCK_RETRY_SECONDS)
+        ):
+            self._relieve(config, fs, episode)
+        episode.above_since = None
+        free = disk_guard.usage(fs.roots[0]).free
+        if free >= threshold:
+            self._above(fs, episode, free)
+            return _state(fs, free, threshold, "ok", None)
+        state = "cannot free" if episode.stuck_at is not None else "pressure"
+        return _state(fs, free, threshold, state, episode.why, episode)
+
+    def _above(self, fs: Guarded, episode: Episode | None, free: int) -> None:
+        if episode is None:
+            return
+        now = time.monotonic()
+        if episode.above_since is None:
+            episode.above_since = now
+        if now - episode.above_since >= self.quiet_seconds:
+            self._end(fs, episode, free)
+
+    def _relieve(self, config: Config, fs: Guarded, episode: Episode) -> Relief:
+        relief = disk_guard.relieve(
+            config, self.store, fs, actor=ACTOR, should_stop=self.stopping.is_set
+        )
+        episode.freed += relief.freed
+        episode.failures += len(relief.failures)
+        for step in relief.done:
+            episode.acts[step.action] += 1
+            event(
+                "disk_guard_freed",
+                level=logging.DEBUG,
+                action=step.action,
+                path=step.path,
+                bytes=step.frees,
+            )
+        for failure in relief.failures:
+            event("disk_guard_skipped", level=logging.INFO, **failure)
+        # Nothing left to free, or nothing could be done (a lease held, a file changed): ask
+        # again after an indexed file or STUCK_RETRY_SECONDS, not every second.
+        stuck = relief.free_after < relief.plan.threshold and (
+            not relief.plan.enough or not relief.done
+        )
+        episode.stuck_at = time.monotonic() if stuck else None
+        episode.why = relief.plan.explain() if stuck else None
+        return relief
+
+    def _start(self, fs: Guarded, episode: Episode, relief: Relief) -> None:
+        reason = relief.plan.explain()
+        event(
+            "disk_pressure",
+            level=logging.WARNING,
+            roots=",".join(fs.roots),
+            free=format_size(episode.free_at_start),
+            min_free=format_size(episode.threshold),
+            freed=format_size(relief.freed),
+            free_after=format_size(relief.free_after),
+            plan=reason,
+        )
+        for root in fs.roots:
+            self.hooks.disk_pressure(root, episode.free_at_start, episode.threshold, reason)
+
+    def _end(self, fs: Guarded, episode: Episode, free: int) -> None:
+        del self.episodes[fs.dev]
+        acts = ", ".join(f"{n} {action}" for action, n in episode.acts.items() if n) or "none"
+        event(
+            "disk_pressure_end",
+            roots=",".join(fs.roots),
+            since=episode.since,
+            freed=format_size(episode.freed),
+            acts=acts,
+            skipped=episode.failures,
+            free=format_size(free),
+            min_free=format_size(episode.threshold),
+        )
+
+
+def _state(
+    fs: Guarded,
+    free: int,
+    threshold: int,
+    state: str,
+    why: str | None,
+    episode: Episode | None = None,
+) -> dict[str, Any]:
+    return {
+        "roots": list(fs.roots),
+        "free_bytes": free,
+        "min_free_bytes": threshold,
+        "min_free": fs.min_free.describe(),
+        "state": state,
+        "why": why,
+        "since": episode.since if episode else None,
+        "freed_bytes": episode.freed if episode else 0,
+    }

@@ -1,0 +1,264 @@
+"""The disk-pressure guard's acts: which filesystems are guarded, how full each is, the plan of
+`core.disk_guard` from the catalog, and its steps carried out on retention's rails.
+
+Roots on one filesystem (same `st_dev`) share one guard, with the largest threshold of theirs
+(the strictest). Every act goes through the pruner's own functions: the run's lease, a claim in
+the catalog, the re-check of the file against what was indexed, fsops' trash and purge, and an
+audit event whose reason says "disk pressure" and why this one (`ckpt log`). Demotion is
+artifacts' split, then the full file to the trash and purged. After each act the filesystem is
+measured again: the guard stops as soon as it is back above its threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..core import disk_guard, retention
+from ..core.disk_guard import GuardPlan, MinFree, RunFacts, Step, TrashEntry
+from ..core.errors import CkptError
+from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.resume import resumability
+from ..fs import fsops
+from ..settings.config import Config, RootConfig
+
+if TYPE_CHECKING:  # SQLAlchemy: `ckpt status` reads the disk state without paying for it
+    from ..catalog.store import Store
+
+_NOT_ON_DISK = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PURGED}
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """One filesystem the guard watches: its roots and its threshold."""
+
+    dev: int
+    roots: tuple[str, ...]
+    min_free: MinFree
+
+
+@dataclass(frozen=True)
+class Usage:
+    free: int  # for unprivileged users (f_bavail): what a trainer not running as root gets
+    total: int
+    used: int
+
+
+@dataclass
+class Relief:
+    """What one pass of the guard did on one filesystem."""
+
+    plan: GuardPlan
+    done: list[Step] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    free_after: int = 0
+
+    @property
+    def freed(self) -> int:
+        return sum(step.frees for step in self.done)
+
+
+def guarded(config: Config) -> list[Guarded]:
+    """The guarded filesystems: roots with a `min_free` (their own or the top-level one) that
+    exist, grouped by device."""
+    groups: dict[int, tuple[list[str], list[MinFree]]] = {}
+    for root in config.roots:
+        wanted = config.min_free_for(root)
+        dev = _device(root)
+        if wanted is None or dev is None:
+            continue
+        paths, thresholds = groups.setdefault(dev, ([], []))
+        paths.append(str(root.path))
+        thresholds.append(wanted)
+    out = []
+    for dev, (paths, thresholds) in groups.items():
+        total = usage(paths[0]).total
+        strictest = max(thresholds, key=lambda m: m.threshold(total))
+        out.append(Guarded(dev, tuple(paths), strictest))
+    return out
+
+
+def usage(path: str) -> Usage:
+    st = os.statvfs(path)
+    return Usage(
+        free=st.f_bavail * st.f_frsize,
+        total=st.f_blocks * st.f_frsize,
+        used=(st.f_blocks - st.f_bfree) * st.f_frsize,
+    )
+
+
+def thresholds(config: Config) -> dict[str, int]:
+    """root -> the guard's threshold in bytes (0: not guarded), for the min_free gauge."""
+    out = dict.fromkeys((str(r.path) for r in config.roots), 0)
+    for fs in guarded(config):
+        limit = fs.min_free.threshold(usage(fs.roots[0]).total)
+        out.update(dict.fromkeys(fs.roots, limit))
+    return out
+
+
+def status(
+    config: Config, reported: list[dict[str, Any]], *, running: bool = True
+) -> list[dict[str, Any]]:
+    """`ckpt status`'s disk lines: per guarded filesystem, free space and the threshold measured
+    now, and the state the running daemon `reported` in its last heartbeat."""
+    out = []
+    for fs in guarded(config):
+        now = usage(fs.roots[0])
+        threshold = fs.min_free.threshold(now.total)
+        heard = next((r for r in reported if set(r.get("roots", ())) == set(fs.roots)), None)
+        if now.free >= threshold:
+            state, why = "ok", None
+        elif not running:
+            state, why = "pressure", "no daemon is running to free space"
+        elif heard is not None and heard.get("state") == "cannot free":
+            state, why = "cannot free", heard.get("why")
+        else:
+            state, why = "pressure", None  # the daemon's next pass acts on it
+        out.append(
+            {
+                "roots": list(fs.roots),
+                "free_bytes": now.free,
+                "min_free_bytes": threshold,
+                "min_free": fs.min_free.describe(),
+                "state": state,
+                "why": why,
+                "since": heard.get("since") if heard else None,
+                "freed_bytes": int(heard.get("freed_bytes") or 0) if heard else 0,
+            }
+        )
+    return out
+
+
+def plan_for(config: Config, store: Store, fs: Guarded) -> GuardPlan:
+    """The plan for `fs` as it is now (nothing acted)."""
+    now = usage(fs.roots[0])
+    threshold = fs.min_free.threshold(now.total)
+    runs = [
+        _facts(config, store, root, name)
+        for _run_id, root, name in store.run_keys()
+        if root in fs.roots
+    ]
+    trash = [
+        TrashEntry(t.id, t.path, t.bytes, t.trashed_at, t.pinned)
+        for t in store.trashed()
+        if t.root in fs.roots
+    ]
+    other = max(0, now.used - _catalogued_bytes(store, fs.roots))
+    return disk_guard.plan(now.free, threshold, runs, trash, other_bytes=other)
+
+
+def relieve(
+    config: Config,
+    store: Store,
+    fs: Guarded,
+    *,
+    actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Relief:
+    """Plan and act until `fs` is back above its threshold (measured again after each act)."""
+    from . import guards
+
+    relief = Relief(plan_for(config, store, fs))
+    threshold = relief.plan.threshold
+    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-guard-{os.getpid()}"
+    for step in relief.plan.steps:
+        if should_stop() or usage(fs.roots[0]).free >= threshold:
+            break
+        try:
+            _act(config, store, step, batch, actor)
+            relief.done.append(step)
+        except (CkptError, OSError, KeyError) as exc:
+            relief.failures.append(
+                {"id": step.id, "path": step.path, "error": guards.one_line(exc)}
+            )
+    relief.free_after = usage(fs.roots[0]).free
+    return relief
+
+
+def _act(config: Config, store: Store, step: Step, batch: str, actor: str) -> None:
+    from . import guards, pruner, recovery
+
+    if step.action == "purge":
+        _purge(config, store, step.id, step.reason, actor)
+        return
+    c = store.get(str(step.id))
+    # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone.
+    if c.status != CheckpointStatus.OK or c.pinned:
+        raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now.
+    ok = [pruner._item(x, False) for x in pruner._checkpoints(store, c.root, c.run)]
+    if c.id in retention.newest([i for i in ok if i.status == CheckpointStatus.OK.value]):
+        raise fsops.Refused(f"refused: {c.path} is its run's newest checkpoint now")
+    decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
+    holder = f"{actor} pid {os.getpid()}"
+    with store.lease(guards.run_id(store, c), holder, pruner.LEASE_SECONDS) as lease:
+        if lease.taken_from is not None:
+            recovery.settle_events(config, store, of=lease.taken_from)
+        pruner._trash(config, store, c, decision, batch, actor, lease)
+    _purge(config, store, c.id, step.reason, actor)
+
+
+def _purge(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
+    from . import pruner
+
+    item = next((t for t in store.trashed(include_pinned=False) if t.id == checkpoint_id), None)
+    if item is None:
+        raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
+    pruner._purge_one(config, store, item, actor, reason=reason)
+
+
+def _facts(config: Config, store: Store, root: str, name: str) -> RunFacts:
+    from . import pruner
+
+    found = pruner._checkpoints(store, root, name)
+    previous = pruner._previous_generations(config, found)
+    policy, _ = config.policy_for(root, name)
+    logged = {metric for c in found for metric in c.metrics}
+    best = list(disk_guard.best_metrics(policy.keep_best if policy else (), logged))
+    versions = [c for c in found if c.version_of is not None]
+    if versions:  # the best version, by the metric versions are kept by
+        metric = pruner._versions_policy(config, versions).keep_best[0]
+        if (metric.metric, metric.resolved_mode) not in best:
+            best.append((metric.metric, metric.resolved_mode))
+    items = tuple(pruner._item(c, pruner._demotable(c), previous.get(c.id)) for c in found)
+    kept_by: dict[int, str] = {}
+    if policy is not None and items:
+        decided = retention.plan(items, policy).decisions
+        kept_by = {d.id: ", ".join(d.reasons) for d in decided if d.action == "keep"}
+    return RunFacts(name, items, tuple(best), _last_resumable(found), kept_by)
+
+
+def _last_resumable(found: list[Checkpoint]) -> int | None:
+    """The furthest along of the run's ok checkpoints that may resume training. A legacy `.h5`
+    with optimizer state counts (the listing does not carry the Keras version that decides it):
+    protecting one too many is the safe side."""
+
+    def may_resume(c: Checkpoint) -> bool:
+        verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
+        legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
+        return verdict.resumable or legacy
+
+    from . import pruner
+
+    able = [pruner._item(c, False) for c in _ok(found) if may_resume(c)]
+    return max(able, key=retention.progress_key).id if able else None
+
+
+def _ok(found: list[Checkpoint]) -> list[Checkpoint]:
+    return [c for c in found if c.status == CheckpointStatus.OK]
+
+
+def _catalogued_bytes(store: Store, roots: tuple[str, ...]) -> int:
+    rows, made = store.usage()
+    on_disk = sum(r.bytes for r in rows if r.root in roots and r.status not in _NOT_ON_DISK)
+    return on_disk + sum(a.bytes for a in made if a.root in roots)
+
+
+def _device(root: RootConfig) -> int | None:
+    try:
+        return os.stat(root.path).st_dev
+    except OSError:
+        return None

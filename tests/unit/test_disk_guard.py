@@ -1,0 +1,264 @@
+"""The disk guard's pure plan (core.disk_guard): the documented order, each step's reason, what
+is never touched, "cannot free enough" with what holds the space; and `min_free` in the config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_daemon.core import disk_guard
+from ckpt_daemon.core.disk_guard import MinFree, RunFacts, TrashEntry
+from ckpt_daemon.core.errors import ConfigError
+from ckpt_daemon.core.retention import Item
+from ckpt_daemon.settings import config as config_module
+
+MB = 1_000_000
+
+
+def item(i: int, size: int = 10 * MB, **kw: object) -> Item:
+    fields: dict = {"status": "ok", "mtime": 1000.0 + i, "epoch": i}
+    fields.update(kw)
+    return Item(id=i, path=f"/r/run/ckpt-{i:02d}.keras", size_bytes=size, **fields)
+
+
+def run(*items: Item, best: tuple = (("val_loss", "min"),), resumable: int | None = None):
+    return RunFacts("run", tuple(items), best, resumable)
+
+
+def acts(plan: disk_guard.GuardPlan) -> list[tuple[str, int]]:
+    return [(s.action, s.id) for s in plan.steps]
+
+
+TABLE = [
+    # (name, free, threshold, runs, trash, expected steps, enough)
+    ("above: nothing", 50 * MB, 40 * MB, [run(item(1), item(2))], [], [], True),
+    (
+        "trash first, oldest trashed first, and only as much as needed",
+        10 * MB,
+        20 * MB,
+        [run(item(1), item(2))],
+        [TrashEntry(8, "/r/b", 6 * MB, "2026-01-02"), TrashEntry(9, "/r/a", 6 * MB, "2026-01-01")],
+        [("purge", 9), ("purge", 8)],
+        True,
+    ),
+    (
+        "a pinned trashed one is never purged",
+        10 * MB,
+        12 * MB,
+        [run(item(1), item(2))],
+        [TrashEntry(9, "/r/a", 6 * MB, "2026-01-01", pinned=True)],
+        [("trash", 1)],
+        True,
+    ),
+    (
+        "demotion before trashing, oldest first",
+        10 * MB,
+        25 * MB,
+        [run(item(1, inference_bytes=3 * MB), item(2, inference_bytes=3 * MB), item(3))],
+        [],
+        [("demote", 1), ("demote", 2)],  # the newest (3) is never touched: not enough
+        False,
+    ),
+    (
+        "every demotion comes before the first trashing",
+        10 * MB,
+        25 * MB,
+        [run(item(1), item(2, inference_bytes=3 * MB), item(3))],
+        [],
+        [("demote", 2), ("trash", 1)],
+        True,
+    ),
+    (
+        "a demotion whose artifact does not fit in what is free is skipped",
+        2 * MB,
+        8 * MB,
+        [run(item(1, inference_bytes=3 * MB), item(2), item(3))],
+        [],
+        [("trash", 1)],
+        True,
+    ),
+    (
+        "then the oldest unprotected; newest, pinned, not ok, best and resumable kept",
+        1 * MB,
+        100 * MB,
+        [
+            run(
+                item(1, metrics={"val_loss": 0.1}),  # best val_loss
+                item(2, pinned=True),
+                item(3, status="incomplete"),
+                item(4),
+                item(5, protected="previous generation of best.keras (v1)"),
+                item(6),  # last resumable
+                item(7),  # newest
+                resumable=6,
+            )
+        ],
+        [],
+        [("trash", 4)],
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("free", "threshold", "runs", "trash", "expected", "enough"),
+    [row[1:] for row in TABLE],
+    ids=[row[0] for row in TABLE],
+)
+def test_plan_table(free, threshold, runs, trash, expected, enough) -> None:
+    plan = disk_guard.plan(free, threshold, runs, trash)
+    assert acts(plan) == expected
+    assert plan.enough is enough
+    assert all(step.reason.startswith("disk pressure (free ") for step in plan.steps)
+
+
+def test_what_no_retention_rule_keeps_goes_before_what_a_rule_keeps() -> None:
+    facts = RunFacts("run", (item(1), item(2), item(3)), (), None, {1: "last #2", 3: "newest"})
+    plan = disk_guard.plan(1 * MB, 21 * MB, [facts])
+    assert acts(plan) == [("trash", 2), ("trash", 1)]
+    assert "(no retention rule keeps it)" in plan.steps[0].reason
+    assert "(kept only by last #2)" in plan.steps[1].reason
+
+
+def test_demotion_reason_and_what_it_frees() -> None:
+    plan = disk_guard.plan(10 * MB, 16 * MB, [run(item(1, inference_bytes=3 * MB), item(2))])
+    (step,) = plan.steps
+    assert (step.action, step.frees) == ("demote", 7 * MB)
+    assert "inference artifact" in step.reason and "min_free 16.0 MB" in step.reason
+    assert plan.free_after == 17 * MB
+
+
+def test_cannot_free_enough_says_what_holds_the_space() -> None:
+    plan = disk_guard.plan(
+        1 * MB,
+        500 * MB,
+        [run(item(1, 30 * MB, pinned=True), item(2, 20 * MB))],
+        [TrashEntry(9, "/r/x", 4 * MB, "2026-01-01", pinned=True)],
+        other_bytes=123 * MB,
+    )
+    assert not plan.enough and plan.steps == ()
+    text = plan.explain()
+    assert "cannot free enough" in text
+    assert "2 protected checkpoints hold 50.0 MB" in text
+    assert "ckpt-01.keras (30.0 MB: pinned)" in text
+    assert "ckpt-02.keras (20.0 MB: newest" in text
+    assert "pinned checkpoints in the trash hold 4.0 MB" in text
+    assert "not in the catalog: 123.0 MB" in text
+
+
+def test_protections_name_every_reason() -> None:
+    facts = run(
+        item(1, metrics={"val_loss": 0.5}),
+        item(2, metrics={"val_loss": 0.2}),
+        item(3, metrics={"val_loss": 0.9}, pinned=True),
+        resumable=1,
+    )
+    found = disk_guard.protections(facts)
+    assert found == {3: "newest, pinned", 2: "best val_loss", 1: "last resumable"}
+
+
+def test_best_metrics_default_and_rules() -> None:
+    from ckpt_daemon.core.retention import KeepBest
+
+    assert disk_guard.best_metrics((), {"loss", "val_loss"}) == (("val_loss", "min"),)
+    assert disk_guard.best_metrics((), {"loss"}) == ()
+    rules = (KeepBest("val_accuracy", 2),)
+    assert disk_guard.best_metrics(rules, {"val_loss"}) == (("val_accuracy", "max"),)
+
+
+def test_min_free_threshold() -> None:
+    assert MinFree(percent=10).threshold(1000) == 100
+    assert MinFree(percent=0.5).threshold(999) == 5  # rounded up: never below what was asked
+    assert MinFree(bytes=20 * MB).threshold(1) == 20 * MB
+    assert MinFree(percent=10).describe() == "10%" and MinFree(bytes=MB).describe() == "1.0 MB"
+
+
+def _parse(text: str) -> config_module.Config:
+    return config_module.parse(text, base=Path("/"), source="test")
+
+
+def test_min_free_config() -> None:
+    c = _parse("roots: [{path: /d/a, min_free: 10%}, /d/b]\nmin_free: 20GB\n")
+    assert c.min_free_for(c.roots[0]) == MinFree(percent=10.0)
+    assert c.min_free_for(c.roots[1]) == MinFree(bytes=20 * 10**9)
+    assert _parse("roots: [/d/a]\n").min_free_for(_parse("roots: [/d/a]\n").roots[0]) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("min_free: 0%", "min_free"),
+        ("min_free: 100%", "min_free"),
+        ("min_free: ten%", "min_free"),
+        ("min_free: lots", "min_free"),
+        ("min_free: 0", "min_free"),
+        ("min_free: -5GB", "min_free"),
+    ],
+)
+def test_min_free_refused_with_its_key(text: str, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _parse("roots: [/d/a]\n" + text + "\n")
+    assert caught.value.exit_code == 2 and str(caught.value).startswith(f"config: {key}:")
+    with pytest.raises(ConfigError, match=r"roots\[0\]\.min_free"):
+        _parse("roots: [{path: /d/a, " + text + "}]\n")
+
+
+_items = st.builds(
+    lambda i, size, inf, status, pinned, loss, prot, mtime: item(
+        i,
+        size,
+        inference_bytes=inf,
+        status=status,
+        pinned=pinned,
+        metrics={} if loss is None else {"val_loss": loss},
+        protected="previous generation" if prot else None,
+        mtime=mtime,
+    ),
+    st.integers(0, 10**6),
+    st.integers(0, 50 * MB),
+    st.none() | st.integers(0, 50 * MB),
+    st.sampled_from(["ok", "ok", "ok", "incomplete", "corrupt", "unreadable"]),
+    st.booleans(),
+    st.none() | st.floats(0, 10) | st.just(float("nan")),
+    st.booleans(),
+    st.floats(0, 10**6),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(
+            st.lists(_items, max_size=8, unique_by=lambda i: i.id),
+            st.booleans(),
+        ),
+        max_size=4,
+    ),
+    free=st.integers(0, 100 * MB),
+    threshold=st.integers(0, 400 * MB),
+)
+def test_property_a_protected_checkpoint_is_never_in_any_plan(runs, free, threshold) -> None:
+    facts, seen = [], set()
+    for n, (items, resumable) in enumerate(runs):
+        items = [i for i in items if i.id not in seen]
+        seen.update(i.id for i in items)
+        last = max((i.id for i in items), default=None) if resumable else None
+        facts.append(RunFacts(f"run{n}", tuple(items), (("val_loss", "min"),), last))
+    plan = disk_guard.plan(free, threshold, facts)
+    touched = {s.id for s in plan.steps}
+    for run_facts in facts:
+        protected = disk_guard.protections(run_facts)
+        ok = [i for i in run_facts.items if i.status == "ok"]
+        assert not touched & set(protected)
+        for i in run_facts.items:
+            if i.pinned or i.status != "ok" or i.protected or i.id == run_facts.last_resumable:
+                assert i.id not in touched
+        if ok:  # every run keeps at least its newest ok checkpoint
+            assert {i.id for i in ok} - touched
+    # It stops once enough is freed: without its last step it would not have been enough.
+    if plan.steps:
+        assert plan.free_after - plan.steps[-1].frees < threshold
+    assert plan.enough == (plan.free_after >= threshold)
