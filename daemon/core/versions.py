@@ -23,9 +23,10 @@ CAPTURE_MODES = ("fixed_names", "rewritten", "off")
 # Longest first: `.weights.h5` must win over `.h5`.
 _SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".he5", ".h5")
 _VERSION_NAME = re.compile(
-    r"^(?P<stem>.+)\.v(?P<generation>[0-9]{1,9})(?P<suffix>"
+    r"(?P<stem>.+)\.v(?P<generation>[0-9]{1,9})(?P<suffix>(?i:"
     + "|".join(re.escape(s) for s in _SUFFIXES)
-    + r")$"
+    + r"))",
+    re.DOTALL,  # a name may hold any character but "/" and NUL
 )
 
 
@@ -68,7 +69,7 @@ def original_parts(parts: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
     None for anything that is not a version's name."""
     if len(parts) < 2 or parts[0] != VERSIONS_DIR:
         return None
-    found = _VERSION_NAME.match(parts[-1])
+    found = _VERSION_NAME.fullmatch(parts[-1])
     if found is None:
         return None
     name = found["stem"] + found["suffix"]

@@ -166,7 +166,7 @@ def test_du_is_the_bytes_on_disk(looked: Looked) -> None:
     assert runs[RUN]["files"]["checkpoint"] == len(kept) == 3
     assert (runs[RUN]["files"]["inference"], runs[RUN]["by_kind"]["inference"]) == on_disk(
         run_dir, "*.inference.*"
-    )  # the artifact and its model card (`<stem>.inference.md`)
+    )  # the artifact and its model card beside it
     assert (runs[RUN]["files"]["version"], runs[RUN]["by_kind"]["version"]) == on_disk(
         looked.root / ".ckpt-versions" / RUN, "*.keras"
     )  # the kept version and the standby copy of what best.keras holds now

@@ -85,7 +85,7 @@ names = st.text(st.characters(blacklist_characters="/\0"), min_size=1, max_size=
 @given(
     st.lists(names, min_size=0, max_size=3),
     names,
-    st.sampled_from([".keras", ".h5", ".weights.h5", ".hdf5"]),
+    st.sampled_from([".keras", ".h5", ".weights.h5", ".hdf5", ".KERAS", ".H5"]),
     st.integers(1, 10**6),
 )
 def test_every_version_name_reads_back(
