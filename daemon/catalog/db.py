@@ -142,7 +142,9 @@ def clock(conn: Any) -> dt.datetime:
     if conn.dialect.name == "postgresql":
         moment = conn.execute(text("SELECT now()")).scalar()
         return moment.astimezone(dt.UTC)
-    return dt.datetime.now(dt.UTC)
+    from .audit import now  # the catalog's one clock
+
+    return now()
 
 
 def serialize(conn: Any, *key: object) -> None:

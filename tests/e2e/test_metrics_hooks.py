@@ -226,7 +226,8 @@ def test_the_textfile_is_the_same_text_written_atomically(scenario: dict[str, An
         "ckpt_heartbeat_timestamp_seconds",
         "ckpt_last_success_timestamp_seconds",
     }
-    assert {k for k in written} == {k for k in live}
+    # which jobs have a last-success time depends on the heartbeat the textfile was made from
+    assert {k for k in written if k[0] not in moving} == {k for k in live if k[0] not in moving}
     assert {k: v for k, v in written.items() if k[0] not in moving} == {
         k: v for k, v in live.items() if k[0] not in moving
     }
