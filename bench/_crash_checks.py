@@ -187,7 +187,12 @@ def read_catalog(db: Path) -> Catalog:
         ):
             trash = (json.loads(details) if details else {}).get("trash") or {}
             rows[path] = Row(key, path, run_id, status, bool(pinned), list(trash.get("paths", [])))
-        leases = list(conn.execute("SELECT run_id, holder, expires_at FROM leases"))
+        leases = list(  # held ones: a released lease keeps its row (and token), expired
+            conn.execute(
+                "SELECT run_id, holder, expires_at FROM leases"
+                " WHERE expires_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+            )
+        )
         planned = list(
             conn.execute("SELECT id, action, path FROM events WHERE state = 'planned' ORDER BY id")
         )

@@ -29,8 +29,8 @@ same command again (the user's retry, the lease probe), for pin-during-prune `ck
                   newest by epoch, kept by the prune's own flags, or any in a non-prune trial),
                   a pin acknowledged (exit 0) before the trash move was planned, or purged pinned
   orphaned_trash  a file under `<root>/.ckpt-trash/` that no `trashed` row points at
-  stale_lease     after the next command, a `leases` row (no command runs then: its holder
-                  is dead); or the retry exiting 4 (lease held)
+  stale_lease     after the next command, a held `leases` row (unexpired: no command runs
+                  then, so its holder is dead); or the retry exiting 4 (lease held)
   leftover_temp   a `.ckpt-tmp-*` entry in the root after the next command
   planned_event   an audit event still `planned` after the next command
 
@@ -515,9 +515,10 @@ def _launch(ws: Workspace, trial: Trial, pin_offset: float) -> None:
         trial.pin_exit = pin.wait(timeout=CMD_TIMEOUT)
 
 
-# The command's own first catalog write: a lease taken or an event other than the racing pin's.
+# The command's own first catalog write: a lease taken (every take adds one to its run's fencing
+# token; released leases keep their row) or an event other than the racing pin's.
 _ACTING = (
-    "SELECT (SELECT count(*) FROM leases),"
+    "SELECT (SELECT coalesce(sum(token), 0) FROM leases),"
     " (SELECT coalesce(max(id), 0) FROM events WHERE action != 'pin')"
 )
 
@@ -686,7 +687,10 @@ def measure(ws: Workspace, truth: dict[int, Ckpt], rng: Random, repeats: int) ->
 
 def _timed(ws: Workspace, args: tuple[str, ...]) -> tuple[float, float]:
     """(wall seconds, seconds until its first catalog write), polling the catalog read-only."""
-    query = "SELECT (SELECT count(*) FROM leases), (SELECT coalesce(max(id), 0) FROM events)"
+    query = (
+        "SELECT (SELECT coalesce(sum(token), 0) FROM leases),"
+        " (SELECT coalesce(max(id), 0) FROM events)"
+    )
     with sqlite3.connect(f"file:{ws.db}?mode=ro", uri=True, timeout=30) as conn:
         before = conn.execute(query).fetchone()
         start = time.perf_counter()

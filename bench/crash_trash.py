@@ -137,7 +137,10 @@ class Campaign:
             for f in files
         )
         with sqlite3.connect(BASE / "state" / "catalog.db") as conn:
-            c["stale leases"] = conn.execute("SELECT count(*) FROM leases").fetchone()[0]
+            c["stale leases"] = conn.execute(  # held: released ones keep their row, expired
+                "SELECT count(*) FROM leases"
+                " WHERE expires_at > strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+            ).fetchone()[0]
             c["planned"] = conn.execute(
                 "SELECT count(*) FROM events WHERE state = 'planned'"
             ).fetchone()[0]

@@ -573,8 +573,9 @@ def crash_runs(original: Path, folder: Path, codec: str, runs: int, seed: int) -
         whole = run(None)  # undisturbed: how long one compression takes
         assert contents(target) == truth[1]
         outcomes = {"original": 0, "compressed": 0}
-        for i in range(runs):
-            run(whole * 1.15 * (i + rng.random()) / runs)
+
+        def judge(kill_after: float, i: int) -> None:
+            run(kill_after)
             if hash_files([target]) == truth[0]:
                 outcomes["original"] += 1
             else:  # a swapped-in file must be whole: every dataset and attribute as the original
@@ -582,6 +583,18 @@ def crash_runs(original: Path, folder: Path, codec: str, runs: int, seed: int) -
                 outcomes["compressed"] += 1
             fsops.remove_stale_temps(folder)
             assert [p.name for p in folder.iterdir()] == [original.name], (original.name, i)
+
+        for i in range(runs):
+            judge(whole * 1.15 * (i + rng.random()) / runs, i)
+        # A loaded machine may make every run slower than the undisturbed one: then kill later
+        # (and earlier, the other way), until each outcome was seen, so the test never depends
+        # on how busy the machine is.
+        late, early = whole * 2, whole / runs / 4
+        for i in range(8):
+            if outcomes["compressed"] and outcomes["original"]:
+                break
+            judge(late if not outcomes["compressed"] else early, runs + i)
+            late, early = late * 2, early / 2
     finally:
         forker.stdin.close()
         forker.wait(timeout=60)
