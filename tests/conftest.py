@@ -98,34 +98,3 @@ def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
 def empty_catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Like `catalog_url`, but PostgreSQL's database is empty too: the migrations run on it."""
     yield from catalog_urls(request, tmp_path, at_head=False)
-
-
-# The longest test files (minutes each on the 2-core CI machine) are handed out first: with
-# `--dist loadfile` a file runs on one worker, so a long file left for last keeps the other
-# worker idle for minutes (the suite took 21:15 with them last, in collection order).
-LONGEST_FIRST = (
-    "tests/e2e/test_crash_campaign.py",
-    "tests/e2e/test_never_lose_the_best.py",
-    "tests/integration/test_versions.py",
-    "tests/integration/test_describe.py",
-    "tests/e2e/test_it_just_knows.py",
-    "tests/integration/test_history.py",
-    "tests/e2e/test_disk_pressure.py",
-    "tests/e2e/test_generations_live.py",
-    "tests/e2e/test_version_capture_crash.py",
-    "tests/integration/test_compress.py",
-    "tests/e2e/test_progress.py",
-    "tests/e2e/test_metrics_hooks.py",
-    "tests/e2e/test_postgres_catalog.py",
-    "tests/integration/test_split.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-
-    def key(item: pytest.Item) -> int:
-        path = item.nodeid.split("::", 1)[0]
-        return rank.get(path, len(rank))
-
-    items.sort(key=key)  # stable: the order within a file, and of the others, is kept
