@@ -733,13 +733,23 @@ def run_campaign(
         + ", ".join(f"{k} {timing.act[k]:.2f}/{timing.wall[k]:.2f} s" for k in timing.wall)
     )
     trials: list[Trial] = []
-    while sum(t.killed for t in trials) < kills and len(trials) < 5 * kills + 20:
-        kind = KINDS[len(trials) % len(KINDS)]
+
+    def never_killed() -> list[str]:
+        done = {t.plan.kind for t in trials if t.killed}
+        return [k for k in KINDS if k not in done]
+
+    # Until `kills` kills, and every kind killed at least once: a loaded machine may finish a
+    # short act (a split) before each of its first draws; the extra trials aim earlier.
+    while (sum(t.killed for t in trials) < kills or never_killed()) and len(
+        trials
+    ) < 5 * kills + 20:
+        topping_up = sum(t.killed for t in trials) >= kills
+        kind = never_killed()[0] if topping_up else KINDS[len(trials) % len(KINDS)]
         plan = make_plan(kind, truth, rng)
         span = KILL_SPREAD * timing.wall[kind]
         acting = KILL_SPREAD * max(0.0, timing.wall[kind] - timing.act[kind])
         anchored = anchor == "write" or (anchor == "both" and len(trials) // len(KINDS) % 2 == 1)
-        delay = rng.uniform(0.0, acting if anchored else span)
+        delay = rng.uniform(0.0, acting if anchored else span) / (2 if topping_up else 1)
         # The pin writes (`act` s after its start) around the prune's acting: from a little
         # before its first catalog write to a little after its usual end.
         pin_lands = rng.uniform(0.8 * timing.act[kind], 1.1 * timing.wall[kind])
