@@ -121,7 +121,11 @@ def adopt_orphans(store: Store, root: RootConfig, *, actor: str) -> list[str]:
             path = Path(dirpath) / name
             if str(path) in known or name.startswith(fsops.TEMP_PREFIX):
                 continue
-            done.append(_judge_orphan(store, root, path, actor))
+            try:
+                done.append(_judge_orphan(store, root, path, actor))
+            except (Refused, OSError) as exc:  # a symlink or FIFO planted here: never followed
+                event("version_orphan_left", level=logging.WARNING, path=str(path), reason=str(exc))
+                done.append(f"left alone: {path}: {exc}")
     return done
 
 

@@ -168,10 +168,13 @@ def test_orphans_of_a_crash_are_adopted_or_moved_to_the_trash(
     shutil.copy2(kept.path, orphan)
     junk = Path(kept.path).with_name("notes.txt")
     junk.write_text("not ours")
+    planted = Path(kept.path).with_name("link.v9.keras")  # hostile: never followed nor moved
+    planted.symlink_to(tmp_path / "outside")
     store.close()
     store = Store(config.database)
     done = versions.adopt_orphans(store, config.roots[0], actor="test")
-    assert sorted(line.split(":")[0].split()[0] for line in done) == ["adopted", "moved"]
+    assert sorted(line.split(":")[0].split()[0] for line in done) == ["adopted", "left", "moved"]
+    assert planted.is_symlink() and not (tmp_path / "outside").exists()
     assert not junk.exists() and any((ws.root / ".ckpt-trash").rglob("notes.txt"))
     assert str(orphan) in store.version_files(str(ws.root))
     store.close()
