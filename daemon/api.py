@@ -57,7 +57,11 @@ class Catalog:
         if self._opened is None:
             from .catalog.store import Store
 
-            self._opened = Store(self.config.database, may_migrate=self._may_migrate)
+            self._opened = Store(
+                self.config.database,
+                may_migrate=self._may_migrate,
+                named_roots=self.config.named_roots(),
+            )
         return self._opened
 
     def __enter__(self) -> Catalog:
@@ -360,9 +364,13 @@ def open_catalog(
     from .catalog.sqlite_reads import SqliteReads
 
     config = config_module.load(config_path, database_override=database)
-    reads = None if may_migrate else SqliteReads.open(config.database)
+    # The stdlib fast path reads stored paths as they are: a catalog with named roots (shared
+    # folders, relative paths) goes through the Store.
+    plain = not may_migrate and not config.named_roots()
+    reads = SqliteReads.open(config.database) if plain else None
     if reads is not None:  # a local SQLite catalog at head: the Store opens when first needed
         return Catalog(config, reads=reads)
     from .catalog.store import Store
 
-    return Catalog(config, Store(config.database, may_migrate=may_migrate))
+    store = Store(config.database, may_migrate=may_migrate, named_roots=config.named_roots())
+    return Catalog(config, store)

@@ -14,6 +14,7 @@ import math
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,15 @@ def clock(conn: Any) -> dt.datetime:
     return now()
 
 
+def name_roots(engine: Engine, named_roots: Mapping[str, str] | None) -> None:
+    """Store the paths below these roots ({name: local path}) relative to their names, in
+    every statement of `engine` (`schema.CatalogPath`: the codec rides on the dialect, which
+    each engine has its own of)."""
+    from .schema import PathCodec
+
+    engine.dialect.ckpt_path_codec = PathCodec(named_roots or {})  # type: ignore[attr-defined]
+
+
 def serialize(conn: Any, *key: object) -> None:
     """Serialize the caller's write transaction with every other one that names the same `key`
     (a row that may not exist yet: a path, a run, a run's lease), until it commits.
@@ -156,9 +166,15 @@ def serialize(conn: Any, *key: object) -> None:
     state, and `SELECT ... FOR UPDATE` cannot lock a row that is not there yet (two inserts of
     one path: one fails on the unique index; two bumps of one counter: one is lost)."""
     if conn.dialect.name == "postgresql":
+        from .schema import path_codec
+
+        codec = path_codec(conn.dialect)  # hosts that mount a shared root elsewhere: one key
+        parts = [
+            codec.stored(k) if codec is not None and isinstance(k, str) else str(k) for k in key
+        ]
         conn.execute(
             text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
-            {"key": "\x1f".join(map(str, key))},
+            {"key": "\x1f".join(parts)},
         )
 
 

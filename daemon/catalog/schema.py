@@ -25,6 +25,9 @@ from sqlalchemy import (
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.types import TypeDecorator
+
+from ..core.root_names import PathCodec
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -35,9 +38,52 @@ NAMING_CONVENTION = {
 }
 
 
+def path_codec(dialect: Any) -> PathCodec | None:
+    """The named roots of the Store that made this engine (`db.name_roots`): each engine has
+    its own dialect object, so two catalogs open in one process keep their own."""
+    codec = getattr(dialect, "ckpt_path_codec", None)
+    return codec if codec else None
+
+
+class CatalogPath(TypeDecorator[str]):
+    """A path column: a local absolute path in Python, stored relative to its root's `name`
+    where the root has one (`core.root_names`). Binds of comparisons with the column (`==`,
+    `IN`, range bounds through `codepoint_order`) are converted too."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Any) -> str | None:
+        codec = path_codec(dialect)
+        return codec.stored(value) if codec is not None and value is not None else value
+
+    def process_result_value(self, value: str | None, dialect: Any) -> str | None:
+        codec = path_codec(dialect)
+        return codec.local(value) if codec is not None and value is not None else value
+
+
+class CatalogJSON(TypeDecorator[Any]):
+    """A JSON column whose path strings (trash locations, artifact paths) are stored as the
+    path columns are."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        codec = path_codec(dialect)
+        return codec.stored_tree(value) if codec is not None and value is not None else value
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        codec = path_codec(dialect)
+        return codec.local_tree(value) if codec is not None and value is not None else value
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: CatalogJSON,
+        list[Any]: CatalogJSON,
+    }
 
 
 class RunRow(Base):
@@ -45,12 +91,12 @@ class RunRow(Base):
     __table_args__ = (UniqueConstraint("root", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    root: Mapped[str] = mapped_column(Text)
+    root: Mapped[str] = mapped_column(CatalogPath)
     name: Mapped[str] = mapped_column(Text)  # the folder relative to its root; "." for the root
     created_at: Mapped[str] = mapped_column(String(32))
     # What was derived for the run as a whole (usecases.derivation): naming schemes and their
     # evidence, steps per epoch, the signature of the metrics logs read.
-    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    details: Mapped[dict[str, Any] | None] = mapped_column(CatalogJSON)
 
 
 # A trash record lives until restore or purge, whatever appears at its old path meanwhile: only
@@ -75,7 +121,7 @@ class CheckpointRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    path: Mapped[str] = mapped_column(Text)
+    path: Mapped[str] = mapped_column(CatalogPath)
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     format: Mapped[str | None] = mapped_column(String(32))
@@ -88,7 +134,7 @@ class CheckpointRow(Base):
     generation: Mapped[int] = mapped_column(Integer, default=1)  # bumped when rewritten in place
     # A copy the service kept of one generation (`generation`) of the file at this path, which
     # its trainer rewrites in place (`usecases.versions`); NULL for files a trainer wrote.
-    version_of: Mapped[str | None] = mapped_column(Text)
+    version_of: Mapped[str | None] = mapped_column(CatalogPath)
     epoch: Mapped[int | None] = mapped_column(Integer)
     step: Mapped[int | None] = mapped_column(BigInteger)
     weights_bytes: Mapped[int | None] = mapped_column(BigInteger)
@@ -101,7 +147,7 @@ class CheckpointRow(Base):
     model_name: Mapped[str | None] = mapped_column(String(256))
     keras_version: Mapped[str | None] = mapped_column(String(32))
     backend: Mapped[str | None] = mapped_column(String(32))
-    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # layers, configs, notes
+    details: Mapped[dict[str, Any] | None] = mapped_column(CatalogJSON)  # layers, configs, notes
     pinned: Mapped[bool] = mapped_column(Boolean, default=False)
     first_seen_at: Mapped[str] = mapped_column(String(32))
     indexed_at: Mapped[str | None] = mapped_column(String(32))  # when its bytes were last read
@@ -126,7 +172,7 @@ class ArtifactRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(32))
-    path: Mapped[str] = mapped_column(Text, unique=True)
+    path: Mapped[str] = mapped_column(CatalogPath, unique=True)
     bytes: Mapped[int] = mapped_column(BigInteger)
     codec: Mapped[str | None] = mapped_column(String(32))
     hash: Mapped[str | None] = mapped_column(String(80))
@@ -144,7 +190,7 @@ class EventRow(Base):
     checkpoint_id: Mapped[int | None] = mapped_column(
         ForeignKey("checkpoints.id", ondelete="SET NULL")
     )
-    path: Mapped[str] = mapped_column(Text)
+    path: Mapped[str] = mapped_column(CatalogPath)
     reason: Mapped[str | None] = mapped_column(Text)
     bytes: Mapped[int | None] = mapped_column(BigInteger)
     actor: Mapped[str] = mapped_column(String(128))
@@ -179,7 +225,7 @@ class HeartbeatRow(Base):
     host: Mapped[str] = mapped_column(String(256))
     started_at: Mapped[str] = mapped_column(String(32))
     heartbeat_at: Mapped[str] = mapped_column(String(32))
-    state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    state: Mapped[dict[str, Any] | None] = mapped_column(CatalogJSON)
 
 
 class codepoint_order(FunctionElement[str]):
@@ -191,6 +237,10 @@ class codepoint_order(FunctionElement[str]):
     type = Text()
     inherit_cache = True
     name = "codepoint_order"
+
+    def __init__(self, column: Any) -> None:
+        super().__init__(column)
+        self.type = column.type  # a path column's binds stay converted (CatalogPath)
 
 
 @compiles(codepoint_order)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -64,9 +64,16 @@ class Store(
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 
-    def __init__(self, url: str, *, may_migrate: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        may_migrate: bool = False,
+        named_roots: Mapping[str, str] | None = None,
+    ) -> None:
         self.url = url
         self._engine = db.make_engine(url)
+        db.name_roots(self._engine, named_roots)  # {name: local path}: `Config.named_roots()`
         db.ensure_schema(url, self._engine, may_migrate=may_migrate)
 
     def close(self) -> None:

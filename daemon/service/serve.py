@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import logs
 from ..catalog.audit import actor
+from ..catalog.root_adoption import adopt_named_roots
 from ..catalog.store import Store
 from ..core.errors import ConfigError
 from ..core.model import Hint, HintKind, Job, JobName, Rescan
@@ -74,7 +75,12 @@ class Service:
             sqlite=sqlite3.sqlite_version,
             roots=",".join(str(r.path) for r in self.config.roots),
         )
-        store = Store(self.config.database, may_migrate=True)
+        store = Store(self.config.database, may_migrate=True, named_roots=self.config.named_roots())
+        for name, rows in adopt_named_roots(
+            self.config.database, self.config.named_roots()
+        ).items():
+            if rows:  # a root named since the last start: its history is kept
+                event("root_named", root=name, rows=rows)
         try:
             self._remove_stale_temps()
             if once:

@@ -32,6 +32,7 @@ from .values import heartbeat as _heartbeat
 from .values import mapping as _mapping
 from .values import min_free as _min_free
 from .values import path as _path
+from .values import root_name as _root_name
 from .values import size as _size
 from .values import strings as _strings
 from .versions import Versions, parse_versions
@@ -50,6 +51,9 @@ class RootConfig:
     metrics_files: tuple[str, ...]
     retention: Policy | None = None
     min_free: MinFree | None = None  # the disk guard's threshold here (None: the top-level one)
+    # The root's stable name (a folder shared by hosts that mount it at different paths): the
+    # catalog stores its files relative to it (`core.root_names`). None: stored absolute.
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,10 @@ class Config:
     def min_free_for(self, root: RootConfig) -> MinFree | None:
         """The disk guard's threshold for `root`: its own `min_free`, else the top-level one."""
         return root.min_free or self.min_free
+
+    def named_roots(self) -> dict[str, str]:
+        """{name: local path} of the roots with a `name` (stored relative to it)."""
+        return {r.name: str(r.path) for r in self.roots if r.name is not None}
 
     @property
     def node_name(self) -> str:
@@ -230,6 +238,7 @@ TOP_KEYS = {
 }
 ROOT_KEYS = {
     "path",
+    "name",
     "observer",
     "poll_interval",
     "filename_template",
@@ -270,6 +279,12 @@ def _roots(value: Any, base: Path, state_dir: Path) -> tuple[RootConfig, ...]:
     if not isinstance(value, list) or not value:
         raise ConfigError("roots", "expected a non-empty list of {path: ...} entries")
     roots = tuple(_root(item, f"roots[{i}]", base) for i, item in enumerate(value))
+    names: dict[str, int] = {}
+    for i, r in enumerate(roots):
+        if r.name is not None and names.setdefault(r.name, i) != i:
+            raise ConfigError(
+                f"roots[{i}].name", f"{r.name!r} already names roots[{names[r.name]}]"
+            )
     # Compared as the kernel resolves them: a symlink must not make two names for one folder.
     real = [Path(os.path.realpath(r.path)) for r in roots]
     state = Path(os.path.realpath(state_dir))
@@ -316,6 +331,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
         ),
         retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
         min_free=_min_free(raw["min_free"], f"{key}.min_free") if "min_free" in raw else None,
+        name=_root_name(raw["name"], f"{key}.name") if "name" in raw else None,
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError
+from ..core.root_names import check_name
 
 if TYPE_CHECKING:
     from ..core.disk_guard import MinFree
@@ -123,3 +124,13 @@ def min_free(value: Any, key: str) -> MinFree:
             raise ConfigError(key, f"a percentage above 0 and below 100, got {value!r}")
         return MinFree(percent=percent)
     return MinFree(bytes=size(value, key))
+
+
+def root_name(value: Any, key: str) -> str:
+    """A root's `name`: what the catalog stores its paths relative to (`core.root_names`)."""
+    if not isinstance(value, str):
+        raise ConfigError(key, f"expected a name, got {type(value).__name__}")
+    why = check_name(value)
+    if why is not None:
+        raise ConfigError(key, f"{value!r} {why}")
+    return value
