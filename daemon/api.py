@@ -61,6 +61,7 @@ class Catalog:
                 self.config.database,
                 may_migrate=self._may_migrate,
                 named_roots=self.config.named_roots(),
+                node=self.config.node_name,
             )
         return self._opened
 
@@ -372,5 +373,10 @@ def open_catalog(
         return Catalog(config, reads=reads)
     from .catalog.store import Store
 
-    store = Store(config.database, may_migrate=may_migrate, named_roots=config.named_roots())
+    store = Store(
+        config.database,
+        may_migrate=may_migrate,
+        named_roots=config.named_roots(),
+        node=config.node_name,
+    )
     return Catalog(config, store)

@@ -79,6 +79,7 @@ def record_event(
             actor=actor,
             host=host,
             pid=pid,
+            node=getattr(conn.dialect, "ckpt_node", None) or socket.gethostname(),
         )
     ).inserted_primary_key
     assert key is not None, "INSERT returned no primary key"

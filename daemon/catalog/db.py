@@ -28,7 +28,7 @@ from ..fs import mounts
 
 # Kept in step with migrations/versions by tests/integration/test_catalog.py, so that opening a
 # catalog does not have to import Alembic to learn the head revision.
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
 
@@ -148,13 +148,14 @@ def clock(conn: Any) -> dt.datetime:
     return now()
 
 
-def name_roots(engine: Engine, named_roots: Mapping[str, str] | None) -> None:
-    """Store the paths below these roots ({name: local path}) relative to their names, in
-    every statement of `engine` (`schema.CatalogPath`: the codec rides on the dialect, which
-    each engine has its own of)."""
+def identify(engine: Engine, *, named_roots: Mapping[str, str] | None, node: str | None) -> None:
+    """What `engine` writes as this process: paths below these roots ({name: local path})
+    stored relative to their names (`schema.CatalogPath`), and `node` on every audit event
+    (`audit.record_event`). Both ride on the dialect, which each engine has its own of."""
     from .schema import PathCodec
 
     engine.dialect.ckpt_path_codec = PathCodec(named_roots or {})  # type: ignore[attr-defined]
+    engine.dialect.ckpt_node = node  # type: ignore[attr-defined]
 
 
 def serialize(conn: Any, *key: object) -> None:

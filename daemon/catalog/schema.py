@@ -197,6 +197,17 @@ class EventRow(Base):
     # The process that planned the act: a `planned` event of a dead local process is settled.
     host: Mapped[str | None] = mapped_column(String(256))
     pid: Mapped[int | None] = mapped_column(Integer)
+    node: Mapped[str | None] = mapped_column(String(256))  # `service.node` of who acted
+
+
+class ClaimRow(Base):
+    """A new file one daemon is reading: others that share its root leave it to that one."""
+
+    __tablename__ = "claims"
+
+    path: Mapped[str] = mapped_column(CatalogPath, primary_key=True)
+    node: Mapped[str] = mapped_column(String(256))
+    expires_at: Mapped[str] = mapped_column(String(32))  # by the database's clock
 
 
 class LeaseRow(Base):
@@ -261,3 +272,4 @@ ARTIFACTS = cast(Table, ArtifactRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
 LEASES = cast(Table, LeaseRow.__table__)
 HEARTBEAT = cast(Table, HeartbeatRow.__table__)
+CLAIMS = cast(Table, ClaimRow.__table__)

@@ -31,7 +31,7 @@ from .rows import HEARTBEAT_ROWS, LISTING_COLUMNS, newest_per_node, to_checkpoin
 
 # The Alembic revision this code's schema is at (migrations/versions; a test keeps it equal to
 # catalog.db's): a catalog elsewhere goes through the Store.
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007"
 BUSY_TIMEOUT_S = 30.0
 # Plain file URLs only: `sqlite:///relative.db`, `sqlite:////absolute.db` (no options, no quoting).
 _PLAIN_SQLITE_URL = re.compile(r"^sqlite(?:\+pysqlite)?:///([^?%#]+)$")

@@ -33,6 +33,7 @@ from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
+from .store_claims import ReadClaims, drop_claim
 from .store_daemons import DaemonRecords
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords
@@ -59,7 +60,14 @@ class Known:
 
 
 class Store(
-    Actions, RecoveryRecords, Leases, RunRecords, VersionRecords, UsageReads, DaemonRecords
+    Actions,
+    RecoveryRecords,
+    Leases,
+    RunRecords,
+    VersionRecords,
+    UsageReads,
+    DaemonRecords,
+    ReadClaims,
 ):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
@@ -70,10 +78,13 @@ class Store(
         *,
         may_migrate: bool = False,
         named_roots: Mapping[str, str] | None = None,
+        node: str | None = None,
     ) -> None:
+        """`named_roots`: `Config.named_roots()`; `node`: `Config.node_name` (None: the host
+        name), written on every audit event."""
         self.url = url
         self._engine = db.make_engine(url)
-        db.name_roots(self._engine, named_roots)  # {name: local path}: `Config.named_roots()`
+        db.identify(self._engine, named_roots=named_roots, node=node)
         db.ensure_schema(url, self._engine, may_migrate=may_migrate)
 
     def close(self) -> None:
@@ -133,6 +144,7 @@ class Store(
                 )
             replace_metrics(conn, ckpt_id, rec.metrics)
             sync_standby(conn, rec.path)
+            drop_claim(conn, rec.path)
             unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
             if not unchanged:
                 record_event(
@@ -153,15 +165,25 @@ class Store(
     def mark(
         self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
     ) -> int:
-        """Set the status of rows the scan could not look at again (gone, or unreadable now)."""
+        """Set the status of rows the scan could not look at again (gone, or unreadable now).
+        Rows already in that status, or trashed or purged meanwhile (another daemon's prune
+        moved the file while this scan walked), are left as they are: one event per change."""
         ids = list(ckpt_ids)
         if not ids:
             return 0
         now = now_iso()
         with self._engine.begin() as conn:
             rows = conn.execute(
-                select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(ids))
+                select(checkpoints.c.id, checkpoints.c.path)
+                .where(
+                    checkpoints.c.id.in_(ids),
+                    checkpoints.c.status.not_in((*_RECORDS, status.value)),
+                )
+                .with_for_update()
             ).all()
+            ids = [r.id for r in rows]
+            if not ids:
+                return 0
             conn.execute(
                 update(checkpoints)
                 .where(checkpoints.c.id.in_(ids))

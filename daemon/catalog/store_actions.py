@@ -352,6 +352,7 @@ class Actions:
                 reason=r.reason,
                 bytes=r.bytes,
                 actor=r.actor,
+                node=r.node,
             )
             for r in reversed(rows)
         ]

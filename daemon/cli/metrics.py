@@ -34,7 +34,7 @@ def metrics(obj: Context, textfile: Path | None) -> None:
 
     config = obj.config()
     with obj.new_catalog_notice():
-        store = Store(config.database, named_roots=config.named_roots())
+        store = Store(config.database, named_roots=config.named_roots(), node=config.node_name)
     try:
         state = exporter.heartbeat_state(store)
         text = exporter.metrics_text(exporter.snapshot(config, store, state))

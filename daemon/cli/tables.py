@@ -218,6 +218,7 @@ LOG_COLUMNS = [
     Column("STATE", keep=True),
     Column("PATH", cut="left", keep=True, min_width=16),
     Column("ACTOR", cut="right", min_width=8),
+    Column("NODE", cut="right", min_width=6),
     Column("REASON", cut="right", min_width=8),
 ]
 
@@ -230,6 +231,7 @@ def log_rows(events: Sequence[dict[str, Any]], roots: Sequence[str]) -> list[lis
             e["state"],
             relative_path(e["path"], roots),
             e["actor"] or "",
+            e.get("node") or "",
             e["reason"] or "",
         ]
         for e in events

@@ -257,6 +257,7 @@ class AuditEvent:
     reason: str | None
     bytes: int | None
     actor: str
+    node: str | None = None  # the `service.node` of the process that acted (None: before 0007)
 
 
 @dataclass(frozen=True)

@@ -114,4 +114,5 @@ def event_json(e: AuditEvent) -> dict[str, Any]:
         "reason": e.reason,
         "bytes": e.bytes,
         "actor": e.actor,
+        "node": e.node,
     }

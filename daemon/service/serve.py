@@ -75,7 +75,12 @@ class Service:
             sqlite=sqlite3.sqlite_version,
             roots=",".join(str(r.path) for r in self.config.roots),
         )
-        store = Store(self.config.database, may_migrate=True, named_roots=self.config.named_roots())
+        store = Store(
+            self.config.database,
+            may_migrate=True,
+            named_roots=self.config.named_roots(),
+            node=self.config.node_name,
+        )
         for name, rows in adopt_named_roots(
             self.config.database, self.config.named_roots()
         ).items():

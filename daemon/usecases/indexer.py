@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..catalog.store import Known, Store
+from ..catalog.store_claims import Claim
 from ..children import reader_child, tf_child
 from ..core import completion, housekeeping
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
@@ -41,6 +42,9 @@ _GONE = {
     CheckpointStatus.PURGED,
 }
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
+# How long another daemon leaves a new file to the one that claimed it: the claimant's read
+# (a bounded child, then the hash) is far shorter; a dead claimant's files wait this long.
+READ_CLAIM_SECONDS = 120.0
 
 
 @dataclass
@@ -55,6 +59,7 @@ class ScanReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # whole roots that could not be scanned
     cancelled: bool = False  # stopped early: nothing was marked missing
+    elsewhere: list[tuple[str, str]] = field(default_factory=list)  # read by another node now
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -68,6 +73,7 @@ class ScanReport:
             "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
             "errors": self.errors,
             "cancelled": self.cancelled,
+            "elsewhere": [{"path": p, "node": n} for p, n in self.elsewhere],
         }
 
 
@@ -272,7 +278,21 @@ class _Scan:
             reason = "file name is not valid UTF-8: rename it to have it indexed"
             self._record(cand, text, stat, CheckpointStatus.UNREADABLE, reason)
             return True
-        return self._index(cand, text, stat)
+        if not self.store.claims_reads():
+            return self._index(cand, text, stat)
+        # A root other daemons share: read by one of them (catalog.store_claims).
+        node = self.config.node_name
+        claim, other = self.store.claim_read(text, stat, node, READ_CLAIM_SECONDS)
+        if claim is Claim.RECORDED:
+            self.report.unchanged += 1
+            return True
+        if claim is Claim.ELSEWHERE:
+            self.report.elsewhere.append((text, other or "?"))
+            return True
+        try:
+            return self._index(cand, text, stat)
+        finally:
+            self.store.release_read(text, node)
 
     def _unchanged(self, cand: discovery.Candidate, known: Known) -> None:
         self.report.unchanged += 1

@@ -283,6 +283,7 @@ def test_typed_results_and_the_cli_json_they_become(workspace: Any, tmp_path: Pa
         "reason",
         "bytes",
         "actor",
+        "node",
     ]
     assert [list(e) for e in logged] == [keys, keys]
     events = rows(db, "SELECT * FROM events ORDER BY id")

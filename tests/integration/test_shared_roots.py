@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ckpt_daemon.catalog.root_adoption import adopt_named_roots
 from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.catalog.store_claims import Claim
 from ckpt_daemon.core.query import ListQuery
 from ckpt_daemon.core.retention import Policy
+from ckpt_daemon.fs import discovery
 from ckpt_daemon.settings import config as config_module
 from ckpt_daemon.usecases import indexer, pruner
 from tests.support.catalogs import sql
@@ -119,3 +123,33 @@ def test_naming_a_root_later_keeps_its_rows_and_their_history(
     pruner.restore(config_named, store, trashed.path, actor="t")
     assert sql(catalog_url, "SELECT count(*) FROM events")[0][0] > events_before
     store.close()
+
+
+def test_a_new_file_is_read_by_the_daemon_that_claimed_it_and_taken_over_once_expired(
+    tmp_path: Path, postgres: Any, keras_checkpoints: Path
+) -> None:
+    url = postgres.fresh_url()
+    try:
+        config_a, mount_a = host(tmp_path, url, "a")
+        (mount_a / "job").mkdir()
+        new = mount_a / "job" / ZIP_FILES[0]
+        shutil.copy2(keras_checkpoints / ZIP_RUN / ZIP_FILES[0], new)
+        store_a = open_store(config_a)
+        stat = discovery.stat_members([new])
+        # Another node is reading it: A leaves it to that node, records nothing.
+        assert store_a.claim_read(str(new), stat, "node-b", 1.5) == (Claim.OURS, None)
+        assert store_a.claim_read(str(new), stat, "node-c", 60) == (Claim.ELSEWHERE, "node-b")
+        report = indexer.scan(config_a, store_a, actor="a")
+        assert report.elsewhere == [(str(new), "node-b")] and report.indexed == []
+        assert sql(url, "SELECT count(*) FROM checkpoints")[0][0] == 0
+        time.sleep(2.0)  # node-b died: its claim expires (by the database's clock)
+        report = indexer.scan(config_a, store_a, actor="a")
+        assert report.indexed == [str(new)] and report.elsewhere == []
+        assert sql(url, "SELECT count(*) FROM claims")[0][0] == 0  # dropped when recorded
+        # Whoever comes next finds the bytes recorded: nothing to read, no second event.
+        assert store_a.claim_read(str(new), stat, "node-b", 60) == (Claim.RECORDED, None)
+        events = sql(url, "SELECT action, node FROM events")
+        assert events == [("indexed", config_a.node_name)]
+        store_a.close()
+    finally:
+        postgres.drop(url)
