@@ -29,6 +29,7 @@ from .values import count as _count
 from .values import duration as _duration
 from .values import every as _every
 from .values import heartbeat as _heartbeat
+from .values import lease_ttl as _lease_ttl
 from .values import mapping as _mapping
 from .values import min_free as _min_free
 from .values import path as _path
@@ -112,6 +113,7 @@ class Config:
     versions: Versions = field(default_factory=Versions)
     metrics_listen: Listen | None = None  # where `ckpt serve` serves /metrics (None: off)
     node: str | None = None  # `service.node`: this daemon's identity (None: the host name)
+    lease_seconds: float = 120.0  # `service.lease_ttl`: a dead holder's run is free after it
     hooks: tuple[Hook, ...] = ()
     min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
 
@@ -192,7 +194,9 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     completion = _mapping(
         raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
     )
-    service = _mapping(raw.get("service", {}), "service", {"heartbeat", "metrics_listen", "node"})
+    service = _mapping(
+        raw.get("service", {}), "service", {"heartbeat", "metrics_listen", "node", "lease_ttl"}
+    )
     return Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
@@ -215,6 +219,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         ),
         metrics_listen=_metrics_listen(service.get("metrics_listen")),
         node=_node(service.get("node")),
+        lease_seconds=_lease_ttl(service.get("lease_ttl", Config.lease_seconds)),
         hooks=_hooks(raw.get("hooks")),
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
     )

@@ -48,6 +48,18 @@ def heartbeat(value: Any) -> float:
     return seconds
 
 
+def lease_ttl(value: Any) -> float:
+    """`service.lease_ttl`: a run's lease expires this long after its last renewal (every
+    quarter of it while the work runs), so a dead holder's runs are taken over after it."""
+    seconds = duration(value, "service.lease_ttl")
+    if not 4 <= seconds <= 86400:
+        raise ConfigError(
+            "service.lease_ttl",
+            "must be between 4s and 1d: it is renewed every quarter of it while work runs",
+        )
+    return seconds
+
+
 def count(raw: Mapping[str, Any], name: str, key: str) -> int | None:
     value = raw.get(name)
     if value is None:

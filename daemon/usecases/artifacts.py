@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from ..transforms.export_json_h5 import ExportResult
     from ..transforms.split import SplitResult
 
-LEASE_SECONDS = 3600.0
-
 
 def split_checkpoint(
     config: Config,
@@ -280,7 +278,9 @@ def _acting_on(
     held = (
         contextlib.nullcontext(leased)
         if leased is not None
-        else store.lease(guards.run_id(store, c), holder, LEASE_SECONDS, node=config.node_name)
+        else store.lease(
+            guards.run_id(store, c), holder, config.lease_seconds, node=config.node_name
+        )
     )
     with held as lease:
         if lease.taken_from is not None:  # a killed command held it: settle what it left planned

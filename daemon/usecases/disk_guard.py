@@ -194,7 +194,9 @@ def _act(config: Config, store: Store, step: Step, batch: str, actor: str) -> No
         raise fsops.Refused(f"refused: {c.path} is its run's newest checkpoint now")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
     holder = f"{actor} pid {os.getpid()}"
-    with store.lease(guards.run_id(store, c), holder, pruner.LEASE_SECONDS) as lease:
+    with store.lease(
+        guards.run_id(store, c), holder, config.lease_seconds, node=config.node_name
+    ) as lease:
         if lease.taken_from is not None:
             recovery.settle_events(config, store, of=lease.taken_from)
         pruner._trash(config, store, c, decision, batch, actor, lease)

@@ -43,7 +43,6 @@ from ..fs import fsops
 from ..settings.config import Config
 from . import guards, recovery
 
-LEASE_SECONDS = 600.0
 _GONE = {
     CheckpointStatus.MISSING,
     CheckpointStatus.REMOVED,
@@ -198,7 +197,7 @@ def _execute(
     holder = f"{actor} pid {os.getpid()}"
     # The lease is renewed while the run is pruned (a demotion's split may take long); a lease
     # lost meanwhile (this process stopped past its expiry, another took the run) stops it.
-    with store.lease(rp.run_id, holder, LEASE_SECONDS, node=config.node_name) as lease:
+    with store.lease(rp.run_id, holder, config.lease_seconds, node=config.node_name) as lease:
         if lease.taken_from is not None:  # a killed command held it: settle what it left planned
             recovery.settle_events(config, store, of=lease.taken_from)
         fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
@@ -323,7 +322,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     holder = f"{actor} pid {os.getpid()}"
     with store.lease(
-        guards.run_id(store, c), holder, LEASE_SECONDS, node=config.node_name
+        guards.run_id(store, c), holder, config.lease_seconds, node=config.node_name
     ) as lease:
         if lease.taken_from is not None:
             recovery.settle_events(config, store, of=lease.taken_from)
@@ -383,7 +382,7 @@ def _purge_one(
         raise fsops.Refused(f"{item.path} is not inside a configured root: never touched")
     run_id = store.run_of(item.id)
     holder = f"{actor} pid {os.getpid()}"
-    with store.lease(run_id, holder, LEASE_SECONDS, node=config.node_name) as lease:
+    with store.lease(run_id, holder, config.lease_seconds, node=config.node_name) as lease:
         if lease.taken_from is not None:
             recovery.settle_events(config, store, of=lease.taken_from)
         # Claimed right before the unlink: a pin committed before it keeps the files.
