@@ -248,7 +248,7 @@ def fill(server: Any, url: str, root: Path, n_rows: int, tpl: dict[str, dict[str
             )
             for spool, sql in (
                 (spool_m, "COPY metrics (checkpoint_id, name, value, source) FROM STDIN"),
-                (spool_e, f"COPY events ({event_cols}, pid) FROM STDIN"),
+                (spool_e, f"COPY events ({event_cols}) FROM STDIN"),
             ):
                 with cur.copy(sql) as cp, open(spool, "rb") as f:
                     while block := f.read(1 << 20):
@@ -360,6 +360,11 @@ def time_commands(url: str, run_r: str, repeats: int) -> dict[str, float]:
     commands = {
         "python -c pass": [PYTHON, "-c", "pass"],
         "ckpt --version": [exe, "--version"],
+        # What the PostgreSQL path must import before its first query (the SQLite path's hot
+        # reads skip SQLAlchemy): tells our start-up apart from the libraries'.
+        "python -c 'import psycopg'": [PYTHON, "-c", "import psycopg"],
+        "python -c 'import sqlalchemy.orm'": [PYTHON, "-c", "import sqlalchemy.orm"],
+        "python -c 'import ...catalog.store'": [PYTHON, "-c", "import ckpt_daemon.catalog.store"],
         "best --metric val_loss": best,
         "best --metric val_loss --run R": [*best, "--run", run_r],
         "list --run R --json": [exe, "--db", url, "list", "--run", run_r, "--json"],
