@@ -338,7 +338,7 @@ def explain(server: Any, url: str, run_r: str, repeats: int) -> dict[str, Any]:
                     ).fetchall()
                 ]
                 ms = float(re.search(r"Execution Time: ([\d.]+)", lines[-1]).group(1))  # type: ignore[union-attr]
-                plans.append((ms, sql, lines))
+                plans.append((ms, sql, lines, params))
         plans.sort(key=lambda p: -p[0])
         found[label] = {
             "in_process_s": median(walls),
@@ -347,16 +347,28 @@ def explain(server: Any, url: str, run_r: str, repeats: int) -> dict[str, Any]:
             "slowest_ms": plans[0][0] if plans else 0.0,
             "slowest_plan": plans[0][2] if plans else [],
             "slowest_sql": plans[0][1] if plans else "",
+            "slowest_params": plans[0][3] if plans else {},
         }
         store.close()
     return found
 
 
-def time_commands(url: str, run_r: str, repeats: int) -> dict[str, float]:
+FLOOR = (
+    "import json, sys, psycopg\n"
+    "with psycopg.connect(sys.argv[1]) as c:\n"
+    "    c.execute(sys.argv[2].encode(), json.loads(sys.argv[3])).fetchall()"
+)
+
+
+def time_commands(
+    url: str, run_r: str, repeats: int, conninfo: str, best_sql: dict[str, Any]
+) -> dict[str, float]:
     exe = str(Path(PYTHON).with_name("ckpt"))
     if not Path(exe).exists():
         raise SystemExit(f"{exe} missing: pip install -e . in this interpreter's environment")
     best = [exe, "--db", url, "best", "--metric", "val_loss"]
+    floor = [PYTHON, "-c", FLOOR, conninfo, best_sql["slowest_sql"]]
+    floor.append(json.dumps(best_sql["slowest_params"]))
     commands = {
         "python -c pass": [PYTHON, "-c", "pass"],
         "ckpt --version": [exe, "--version"],
@@ -365,6 +377,8 @@ def time_commands(url: str, run_r: str, repeats: int) -> dict[str, float]:
         "python -c 'import psycopg'": [PYTHON, "-c", "import psycopg"],
         "python -c 'import sqlalchemy.orm'": [PYTHON, "-c", "import sqlalchemy.orm"],
         "python -c 'import ...catalog.store'": [PYTHON, "-c", "import ckpt_daemon.catalog.store"],
+        # The floor of any PostgreSQL `best`: a fresh process, psycopg, connect, its main query.
+        "psycopg alone: connect + best's query": floor,
         "best --metric val_loss": best,
         "best --metric val_loss --run R": [*best, "--run", run_r],
         "list --run R --json": [exe, "--db", url, "list", "--run", run_r, "--json"],
@@ -412,6 +426,7 @@ def fleet_case(server: Any, work: Path, root: Path, n_daemons: int, n_files: int
                 )
             )
     first = all_ok = all_ready = None
+    cpu = 0.0
     try:
         with connect(server, url) as conn:
             while time.perf_counter() - start < DAEMON_DEADLINE_S:
@@ -436,8 +451,9 @@ def fleet_case(server: Any, work: Path, root: Path, n_daemons: int, n_files: int
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(timeout=120)
+        for p in procs:  # CPU of each daemon and its waited-for children (readers)
+            _pid, _status, usage = os.wait4(p.pid, 0)
+            cpu += usage.ru_utime + usage.ru_stime
     found = counts(server, url)
     by_actor = {}
     with connect(server, url) as conn:
@@ -452,6 +468,7 @@ def fleet_case(server: Any, work: Path, root: Path, n_daemons: int, n_files: int
         "all_ok_s": all_ok,
         "all_ready_s": all_ready,
         "files_per_s": n_files / all_ok if all_ok else 0.0,
+        "cpu_s": cpu,
         "rows": found["checkpoints"],
         "indexed_events": found["indexed events"],
         "events_by_daemon": by_actor,
@@ -492,9 +509,9 @@ def bench(server: Any, work: Path, n_rows: int, n_files: int, repeats: int, flee
     table(["table", "rows"], [[k, v] for k, v in found.items()])
     assert found["checkpoints"] == n_rows and found["orphan metrics"] == 0, found
 
-    med = time_commands(url, run_r, repeats)
-    base = med["python -c pass"]
     sql = explain(server, url, run_r, repeats)
+    med = time_commands(url, run_r, repeats, dsn(server, url), sql["best --metric val_loss"])
+    base = med["python -c pass"]
     targets = {"best --metric val_loss": 0.3, "list --run R --json": 0.5}
     print(f"\n{n_rows:,} checkpoints; wall medians of {repeats} interleaved fresh processes")
     table(
@@ -538,6 +555,7 @@ def bench(server: Any, work: Path, n_rows: int, n_files: int, repeats: int, flee
                 "files/s",
                 "rows",
                 "indexed ev",
+                "CPU s (all daemons)",
                 "indexed events by daemon",
             ],
             [
@@ -549,6 +567,7 @@ def bench(server: Any, work: Path, n_rows: int, n_files: int, repeats: int, flee
                     c["files_per_s"],
                     c["rows"],
                     c["indexed_events"],
+                    c["cpu_s"],
                     json.dumps(c["events_by_daemon"]),
                 ]
                 for name, c in cases.items()
