@@ -88,7 +88,12 @@ class Base(DeclarativeBase):
 
 class RunRow(Base):
     __tablename__ = "runs"
-    __table_args__ = (UniqueConstraint("root", "name"),)
+    __table_args__ = (
+        UniqueConstraint("root", "name"),
+        # `--run R` compares names in code point order (store_reads.in_run): migration 0007.
+        Index("ix_runs_name_codepoint", text('name COLLATE "C"')).ddl_if(dialect="postgresql"),
+        Index("ix_runs_name_codepoint", "name").ddl_if(dialect="sqlite"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     root: Mapped[str] = mapped_column(CatalogPath)

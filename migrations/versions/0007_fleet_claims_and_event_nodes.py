@@ -9,6 +9,9 @@ Create Date: 2026-12-01 15:00:00
   another daemon that sees the file while the claim is unexpired leaves it to the claimant.
   Deleted when the file's row is recorded; an expired claim (its daemon died) is taken over.
 - `events.node` (text, nullable): the node identity (`service.node`) of the process that acted.
+- `ix_runs_name_codepoint`: runs by name in code point order (`COLLATE "C"` on PostgreSQL,
+  SQLite's default order already is), which `--run R` compares by (`store_reads.in_run`): on
+  a catalog of 20,000 runs the run filter read the whole table (12 ms per query) without it.
 """
 
 from __future__ import annotations
@@ -32,9 +35,14 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("events", schema=None) as batch_op:
         batch_op.add_column(sa.Column("node", sa.String(256), nullable=True))
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute('CREATE INDEX ix_runs_name_codepoint ON runs (name COLLATE "C")')
+    else:
+        op.create_index("ix_runs_name_codepoint", "runs", ["name"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_runs_name_codepoint", table_name="runs")
     with op.batch_alter_table("events", schema=None) as batch_op:
         batch_op.drop_column("node")
     op.drop_table("claims")
