@@ -42,9 +42,6 @@ _GONE = {
     CheckpointStatus.PURGED,
 }
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
-# How long another daemon leaves a new file to the one that claimed it: the claimant's read
-# (a bounded child, then the hash) is far shorter; a dead claimant's files wait this long.
-READ_CLAIM_SECONDS = 120.0
 
 
 @dataclass
@@ -282,7 +279,9 @@ class _Scan:
             return self._index(cand, text, stat)
         # A root other daemons share: read by one of them (catalog.store_claims).
         node = self.config.node_name
-        claim, other = self.store.claim_read(text, stat, node, READ_CLAIM_SECONDS)
+        # For as long as a run's lease: a dead claimant's files are read by another daemon
+        # after it (a read that outlives it only costs a second read, never a second row).
+        claim, other = self.store.claim_read(text, stat, node, self.config.lease_seconds)
         if claim is Claim.RECORDED:
             self.report.unchanged += 1
             return True

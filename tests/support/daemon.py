@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,15 @@ def kill_started() -> None:
 class Daemon:
     """A running `ckpt serve`; its stderr log is kept in a file for assertions."""
 
-    def __init__(self, ws: Workspace, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, ws: Workspace, env: dict[str, str] | None = None, wrap: Sequence[str] = ()
+    ) -> None:
+        """`wrap`: argv that execs the daemon's argv appended to it in the same process (a
+        private mount/UTS namespace: `unshare ... sh -c '...; exec "$@"' sh`)."""
         self.ws = ws
         self.log_path = ws.base / f"serve-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
-        cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "serve"]
+        cmd = [*wrap, sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "serve"]
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
         )
