@@ -13,8 +13,8 @@ from sqlalchemy import Engine, insert, select
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
-from .audit import close_event, now_iso, patch_details, record_event
-from .schema import CHECKPOINTS, EVENTS, RUNS
+from .audit import close_event, iso, now_iso, patch_details, record_event
+from .schema import CHECKPOINTS, EVENTS, LEASES, RUNS
 from .store_actions import RECORDS, free_path
 from .store_runs import run_id_for
 
@@ -106,13 +106,27 @@ class RecoveryRecords:
         stat: FileStat,
         trash: dict[str, Any],
         files: list[str],
-    ) -> int:
+    ) -> int | None:
         """A checkpoint found in the trash folder becomes `trashed`: the row that described
         those very files (same inode) if there is one, else a new row (unread: format unknown).
+        None: nothing to adopt (checked in the transaction, as other daemons sharing the root
+        prune it): its trash record exists by now, or its move is in flight (a `trash` event
+        is planned and the run's lease is held: its mover records it, or expires and the next
+        reconcile adopts it).
         """
         now = now_iso()
         with self._engine.begin() as conn:
+            db.serialize(conn, "path", path)
             run_id = run_id_for(conn, root, run, now)
+            recorded = conn.execute(
+                select(checkpoints.c.id).where(
+                    checkpoints.c.path == path,
+                    checkpoints.c.inode == stat.inode,
+                    checkpoints.c.status == CheckpointStatus.TRASHED.value,
+                )
+            ).first()
+            if recorded is not None or _moving(conn, path, run_id):
+                return None
             found = conn.execute(
                 select(checkpoints.c.id).where(
                     checkpoints.c.path == path,
@@ -244,3 +258,25 @@ def _status_reason(status: CheckpointStatus) -> str | None:
         CheckpointStatus.PURGED: "deleted from the trash",
         CheckpointStatus.INCOMPLETE: "restored from the trash: read at the next scan",
     }.get(status)
+
+
+def _moving(conn: Any, path: str, run_id: int) -> bool:
+    """A move of the live row at `path` to the trash in flight: planned, its run's lease held."""
+    planned = conn.execute(
+        select(events.c.id)
+        .join(checkpoints, checkpoints.c.id == events.c.checkpoint_id)
+        .where(
+            checkpoints.c.path == path,
+            checkpoints.c.status.not_in([s.value for s in RECORDS]),
+            events.c.action == "trash",
+            events.c.state == "planned",
+        )
+    ).first()
+    if planned is None:
+        return False
+    held = conn.execute(
+        select(LEASES.c.run_id).where(
+            LEASES.c.run_id == run_id, LEASES.c.expires_at > iso(db.clock(conn))
+        )
+    ).first()
+    return held is not None

@@ -31,14 +31,16 @@ LEGACY_EVENT_SECONDS = 3600.0  # planned events without a pid: older than any le
 
 
 def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = None) -> None:
-    """The trash folder of each root (all configured roots by default), then planned events."""
+    """The trash folder of each root (all configured roots by default), then planned events.
+    The leases of dead local processes go first: a move in flight under a live lease (another
+    daemon's prune) is left to its mover, a dead one's is adopted now."""
+    for host, pid in store.drop_dead_leases():
+        event("lease_freed", host=host, pid=pid, reason="its process is gone")
     for root in config.roots if roots is None else roots:
         if root.path.is_dir():
             reconcile_trash(store, root)
             versions.adopt_orphans(store, root, actor="ckpt reconcile")
     settle_events(config, store)  # dead processes' acts, leased or not
-    for host, pid in store.drop_dead_leases():
-        event("lease_freed", host=host, pid=pid, reason="its process is gone")
 
 
 def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
@@ -103,6 +105,8 @@ def _adopt(
         trash=trash,
         files=[m.name for m in found.members] if found.family == discovery.TF_CHECKPOINT else [],
     )
+    if checkpoint_id is None:  # recorded meanwhile, or its mover (another daemon) is at work
+        return False
     event("trash_reconciled", path=text, checkpoint=checkpoint_id, batch=batch)
     return True
 

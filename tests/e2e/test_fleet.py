@@ -153,18 +153,25 @@ def test_three_daemons_one_share_one_catalog_and_one_killed_mid_prune(
             job.kill()
             job.wait()
 
+    seen: dict[str, Any] = {}
+
     def settled() -> bool:
-        counts = dict(
+        counts = seen["counts"] = dict(
             catalog.rows(
                 "SELECT status, count(*) FROM checkpoints WHERE version_of IS NULL GROUP BY status"
             )
         )
         held = catalog.rows(f"SELECT count(*) FROM leases WHERE expires_at > {NOW}")[0][0]
         files = len(checkpoint_names(share / "job")) + len(checkpoint_names(share / TRASH))
+        seen.update(held=held, files=files)
         return counts.get("ok") == KEEP_LAST and sum(counts.values()) == files and not held
 
     survivor = next(d for n, d in daemons.items() if n != victim)
-    survivor.wait_until(settled, timeout=120, what="every checkpoint indexed, retention done")
+    try:
+        survivor.wait_until(settled, timeout=120, what="every checkpoint indexed, retention done")
+    except AssertionError as exc:
+        rows = catalog.rows("SELECT id, path, status, reason FROM checkpoints ORDER BY id")
+        raise AssertionError(f"{seen}\n{rows}\n{str(exc)[-3000:]}") from None
     kept, in_trash = checkpoint_names(share / "job"), checkpoint_names(share / TRASH)
     written = sorted(kept + in_trash)
 
