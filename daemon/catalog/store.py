@@ -36,7 +36,7 @@ from .store_actions import Actions
 from .store_claims import ReadClaims, drop_claim
 from .store_daemons import DaemonRecords
 from .store_leases import Leases
-from .store_recovery import RecoveryRecords
+from .store_recovery import RecoveryRecords, move_in_flight
 from .store_runs import RunRecords, dedupe, replace_metrics, run_id_for
 from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
@@ -166,21 +166,24 @@ class Store(
         self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
     ) -> int:
         """Set the status of rows the scan could not look at again (gone, or unreadable now).
-        Rows already in that status, or trashed or purged meanwhile (another daemon's prune
-        moved the file while this scan walked), are left as they are: one event per change."""
+        Rows already in that status, trashed or purged meanwhile, or being moved to the trash
+        now (another daemon's prune moved the file while this scan walked), are left as they
+        are: one event per change."""
         ids = list(ckpt_ids)
         if not ids:
             return 0
         now = now_iso()
         with self._engine.begin() as conn:
             rows = conn.execute(
-                select(checkpoints.c.id, checkpoints.c.path)
+                select(checkpoints.c.id, checkpoints.c.path, checkpoints.c.run_id)
                 .where(
                     checkpoints.c.id.in_(ids),
                     checkpoints.c.status.not_in((*_RECORDS, status.value)),
                 )
                 .with_for_update()
             ).all()
+            # Gone because a prune (this or another daemon's) is moving it to the trash now.
+            rows = [r for r in rows if not move_in_flight(conn, r.path, r.run_id)]
             ids = [r.id for r in rows]
             if not ids:
                 return 0

@@ -125,7 +125,7 @@ class RecoveryRecords:
                     checkpoints.c.status == CheckpointStatus.TRASHED.value,
                 )
             ).first()
-            if recorded is not None or _moving(conn, path, run_id):
+            if recorded is not None or move_in_flight(conn, path, run_id):
                 return None
             found = conn.execute(
                 select(checkpoints.c.id).where(
@@ -260,7 +260,7 @@ def _status_reason(status: CheckpointStatus) -> str | None:
     }.get(status)
 
 
-def _moving(conn: Any, path: str, run_id: int) -> bool:
+def move_in_flight(conn: Any, path: str, run_id: int) -> bool:
     """A move of the live row at `path` to the trash in flight: planned, its run's lease held."""
     planned = conn.execute(
         select(events.c.id)

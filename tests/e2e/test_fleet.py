@@ -194,6 +194,8 @@ def test_three_daemons_one_share_one_catalog_and_one_killed_mid_prune(
     assert len(in_trash) == len(set(in_trash)) == len(trashed)  # each file once in the trash
     assert kept == written[-KEEP_LAST:], kept  # the newest epochs: never trashed
     assert len(in_trash) == len(written) - KEEP_LAST
+    # A file moved by one host's prune is never taken for missing by another host's scan.
+    assert catalog.rows("SELECT count(*) FROM events WHERE action = 'missing'")[0][0] == 0
     statuses = catalog.rows("SELECT status, count(*) FROM checkpoints GROUP BY status")
     assert dict(statuses) == {"ok": KEEP_LAST, "trashed": len(in_trash)}, statuses
 
