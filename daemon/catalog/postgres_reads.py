@@ -51,15 +51,15 @@ def conninfo_parts(url: str) -> dict[str, str] | None:
             return None
         found[key] = value
     # SQLAlchemy reads a query `host=h:p` as a host and a port; these forms are the Store's.
-    if ":" in found.get("host", "") or ("host" in found and parts.hostname):
+    if ":" in found.get("host", "") or ("host" in found and _host(parts.netloc)):
         return None
     database = parts.path[1:] if parts.path.startswith("/") else parts.path
-    host = parts.hostname
+    host = _host(parts.netloc)
     if "%" in database or "/" in database or (host and "%" in host) or "\0" in url:
         return None
     if parts.username:
         found["user"] = unquote(parts.username)
-    if parts.password is not None:
+    if parts.password:  # `user:@host`: no password, as SQLAlchemy reads it
         found["password"] = unquote(parts.password)
     if host:
         found["host"] = host
@@ -68,6 +68,14 @@ def conninfo_parts(url: str) -> dict[str, str] | None:
     if database:
         found["dbname"] = database
     return found
+
+
+def _host(netloc: str) -> str:
+    """The host of a URL's `user:password@host:port` as written (urllib lowercases it)."""
+    host = netloc.rpartition("@")[2]
+    if host.startswith("["):  # an IPv6 address: [::1]:5432
+        return host[1:].partition("]")[0]
+    return host.partition(":")[0]
 
 
 class PostgresReads(DbapiReads):

@@ -226,20 +226,23 @@ def test_a_catalog_opened_in_one_thread_reads_in_others(both: Any) -> None:
 
 
 def test_only_a_plain_postgresql_catalog_at_head_is_read_without_the_store(
-    postgres: Any, catalog: str
+    postgres: Any,
 ) -> None:
-    if not catalog.startswith("postgresql"):
-        return  # the SQLite half: the test above
-    assert PostgresReads.open(catalog) is not None
+    catalog = postgres.fresh_url(at_head=True)
+    reads = PostgresReads.open(catalog)
+    assert reads is not None and reads.count() == 0
+    reads.close()
     host = catalog.split("?", 1)[1]
-    assert PostgresReads.open(f"{catalog}&sslmode=disable") is not None
-    assert PostgresReads.open(catalog.replace("postgresql+psycopg", "postgresql")) is not None
+    for url in (f"{catalog}&sslmode=disable", catalog.replace("postgresql+psycopg", "postgresql")):
+        found = PostgresReads.open(url)
+        assert found is not None, url
+        found.close()
     # The Store's business: other drivers, unknown options, repeated keys, a host:port query.
     for url in (
         catalog.replace("postgresql+psycopg", "postgresql+asyncpg"),
         f"{catalog}&pool_size=5",
         f"{catalog}&{host}",
-        catalog.replace("?host=", "?host=h:5432&x="),
+        catalog.split("?", 1)[0] + "?host=localhost:5432",
         f"{catalog}#x",
         catalog.replace("postgres@/", "postgres@/a%20b"),
     ):
@@ -250,6 +253,7 @@ def test_only_a_plain_postgresql_catalog_at_head_is_read_without_the_store(
         assert PostgresReads.open(empty.replace("/t", "/no_such_db_t")) is None  # Store says why
     finally:
         postgres.drop(empty)
+        postgres.drop(catalog)
 
 
 # ---- named roots: stored as `@shared/...`, read back as this host's paths, on the fast path
