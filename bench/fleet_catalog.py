@@ -353,7 +353,7 @@ def explain(server: Any, url: str, run_r: str, repeats: int) -> dict[str, Any]:
     return found
 
 
-PROPOSED_INDEX = 'CREATE INDEX ix_runs_name_codepoint ON runs (name COLLATE "C")'
+PROPOSED_INDEX = 'CREATE INDEX IF NOT EXISTS ix_runs_name_codepoint ON runs (name COLLATE "C")'
 
 
 def runs_scan(plan: list[str]) -> str:

@@ -22,7 +22,7 @@ from .settings import config as config_module
 from .settings.config import Config
 
 if TYPE_CHECKING:
-    from .catalog.sqlite_reads import SqliteReads
+    from .catalog.dbapi_reads import DbapiReads
     from .catalog.store import Store
     from .core.card import Facts
     from .core.history import History
@@ -42,18 +42,19 @@ class Catalog:
         config: Config,
         store: Store | None = None,
         *,
-        reads: SqliteReads | None = None,
+        reads: DbapiReads | None = None,
         may_migrate: bool = False,
     ) -> None:
         self.config = config
         self._opened = store
-        self._reads = reads  # the hot reads of a local SQLite catalog, without SQLAlchemy
+        self._reads = reads  # the hot reads, without SQLAlchemy (`open_catalog`)
         self._may_migrate = may_migrate
 
     @property
     def _store(self) -> Store:
-        """The catalog's Store, opened on first use: `best`, `list` and `status` on a local
-        SQLite catalog are answered by `_reads` and never import SQLAlchemy."""
+        """The catalog's Store, opened on first use: `best`, `latest`, `list` and `status` on a
+        local SQLite or a plain PostgreSQL catalog are answered by `_reads` and never import
+        SQLAlchemy."""
         if self._opened is None:
             from .catalog.store import Store
 
@@ -362,14 +363,9 @@ def open_catalog(
     config_path: str | None = None, database: str | None = None, *, may_migrate: bool = False
 ) -> Catalog:
     """Open the catalog named by `database`, $CKPT_DB or the config (created at head if new)."""
-    from .catalog.sqlite_reads import SqliteReads
-
     config = config_module.load(config_path, database_override=database)
-    # The stdlib fast path reads stored paths as they are: a catalog with named roots (shared
-    # folders, relative paths) goes through the Store.
-    plain = not may_migrate and not config.named_roots()
-    reads = SqliteReads.open(config.database) if plain else None
-    if reads is not None:  # a local SQLite catalog at head: the Store opens when first needed
+    reads = None if may_migrate else _fast_reads(config)
+    if reads is not None:  # a catalog at head: the Store opens when first needed
         return Catalog(config, reads=reads)
     from .catalog.store import Store
 
@@ -380,3 +376,17 @@ def open_catalog(
         node=config.node_name,
     )
     return Catalog(config, store)
+
+
+def _fast_reads(config: Config) -> DbapiReads | None:
+    """The SQLAlchemy-free reads of a local SQLite file or a plain PostgreSQL URL at the schema
+    head (paths of named roots converted as the Store does), else None."""
+    from .catalog.postgres_reads import PostgresReads
+    from .catalog.sqlite_reads import SqliteReads
+    from .core.root_names import PathCodec
+
+    codec = PathCodec(config.named_roots())
+    url = config.database
+    if url.startswith("sqlite"):
+        return SqliteReads.open(url, codec)
+    return PostgresReads.open(url, codec)

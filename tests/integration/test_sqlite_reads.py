@@ -1,31 +1,49 @@
-"""The SQLAlchemy-free hot reads (`catalog.sqlite_reads`) answer exactly as the Store does: the
-same rows in the same order, the same best, counts and heartbeat, on one real catalog."""
+"""The SQLAlchemy-free hot reads (`catalog.dbapi_reads`: sqlite3 on SQLite, psycopg alone on
+PostgreSQL) answer exactly as the Store does: the same rows in the same order, the same best,
+latest, counts and heartbeats, on one real catalog per backend (the same rows, copied), with and
+without named roots; and the hot commands on PostgreSQL never import SQLAlchemy."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ckpt_daemon.api import open_catalog
 from ckpt_daemon.catalog import db
+from ckpt_daemon.catalog.copy import copy_catalog
+from ckpt_daemon.catalog.dbapi_reads import DbapiReads
+from ckpt_daemon.catalog.postgres_reads import PostgresReads
 from ckpt_daemon.catalog.sqlite_reads import SCHEMA_HEAD, SqliteReads
 from ckpt_daemon.catalog.store import Store
-from ckpt_daemon.core.errors import NotFound
+from ckpt_daemon.core.errors import NotFound, UsageError
 from ckpt_daemon.core.query import ListQuery, parse_condition
+from ckpt_daemon.core.root_names import PathCodec
 from ckpt_daemon.settings import config as config_module
 from tests.support import Workspace
+from tests.support.catalogs import BACKENDS, sql
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> str:
-    """Three runs of real `.h5` checkpoints, one file gone (missing), one pinned; its URL."""
-    ws = Workspace(tmp_path_factory.mktemp("reads"))
+SHARED = "shared"  # the root's name in the named-roots workspace
+
+
+def _workspace(base: Path, keras_checkpoints: Path, *, named: bool) -> Workspace:
+    """Three runs of real `.h5` checkpoints, one file gone (missing), one pinned, scanned; with
+    `named`, the root has a name (its paths stored as `@shared/...`)."""
+    ws = Workspace(base)
+    if named:
+        text = ws.config.read_text()
+        line = f"  - path: {ws.root}\n"
+        ws.config.write_text(text.replace(line, f"{line}    name: {SHARED}\n"))
     source = keras_checkpoints / "tfk" / "run_h5"
     for run, names in {
         "exp1": ["weights.01-1.69.hdf5", "weights.02-1.68.hdf5", "weights.03-1.50.hdf5"],
@@ -42,14 +60,49 @@ def catalog(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -
     (ws.root / "exp2" / "weights.02-0.95.hdf5").unlink()
     ws.run("scan")
     ws.run("pin", str(ws.root / "exp1" / "weights.02-1.68.hdf5"))
+    return ws
+
+
+@pytest.fixture(scope="module")
+def sqlite_catalog(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> str:
+    """The scanned catalog's URL (left as scanned: each backend's tests read a copy)."""
+    ws = _workspace(tmp_path_factory.mktemp("reads"), keras_checkpoints, named=False)
     return str(config_module.load(str(ws.config)).database)
+
+
+def _copy_per_backend(request: pytest.FixtureRequest, source: str, folder: Path) -> Iterator[str]:
+    """A copy of the catalog at `source` on the backend of `request.param` (rows as stored)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{folder / 'copy.db'}"
+        copy_catalog(source, url)
+        yield url
+        return
+    server = request.getfixturevalue("postgres")
+    url = server.fresh_url(at_head=True)
+    try:
+        copy_catalog(source, url)
+        yield url
+    finally:
+        server.drop(url)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def catalog(
+    request: pytest.FixtureRequest, sqlite_catalog: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    yield from _copy_per_backend(request, sqlite_catalog, tmp_path_factory.mktemp("copy"))
+
+
+def open_reads(url: str, codec: PathCodec | None = None) -> DbapiReads:
+    reads = (SqliteReads if url.startswith("sqlite") else PostgresReads).open(url, codec)
+    assert reads is not None, f"no fast path for {url}"
+    return reads
 
 
 @pytest.fixture
 def both(catalog: str) -> Any:
     store = Store(catalog)
-    reads = SqliteReads.open(catalog)
-    assert reads is not None
+    reads = open_reads(catalog)
     yield store, reads
     reads.close()
     store.close()
@@ -126,9 +179,27 @@ def test_counts_and_heartbeat_are_the_stores(both: Any) -> None:
     assert reads.latest_heartbeat().state == {"queue": 2}  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("run", "resumable"), [("exp1", False), ("exp2", False), ("exp2", True), ("exp9", False)]
+)
+def test_latest_is_the_stores(both: Any, run: str, resumable: bool) -> None:
+    store, reads = both
+    answers = []
+    for source in (store, reads):
+        try:
+            answers.append(dataclasses.asdict(source.latest(run, resumable)))
+        except NotFound as exc:
+            answers.append({"not found": str(exc)})
+    assert answers[0] == answers[1]
+    for source in (store, reads):  # three runs have ok rows: which one is not a guess
+        with pytest.raises(UsageError, match="several runs have ok checkpoints"):
+            source.latest(None)
+
+
 def test_only_a_local_sqlite_catalog_at_head_is_read_without_the_store(
-    tmp_path: Path, catalog: str
+    tmp_path: Path, sqlite_catalog: str
 ) -> None:
+    catalog = sqlite_catalog
     assert SCHEMA_HEAD == db.SCHEMA_HEAD
     assert SqliteReads.open(f"sqlite:///{tmp_path / 'new.db'}") is None  # the Store creates it
     assert not (tmp_path / "new.db").exists()
@@ -152,3 +223,121 @@ def test_a_catalog_opened_in_one_thread_reads_in_others(both: Any) -> None:
     with ThreadPoolExecutor(4) as pool:
         found = list(pool.map(lambda _: rows(reads.list(ListQuery(sort="val_loss"))), range(8)))
     assert found == [expected] * 8
+
+
+def test_only_a_plain_postgresql_catalog_at_head_is_read_without_the_store(
+    postgres: Any,
+) -> None:
+    catalog = postgres.fresh_url(at_head=True)
+    reads = PostgresReads.open(catalog)
+    assert reads is not None and reads.count() == 0
+    reads.close()
+    host = catalog.split("?", 1)[1]
+    for url in (f"{catalog}&sslmode=disable", catalog.replace("postgresql+psycopg", "postgresql")):
+        found = PostgresReads.open(url)
+        assert found is not None, url
+        found.close()
+    # The Store's business: other drivers, unknown options, repeated keys, a host:port query.
+    for url in (
+        catalog.replace("postgresql+psycopg", "postgresql+asyncpg"),
+        f"{catalog}&pool_size=5",
+        f"{catalog}&{host}",
+        catalog.split("?", 1)[0] + "?host=localhost:5432",
+        f"{catalog}#x",
+        catalog.replace("postgres@/", "postgres@/a%20b"),
+    ):
+        assert PostgresReads.open(url) is None, url
+    empty = postgres.fresh_url(at_head=False)  # no schema yet: the Store creates it
+    try:
+        assert PostgresReads.open(empty) is None
+        assert PostgresReads.open(empty.replace("/t", "/no_such_db_t")) is None  # Store says why
+    finally:
+        postgres.drop(empty)
+        postgres.drop(catalog)
+
+
+# ---- named roots: stored as `@shared/...`, read back as this host's paths, on the fast path
+
+
+@pytest.fixture(scope="module")
+def named_workspace(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Any:
+    return _workspace(tmp_path_factory.mktemp("named"), keras_checkpoints, named=True)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def named_catalog(
+    request: pytest.FixtureRequest,
+    named_workspace: Workspace,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    source = str(config_module.load(str(named_workspace.config)).database)
+    yield from _copy_per_backend(request, source, tmp_path_factory.mktemp("named-copy"))
+
+
+def test_named_roots_read_as_the_store(named_workspace: Workspace, named_catalog: str) -> None:
+    root = str(named_workspace.root)
+    stored = sql(named_catalog, "SELECT path FROM checkpoints ORDER BY id")
+    assert stored and all(p.startswith(f"@{SHARED}/") for (p,) in stored)
+    store = Store(named_catalog, named_roots={SHARED: root})
+    reads = open_reads(named_catalog, PathCodec({SHARED: root}))
+    try:
+        for query in (ListQuery(), ListQuery(root=root), ListQuery(run="exp2", sort="path")):
+            expected = rows(store.list(query))
+            assert rows(reads.list(query)) == expected
+        assert len(expected) == 3 and all(r["path"].startswith(f"{root}/") for r in expected)
+        assert len(rows(reads.list(ListQuery(root=root)))) == 6  # a local root argument, stored
+        # best and latest stat their answer beneath its root: only a local path finds the file.
+        best = reads.best("val_loss", "min")
+        assert dataclasses.asdict(best) == dataclasses.asdict(store.best("val_loss", "min"))
+        assert best.path.startswith(f"{root}/exp2/") and not best.details["skipped"]
+        latest = reads.latest("exp1")
+        assert dataclasses.asdict(latest) == dataclasses.asdict(store.latest("exp1"))
+        started = "2026-01-01T00:00:00Z"
+        store.beat(None, pid=1, host="h", started_at=started, state={"roots": [root]})
+        assert sql(named_catalog, "SELECT state FROM heartbeat")[0][0] is not None
+        assert reads.heartbeats() == store.heartbeats()
+        assert reads.heartbeats()[0].state == {"roots": [root]}
+    finally:
+        reads.close()
+        store.close()
+
+
+def test_open_catalog_keeps_the_fast_path_with_named_roots(
+    named_workspace: Workspace, named_catalog: str
+) -> None:
+    with open_catalog(str(named_workspace.config), named_catalog) as cat:
+        assert cat._reads is not None  # the Store (and SQLAlchemy) only when first needed
+        assert cat._opened is None
+        assert cat.best("val_loss").path.startswith(f"{named_workspace.root}/exp2/")
+        assert cat._opened is None
+
+
+# ---- what the hot commands import, on both backends (one child process per backend)
+
+
+def test_hot_commands_on_the_catalog_import_no_sqlalchemy(
+    named_workspace: Workspace, named_catalog: str
+) -> None:
+    """`ckpt best`, `list --run R --json`, `latest` in one child: the answers of the fast path,
+    with SQLAlchemy never imported (on PostgreSQL through psycopg alone)."""
+    config = str(named_workspace.config)
+    script = (
+        "import contextlib, io, sys\n"
+        "from ckpt_daemon.cli.main import run\n"
+        "for args in (['best', '--metric', 'val_loss'], ['list', '--run', 'exp1', '--json'],\n"
+        "             ['latest', '--run', 'exp1']):\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        f"        code = run(['--config', {config!r}, '--db', {named_catalog!r}, *args])\n"
+        "    print(code, out.getvalue().strip().splitlines()[-1][:200], file=sys.stderr)\n"
+        "print('LOADED=' + ','.join(m for m in ('sqlalchemy', 'alembic') if m in sys.modules),"
+        " file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines[:3]] == ["0", "0", "0"], done.stderr
+    assert str(named_workspace.root / "exp2") in lines[0], done.stderr  # best: a local path
+    assert lines[-1] == "LOADED=", done.stderr
