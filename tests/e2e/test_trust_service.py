@@ -71,8 +71,9 @@ def test_indexing_goes_on_while_the_artifacts_job_compresses(
             lambda p=path: listed(ws).get(str(p), {}).get("status") == "ok", 60, f"{path.name}"
         )
         assert compress_temp(big_run), f"the compress ended before {path.name} was listed"
-    daemon.wait_until(lambda: not compress_temp(big_run), 300, "the compress to end")
-    assert daemon.stop() == 0
+    # Stopped mid-compress (not waited for: 640 MB of gzip is ~40 s of CPU here): a SIGTERM
+    # then is the next test's subject; this one only needed indexing to go on meanwhile.
+    assert daemon.stop() == 0, daemon.log
 
 
 def test_after_sigterm_no_retention_or_purge_starts(
