@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from .transforms.compress import CompressResult
     from .transforms.export_json_h5 import ExportResult
     from .transforms.split import SplitResult
-    from .usecases.indexer import ScanReport
     from .usecases.pruner import PruneReport
+    from .usecases.scan_report import ScanReport
     from .usecases.verifier import Verdict
 
 

@@ -14,8 +14,8 @@ from ..core.views import checkpoint_json, run_json
 
 if TYPE_CHECKING:
     from ..core.model import Checkpoint, Run
-    from ..usecases.indexer import ScanReport
     from ..usecases.pruner import PruneReport
+    from ..usecases.scan_report import ScanReport
     from ..usecases.verifier import Verdict
 
 Doc = dict[str, Any]

@@ -30,7 +30,7 @@ from ..core.units import iso_utc
 from ..logs import event
 from ..settings.config import Config
 from ..settings.operations import Hook
-from ..usecases.indexer import ScanReport
+from ..usecases.scan_report import ScanReport
 from .worker import new_failures
 
 QUEUE_SIZE = 256

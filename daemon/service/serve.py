@@ -32,7 +32,8 @@ from ..fs import fsops
 from ..logs import event
 from ..settings import config as config_module
 from ..settings.config import Config
-from ..usecases.indexer import ScanReport, scan
+from ..usecases.indexer import scan
+from ..usecases.scan_report import ScanReport
 from . import exporter
 from .disk_guard import DiskGuard
 from .health import is_live

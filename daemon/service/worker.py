@@ -29,7 +29,8 @@ from ..core.units import iso_utc
 from ..fs import discovery, procfs
 from ..logs import event
 from ..settings.config import Config
-from ..usecases.indexer import ScanReport, scan
+from ..usecases.indexer import scan
+from ..usecases.scan_report import ScanReport
 
 TICK_SECONDS = 0.1
 TF_CHILD_IDLE_SECONDS = 60.0  # keep the TensorFlow child between checkpoints, not forever

@@ -10,7 +10,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..catalog.store import Known, Store
@@ -31,6 +30,7 @@ from ..logs import event
 from ..settings.config import Config, RootConfig
 from . import derivation, versions
 from .derivation import RunRef
+from .scan_report import ScanReport, record_outcome
 
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
 # chmod or a folder made listable again changes no size, mtime or inode.
@@ -42,36 +42,6 @@ _GONE = {
     CheckpointStatus.PURGED,
 }
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
-
-
-@dataclass
-class ScanReport:
-    indexed: list[str] = field(default_factory=list)
-    unchanged: int = 0
-    metrics_refreshed: int = 0
-    incomplete: list[tuple[str, str]] = field(default_factory=list)
-    failed: list[tuple[str, str, str]] = field(default_factory=list)  # path, status, reason
-    missing: list[str] = field(default_factory=list)
-    removed: list[tuple[str, str]] = field(default_factory=list)  # by their trainer: path, why
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # whole roots that could not be scanned
-    cancelled: bool = False  # stopped early: nothing was marked missing
-    elsewhere: list[tuple[str, str]] = field(default_factory=list)  # read by another node now
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "indexed": self.indexed,
-            "unchanged": self.unchanged,
-            "metrics_refreshed": self.metrics_refreshed,
-            "incomplete": [{"path": p, "reason": r} for p, r in self.incomplete],
-            "failed": [{"path": p, "status": s, "reason": r} for p, s, r in self.failed],
-            "missing": self.missing,
-            "removed": [{"path": p, "reason": r} for p, r in self.removed],
-            "skipped": [{"path": p, "reason": r} for p, r in self.skipped],
-            "errors": self.errors,
-            "cancelled": self.cancelled,
-            "elsewhere": [{"path": p, "node": n} for p, n in self.elsewhere],
-        }
 
 
 def scan(
@@ -375,7 +345,7 @@ class _Scan:
             else (),
         )
         ckpt_id = self.store.record(record, actor_name=self.actor, at=self.started)
-        _report(self.report, record)
+        record_outcome(self.report, record)
         if status == CheckpointStatus.OK and cand.family == discovery.FILE:
             # At once: the trainer's next save to a fixed name destroys this generation.
             versions.capture(self.config, self.store, self.root, ckpt_id, actor=self.actor)
@@ -444,21 +414,3 @@ def _why_gone(
         )
         verdicts.setdefault(verdict, []).append((path, known))
     return list(verdicts.items())
-
-
-def _report(report: ScanReport, record: IndexRecord) -> None:
-    if record.status == CheckpointStatus.OK:
-        report.indexed.append(record.path)
-        event(
-            "indexed",
-            path=record.path,
-            format=record.info.format if record.info else None,
-            epoch=record.epoch,
-            step=record.step,
-        )
-    elif record.status == CheckpointStatus.INCOMPLETE:
-        report.incomplete.append((record.path, record.reason or ""))
-        event("incomplete", path=record.path, reason=record.reason)
-    else:
-        report.failed.append((record.path, record.status.value, record.reason or ""))
-        event(record.status.value, level=logging.WARNING, path=record.path, reason=record.reason)
