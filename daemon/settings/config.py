@@ -17,15 +17,17 @@ from urllib.parse import unquote
 from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
 from ..core.model import JobName
-from ..core.retention import KeepBest, Policy
+from ..core.retention import Policy
 from .locations import BUILT_IN, find_config_file
 from .operations import Hook, Listen
 from .operations import hooks as _hooks
 from .operations import metrics_listen as _metrics_listen
 from .operations import node as _node
+from .policies import RunRule
+from .policies import policy as _policy
+from .policies import run_rules as _run_rules
 from .values import at_least_a_second as _at_least_a_second
 from .values import choice as _choice
-from .values import count as _count
 from .values import duration as _duration
 from .values import every as _every
 from .values import heartbeat as _heartbeat
@@ -34,7 +36,6 @@ from .values import mapping as _mapping
 from .values import min_free as _min_free
 from .values import path as _path
 from .values import root_name as _root_name
-from .values import size as _size
 from .values import strings as _strings
 from .versions import Versions, parse_versions
 
@@ -55,14 +56,6 @@ class RootConfig:
     # The root's stable name (a folder shared by hosts that mount it at different paths): the
     # catalog stores its files relative to it (`core.root_names`). None: stored absolute.
     name: str | None = None
-
-
-@dataclass(frozen=True)
-class RunRule:
-    """`runs: [{match: GLOB, retention: {...}}]`: a policy for the runs whose name matches."""
-
-    match: str
-    retention: Policy
 
 
 @dataclass(frozen=True)
@@ -252,17 +245,6 @@ ROOT_KEYS = {
     "min_free",
 }
 SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}
-POLICY_KEYS = {
-    "keep_last",
-    "keep_best",
-    "keep_every",
-    "keep_within",
-    "keep_hourly",
-    "keep_daily",
-    "keep_weekly",
-    "max_bytes",
-}
-KEEP_BEST_KEYS = {"metric", "n", "mode", "keep_missing"}
 
 
 def _schedule(value: Any) -> Schedule:
@@ -352,59 +334,6 @@ def _artifacts(value: Any) -> Artifacts:
     if not 0 < timeout < math.inf:
         raise ConfigError("artifacts.timeout", "must be a duration above 0s")
     return Artifacts(after("split_after"), after("compress_after"), codec, timeout)
-
-
-def _run_rules(value: Any) -> tuple[RunRule, ...]:
-    if not isinstance(value, list):
-        raise ConfigError("runs", "expected a list of {match: GLOB, retention: {...}}")
-    rules = []
-    for i, item in enumerate(value):
-        raw = _mapping(item, f"runs[{i}]", {"match", "retention"})
-        match = raw.get("match")
-        if not isinstance(match, str) or not match:
-            raise ConfigError(f"runs[{i}].match", "expected a glob over run names, e.g. 'exp-*'")
-        if "retention" not in raw:
-            raise ConfigError(f"runs[{i}].retention", "required")
-        rules.append(RunRule(match, _policy(raw["retention"], f"runs[{i}].retention")))
-    return tuple(rules)
-
-
-def _policy(value: Any, key: str) -> Policy:
-    raw = _mapping(value, key, POLICY_KEYS)
-    best = raw.get("keep_best", [])
-    best = [best] if isinstance(best, dict) else best
-    if not isinstance(best, list):
-        raise ConfigError(f"{key}.keep_best", "expected {metric, n, mode} or a list of them")
-    policy = Policy(
-        keep_last=_count(raw, "keep_last", key),
-        keep_best=tuple(_keep_best(b, f"{key}.keep_best[{i}]") for i, b in enumerate(best)),
-        keep_every=_count(raw, "keep_every", key),
-        keep_within=_duration(raw["keep_within"], f"{key}.keep_within")
-        if "keep_within" in raw
-        else None,
-        keep_hourly=_count(raw, "keep_hourly", key),
-        keep_daily=_count(raw, "keep_daily", key),
-        keep_weekly=_count(raw, "keep_weekly", key),
-        max_bytes=_size(raw["max_bytes"], f"{key}.max_bytes") if "max_bytes" in raw else None,
-    )
-    if policy.is_empty():
-        raise ConfigError(key, "an empty policy keeps nothing: give at least one keep_ rule")
-    return policy
-
-
-def _keep_best(value: Any, key: str) -> KeepBest:
-    raw = _mapping(value, key, KEEP_BEST_KEYS)
-    metric = raw.get("metric")
-    if not isinstance(metric, str) or not metric:
-        raise ConfigError(f"{key}.metric", "required: the metric name, e.g. val_loss")
-    mode = raw.get("mode")
-    if mode is not None:
-        _choice(mode, f"{key}.mode", ("min", "max"))
-    keep_missing = raw.get("keep_missing", True)
-    if not isinstance(keep_missing, bool):
-        raise ConfigError(f"{key}.keep_missing", "expected true or false")
-    n = _count(raw, "n", key) if "n" in raw else 1
-    return KeepBest(metric=metric, n=n or 1, mode=mode, keep_missing=keep_missing)
 
 
 def _templates(value: Any, key: str) -> tuple[str, ...]:
