@@ -62,6 +62,11 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
             f"{len(report.incomplete)} incomplete, {len(report.failed)} failed, "
             f"{len(report.missing)} missing, {len(report.removed)} removed by their trainer, "
             f"{len(report.skipped)} skipped, {report.metrics_refreshed} re-derived"
+            + (
+                f", {len(report.elsewhere)} being read by another daemon"
+                if report.elsewhere
+                else ""
+            )
         )
         for path, status, reason in report.failed:
             echo(f"  {status}: {path}: {reason}", err=True)
