@@ -83,3 +83,26 @@ def test_database_override_is_relative_to_the_working_folder(
     assert loaded.database == f"sqlite:///{tmp_path / 'x.db'}"
     monkeypatch.setenv("CKPT_DB", "postgresql+psycopg://h/db")
     assert parse("roots: [/a]\n").database == "postgresql+psycopg://h/db"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ("roots: [{path: /a, name: 'a b'}]", "roots[0].name", "letters, digits"),
+        ("roots: [{path: /a, name: 7}]", "roots[0].name", "expected a name"),
+        ("roots: [{path: /a, name: x}, {path: /b, name: x}]", "roots[1].name", "roots[0]"),
+        ("roots: [/a]\nservice: {lease_ttl: 1s}", "service.lease_ttl", "between 4s and 1d"),
+        ("roots: [/a]\nservice: {lease_ttl: 30d}", "service.lease_ttl", "between 4s and 1d"),
+    ],
+)
+def test_fleet_keys_are_refused_with_their_key(text: str, key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    assert info.value.key == key and reason in str(info.value), str(info.value)
+
+
+def test_named_roots_and_lease_ttl_are_read() -> None:
+    loaded = parse("roots: [{path: /a, name: shared}, /b]\nservice: {lease_ttl: 30s}")
+    assert loaded.named_roots() == {"shared": "/a"}
+    assert loaded.lease_seconds == 30.0
+    assert parse("roots: [/a]").lease_seconds == 120.0
