@@ -5,13 +5,15 @@ database and a few libpq options in the query, each once. SQLAlchemy hands exact
 `psycopg.connect` (user and password percent-decoded, the query's items as keywords), so both
 paths reach the same server as the same user. Anything else (another driver, several hosts,
 percent signs in the host or database, unknown options) goes to the `Store` as before, and so
-does a catalog that cannot be reached or is not at the schema head: the Store explains."""
+does a catalog that is not at the schema head: the Store explains. A server that cannot be
+reached is said at once (CatalogUnreachable): the Store would only wait for it a second time."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..core.errors import CatalogUnreachable
 from ..core.root_names import PathCodec
 from .dbapi_reads import POSTGRESQL, SCHEMA_HEAD, DbapiReads, at_head
 
@@ -95,6 +97,12 @@ class PostgresReads(DbapiReads):
         try:
             # Autocommit: each method opens its own read-only transaction (`Dialect.begin`).
             connection = psycopg.connect(make_conninfo(**keywords), autocommit=True)
+        except psycopg.OperationalError as exc:
+            # The Store would reach the same server the same way (`conninfo_parts`): said here
+            # at once, rather than after a second connect timeout by the Store.
+            where = f"database {keywords.get('dbname', '?')} on {keywords.get('host', 'localhost')}"
+            detail = " ".join(str(exc).split())
+            raise CatalogUnreachable(f"cannot connect to the catalog ({where}): {detail}") from None
         except psycopg.Error:
             return None  # the Store connects again and says why
         if not at_head(connection):

@@ -47,6 +47,11 @@ class ConfigError(UsageError):
         self.reason = reason
 
 
+class CatalogUnreachable(CkptError):
+    """The catalog's database server could not be reached (PostgreSQL: down, wrong host, no
+    such database, refused credentials)."""
+
+
 class PartialFailure(CkptError):
     """Some items of a batch failed (each already reported); the others were done."""
 

@@ -23,7 +23,7 @@ from ckpt_daemon.catalog.dbapi_reads import DbapiReads
 from ckpt_daemon.catalog.postgres_reads import PostgresReads
 from ckpt_daemon.catalog.sqlite_reads import SCHEMA_HEAD, SqliteReads
 from ckpt_daemon.catalog.store import Store
-from ckpt_daemon.core.errors import NotFound, UsageError
+from ckpt_daemon.core.errors import CatalogUnreachable, NotFound, UsageError
 from ckpt_daemon.core.query import ListQuery, parse_condition
 from ckpt_daemon.core.root_names import PathCodec
 from ckpt_daemon.settings import config as config_module
@@ -250,7 +250,10 @@ def test_only_a_plain_postgresql_catalog_at_head_is_read_without_the_store(
     empty = postgres.fresh_url(at_head=False)  # no schema yet: the Store creates it
     try:
         assert PostgresReads.open(empty) is None
-        assert PostgresReads.open(empty.replace("/t", "/no_such_db_t")) is None  # Store says why
+        with pytest.raises(CatalogUnreachable) as info:  # at once, not after a second connect
+            PostgresReads.open(empty.replace("/t", "/no_such_db_t"))
+        assert "cannot connect to the catalog (database no_such_db_t" in str(info.value)
+        assert "\n" not in str(info.value)
     finally:
         postgres.drop(empty)
         postgres.drop(catalog)
