@@ -138,6 +138,7 @@ class _Scan:
         self.reindex = False
         self.counter = Counter(None)
         self.last_size = 0
+        self.last_recorded: str | None = None  # the path `_record` wrote last
         # Run derivation: each run walked is settled once its folder is done (a run's files
         # come together in the walk); touched runs had a file (re)recorded.
         self.run_details = store.run_details(str(root.path))
@@ -261,7 +262,8 @@ class _Scan:
         try:
             return self._index(cand, text, stat)
         finally:
-            self.store.release_read(text, node)
+            if self.last_recorded != text:  # recording drops the claim in its transaction
+                self.store.release_read(text, node)
 
     def _unchanged(self, cand: discovery.Candidate, known: Known) -> None:
         self.report.unchanged += 1
@@ -345,6 +347,7 @@ class _Scan:
             else (),
         )
         ckpt_id = self.store.record(record, actor_name=self.actor, at=self.started)
+        self.last_recorded = text
         record_outcome(self.report, record)
         if status == CheckpointStatus.OK and cand.family == discovery.FILE:
             # At once: the trainer's next save to a fixed name destroys this generation.
