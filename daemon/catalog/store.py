@@ -31,6 +31,7 @@ from ..core.observability import Figures
 from ..core.query import ListQuery
 from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
+from .root_adoption import adopt_named_roots
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
 from .store_claims import ReadClaims, drop_claim
@@ -86,6 +87,8 @@ class Store(
         self._engine = db.make_engine(url)
         db.identify(self._engine, named_roots=named_roots, node=node)
         db.ensure_schema(url, self._engine, may_migrate=may_migrate)
+        # A root named since its rows were written keeps them (and its history): {name: rows}.
+        self.adopted = adopt_named_roots(self._engine, named_roots or {})
 
     def close(self) -> None:
         self._engine.dispose()

@@ -23,7 +23,6 @@ from typing import Any
 
 from .. import logs
 from ..catalog.audit import actor
-from ..catalog.root_adoption import adopt_named_roots
 from ..catalog.store import Store
 from ..core.errors import ConfigError
 from ..core.model import Hint, HintKind, Job, JobName, Rescan
@@ -82,11 +81,8 @@ class Service:
             named_roots=self.config.named_roots(),
             node=self.config.node_name,
         )
-        for name, rows in adopt_named_roots(
-            self.config.database, self.config.named_roots()
-        ).items():
-            if rows:  # a root named since the last start: its history is kept
-                event("root_named", root=name, rows=rows)
+        for name, rows in store.adopted.items():  # a root named since: its history is kept
+            event("root_named", root=name, rows=rows)
         try:
             self._remove_stale_temps()
             if once:

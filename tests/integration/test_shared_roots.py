@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from ckpt_daemon.catalog.root_adoption import adopt_named_roots
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.catalog.store_claims import Claim
 from ckpt_daemon.core.query import ListQuery
@@ -109,8 +108,9 @@ def test_naming_a_root_later_keeps_its_rows_and_their_history(
     events_before = sql(catalog_url, "SELECT count(*) FROM events")[0][0]
 
     config_named, _ = host(tmp_path, catalog_url, "a", name="shared")
-    assert adopt_named_roots(config_named.database, config_named.named_roots())["shared"] > 0
-    assert adopt_named_roots(config_named.database, config_named.named_roots())["shared"] == 0
+    # Any command opening the catalog with the name adopts the old rows, once.
+    assert open_store(config_named).adopted["shared"] > 0
+    assert open_store(config_named).adopted == {}
     paths = {r[0] for r in sql(catalog_url, "SELECT path FROM checkpoints")}
     assert paths == {f"@shared/job/{n}" for n in ZIP_FILES}
     assert {r[0] for r in sql(catalog_url, "SELECT path FROM events")} <= paths | {"@shared/job"}
