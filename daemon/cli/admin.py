@@ -46,7 +46,9 @@ def serve(obj: Context, once: bool) -> None:
 def status(obj: Context, as_json: bool) -> None:
     """Whether a daemon is running against this catalog, from its heartbeat.
 
-    Exit 0 either way; `running` says which (a stale heartbeat or a dead pid means no).
+    Every daemon of the catalog is listed, one per node (`service.node`), running or not.
+    Exit 0 either way; `running` says whether any is (a stale heartbeat or a dead pid on this
+    host means no).
 
     \b
     Example:  ckpt status --json | jq .running

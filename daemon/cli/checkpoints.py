@@ -40,8 +40,9 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
 
     Unchanged files are not read again; changed ones are re-indexed; vanished ones are
     marked missing. Then each run's epochs and metrics are derived from all its names, logs
-    and checkpoints (`metrics_refreshed` counts the rows that changed). Exits 3 when some
-    checkpoints are corrupt or unreadable.
+    and checkpoints (`metrics_refreshed` counts the rows that changed). On a root other
+    daemons share (PostgreSQL catalog), a new file another daemon is reading right now is left
+    to it (`elsewhere`). Exits 3 when some checkpoints are corrupt or unreadable.
 
     \b
     Example:  ckpt scan runs/exp1 --json

@@ -248,7 +248,7 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
 @click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
 @pass_context
 def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> None:
-    """The audit log: every index, trash, restore, purge, pin, with reason and actor.
+    """The audit log: every index, trash, restore, purge, pin, with reason, actor and node.
 
     Times are UTC to the second; paths are relative to their root. On a terminal a long
     reason is cut (`--json` has it whole); into a pipe, nothing is cut.
