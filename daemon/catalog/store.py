@@ -137,10 +137,13 @@ class Store(
                 ckpt_id = _insert_id(conn, checkpoints, values)
             else:
                 ckpt_id = row.id
-                rewritten = row.hash is not None and rec.hash is not None and row.hash != rec.hash
+                seen = list((row.details or {}).get("generations") or [])
+                # The bytes last read whole: a record without a hash between two generations
+                # (the file caught empty or torn mid-save) must not hide the rewrite.
+                previous = row.hash or (seen[-1].get("hash") if seen else None)
+                rewritten = previous is not None and rec.hash is not None and previous != rec.hash
                 generation = row.generation + int(rewritten)
                 values.update(run_id=run_id, generation=generation)
-                seen = list((row.details or {}).get("generations") or [])
                 values["details"]["generations"] = _sightings(seen, rec, generation, now)
                 conn.execute(
                     update(checkpoints).where(checkpoints.c.id == ckpt_id).values(**values)

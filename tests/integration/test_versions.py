@@ -178,3 +178,27 @@ def test_orphans_of_a_crash_are_adopted_or_moved_to_the_trash(
     assert not junk.exists() and any((ws.root / ".ckpt-trash").rglob("notes.txt"))
     assert str(orphan) in store.version_files(str(ws.root))
     store.close()
+
+
+def test_a_generation_after_the_file_was_caught_empty_is_still_kept(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    """A trainer's save truncates the file first: a scan may find it empty (recorded without a
+    hash). The next generation is still a rewrite of the last bytes read whole: new generation,
+    its own kept version."""
+    ws = Workspace(tmp_path)
+    best = save(ws, keras_checkpoints, 1)
+    config, store = scan(ws)
+    store.close()
+    best.write_bytes(b"")
+    os.utime(best, (1_000_000_000, 1_000_000_000))  # settled: judged corrupt, not incomplete
+    config, store = scan(ws)
+    assert store.get(str(best)).status.value == "corrupt"
+    store.close()
+    save(ws, keras_checkpoints, 2)
+    config, store = scan(ws)
+    assert store.get(str(best)).generation == 2
+    kept = store.versions_of(str(best))
+    assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "standby")]
+    assert Path(kept[1].path).read_bytes() == best.read_bytes()
+    store.close()
