@@ -301,6 +301,12 @@ class _Scan:
             self.report.skipped.append((text, str(exc)))
             return True
         except ReadProblem as exc:
+            try:  # judged by the bytes read, not by a stat taken before a trainer's new save
+                now = discovery.stat_members(cand.members)
+            except OSError:
+                return False
+            if now != stat:
+                exc, stat = NotReady(f"changed while it was being read: {exc}"), now
             status, reason = completion.verdict(
                 exc, stat, time.time_ns(), self.config.settle_seconds
             )
