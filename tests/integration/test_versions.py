@@ -188,15 +188,15 @@ def test_a_generation_after_the_file_was_caught_empty_is_still_kept(
     its own kept version."""
     ws = Workspace(tmp_path)
     best = save(ws, keras_checkpoints, 1)
-    config, store = scan(ws)
+    _config, store = scan(ws)
     store.close()
     best.write_bytes(b"")
     os.utime(best, (1_000_000_000, 1_000_000_000))  # settled: judged corrupt, not incomplete
-    config, store = scan(ws)
+    _config, store = scan(ws)
     assert store.get(str(best)).status.value == "corrupt"
     store.close()
     save(ws, keras_checkpoints, 2)
-    config, store = scan(ws)
+    _config, store = scan(ws)
     assert store.get(str(best)).generation == 2
     kept = store.versions_of(str(best))
     assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "standby")]
