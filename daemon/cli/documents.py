@@ -1,9 +1,9 @@
 """Every `--json` document of the `ckpt` command, one function per command, built here only.
 
 Checkpoint and run rows come from `core.views` (the Python API's values as JSON); reports that
-the use cases already describe as JSON (`as_dict`) are passed through. The README's "JSON"
-paragraph is the contract: tests/e2e/test_cli_contract.py checks every command's real output
-against it. Fields may be added, never renamed or removed."""
+the use cases already describe as JSON (`as_dict`) are passed through. The "JSON documents"
+paragraph of docs/cli-contract.md is the contract: tests/e2e/test_cli_contract.py checks every
+command's real output against it. Fields may be added, never renamed or removed."""
 
 from __future__ import annotations
 

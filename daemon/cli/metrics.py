@@ -24,7 +24,7 @@ def metrics(obj: Context, textfile: Path | None) -> None:
     """The Prometheus metrics: the catalog's figures and the running service's state.
 
     The same text as `ckpt serve`'s /metrics (service.metrics_listen), with the service's
-    part (queue, errors, job times) from its newest heartbeat. The README lists every metric.
+    part (queue, errors, job times) from its newest heartbeat. docs/service.md lists every metric.
 
     \b
     Example:  ckpt metrics --textfile /var/lib/node_exporter/textfile/ckpt.prom

@@ -1,8 +1,9 @@
 """One exception hierarchy; each class carries its CLI exit code and a one-line message.
 
 Every exception the package raises on purpose is defined here, and `EXIT_CODES` is the one
-table of what `ckpt` exits with (the README shows it; tests/e2e/test_cli_contract.py keeps the two
-equal). Modules that raise these re-export the names they always had (`fsops.Refused`)."""
+table of what `ckpt` exits with (docs/cli-contract.md shows it; tests/e2e/test_cli_contract.py
+keeps the two equal). Modules that raise these re-export the names they always had
+(`fsops.Refused`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Model values → the checkpoint and run rows of the JSON documents (README contract). Pure."""
+"""Model values → the checkpoint and run rows of the JSON documents (docs/cli-contract.md). Pure."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 `metrics_text` from the catalog's figures (`Store.figures`: all-time totals from the audit
 events, so counters survive restarts) and the service's state (live in `ckpt serve`; the newest
 heartbeat's for `ckpt metrics`). Every name has the one `ckpt_` prefix, base units (bytes,
-seconds) and `_total` on counters. The README's metric table lists them with their labels."""
+seconds) and `_total` on counters. docs/service.md's metric table lists
+them with their labels."""
 
 from __future__ import annotations
 

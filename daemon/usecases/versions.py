@@ -2,7 +2,7 @@
 an old generation back (`ckpt restore PATH --version N`).
 
 The indexer calls `capture` right after it recorded a generation, so the copy is made while the
-trainer is busy with its next epoch (measured: bench/version_capture.py; README "Versions").
+trainer is busy with its next epoch (measured: bench/version_capture.py; docs/versions.md).
 The copy is verified against the hash the indexer read before it gets its name; a trainer that
 rewrites the file during the copy makes the hash differ, and that generation is logged as lost,
 never kept torn. After a crash, our temp copies are removed with every other temp of ours

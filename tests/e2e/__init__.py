@@ -1,1 +1,1 @@
-"""The `ckpt` CLI and `ckpt serve` as subprocesses, the systemd units, the README."""
+"""The `ckpt` CLI and `ckpt serve` as subprocesses, the systemd units, the README, the docs."""

@@ -1,5 +1,6 @@
-"""The README is the CLI's contract: its JSON documents and its exit-code table, checked against
-what the real `ckpt` prints and exits with (subprocesses, a real catalog, real checkpoints)."""
+"""docs/cli-contract.md is the CLI's contract: its JSON documents, statuses and exit-code table,
+checked against what the real `ckpt` prints and exits with (subprocesses, a real catalog, real
+checkpoints)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from ckpt_daemon.core import errors
 from tests.support import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text()
+CONTRACT = (REPO / "docs" / "cli-contract.md").read_text()
 
 
-# ---- the README's JSON notation: `{a, b: [{c}], d: x|y, e?, NAME: value}`, `[ROW]`, `A + {...}`
+# ---- the contract's JSON notation: `{a, b: [{c}], d: x|y, e?, NAME: value}`, `[ROW]`, `A + {...}`
 
 
 @dataclass
@@ -111,9 +112,9 @@ class Parser:
         return spec
 
 
-def readme_documents() -> dict[str, Any]:
-    """{"list": spec, "trash purge": spec, ...} from the README's bullets."""
-    section = README.split("JSON documents (`--json`", 1)[1].split("\n\n", 2)[1]
+def contract_documents() -> dict[str, Any]:
+    """{"list": spec, "trash purge": spec, ...} from the contract page's bullets."""
+    section = CONTRACT.split("JSON documents (`--json`", 1)[1].split("\n\n", 2)[1]
     bullets = re.split(r"\n(?=- )", section.strip())
     names: dict[str, Any] = {}
     found: dict[str, Any] = {}
@@ -169,7 +170,7 @@ def test_every_json_option_is_in_the_contract() -> None:
         for name, command in all_commands()
         if any(param.name == "as_json" for param in command.params)
     }
-    assert with_json == set(readme_documents())
+    assert with_json == set(contract_documents())
 
 
 # ---- the real output of every --json command
@@ -221,11 +222,11 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", sorted(readme_documents()))
+@pytest.mark.parametrize("command", sorted(contract_documents()))
 def test_json_output_carries_the_documented_fields(command: str, documents: dict[str, Any]) -> None:
     doc = documents[command]
     assert doc, f"ckpt {command} --json reported nothing to check"
-    conforms(doc, readme_documents()[command], f"ckpt {command} --json")
+    conforms(doc, contract_documents()[command], f"ckpt {command} --json")
 
 
 @pytest.mark.slow
@@ -253,13 +254,13 @@ def test_plot_writes_a_png_of_every_checkpoint(
         assert image.format == "PNG" and image.size == (900, 500)
 
 
-# ---- statuses: one vocabulary, in core.model, the README and `ckpt list --help`
+# ---- statuses: one vocabulary, in core.model, the contract page and `ckpt list --help`
 
 
-def test_the_readme_and_list_help_name_every_status() -> None:
+def test_the_contract_and_list_help_name_every_status() -> None:
     from ckpt_daemon.core.model import CheckpointStatus
 
-    section = README.split("Statuses: ", 1)[1].split(". Audit event states", 1)[0]
+    section = CONTRACT.split("Statuses: ", 1)[1].split(". Audit event states", 1)[0]
     assert re.findall(r"(?:^|, )`(\w+)`", section) == [s.value for s in CheckpointStatus]
     result = subprocess.run(
         [sys.executable, "-m", "ckpt_daemon", "list", "--help"],
@@ -272,17 +273,17 @@ def test_the_readme_and_list_help_name_every_status() -> None:
     assert named.split(", ") == [s.value for s in CheckpointStatus]
 
 
-# ---- exit codes: one table, in core.errors, the README and `ckpt --help`
+# ---- exit codes: one table, in core.errors, the contract page and `ckpt --help`
 
 
-def readme_exit_codes() -> dict[int, str]:
-    section = README.split("**Exit codes**", 1)[1].split("\n\n", 2)[1]
+def contract_exit_codes() -> dict[int, str]:
+    section = CONTRACT.split("**Exit codes**", 1)[1].split("\n\n", 2)[1]
     rows = [line.strip("| ").split(" | ") for line in section.splitlines()[2:]]
     return {int(code): text for code, text in rows}
 
 
-def test_the_readme_exit_code_table_is_the_code_table() -> None:
-    assert readme_exit_codes() == errors.EXIT_CODES
+def test_the_contract_exit_code_table_is_the_code_table() -> None:
+    assert contract_exit_codes() == errors.EXIT_CODES
 
 
 def test_every_error_class_carries_a_documented_exit_code() -> None:

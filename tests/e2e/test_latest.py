@@ -1,7 +1,7 @@
 """`ckpt latest` on real Keras/TF runs: the right file (a TF CheckpointManager's prefix), exit 6
-with its reason, the `--json` shape; the README's resume recipe really resumes (real Keras and
-TF in a child process); bit rot under an unchanged stat is marked corrupt by `ckpt verify` and
-never printed by `best` or `latest` again."""
+with its reason, the `--json` shape; docs/python-api.md's resume recipe really resumes (real
+Keras and TF in a child process); bit rot under an unchanged stat is marked corrupt by `ckpt
+verify` and never printed by `best` or `latest` again."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(24, 8)).astype("float32")
 y = rng.integers(0, 3, size=(24,)).astype("int32")
 
-model = keras.models.load_model(path)  # the README recipe
+model = keras.models.load_model(path)  # the docs' recipe (docs/python-api.md)
 before = int(model.optimizer.iterations.numpy())
 history = model.fit(x, y, batch_size=8, epochs=epoch + 1, initial_epoch=epoch, verbose=0)
 
@@ -114,7 +114,7 @@ print(json.dumps({"before": before, "after": int(model.optimizer.iterations.nump
 """
 
 
-def test_the_readme_recipe_resumes_training(scanned: Workspace) -> None:
+def test_the_docs_recipe_resumes_training(scanned: Workspace) -> None:
     """Keras 3: load_model(latest --resumable) then fit(initial_epoch=epoch) continues, the
     optimizer's iteration count carried over; TF: the printed prefix restores and trains on."""
     keras_path = latest(scanned, "--run", "k3/run_zip", "--resumable").stdout.strip()

@@ -2,7 +2,7 @@
 
 systemd-analyze runs without systemd as PID 1 (Debian's `systemd` package). ExecStart must
 name an existing executable for verify to pass, so each unit is checked with its `ckpt` path
-pointed at the one installed for these tests, exactly as the README tells users to adjust it.
+pointed at the one installed for these tests, exactly as docs/service.md tells users to adjust it.
 """
 
 from __future__ import annotations

@@ -262,10 +262,10 @@ def test_history_chart_and_table_fit_the_terminal(
     assert "…" in rows[0], screen  # the long path is cut from the left to fit
 
 
-def test_the_readme_history_screen_is_what_ckpt_prints(
+def test_the_docs_history_screen_is_what_ckpt_prints(
     tmp_path: Path, training_runs: Path, tmux_server: str
 ) -> None:
-    """The README's `ckpt history` screen: a real Keras run (save_best_only: epochs 3, 6, 7
+    """docs/runs.md's `ckpt history` screen: a real Keras run (save_best_only: epochs 3, 6, 7
     saved nothing) after a pin, a prune that trashed three and a deleted file."""
     from ckpt_daemon.api import open_catalog
     from ckpt_daemon.core.retention import Policy
@@ -281,7 +281,7 @@ def test_the_readme_history_screen_is_what_ckpt_prints(
         cat.scan()
     screen = screenshot(ws, tmux_server, tmp_path, "history", "--run", "best_gaps")
     fits(screen)
-    block = README.read_text().split("```text\n$ ckpt history --run best_gaps\n", 1)[1]
+    block = RUNS_PAGE.read_text().split("```text\n$ ckpt history --run best_gaps\n", 1)[1]
     assert screen == block.split("```", 1)[0], screen
 
 
@@ -301,19 +301,21 @@ def test_piped_output_is_complete_and_plain(ws: Workspace, args: tuple[str, ...]
         assert f"{LONG_RUN}/epoch_001.keras" in out, out  # whole, never cut
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+CONTRACT_PAGE = DOCS / "cli-contract.md"
+RUNS_PAGE = DOCS / "runs.md"
 
 
-def test_the_readme_example_is_what_ckpt_prints(
+def test_the_docs_list_example_is_what_ckpt_prints(
     workspace: Workspace, keras_checkpoints: Path
 ) -> None:
-    """The README's `ckpt list --run exp1` / `ckpt runs` block, run on those very files."""
+    """docs/cli-contract.md's `ckpt list --run exp1` / `ckpt runs` block, run on those files."""
     run = workspace.root / "exp1"
     run.mkdir()
     for source in (keras_checkpoints / ZIP_RUN).iterdir():
         shutil.copy2(source, run / source.name)  # the three epochs and their training.log
     workspace.run("scan")
-    block = README.read_text().split("```text\n$ ckpt list --run exp1\n", 1)[1]
+    block = CONTRACT_PAGE.read_text().split("```text\n$ ckpt list --run exp1\n", 1)[1]
     listed, runs = block.split("```", 1)[0].split("$ ckpt runs\n")
     assert workspace.run("list", "--run", "exp1").stdout == listed
     assert workspace.run("runs").stdout == runs

@@ -332,11 +332,11 @@ def _normalized(card_text: str, root: str) -> str:
     return re.sub(r"blake3:[0-9a-f]{64}", "HASH", text)
 
 
-def test_the_readme_card_is_what_describe_prints(tmp_path: Path, keras_checkpoints: Path) -> None:
-    """The README's card, generated again the way its text says (a copy of the fixture run
+def test_the_docs_card_is_what_describe_prints(tmp_path: Path, keras_checkpoints: Path) -> None:
+    """docs/model-cards.md's card, generated again the way its text says (a copy of the fixture run
     as `exp1`, scanned, split, described): the same card but for root, times and hashes."""
-    readme = (REPO / "README.md").read_text()
-    shown = readme.split("````markdown\n", 1)[1].split("````", 1)[0]
+    page = (REPO / "docs" / "model-cards.md").read_text()
+    shown = page.split("````markdown\n", 1)[1].split("````", 1)[0]
     root_line = re.search(r"^\| root \| (.+) \|$", shown, re.M)
     assert root_line is not None
     ws = Workspace(tmp_path)

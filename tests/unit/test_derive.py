@@ -217,7 +217,7 @@ def test_last_keras_one_epoch_after_the_newest_named_file_keeps_its_epoch() -> N
 def test_an_optimizer_seen_created_anew_gives_no_epoch_from_iterations() -> None:
     """Resumed from weights only: the daemon saw last.keras at 130 iterations, then at 26. A run
     seen only after the fact, with best.keras and last.keras alone, cannot show this (their
-    counts fit a run with fewer steps per epoch just as well): the README says so."""
+    counts fit a run with fewer steps per epoch just as well): docs/checkpoints.md says so."""
     history = (
         Sighting(1, "g1", 5 * SPE, 5_000, log_epochs=5, log_before=True),
         Sighting(2, "g2", 1 * SPE, 6_000, log_epochs=6, log_before=True),
