@@ -255,13 +255,16 @@ class DbapiReads:
         def page(offset: int, limit: int) -> builtins.list[Any]:
             return self._rows(f"{sql} LIMIT ? OFFSET ?", [*params, limit, offset])
 
-        def files_of(checkpoint_id: int) -> builtins.list[str]:
+        def details_of(checkpoint_id: int) -> dict[str, Any]:
             rows = self._read("SELECT details FROM checkpoints WHERE id = ?", (checkpoint_id,))
             details = self._json(rows[0][0]) if rows else None
-            files = details.get("files") if isinstance(details, dict) else None
-            return [str(f) for f in files] if isinstance(files, builtins.list) else []
+            if not isinstance(details, dict):
+                return {}
+            files = details.get("files")
+            files = [str(f) for f in files] if isinstance(files, builtins.list) else []
+            return {**details, "files": files}
 
-        return pick.first_unchanged(page, files_of, resumable=resumable)
+        return pick.first_unchanged(page, details_of, resumable=resumable)
 
     def _complete(self, outcome: pick.Outcome) -> Checkpoint:
         assert outcome.row is not None

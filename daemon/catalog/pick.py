@@ -5,7 +5,10 @@ A script resumes training or evaluates from the path these print; a file that ch
 catalog's back (rewritten while no daemon ran, bit rot that touched the size, a copy cut short) is
 not the checkpoint the row describes. Each candidate is stat'ed beneath its root (size, newest
 mtime_ns, inode of all its member files, as the indexer recorded them) before it is returned; a
-changed one is skipped for the next (at most `MAX_CHANGED` of them). No SQLAlchemy here."""
+changed one is skipped for the next (at most `MAX_CHANGED` of them). Whether a candidate can
+resume training is `core.resume`'s one rule, judged on the row and, for the formats whose answer
+depends on it (a `.keras` whose compile config lost its optimizer), its `details`. No SQLAlchemy
+here."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Any
 
 from ..core.errors import CkptError, NotFound, UsageError
 from ..core.model import Checkpoint, FileStat, Format
-from ..core.resume import Resumability, resumability
+from ..core.resume import Resumability, optimizer_config_lost, resumability
 from ..fs import fsops
 from .rows import LISTING_COLUMNS, to_checkpoint
 
@@ -31,6 +34,7 @@ _N = len(LISTING_COLUMNS)
 _AT = {column: i for i, (_table, column) in enumerate(CANDIDATE_COLUMNS)}
 assert len(_AT) == len(CANDIDATE_COLUMNS), "two candidate columns share a name"
 MAX_CHANGED = 50  # candidates skipped as changed before giving up (each costs a few stats)
+MAX_PASSED_OVER = 20  # newer candidates that cannot resume, listed with why (`latest --json`)
 PAGE = 64  # candidates read by the first query (then twice as many each time)
 
 Row = Sequence[Any]
@@ -42,24 +46,36 @@ class Outcome:
 
     row: Row | None = None
     changed: list[str] = dataclasses.field(default_factory=list)  # "PATH: size changed ..."
+    verdict: Resumability | None = None  # the winner's
+    # With `resumable`: newer candidates that cannot resume, {"path", "reason"}, newest first.
+    passed_over: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+
+Details = dict[str, Any]
 
 
 def first_unchanged(
     pages: Callable[[int, int], Sequence[Row]],
-    files_of: Callable[[int], list[str]],
+    details_of: Callable[[int], Details],
     *,
     resumable: bool = False,
 ) -> Outcome:
     """Walk `pages(offset, limit)` (candidate rows in the reader's order) to the first row whose
-    files are unchanged (and, with `resumable`, that can resume training). `files_of(id)`: the
-    member file names of a multi-file checkpoint, as the catalog recorded them."""
+    files are unchanged (and, with `resumable`, that can resume training). `details_of(id)`: the
+    row's `details` (member file names of a multi-file checkpoint, the optimizer config), read
+    only for the formats that need them."""
     outcome = Outcome()
     for row in _rows(pages):
-        if resumable and not judge(row).resumable:
-            continue  # a Keras 3 legacy .h5 with optimizer bytes: the SQL filter lets it by
-        difference = changed(row, files_of)
+        details = details_of(row[_AT["id"]]) if _needs_details(row) else {}
+        verdict = judge(row, details)
+        if resumable and not verdict.resumable:
+            # A Keras 3 legacy .h5 or a .keras without its optimizer config: the SQL lets it by.
+            if len(outcome.passed_over) < MAX_PASSED_OVER:
+                outcome.passed_over.append({"path": row[_AT["path"]], "reason": verdict.reason})
+            continue
+        difference = changed(row, list(details.get("files") or []))
         if difference is None:
-            outcome.row = row
+            outcome.row, outcome.verdict = row, verdict
             return outcome
         outcome.changed.append(f"{row[_AT['path']]}: {difference}")
         if len(outcome.changed) >= MAX_CHANGED:
@@ -87,22 +103,29 @@ def one_run(names: Sequence[str]) -> None:
         raise UsageError(f"several runs have ok checkpoints ({shown}): name one with --run")
 
 
-def judge(row: Row) -> Resumability:
-    fmt = row[_AT["format"]]
+def _needs_details(row: Row) -> bool:
+    return row[_AT["format"]] in (Format.TF_CHECKPOINT.value, Format.KERAS_ZIP.value)
+
+
+def judge(row: Row, details: Details | None = None) -> Resumability:
+    """`core.resume`'s verdict on a candidate row (`details`: its details, when read)."""
+    fmt = Format(row[_AT["format"]]) if row[_AT["format"]] else None
     return resumability(
-        Format(fmt) if fmt else None,
+        fmt,
         row[_AT["kind"]],
         row[_AT["optimizer_bytes"]],
         row[_AT["keras_version"]],
+        optimizer_config_lost=optimizer_config_lost(fmt, details),
     )
 
 
-def changed(row: Row, files_of: Callable[[int], list[str]]) -> str | None:
-    """None if the row's files are the bytes it was indexed from, else what differs."""
+def changed(row: Row, files: list[str]) -> str | None:
+    """None if the row's files are the bytes it was indexed from, else what differs. `files`:
+    the member file names of a multi-file checkpoint, as the catalog recorded them."""
     path = Path(row[_AT["path"]])
     members = [path]
     if row[_AT["format"]] == Format.TF_CHECKPOINT.value:
-        members = [path.parent / name for name in files_of(row[_AT["id"]])] or members
+        members = [path.parent / name for name in files] or members
     expected = FileStat(row[_AT["size_bytes"]], row[_AT["mtime_ns"]], row[_AT["inode"]])
     try:
         found = fsops.current_stat(Path(row[_AT["root"]]), members)
@@ -118,16 +141,18 @@ def changed(row: Row, files_of: Callable[[int], list[str]]) -> str | None:
 
 def checkpoint(outcome: Outcome, values: dict[str, float | None]) -> Checkpoint:
     """The winner as a `Checkpoint`; `details` holds what `latest` reports beside the row:
-    keras_version, iterations, resumable, resume_reason, and `skipped` (changed candidates)."""
+    keras_version, iterations, resumable, resume_reason, `skipped` (changed candidates) and
+    `passed_over` (newer candidates that cannot resume, with why)."""
     row = outcome.row
     assert row is not None
-    verdict = judge(row)
+    verdict = outcome.verdict or judge(row)
     details = {
         "keras_version": row[_AT["keras_version"]],
         "iterations": row[_AT["iterations"]],
         "resumable": verdict.resumable,
         "resume_reason": verdict.reason,
         "skipped": list(outcome.changed),
+        "passed_over": list(outcome.passed_over),
     }
     return dataclasses.replace(to_checkpoint(row[:_N], values), details=details)
 
@@ -143,8 +168,9 @@ def not_found(outcome: Outcome, what: str, newest: Row | None = None) -> NotFoun
             f"{bound}, e.g. {first}; `ckpt scan` re-indexes them"
         )
     if newest is not None:
+        judged = {p["path"]: p["reason"] for p in outcome.passed_over}
+        reason = judged.get(newest[_AT["path"]]) or judge(newest).reason
         return NotFound(
-            f"no {what} can resume training: the newest, {newest[_AT['path']]}, cannot "
-            f"({judge(newest).reason})"
+            f"no {what} can resume training: the newest, {newest[_AT['path']]}, cannot ({reason})"
         )
     return NotFound(f"no {what}")

@@ -164,13 +164,13 @@ def _pick(conn: Any, stmt: Select[Any], *, resumable: bool = False) -> pick.Outc
     def page(offset: int, limit: int) -> list[Any]:
         return list(conn.execute(stmt.offset(offset).limit(limit)).all())
 
-    def files_of(checkpoint_id: int) -> list[str]:
+    def details_of(checkpoint_id: int) -> dict[str, Any]:
         details = conn.execute(
             select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
         ).scalar()
-        return list((details or {}).get("files") or [])
+        return dict(details) if isinstance(details, dict) else {}
 
-    return pick.first_unchanged(page, files_of, resumable=resumable)
+    return pick.first_unchanged(page, details_of, resumable=resumable)
 
 
 def in_run(run: str) -> Any:

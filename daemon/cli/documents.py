@@ -55,6 +55,8 @@ def latest(found: Checkpoint) -> Doc:
     doc = checkpoint_json(found)
     doc["resumable"] = bool(found.details.get("resumable"))
     doc["resume_reason"] = str(found.details.get("resume_reason") or "")
+    # With --resumable: the newer candidates that cannot resume, and why (empty: none).
+    doc["passed_over"] = [dict(p) for p in found.details.get("passed_over") or []]
     return doc
 
 

@@ -21,14 +21,15 @@ from .output import echo, emit_json
     "--resumable",
     is_flag=True,
     help="Only checkpoints training can resume from: optimizer state that its loader restores "
-    "(a .keras, a tf-keras .h5, a TF checkpoint); not a Keras 3 legacy .h5, weights-only files "
-    "or a SavedModel.",
+    "(a .keras, a tf-keras .h5, a TF checkpoint); not a Keras 3 legacy .h5, a .keras whose "
+    "compile config lost its optimizer, weights-only files or a SavedModel.",
 )
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="The checkpoint's row + `resumable` and `resume_reason` as JSON.",
+    help="The checkpoint's row + `resumable`, `resume_reason` and `passed_over` (newer "
+    "checkpoints --resumable passed over, each with its path and reason) as JSON.",
 )
 @pass_context
 def latest(obj: Context, run: str | None, resumable: bool, as_json: bool) -> None:
@@ -45,6 +46,11 @@ def latest(obj: Context, run: str | None, resumable: bool, as_json: bool) -> Non
         found = cat.latest(run, resumable)
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)
+    passed = found.details.get("passed_over") or []
+    if passed:  # why the answer is not the newest: said once, the list is in --json
+        first = passed[0]
+        more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""
+        echo(f"ckpt: passed over {first['path']}{more}: {first['reason']}", err=True)
     if as_json:
         emit_json(documents.latest(found))
     else:

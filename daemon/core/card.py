@@ -16,7 +16,7 @@ from typing import Any
 
 from .model import Format, Kind
 from .render import config_text, relative_path, visible, visible_doc
-from .resume import resumability
+from .resume import optimizer_config_lost, resumability
 from .units import format_size, shortest_float
 
 # The codecs whose HDF5 filters Keras cannot read without `import hdf5plugin` (keras-formats §0.7).
@@ -69,7 +69,13 @@ def facts(
     path = artifact["path"] if artifact else doc["path"]
     fmt = _format(doc["format"])
     inference = artifact is not None
-    resume = resumability(fmt, doc["kind"], doc["optimizer_bytes"], doc["keras_version"])
+    resume = resumability(
+        fmt,
+        doc["kind"],
+        doc["optimizer_bytes"],
+        doc["keras_version"],
+        optimizer_config_lost=optimizer_config_lost(fmt, doc),
+    )
     n, trainable = doc["n_params"], doc["n_trainable_params"]
     optimizer_bytes = 0 if inference else doc["optimizer_bytes"]
     inputs, outputs = ports(model_config)

@@ -6,11 +6,18 @@ and the library that loads it puts that state back, so `fit()` continues where t
 instead of restarting Adam's moments from zero. The facts behind each rule: a Keras 3 legacy
 `.h5` loads with only 2 optimizer variables (keras/src/legacy/saving/legacy_h5_format.py builds
 the optimizer without its slots) and `fit()` then raises; tf-keras resumes its own `.h5`; a
-tf-keras `save_weights('x.h5')` holds no optimizer state; a SavedModel is loaded for serving."""
+tf-keras `save_weights('x.h5')` holds no optimizer state; a SavedModel is loaded for serving; a
+`.keras` whose compile config has no optimizer (Keras 3 drops it from every `.keras` saved after
+an `.h5` save in the same process: `ModelCheckpoint("model-{epoch}.keras")` beside a `best.h5`)
+holds the state, but `load_model` compiles a default RMSprop and skips it: training restarts at
+iteration 0. Every answer to "resumable" (`latest --resumable` and its `--json`, the model card,
+`describe`) is this one function's."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .model import Format, Kind
 
@@ -33,9 +40,12 @@ def resumability(
     kind: str | None,
     optimizer_bytes: int | None,
     keras_version: str | None,
+    *,
+    optimizer_config_lost: bool = False,
 ) -> Resumability:
     """Whether training can resume from a checkpoint of this `format` and `kind`, with
-    `optimizer_bytes` of optimizer state, written by Keras `keras_version` (None: unknown)."""
+    `optimizer_bytes` of optimizer state, written by Keras `keras_version` (None: unknown);
+    `optimizer_config_lost`: its compile config names no optimizer (`optimizer_config_lost()`)."""
     if format is None:
         return Resumability(False, "format unknown")
     if format == Format.SAVED_MODEL:
@@ -58,6 +68,13 @@ def resumability(
         )
     if kind != Kind.FULL.value:
         return Resumability(False, "weights only: no architecture to load")
+    if format == Format.KERAS_ZIP and optimizer_config_lost:
+        return Resumability(
+            False,
+            "unreliable: its compile config lost the optimizer (Keras saved it after an .h5 "
+            "save in the same process); load_model compiles a default RMSprop at iteration 0 "
+            "and skips the saved optimizer state",
+        )
     if format == Format.KERAS_ZIP:
         return Resumability(True, "Keras archive with optimizer state: keras.models.load_model")
     major = _major(keras_version)
@@ -79,3 +96,12 @@ def resumability(
 def _major(version: str | None) -> int | None:
     head = (version or "").strip().split(".", 1)[0]
     return int(head) if head.isascii() and head.isdigit() else None
+
+
+def optimizer_config_lost(format: Format | None, details: Mapping[str, Any] | None) -> bool:
+    """Whether a Keras archive's compile config names no optimizer, from the catalog's `details`
+    of it (or `show --json`): its `optimizer_config` recorded, and empty. False when it was not
+    recorded (nothing says it was lost). `resumability` judges it only beside optimizer state."""
+    if format != Format.KERAS_ZIP or not details or "optimizer_config" not in details:
+        return False
+    return not details["optimizer_config"]

@@ -21,6 +21,10 @@ Semantics:
   keeps both candidates), pinned ones ("pinned"), every non-ok one (its status as the
   reason: the planner never trashes what it could not read), and those the caller protects
   with a reason of its own (`Item.protected`: a rewritten file's previous generation).
+- `keep_last`, `keep_every` and `keep_within` count training moments, not files
+  (`training_moments`): every ok file saved at one epoch (or step) is one moment, so
+  `model-008.keras`, `w-08.weights.h5` and `best.h5` of epoch 8 are kept, or not, together, and
+  the reason says how many files the moment holds ("last #1 (epoch 8: 3 files)").
 - Keep rules are a union: a checkpoint survives if any rule keeps it. `keep_last N`; `keep_best`
   per metric (ties: newer mtime, then higher id; a checkpoint without the metric, or with NaN, is
   kept with "no <metric>: kept" unless `keep_missing=False`); `keep_every N` on the epoch, or on
@@ -252,18 +256,20 @@ def _reasons(
         if item.status != CheckpointStatus.OK:
             yield item.id, PROTECTED, str(item.status)
     newest_first = ok[::-1]  # by mtime: ties in keep_best, periods
+    moments = training_moments(ok)
     if policy.keep_last is not None:
-        furthest_first = sorted(ok, key=progress_key, reverse=True)
-        for rank, item in enumerate(furthest_first[: policy.keep_last], start=1):
-            yield item.id, RANKED, f"last #{rank}"
+        for rank, moment in enumerate(moments[: policy.keep_last], start=1):
+            yield from moment.reasons(RANKED, f"last #{rank}")
     for rule in policy.keep_best:
         yield from _keep_best(newest_first, rule)
     if policy.keep_every is not None:
-        yield from _keep_every(ok, policy.keep_every)
+        yield from _keep_every(moments, policy.keep_every)
     if policy.keep_within is not None and ok:
         since = ok[-1].mtime - policy.keep_within  # inclusive: exactly 2d old is within 2d
         reason = f"within {format_duration(policy.keep_within)} of newest"
-        yield from ((item.id, LOOSE, reason) for item in ok if item.mtime >= since)
+        for moment in moments:
+            if any(item.mtime >= since for item in moment.items):
+                yield from moment.reasons(LOOSE, reason)
     for kind in ("hourly", "daily", "weekly"):
         n = getattr(policy, f"keep_{kind}")
         if n is not None:
@@ -287,13 +293,64 @@ def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, 
         yield item.id, tier, f"best {rule.metric} #{rank} ({value:.4g})"
 
 
-def _keep_every(ok: list[Item], n: int) -> Iterator[tuple[int, int, str]]:
+def _keep_every(moments: list[Moment], n: int) -> Iterator[tuple[int, int, str]]:
+    for moment in moments:
+        if moment.epoch is not None:
+            if moment.epoch % n == 0:
+                yield from moment.reasons(LOOSE, f"every {n} epochs")
+        elif moment.step is not None and moment.step % n == 0:
+            yield from moment.reasons(LOOSE, f"every {n} steps")
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One point of a run's training and every ok checkpoint saved at it (`model-008.keras`,
+    `w-08.weights.h5` and `best.h5` all written at the end of epoch 8): `keep_last`,
+    `keep_every` and `keep_within` count moments, so they keep all of its files or none."""
+
+    epoch: int | None
+    step: int | None
+    items: tuple[Item, ...]
+
+    def reasons(self, tier: int, reason: str) -> Iterator[tuple[int, int, str]]:
+        if len(self.items) > 1:  # say why a file is kept beside others of its moment
+            where = f"epoch {self.epoch}" if self.epoch is not None else f"step {self.step}"
+            reason = f"{reason} ({where}: {len(self.items)} files)"
+        return ((item.id, tier, reason) for item in self.items)
+
+
+def training_moments(ok: Sequence[Item]) -> list[Moment]:
+    """The run's training moments, furthest along first (by the `progress_key` of their
+    furthest file). A file is at moment (epoch, step); within an epoch a file without a step
+    is at the epoch's last known step (an epoch-end save beside one that records the step);
+    a file with neither epoch nor step is a moment of its own (its progress is unknown)."""
+    last_step: dict[int, int] = {}
+    for item in ok:
+        if item.epoch is not None and item.step is not None:
+            last_step[item.epoch] = max(item.step, last_step.get(item.epoch, item.step))
+    groups: dict[tuple[object, ...], list[Item]] = {}
     for item in ok:
         if item.epoch is not None:
-            if item.epoch % n == 0:
-                yield item.id, LOOSE, f"every {n} epochs"
-        elif item.step is not None and item.step % n == 0:
-            yield item.id, LOOSE, f"every {n} steps"
+            step = last_step.get(item.epoch) if item.step is None else item.step
+            key: tuple[object, ...] = ("epoch", item.epoch, step)
+        elif item.step is not None:
+            key = ("step", item.step)
+        else:
+            key = ("unknown", item.id)
+        groups.setdefault(key, []).append(item)
+    moments = [
+        Moment(
+            items[0].epoch,
+            None if items[0].epoch is None and items[0].step is None else _step_of(items),
+            tuple(sorted(items, key=progress_key, reverse=True)),
+        )
+        for items in groups.values()
+    ]
+    return sorted(moments, key=lambda m: progress_key(m.items[0]), reverse=True)
+
+
+def _step_of(items: list[Item]) -> int | None:
+    return max((item.step for item in items if item.step is not None), default=None)
 
 
 def _period(kind: str, mtime: float) -> str:

@@ -1,4 +1,5 @@
-"""Which runs a query's `--run NAME` covers: the run and every run below it (pure).
+"""Which runs a query's `--run NAME` covers: the run and every run below it; and which runs below
+a shared folder a log there belongs to (pure).
 
 A training script that saves into `exp/checkpoints/` (or `exp/ckpt/fold1/`) makes runs named
 after those folders, but to its user they are experiment `exp`: `ckpt best --run exp` must
@@ -7,6 +8,7 @@ answer from them. A sibling that merely shares the prefix (`exp2`) is another ex
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 # The character after "/" in code point order: `name >= "exp/" AND name < "exp0"` is exactly
@@ -33,3 +35,13 @@ def run_scope(run: str) -> RunScope:
     if name == ROOT_RUN:
         return RunScope(None)
     return RunScope(name, name + "/", name + _AFTER_SEPARATOR)
+
+
+def shared_log_covers(log_epochs: Collection[int], run_epochs: Collection[int]) -> bool:
+    """Whether a log in a folder above several runs, naming none of them (`exp/history.csv`
+    above `exp/ckpt/` and `exp/weights/`, one `fit()` writing all three), is this run's: it has
+    a row for epochs the run's checkpoints name. Some, not all: a resumed job's CSVLogger
+    (`append=False`) rewrites the log from the resumed epoch on, and it still covers those. A
+    run naming no epoch is contradicted by no log: it takes it (its checkpoints are below it)."""
+    wanted = set(run_epochs)
+    return not wanted or not wanted.isdisjoint(log_epochs)

@@ -6,9 +6,12 @@ there and up to `TB_DEPTH` folders below (`tb_events.search_event_files`).
 
 A folder above the run that other runs share (a known run, or checkpoints found, in another of
 its child branches: `lr_a/`, `lr_b/` beside `lr_a.csv`, `lr_b.csv`) holds logs of several
-experiments: a text log there is this run's only when its name names the child folder leading
-to the run (`lr_b.csv`, `lr_b_history.csv`), and nobody's when it names none. A folder above a
-single run (`exp/training.log` over `exp/checkpoints/`) gives all its logs to that run.
+experiments: a text log there that names a child folder is that branch's only (`lr_b.csv`,
+`lr_b_history.csv` are lr_b's, never lr_a's); one that names none (`exp/history.csv` above
+`exp/ckpt/` and `exp/weights/`, both written by one `fit()`) is `shared`: it belongs to every run
+below it whose epochs it covers, which derivation decides (`usecases.derivation.covered_logs`).
+A folder above a single run (`exp/training.log` over `exp/checkpoints/`) gives all its logs to
+that run.
 
 Stat only: nothing is opened here. Known runs are looked up in a `RunIndex` (one per call, or
 the caller's for a whole scan), so the cost does not grow with the number of runs.
@@ -16,6 +19,7 @@ the caller's for a whole scan), so the cost does not grow with the number of run
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import os
@@ -39,7 +43,9 @@ MAX_TB_FILES = 64  # per level
 MAX_NAME_SEPARATORS = 16  # in a log's name, while looking for the folder it names
 _TEXT_FIRST = (".csv", ".log", ".tsv", ".txt", "")  # sniffed first: where CSV logs usually are
 
-Keep = Callable[[str], bool]  # whether a file name of the folder may be this run's log
+# Whose a file of the folder is: True this run's, False another branch's, None nobody's in
+# particular (a shared folder's log naming no branch: every run below it whose epochs it covers).
+Claim = Callable[[str], bool | None]
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,13 @@ class Candidate:
     size: int
     mtime_ns: int
     configured: bool  # matched a `metrics_files` pattern: problems are noted, not skipped
+    shared: bool = False  # in a folder several runs share, naming none of them
 
 
 @dataclass
 class Found:
     """The candidates, nearest folder first, and the configured matches left out because they
-    sit in a folder shared by several runs and name none of this run's (for a note)."""
+    sit in a folder shared by several runs and name another run's folder (for a note)."""
 
     candidates: list[Candidate]
     withheld: list[str]
@@ -116,25 +123,26 @@ def _event_files(
     return _Events(files, found.shared)
 
 
-def _own_logs(branch: str, entries: Listing, known: Collection[str], shared: bool) -> Keep | None:
-    """None (every file counts) unless the folder is shared; then whether a file is this run's:
-    its stem names `branch` and no longer (or as long) other child folder of the folder, a
-    listed one or a known run's (`lr_b_2.csv` beside `lr_b/` and `lr_b_2/` is lr_b_2's). Names
-    are compared as they are (case included); a lookup per part of the name, never a pass over
-    the folder's children."""
+def _own_logs(branch: str, entries: Listing, known: Collection[str], shared: bool) -> Claim | None:
+    """None (every file counts) unless the folder is shared; then whose a file is (`Claim`):
+    this run's when its stem names `branch` and no longer (or as long) other child folder of
+    the folder, a listed one or a known run's (`lr_b_2.csv` beside `lr_b/` and `lr_b_2/` is
+    lr_b_2's); another's when it names another child folder; nobody's in particular (None) when
+    it names none. Names are compared as they are (case included); a lookup per part of the
+    name, never a pass over the folder's children."""
     if not shared:
         return None
 
-    def keep(name: str) -> bool:
-        stem = os.path.splitext(name)[0]
-        if not names_folder(stem, branch):
-            return False
-        return not any(
-            part != branch and (part in known or (part in entries and entries[part] is None))
-            for part in _bounded_parts(stem, len(branch))
-        )
+    def other(part: str) -> bool:
+        return part != branch and (part in known or (part in entries and entries[part] is None))
 
-    return keep
+    def claim(name: str) -> bool | None:
+        stem = os.path.splitext(name)[0]
+        if names_folder(stem, branch):
+            return not any(other(part) for part in _bounded_parts(stem, len(branch)))
+        return False if any(other(part) for part in _bounded_parts(stem, 1)) else None
+
+    return claim
 
 
 def names_folder(stem: str, folder: str) -> bool:
@@ -210,10 +218,10 @@ def _configured(
     entries: Listing,
     root: Path,
     notes: list[str],
-    keep: Keep | None,
+    keep: Claim | None,
     withheld: list[str],
 ) -> list[Candidate]:
-    """The files the patterns name (those `keep` refuses go to `withheld`)."""
+    """The files the patterns name (another branch's, by `keep`, go to `withheld`)."""
     out: list[Candidate] = []
     for pattern in patterns:
         if "/" in pattern or "**" in pattern:
@@ -229,11 +237,13 @@ def _configured(
             info = _lstat(path)
             if info is None or tb_events.is_event_file(path.name):
                 continue
-            if keep is not None and not keep(path.name):
+            whose = True if keep is None else keep(path.name)
+            if whose is False:
                 withheld.append(label(path, root))
                 continue
             kind = _name_kind(path.name) or "csv"
-            out.append(_candidate(path, root, kind, level, info, configured=True))
+            cand = _candidate(path, root, kind, level, info, configured=True)
+            out.append(cand if whose else dataclasses.replace(cand, shared=True))
     return out
 
 
@@ -266,24 +276,29 @@ def _sniffable(
     entries: Listing,
     taken: set[str],
     root: Path,
-    keep: Keep | None,
+    keep: Claim | None,
 ) -> list[Candidate]:
     """Files directly in `folder` that may be logs by their content, most likely first."""
     picked: list[tuple[int, str, os.stat_result]] = []
+    unclaimed: set[str] = set()
     for name, info in entries.items():
         if info is None or info.st_size > MAX_READ_BYTES or info.st_size == 0:
             continue
         if looks_like_checkpoint(name) or tb_events.is_event_file(name) or name.startswith("."):
             continue
-        if label(folder / name, root) in taken or (keep is not None and not keep(name)):
+        whose = True if keep is None else keep(name)
+        if label(folder / name, root) in taken or whose is False:
             continue
+        if whose is None:
+            unclaimed.add(name)
         rank = 0 if _name_kind(name) else 1 if os.path.splitext(name)[1] in _TEXT_FIRST else 2
         picked.append((rank, name, info))
     picked.sort(key=lambda item: (item[0], item[1]))
     out = []
     for _, name, info in picked[:MAX_SNIFFED_PER_FOLDER]:
         kind = _name_kind(name) or "sniff"
-        out.append(_candidate(folder / name, root, kind, level, info, configured=False))
+        cand = _candidate(folder / name, root, kind, level, info, configured=False)
+        out.append(dataclasses.replace(cand, shared=True) if name in unclaimed else cand)
     return out
 
 

@@ -2,7 +2,9 @@
 folder, then each folder above it up to the root, nearest first; in a folder other runs share,
 only the logs that name the run's branch), read and merged: CSVLogger logs under any name and
 JSON logs (recognised by `core.log_sniff`), TensorBoard event files (`formats.tb_events`). A
-nearer folder's value wins; within one folder JSON > CSV > TensorBoard.
+nearer folder's value wins; within one folder a log naming the run's branch beats a `shared` one
+(naming no run: derivation drops it with `RunLogs.without` when it does not cover the run's
+epochs), then JSON > CSV > TensorBoard.
 
 Every file is opened through `fs.beneath` (beneath the root, no symlink followed, no FIFO
 opened); entries, candidates, bytes per file and per run, and records are bounded; bad bytes
@@ -42,6 +44,9 @@ class LogFile:
     kind: str  # "csv" | "json" | "tensorboard"
     mtime_ns: int
     epochs: int  # highest 1-based epoch this file has a row for (0: none)
+    # In a folder above several runs, naming none: the run's only if it covers the run's epochs.
+    shared: bool = False
+    logged_epochs: frozenset[int] = frozenset()  # the epochs it has a row for
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,15 @@ class RunLogs:
     epoch_times: Mapping[int, float]  # 1-based epoch -> wall time it was logged (TensorBoard)
     files: tuple[LogFile, ...]
     notes: tuple[str, ...]
+    layers: tuple[_Layer, ...] = field(default=(), repr=False, compare=False)
+
+    def without(self, labels: Collection[str]) -> RunLogs:
+        """These logs without the files labelled `labels` (shared logs found not this run's)."""
+        drop = set(labels)
+        reader = _Reader(Path("."), notes=list(self.notes))
+        reader.layers = [layer for layer in self.layers if layer.label not in drop]
+        reader.files = [f for f in self.files if f.label not in drop]
+        return reader.merged()
 
     @property
     def epochs_logged(self) -> int:
@@ -63,11 +77,14 @@ class RunLogs:
 
 @dataclass
 class _Layer:
-    order: tuple[int, int, int]  # (level, tier, rank within them): the merge takes the first
+    # (level, shared, tier, rank within them): the merge takes the first; at one level a log
+    # naming the run's branch beats one naming none.
+    order: tuple[int, int, int, int]
     source: str
     by_epoch: ByKey
     by_step: ByKey
     times: dict[int, float] = field(default_factory=dict)
+    label: str = ""  # the file's (for a text log; "" for an event folder)
 
 
 def read_run_logs(
@@ -90,8 +107,8 @@ def read_run_logs(
     if found.withheld and not reader.layers:  # why a run has no metrics: once, when it matters
         shown = ", ".join(found.withheld[:3]) + (", ..." if len(found.withheld) > 3 else "")
         reader.notes.append(
-            f"{shown}: in a folder shared by several runs and named after none of this run's"
-            " folders, not used"
+            f"{shown}: in a folder shared by several runs and named after another run's"
+            " folder, not used"
         )
     return reader.merged()
 
@@ -139,9 +156,14 @@ class _Reader:
                 self.notes.append(f"{cand.label}: {problem}" + ("" if found else ", ignored"))
             if not (found or cand.configured):
                 return  # some other JSON (a config, a vocabulary): not a log
-        order = (cand.level, _TIERS[kind], rank)
-        self.layers.append(_Layer(order, f"{kind}:{cand.label}", by_epoch, by_step))
-        self.files.append(LogFile(cand.label, kind, cand.mtime_ns, max(by_epoch, default=0)))
+        order = (cand.level, int(cand.shared), _TIERS[kind], rank)
+        self.layers.append(
+            _Layer(order, f"{kind}:{cand.label}", by_epoch, by_step, label=cand.label)
+        )
+        epochs = max(by_epoch, default=0)
+        self.files.append(
+            LogFile(cand.label, kind, cand.mtime_ns, epochs, cand.shared, frozenset(by_epoch))
+        )
 
     def event_folder(self, folder: Path, rank: int, group: list[Candidate]) -> None:
         """One layer per event folder: its files in name (= creation time) order, a later
@@ -157,7 +179,7 @@ class _Reader:
             epochs = to_metrics(found.scalars, folder.name).epochs
             self.files.append(LogFile(cand.label, "tensorboard", cand.mtime_ns, epochs))
         metrics = to_metrics(scalars, folder.name)
-        order = (group[0].level, _TIERS["tensorboard"], rank)
+        order = (group[0].level, 0, _TIERS["tensorboard"], rank)
         source = f"tensorboard:{label(folder, self.root)}"
         self.layers.append(
             _Layer(order, source, metrics.by_epoch, metrics.by_step, metrics.epoch_times)
@@ -223,4 +245,5 @@ class _Reader:
             {k: times_at[k][1] for k in sorted(times_at)},
             tuple(self.files),
             tuple(self.notes),
+            tuple(self.layers),
         )

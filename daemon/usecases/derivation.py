@@ -9,6 +9,7 @@ never read here: `ckpt scan --reindex` is this, for every run, and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,9 +21,11 @@ from typing import Any
 from ..catalog.store import Store
 from ..catalog.store_runs import Derivation, RunMember
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run, member
+from ..core.kept_metrics import as_record, keep_recorded, record_of
 from ..core.metrics import FilenameTemplate
 from ..core.model import MetricValue
 from ..core.naming import RunNaming, infer_naming
+from ..core.runs import shared_log_covers
 from ..formats.metric_files import Sidecar, read_sidecar
 from ..formats.run_logs import OtherRuns, RunLogs, logs_signature, read_run_logs
 from ..settings.config import RootConfig
@@ -94,10 +97,9 @@ def refresh_run(
     rows = store.run_members(root, run.name)
     if read is None:
         read = run_logs(run, other_runs)
-    logs = read.logs
+    names = [os.path.basename(r.path) for r in rows]
+    logs, naming = _own_logs(read.logs, names, templates)
     logged = _logged(logs)
-    values = {e: {k: v.value for k, v in d.items()} for e, d in logs.by_epoch.items()}
-    naming = infer_naming([os.path.basename(r.path) for r in rows], values, templates)
     present = _names_in(run.folder)  # one listing, not one open per checkpoint
     sidecars = {
         r.id: read_sidecar(Path(f"{r.path}.json"), run.root.path)
@@ -107,18 +109,17 @@ def refresh_run(
     }
     members = [_member(r, naming, sidecars[r.id]) for r in rows]
     result = derive_run(members, logged)
+    derived = {r.id: _with_recorded(r, result.members[r.id]) for r in rows}
     changes = []
     for row in rows:
-        d = result.members[row.id]
+        d = derived[row.id]
         details = _update(row, d, sidecars[row.id])
         if details is not None:
             changes.append(
                 Derivation(row.id, row.hash, row.mtime_ns, d.epoch, d.step, d.metrics, details)
             )
     written = store.set_derived_many(changes, at=at)
-    store.set_derived_many(
-        _version_updates(store, root, run.name, rows, result.members, logs), at=at
-    )
+    store.set_derived_many(_version_updates(store, root, run.name, rows, derived, logs), at=at)
     store.set_run_details(
         root,
         run.name,
@@ -136,6 +137,36 @@ def refresh_run(
 
 
 NO_SIDECAR = Sidecar({}, {}, (), "sidecar")
+
+
+def _own_logs(
+    logs: RunLogs, names: Sequence[str], templates: Sequence[FilenameTemplate]
+) -> tuple[RunLogs, RunNaming]:
+    """The run's logs (the shared ones that do not cover the epochs its names say dropped) and
+    its naming scheme read with them."""
+    naming = infer_naming(names, _values(logs), templates)
+    if not any(f.shared for f in logs.files):
+        return logs, naming
+    epochs = [naming.fields(name).ints.get("epoch") for name in names]
+    covered = covered_logs(logs, epochs)
+    if covered is logs:
+        return logs, naming
+    return covered, infer_naming(names, _values(covered), templates)
+
+
+def covered_logs(logs: RunLogs, epochs: Sequence[int | None]) -> RunLogs:
+    """`logs` without the shared ones (a folder's log above several runs, naming none) that do
+    not cover `epochs` (the run's checkpoints' epochs; None: unknown, ignored), by
+    `core.runs.shared_log_covers`. The same object when none is dropped."""
+    known = {e for e in epochs if e is not None}
+    drop = [
+        f.label for f in logs.files if f.shared and not shared_log_covers(f.logged_epochs, known)
+    ]
+    return logs.without(drop) if drop else logs
+
+
+def _values(logs: RunLogs) -> dict[int, dict[str, float]]:
+    return {e: {k: v.value for k, v in d.items()} for e, d in logs.by_epoch.items()}
 
 
 def _names_in(folder: Path) -> frozenset[str]:
@@ -184,6 +215,22 @@ def _sightings(entries: object) -> list[Sighting]:
     return out
 
 
+def _current_entry(row: RunMember) -> dict[str, Any] | None:
+    """The entry of `row.details["generations"]` of the bytes the row holds now."""
+    entries = [g for g in row.details.get("generations") or [] if isinstance(g, dict)]
+    return next((g for g in reversed(entries) if row.hash and g.get("hash") == row.hash), None)
+
+
+def _with_recorded(row: RunMember, d: Derived) -> Derived:
+    """`d` with the logged metrics recorded for the row's generation at that epoch kept over a
+    rewritten log (`core.kept_metrics`)."""
+    entry = _current_entry(row)
+    if entry is None or entry.get("epoch") != d.epoch:
+        return d  # a new generation, or one now placed at another epoch: recorded afresh
+    values, notes = keep_recorded(d.metrics, record_of(entry), d.epoch)
+    return dataclasses.replace(d, metrics=values, notes=(*d.notes, *notes))
+
+
 def _version_updates(
     store: Store,
     root: str,
@@ -210,9 +257,14 @@ def _version_updates(
                 continue
             epoch, step = found
             at_epoch = logs.by_epoch.get(epoch, {}) if epoch is not None else {}
-            if not at_epoch:
+            entry = next(
+                (g for g in row.details.get("generations") or [] if g.get("hash") == kept.hash),
+                None,
+            )
+            recorded = record_of(entry) if entry and entry.get("epoch") == epoch else {}
+            if not at_epoch and not recorded:
                 continue  # no log of that epoch: it keeps what it had when it was current
-            values = tuple(at_epoch[k] for k in sorted(at_epoch))
+            values, _ = keep_recorded(tuple(at_epoch[k] for k in sorted(at_epoch)), recorded, epoch)
             source = f"generation {kept.generation} of {os.path.basename(row.path)}"
         details = {"epoch_source": source, "metric_sources": {m.name: m.source for m in values}}
         out.append(Derivation(kept.id, kept.hash, kept.mtime_ns, epoch, step, values, details))
@@ -239,6 +291,11 @@ def _update(row: RunMember, d: Derived, sidecar: Sidecar) -> dict[str, Any] | No
     for entry, epoch in zip(generations, d.history_epochs, strict=False):
         entry["epoch"] = d.epoch if entry.get("hash") == row.hash else epoch
         entry["step"] = d.step if entry.get("hash") == row.hash else entry.get("step")
+    mine = [g for g in generations if row.hash and g.get("hash") == row.hash]
+    current = mine[-1] if mine else None
+    if current is not None:  # what the logs said for these bytes: a rewritten log never erases
+        current["epoch"], current["step"] = d.epoch, d.step
+        current["logged"] = as_record(d.metrics)
     details = {
         "epoch_source": d.epoch_source,
         "notes": notes,

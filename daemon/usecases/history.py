@@ -23,7 +23,7 @@ from ..core.model import Checkpoint
 from ..core.query import ListQuery
 from ..core.usage import RootUsage, summarize
 from ..settings.config import Config
-from .derivation import RunRef, run_logs
+from .derivation import RunRef, covered_logs, run_logs
 
 
 def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] = ()) -> History:
@@ -31,7 +31,7 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
     for `metrics` (default: `core.history.chosen_metrics`). NotFound when the catalog has no
     checkpoint of it."""
     root, name, rows = _run_rows(store, run)
-    logged, notes = _logged(config, store, root, name)
+    logged, notes = _logged(config, store, root, name, [r.epoch for r in rows])
     policy, _ = config.policy_for(root, name)
     monitored = [b.metric for b in policy.keep_best] if policy is not None else []
     chosen = chosen_metrics(metrics, logged, rows, monitored)
@@ -59,16 +59,17 @@ def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
 
 
 def _logged(
-    config: Config, store: Store, root: str, run: str
+    config: Config, store: Store, root: str, run: str, epochs: Sequence[int | None]
 ) -> tuple[dict[int, dict[str, float]], list[str]]:
-    """What the run's logs hold by epoch; a note instead when they cannot be read."""
+    """What the run's logs hold by epoch (a shared log above it only if it covers `epochs`, the
+    run's checkpoints', as derivation decides); a note instead when they cannot be read."""
     configured = next((r for r in config.roots if str(r.path) == root), None)
     if configured is None:
         return {}, [f"root {root} is not in the config: its logs were not read"]
     folder = configured.path if run == "." else configured.path / run
     others = [Path(r) / name for _, r, name in store.run_keys() if r == root and name != run]
     try:
-        logs = run_logs(RunRef(configured, folder, run), others).logs
+        logs = covered_logs(run_logs(RunRef(configured, folder, run), others).logs, epochs)
     except ValueError as exc:  # the run's folder is not beneath its root any more
         return {}, [f"logs not read: {exc}"]
     by_epoch = {epoch: logs.values_at(epoch) for epoch in logs.by_epoch}

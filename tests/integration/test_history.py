@@ -73,7 +73,8 @@ def looked(tmp_path_factory: pytest.TempPathFactory, training_runs: Path) -> Ite
     Path(f"{fixed}.json").write_text(json.dumps({"epoch": 5}))
     cat.scan()
     cat.pin(str(by_epoch[4]))
-    cat.prune([RUN], Policy(keep_last=3))  # keeps 8, 9, best.keras (5), the pinned 4 and v1
+    # Keeps epochs 8, 9 and 5 (best.keras and best-05: one moment), the pinned 4 and v1.
+    cat.prune([RUN], Policy(keep_last=3))
     by_epoch[8].unlink()
     version = root / ".ckpt-versions" / RUN / "best.v1.keras"
     cat.scan()
@@ -100,7 +101,7 @@ def test_every_epoch_has_its_logged_values_and_every_checkpoint_its_marks(looked
         (2, p[2]): ("trashed",),
         (4, p[4]): ("pinned", "kept"),
         (4, str(looked.version)): ("version",),
-        (5, p[5]): ("trashed",),
+        (5, p[5]): ("kept",),  # the epoch of best.keras: keep_last keeps its every file
         (5, str(looked.root / RUN / "best.keras")): ("kept",),
         (8, p[8]): ("missing",),
         (9, p[9]): ("best", "kept"),
@@ -163,7 +164,7 @@ def test_du_is_the_bytes_on_disk(looked: Looked) -> None:
     run_dir = looked.root / RUN
     kept = [f for f in run_dir.glob("best*.keras") if ".inference." not in f.name]
     assert runs[RUN]["by_kind"]["checkpoint"] == sum(f.stat().st_size for f in kept)
-    assert runs[RUN]["files"]["checkpoint"] == len(kept) == 3
+    assert runs[RUN]["files"]["checkpoint"] == len(kept) == 4
     assert (runs[RUN]["files"]["inference"], runs[RUN]["by_kind"]["inference"]) == on_disk(
         run_dir, "*.inference.*"
     )  # the artifact and its model card beside it

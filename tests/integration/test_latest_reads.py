@@ -254,13 +254,13 @@ def test_the_guard_gives_up_after_max_changed(tmp_path: Path) -> None:
         asked.append(offset)
         return rows[offset : offset + limit]
 
-    outcome = pick.first_unchanged(pages, lambda _id: [])
+    outcome = pick.first_unchanged(pages, lambda _id: {})
     assert outcome.row is None and len(outcome.changed) == pick.MAX_CHANGED
     assert asked == [0]  # one page was enough to give up
     with pytest.raises(NotFound, match=f"gave up after {pick.MAX_CHANGED}"):
         raise pick.not_found(outcome, "ok checkpoint in run 'r'")
     rows[pick.MAX_CHANGED - 1][9] += 1  # the 50th is unchanged after all: it wins
-    assert pick.first_unchanged(pages, lambda _id: []).row is rows[pick.MAX_CHANGED - 1]
+    assert pick.first_unchanged(pages, lambda _id: {}).row is rows[pick.MAX_CHANGED - 1]
 
 
 def _answer(source: Store, run: str, resumable: bool) -> Any:

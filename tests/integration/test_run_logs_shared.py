@@ -1,7 +1,8 @@
 """formats.run_logs in folders several runs share: a sibling experiment's log is never this run's
-(a text log above the run counts only when its name names the run's branch), a folder above a
-single run still gives it every log, and the cost per run stays flat in the number of known runs
-(a `RunIndex` built once serves every run of a scan). From the review of issue 10."""
+(a text log above the run naming another run's branch is not; one naming none is `shared` by the
+runs below it, issue 21), a folder above a single run still gives it every log, and the cost per
+run stays flat in the number of known runs (a `RunIndex` built once serves every run of a scan).
+From the review of issue 10."""
 
 from __future__ import annotations
 
@@ -45,27 +46,45 @@ def test_a_sibling_experiments_csv_in_the_shared_parent_is_not_this_runs(tmp_pat
     ]
 
 
-def test_a_shared_folders_log_names_its_run_or_is_nobodys(tmp_path: Path) -> None:
+def test_a_shared_folders_log_names_its_run_or_is_shared(tmp_path: Path) -> None:
     exps = tmp_path / "exps"
     runs = {n: _run(exps / n / "checkpoints") for n in ("lr_b", "lr_b_2", "base", "lonely")}
     _csv(exps / "lr_b_history.csv", 0.5)  # names lr_b (between separators)
     _csv(exps / "lr_b_2.csv", 0.25)  # names lr_b and lr_b_2: the longer name wins
     _csv(exps / "base.log", 0.75)  # sniffed by content, named after base/
-    _csv(exps / "training.log", 0.125)  # a configured name naming no run: nobody's
-    _csv(exps / "xbase.csv", 0.0625)  # `base` not between separators: nobody's
+    _csv(exps / "training.log", 0.125)  # a configured name naming no run: shared
+    _csv(exps / "xbase.csv", 0.0625)  # `base` not between separators: shared
     index = RunIndex(runs.values())
 
     def sources(name: str) -> set[str]:
         return _sources(read_run_logs(runs[name], tmp_path, PATTERNS, index))
 
+    # A log naming the run's branch beats the shared ones of its folder.
     assert sources("lr_b") == {"csv:exps/lr_b_history.csv"}
     assert sources("lr_b_2") == {"csv:exps/lr_b_2.csv"}
     assert sources("base") == {"csv:exps/base.log"}
+    # Issue 21: a log naming no run is every run's below it (whose epochs it covers: derivation).
     lonely = read_run_logs(runs["lonely"], tmp_path, PATTERNS, index)
+    assert _sources(lonely) == {"csv:exps/training.log"} and lonely.values_at(1) == {"loss": 0.125}
+    assert [(f.label, f.shared) for f in lonely.files] == [
+        ("exps/training.log", True),
+        ("exps/xbase.csv", True),
+    ]
+    assert lonely.notes == ()
+    # Another experiment's log never is: without the shared ones, lonely has no metrics.
+    alone = lonely.without(["exps/training.log", "exps/xbase.csv"])
+    assert alone.by_epoch == {} and alone.files == ()
+
+
+def test_a_shared_folders_log_naming_another_run_is_withheld_with_a_note(tmp_path: Path) -> None:
+    exps = tmp_path / "exps"
+    runs = {n: _run(exps / n / "checkpoints") for n in ("lr_b", "lonely")}
+    _csv(exps / "lr_b_history.csv", 0.5)
+    lonely = read_run_logs(runs["lonely"], tmp_path, PATTERNS, RunIndex(runs.values()))
     assert lonely.by_epoch == {} and lonely.files == ()
     assert lonely.notes == (  # one note, and only for the run left without metrics
-        "exps/lr_b_2.csv, exps/lr_b_history.csv, exps/training.log, ...: in a folder shared by"
-        " several runs and named after none of this run's folders, not used",
+        "exps/lr_b_history.csv: in a folder shared by several runs and named after another"
+        " run's folder, not used",
     )
 
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from ckpt_daemon.core.model import Format
-from ckpt_daemon.core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME, resumability
+from ckpt_daemon.core.resume import (
+    LEGACY_H5_RESUMES_IN,
+    MAY_RESUME,
+    optimizer_config_lost,
+    resumability,
+)
 
 F = Format
 # (format, kind, optimizer_bytes, keras_version, resumable, a word of the reason)
@@ -69,3 +74,41 @@ def test_the_catalog_prefilter_keeps_every_resumable_row() -> None:
         for kind in ("full", "weights"):
             for version in ("2.21.0", "3.15.1", None):
                 assert not resumability(fmt, kind, 10**6, version).resumable
+
+
+# Issue 21: a `.keras` saved after an `.h5` save in the same process holds the optimizer state
+# but its compile config names no optimizer; load_model then resumes with RMSprop at iteration 0.
+# (details as the catalog records them, resumable, a word of the reason)
+LOST = [
+    ({"optimizer_config": None, "optimizer_variables": 13}, False, "RMSprop at iteration 0"),
+    ({"optimizer_config": {}, "optimizer_variables": 13}, False, "lost the optimizer"),
+    ({"optimizer_config": {"learning_rate": 0.01}}, True, "load_model"),
+    ({"layers": []}, True, "load_model"),  # not recorded: nothing says it was lost
+    ({}, True, "load_model"),
+    (None, True, "load_model"),
+]
+
+
+@pytest.mark.parametrize(("details", "resumable", "word"), LOST)
+def test_a_keras_archive_whose_compile_config_lost_its_optimizer_does_not_resume(
+    details: dict | None, resumable: bool, word: str
+) -> None:
+    lost = optimizer_config_lost(Format.KERAS_ZIP, details)
+    verdict = resumability(Format.KERAS_ZIP, "full", 3700, "3.15.1", optimizer_config_lost=lost)
+    assert verdict.resumable is resumable and word in verdict.reason
+
+
+@pytest.mark.parametrize("fmt", sorted(set(Format) - {Format.KERAS_ZIP}, key=str))
+def test_only_a_keras_archive_can_lose_its_optimizer_config(fmt: Format) -> None:
+    """Other formats keep their optimizer config elsewhere (or have none): the fact never
+    changes their verdict."""
+    assert not optimizer_config_lost(fmt, {"optimizer_config": None})
+    for kind in ("full", "weights"):
+        for version in ("2.21.0", "3.15.1"):
+            plain = resumability(fmt, kind, 3700, version)
+            assert resumability(fmt, kind, 3700, version, optimizer_config_lost=True) == plain
+
+
+def test_without_optimizer_state_the_lost_config_is_not_the_reason() -> None:
+    verdict = resumability(Format.KERAS_ZIP, "full", 0, "3.15.1", optimizer_config_lost=True)
+    assert not verdict.resumable and "no optimizer state" in verdict.reason

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 
 from ckpt_daemon.core.errors import UsageError
 from ckpt_daemon.core.query import default_mode
-from ckpt_daemon.core.retention import Item, KeepBest, Plan, Policy, format_duration, plan
+from ckpt_daemon.core.retention import (
+    Item,
+    KeepBest,
+    Plan,
+    Policy,
+    format_duration,
+    plan,
+    training_moments,
+)
 
 GB = 10**9
 T0 = datetime(2024, 1, 1, tzinfo=UTC)  # a Monday: the first day of ISO week 2024-W01
@@ -680,3 +688,75 @@ def test_over_budget_demotes_before_it_trashes() -> None:
     tight = {d.id: d for d in plan(items, Policy(keep_last=3, max_bytes=4 * gb)).decisions}
     assert [tight[i].action for i in (1, 2, 3)] == ["trash", "demote", "keep"]
     assert plan(items, Policy(keep_last=3, max_bytes=4 * gb)).bytes_freed == 3 * gb + 2 * gb
+
+
+# ---- training moments (issue 21): last, every and within count epochs, not files --------------
+
+
+def first_hour_run() -> list[Item]:
+    """The first hour's flat folder: per epoch 1-10 `model-0EE.keras` and `w-EE.weights.h5`
+    written together, and `best.h5` (last rewritten at epoch 10), all with an epoch."""
+    items = []
+    for epoch in range(1, 11):
+        items.append(item(2 * epoch, at(epoch), epoch=epoch))  # model-0EE
+        items.append(item(2 * epoch + 1, at(epoch, seconds=1), epoch=epoch))  # w-EE
+    items.append(item(99, at(10, seconds=2), epoch=10))  # best.h5
+    return items
+
+
+def kept(result: Plan) -> dict[int, tuple[str, ...]]:
+    return {d.id: d.reasons for d in result.decisions if d.action == "keep"}
+
+
+def test_keep_last_keeps_every_file_of_the_last_epochs() -> None:
+    """`--keep-last 3` kept best.h5, w-10 and model-010: one epoch. It keeps epochs 8-10."""
+    result = kept(plan(first_hour_run(), Policy(keep_last=3)))
+    assert set(result) == {16, 17, 18, 19, 20, 21, 99}
+    assert result[16] == result[17] == ("last #3 (epoch 8: 2 files)",)
+    assert result[99] == ("newest", "last #1 (epoch 10: 3 files)")
+    assert result[20] == ("last #1 (epoch 10: 3 files)",)
+
+
+def test_keep_every_and_within_keep_whole_epochs_and_say_so() -> None:
+    items = first_hour_run()
+    every = kept(plan(items, Policy(keep_every=5)))
+    assert {i for i, r in every.items() if "every 5 epochs (epoch 5: 2 files)" in r} == {10, 11}
+    assert {i for i, r in every.items() if "every 5 epochs (epoch 10: 3 files)" in r} == {
+        20,
+        21,
+        99,
+    }
+    # w-09 is 3601 s before best.h5, model-009 1 s earlier: epoch 9 is within, whole.
+    within = kept(plan(items, Policy(keep_within=3601)))
+    assert set(within) == {18, 19, 20, 21, 99}
+    assert within[18] == ("within 3601s of newest (epoch 9: 2 files)",)
+
+
+def test_a_step_less_file_joins_its_epochs_last_step_and_unknown_progress_stands_alone() -> None:
+    items = [
+        item(1, at(1), epoch=1, step=3),
+        item(2, at(2), epoch=1),  # epoch end, no step: the moment of step 3
+        item(3, at(3), epoch=2, step=4),  # mid-epoch 2
+        item(4, at(4), epoch=2, step=6),
+        item(5, at(5)),  # nothing known: a moment of its own, furthest along
+        item(6, at(6)),
+    ]
+    result = kept(plan(items, Policy(keep_last=2)))
+    assert set(result) == {5, 6}
+    result = kept(plan(items, Policy(keep_last=4)))
+    assert set(result) == {3, 4, 5, 6}
+    result = kept(plan(items, Policy(keep_last=5)))
+    assert result[1] == result[2] == ("last #5 (epoch 1: 2 files)",)
+
+
+@given(runs, st.integers(1, 6))
+def test_keep_last_keeps_whole_moments_and_exactly_n_of_them(items: list[Item], n: int) -> None:
+    ok = [i for i in items if i.status == "ok"]
+    moments = training_moments(ok)
+    result = kept(plan(items, Policy(keep_last=n)))
+    by_last = {i for i, reasons in result.items() if any(r.startswith("last #") for r in reasons)}
+    for moment in moments:
+        ids = {i.id for i in moment.items}
+        assert ids <= by_last or not ids & by_last  # all of a moment's files or none
+    assert by_last == {i.id for m in moments[:n] for i in m.items}
+    assert sum(len(m.items) for m in moments) == len(ok)  # every ok file is at one moment

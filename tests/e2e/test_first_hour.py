@@ -1,0 +1,249 @@
+"""Issue 21, "the first hour", driven through the CLI as a new user drives it.
+
+A real training script (tests/support/first_hour_training.py: Keras 3 or tf-keras `fit()` for 10
+epochs with `ModelCheckpoint("ckpt/model-{epoch:03d}-{val_accuracy:.4f}.keras")`, a weights-only
+`weights/w-{epoch:02d}.weights.h5`, `best.h5` with `save_best_only`, `CSVLogger("history.csv")`
+and `BackupAndRestore`), laid out `nested` (`exp/ckpt/`, `exp/weights/`, `exp/history.csv`,
+`exp/best.h5`) or `flat` (all in `exp/`), killed by SIGKILL after epoch 7 and resumed in a new
+process: CSVLogger (`append=False`) rewrites `history.csv` from epoch 8 on. `ckpt scan` runs
+after the kill and after the resume, as a user's cron or the daemon would.
+
+1. `latest --resumable` names a file that really resumes: loaded in a child with `load_model`,
+   its optimizer is the compiled Adam at the iteration the catalog says (Keras 3 drops the
+   optimizer from the compile config of every `.keras` saved after `best.h5` in one process);
+2. the CSV log above `exp/ckpt/` and `exp/weights/` is theirs: every numbered checkpoint has its
+   epoch's `val_loss`, `best` and `history` answer from it;
+3. the metrics of epochs 1-7, recorded before the resume, survive the rewrite of the log;
+4. `prune --keep-last 3` keeps the last three epochs, every file of each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import Workspace
+from tests.support.first_hour_training import EPOCHS, KILLED_AFTER
+from tests.support.training_runs import child_env
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "support" / "first_hour_training.py"
+TRAIN_TIMEOUT_S = 600
+SCENARIOS = [
+    ("keras3", "nested"),
+    ("keras3", "flat"),
+    ("tfkeras", "nested"),
+    ("tfkeras", "flat"),
+]
+SIGKILL = -9
+
+
+@dataclass
+class Trained:
+    framework: str
+    layout: str
+    ws: Workspace
+    exp: Path
+    truth: dict[int, dict[str, Any]]  # epoch -> {"logs": ..., "phase": ...}
+    before_resume: list[dict[str, Any]]  # `list --json` after the kill's scan
+
+    @property
+    def numbered_runs(self) -> list[str]:
+        return ["exp/ckpt", "exp/weights"] if self.layout == "nested" else ["exp"]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The experiment's checkpoints (not the kept versions), by path."""
+        return [r for r in self.ws.json("list", "--run", "exp") if r["version_of"] is None]
+
+
+def new_user_workspace(base: Path) -> Workspace:
+    """A root and a catalog, no filename template, no metrics_files: what a new user writes."""
+    ws = Workspace(base)
+    ws.config.write_text(
+        f"state_dir: {base / 'state'}\nroots:\n  - path: {ws.root}\n"
+        "completion:\n  settle_seconds: 0\n"
+    )
+    return ws
+
+
+def train(t_framework: str, layout: str, exp: Path, truth: Path, phase: str) -> None:
+    argv = [sys.executable, str(SCRIPT), t_framework, layout, str(exp), str(truth), phase]
+    done = subprocess.run(
+        argv, env=child_env(), capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S
+    )
+    expected = SIGKILL if phase == "first" else 0
+    assert done.returncode == expected, done.stdout + done.stderr[-4000:]
+
+
+@pytest.fixture(scope="module", params=SCENARIOS, ids=["-".join(s) for s in SCENARIOS])
+def trained(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Trained]:
+    framework, layout = request.param
+    base = tmp_path_factory.mktemp(f"first-hour-{framework}-{layout}")
+    ws = new_user_workspace(base)
+    exp, truth_dir = ws.root / "exp", base / "truth"  # the truth lives outside the root
+    train(framework, layout, exp, truth_dir, "first")
+    ws.run("scan")
+    before = [r for r in ws.json("list", "--run", "exp") if r["version_of"] is None]
+    train(framework, layout, exp, truth_dir, "resume")
+    ws.run("scan")
+    truth = {
+        int(e): t for e, t in json.loads((truth_dir / "truth.json").read_text())["epochs"].items()
+    }
+    assert sorted(truth) == list(range(1, EPOCHS + 1))
+    assert {truth[e]["phase"] for e in range(KILLED_AFTER + 1, EPOCHS + 1)} == {"resume"}
+    # The resumed job rewrote the log from the resumed epoch on: epochs 1-7 are gone from it.
+    logged = (exp / "history.csv").read_text().splitlines()[1:]
+    assert [int(line.split(",")[0]) + 1 for line in logged] == list(
+        range(KILLED_AFTER + 1, EPOCHS + 1)
+    )
+    yield Trained(framework, layout, ws, exp, truth, before)
+
+
+def epoch_of_name(path: str) -> int | None:
+    found = re.search(r"(?:model-|w-)(\d+)", Path(path).name)
+    return int(found.group(1)) if found else None
+
+
+def loaded_optimizer(framework: str, path: str) -> tuple[str, int]:
+    """(optimizer class, iterations) of `load_model(path)` in a child, as a resuming job has."""
+    code = (
+        "import os,sys\n"
+        "os.environ['TF_CPP_MIN_LOG_LEVEL']='3'\n"
+        "if sys.argv[1]=='tfkeras':\n"
+        "    os.environ['TF_USE_LEGACY_KERAS']='1'; import tf_keras as k\n"
+        "else:\n    import keras as k\n"
+        "m=k.models.load_model(sys.argv[2])\n"
+        "print(type(m.optimizer).__name__, int(m.optimizer.iterations.numpy()))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, framework, path],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT_S,
+        check=True,
+    )
+    name, iterations = done.stdout.split()[-2:]
+    return name, int(iterations)
+
+
+# ---- 1. latest --resumable ---------------------------------------------------------------------
+
+
+def test_latest_resumable_names_a_file_that_really_resumes(trained: Trained) -> None:
+    ws = trained.ws
+    doc = ws.json("latest", "--run", "exp", "--resumable")
+    assert doc["resumable"] is True
+    assert ws.run("latest", "--run", "exp", "--resumable").stdout.strip() == doc["path"]
+    shown = ws.json("show", doc["path"])
+    name, iterations = loaded_optimizer(trained.framework, doc["path"])
+    assert (name, iterations) == ("Adam", shown["iterations"]) and iterations > 0, doc
+    if trained.framework == "keras3":
+        # Epoch 8's .keras was the resumed process's first save (before any best.h5): it keeps
+        # its optimizer config; 9 and 10 lost it, and --json says why they were passed over.
+        assert epoch_of_name(doc["path"]) == KILLED_AFTER + 1 and doc["path"].endswith(".keras")
+        passed = {epoch_of_name(p["path"]): p["reason"] for p in doc["passed_over"]}
+        assert sorted(passed) == [KILLED_AFTER + 2, EPOCHS], doc["passed_over"]
+        assert all("RMSprop at iteration 0" in reason for reason in passed.values())
+        newest = next(p["path"] for p in doc["passed_over"] if epoch_of_name(p["path"]) == EPOCHS)
+        assert loaded_optimizer("keras3", newest)[0] != "Adam"  # what it would have resumed with
+        # One rule everywhere: the card of the passed-over file says no, as its note does.
+        card = ws.run("describe", newest).stdout
+        assert re.search(r"\| resumable \| no - unreliable", card), card
+        assert "resume: unreliable" in card
+
+
+# ---- 2. a log above two checkpoint folders ------------------------------------------------------
+
+
+def test_the_log_above_the_checkpoint_folders_is_theirs(trained: Trained) -> None:
+    ws, truth = trained.ws, trained.truth
+    by_path = {r["path"]: r for r in trained.rows()}
+    numbered = [r for r in by_path.values() if epoch_of_name(r["path"]) is not None]
+    assert len(numbered) == 2 * EPOCHS
+    for row in numbered:
+        epoch = epoch_of_name(row["path"])
+        assert row["epoch"] == epoch, row
+        expected = truth[epoch]["logs"]["val_loss"]
+        assert row["metrics"].get("val_loss") == pytest.approx(expected, rel=1e-6), row["path"]
+    best_epoch = min(truth, key=lambda e: truth[e]["logs"]["val_loss"])
+    for run in trained.numbered_runs:
+        found = ws.run("best", "--run", run, "--metric", "val_loss").stdout.strip()
+        if trained.layout == "nested":
+            assert epoch_of_name(found) == best_epoch, (run, found)
+        history = ws.json("history", "--run", run)
+        values = {e["epoch"]: e["values"].get("val_loss") for e in history["epochs"]}
+        assert sorted(values) == list(range(1, EPOCHS + 1)), history
+        for epoch, value in values.items():
+            assert value == pytest.approx(truth[epoch]["logs"]["val_loss"], rel=1e-6), epoch
+        plan = ws.json(
+            "prune", "--run", run, "--keep-best", "1", "--metric", "val_loss", "--dry-run"
+        )
+        kept = {
+            by_path[d["path"]]["epoch"]
+            for rp in plan["runs"]
+            if rp["run"] == run
+            for d in rp["decisions"]
+            if any(r.startswith("best val_loss #1") for r in d["reasons"])
+        }
+        assert kept == {best_epoch}, plan
+
+
+# ---- 3. metrics recorded before the resume ------------------------------------------------------
+
+
+def test_metrics_recorded_before_the_resume_survive_the_rewritten_log(trained: Trained) -> None:
+    truth = trained.truth
+    recorded = {
+        r["path"]: r["metrics"]
+        for r in trained.before_resume
+        if epoch_of_name(r["path"]) is not None
+    }
+    assert len(recorded) == 2 * KILLED_AFTER
+    assert all("val_loss" in m for m in recorded.values()), recorded  # as the kill left them
+    now = {r["path"]: r for r in trained.rows()}
+    for path, before in recorded.items():
+        epoch = epoch_of_name(path)
+        assert now[path]["metrics"] == before, path  # nothing lost, nothing changed
+        assert before["val_loss"] == pytest.approx(truth[epoch]["logs"]["val_loss"], rel=1e-6)
+    for run in trained.numbered_runs:
+        history = trained.ws.json("history", "--run", run)
+        early = {e["epoch"]: e["values"] for e in history["epochs"] if e["epoch"] <= KILLED_AFTER}
+        assert sorted(early) == list(range(1, KILLED_AFTER + 1))
+        assert all("val_loss" in v for v in early.values()), early
+    best_epoch = min(truth, key=lambda e: truth[e]["logs"]["val_loss"])
+    found = trained.ws.json("best", "--run", trained.numbered_runs[0], "--metric", "val_loss")
+    assert found["metrics"]["val_loss"] == pytest.approx(
+        truth[best_epoch]["logs"]["val_loss"], rel=1e-6
+    )
+
+
+# ---- 4. retention counts epochs ----------------------------------------------------------------
+
+
+def test_keep_last_keeps_the_last_epochs_with_every_file_of_each(trained: Trained) -> None:
+    plan = trained.ws.json("prune", "--run", "exp", "--keep-last", "3", "--dry-run")
+    decisions = [
+        d for rp in plan["runs"] for d in rp["decisions"] if "/.ckpt-versions/" not in d["path"]
+    ]
+    rows = {r["path"]: r for r in trained.rows()}
+    kept = {d["path"] for d in decisions if d["action"] == "keep"}
+    last = set(range(EPOCHS - 2, EPOCHS + 1))
+    assert kept == {p for p, r in rows.items() if r["epoch"] in last}, plan
+    assert {rows[p]["epoch"] for p in kept} == last
+    if trained.layout == "flat":  # one run: model-010, w-10 and best.h5 are one moment
+        best = next(d for d in decisions if d["path"].endswith("best.h5"))
+        assert f"last #1 (epoch {EPOCHS}: 3 files)" in best["reasons"], best
+        eight = [d for d in decisions if epoch_of_name(d["path"]) == EPOCHS - 2]
+        assert [d["reasons"] for d in eight] == [[f"last #3 (epoch {EPOCHS - 2}: 2 files)"]] * 2
