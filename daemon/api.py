@@ -15,9 +15,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .core.errors import NotFound, UsageError
 from .core.model import Checkpoint, Run
 from .core.progress import OnProgress
-from .core.query import Condition, ListQuery, default_mode, parse_condition
+from .core.query import (
+    Condition,
+    ListQuery,
+    default_mode,
+    metric_keys,
+    parse_condition,
+    unknown_key,
+)
 from .settings import config as config_module
 from .settings.config import Config
 
@@ -106,12 +114,22 @@ class Catalog:
             descending=desc,
             limit=limit,
         )
-        return (self._reads or self._store).list(query)
+        source = self._reads or self._store
+        for what, key in metric_keys(query):
+            if not source.has_metric(key):
+                raise UsageError(unknown_key(what, source.metric_names()))
+        return source.list(query)
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose
-        files are unchanged since indexed (a changed one is skipped for the next)."""
-        return (self._reads or self._store).best(metric, mode or default_mode(metric), run)
+        files are unchanged since indexed (a changed one is skipped for the next). UsageError
+        when no checkpoint in the catalog has `metric` (a typo), naming the metrics there."""
+        source = self._reads or self._store
+        try:
+            return source.best(metric, mode or default_mode(metric), run)
+        except NotFound:
+            self.check_metric("--metric", metric)
+            raise
 
     def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
         """The newest `ok` checkpoint of `run` (and the runs below it): the most training
@@ -122,6 +140,19 @@ class Catalog:
         candidates passed over). Without `run` the catalog must hold one run with ok
         checkpoints (else UsageError). NotFound when there is none."""
         return (self._reads or self._store).latest(run, resumable)
+
+    def metric_names(self) -> set[str]:
+        """Every metric name any checkpoint in the catalog has."""
+        return (self._reads or self._store).metric_names()
+
+    def check_metric(self, what: str, metric: str) -> None:
+        """UsageError naming the catalog's metrics when no checkpoint has `metric` (a typo in
+        option `what`)."""
+        source = self._reads or self._store
+        if not source.has_metric(metric):
+            raise UsageError(
+                unknown_key(f"{what} {metric!r}", source.metric_names(), columns=False)
+            )
 
     def get(self, ref: str | int) -> Checkpoint:
         """By catalog id or path; the result's `details` has layers, configs and events."""

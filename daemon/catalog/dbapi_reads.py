@@ -188,6 +188,16 @@ class DbapiReads:
                 self._end()
         return [to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
+    def metric_names(self) -> set[str]:
+        """As store_reads.metric_names."""
+        with self._lock:
+            return {row[0] for row in self._read("SELECT DISTINCT name FROM metrics")}
+
+    def has_metric(self, name: str) -> bool:
+        """As store_reads.has_metric."""
+        with self._lock:
+            return bool(self._read("SELECT 1 FROM metrics WHERE name = ? LIMIT 1", [name]))
+
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
         order = "ASC" if mode == "min" else "DESC"
         sql = (

@@ -90,6 +90,19 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
     return stmt.limit(query.limit) if query.limit is not None else stmt
 
 
+def metric_names(engine: Engine) -> set[str]:
+    """Every metric name any checkpoint in the catalog has (to name them in an error)."""
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        return set(conn.execute(select(metrics.c.name).distinct()).scalars())
+
+
+def has_metric(engine: Engine, name: str) -> bool:
+    """Does any checkpoint have metric `name` (one index seek)?"""
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        found = conn.execute(select(metrics.c.checkpoint_id).where(metrics.c.name == name).limit(1))
+        return found.first() is not None
+
+
 def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Checkpoint:
     """The `ok` checkpoint with the best finite `metric` whose files are unchanged (`pick`)."""
     order = metrics.c.value.asc() if mode == "min" else metrics.c.value.desc()

@@ -59,6 +59,8 @@ def prune(
     """
     policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
     with obj.catalog() as cat:
+        if metric is not None:
+            cat.check_metric("--metric", metric)
         roots = [str(r.path) for r in cat.config.roots]
         with live_work("moved to the trash", as_json=as_json, roots=roots) as work:
 
@@ -230,12 +232,19 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     """
     with obj.catalog() as cat:
         done, failures = cat.purge(older_than, dry_run=dry_run)
+        in_trash = len(cat.trash()) if not done and not failures and not as_json else 0
     if as_json:
         emit_json(documents.purge(dry_run, done, failures))
     else:
         verb = "would purge" if dry_run else "purged"
         for item in done:
             echo(f"{verb}: {item['path']}")
+        if not done and not failures:  # a dry run always says what it would do
+            age = f"--older-than {older_than}" if older_than is not None else "trash.purge_after"
+            echo(
+                f"nothing to purge: {in_trash} checkpoint(s) in the trash, none trashed "
+                f"longer ago than {age}"
+            )
         for failure in failures:
             echo(f"failed: {failure['path']}: {failure['error']}", err=True)
     if failures:

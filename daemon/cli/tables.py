@@ -56,6 +56,12 @@ def list_table(
     (`default`: the columns without --columns)."""
     present = sorted({name for c in rows for name in c.metrics})
     wanted = _column_names(columns or default, present, rows)
+    unknown = [m for m in chosen_metrics(present, metrics) if m not in present]
+    if unknown and rows:  # as --columns: with no rows, no metric is known
+        shown = ", ".join(metric_order(present)) or "none"
+        raise UsageError(
+            f"--metrics: unknown metric {unknown[0]!r} (metrics in this listing: {shown})"
+        )
     explicit = columns is not None
     header: list[Column] = []
     cells: list[list[str]] = [[] for _ in rows]
@@ -167,6 +173,11 @@ def runs_table(
     """Cells of `ckpt runs` and the lines under each run: its file-name template (when the
     run knows one) and its best checkpoint per metric with the value (`values`: metrics by
     path of the best checkpoints)."""
+    present = {name for r in found for name in r.best}
+    unknown = [m for m in chosen_metrics(list(present), metrics) if m not in present]
+    if unknown and found:
+        shown = ", ".join(metric_order(list(present))) or "none"
+        raise UsageError(f"--metrics: unknown metric {unknown[0]!r} (metrics of the runs: {shown})")
     cells, after = [], {}
     for i, r in enumerate(found):
         newest = _in_run(r, r.newest) if r.newest else "-"

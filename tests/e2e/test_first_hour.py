@@ -1,0 +1,103 @@
+"""Issue 21 ("The first hour"), items 5, 7 and 9: what a new user meets in the first hour.
+
+One catalog of real Keras 3 checkpoints, driven through `ckpt` subprocesses: the three epochs
+of k3/run_zip (the first trashed by `ckpt prune`), and `job/best.keras` rewritten in place three
+times, so the catalog keeps two versions of it (`.ckpt-versions/job/best.vN.keras`) and a
+standby copy of the generation it holds.
+
+- 5: ordinary views (`list`, `history`, prune plans, the Python API's `list()`) show the
+  checkpoints themselves, versions folded under their file with a count; `--versions` and
+  `--status` show the rest.
+- 7: every REF accepts any path form a command prints (root-relative, absolute, relative to
+  the working folder), and the human lines print one form: relative to the root.
+- 9: a misspelt metric or column is an error naming the ones that exist (exit 2), and a dry
+  run always says what it would do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import ZIP_FILES, ZIP_RUN, Workspace, rewritten_best, zip_run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Workspace:
+    ws = zip_run(Workspace(tmp_path_factory.mktemp("first-hour")), keras_checkpoints)
+    rewritten_best(ws, keras_checkpoints)
+    ws.run("prune", "--run", ZIP_RUN, "--keep-last", "2")  # trashes e01
+    return ws
+
+
+def refused(ws: Workspace, *args: str) -> str:
+    done = ws.run(*args, check=False)
+    assert done.returncode == 2, (args, done.returncode, done.stdout, done.stderr)
+    assert done.stdout == "", done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
+
+
+# ---- item 9: silent typos ----
+
+
+def test_a_misspelt_where_metric_is_an_error_naming_the_metrics(ws: Workspace) -> None:
+    said = refused(ws, "list", "--where", "val_los < 0.5")
+    assert "'val_los'" in said and "val_loss" in said
+    # the right name still answers
+    assert ws.json("list", "--where", "val_loss < 0.5")
+
+
+def test_an_unknown_sort_key_is_an_error_naming_columns_and_metrics(ws: Workspace) -> None:
+    said = refused(ws, "list", "--sort", "bogus")
+    assert "'bogus'" in said and "val_loss" in said and "epoch" in said
+    assert ws.run("list", "--sort", "val_loss").returncode == 0
+    assert ws.run("list", "--sort", "run").returncode == 0
+
+
+def test_best_of_a_metric_no_checkpoint_has_names_the_metrics(ws: Workspace) -> None:
+    said = refused(ws, "best", "--metric", "val_acc")
+    assert "'val_acc'" in said and "val_loss" in said
+    # a metric that exists, in a run without it, is still "not found" (exit 6)
+    assert ws.run("best", "--metric", "val_loss", "--run", "nothere", check=False).returncode == 6
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "--metrics", "val_los"),
+        ("list", "--columns", "id,val_los"),
+        ("runs", "--metrics", "val_los"),
+        ("history", "--run", "job", "--metric", "val_los"),
+        ("prune", "--dry-run", "--keep-best", "1", "--metric", "val_los"),
+    ],
+)
+def test_every_metric_option_refuses_a_typo(ws: Workspace, args: tuple[str, ...]) -> None:
+    said = refused(ws, *args)
+    assert "val_los" in said and "val_loss" in said
+
+
+def test_every_dry_run_says_what_it_would_do(ws: Workspace) -> None:
+    nothing_due = ws.run("trash", "purge", "-n")  # e01 was trashed seconds ago: not due
+    assert "nothing to purge" in nothing_due.stdout and "1 " in nothing_due.stdout
+    due = ws.run("trash", "purge", "-n", "--older-than", "0s")
+    assert f"would purge: {ZIP_RUN}/{ZIP_FILES[0]}" in due.stdout
+    plan = ws.run("prune", "-n", "--keep-last", "5")
+    assert "would trash" in plan.stdout
+    assert (ws.root / ".ckpt-trash").exists()  # the one prune of the fixture
+    trashed = ws.json("trash", "list")
+    assert [t["path"] for t in trashed] == [str(ws.root / ZIP_RUN / ZIP_FILES[0])]
+
+
+def test_the_api_refuses_a_misspelt_metric_too(ws: Workspace) -> None:
+    from ckpt_daemon.api import open_catalog
+    from ckpt_daemon.core.errors import UsageError
+
+    with open_catalog(str(ws.config)) as cat:
+        with pytest.raises(UsageError, match="val_loss"):
+            cat.list(where=["val_los < 1"])
+        assert json.dumps([c.path for c in cat.list(where=["val_loss < 1"])])
