@@ -10,6 +10,7 @@ with open_catalog() as cat:
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -154,9 +155,35 @@ class Catalog:
                 unknown_key(f"{what} {metric!r}", source.metric_names(), columns=False)
             )
 
+    def ref(self, ref: str | int) -> str:
+        """A REF as the catalog knows it: an id as it is, a path absolute. A relative path is
+        read as every command prints one: relative to the working folder when a file is there
+        inside a root, else relative to the root that holds it (`ckpt list` prints paths
+        relative to their root), so any printed form can be pasted from any folder."""
+        text = str(ref)
+        if not text or (text.isascii() and text.isdigit()) or os.path.isabs(text):
+            return text
+        here = os.path.abspath(text)
+        if os.path.lexists(here) and self.config.root_for(Path(here)) is not None:
+            return here
+        in_roots = [os.path.normpath(os.path.join(r.path, text)) for r in self.config.roots]
+        inside = [p for p in in_roots if self.config.root_for(Path(p)) is not None]
+        existing = [p for p in inside if os.path.lexists(p)]
+        if existing:
+            return existing[0]
+        # Gone from the disk (trashed, missing): the first form the catalog has a row of.
+        candidates = [here] if self.config.root_for(Path(here)) is not None else []
+        for candidate in dict.fromkeys([*candidates, *inside]):
+            try:
+                self._store.get(candidate)
+            except NotFound:
+                continue
+            return candidate
+        return here
+
     def get(self, ref: str | int) -> Checkpoint:
         """By catalog id or path; the result's `details` has layers, configs and events."""
-        return self._store.get(str(ref))
+        return self._store.get(self.ref(ref))
 
     def runs(self) -> builtins.list[Run]:
         return self._store.runs()
@@ -207,7 +234,7 @@ class Catalog:
     def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
         from .usecases import pruner
 
-        return pruner.restore(self.config, self._store, str(ref), actor or _actor())
+        return pruner.restore(self.config, self._store, self.ref(ref), actor or _actor())
 
     def restore_version(
         self,
@@ -225,7 +252,7 @@ class Catalog:
         return versions.restore_version(
             self.config,
             self._store,
-            path,
+            self.ref(path),
             generation=version,
             epoch=epoch,
             actor=actor or _actor(),
@@ -234,7 +261,7 @@ class Catalog:
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
         from .usecases import pruner
 
-        return pruner.set_pinned(self._store, str(ref), pinned, _actor())
+        return pruner.set_pinned(self._store, self.ref(ref), pinned, _actor())
 
     def trash(self) -> builtins.list[dict[str, Any]]:
         """Trashed checkpoints: original and trash paths, bytes, when and why."""
@@ -279,7 +306,7 @@ class Catalog:
         return split_checkpoint(
             self.config,
             self._store,
-            str(ref),
+            self.ref(ref),
             out=out,
             keep_compile=keep_compile,
             actor=actor or _actor(),
@@ -293,7 +320,7 @@ class Catalog:
         from .usecases.artifacts import export_checkpoint
 
         return export_checkpoint(
-            self.config, self._store, str(ref), out=out, actor=actor or _actor()
+            self.config, self._store, self.ref(ref), out=out, actor=actor or _actor()
         )
 
     def describe(self, ref: str | int) -> Facts:
@@ -301,7 +328,7 @@ class Catalog:
         `usecases.describe.render(facts, "md"|"json"|"txt")`)."""
         from .usecases.describe import describe
 
-        return describe(self.config, self._store, str(ref))
+        return describe(self.config, self._store, self.ref(ref))
 
     def compress(
         self,
@@ -319,7 +346,7 @@ class Catalog:
         return compress_checkpoint(
             self.config,
             self._store,
-            str(ref),
+            self.ref(ref),
             codec=codec,
             level=level,
             shuffle=shuffle,
@@ -346,7 +373,7 @@ class Catalog:
         return verify(
             self.config,
             self._store,
-            [str(r) for r in refs],
+            [self.ref(r) for r in refs],
             load=load,
             actor=actor or _actor(),
             on_verdict=on_verdict,

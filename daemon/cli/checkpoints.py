@@ -51,7 +51,7 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
     from ..logs import setup
 
     setup("debug" if obj.debug else "warning")
-    with obj.catalog() as cat:
+    with obj.catalog(create=True) as cat:
         roots = [str(r.path) for r in cat.config.roots]
         with live_work("checked", as_json=as_json, roots=roots) as work:
             report = cat.scan(paths, reindex=reindex, on_progress=_scan_lines(work, as_json))

@@ -12,6 +12,8 @@ from .context import MAX_LIMIT, Context, pass_context
 from .output import echo, emit_json, live_work, table
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..core.progress import Progress
     from ..core.retention import Policy
     from ..usecases.pruner import PruneReport
@@ -74,7 +76,7 @@ def prune(
     if as_json:
         emit_json(documents.prune(report))
     else:
-        _print_plan(report)
+        _print_plan(report, obj.shown)
     if report.failures:
         raise PartialFailure(f"prune: {len(report.failures)} move(s) failed")
 
@@ -117,7 +119,8 @@ def _policy(
     return None if policy.is_empty() else policy
 
 
-def _print_plan(report: PruneReport) -> None:
+def _print_plan(report: PruneReport, shown: Callable[[str], str]) -> None:
+    """The plan of each run, paths relative to their root (as `ckpt list`)."""
     from ..core.units import format_size
 
     verb = "would trash" if report.dry_run else "trashed"
@@ -127,13 +130,13 @@ def _print_plan(report: PruneReport) -> None:
             f"{format_size(rp.bytes_freed)} ({rp.policy})"
         )
         for d in rp.plan.decisions:
-            echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
+            echo(f"  {d.action:<5} {shown(d.path)}  {'; '.join(d.reasons)}")
         for note in rp.plan.notes:
             echo(f"  note: {note}")
     for skipped in report.skipped:
         echo(f"{skipped['run']}: skipped: {skipped['reason']}")
     for failure in report.failures:
-        echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
+        echo(f"  failed: {shown(failure['path'])}: {failure['error']}", err=True)
 
 
 @click.command()
@@ -148,7 +151,7 @@ def pin(obj: Context, ref: str) -> None:
     with obj.catalog() as cat:
         c = cat.pin(ref)
     where = "" if c.status.value != "trashed" else f" (in the trash: ckpt trash restore {c.id})"
-    echo(f"pinned: {c.path}{where}")
+    echo(f"pinned: {obj.shown(c.path)}{where}")
 
 
 @click.command()
@@ -161,7 +164,7 @@ def unpin(obj: Context, ref: str) -> None:
     Example:  ckpt unpin 42
     """
     with obj.catalog() as cat:
-        echo(f"unpinned: {cat.pin(ref, False).path}")
+        echo(f"unpinned: {obj.shown(cat.pin(ref, False).path)}")
 
 
 @click.group()
@@ -196,7 +199,13 @@ def trash_list(obj: Context, as_json: bool) -> None:
             Column("WHY", cut="right"),
         ],
         [
-            [str(t["id"]), t["path"], format_size(t["bytes"]), t.get("at", "-"), t["reason"] or ""]
+            [
+                str(t["id"]),
+                obj.shown(t["path"]),
+                format_size(t["bytes"]),
+                t.get("at", "-"),
+                t["reason"] or "",
+            ]
             for t in items
         ],
     )
@@ -212,7 +221,7 @@ def restore(obj: Context, ref: str) -> None:
     Example:  ckpt trash restore runs/exp1/weights.03-0.41.hdf5
     """
     with obj.catalog() as cat:
-        echo(f"restored: {cat.restore(ref).path}")
+        echo(f"restored: {obj.shown(cat.restore(ref).path)}")
 
 
 @trash.command()
@@ -230,6 +239,9 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     \b
     Example:  ckpt trash purge --older-than 3d --dry-run
     """
+    from ..usecases.pruner import parse_older_than
+
+    parse_older_than(older_than, obj.config())  # a mistyped duration first, before the catalog
     with obj.catalog() as cat:
         done, failures = cat.purge(older_than, dry_run=dry_run)
         in_trash = len(cat.trash()) if not done and not failures and not as_json else 0
@@ -238,7 +250,7 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     else:
         verb = "would purge" if dry_run else "purged"
         for item in done:
-            echo(f"{verb}: {item['path']}")
+            echo(f"{verb}: {obj.shown(item['path'])}")
         if not done and not failures:  # a dry run always says what it would do
             age = f"--older-than {older_than}" if older_than is not None else "trash.purge_after"
             echo(
@@ -246,7 +258,7 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
                 f"longer ago than {age}"
             )
         for failure in failures:
-            echo(f"failed: {failure['path']}: {failure['error']}", err=True)
+            echo(f"failed: {obj.shown(failure['path'])}: {failure['error']}", err=True)
     if failures:
         raise PartialFailure(f"trash purge: {len(failures)} item(s) failed")
 

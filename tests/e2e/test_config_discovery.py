@@ -144,16 +144,18 @@ def test_a_new_catalog_is_announced_once(place: Place) -> None:
     assert first.stdout.startswith("0 indexed")
     again = place.ckpt("list")
     assert again.returncode == 0 and again.stderr == ""
-    # The status of a fresh folder names the catalog it has just made.
+    # The status of a fresh folder names the catalog it looked for, and creates none.
     catalog.unlink()
     for suffix in ("-wal", "-shm"):
         Path(f"{catalog}{suffix}").unlink(missing_ok=True)
     status = place.ckpt("status")
-    assert status.returncode == 0 and status.stderr.splitlines() == [notice]
+    assert status.returncode == 0 and status.stderr == ""
     assert status.stdout.splitlines() == [
-        "not running: no daemon has run against this catalog (0 checkpoints catalogued)",
+        f"not running: no catalog at {catalog}: no daemon has run with this config "
+        "(0 checkpoints catalogued)",
         f"  config {BUILT_IN}, catalog sqlite:///{catalog}",
     ]
+    assert not catalog.exists()
 
 
 def test_db_commands_in_a_fresh_folder(place: Place) -> None:

@@ -101,3 +101,52 @@ def test_the_api_refuses_a_misspelt_metric_too(ws: Workspace) -> None:
         with pytest.raises(UsageError, match="val_loss"):
             cat.list(where=["val_los < 1"])
         assert json.dumps([c.path for c in cat.list(where=["val_loss < 1"])])
+
+
+# ---- item 7: one printed path form, and every REF takes any printed form ----
+
+
+def listed_paths(ws: Workspace, *args: str) -> list[str]:
+    """The PATH cells of `ckpt list` (piped: nothing cut)."""
+    lines = ws.run("list", "--columns", "id,path", *args).stdout.splitlines()
+    return [line.split(None, 1)[1] for line in lines[1:]]
+
+
+def test_a_path_pasted_from_list_is_found_from_any_folder(ws: Workspace) -> None:
+    printed = listed_paths(ws)
+    assert f"{ZIP_RUN}/{ZIP_FILES[1]}" in printed and "job/best.keras" in printed
+    elsewhere = ws.base / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    for cwd in (ws.base, elsewhere, ws.root / "k3"):
+        for path in printed:
+            shown = ws.json("show", path) if cwd == ws.base else None
+            done = ws.run("show", path, "--json", cwd=cwd, check=False)
+            assert done.returncode == 0, (cwd, path, done.stderr)
+            doc = json.loads(done.stdout)
+            assert doc["path"] == str(ws.root / path)
+            assert shown is None or shown["id"] == doc["id"]
+    # relative to the working folder still works (the README's `ckpt show runs/exp1/...`)
+    assert ws.json("show", f"runs/{ZIP_RUN}/{ZIP_FILES[1]}")["path"] == str(
+        ws.root / ZIP_RUN / ZIP_FILES[1]
+    )
+    # and a trashed file (gone from its place) by the form `trash list` prints
+    trashed = f"{ZIP_RUN}/{ZIP_FILES[0]}"
+    assert ws.json("show", trashed)["status"] == "trashed"
+
+
+def test_every_line_prints_the_form_list_prints(ws: Workspace) -> None:
+    path = f"{ZIP_RUN}/{ZIP_FILES[1]}"
+    assert ws.run("pin", path, cwd=ws.root / "k3").stdout == f"pinned: {path}\n"
+    assert ws.run("unpin", path).stdout == f"unpinned: {path}\n"
+    plan = ws.run("prune", "-n", "--run", ZIP_RUN, "--keep-last", "1").stdout
+    assert f"  trash {path}  " in plan, plan
+    assert str(ws.root) not in plan, plan
+    trash = ws.run("trash", "list").stdout
+    assert f"{ZIP_RUN}/{ZIP_FILES[0]}" in trash and str(ws.root) not in trash, trash
+    # --json keeps the absolute path (the contract)
+    assert ws.json("trash", "list")[0]["path"] == str(ws.root / ZIP_RUN / ZIP_FILES[0])
+    # each printed form is a REF again
+    for line in plan.splitlines()[1:]:
+        if line.startswith("  trash") or line.startswith("  keep"):
+            ref = line.split()[1]
+            assert ws.run("show", ref, "--json", cwd=ws.base / "elsewhere").returncode == 0

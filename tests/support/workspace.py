@@ -35,8 +35,13 @@ class Workspace:
         )
 
     def run(
-        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """`ckpt --config CONFIG ARGS` in the workspace's folder (or `cwd`)."""
         cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(self.config), *args]
         result = subprocess.run(
             cmd,
@@ -44,7 +49,7 @@ class Workspace:
             text=True,
             timeout=300,
             env={**os.environ, **(env or {})},
-            cwd=self.base,
+            cwd=cwd or self.base,
         )
         if check and result.returncode != 0:
             raise AssertionError(
