@@ -10,6 +10,7 @@ with open_catalog() as cat:
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -102,8 +103,12 @@ class Catalog:
         format: str | None = None,
         status: str | None = None,
         kind: str | None = None,
+        versions: bool = False,
     ) -> builtins.list[Checkpoint]:
-        """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings."""
+        """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings. The
+        checkpoints themselves: without `status`, not the rows of files trashed, purged or
+        removed by their trainer; without `versions`, not the kept versions of rewritten files
+        (each file's `versions_kept` counts them; `versions=True` lists them as rows too)."""
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,
@@ -114,12 +119,18 @@ class Catalog:
             sort=sort,
             descending=desc,
             limit=limit,
+            versions=versions or status is not None,  # a status names every row of it
+            off_disk=False,
         )
         source = self._reads or self._store
         for what, key in metric_keys(query):
             if not source.has_metric(key):
                 raise UsageError(unknown_key(what, source.metric_names()))
-        return source.list(query)
+        found = source.list(query)
+        counts = source.version_counts([c.path for c in found if c.version_of is None])
+        if not counts:
+            return found
+        return [dataclasses.replace(c, versions_kept=counts.get(c.path, 0)) for c in found]
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose

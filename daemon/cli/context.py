@@ -56,6 +56,9 @@ class Context:
         path = self.missing_catalog()
         if path is None:
             return
+        from ..catalog import db
+
+        db.check_url(self.config().database)  # a bad URL is said as such, first
         from ..settings import locations
         from ..settings.config import BUILT_IN
 

@@ -12,10 +12,10 @@ from .context import MAX_LIMIT, Context, pass_context
 from .output import echo, emit_json, live_work, table
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from ..core.progress import Progress
-    from ..core.retention import Policy
+    from ..core.retention import Decision, Policy
     from ..usecases.pruner import PruneReport
 
 
@@ -120,23 +120,53 @@ def _policy(
 
 
 def _print_plan(report: PruneReport, shown: Callable[[str], str]) -> None:
-    """The plan of each run, paths relative to their root (as `ckpt list`)."""
+    """The plan of each run, paths relative to their root (as `ckpt list`); on a terminal
+    each line fits its width (the path cut from the left, the reasons from the right)."""
     from ..core.units import format_size
+    from .output import fitted, path_line, terminal_width
 
+    width = terminal_width()
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
         echo(  # what moved, not what was planned (failures are listed below)
-            f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
-            f"{format_size(rp.bytes_freed)} ({rp.policy})"
+            fitted(
+                f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
+                f"{format_size(rp.bytes_freed)} ({rp.policy})",
+                width,
+            )
         )
-        for d in rp.plan.decisions:
-            echo(f"  {d.action:<5} {shown(d.path)}  {'; '.join(d.reasons)}")
+        for head, path, why in _plan_lines(rp.plan.decisions, shown):
+            echo(path_line(head, path, why, width))
         for note in rp.plan.notes:
-            echo(f"  note: {note}")
+            echo(fitted(f"  note: {note}", width))
     for skipped in report.skipped:
         echo(f"{skipped['run']}: skipped: {skipped['reason']}")
     for failure in report.failures:
         echo(f"  failed: {shown(failure['path'])}: {failure['error']}", err=True)
+
+
+def _plan_lines(
+    decisions: Sequence[Decision], shown: Callable[[str], str]
+) -> list[tuple[str, str, str]]:
+    """`  keep  job/best.keras  newest`, and under a rewritten file the decisions on its kept
+    versions (`      v1 trash  matched no keep rule`): a version is folded under its file,
+    not a checkpoint of its own (a version of a file no longer in the plan has its own line)."""
+    from ..core.versions import original_parts
+
+    lines: dict[str, list[tuple[str, str, str]]] = {}
+    folded: dict[str, list[tuple[str, str, str]]] = {}
+    for d in decisions:
+        path = shown(d.path)
+        version = original_parts(path.split("/"))
+        why = "; ".join(d.reasons)
+        if version is not None:
+            file, generation = "/".join(version[0]), version[1]
+            folded.setdefault(file, []).append((f"      v{generation} ", f"{d.action:<5}", why))
+        else:
+            lines[path] = [(f"  {d.action:<5} ", path, why)]
+    for file, under in folded.items():
+        lines.setdefault(file, [("  (versions of ", f"{file})", "")]).extend(under)
+    return [line for group in lines.values() for line in group]
 
 
 @click.command()

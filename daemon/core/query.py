@@ -52,6 +52,17 @@ class ListQuery:
     sort: str = "mtime"
     descending: bool = False
     limit: int | None = None
+    # What the ordinary views leave out (`ckpt list` and the API's `list()` without --versions /
+    # --status): kept versions of rewritten files (each folded under its file, with a count)
+    # and the rows of files that are no longer where they were (OFF_DISK). The defaults here
+    # keep every row: retention, history and verify read the whole run.
+    versions: bool = True
+    off_disk: bool = True
+
+
+# Statuses of rows whose file is gone from its path by our hand or its trainer's: listed only
+# when asked for by --status (a missing file is an anomaly, and stays in the ordinary views).
+OFF_DISK = ("trashed", "purged", "removed")
 
 
 def parse_condition(text: str) -> Condition:

@@ -184,14 +184,16 @@ def test_serve_creates_its_catalog_as_before_and_says_so_first(place: Place) -> 
 
 def test_debug_says_which_config_and_catalog_first(place: Place) -> None:
     config = place.config(place.home / ".config" / "ckpt", "home")
-    done = place.ckpt("--debug", "list", "--json")
+    done = place.ckpt("--debug", "scan", "--json")
     assert done.returncode == 0, done.stderr
     catalog = place.catalog("home")
     lines = done.stderr.splitlines()
     assert lines[0] == f"ckpt: config {config}, catalog sqlite:///{catalog}"
     assert sum(line.startswith("ckpt: config ") for line in lines) == 1
     assert lines[1:] == [f"ckpt: created a new catalog at {catalog} (config: {config})"]
-    assert json.loads(done.stdout) == []
+    listed = place.ckpt("--debug", "list", "--json")
+    assert listed.stderr.splitlines() == lines[:1]
+    assert json.loads(listed.stdout) == []
     quiet = place.ckpt("list", "--json")
     assert quiet.stderr == ""
 

@@ -17,6 +17,7 @@ standby copy of the generation it holds.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,9 @@ pytestmark = pytest.mark.slow
 def ws(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Workspace:
     ws = zip_run(Workspace(tmp_path_factory.mktemp("first-hour")), keras_checkpoints)
     rewritten_best(ws, keras_checkpoints)
+    for name in ZIP_FILES:  # the same epochs saved under their own names too
+        shutil.copy2(keras_checkpoints / ZIP_RUN / name, ws.root / "job" / name)
+    ws.run("scan")
     ws.run("prune", "--run", ZIP_RUN, "--keep-last", "2")  # trashes e01
     return ws
 
@@ -42,6 +46,99 @@ def refused(ws: Workspace, *args: str) -> str:
     return done.stderr
 
 
+# ---- item 5: versions and trashed rows do not crowd the ordinary views ----
+
+VERSIONS = ".ckpt-versions/"
+
+
+def test_list_shows_the_checkpoints_themselves(ws: Workspace) -> None:
+    text = ws.run("list").stdout
+    assert VERSIONS not in text, text
+    assert ZIP_FILES[0] not in text.split("job/")[0], text  # k3/run_zip's e01 is trashed
+    head, *rows = text.splitlines()
+    assert "VERSIONS" in head.split(), head
+    best_row = next(r for r in rows if r.split()[1] == "job/best.keras")
+    assert best_row.split()[-2:] == ["2", "0.7000"], text  # VERSIONS, then val_loss
+    rows_json = ws.json("list")
+    assert all(r["version_of"] is None and r["status"] != "trashed" for r in rows_json)
+    by_path = {r["path"]: r for r in rows_json}
+    assert by_path[str(ws.root / "job" / "best.keras")]["versions_kept"] == 2
+    assert by_path[str(ws.root / ZIP_RUN / ZIP_FILES[1])]["versions_kept"] == 0
+    # --versions and --status show the rest
+    with_versions = ws.json("list", "--versions")
+    assert sorted(Path(r["path"]).name for r in with_versions if r["version_of"]) == [
+        "best.v1.keras",
+        "best.v2.keras",
+    ]
+    trashed = ws.json("list", "--status", "trashed")
+    assert [r["path"] for r in trashed] == [str(ws.root / ZIP_RUN / ZIP_FILES[0])]
+    assert len(ws.json("list", "--status", "standby")) == 1  # the copy of what best.keras holds
+
+
+def test_the_python_api_lists_the_checkpoints_themselves(ws: Workspace) -> None:
+    from ckpt_daemon.api import open_catalog
+
+    with open_catalog(str(ws.config)) as cat:
+        found = cat.list()
+        assert all(c.version_of is None and c.status.value != "trashed" for c in found)
+        assert {c.path: c.versions_kept for c in found}[str(ws.root / "job" / "best.keras")] == 2
+        assert len([c for c in cat.list(versions=True) if c.version_of]) == 2
+        assert [c.path for c in cat.list(status="trashed")] == [
+            str(ws.root / ZIP_RUN / ZIP_FILES[0])
+        ]
+
+
+def test_the_fast_reads_fold_versions_as_the_store(ws: Workspace) -> None:
+    """`ckpt list` reads through sqlite3 (catalog.dbapi_reads), the other commands through the
+    Store: one answer, on a catalog with versions, a standby copy and a trashed row."""
+    import dataclasses
+
+    from ckpt_daemon.catalog.sqlite_reads import SqliteReads
+    from ckpt_daemon.catalog.store import Store
+    from ckpt_daemon.core.query import ListQuery
+    from ckpt_daemon.settings import config as config_module
+
+    url = config_module.load(str(ws.config)).database
+    store, reads = Store(url), SqliteReads.open(url, None)
+    assert reads is not None
+    try:
+        for query in (
+            ListQuery(versions=False, off_disk=False),
+            ListQuery(versions=False, off_disk=False, run="job", sort="val_loss"),
+            ListQuery(status="trashed", off_disk=False),
+        ):
+            expected = [dataclasses.asdict(c) for c in store.list(query)]
+            assert [dataclasses.asdict(c) for c in reads.list(query)] == expected, query
+        paths = [c.path for c in store.list(ListQuery())]
+        counts = store.version_counts(paths)
+        assert reads.version_counts(paths) == counts == {str(ws.root / "job" / "best.keras"): 2}
+    finally:
+        reads.close()
+        store.close()
+
+
+def test_history_folds_a_version_under_the_epoch_it_doubles(ws: Workspace) -> None:
+    text = ws.run("history", "--run", "job").stdout
+    # v1 (epoch 1) doubles job/e01: folded and counted; v2 is the run's best: listed
+    assert f"{VERSIONS}job/best.v1.keras" not in text, text
+    assert f"{VERSIONS}job/best.v2.keras" in text, text
+    epoch_1 = next(line for line in text.splitlines() if line.split()[:1] == ["1"])
+    assert "+1 version" in epoch_1 and ZIP_FILES[0] in epoch_1, text
+    # --json keeps every checkpoint
+    doc = ws.json("history", "--run", "job")
+    assert len([c for c in doc["checkpoints"] if "version" in c["marks"]]) == 2
+
+
+def test_a_prune_plan_folds_versions_under_their_file(ws: Workspace) -> None:
+    plan = ws.run("prune", "-n", "--run", "job", "--keep-last", "1").stdout
+    lines = plan.splitlines()
+    assert not [line for line in lines if VERSIONS in line], plan
+    at = next(i for i, line in enumerate(lines) if line.split()[1:2] == ["job/best.keras"])
+    under = lines[at + 1 : at + 3]
+    assert [line.split()[0] for line in under] == ["v1", "v2"], plan
+    assert all(line.startswith("      v") for line in under), plan
+
+
 # ---- item 9: silent typos ----
 
 
@@ -49,7 +146,7 @@ def test_a_misspelt_where_metric_is_an_error_naming_the_metrics(ws: Workspace) -
     said = refused(ws, "list", "--where", "val_los < 0.5")
     assert "'val_los'" in said and "val_loss" in said
     # the right name still answers
-    assert ws.json("list", "--where", "val_loss < 0.5")
+    assert ws.json("list", "--where", "val_loss < 1")
 
 
 def test_an_unknown_sort_key_is_an_error_naming_columns_and_metrics(ws: Workspace) -> None:
