@@ -10,14 +10,24 @@ with open_catalog() as cat:
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .core.errors import NotFound, UsageError
 from .core.model import Checkpoint, Run
 from .core.progress import OnProgress
-from .core.query import Condition, ListQuery, default_mode, parse_condition
+from .core.query import (
+    Condition,
+    ListQuery,
+    default_mode,
+    metric_keys,
+    parse_condition,
+    unknown_key,
+)
 from .settings import config as config_module
 from .settings.config import Config
 
@@ -93,8 +103,12 @@ class Catalog:
         format: str | None = None,
         status: str | None = None,
         kind: str | None = None,
+        versions: bool = False,
     ) -> builtins.list[Checkpoint]:
-        """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings."""
+        """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings. The
+        checkpoints themselves: without `status`, not the rows of files trashed, purged or
+        removed by their trainer; without `versions`, not the kept versions of rewritten files
+        (each file's `versions_kept` counts them; `versions=True` lists them as rows too)."""
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,
@@ -105,13 +119,29 @@ class Catalog:
             sort=sort,
             descending=desc,
             limit=limit,
+            versions=versions or status is not None,  # a status names every row of it
+            off_disk=False,
         )
-        return (self._reads or self._store).list(query)
+        source = self._reads or self._store
+        for what, key in metric_keys(query):
+            if not source.has_metric(key):
+                raise UsageError(unknown_key(what, source.metric_names()))
+        found = source.list(query)
+        counts = source.version_counts([c.path for c in found if c.version_of is None])
+        if not counts:
+            return found
+        return [dataclasses.replace(c, versions_kept=counts.get(c.path, 0)) for c in found]
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose
-        files are unchanged since indexed (a changed one is skipped for the next)."""
-        return (self._reads or self._store).best(metric, mode or default_mode(metric), run)
+        files are unchanged since indexed (a changed one is skipped for the next). UsageError
+        when no checkpoint in the catalog has `metric` (a typo), naming the metrics there."""
+        source = self._reads or self._store
+        try:
+            return source.best(metric, mode or default_mode(metric), run)
+        except NotFound:
+            self.check_metric("--metric", metric)
+            raise
 
     def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
         """The newest `ok` checkpoint of `run` (and the runs below it): the most training
@@ -123,9 +153,48 @@ class Catalog:
         checkpoints (else UsageError). NotFound when there is none."""
         return (self._reads or self._store).latest(run, resumable)
 
+    def metric_names(self) -> set[str]:
+        """Every metric name any checkpoint in the catalog has."""
+        return (self._reads or self._store).metric_names()
+
+    def check_metric(self, what: str, metric: str) -> None:
+        """UsageError naming the catalog's metrics when no checkpoint has `metric` (a typo in
+        option `what`)."""
+        source = self._reads or self._store
+        if not source.has_metric(metric):
+            raise UsageError(
+                unknown_key(f"{what} {metric!r}", source.metric_names(), columns=False)
+            )
+
+    def ref(self, ref: str | int) -> str:
+        """A REF as the catalog knows it: an id as it is, a path absolute. A relative path is
+        read as every command prints one: relative to the working folder when a file is there
+        inside a root, else relative to the root that holds it (`ckpt list` prints paths
+        relative to their root), so any printed form can be pasted from any folder."""
+        text = str(ref)
+        if not text or (text.isascii() and text.isdigit()) or os.path.isabs(text):
+            return text
+        here = os.path.abspath(text)
+        if os.path.lexists(here) and self.config.root_for(Path(here)) is not None:
+            return here
+        in_roots = [os.path.normpath(os.path.join(r.path, text)) for r in self.config.roots]
+        inside = [p for p in in_roots if self.config.root_for(Path(p)) is not None]
+        existing = [p for p in inside if os.path.lexists(p)]
+        if existing:
+            return existing[0]
+        # Gone from the disk (trashed, missing): the first form the catalog has a row of.
+        candidates = [here] if self.config.root_for(Path(here)) is not None else []
+        for candidate in dict.fromkeys([*candidates, *inside]):
+            try:
+                self._store.get(candidate)
+            except NotFound:
+                continue
+            return candidate
+        return here
+
     def get(self, ref: str | int) -> Checkpoint:
         """By catalog id or path; the result's `details` has layers, configs and events."""
-        return self._store.get(str(ref))
+        return self._store.get(self.ref(ref))
 
     def runs(self) -> builtins.list[Run]:
         return self._store.runs()
@@ -176,7 +245,7 @@ class Catalog:
     def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
         from .usecases import pruner
 
-        return pruner.restore(self.config, self._store, str(ref), actor or _actor())
+        return pruner.restore(self.config, self._store, self.ref(ref), actor or _actor())
 
     def restore_version(
         self,
@@ -194,7 +263,7 @@ class Catalog:
         return versions.restore_version(
             self.config,
             self._store,
-            path,
+            self.ref(path),
             generation=version,
             epoch=epoch,
             actor=actor or _actor(),
@@ -203,7 +272,7 @@ class Catalog:
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
         from .usecases import pruner
 
-        return pruner.set_pinned(self._store, str(ref), pinned, _actor())
+        return pruner.set_pinned(self._store, self.ref(ref), pinned, _actor())
 
     def trash(self) -> builtins.list[dict[str, Any]]:
         """Trashed checkpoints: original and trash paths, bytes, when and why."""
@@ -248,7 +317,7 @@ class Catalog:
         return split_checkpoint(
             self.config,
             self._store,
-            str(ref),
+            self.ref(ref),
             out=out,
             keep_compile=keep_compile,
             actor=actor or _actor(),
@@ -262,7 +331,7 @@ class Catalog:
         from .usecases.artifacts import export_checkpoint
 
         return export_checkpoint(
-            self.config, self._store, str(ref), out=out, actor=actor or _actor()
+            self.config, self._store, self.ref(ref), out=out, actor=actor or _actor()
         )
 
     def describe(self, ref: str | int) -> Facts:
@@ -270,7 +339,7 @@ class Catalog:
         `usecases.describe.render(facts, "md"|"json"|"txt")`)."""
         from .usecases.describe import describe
 
-        return describe(self.config, self._store, str(ref))
+        return describe(self.config, self._store, self.ref(ref))
 
     def compress(
         self,
@@ -288,7 +357,7 @@ class Catalog:
         return compress_checkpoint(
             self.config,
             self._store,
-            str(ref),
+            self.ref(ref),
             codec=codec,
             level=level,
             shuffle=shuffle,
@@ -315,7 +384,7 @@ class Catalog:
         return verify(
             self.config,
             self._store,
-            [str(r) for r in refs],
+            [self.ref(r) for r in refs],
             load=load,
             actor=actor or _actor(),
             on_verdict=on_verdict,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat, Kind
-from ..core.query import COLUMN_KEYS, ListQuery
+from ..core.query import COLUMN_KEYS, OFF_DISK, ListQuery
 from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.root_names import PathCodec
 from ..core.runs import run_scope
@@ -188,6 +188,33 @@ class DbapiReads:
                 self._end()
         return [to_checkpoint(r, values.get(r[0], {})) for r in rows]
 
+    def version_counts(self, paths: builtins.list[str]) -> dict[str, int]:
+        """As store_reads.version_counts."""
+        counted = (CheckpointStatus.STANDBY.value, *OFF_DISK)
+        out: dict[str, int] = {}
+        with self._lock:
+            for start in range(0, len(paths), 500):
+                chunk = [self._stored(p) for p in paths[start : start + 500]]
+                rows = self._read(
+                    "SELECT version_of, count(*) FROM checkpoints WHERE version_of IN "
+                    f"({', '.join('?' * len(chunk))}) AND status NOT IN "
+                    f"({', '.join('?' * len(counted))}) GROUP BY version_of",
+                    [*chunk, *counted],
+                )
+                for stored, n in rows:
+                    out[self._codec.local(stored) if self._codec else stored] = n
+        return out
+
+    def metric_names(self) -> set[str]:
+        """As store_reads.metric_names."""
+        with self._lock:
+            return {row[0] for row in self._read("SELECT DISTINCT name FROM metrics")}
+
+    def has_metric(self, name: str) -> bool:
+        """As store_reads.has_metric."""
+        with self._lock:
+            return bool(self._read("SELECT 1 FROM metrics WHERE name = ? LIMIT 1", [name]))
+
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
         order = "ASC" if mode == "min" else "DESC"
         sql = (
@@ -350,6 +377,11 @@ def _listing(
             params.append(value)
     if query.status is None:  # a standby copy is the file itself: listed once, as the file
         where.append("checkpoints.status != 'standby'")
+        if not query.off_disk:
+            where.append(f"checkpoints.status NOT IN ({', '.join('?' * len(OFF_DISK))})")
+            params += OFF_DISK
+    if not query.versions:
+        where.append("checkpoints.version_of IS NULL")
     for cond in query.where:
         op = _OPERATORS[cond.op]
         if cond.column is not None:

@@ -299,6 +299,15 @@ class Store(
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
         return store_reads.list_checkpoints(self._engine, query)
 
+    def version_counts(self, paths: builtins.list[str]) -> dict[str, int]:
+        return store_reads.version_counts(self._engine, paths)
+
+    def metric_names(self) -> set[str]:
+        return store_reads.metric_names(self._engine)
+
+    def has_metric(self, name: str) -> bool:
+        return store_reads.has_metric(self._engine, name)
+
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
         return store_reads.best(self._engine, metric, mode, run)
 

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, Select, and_, case, exists, func, or_, select, tr
 
 from ..core.errors import NotFound
 from ..core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
-from ..core.query import COLUMN_KEYS, ListQuery, default_mode
+from ..core.query import COLUMN_KEYS, OFF_DISK, ListQuery, default_mode
 from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
 from ..core.runs import run_scope
 from . import db, pick
@@ -74,6 +74,10 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
             stmt = stmt.where(checkpoints.c[column] == value)
     if query.status is None:  # a standby copy is the file itself: listed once, as the file
         stmt = stmt.where(checkpoints.c.status != CheckpointStatus.STANDBY.value)
+        if not query.off_disk:
+            stmt = stmt.where(checkpoints.c.status.not_in(OFF_DISK))
+    if not query.versions:
+        stmt = stmt.where(checkpoints.c.version_of.is_(None))
     for cond in query.where:
         if cond.column is not None:
             stmt = stmt.where(_OPS[cond.op](checkpoints.c[cond.column], cond.value))
@@ -88,6 +92,36 @@ def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
             )
     stmt = _sorted(stmt, query.sort, query.descending)
     return stmt.limit(query.limit) if query.limit is not None else stmt
+
+
+def version_counts(engine: Engine, paths: list[str]) -> dict[str, int]:
+    """{path: how many versions of the file at path are kept} (the ordinary views fold them
+    under their file: standby copies, trashed and purged ones are not counted)."""
+    counted = (CheckpointStatus.STANDBY.value, *OFF_DISK)
+    out: dict[str, int] = {}
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        for start in range(0, len(paths), 500):
+            chunk = paths[start : start + 500]
+            rows = conn.execute(
+                select(checkpoints.c.version_of, func.count())
+                .where(checkpoints.c.version_of.in_(chunk), checkpoints.c.status.not_in(counted))
+                .group_by(checkpoints.c.version_of)
+            )
+            out.update({path: n for path, n in rows})
+    return out
+
+
+def metric_names(engine: Engine) -> set[str]:
+    """Every metric name any checkpoint in the catalog has (to name them in an error)."""
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        return set(conn.execute(select(metrics.c.name).distinct()).scalars())
+
+
+def has_metric(engine: Engine, name: str) -> bool:
+    """Does any checkpoint have metric `name` (one index seek)?"""
+    with engine.connect().execution_options(**db.READONLY) as conn:
+        found = conn.execute(select(metrics.c.checkpoint_id).where(metrics.c.name == name).limit(1))
+        return found.first() is not None
 
 
 def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Checkpoint:

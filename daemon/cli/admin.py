@@ -56,13 +56,21 @@ def status(obj: Context, as_json: bool) -> None:
     from ..settings.config import shown_url
     from ..usecases.disk_guard import status as disk_status
 
-    with obj.catalog() as cat:
-        doc = cat.status()
-        # Which config and catalog were asked: from another folder, `not running` may only
-        # mean "not this catalog".
-        doc.update(config=cat.config.source, catalog=shown_url(cat.config.database))
-        # Free space measured now; the guard's state as the daemon last reported it.
-        doc["disk"] = disk_status(cat.config, doc["disk"], running=bool(doc["running"]))
+    missing = obj.missing_catalog()
+    if missing is not None:  # no daemon ever ran with this config: said, nothing created
+        from ..service.health import daemons_status
+
+        doc = daemons_status([], 0)
+        doc["reason"] = f"no catalog at {missing}: no daemon has run with this config"
+        config = obj.config()
+    else:
+        with obj.catalog() as cat:
+            doc, config = cat.status(), cat.config
+    # Which config and catalog were asked: from another folder, `not running` may only
+    # mean "not this catalog".
+    doc.update(config=config.source, catalog=shown_url(config.database))
+    # Free space measured now; the guard's state as the daemon last reported it.
+    doc["disk"] = disk_status(config, doc["disk"], running=bool(doc["running"]))
     if as_json:
         emit_json(documents.status(doc))
         return

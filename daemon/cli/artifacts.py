@@ -76,10 +76,10 @@ def split(
         emit_json({**documents.split(checkpoint, result), "card": card})
         return
     echo(
-        f"{result.path}: {format_size(result.bytes)} "
-        f"({result.bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
+        f"{obj.shown(result.path)}: {format_size(result.bytes)} "
+        f"({result.bytes / max(1, result.source_bytes):.0%} of {obj.shown(checkpoint.path)})"
     )
-    echo(f"{card}: its model card")
+    echo(f"{obj.shown(card)}: its model card")
 
 
 def _export(obj: Context, ref: str, out: str | None, as_json: bool) -> None:
@@ -107,12 +107,16 @@ def _export(obj: Context, ref: str, out: str | None, as_json: bool) -> None:
             }
         )
         return
-    echo(f"{result.config_path}: {format_size(result.config_bytes)} (the stored model config)")
     echo(
-        f"{result.weights_path}: {format_size(result.weights_bytes)} "
-        f"({result.weights_bytes / max(1, result.source_bytes):.0%} of {checkpoint.path})"
+        f"{obj.shown(result.config_path)}: {format_size(result.config_bytes)} "
+        "(the stored model config)"
     )
-    echo(f"{card}: its model card")
+    echo(
+        f"{obj.shown(result.weights_path)}: {format_size(result.weights_bytes)} "
+        f"({result.weights_bytes / max(1, result.source_bytes):.0%} of "
+        f"{obj.shown(checkpoint.path)})"
+    )
+    echo(f"{obj.shown(card)}: its model card")
 
 
 @click.command()
@@ -148,10 +152,10 @@ def compress(
         emit_json(documents.compress(checkpoint, result))
         return
     if result.skipped:
-        echo(f"{result.path}: left as it is: {result.skipped} ({result.codec})")
+        echo(f"{obj.shown(result.path)}: left as it is: {result.skipped} ({result.codec})")
         return
     echo(
-        f"{result.path}: {format_size(result.bytes_before)} -> "
+        f"{obj.shown(result.path)}: {format_size(result.bytes_before)} -> "
         f"{format_size(result.bytes_after)} ({result.codec})"
     )
     if result.needs:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # `ckpt list`'s text columns without --columns (named here: --help says it without loading
 # the table code).
-DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,metrics"
+DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,versions,metrics"
 
 
 @click.command()
@@ -51,7 +51,7 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
     from ..logs import setup
 
     setup("debug" if obj.debug else "warning")
-    with obj.catalog() as cat:
+    with obj.catalog(create=True) as cat:
         roots = [str(r.path) for r in cat.config.roots]
         with live_work("checked", as_json=as_json, roots=roots) as work:
             report = cat.scan(paths, reindex=reindex, on_progress=_scan_lines(work, as_json))
@@ -102,9 +102,15 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
 @click.option(
     "--status",
     help="Only this status: ok, incomplete, corrupt, unreadable, missing, removed, trashed, "
-    "purged, standby. A standby row is the kept copy of the generation a rewritten file holds "
-    "now, listed only when asked for; kept versions of earlier generations are listed like any "
-    "checkpoint, with version_of in --json.",
+    "purged, standby. Without it, rows of files trashed, purged or removed by their trainer "
+    "are left out, and so are standby rows (the kept copy of the generation a rewritten file "
+    "holds now).",
+)
+@click.option(
+    "--versions",
+    is_flag=True,
+    help="List the kept versions of rewritten files as rows too (without it, each file's "
+    "VERSIONS column counts them).",
 )
 @click.option("--kind", help="Only this kind: full, weights.")
 @click.option(
@@ -142,6 +148,7 @@ def list_command(
     fmt: str | None,
     status: str | None,
     kind: str | None,
+    versions: bool,
     where: tuple[str, ...],
     sort: str,
     desc: bool,
@@ -150,13 +157,16 @@ def list_command(
     metrics: str | None,
     as_json: bool,
 ) -> None:
-    """List catalogued checkpoints.
+    """List catalogued checkpoints: the checkpoints themselves, each rewritten file with the
+    count of its kept versions (VERSIONS; `--versions` lists them as rows), without the rows of
+    files trashed, purged or removed by their trainer (`--status trashed` lists those).
 
-    Paths are relative to their root (they start with the run's folder); a listing over
-    several roots has a `root PATH` line before each root's rows. A status marked `*` has a
-    reason (`ckpt show ID` says it). Columns empty in every row are left out; on a narrow
-    terminal the path is shortened from the left (`…/exp1/e07.keras`); into a pipe, rows are
-    never cut.
+    Paths are relative to their root (they start with the run's folder; every command takes
+    them back as REF from any folder); a listing over several roots has a `root PATH` line
+    before each root's rows; `--json` has absolute paths. A status marked `*` has a reason
+    (`ckpt show ID` says it). Columns empty in every row are left out; on a narrow terminal
+    the path is shortened from the left (`…/exp1/e07.keras`) before any column is left out;
+    into a pipe, rows are never cut.
 
     \b
     Example:  ckpt list --run exp1 --where "val_loss < 0.3" --sort val_loss --limit 5
@@ -173,6 +183,7 @@ def list_command(
             format=fmt,
             status=status,
             kind=kind,
+            versions=versions,
         )
     if as_json:
         emit_json_rows(documents.list_rows(rows))
@@ -190,7 +201,8 @@ def list_command(
 @click.option("--json", "as_json", is_flag=True, help="JSON object with layers, configs, events.")
 @pass_context
 def show(obj: Context, ref: str, as_json: bool) -> None:
-    """Everything known about one checkpoint. REF is a catalog id or a path.
+    """Everything known about one checkpoint. REF is a catalog id or a path: relative to its
+    root (as `list` and every text line print it), absolute, or relative to the working folder.
 
     \b
     Example:  ckpt show runs/exp1/weights.07-0.23.hdf5
@@ -234,7 +246,8 @@ def best(
     artifact: str | None,
     as_json: bool,
 ) -> None:
-    """The best `ok` checkpoint by a metric. Prints its path alone (exit 6 if none).
+    """The best `ok` checkpoint by a metric. Prints its absolute path alone, for scripts (exit
+    6 if none; exit 2, naming the metrics there are, if no checkpoint has the metric).
 
     \b
     Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"

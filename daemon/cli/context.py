@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..core.errors import UsageError
 from .output import echo
 
 if TYPE_CHECKING:
@@ -21,11 +23,56 @@ class Context:
         self.config_path, self.database, self.debug = config_path, database, debug
         self._config: Any = None
 
-    def catalog(self) -> Catalog:
+    def catalog(self, *, create: bool = False) -> Catalog:
+        """The catalog of the config in use. Only `create` (`ckpt scan`) makes a new SQLite
+        catalog: any other command with none there is a usage error that says which config and
+        catalog it looked at (a command run from an unexpected folder must not answer from a
+        new, empty catalog)."""
         from ..api import open_catalog
 
+        if not create:
+            self.require_catalog()
         with self.new_catalog_notice():
             return open_catalog(self.config_path, self.database)
+
+    def shown(self, path: str | Path) -> str:
+        """A path as every line for a person prints it: relative to its configured root (as
+        `ckpt list` prints it; every REF takes this form back from any folder), else as it is.
+        `--json` has the absolute path."""
+        from ..core.render import relative_path
+
+        roots = sorted((str(r.path) for r in self.config().roots), key=len, reverse=True)
+        return relative_path(str(path), roots)
+
+    def missing_catalog(self) -> Path | None:
+        """The SQLite file the config names, when it does not exist (None: it exists, or the
+        catalog is not an SQLite file)."""
+        from ..settings.config import sqlite_file
+
+        path = sqlite_file(self.config().database)
+        return path if path is not None and not path.exists() else None
+
+    def require_catalog(self) -> None:
+        path = self.missing_catalog()
+        if path is None:
+            return
+        from ..catalog import db
+
+        db.check_url(self.config().database)  # a bad URL is said as such, first
+        from ..settings import locations
+        from ..settings.config import BUILT_IN
+
+        source = self.config().source
+        if source == BUILT_IN:
+            looked = ", ".join(locations.looked_at(self.config_path))
+            config = f"no config file found (looked at {looked}), so the built-in default's"
+        else:
+            config = f"the catalog of config {source}"
+        raise UsageError(
+            f"no catalog at {path} ({config}): point at your daemon's config with --config "
+            "PATH or $CKPT_CONFIG (`ckpt status` beside it says which it uses), or create "
+            "this catalog with `ckpt scan`"
+        )
 
     def config(self) -> Any:
         """The config in use (loaded once); with --debug, one stderr line says which."""

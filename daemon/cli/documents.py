@@ -22,8 +22,9 @@ Doc = dict[str, Any]
 
 
 def list_rows(found: Iterable[Checkpoint]) -> Iterator[Doc]:
-    """`ckpt list --json`: one row per checkpoint (a generator: 100k rows are streamed)."""
-    return (checkpoint_json(c) for c in found)
+    """`ckpt list --json`: one row per checkpoint (a generator: 100k rows are streamed), with
+    `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`)."""
+    return ({**checkpoint_json(c), "versions_kept": c.versions_kept} for c in found)
 
 
 def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:

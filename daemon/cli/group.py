@@ -67,8 +67,8 @@ class LazyGroup(click.Group):
     "config_path",
     metavar="PATH",
     help="Config file. Default: $CKPT_CONFIG, else the first of ./config.yaml, "
-    "$XDG_CONFIG_HOME/ckpt/config.yaml (~/.config/ckpt/...), /etc/ckpt/config.yaml, else the "
-    "built-in one.",
+    "$XDG_CONFIG_HOME/ckpt/config.yaml (~/.config/ckpt/...), /etc/ckpt/config.yaml, the one "
+    "the last `ckpt serve` found in its folder, else the built-in one.",
 )
 @click.option(
     "--db",
@@ -91,8 +91,10 @@ def main_group(
 
     The config is the file named by --config or $CKPT_CONFIG (which must exist), else the first
     found of ./config.yaml, $XDG_CONFIG_HOME/ckpt/config.yaml (default ~/.config/ckpt/),
-    /etc/ckpt/config.yaml, else the built-in default. `ckpt status` and --debug say which
-    config and catalog are in use; a command that creates a new catalog says so on stderr.
+    /etc/ckpt/config.yaml, the config the last `ckpt serve` found in its working folder,
+    else the built-in default. `ckpt status` and --debug say which config and catalog are in
+    use. Only scan, serve and db upgrade create a catalog (and say so on stderr); any other
+    command with none there exits 2 naming the catalog and config it looked at.
 
     \b
     Example:

@@ -33,6 +33,7 @@ def metrics(obj: Context, textfile: Path | None) -> None:
     from ..service import exporter
 
     config = obj.config()
+    obj.require_catalog()
     with obj.new_catalog_notice():
         store = Store(config.database, named_roots=config.named_roots(), node=config.node_name)
     try:

@@ -73,13 +73,13 @@ def table(
     header, *body = laid.lines
     out = [f"\x1b[1m{header}\x1b[0m" if bold and header else header]
     for i, line in enumerate(body):
-        out += [_fitted(text, width) for text in (before or {}).get(i, ())]
+        out += [fitted(text, width) for text in (before or {}).get(i, ())]
         out.append(line)
-        out += [_fitted(text, width) for text in (after or {}).get(i, ())]
+        out += [fitted(text, width) for text in (after or {}).get(i, ())]
     click.echo("\n".join(out))
     if laid.hidden:  # said on stderr: stdout stays the table
         note = f"({len(laid.hidden)} columns not shown, see --columns: {', '.join(laid.hidden)})"
-        echo(_fitted(note, width), err=True)
+        echo(fitted(note, width), err=True)
 
 
 def print_wrapped(text: str) -> None:
@@ -105,11 +105,17 @@ def print_wrapped(text: str) -> None:
 def verify_line(ident: int, ok: bool, path: str, detail: str, width: int | None) -> str:
     """`  12  ok      exp1/e07.keras  hash matches`: on a terminal, the path is cut from the
     left and the detail from the right to keep the line within `width`."""
+    return path_line(f"{ident:>5}  {'ok' if ok else 'FAILED':<6}  ", path, detail, width)
+
+
+def path_line(head: str, path: str, detail: str, width: int | None) -> str:
+    """`HEAD PATH  DETAIL` within `width` on a terminal: the path keeps at least half the room
+    (cut from the left: its file name stays), the detail the rest (cut from the right); into
+    a pipe, whole."""
     from ..core.render import visible
     from ..core.table import cell_width, cut_left, cut_right
 
     path, detail = visible(path), visible(detail)
-    head = f"{ident:>5}  {'ok' if ok else 'FAILED':<6}  "
     if width is None or cell_width(head + path + "  " + detail) <= width:
         return f"{head}{path}  {detail}".rstrip()
     room = max(20, width - len(head) - 2)
@@ -118,7 +124,7 @@ def verify_line(ident: int, ok: bool, path: str, detail: str, width: int | None)
     return f"{head}{shown_path}  {cut_right(detail, rest)}".rstrip()
 
 
-def _fitted(text: str, width: int | None) -> str:
+def fitted(text: str, width: int | None) -> str:
     """A line beside a table: on a terminal cut (keeping its start) rather than wrapped."""
     from ..core.render import visible
     from ..core.table import cut_right

@@ -12,8 +12,10 @@ from .context import MAX_LIMIT, Context, pass_context
 from .output import echo, emit_json, live_work, table
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from ..core.progress import Progress
-    from ..core.retention import Policy
+    from ..core.retention import Decision, Policy
     from ..usecases.pruner import PruneReport
 
 
@@ -59,6 +61,8 @@ def prune(
     """
     policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
     with obj.catalog() as cat:
+        if metric is not None:
+            cat.check_metric("--metric", metric)
         roots = [str(r.path) for r in cat.config.roots]
         with live_work("moved to the trash", as_json=as_json, roots=roots) as work:
 
@@ -72,7 +76,7 @@ def prune(
     if as_json:
         emit_json(documents.prune(report))
     else:
-        _print_plan(report)
+        _print_plan(report, obj.shown)
     if report.failures:
         raise PartialFailure(f"prune: {len(report.failures)} move(s) failed")
 
@@ -115,23 +119,54 @@ def _policy(
     return None if policy.is_empty() else policy
 
 
-def _print_plan(report: PruneReport) -> None:
+def _print_plan(report: PruneReport, shown: Callable[[str], str]) -> None:
+    """The plan of each run, paths relative to their root (as `ckpt list`); on a terminal
+    each line fits its width (the path cut from the left, the reasons from the right)."""
     from ..core.units import format_size
+    from .output import fitted, path_line, terminal_width
 
+    width = terminal_width()
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
         echo(  # what moved, not what was planned (failures are listed below)
-            f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
-            f"{format_size(rp.bytes_freed)} ({rp.policy})"
+            fitted(
+                f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
+                f"{format_size(rp.bytes_freed)} ({rp.policy})",
+                width,
+            )
         )
-        for d in rp.plan.decisions:
-            echo(f"  {d.action:<5} {d.path}  {'; '.join(d.reasons)}")
+        for head, path, why in _plan_lines(rp.plan.decisions, shown):
+            echo(path_line(head, path, why, width))
         for note in rp.plan.notes:
-            echo(f"  note: {note}")
+            echo(fitted(f"  note: {note}", width))
     for skipped in report.skipped:
         echo(f"{skipped['run']}: skipped: {skipped['reason']}")
     for failure in report.failures:
-        echo(f"  failed: {failure['path']}: {failure['error']}", err=True)
+        echo(f"  failed: {shown(failure['path'])}: {failure['error']}", err=True)
+
+
+def _plan_lines(
+    decisions: Sequence[Decision], shown: Callable[[str], str]
+) -> list[tuple[str, str, str]]:
+    """`  keep  job/best.keras  newest`, and under a rewritten file the decisions on its kept
+    versions (`      v1 trash  matched no keep rule`): a version is folded under its file,
+    not a checkpoint of its own (a version of a file no longer in the plan has its own line)."""
+    from ..core.versions import original_parts
+
+    lines: dict[str, list[tuple[str, str, str]]] = {}
+    folded: dict[str, list[tuple[str, str, str]]] = {}
+    for d in decisions:
+        path = shown(d.path)
+        version = original_parts(path.split("/"))
+        why = "; ".join(d.reasons)
+        if version is not None:
+            file, generation = "/".join(version[0]), version[1]
+            folded.setdefault(file, []).append((f"      v{generation} ", f"{d.action:<5}", why))
+        else:
+            lines[path] = [(f"  {d.action:<5} ", path, why)]
+    for file, under in folded.items():
+        lines.setdefault(file, [("  (versions of ", f"{file})", "")]).extend(under)
+    return [line for group in lines.values() for line in group]
 
 
 @click.command()
@@ -146,7 +181,7 @@ def pin(obj: Context, ref: str) -> None:
     with obj.catalog() as cat:
         c = cat.pin(ref)
     where = "" if c.status.value != "trashed" else f" (in the trash: ckpt trash restore {c.id})"
-    echo(f"pinned: {c.path}{where}")
+    echo(f"pinned: {obj.shown(c.path)}{where}")
 
 
 @click.command()
@@ -159,7 +194,7 @@ def unpin(obj: Context, ref: str) -> None:
     Example:  ckpt unpin 42
     """
     with obj.catalog() as cat:
-        echo(f"unpinned: {cat.pin(ref, False).path}")
+        echo(f"unpinned: {obj.shown(cat.pin(ref, False).path)}")
 
 
 @click.group()
@@ -194,7 +229,13 @@ def trash_list(obj: Context, as_json: bool) -> None:
             Column("WHY", cut="right"),
         ],
         [
-            [str(t["id"]), t["path"], format_size(t["bytes"]), t.get("at", "-"), t["reason"] or ""]
+            [
+                str(t["id"]),
+                obj.shown(t["path"]),
+                format_size(t["bytes"]),
+                t.get("at", "-"),
+                t["reason"] or "",
+            ]
             for t in items
         ],
     )
@@ -210,7 +251,7 @@ def restore(obj: Context, ref: str) -> None:
     Example:  ckpt trash restore runs/exp1/weights.03-0.41.hdf5
     """
     with obj.catalog() as cat:
-        echo(f"restored: {cat.restore(ref).path}")
+        echo(f"restored: {obj.shown(cat.restore(ref).path)}")
 
 
 @trash.command()
@@ -228,16 +269,26 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
     \b
     Example:  ckpt trash purge --older-than 3d --dry-run
     """
+    from ..usecases.pruner import parse_older_than
+
+    parse_older_than(older_than, obj.config())  # a mistyped duration first, before the catalog
     with obj.catalog() as cat:
         done, failures = cat.purge(older_than, dry_run=dry_run)
+        in_trash = len(cat.trash()) if not done and not failures and not as_json else 0
     if as_json:
         emit_json(documents.purge(dry_run, done, failures))
     else:
         verb = "would purge" if dry_run else "purged"
         for item in done:
-            echo(f"{verb}: {item['path']}")
+            echo(f"{verb}: {obj.shown(item['path'])}")
+        if not done and not failures:  # a dry run always says what it would do
+            age = f"--older-than {older_than}" if older_than is not None else "trash.purge_after"
+            echo(
+                f"nothing to purge: {in_trash} checkpoint(s) in the trash, none trashed "
+                f"longer ago than {age}"
+            )
         for failure in failures:
-            echo(f"failed: {failure['path']}: {failure['error']}", err=True)
+            echo(f"failed: {obj.shown(failure['path'])}: {failure['error']}", err=True)
     if failures:
         raise PartialFailure(f"trash purge: {len(failures)} item(s) failed")
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
 from ..core.render import metric_text, relative_path, visible
-from ..core.table import Column, number_cells
+from ..core.table import HARD_FLOOR, Column, number_cells
 from ..core.units import format_size, iso_utc, short_time
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # Every column `ckpt list --columns` takes (besides metric names and `metrics`: all of them).
 LIST_COLUMNS: dict[str, Column] = {
     "id": Column("ID", align="right", keep=True),
-    "path": Column("PATH", cut="left", keep=True, min_width=32),
+    "path": Column("PATH", cut="left", keep=True, min_width=32, shrink_first=True),
     "run": Column("RUN", cut="left"),
     "epoch": Column("EPOCH", align="right"),
     "step": Column("STEP", align="right"),
@@ -32,6 +32,7 @@ LIST_COLUMNS: dict[str, Column] = {
     "optimizer": Column("OPTIMIZER", cut="right", min_width=9),
     "status": Column("STATUS"),
     "mtime": Column("MTIME"),
+    "versions": Column("VERSIONS", align="right"),  # kept versions folded under the file
 }
 REASON_FLAG = "*"  # after a status that has a reason (`ckpt show` says it)
 
@@ -56,26 +57,41 @@ def list_table(
     (`default`: the columns without --columns)."""
     present = sorted({name for c in rows for name in c.metrics})
     wanted = _column_names(columns or default, present, rows)
+    unknown = [m for m in chosen_metrics(present, metrics) if m not in present]
+    if unknown and rows:  # as --columns: with no rows, no metric is known
+        shown = ", ".join(metric_order(present)) or "none"
+        raise UsageError(
+            f"--metrics: unknown metric {unknown[0]!r} (metrics in this listing: {shown})"
+        )
     explicit = columns is not None
     header: list[Column] = []
     cells: list[list[str]] = [[] for _ in rows]
     for name in wanted:
         if name == "metrics":
             for metric in chosen_metrics(present, metrics):
-                header.append(Column(metric, align="right", keep=explicit))
+                header.append(Column(metric, align="right", keep=explicit, drop_last=True))
                 for row, cell in zip(cells, _metric_cells(rows, metric), strict=True):
                     row.append(cell)
             continue
         if name in LIST_COLUMNS:
             base = LIST_COLUMNS[name]
+            if name == "path":  # cut down to the file names before any column is left out
+                base = replace(base, min_width=_path_floor(rows))
             header.append(replace(base, keep=base.keep or explicit))
             for row, c in zip(cells, rows, strict=True):
                 row.append(_cell(c, name))
         else:  # a metric named in --columns
-            header.append(Column(name, align="right", keep=True))
+            header.append(Column(name, align="right", keep=True, drop_last=True))
             for row, cell in zip(cells, _metric_cells(rows, name), strict=True):
                 row.append(cell)
     return header, cells, root_headings([c.root for c in rows])
+
+
+def _path_floor(rows: Sequence[Checkpoint]) -> int:
+    """The narrowest PATH before other columns go: the longest file name with `…/`, within
+    16 and the column's usual 32."""
+    longest = max((len(c.path) - c.path.rfind("/") - 1 for c in rows), default=0)
+    return max(HARD_FLOOR, min(LIST_COLUMNS["path"].min_width, longest + 2))
 
 
 def _column_names(columns: str, present: Sequence[str], rows: Sequence[Checkpoint]) -> list[str]:
@@ -116,6 +132,8 @@ def _cell(c: Checkpoint, name: str) -> str:
         return c.status.value + (REASON_FLAG if c.reason else "")
     if name == "mtime":
         return short_time(iso_utc(c.mtime))
+    if name == "versions":
+        return str(c.versions_kept) if c.versions_kept else ""
     raise AssertionError(name)
 
 
@@ -167,6 +185,11 @@ def runs_table(
     """Cells of `ckpt runs` and the lines under each run: its file-name template (when the
     run knows one) and its best checkpoint per metric with the value (`values`: metrics by
     path of the best checkpoints)."""
+    present = {name for r in found for name in r.best}
+    unknown = [m for m in chosen_metrics(list(present), metrics) if m not in present]
+    if unknown and found:
+        shown = ", ".join(metric_order(list(present))) or "none"
+        raise UsageError(f"--metrics: unknown metric {unknown[0]!r} (metrics of the runs: {shown})")
     cells, after = [], {}
     for i, r in enumerate(found):
         newest = _in_run(r, r.newest) if r.newest else "-"
@@ -217,9 +240,9 @@ LOG_COLUMNS = [
     Column("ACTION", keep=True),
     Column("STATE", keep=True),
     Column("PATH", cut="left", keep=True, min_width=16),
-    Column("ACTOR", cut="right", min_width=8),
-    Column("NODE", cut="right", min_width=6),
-    Column("REASON", cut="right", min_width=8),
+    Column("ACTOR", cut="right", min_width=8, shrink_first=True),
+    Column("NODE", cut="right", min_width=6, shrink_first=True),
+    Column("REASON", cut="right", min_width=8, shrink_first=True),  # cut before the path
 ]
 
 

@@ -216,11 +216,26 @@ def table(history: History) -> tuple[list[Column], list[list[str]]]:
         epoch = "-" if row.epoch is None else str(row.epoch)
         if not row.checkpoints:
             cells.append([epoch, *values, NO_CHECKPOINT, ""])
-        for k, m in enumerate(row.checkpoints):
+        listed, folded = _fold_versions(row.checkpoints)
+        for k, m in enumerate(listed):
             head = [epoch, *values] if k == 0 else ["", *([""] * len(values))]
-            shown = f"{glyph(m)} {','.join(m.marks)}"
+            marks = ",".join(m.marks)
+            if k == 0 and folded:  # the same epoch kept as a version too: counted, not listed
+                marks += f",+{folded} version{'s' * (folded != 1)}"
+            shown = f"{glyph(m)} {marks}"
             cells.append([*head, shown, relative_path(m.checkpoint.path, [history.root])])
     return columns, cells
+
+
+def _fold_versions(found: Sequence[MarkedCheckpoint]) -> tuple[list[MarkedCheckpoint], int]:
+    """An epoch's checkpoints as the table lists them: a kept version of a rewritten file is
+    folded (counted on the epoch's first line) when a checkpoint of its own holds that epoch
+    and the version is the best of nothing; else it is listed (the only record of its epoch)."""
+    own = [m for m in found if m.checkpoint.version_of is None]
+    if not own:
+        return list(found), 0
+    listed = [m for m in found if m.checkpoint.version_of is None or m.best_for]
+    return listed, len(found) - len(listed)
 
 
 def history_json(history: History) -> dict[str, Any]:

@@ -154,6 +154,8 @@ class Checkpoint:
     metrics: dict[str, float | None] = field(default_factory=dict)  # None: logged as NaN
     metric_sources: dict[str, str] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)  # layers, configs, notes: `show` only
+    # Versions kept of this file, folded under it by the ordinary listings (0 where not counted)
+    versions_kept: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -51,6 +52,17 @@ class ListQuery:
     sort: str = "mtime"
     descending: bool = False
     limit: int | None = None
+    # What the ordinary views leave out (`ckpt list` and the API's `list()` without --versions /
+    # --status): kept versions of rewritten files (each folded under its file, with a count)
+    # and the rows of files that are no longer where they were (OFF_DISK). The defaults here
+    # keep every row: retention, history and verify read the whole run.
+    versions: bool = True
+    off_disk: bool = True
+
+
+# Statuses of rows whose file is gone from its path by our hand or its trainer's: listed only
+# when asked for by --status (a missing file is an anomaly, and stays in the ordinary views).
+OFF_DISK = ("trashed", "purged", "removed")
 
 
 def parse_condition(text: str) -> Condition:
@@ -85,3 +97,26 @@ def default_mode(metric: str) -> str:
     """`max` for accuracy-like metrics, `min` otherwise (as Keras's `monitor` mode "auto")."""
     lowered = metric.lower()
     return "max" if any(hint in lowered for hint in _MAX_HINTS) else "min"
+
+
+# Sort keys that name catalog columns beyond COLUMN_KEYS (text columns).
+TEXT_SORT_KEYS = ("run", "format", "status", "kind")
+
+
+def metric_keys(query: ListQuery) -> list[tuple[str, str]]:
+    """The (option, key) of every `--where`/`--sort` key that names a metric, not a column:
+    each must be a metric the catalog holds (a typo, `val_los`, would match nothing and look
+    like an empty answer)."""
+    keys = [(f"--where {c.key!r}", c.key) for c in query.where if c.column is None]
+    if query.sort not in COLUMN_KEYS and query.sort not in TEXT_SORT_KEYS:
+        keys.append((f"--sort {query.sort!r}", query.sort))
+    return keys
+
+
+def unknown_key(what: str, metric_names: Iterable[str], *, columns: bool = True) -> str:
+    """The message for a key that is neither a column nor a metric any checkpoint has."""
+    metrics = ", ".join(sorted(metric_names)) or "none yet"
+    if not columns:
+        return f"{what}: no checkpoint in the catalog has this metric (metrics: {metrics})"
+    known = ", ".join([*COLUMN_KEYS, *TEXT_SORT_KEYS])
+    return f"{what}: not a column or a metric in the catalog (columns: {known}; metrics: {metrics})"

@@ -26,6 +26,14 @@ class Column:
     cut: str | None = None
     keep: bool = False
     min_width: int = 12
+    # `shrink_first`: cut before the other cut columns (a listing's path, a log's reason).
+    # `drop_last`: left out only once every other column that may go is gone, and once the cut
+    # columns are down to HARD_FLOOR (a listing's metrics: what it is asked for).
+    shrink_first: bool = False
+    drop_last: bool = False
+
+
+HARD_FLOOR = 16  # the narrowest a cut column gets before a drop_last column is left out
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,10 @@ def cut_right(text: str, width: int) -> str:
 
 def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None) -> Laid:
     """The table's lines (header first): columns empty in every row are dropped, numbers are
-    right-aligned, no line ends in spaces. With a `width`, cut columns shrink (path from the
-    left) and, if that is not enough, the rightmost columns are hidden (listed in `hidden`)."""
+    right-aligned, no line ends in spaces. With a `width`, cut columns shrink (the
+    `shrink_first` ones first; a path from the left) and, if that is not enough, columns are
+    hidden (listed in `hidden`): the rightmost that may go first, `drop_last` ones only after
+    every other and once cut columns are down to HARD_FLOOR."""
     shown = [
         i
         for i, column in enumerate(columns)
@@ -92,14 +102,25 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int 
         for i in shown
     }
     hidden: list[str] = []
+    left_out: list[int] = []
     if width is not None:
-        _shrink(columns, shown, widths, width)
-        while len(shown) > 1 and _total(widths, shown) > width:
-            dropped = next((i for i in reversed(shown) if not columns[i].keep), shown[-1])
+        natural = dict(widths)
+        hard = False
+        while True:
+            # From the natural widths each time: a column left out gives its room back.
+            widths = {i: natural[i] for i in shown}
+            _shrink(columns, shown, widths, width, hard=hard)
+            if len(shown) <= 1 or _total(widths, shown) <= width:
+                break
+            optional = [i for i in shown if not columns[i].keep]
+            early = [i for i in optional if not columns[i].drop_last]
+            if not early and optional and not hard:
+                hard = True  # cut columns down to HARD_FLOOR before a drop_last column goes
+                continue
+            dropped = (early or optional or shown)[-1]
             shown.remove(dropped)
-            hidden.append(columns[dropped].header)
-            _shrink(columns, shown, widths, width)
-        hidden.reverse()
+            left_out.append(dropped)
+        hidden = [columns[i].header for i in sorted(left_out)]  # in the table's order
     lines = [_line(columns, [c.header for c in columns], shown, widths)]
     lines += [_line(columns, row, shown, widths) for row in rows]
     return Laid(lines, hidden)
@@ -110,14 +131,23 @@ def _total(widths: dict[int, int], shown: list[int]) -> int:
 
 
 def _shrink(
-    columns: Sequence[Column], shown: list[int], widths: dict[int, int], width: int
+    columns: Sequence[Column],
+    shown: list[int],
+    widths: dict[int, int],
+    width: int,
+    *,
+    hard: bool = False,
 ) -> None:
-    for i in shown:
+    """Cut the cut columns (the `shrink_first` ones first, then left to right) down to their
+    min_width (`hard`: down to HARD_FLOOR) until the table fits."""
+    order = sorted(shown, key=lambda i: not columns[i].shrink_first)
+    for i in order:
         excess = _total(widths, shown) - width
         if excess <= 0:
             return
         if columns[i].cut:
-            floor = max(columns[i].min_width, cell_width(columns[i].header))
+            least = min(columns[i].min_width, HARD_FLOOR) if hard else columns[i].min_width
+            floor = max(least, cell_width(columns[i].header))
             widths[i] = max(min(floor, widths[i]), widths[i] - excess)  # never wider than it was
 
 

@@ -247,6 +247,13 @@ def atomic_write(root: Path, path: Path, data: bytes, *, temp_suffix: str = "") 
         os.fsync(fd)
 
 
+def write_state_file(path: Path, data: bytes) -> None:
+    """A small file of ours outside every root (`ckpt serve`'s remembered config): its folders
+    made private if missing, then written as `atomic_write` does (a reader never sees half)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    atomic_write(path.parent, path, data)
+
+
 @contextmanager
 def rewrite(
     root: Path, final: Path, *, like: Path | None = None, replacing: Identity | None = None

@@ -30,6 +30,7 @@ from ..core.units import iso_utc
 from ..fs import fsops
 from ..logs import event
 from ..settings import config as config_module
+from ..settings import locations
 from ..settings.config import Config
 from ..usecases.indexer import scan
 from ..usecases.scan_report import ScanReport
@@ -83,6 +84,7 @@ class Service:
         )
         for name, rows in store.adopted.items():  # a root named since: its history is kept
             event("root_named", root=name, rows=rows)
+        self._remember_config()
         try:
             self._remove_stale_temps()
             if once:
@@ -92,6 +94,20 @@ class Service:
             return self._serve(store)
         finally:
             store.close()
+
+    def _remember_config(self) -> None:
+        """A config found in the working folder (the README's first command) is remembered,
+        so every later `ckpt` finds it from any folder (settings.locations, step 6)."""
+        path = locations.worth_remembering(self.config.source, self.config_path, os.environ)
+        record = locations.remembered_file()
+        if path is None or record is None:
+            return
+        try:
+            fsops.write_state_file(record, f"{path}\n".encode())
+        except OSError as exc:  # a read-only home: commands elsewhere need --config then
+            event("config_not_remembered", level=logging.WARNING, path=record, error=str(exc))
+            return
+        event("config_remembered", config=path, record=record)
 
     def _remove_stale_temps(self) -> None:
         for root in self.config.roots:

@@ -3,9 +3,14 @@
 1. `--config PATH`, 2. `$CKPT_CONFIG`: named explicitly, so a missing file is an error, never
    a silent fallback to some other config (and an empty new catalog somewhere else);
 3. `./config.yaml` in the working folder;
-4. `$XDG_CONFIG_HOME/ckpt/config.yaml` (`~/.config/ckpt/config.yaml` when the variable is unset);
-5. `/etc/ckpt/config.yaml`;
-6. else the built-in default (the bundled reference config).
+4. `$XDG_CONFIG_HOME/ckpt/config.yaml` (`~/.config/ckpt/config.yaml` when the variable is unset):
+   the user unit's;
+5. `/etc/ckpt/config.yaml`: the system unit's;
+6. the config the last `ckpt serve` of this user found in its working folder (the README's
+   first command: `ckpt serve` in a clone, on its `./config.yaml`), remembered by that serve in
+   `$XDG_STATE_HOME/ckpt/serve-config` (`~/.local/state/ckpt/...`), while that file exists:
+   so `ckpt list` from any folder reads the catalog that daemon fills;
+7. else the built-in default (the bundled reference config).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ..core.errors import ConfigError
 
 BUILT_IN = "<built-in default>"
 FILE_NAME = "config.yaml"
+REMEMBERED_NAME = "serve-config"  # in the user's state folder: see step 6
 # System-wide config folders, searched after the user's. A constant, not an environment
 # variable: what the system path is must not depend on who runs `ckpt`.
 SYSTEM_DIRS: tuple[Path, ...] = (Path("/etc/ckpt"),)
@@ -29,13 +35,18 @@ def user_dir(env: Mapping[str, str]) -> Path | None:
     xdg = env.get("XDG_CONFIG_HOME", "")
     if os.path.isabs(xdg):
         return Path(xdg) / "ckpt"
+    home = _home(env)
+    return None if home is None else home / ".config" / "ckpt"
+
+
+def _home(env: Mapping[str, str]) -> Path | None:
     home = env.get("HOME", "")
     if not os.path.isabs(home):
         try:
             home = str(Path.home())  # from the password database
         except (RuntimeError, KeyError):
             return None
-    return Path(home) / ".config" / "ckpt"
+    return Path(home)
 
 
 def search_path(env: Mapping[str, str] | None = None) -> list[Path]:
@@ -58,7 +69,57 @@ def find_config_file(explicit: str | None, env: Mapping[str, str] | None = None)
     for candidate in search_path(env):
         if candidate.is_file():
             return candidate
-    return None
+    return remembered_config(env)
+
+
+def state_dir(env: Mapping[str, str]) -> Path | None:
+    """`$XDG_STATE_HOME/ckpt`, else `$HOME/.local/state/ckpt` (a relative value is ignored,
+    as the XDG spec says)."""
+    xdg = env.get("XDG_STATE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "ckpt"
+    home = _home(env)
+    return None if home is None else home / ".local" / "state" / "ckpt"
+
+
+def remembered_file(env: Mapping[str, str] | None = None) -> Path | None:
+    """Where `ckpt serve` remembers the config it found in its working folder (step 6)."""
+    folder = state_dir(os.environ if env is None else env)
+    return None if folder is None else folder / REMEMBERED_NAME
+
+
+def remembered_config(env: Mapping[str, str] | None = None) -> Path | None:
+    """The config the last `ckpt serve` found in its working folder, if that file still is."""
+    record = remembered_file(env)
+    try:
+        text = record.read_text(encoding="utf-8").strip() if record is not None else ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    path = Path(text)
+    return path if text and path.is_absolute() and path.is_file() else None
+
+
+def worth_remembering(source: str, explicit: str | None, env: Mapping[str, str]) -> Path | None:
+    """The absolute path `ckpt serve` remembers for step 6: only a config it found in its
+    working folder. One named by --config or $CKPT_CONFIG is known to whoever named it, and the
+    user's and the system's configs are found from any folder anyway."""
+    if explicit is not None or env.get("CKPT_CONFIG") or source != FILE_NAME:
+        return None
+    return Path(source).resolve()
+
+
+def looked_at(explicit: str | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """What `find_config_file` looked at, in order, as a person reads it (for an error)."""
+    env = os.environ if env is None else env
+    if explicit is not None:
+        return [f"--config {explicit}"]
+    if env.get("CKPT_CONFIG"):
+        return [f"$CKPT_CONFIG {env['CKPT_CONFIG']}"]
+    shown = [f"./{FILE_NAME}", *(str(p) for p in search_path(env)[1:])]
+    record = remembered_file(env)
+    if record is not None:
+        shown.append(f"the config the last `ckpt serve` found ({record})")
+    return shown
 
 
 def _named(given: str, key: str) -> Path:

@@ -35,6 +35,16 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
     policy, _ = config.policy_for(root, name)
     monitored = [b.metric for b in policy.keep_best] if policy is not None else []
     chosen = chosen_metrics(metrics, logged, rows, monitored)
+    present = {n for values in logged.values() for n in values} | {
+        n for c in rows for n in c.metrics
+    }
+    unknown = [m for m in chosen if m not in present]
+    if metrics and unknown:  # a typo would show an empty column
+        shown = ", ".join(sorted(present)) or "none"
+        raise UsageError(
+            f"--metric {unknown[0]!r}: not logged or recorded for run {name!r} "
+            f"(its metrics: {shown})"
+        )
     if not chosen:
         notes.append("no metric is logged or recorded for this run")
     return build(name, root, rows, logged, chosen, notes)

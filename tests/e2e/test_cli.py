@@ -160,7 +160,9 @@ def test_runs(scanned: Workspace, manifest: dict[str, Any]) -> None:
 
 def test_exit_codes(scanned: Workspace) -> None:
     assert scanned.run("show", "999999", check=False).returncode == 6
-    assert scanned.run("best", "--metric", "no_such_metric", check=False).returncode == 6
+    # a metric no checkpoint has is a typo (exit 2); one no checkpoint of the run has, not found
+    assert scanned.run("best", "--metric", "no_such_metric", check=False).returncode == 2
+    assert scanned.run("best", "--metric", "val_loss", "--run", "nope", check=False).returncode == 6
     bad = scanned.run("list", "--where", "val_loss <<< 3", check=False)
     assert bad.returncode == 2 and "--where" in bad.stderr
     assert scanned.run("frobnicate", check=False).returncode == 2
@@ -169,7 +171,7 @@ def test_exit_codes(scanned: Workspace) -> None:
 
 
 def test_catalog_behind_head_is_refused_with_exit_5(workspace: Workspace) -> None:
-    workspace.run("list")  # creates the catalog at head
+    workspace.run("scan")  # creates the catalog at head
     db = workspace.base / "state" / "catalog.db"
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE alembic_version SET version_num = '0000'")

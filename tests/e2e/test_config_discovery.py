@@ -144,16 +144,18 @@ def test_a_new_catalog_is_announced_once(place: Place) -> None:
     assert first.stdout.startswith("0 indexed")
     again = place.ckpt("list")
     assert again.returncode == 0 and again.stderr == ""
-    # The status of a fresh folder names the catalog it has just made.
+    # The status of a fresh folder names the catalog it looked for, and creates none.
     catalog.unlink()
     for suffix in ("-wal", "-shm"):
         Path(f"{catalog}{suffix}").unlink(missing_ok=True)
     status = place.ckpt("status")
-    assert status.returncode == 0 and status.stderr.splitlines() == [notice]
+    assert status.returncode == 0 and status.stderr == ""
     assert status.stdout.splitlines() == [
-        "not running: no daemon has run against this catalog (0 checkpoints catalogued)",
+        f"not running: no catalog at {catalog}: no daemon has run with this config "
+        "(0 checkpoints catalogued)",
         f"  config {BUILT_IN}, catalog sqlite:///{catalog}",
     ]
+    assert not catalog.exists()
 
 
 def test_db_commands_in_a_fresh_folder(place: Place) -> None:
@@ -182,14 +184,16 @@ def test_serve_creates_its_catalog_as_before_and_says_so_first(place: Place) -> 
 
 def test_debug_says_which_config_and_catalog_first(place: Place) -> None:
     config = place.config(place.home / ".config" / "ckpt", "home")
-    done = place.ckpt("--debug", "list", "--json")
+    done = place.ckpt("--debug", "scan", "--json")
     assert done.returncode == 0, done.stderr
     catalog = place.catalog("home")
     lines = done.stderr.splitlines()
     assert lines[0] == f"ckpt: config {config}, catalog sqlite:///{catalog}"
     assert sum(line.startswith("ckpt: config ") for line in lines) == 1
     assert lines[1:] == [f"ckpt: created a new catalog at {catalog} (config: {config})"]
-    assert json.loads(done.stdout) == []
+    listed = place.ckpt("--debug", "list", "--json")
+    assert listed.stderr.splitlines() == lines[:1]
+    assert json.loads(listed.stdout) == []
     quiet = place.ckpt("list", "--json")
     assert quiet.stderr == ""
 

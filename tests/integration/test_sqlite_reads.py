@@ -133,6 +133,10 @@ QUERIES = [
     ListQuery(where=(parse_condition("size > 1KB"), parse_condition("loss == 1.0910100936889648"))),
     ListQuery(where=(parse_condition("no_such_metric > 0"),)),
     ListQuery(limit=0),
+    # the ordinary views (`ckpt list`, the API's list()): no versions, no off-disk rows
+    ListQuery(versions=False, off_disk=False),
+    ListQuery(versions=False, off_disk=False, sort="val_loss", run="exp2"),
+    ListQuery(status="missing", versions=False, off_disk=False),
 ]
 
 
@@ -161,6 +165,16 @@ def test_best_is_the_stores(both: Any, metric: str, mode: str, run: str | None) 
     expected = dataclasses.asdict(store.best(metric, mode, run))
     assert dataclasses.asdict(reads.best(metric, mode, run)) == expected
     assert expected["metric_sources"]
+
+
+def test_metric_names_and_version_counts_are_the_stores(both: Any) -> None:
+    store, reads = both
+    assert reads.metric_names() == store.metric_names() >= {"val_loss", "loss"}
+    for name in ("val_loss", "loss", "val_los", ""):
+        assert reads.has_metric(name) == store.has_metric(name)
+    paths = [c.path for c in store.list(ListQuery())]
+    assert reads.version_counts(paths) == store.version_counts(paths)
+    assert reads.version_counts([]) == store.version_counts([]) == {}
 
 
 def test_not_found_alike(both: Any) -> None:

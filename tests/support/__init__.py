@@ -14,7 +14,15 @@
 
 from .daemon import Daemon, kill_started, service_workspace
 from .metric_logs import keras_csv
-from .workspace import TEMPLATES, ZIP_FILES, ZIP_RUN, Workspace, copy_generated, zip_run
+from .workspace import (
+    TEMPLATES,
+    ZIP_FILES,
+    ZIP_RUN,
+    Workspace,
+    copy_generated,
+    rewritten_best,
+    zip_run,
+)
 
 __all__ = [
     "TEMPLATES",
@@ -25,6 +33,7 @@ __all__ = [
     "copy_generated",
     "keras_csv",
     "kill_started",
+    "rewritten_best",
     "service_workspace",
     "zip_run",
 ]

@@ -35,8 +35,13 @@ class Workspace:
         )
 
     def run(
-        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """`ckpt --config CONFIG ARGS` in the workspace's folder (or `cwd`)."""
         cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(self.config), *args]
         result = subprocess.run(
             cmd,
@@ -44,7 +49,7 @@ class Workspace:
             text=True,
             timeout=300,
             env={**os.environ, **(env or {})},
-            cwd=self.base,
+            cwd=cwd or self.base,
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -81,3 +86,24 @@ def zip_run(ws: Workspace, fixtures: Path, *extra: tuple[str, str]) -> Workspace
         shutil.copy2(fixtures / source, run / name)
     ws.run("scan")
     return ws
+
+
+VALUES_OF_BEST = [0.9, 0.4, 0.7]  # val_loss of the generations of `rewritten_best`: 2 is best
+
+
+def rewritten_best(ws: Workspace, fixtures: Path, generations: int = 3) -> Path:
+    """`job/best.keras` rewritten in place `generations` times as Keras's ModelCheckpoint does
+    (the same inode, truncated; real Keras 3 `.keras` bytes, each generation distinct), with a
+    sidecar of its epoch and val_loss, scanned after each save: the catalog keeps a version of
+    each earlier generation (`.ckpt-versions/job/best.vN.keras`)."""
+    best = ws.root / "job" / "best.keras"
+    best.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, generations + 1):
+        data = (fixtures / ZIP_RUN / ZIP_FILES[(n - 1) % 3]).read_bytes()
+        with open(best, "r+b" if best.exists() else "wb") as out:
+            out.truncate(0)
+            out.write(data + bytes(n))  # zip readers skip the tail
+        sidecar = {"epoch": n, "val_loss": VALUES_OF_BEST[(n - 1) % 3]}
+        (best.parent / "best.keras.json").write_text(json.dumps(sidecar))
+        ws.run("scan")
+    return best

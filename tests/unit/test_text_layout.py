@@ -127,6 +127,53 @@ def test_a_pipe_never_cuts_and_a_terminal_cuts_the_path_from_the_left() -> None:
     assert f"{ELLIPSIS}" in laid.lines[1] and laid.lines[1].split()[1].endswith("0.5000.keras")
 
 
+def test_metrics_go_last_and_a_dropped_column_gives_its_room_back() -> None:
+    """Issue 21 item 8: the path is cut first, the other columns go next (rightmost first),
+    the metric columns last; a column left out gives its width back to the path."""
+    columns = [
+        Column("ID", align="right", keep=True),
+        Column("PATH", cut="left", keep=True, min_width=24, shrink_first=True),
+        Column("EPOCH", align="right"),
+        Column("SIZE", align="right"),
+        Column("loss", align="right", drop_last=True),
+        Column("val_loss", align="right", drop_last=True),
+    ]
+    rows = [
+        [
+            "1",
+            "exp1/a/long/run/folder/checkpoints/model-01-0.5000.keras",
+            "1",
+            "1 kB",
+            "0.5",
+            "0.6",
+        ],
+    ]
+    laid = layout(columns, rows, 60)  # the path cut, nothing left out
+    assert laid.hidden == [] and laid.lines[1].split()[1].endswith("/model-01-0.5000.keras")
+    laid = layout(columns, rows, 52)
+    assert laid.hidden == ["SIZE"], laid.lines  # not a metric
+    assert laid.lines[0].split() == ["ID", "PATH", "EPOCH", "loss", "val_loss"]
+    assert all(cell_width(line) <= 52 for line in laid.lines), laid.lines
+    laid = layout(columns, rows, 40)  # the path down to 16 before a metric goes
+    assert laid.hidden == ["EPOCH", "SIZE"], laid.lines
+    assert all(cell_width(line) <= 40 for line in laid.lines), laid.lines
+    laid = layout(columns, rows, 30)
+    assert laid.hidden == ["EPOCH", "SIZE", "val_loss"], laid.lines
+    assert all(cell_width(line) <= 30 for line in laid.lines), laid.lines
+
+
+def test_a_reason_is_cut_before_the_path() -> None:
+    columns = [
+        Column("AT", keep=True),
+        Column("PATH", cut="left", keep=True, min_width=16),
+        Column("REASON", cut="right", min_width=8, shrink_first=True),
+    ]
+    rows = [["12:00", "exp1/checkpoints/model.12-0.8225.keras", "x" * 40]]
+    laid = layout(columns, rows, 60)
+    assert laid.lines[1].split()[1] == "exp1/checkpoints/model.12-0.8225.keras", laid.lines
+    assert all(cell_width(line) <= 60 for line in laid.lines)
+
+
 def test_too_narrow_hides_the_rightmost_columns_and_says_which() -> None:
     laid = layout(COLUMNS, ROWS, 24)
     assert all(cell_width(line) <= 24 for line in laid.lines), laid.lines
@@ -230,9 +277,9 @@ def test_list_columns_by_default() -> None:
     assert [c.id for c in rows] == [1, 3, 2]  # grouped by root, query order inside
     header, cells, headings = list_table(rows, None, None, default=DEFAULT_LIST_COLUMNS)
     assert [c.header for c in header] == [
-        "ID", "PATH", "EPOCH", "STEP", "SIZE", "STATUS", "loss", "val_loss",
+        "ID", "PATH", "EPOCH", "STEP", "SIZE", "STATUS", "VERSIONS", "loss", "val_loss",
     ]  # fmt: skip
-    assert cells[0] == ["1", "exp1/e01.keras", "1", "", "1.0 kB", "ok", "0.5000", "null"]
+    assert cells[0] == ["1", "exp1/e01.keras", "1", "", "1.0 kB", "ok", "", "0.5000", "null"]
     assert cells[1][5] == "corrupt*" and "truncated" not in " ".join(cells[1])
     assert cells[2][:4] == ["2", "tf/ckpt-32", "", "32"]  # a step in STEP, never `s32`
     assert headings == {0: ["root /a"], 2: ["root /b"]}
