@@ -19,6 +19,7 @@ from .schema import CHECKPOINTS, METRICS, RUNS, codepoint_order
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
+CAPTURE_SKIPPED = "capture-skipped"  # the audit action of a generation not kept for space
 # Columns a version takes from the row of the file it keeps, as that row is when it is kept.
 _COPIED = (
     "run_id",
@@ -291,3 +292,19 @@ class VersionRecords:
                 .where(checkpoints.c.status.not_in(("trashed", "purged")))
             ).scalars()
             return set(rows)
+
+    def record_capture_skipped(
+        self, checkpoint_id: int, path: str, reason: str, size: int, actor: str
+    ) -> None:
+        """A generation of `path` not kept for lack of space (usecases.versions): an audit
+        event `capture-skipped` (`ckpt log`, `ckpt_capture_skipped_total`)."""
+        with self._engine.begin() as conn:
+            record_event(
+                conn,
+                action=CAPTURE_SKIPPED,
+                checkpoint_id=checkpoint_id,
+                path=path,
+                reason=reason,
+                size=size,
+                actor=actor,
+            )
