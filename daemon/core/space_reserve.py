@@ -6,7 +6,9 @@ trainer's next save may need that much again: a new numbered file, or a rewrite 
 of another file fills the space its truncation just freed).
 
 - A capture (a kept version of a rewritten file) needs free space of at least the file's size
-  plus the reserve; otherwise it is skipped, with the reason (`capture_refusal`).
+  plus the reserve; short of it, versions in the trash (which retention already let go) are
+  purged to make room, and if that is not enough the capture is skipped, with the reason
+  (`capture_refusal`).
 - Below the reserve, with no configuration at all, the service gives up its own bytes, in this
   order, until free space is back above it (`plan`): (1) versions in the trash, oldest trashed
   first, purged; (2) kept versions older than their file's previous generation (never one of
@@ -26,6 +28,11 @@ from .units import format_size
 
 DEFAULT_RESERVE = MinFree(percent=5.0)
 STEPS = ("version_trash", "old_version", "trash")
+_LABELS = {
+    "version_trash": ("version in the trash purged", "versions in the trash purged"),
+    "old_version": ("old version trashed and purged", "old versions trashed and purged"),
+    "trash": ("trashed checkpoint purged early", "trashed checkpoints purged early"),
+}
 
 
 def reserve_bytes(reserve: MinFree, total_bytes: int, largest_checkpoint: int) -> int:
@@ -81,7 +88,7 @@ class ReservePlan:
         counts = {what: 0 for what in STEPS}
         for step in self.steps:
             counts[step.which] += 1
-        done = ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in counts.items() if n)
+        done = ", ".join(f"{n} {_LABELS[what][n != 1]}" for what, n in counts.items() if n)
         line = f"{head}: {done or 'nothing of ours to free'}"
         freed = sum(step.frees for step in self.steps)
         line += f" ({format_size(freed)})"
@@ -95,10 +102,14 @@ def plan(
     reserve: int,
     trashed: Sequence[Ours],
     old_versions: Sequence[Ours],
+    *,
+    only: Sequence[str] = STEPS,
+    goal: str = "reserve",
 ) -> ReservePlan:
-    """The acts that bring `free` back to `reserve`, in the documented order. `trashed`: every
-    unpinned trashed row of the filesystem (versions and others); `old_versions`: the kept
-    versions the caller found unprotected (not a previous generation, not pinned, not standby)."""
+    """The acts that bring `free` back to `reserve` (or to `goal`, named so in the reasons), in
+    the documented order, with the steps in `only`. `trashed`: every unpinned trashed row of
+    the filesystem (versions and others); `old_versions`: the kept versions the caller found
+    unprotected (not a previous generation, not pinned, not standby)."""
     steps: list[Step] = []
     now = free
     version_trash = sorted((t for t in trashed if t.version), key=lambda t: (t.order, t.id))
@@ -106,16 +117,18 @@ def plan(
     olds = sorted(old_versions, key=lambda v: (v.best, v.order, v.id))
     for which, action, items, what in (
         ("version_trash", "purge", version_trash, "a version in the trash, purged"),
-        ("old_version", "trash", olds, "a version older than the previous generation: trashed"),
+        ("old_version", "trash", olds, "an old version (not the previous): trashed and purged"),
         ("trash", "purge", other_trash, "purged from the trash early (oldest trashed first)"),
     ):
+        if which not in only:
+            continue
         for item in items:
             if now >= reserve:
                 break
             if item.bytes <= 0:
                 continue
             reason = (
-                f"low free space (free {format_size(now)} < reserve {format_size(reserve)}): "
+                f"low free space (free {format_size(now)} < {goal} {format_size(reserve)}): "
                 f"{what}{' (the best version of its file)' if item.best else ''}"
             )
             steps.append(Step(which, action, item.id, item.path, item.bytes, reason))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,11 +77,42 @@ def capture_refusal(config: Config, store: Store, root: RootConfig, size: int) -
     fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
     if fs is None:
         return None  # the root is gone: the copy fails on its own, logged as lost
-    free = disk_guard.usage(fs.roots[0]).free
-    return space_reserve.capture_refusal(free, size, reserve_of(config, store, fs))
+    st = os.statvfs(fs.roots[0])
+    # The copy takes whole blocks: its size rounded up to the filesystem's block.
+    blocks = -(-size // st.f_frsize) * st.f_frsize if st.f_frsize else size
+    free = st.f_bavail * st.f_frsize
+    return space_reserve.capture_refusal(free, blocks, reserve_of(config, store, fs))
 
 
-def plan_for(config: Config, store: Store, fs: Filesystem, reserve: int) -> ReservePlan:
+def make_room(config: Config, store: Store, root: RootConfig, size: int, *, actor: str) -> int:
+    """Before a capture of `size` bytes is skipped: versions in the trash (retention let them
+    go) are purged, oldest trashed first, until the copy fits with the reserve left over.
+    Returns the bytes freed."""
+    fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
+    if fs is None:
+        return 0
+    needed = size + reserve_of(config, store, fs)
+    relief = relieve(
+        config,
+        store,
+        fs,
+        needed,
+        actor=actor,
+        only=("version_trash",),
+        goal="the copy of a new generation + reserve",
+    )
+    return relief.freed
+
+
+def plan_for(
+    config: Config,
+    store: Store,
+    fs: Filesystem,
+    reserve: int,
+    *,
+    only: Sequence[str] = space_reserve.STEPS,
+    goal: str = "reserve",
+) -> ReservePlan:
     """The plan for `fs` as it is now (nothing acted)."""
     free = disk_guard.usage(fs.roots[0]).free
     trashed = [
@@ -89,13 +120,17 @@ def plan_for(config: Config, store: Store, fs: Filesystem, reserve: int) -> Rese
         for t in store.trashed(include_pinned=False)
         if t.root in fs.roots
     ]
-    olds = [
-        v
-        for _run_id, root, name in store.run_keys()
-        if root in fs.roots
-        for v in _old_versions(config, store, root, name)
-    ]
-    return space_reserve.plan(free, reserve, trashed, olds)
+    olds = (
+        [
+            v
+            for _run_id, root, name in store.run_keys()
+            if root in fs.roots
+            for v in _old_versions(config, store, root, name)
+        ]
+        if "old_version" in only
+        else []
+    )
+    return space_reserve.plan(free, reserve, trashed, olds, only=only, goal=goal)
 
 
 def relieve(
@@ -106,11 +141,13 @@ def relieve(
     *,
     actor: str,
     should_stop: Callable[[], bool] = lambda: False,
+    only: Sequence[str] = space_reserve.STEPS,
+    goal: str = "reserve",
 ) -> ReserveRelief:
     """Plan and act until `fs` is back above `reserve` (measured again after each act)."""
     from . import guards
 
-    relief = ReserveRelief(plan_for(config, store, fs, reserve))
+    relief = ReserveRelief(plan_for(config, store, fs, reserve, only=only, goal=goal))
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-reserve-{os.getpid()}"
     for step in relief.plan.steps:
         if should_stop() or disk_guard.usage(fs.roots[0]).free >= reserve:

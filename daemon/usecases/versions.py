@@ -95,11 +95,16 @@ def _skipped_for_space(
     config: Config, store: Store, root: RootConfig, source: Source, actor: str
 ) -> bool:
     """Our copy never takes the space a trainer needs (core.space_reserve): below the file's
-    size plus the reserve, this generation is not kept; logged, and audited as
-    `capture-skipped` (the `ckpt_capture_skipped_total` counter)."""
+    size plus the reserve (once versions in the trash are purged to make room), this
+    generation is not kept; logged, and audited as `capture-skipped` (the
+    `ckpt_capture_skipped_total` counter)."""
     from . import space_reserve
 
     why = space_reserve.capture_refusal(config, store, root, source.stat.size)
+    if why is not None and space_reserve.make_room(
+        config, store, root, source.stat.size, actor=actor
+    ):
+        why = space_reserve.capture_refusal(config, store, root, source.stat.size)
     if why is None:
         return False
     event(
