@@ -3,6 +3,9 @@ filesystem of the roots is measured every second and right after each indexed fi
 reserve (core.space_reserve), the service gives up its own bytes through
 `usecases.space_reserve` until it is back above, with no configuration needed.
 
+On a filesystem whose `min_free` is at least its reserve, the disk guard (which acts earlier,
+the trash first) is in charge and the watch stays out of its way.
+
 An episode is the time a filesystem spends below its reserve: one warning when it starts (what
 the first pass freed, or that nothing of ours is left), one info line when it ends. A
 filesystem where nothing of ours is left to free is planned again only after an indexed file or
@@ -47,7 +50,13 @@ class ReserveWatch:
 
     def check(self, config: Config, *, poked: bool) -> None:
         seen = set()
+        guards = {g.dev: g for g in disk_guard.guarded(config)}
         for fs in space_reserve.filesystems(config):
+            guard = guards.get(fs.dev)
+            if guard is not None:
+                threshold = guard.min_free.threshold(disk_guard.usage(fs.roots[0]).total)
+                if threshold >= self._reserve(config, fs, poked):
+                    continue  # min_free acts earlier, the trash first: the guard is in charge
             seen.add(fs.dev)
             self._check_one(config, fs, poked)
         for dev in set(self.episodes) - seen:

@@ -187,12 +187,10 @@ def _old_versions(config: Config, store: Store, root: str, name: str) -> list[Ou
 
 
 def _best_per_file(versions: list[Checkpoint], metric: str, mode: str) -> set[int]:
-    by_file: dict[str, list[Checkpoint]] = {}
-    for c in versions:
-        if c.metrics.get(metric) is not None:
-            by_file.setdefault(str(c.version_of), []).append(c)
+    by_file: dict[str, list[tuple[float, int, int]]] = {}
     sign = 1.0 if mode == "min" else -1.0
-    return {
-        min(of_file, key=lambda c: (sign * float(c.metrics[metric]), -c.generation)).id
-        for of_file in by_file.values()
-    }
+    for c in versions:
+        value = c.metrics.get(metric)
+        if value is not None and value == value:  # NaN is no best
+            by_file.setdefault(str(c.version_of), []).append((sign * value, -c.generation, c.id))
+    return {min(of_file)[2] for of_file in by_file.values()}

@@ -107,14 +107,16 @@ def _skipped_for_space(
         why = space_reserve.capture_refusal(config, store, root, source.stat.size)
     if why is None:
         return False
-    event(
+    first = store.record_capture_skipped(
+        source.id, source.generation, source.path, why, source.stat.size, actor
+    )
+    event(  # once per generation as a warning; a later scan's retry skipped again: debug
         "capture_skipped",
-        level=logging.WARNING,
+        level=logging.WARNING if first else logging.DEBUG,
         path=source.path,
         generation=source.generation,
         reason=why,
     )
-    store.record_capture_skipped(source.id, source.path, why, source.stat.size, actor)
     return True
 
 

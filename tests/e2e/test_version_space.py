@@ -72,7 +72,8 @@ def test_a_capture_below_the_reserve_is_skipped_with_its_reason_and_metric(resul
         assert "+ reserve" in line and "what a trainer's next save may need" in line, line
     audited = [e for e in results["log"] if e["action"] == "capture-skipped"]
     assert len(audited) == len(skipped)
-    assert all(e["reason"].startswith("free ") and e["state"] == "done" for e in audited)
+    assert all(e["reason"].startswith("generation ") and e["state"] == "done" for e in audited)
+    assert all(": free " in e["reason"] for e in audited)
     counter = [
         line
         for line in results["metrics"].splitlines()
