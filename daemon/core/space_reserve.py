@@ -9,11 +9,12 @@ of another file fills the space its truncation just freed).
   plus the reserve; short of it, versions in the trash (which retention already let go) are
   purged to make room, and if that is not enough the capture is skipped, with the reason
   (`capture_refusal`).
-- Below the reserve, with no configuration at all, the service gives up its own bytes, in this
-  order, until free space is back above it (`plan`): (1) versions in the trash, oldest trashed
-  first, purged; (2) kept versions older than their file's previous generation (never one of
-  the `versions.keep_previous` newest, nor a standby copy, nor a pinned one), oldest first and
-  the best version of each file last, trashed and purged; (3) the rest of the trash (the user's
+- Below the reserve, with no configuration at all (where `min_free` is at least the reserve,
+  the disk guard is in charge), the service gives up its own bytes, in this order, until free
+  space is back above it (`plan`): (1) versions in the trash, oldest trashed first, purged;
+  (2) kept versions older than their file's previous generation (never one of the
+  `versions.keep_previous` newest, nor a standby copy, nor a pinned one), oldest first and the
+  best version of each file last, trashed and purged; (3) the rest of the trash (the user's
   checkpoints retention or `ckpt prune` trashed), oldest trashed first, purged. Never a user's
   checkpoint at its path: deleting those stays the disk guard's, opt-in (`min_free`).
 """
