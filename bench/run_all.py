@@ -27,6 +27,7 @@ BENCHES = (
     "run_derivation",
     "version_capture",
     "disk_pressure",
+    "version_space",
     "split_bench",
     "describe_bench",
     "compress_bench",

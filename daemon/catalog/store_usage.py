@@ -3,11 +3,13 @@ status and kind in SQL (one pass over each table; a million rows never leave the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import case, func, select
 
 from ..core.history import VERSIONS_COMPONENT
+from ..core.model import CheckpointStatus
 from ..core.usage import ArtifactBytes, CheckpointBytes
 from . import db
 from .rows import STATUSES
@@ -17,6 +19,16 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 checkpoints, artifacts, runs = CHECKPOINTS, ARTIFACTS, RUNS
+# Rows whose file a trainer wrote and that is at its path (or being written there).
+_AT_PATH = tuple(
+    s.value
+    for s in (
+        CheckpointStatus.OK,
+        CheckpointStatus.INCOMPLETE,
+        CheckpointStatus.CORRUPT,
+        CheckpointStatus.UNREADABLE,
+    )
+)
 # A `compressed` artifact is the checkpoint itself rewritten (counted with it); an artifact
 # without a hash is pending: its file does not exist yet.
 _IN_PLACE = "compressed"
@@ -64,3 +76,18 @@ class UsageReads:
             ],
             [ArtifactBytes(r[0], r[1], r[2], r[3], int(r[4])) for r in made],
         )
+
+    def largest_checkpoint(self, roots: Iterable[str]) -> int:
+        """The size of the biggest file a trainer wrote in `roots` that is at its path (kept
+        versions not counted): what its next save may need again (core.space_reserve)."""
+        wanted = list(roots)
+        if not wanted:
+            return 0
+        stmt = (
+            select(func.coalesce(func.max(checkpoints.c.size_bytes), 0))
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root.in_(wanted), checkpoints.c.version_of.is_(None))
+            .where(checkpoints.c.status.in_(_AT_PATH))
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return int(conn.execute(stmt).scalar() or 0)

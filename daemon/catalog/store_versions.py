@@ -15,10 +15,11 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import now_iso, record_event
-from .schema import CHECKPOINTS, METRICS, RUNS, codepoint_order
+from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
+CAPTURE_SKIPPED = "capture-skipped"  # the audit action of a generation not kept for space
 # Columns a version takes from the row of the file it keeps, as that row is when it is kept.
 _COPIED = (
     "run_id",
@@ -291,3 +292,30 @@ class VersionRecords:
                 .where(checkpoints.c.status.not_in(("trashed", "purged")))
             ).scalars()
             return set(rows)
+
+    def record_capture_skipped(
+        self, checkpoint_id: int, generation: int, path: str, reason: str, size: int, actor: str
+    ) -> bool:
+        """A generation of `path` not kept for lack of space (usecases.versions): an audit
+        event `capture-skipped` (`ckpt log`, `ckpt_capture_skipped_total`), once per generation
+        (a later scan that tries again and skips again adds none). Returns whether it is new."""
+        head = f"generation {generation}: "
+        with self._engine.begin() as conn:
+            seen = conn.execute(
+                select(EVENTS.c.id)
+                .where(EVENTS.c.action == CAPTURE_SKIPPED, EVENTS.c.checkpoint_id == checkpoint_id)
+                .where(EVENTS.c.reason.startswith(head, autoescape=True))
+                .limit(1)
+            ).first()
+            if seen is not None:
+                return False
+            record_event(
+                conn,
+                action=CAPTURE_SKIPPED,
+                checkpoint_id=checkpoint_id,
+                path=path,
+                reason=head + reason,
+                size=size,
+                actor=actor,
+            )
+        return True

@@ -125,7 +125,7 @@ def du(obj: Context, as_json: bool) -> None:
     \b
     Example:  ckpt du --json
     """
-    from ..core.usage import usage_json
+    from ..core.usage import usage_json, versions_cost
 
     with obj.catalog() as cat:
         found = cat.du()
@@ -143,7 +143,14 @@ def du(obj: Context, as_json: bool) -> None:
     cells: list[list[str]] = []
     before: dict[int, list[str]] = {}
     for usage in found:
-        before[len(cells)] = [f"root {usage.root.name}  {format_size(usage.root.total)}"]
+        head = f"root {usage.root.name}  {format_size(usage.root.total)}"
+        cost = versions_cost(usage.root)
+        if cost["bytes"]:  # versions in the trash hold space too, until purged
+            head += (
+                f"  (versions {format_size(cost['bytes'])}: {format_size(cost['kept_bytes'])}"
+                f" kept + {format_size(cost['trash_bytes'])} in the trash)"
+            )
+        before[len(cells)] = [head]
         for t in usage.runs:
             sizes = [format_size(t.bytes[k]) if t.files[k] else "" for k in t.bytes]
             cells.append([t.name, format_size(t.total), *sizes])

@@ -23,6 +23,8 @@ LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 
 # The audit actions counted by the `ckpt_<what>_total` counters (done events only).
 COUNTED_ACTIONS = {"indexed": "indexed", "trashed": "trash", "purged": "purge"}
 COUNTED_ACTIONS.update(split="split")  # compressed: only those that shrank (NOT_SMALLER)
+# A generation not kept as a version for lack of space (usecases.versions).
+COUNTED_ACTIONS.update(capture_skipped="capture-skipped")
 # A trash done by retention's budget that replaced a checkpoint by its inference artifact
 # (core.retention's reason text) is a demotion.
 DEMOTED_REASON = "demoted to its inference artifact"

@@ -3,7 +3,9 @@
 The catalog says what each file is and how big it was when indexed; nothing is walked. Kinds:
 a checkpoint at its path, an inference artifact we wrote, a kept version of a rewritten
 checkpoint (`core.history.is_version`), a checkpoint in the trash. A missing, removed or purged
-checkpoint takes no space and is not counted.
+checkpoint takes no space and is not counted. What versions cost is also given whole: those kept
+and those in the trash (which the `trash` kind counts too), since both hold the filesystem's
+space until purged.
 """
 
 from __future__ import annotations
@@ -56,14 +58,20 @@ class Tally:
     name: str
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     files: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    # Of the `trash` kind, what versions left there: with `version`, what versions cost.
+    version_trash_bytes: int = 0
+    version_trash_files: int = 0
 
     @property
     def total(self) -> int:
         return sum(self.bytes.values())
 
-    def add(self, kind: str, files: int, size: int) -> None:
+    def add(self, kind: str, files: int, size: int, *, version: bool = False) -> None:
         self.bytes[kind] += size
         self.files[kind] += files
+        if version and kind == "trash":
+            self.version_trash_bytes += size
+            self.version_trash_files += files
 
 
 @dataclass(frozen=True)
@@ -80,15 +88,15 @@ def summarize(
     not listed."""
     roots: dict[str, Tally] = {}
     runs: dict[tuple[str, str], Tally] = {}
-    rows: list[tuple[str, str, str, int, int]] = [
-        (c.root, versioned_run(c.run) if c.version else c.run, kind, c.files, c.bytes)
+    rows: list[tuple[str, str, str, int, int, bool]] = [
+        (c.root, versioned_run(c.run) if c.version else c.run, kind, c.files, c.bytes, c.version)
         for c in checkpoints
         if (kind := kind_of(c.status, c.version)) is not None
     ]
-    rows += [(a.root, a.run, "inference", a.files, a.bytes) for a in artifacts]
-    for root, run, kind, files, size in rows:
-        roots.setdefault(root, Tally(root)).add(kind, files, size)
-        runs.setdefault((root, run), Tally(run)).add(kind, files, size)
+    rows += [(a.root, a.run, "inference", a.files, a.bytes, False) for a in artifacts]
+    for root, run, kind, files, size, version in rows:
+        roots.setdefault(root, Tally(root)).add(kind, files, size, version=version)
+        runs.setdefault((root, run), Tally(run)).add(kind, files, size, version=version)
     out = []
     for root, tally in sorted(roots.items(), key=lambda item: (-item[1].total, item[0])):
         of_root = [t for (r, _), t in runs.items() if r == root]
@@ -96,11 +104,29 @@ def summarize(
     return out
 
 
+def versions_cost(t: Tally) -> dict[str, int]:
+    """What kept versions cost: those kept (`version`) and those in the trash (part of `trash`),
+    which stay on the filesystem until purged."""
+    kept = t.bytes["version"]
+    return {
+        "bytes": kept + t.version_trash_bytes,
+        "kept_bytes": kept,
+        "trash_bytes": t.version_trash_bytes,
+        "kept_files": t.files["version"],
+        "trash_files": t.version_trash_files,
+    }
+
+
 def usage_json(usage: list[RootUsage]) -> dict[str, Any]:
     """`ckpt du --json` (stable field names: add, never rename)."""
 
     def counted(t: Tally) -> dict[str, Any]:
-        return {"bytes": t.total, "by_kind": dict(t.bytes), "files": dict(t.files)}
+        return {
+            "bytes": t.total,
+            "by_kind": dict(t.bytes),
+            "files": dict(t.files),
+            "versions": versions_cost(t),
+        }
 
     return {
         "bytes": sum(u.root.total for u in usage),

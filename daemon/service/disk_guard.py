@@ -1,6 +1,8 @@
-"""The disk guard's thread in `ckpt serve`: it measures each guarded filesystem (statvfs, cheap)
-every second and right after each indexed file (`poke`), and when free space is below `min_free`
-frees space through `usecases.disk_guard` (retention's rails) until it is back above.
+"""The disk guard's thread in `ckpt serve`: it first runs the space reserve's watch (our own
+bytes given up below the reserve, no configuration needed: service.space_reserve), then
+measures each guarded filesystem (statvfs, cheap) every second and right after each indexed
+file (`poke`), and when free space is below `min_free` frees space through
+`usecases.disk_guard` (retention's rails) until it is back above.
 
 An episode is the time a filesystem spends below its threshold. It logs one warning when it
 starts (how far below, what the first pass freed and why, or why it cannot), calls the
@@ -26,6 +28,7 @@ from ..settings.config import Config
 from ..usecases import disk_guard
 from ..usecases.disk_guard import Guarded, Relief
 from .hooks import HookRunner
+from .space_reserve import ReserveWatch
 
 CHECK_EVERY_SECONDS = 1.0
 STUCK_RETRY_SECONDS = 10.0
@@ -64,6 +67,8 @@ class DiskGuard(threading.Thread):
         self.tick = time.monotonic()
         self.errors = 0
         self.quiet_seconds = QUIET_SECONDS
+        # Our own bytes go first, with no configuration: the space reserve (service.space_reserve).
+        self.reserve = ReserveWatch(store, stopping)
 
     def poke(self) -> None:
         """A file was indexed: measure now, not at the next second."""
@@ -82,6 +87,7 @@ class DiskGuard(threading.Thread):
 
     def check(self, *, poked: bool = True) -> None:
         config = self.config()
+        self.reserve.check(config, poked=poked)
         states = []
         seen = set()
         for fs in disk_guard.guarded(config):

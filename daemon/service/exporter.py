@@ -171,6 +171,8 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         "demoted": "Checkpoints replaced by their inference artifact (retention), all time.",
         "compressed": "Checkpoints recompressed in place, all time.",
         "split": "Inference artifacts written, all time.",
+        "capture_skipped": "Generations not kept as a version for lack of free space "
+        "(versions.reserve), all time.",
     }
     for name, text in helps.items():
         yield CounterMetricFamily(f"ckpt_{name}", text, value=fig.totals.get(name, 0))

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
+from ..core.space_reserve import DEFAULT_RESERVE
 from ..core.versions import CAPTURE_MODES
-from .values import choice, count, mapping
+from .values import choice, count, mapping, min_free
 
-VERSIONS_KEYS = {"capture", "keep_previous", "metric"}
+VERSIONS_KEYS = {"capture", "keep_previous", "metric", "reserve"}
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,9 @@ class Versions:
     capture: str = "fixed_names"
     keep_previous: int = 1  # the newest N kept generations of each file, always
     metric: str | None = None  # keep_best's metric for versions (None: val_loss, else loss)
+    # Free space our copies always leave to the trainers (core.space_reserve), at least the
+    # biggest checkpoint of the filesystem.
+    reserve: MinFree = DEFAULT_RESERVE
 
 
 def parse_versions(value: Any) -> Versions:
@@ -28,4 +33,5 @@ def parse_versions(value: Any) -> Versions:
     metric = raw.get("metric")
     if metric is not None and (not isinstance(metric, str) or not metric.strip()):
         raise ConfigError("versions.metric", "expected a metric name, e.g. val_loss")
-    return Versions(capture, 1 if keep_previous is None else keep_previous, metric)
+    reserve = min_free(raw["reserve"], "versions.reserve") if "reserve" in raw else DEFAULT_RESERVE
+    return Versions(capture, 1 if keep_previous is None else keep_previous, metric, reserve)

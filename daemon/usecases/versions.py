@@ -57,6 +57,8 @@ def capture(
     target = root.path.joinpath(
         *naming.version_parts(fsops.relative_parts(root.path, original), source.generation)
     )
+    if _skipped_for_space(config, store, root, source, actor):
+        return None
     started = time.monotonic()
 
     def verify(temp: Path) -> None:
@@ -87,6 +89,35 @@ def capture(
         seconds=round(time.monotonic() - started, 3),
     )
     return str(target)
+
+
+def _skipped_for_space(
+    config: Config, store: Store, root: RootConfig, source: Source, actor: str
+) -> bool:
+    """Our copy never takes the space a trainer needs (core.space_reserve): below the file's
+    size plus the reserve (once versions in the trash are purged to make room), this
+    generation is not kept; logged, and audited as `capture-skipped` (the
+    `ckpt_capture_skipped_total` counter)."""
+    from . import space_reserve
+
+    why = space_reserve.capture_refusal(config, store, root, source.stat.size)
+    if why is not None and space_reserve.make_room(
+        config, store, root, source.stat.size, actor=actor
+    ):
+        why = space_reserve.capture_refusal(config, store, root, source.stat.size)
+    if why is None:
+        return False
+    first = store.record_capture_skipped(
+        source.id, source.generation, source.path, why, source.stat.size, actor
+    )
+    event(  # once per generation as a warning; a later scan's retry skipped again: debug
+        "capture_skipped",
+        level=logging.WARNING if first else logging.DEBUG,
+        path=source.path,
+        generation=source.generation,
+        reason=why,
+    )
+    return True
 
 
 def _adopt_existing(

@@ -237,3 +237,12 @@ def test_du_counts_each_kind_where_its_bytes_are() -> None:
     doc = usage_json(usage)
     assert doc["bytes"] == 350 + 30 + 20 + 207 + 1000 + 10
     assert doc["roots"][0]["by_kind"]["checkpoint"] == 1350
+    # What versions cost in all: those kept and the one in the trash (also in `trash`).
+    assert doc["roots"][0]["versions"] == {
+        "bytes": 27,
+        "kept_bytes": 20,
+        "trash_bytes": 7,
+        "kept_files": 2,
+        "trash_files": 1,
+    }
+    assert doc["roots"][0]["runs"][1]["versions"]["trash_bytes"] == 7

@@ -1,0 +1,196 @@
+"""The space reserve's acts (core.space_reserve decides): whether a capture fits, and giving up
+our own bytes when a filesystem's free space falls below its reserve.
+
+Every root counts, configured or not: roots on one filesystem (same `st_dev`) share one reserve.
+The reserve's acts go through the disk guard's and the pruner's rails (the run's lease, a claim
+in the catalog, the re-check of the file against what was indexed, fsops' trash and purge, an
+audit event whose reason says "low free space" and why this one: `ckpt log`), and only ever
+touch what is ours: versions and the trash. After each act the filesystem is measured again:
+the pass stops as soon as free space is back above the reserve.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..core import disk_guard as guard_core
+from ..core import space_reserve
+from ..core.errors import CkptError
+from ..core.history import is_version
+from ..core.model import Checkpoint, CheckpointStatus
+from ..core.space_reserve import Ours, ReservePlan, Step
+from ..core.units import iso_utc
+from ..settings.config import Config, RootConfig
+from . import disk_guard
+
+if TYPE_CHECKING:
+    from ..catalog.store import Store
+
+
+@dataclass(frozen=True)
+class Filesystem:
+    """The roots on one filesystem."""
+
+    dev: int
+    roots: tuple[str, ...]
+
+
+@dataclass
+class ReserveRelief:
+    """What one pass did on one filesystem."""
+
+    plan: ReservePlan
+    done: list[Step] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    free_after: int = 0
+
+    @property
+    def freed(self) -> int:
+        return sum(step.frees for step in self.done)
+
+
+def filesystems(config: Config) -> list[Filesystem]:
+    """Every root that exists, grouped by filesystem."""
+    groups: dict[int, list[str]] = {}
+    for root in config.roots:
+        try:
+            dev = os.stat(root.path).st_dev
+        except OSError:
+            continue
+        groups.setdefault(dev, []).append(str(root.path))
+    return [Filesystem(dev, tuple(paths)) for dev, paths in groups.items()]
+
+
+def reserve_of(config: Config, store: Store, fs: Filesystem) -> int:
+    """The reserve of `fs` in bytes, as the catalog and the filesystem are now."""
+    total = disk_guard.usage(fs.roots[0]).total
+    largest = store.largest_checkpoint(fs.roots)
+    return space_reserve.reserve_bytes(config.versions.reserve, total, largest)
+
+
+def capture_refusal(config: Config, store: Store, root: RootConfig, size: int) -> str | None:
+    """Why a copy of `size` bytes into `root` must not be made now, or None if it fits."""
+    fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
+    if fs is None:
+        return None  # the root is gone: the copy fails on its own, logged as lost
+    st = os.statvfs(fs.roots[0])
+    # The copy takes whole blocks: its size rounded up to the filesystem's block.
+    blocks = -(-size // st.f_frsize) * st.f_frsize if st.f_frsize else size
+    free = st.f_bavail * st.f_frsize
+    return space_reserve.capture_refusal(free, blocks, reserve_of(config, store, fs))
+
+
+def make_room(config: Config, store: Store, root: RootConfig, size: int, *, actor: str) -> int:
+    """Before a capture of `size` bytes is skipped: versions in the trash (retention let them
+    go) are purged, oldest trashed first, until the copy fits with the reserve left over.
+    Returns the bytes freed."""
+    fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
+    if fs is None:
+        return 0
+    needed = size + reserve_of(config, store, fs)
+    relief = relieve(
+        config,
+        store,
+        fs,
+        needed,
+        actor=actor,
+        only=("version_trash",),
+        goal="the copy of a new generation + reserve",
+    )
+    return relief.freed
+
+
+def plan_for(
+    config: Config,
+    store: Store,
+    fs: Filesystem,
+    reserve: int,
+    *,
+    only: Sequence[str] = space_reserve.STEPS,
+    goal: str = "reserve",
+) -> ReservePlan:
+    """The plan for `fs` as it is now (nothing acted)."""
+    free = disk_guard.usage(fs.roots[0]).free
+    trashed = [
+        Ours(t.id, t.path, t.bytes, t.trashed_at, version=is_version(t.path))
+        for t in store.trashed(include_pinned=False)
+        if t.root in fs.roots
+    ]
+    olds = (
+        [
+            v
+            for _run_id, root, name in store.run_keys()
+            if root in fs.roots
+            for v in _old_versions(config, store, root, name)
+        ]
+        if "old_version" in only
+        else []
+    )
+    return space_reserve.plan(free, reserve, trashed, olds, only=only, goal=goal)
+
+
+def relieve(
+    config: Config,
+    store: Store,
+    fs: Filesystem,
+    reserve: int,
+    *,
+    actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
+    only: Sequence[str] = space_reserve.STEPS,
+    goal: str = "reserve",
+) -> ReserveRelief:
+    """Plan and act until `fs` is back above `reserve` (measured again after each act)."""
+    from . import guards
+
+    relief = ReserveRelief(plan_for(config, store, fs, reserve, only=only, goal=goal))
+    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-reserve-{os.getpid()}"
+    for step in relief.plan.steps:
+        if should_stop() or disk_guard.usage(fs.roots[0]).free >= reserve:
+            break
+        try:
+            if step.action == "purge":
+                disk_guard._purge(config, store, step.id, step.reason, actor)
+            else:
+                act = guard_core.Step("trash", step.id, step.path, None, step.frees, step.reason)
+                disk_guard._act(config, store, act, batch, actor)
+            relief.done.append(step)
+        except (CkptError, OSError, KeyError) as exc:
+            relief.failures.append(
+                {"id": step.id, "path": step.path, "error": guards.one_line(exc)}
+            )
+    relief.free_after = disk_guard.usage(fs.roots[0]).free
+    return relief
+
+
+def _old_versions(config: Config, store: Store, root: str, name: str) -> list[Ours]:
+    """The run's kept versions that are neither a previous generation (keep_previous) nor
+    pinned nor standby; the best one of each file by the versions' metric is marked."""
+    from . import pruner
+
+    found = pruner._checkpoints(store, root, name)
+    versions = [c for c in found if c.version_of is not None and c.status == CheckpointStatus.OK]
+    if not versions:
+        return []
+    previous = pruner._previous_generations(config, found)
+    rule = pruner._versions_policy(config, versions).keep_best[0]
+    best = _best_per_file(versions, rule.metric, rule.resolved_mode)
+    return [
+        Ours(c.id, c.path, c.size_bytes, iso_utc(c.mtime), version=True, best=c.id in best)
+        for c in versions
+        if c.id not in previous and not c.pinned
+    ]
+
+
+def _best_per_file(versions: list[Checkpoint], metric: str, mode: str) -> set[int]:
+    by_file: dict[str, list[tuple[float, int, int]]] = {}
+    sign = 1.0 if mode == "min" else -1.0
+    for c in versions:
+        value = c.metrics.get(metric)
+        if value is not None and value == value:  # NaN is no best
+            by_file.setdefault(str(c.version_of), []).append((sign * value, -c.generation, c.id))
+    return {min(of_file)[2] for of_file in by_file.values()}

@@ -1,0 +1,285 @@
+"""The versions' disk campaign (issue 20, item 2): real Keras training on a small tmpfs under
+`ckpt serve` with the shipped config (only its root and state folder moved), where the kept
+versions of the rewritten files would fill the filesystem.
+
+`python version_space.py --driver OUT [--fs-mb N] [--width W] [--epochs E]` must run in a
+private mount namespace (`unshare -m --propagation private`, as root). It mounts a tmpfs of
+`--fs-mb` over OUT/root and starts `ckpt serve` (the catalog in OUT/state, outside the tmpfs).
+The job (`--train`) trains a Keras 3 model whose `.keras` (with Adam's slots) is about
+`--width`**2 * 12 bytes, with `ModelCheckpoint("best.h5", save_best_only=True)`,
+`ModelCheckpoint("last.keras")` each epoch and a CSVLogger, in two halves: after the first the
+driver runs `ckpt prune` (the versions' own policy, as the retention job would: some versions go
+to the trash) and puts two numbered checkpoints of another run in the trash (`ckpt prune
+--keep-last 1 --run other`); then the second half (its last two epochs worse: best.h5 stays,
+last.keras is rewritten), and a last save of a new file (`final.keras`, the trainer's "next
+save" the issue saw fail); then `ckpt prune` again. The trainer records the free space it has
+after each epoch (its saves done, our copies made meanwhile). A thread samples statvfs every 5
+ms meanwhile: the floor free space reached. Then the self-cleanup rounds: each writes a blob that
+leaves 4 kB free (another job's data), and waits until the service has freed what it frees of
+its own. OUT/results.json holds the job's outcome, the floor, `ckpt du`, `log`, `list`,
+`metrics`, the files on the tmpfs (and their bytes), and the service's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+DEADLINE_S = 300
+PAUSE_S = 1.0  # an epoch's work: the service has time to capture between two saves
+ROUNDS = 8  # self-cleanup rounds at most (each frees what it can of ours)
+
+
+def train(run: Path, width: int, epochs: int, handshake: Path) -> None:
+    import numpy as np
+
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 32)).astype("float32")
+    y = (x[:, :1] * 2 + rng.normal(size=(512, 1)) * 0.3).astype("float32")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((32,)),
+            keras.layers.Dense(width),
+            keras.layers.Dense(width),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.0005), loss="mse")
+    # The last two epochs with a learning rate far too high: val_loss gets worse, so best.h5
+    # stays as it is while last.keras is rewritten, and the best version is an old one.
+    slow_down = keras.callbacks.LearningRateScheduler(
+        lambda e, lr: 0.0005 if e < epochs - 2 else 0.05
+    )
+    run.mkdir(parents=True, exist_ok=True)
+    half = epochs // 2
+
+    free_after: list[int] = []  # free space the trainer has for its next save, each epoch
+
+    class Pace(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+            time.sleep(PAUSE_S)
+            free_after.append(_free(run))
+            if epoch + 1 == half:  # the first half is done: the driver prunes, then says go
+                (handshake / "half").write_text("")
+                deadline = time.monotonic() + DEADLINE_S
+                while not (handshake / "go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+
+    model.fit(
+        x,
+        y,
+        validation_split=0.25,
+        epochs=epochs,
+        verbose=0,
+        callbacks=[
+            keras.callbacks.CSVLogger(str(run / "training.log")),
+            slow_down,
+            keras.callbacks.ModelCheckpoint(str(run / "best.h5"), save_best_only=True),
+            keras.callbacks.ModelCheckpoint(str(run / "last.keras")),
+            Pace(),
+        ],
+    )
+    before_final = _free(run)
+    model.save(run / "final.keras")  # a new file of the same size: the trainer's next save
+    print("saved final.keras", flush=True)
+    doc = {"free_after_epoch": free_after, "free_before_final": before_final}
+    (handshake / "free.json").write_text(json.dumps(doc))
+
+
+def driver(out: Path, fs_mb: int, width: int, epochs: int) -> None:
+    root, state, handshake = out / "root", out / "state", out / "handshake"
+    for folder in (root, state, handshake):
+        folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={fs_mb}m", "tmpfs", str(root)], check=True)
+    text = (REPO / "config.yaml").read_text()
+    text = text.replace("state_dir: ./.ckpt\n", f"state_dir: {state}\n")
+    config = out / "config.yaml"
+    config.write_text(text.replace("  - path: ./runs\n", f"  - path: {root}\n"))
+    ckpt = [sys.executable, "-m", "ckpt_daemon", "--config", str(config)]
+    log_path = out / "serve.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed below
+    serve = subprocess.Popen([*ckpt, "serve"], stdout=log, stderr=log, cwd=REPO)
+    results: dict[str, Any] = {"fs_bytes": _total(root) if root.exists() else 0}
+    sampler = _Floor(root)
+    try:
+        _wait(lambda: "event=ready" in log_path.read_text(), "the service ready")
+        sampler.start()
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
+        env.pop("TF_USE_LEGACY_KERAS", None)
+        run = root / "run"
+        argv = [sys.executable, __file__, "--train", str(run), str(width), str(epochs)]
+        job = subprocess.Popen(
+            [*argv, str(handshake)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        _wait(lambda: (handshake / "half").exists() or job.poll() is not None, "half the epochs")
+        if job.poll() is None:
+            _wait(lambda: _caught_up(ckpt, run), "the first half indexed")
+            results["prune_versions"] = _json([*ckpt, "prune", "--json"])
+            _other_trash(ckpt, root)
+            (handshake / "go").write_text("")
+        output, _ = job.communicate(timeout=DEADLINE_S)
+        results["job"] = {"returncode": job.returncode, "output": output}
+        if (handshake / "free.json").exists():
+            results["trainer"] = json.loads((handshake / "free.json").read_text())
+        if job.returncode == 0:
+            _wait(lambda: _caught_up(ckpt, run, "final.keras"), "every save indexed")
+        sampler.stop()
+        results["floor_free_bytes"] = sampler.floor
+        # The retention job's pass (the versions' own policy) at the end of training too: the
+        # rounds then find versions in the trash, old versions and the user's trash.
+        results["prune_end"] = _json([*ckpt, "prune", "--json"])
+        results["du"] = _json([*ckpt, "du", "--json"])
+        results["files_before_rounds"] = _files(root)
+        results["rounds"] = _rounds(root, ckpt)
+        results["list"] = [
+            row
+            for status in ("ok", "standby", "trashed", "purged")
+            for row in (_json([*ckpt, "list", "--status", status, "--json"]) or [])
+        ]
+        results["log"] = _json([*ckpt, "log", "--json"])
+        results["du_after"] = _json([*ckpt, "du", "--json"])
+        results["metrics"] = subprocess.run(
+            [*ckpt, "metrics"], capture_output=True, text=True
+        ).stdout
+        results["files"] = _files(root)
+        results["free_bytes"] = _free(root)
+    finally:
+        sampler.stop()
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
+        log.close()
+        results["serve_returncode"] = serve.returncode
+        results["serve_log"] = log_path.read_text()
+        (out / "results.json").write_text(json.dumps(results))
+
+
+def _other_trash(ckpt: list[str], root: Path) -> None:
+    """Two numbered checkpoints of another run (real Keras files), one of them trashed by
+    `ckpt prune --keep-last 1`: the trash that is not versions'."""
+    fixtures = Path(os.environ.get("CKPT_TEST_FIXTURES", "/tmp/ckpt-fixtures"))
+    source = fixtures / "k3" / "run_zip"
+    other = root / "other"
+    other.mkdir()
+    for name in ("e01-vl1.683.keras", "e02-vl1.663.keras", "training.log"):
+        (other / name).write_bytes((source / name).read_bytes())
+    _wait(lambda: _caught_up(ckpt, other, "e02-vl1.663.keras"), "the other run indexed")
+    subprocess.run([*ckpt, "prune", "--keep-last", "1", "--run", "other"], check=True)
+
+
+def _rounds(root: Path, ckpt: list[str]) -> list[dict[str, Any]]:
+    """Another job's data fills the filesystem to 4 kB free, round after round: each time the
+    service gives up what it gives up of its own (the reserve), until nothing of ours is left."""
+    rounds = []
+    for n in range(ROUNDS):
+        before = len(_json([*ckpt, "log", "--json"]) or [])
+        blob = root / f"blob-{n}.bin"
+        room = _free(root) - 4096
+        if room > 0:
+            with open(blob, "wb") as f:
+                f.write(b"\1" * room)
+        written = time.monotonic()
+        freed = False
+        while time.monotonic() - written < 20:  # the service acts within a second or two
+            if _free(root) > 64 * 1024:
+                freed = True
+                time.sleep(1.0)  # let the pass finish
+                break
+            time.sleep(0.05)
+        events = (_json([*ckpt, "log", "--json"]) or [])[before:]
+        rounds.append({"blob": room, "freed": freed, "free": _free(root), "events": events})
+        if not freed:
+            break  # nothing of ours is left
+    return rounds
+
+
+def _caught_up(ckpt: list[str], run: Path, name: str = "last.keras") -> bool:
+    shown = _json([*ckpt, "show", str(run / name), "--json"])
+    if not shown or shown.get("status") != "ok":
+        return False
+    # Every file's current generation indexed (the job no longer writes: stat == row).
+    for path in run.glob("*.*"):
+        if path.suffix in (".h5", ".keras"):
+            row = _json([*ckpt, "show", str(path), "--json"])
+            if not row or row.get("size_bytes") != path.stat().st_size:
+                return False
+    return True
+
+
+class _Floor(threading.Thread):
+    """The lowest free space seen, sampled every 5 ms."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(daemon=True)
+        self.root, self.floor = root, _free(root)
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.floor = min(self.floor, _free(self.root))
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def _free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _total(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+def _json(argv: list[str]) -> Any:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _wait(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--train":
+        train(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
+    else:
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--driver", type=Path, required=True)
+        parser.add_argument("--fs-mb", type=int, default=10)
+        parser.add_argument("--width", type=int, default=256)
+        parser.add_argument("--epochs", type=int, default=10)
+        args = parser.parse_args()
+        driver(args.driver, args.fs_mb, args.width, args.epochs)
