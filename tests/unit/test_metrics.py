@@ -234,7 +234,9 @@ def _compiled(text: str) -> FilenameTemplate:
         raise
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    max_examples=400, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow]
+)
 @given(template_and_values())
 def test_property_round_trip(case: tuple[str, dict[str, int | float]]) -> None:
     text, values = case
@@ -255,7 +257,9 @@ def _fields_with_specs(text: str) -> list[tuple[str, str]]:
     return [(f, s or "") for _, f, s, _ in string.Formatter().parse(text) if f is not None]
 
 
-@settings(max_examples=400, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    max_examples=400, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow]
+)
 @given(template_and_values(), st.data())
 def test_property_garbage_is_none_or_consistent(
     case: tuple[str, dict[str, int | float]], data: st.DataObject

@@ -570,7 +570,11 @@ def schemes(draw: st.DrawFn) -> Drawn:
     return text, keys, expect, logs, frozenset(free)
 
 
-@settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    deadline=None,
+    max_examples=200,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
 @given(schemes())
 def test_property_inferred_scheme_reads_back_the_values(
     case: Drawn,
