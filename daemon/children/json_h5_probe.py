@@ -3,10 +3,14 @@
 bit-identically to the full checkpoint (`load_model`), on the fixed random input of
 `keras_load_probe`.
 
-    python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT CONFIG.json W.weights.h5
+    python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT CONFIG.json WEIGHTS
 
-Prints one JSON object: {"identical": true|false, "max_abs_diff": float, "outputs": N} or
-{"error": "..."}. Only ever a child: the daemon and the CLI never import Keras.
+Before anything is loaded, as `keras_load_probe` does (`children.unprivileged`): the three files
+staged privately, root dropped to `nobody`, and both configs (the checkpoint's, and the JSON
+with its compile config: `model_from_json` compiles) refused if loading would run the file's
+code. Prints one JSON object: {"identical": true|false, "max_abs_diff": float, "outputs": N},
+{"refused": [...]} or {"error": "..."}. Only ever a child: the daemon and the CLI never import
+Keras.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Any
 
 from .. import python_module
 from ..core.errors import ArtifactMismatch
-from .keras_load_probe import _inputs
+from . import unprivileged
+from .keras_load_probe import _inputs, load
 
 TIMEOUT_SECONDS = 600.0
 
@@ -35,20 +40,23 @@ def check(library: str, checkpoint: Path, config: Path, weights: Path) -> None:
         library,
         *map(str, (checkpoint, config, weights)),
     ]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=TIMEOUT_SECONDS,
-        env=env,
-    )
+    with unprivileged.staging([checkpoint, config, weights]) as env:
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT_SECONDS,
+            env=env,
+        )
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
     try:
         result = json.loads(lines[-1])
     except (IndexError, ValueError):
         result = {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+    if "refused" in result:
+        reasons = "; ".join(str(r) for r in result["refused"])
+        raise ArtifactMismatch(f"json+h5 export not checked: load refused, nothing run: {reasons}")
     if "error" in result:
         raise ArtifactMismatch(f"json+h5 export does not load with {library}: {result['error']}")
     if not result["identical"]:
@@ -78,11 +86,20 @@ def main(argv: list[str]) -> int:
     warnings.simplefilter("ignore")  # model_from_json compiles: "skipping optimizer variables"
     try:
         keras = importlib.import_module(argv[0])
-        full = keras.models.load_model(argv[1], compile=False)
+        checkpoint, config, weights = unprivileged.stage(argv[1:])
+        unprivileged.drop()
+        refused = [f"{argv[1]}: {why}" for why in unprivileged.refusals(keras, checkpoint)]
+        refused += [
+            f"{argv[2]}: {why}" for why in unprivileged.refusals(keras, config, with_compile=True)
+        ]
+        if refused:
+            print(json.dumps({"refused": refused}))
+            return 0
+        full = load(keras, checkpoint)
         feed = _inputs(full, np)
         expected = _outputs(full, feed, np)
-        model = keras.models.model_from_json(Path(argv[2]).read_text())
-        model.load_weights(argv[3])
+        model = keras.models.model_from_json(Path(config).read_text())
+        model.load_weights(weights)
         got = _outputs(model, feed, np)
         result: dict[str, Any] = {
             "outputs": len(got),

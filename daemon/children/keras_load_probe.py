@@ -3,9 +3,14 @@ their predictions on a fixed random input: `ckpt verify --load`.
 
     python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CHECKPOINT [ARTIFACT]
 
-Prints one JSON object: {"loaded": true, "outputs": N, "identical": true|false|null,
-"max_abs_diff": float|null} or {"error": "..."}. It runs only as a child process: the daemon
-and the CLI never import Keras themselves.
+What it runs, in order (`children.unprivileged`): Keras imported; each file copied into the
+private staging folder the parent made; if root, it becomes `nobody`; each staged config read
+(never loaded) and the file refused if loading would run its code (a `Lambda` layer, a custom
+object, a function reference: `core.model_code`); then `load_model(compile=False)` (Keras 3:
+`safe_mode=True`) and `predict` on the fixed input. Prints one JSON object: {"loaded": true,
+"outputs": N, "identical": true|false|null, "max_abs_diff": float|null, "user": "nobody, uid
+65534"}, {"refused": ["layer 'f' (Lambda): ...", ...], "user": ...} or {"error": "..."}. It
+runs only as a child process: the daemon and the CLI never import Keras themselves.
 """
 
 from __future__ import annotations
@@ -14,8 +19,46 @@ import contextlib
 import importlib
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
+
+from .. import python_module
+from . import unprivileged
+
+TIMEOUT_SECONDS = 600.0
+
+
+def probe(library: str, paths: list[Path]) -> dict[str, Any]:
+    """The parent's side: the child's JSON answer for `paths` (a checkpoint, maybe its
+    inference artifact), or {"error": ...} when it died without one."""
+    cmd = [*python_module("children.keras_load_probe"), library, *map(str, paths)]
+    with unprivileged.staging(paths) as env:
+        try:
+            done = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=TIMEOUT_SECONDS,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+
+
+def load(keras: Any, path: str) -> Any:
+    """`load_model(compile=False)`, in safe mode where the library has one for the format
+    (refusals were checked before: `unprivileged.refusals`)."""
+    if keras.__name__ == "keras" or path.endswith(".keras"):
+        return keras.models.load_model(path, compile=False, safe_mode=True)
+    return keras.models.load_model(path, compile=False)  # tf-keras .h5: no safe mode at all
 
 
 def _inputs(model: Any, np: Any) -> list[Any]:
@@ -32,7 +75,7 @@ def _inputs(model: Any, np: Any) -> list[Any]:
 
 
 def _predict(keras: Any, path: str, np: Any, inputs: list[Any] | None) -> tuple[list[Any], Any]:
-    model = keras.models.load_model(path, compile=False)
+    model = load(keras, path)
     feed = inputs if inputs is not None else _inputs(model, np)
     out = model.predict(feed if len(feed) > 1 else feed[0], verbose=0)
     return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])], feed
@@ -52,15 +95,26 @@ def main(argv: list[str]) -> int:
 
     try:
         keras = importlib.import_module(argv[0])
-        first, feed = _predict(keras, argv[1], np, None)
+        staged = unprivileged.stage(argv[1:])
+        user = unprivileged.drop()
+        refused = [
+            f"{named}: {why}"
+            for named, copy in zip(argv[1:], staged, strict=True)
+            for why in unprivileged.refusals(keras, copy)
+        ]
+        if refused:
+            print(json.dumps({"refused": refused, "user": user}))
+            return 0
+        first, feed = _predict(keras, staged[0], np, None)
         result: dict[str, Any] = {
             "loaded": True,
             "outputs": len(first),
             "identical": None,
             "max_abs_diff": None,
+            "user": user,
         }
-        if len(argv) == 3:
-            second, _feed = _predict(keras, argv[2], np, feed)
+        if len(staged) == 2:
+            second, _feed = _predict(keras, staged[1], np, feed)
             result["identical"] = len(first) == len(second) and all(
                 np.array_equal(a, b) for a, b in zip(first, second, strict=False)
             )

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     default="inference",
     show_default=True,
     help="json+h5: <stem>.json (the stored model config) + <stem>.weights.h5 (load_weights), "
-    "for .keras files.",
+    "for .keras files; <stem>.legacy-weights.h5 for tf-keras legacy .h5 files.",
 )
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
 @pass_context
@@ -48,9 +48,10 @@ def split(
     Verified (every kept dataset decodes to the source's values) before it is renamed into
     place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it),
     with its model card beside it (`<stem>.inference` + `.md`, see `ckpt describe`). With
-    `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card (`<stem>` + `.md`),
-    checked in a child process (model_from_json + load_weights predict identically to the
-    checkpoint) before they get their names.
+    `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` (of a tf-keras legacy `.h5`:
+    `<stem>.legacy-weights.h5`, the save_weights("x.h5") layout) + the card (`<stem>` + `.md`),
+    checked in a child process that runs none of the file's code (model_from_json +
+    load_weights predict identically to the checkpoint) before they get their names.
 
     \b
     Example:  ckpt split "$(ckpt best --metric val_loss --run exp1)"
@@ -168,7 +169,9 @@ def compress(
     "--load",
     is_flag=True,
     help="Also load each with Keras (tf-keras for Keras 2 files) in a child process "
-    "and check its inference artifact predicts identically (needs TensorFlow).",
+    "and check its inference artifact predicts identically (needs TensorFlow). The child "
+    "loads a private copy, as nobody when run by root, and refuses unloaded a file whose "
+    "stored config has a Lambda layer, a custom object or a function reference.",
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON array of verdicts.")
 @pass_context

@@ -24,6 +24,13 @@ PLUGIN_CODECS = ("zstd", "blosc", "blosc2", "bitshuffle", "lz4")
 WEIGHTS_KIND = "json+h5-weights"  # the artifact row of an export's `<stem>.weights.h5`
 
 
+def export_weights_suffix(fmt: Format | None) -> str:
+    """The weights file of a json+h5 export: the Keras 3 store layout for archives, the legacy
+    `save_weights("x.h5")` layout for legacy full-model `.h5` files (a name ending
+    `.weights.h5` would make `load_weights` read it as a Keras 3 store)."""
+    return ".legacy-weights.h5" if fmt is Format.KERAS_LEGACY_H5 else ".weights.h5"
+
+
 @dataclass(frozen=True)
 class LayerRow:
     name: str
@@ -143,7 +150,8 @@ def _format(value: str | None) -> Format | None:
 
 def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
     if artifact is not None and artifact["kind"] == "json+h5":
-        return f"json+h5 (model config JSON + .weights.h5, exported from {doc['format']})"
+        weights = export_weights_suffix(_format(doc["format"]))
+        return f"json+h5 (model config JSON + {weights}, exported from {doc['format']})"
     if artifact is not None:
         return f"{doc['format']} (inference artifact: architecture + weights)"
     kind = doc["kind"]
@@ -283,7 +291,7 @@ def load_line(
     lib = "tf_keras" if (keras_version or "").startswith(("1.", "2.")) else "keras"
     quoted = json.dumps(path)
     if artifact is not None and artifact.get("kind") == "json+h5":
-        weights = json.dumps(path[: -len(".json")] + ".weights.h5")
+        weights = json.dumps(path[: -len(".json")] + export_weights_suffix(fmt))
         line = (
             f"import {lib}; model = {lib}.models.model_from_json(open({quoted}).read()); "
             f"model.load_weights({weights})"

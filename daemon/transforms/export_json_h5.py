@@ -1,12 +1,18 @@
-"""`ckpt split --layout json+h5`: the export Keras's original design describes, for use
-outside a Keras 3 archive: `<stem>.json` (the model config, byte for byte as the file stores
-it: what `model_from_json` reads) and `<stem>.weights.h5` (the weights without optimizer state
-or metric totals, in the layout `load_weights` of the same Keras reads: the archive's own
-weights store, copied with H5Ocopy and verified dataset by dataset as `transforms.split` does).
+"""`ckpt split --layout json+h5`: the export Keras's original design describes (an architecture
+as JSON, weights in HDF5, rebuilt with `model_from_json` + `load_weights`): `<stem>.json` (the
+model config, byte for byte as the file stores it) and a weights file without optimizer state
+or metric totals, in a layout `load_weights` reads, copied with H5Ocopy and verified dataset by
+dataset as `transforms.split` does:
+- of a Keras archive (`.keras`, Keras 3 or tf-keras): `<stem>.weights.h5`, the archive's own
+  weights store;
+- of a legacy full-model `.h5` written by tf-keras: `<stem>.legacy-weights.h5`, the layout
+  `save_weights("x.h5")` writes (`layer_names`, `backend`, `keras_version` at the root, one
+  group per layer with `weight_names`): its `model_weights` group made the root. `load_weights`
+  of tf-keras and of Keras 3 read it (by that layout: a name ending `.weights.h5` would send
+  them to the Keras 3 store reader instead).
 
-Only Keras archives (`.keras`, written by Keras 3 or tf-keras) are exported this way; anything
-else is refused with the reason (`refusal`). Both files are written as temps, verified, then
-given their names (weights first, config last); the caller's `check` (the load-and-predict
+Anything else is refused with the reason (`refusal`). Both files are written as temps, verified,
+then given their names (weights first, config last); the caller's `check` (the load-and-predict
 probe) sees the two temps before either is renamed.
 """
 
@@ -19,7 +25,7 @@ from pathlib import Path
 
 import h5py
 
-from ..core.card import WEIGHTS_KIND
+from ..core.card import WEIGHTS_KIND, export_weights_suffix
 from ..core.errors import UsageError
 from ..core.model import Format
 from ..formats import detect, hdf5
@@ -31,6 +37,7 @@ from .split import (
     _STORE_DROP,
     _check_unchanged,
     _copy_tree,
+    _Drop,
     _expect,
     _refuse_tensorflow,
     _verify_tree,
@@ -38,12 +45,13 @@ from .split import (
 )
 
 LAYOUT = "json+h5"
-_LEGACY = (
-    "a legacy .h5: its weights are stored by layer name (model_weights/<layer>/...), and "
-    "load_weights of a .weights.h5 reads Keras's own variable paths (layers/<class>_N/vars) "
-    "that only Keras assigns: use `ckpt split` (a slim .h5 that load_model reads)"
-)
+_KEEP_ALL = _Drop("", frozenset())  # a legacy file's model_weights: every layer group kept
 _WEIGHTS_ONLY = "weights only: it stores no architecture to export as JSON"
+_KERAS3_LEGACY = (
+    "a legacy .h5 written by Keras 3: its model_config is in the legacy layout (no modules), "
+    "which Keras 3's model_from_json cannot read: use `ckpt split` (a slim .h5 that load_model "
+    "reads)"
+)
 
 
 @dataclass(frozen=True)
@@ -59,21 +67,24 @@ class ExportResult:
     datasets: int
 
 
-def export_paths(source: Path, out: Path | None = None) -> tuple[Path, Path]:
-    """`e03.keras` → (`e03.json`, `e03.weights.h5`), beside it or in `out`."""
+def export_paths(
+    source: Path, out: Path | None = None, fmt: Format | None = Format.KERAS_ZIP
+) -> tuple[Path, Path]:
+    """`e03.keras` → (`e03.json`, `e03.weights.h5`), `w.01.hdf5` (a legacy `.h5`) →
+    (`w.01.json`, `w.01.legacy-weights.h5`), beside it or in `out`."""
     stem = inference_path(source, out).name.rsplit(".inference", 1)[0]
     folder = out if out is not None else source.parent
-    return folder / f"{stem}.json", folder / f"{stem}.weights.h5"
+    return folder / f"{stem}.json", folder / f"{stem}{export_weights_suffix(fmt)}"
 
 
 def refusal(fmt: Format | None, keras_version: str | None = None) -> str | None:
     """Why a checkpoint of `fmt` cannot be exported as json+h5 (None: it can)."""
-    if fmt is Format.KERAS_ZIP:
+    if fmt is Format.KERAS_LEGACY_H5 and not (keras_version or "").startswith(("1.", "2.")):
+        return _KERAS3_LEGACY
+    if fmt in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         return None
     if fmt in (Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_WEIGHTS_H5):
         return _WEIGHTS_ONLY
-    if fmt is Format.KERAS_LEGACY_H5:
-        return _LEGACY
     return f"a {fmt} checkpoint is not a Keras file: its weights live in a TF object graph"
 
 
@@ -94,19 +105,22 @@ def export(
     detect.refuse_outside_references(source)
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
-    config_path, weights_path = export_paths(source, out)
     before = fsops.current_stat(root, [source])
     bounds.check_file(source)
-    why = refusal(detect.read_checkpoint(source).format)
+    info = detect.read_checkpoint(source)
+    fmt = info.format
+    why = refusal(fmt, info.keras_version)
     if why is not None:
         raise UsageError(f"not exported as {LAYOUT}: {source} is {why}")
+    config_path, weights_path = export_paths(source, out, fmt)
+    write = _write_legacy if fmt is Format.KERAS_LEGACY_H5 else _write
     mark = marker.encode(WEIGHTS_KIND, source, source_hash)  # adopt() re-registers it so
     with (
         fsops.rewrite(root, config_path, like=source) as config_temp,
         fsops.rewrite(root, weights_path, like=source) as weights_temp,
     ):
         try:
-            datasets = _write(source, config_temp, weights_temp, mark)
+            datasets = write(source, config_temp, weights_temp, mark)
             if check is not None:
                 check(config_temp, weights_temp)
             hashes = hashing.hash_files([config_temp]), hashing.hash_files([weights_temp])
@@ -131,3 +145,21 @@ def _write(source: Path, config_temp: Path, weights_temp: Path, mark: str) -> in
             with h5py.File(weights_temp, "r", locking=False) as dst:
                 _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
                 return _verify_tree(src, dst, _STORE_DROP, added=frozenset({marker.ATTRIBUTE}))
+
+
+def _write_legacy(source: Path, config_temp: Path, weights_temp: Path, mark: str) -> int:
+    with hdf5.open_h5(str(source)) as src:
+        text = hdf5.attr_text(src, "model_config")
+        weights = hdf5.member(src, "model_weights")
+        if text is None or not isinstance(weights, h5py.Group):
+            raise UsageError(f"not exported as {LAYOUT}: {source} is {_WEIGHTS_ONLY}")
+        config = text.encode()
+        with open(config_temp, "wb") as out:  # our own temp, named by fsops.rewrite
+            out.write(config)
+        _expect(config_temp.read_bytes() == config, "model_config")
+        with h5py.File(weights_temp, "w", locking=False) as dst:
+            _copy_tree(weights, dst, _KEEP_ALL)
+            dst.attrs[marker.ATTRIBUTE] = mark
+        with h5py.File(weights_temp, "r", locking=False) as dst:
+            _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
+            return _verify_tree(weights, dst, _KEEP_ALL, added=frozenset({marker.ATTRIBUTE}))

@@ -190,7 +190,7 @@ def _split_h5(source: Path, temp: Path, drop: _Drop, mark: str) -> int:
             return _verify_tree(src, dst, drop, added=frozenset({marker.ATTRIBUTE}))
 
 
-def _copy_tree(src: h5py.File, dst: h5py.File, drop: _Drop) -> None:
+def _copy_tree(src: h5py.Group, dst: h5py.File, drop: _Drop) -> None:
     # The root cannot be H5Ocopy'd onto another file's root: its attributes are recreated with
     # their stored HDF5 type (string encoding, shape), everything below it is copied whole.
     for name in src.attrs:
@@ -203,7 +203,7 @@ def _copy_tree(src: h5py.File, dst: h5py.File, drop: _Drop) -> None:
 
 
 def _verify_tree(
-    src: h5py.File, dst: h5py.File, drop: _Drop, added: frozenset[str] = frozenset()
+    src: h5py.Group, dst: h5py.File, drop: _Drop, added: frozenset[str] = frozenset()
 ) -> int:
     """Compare every kept object: kind, attributes, and each dataset's dtype, shape and data
     (`added`: root attributes only the artifact has, checked by the caller)."""
@@ -222,7 +222,7 @@ def _verify_tree(
     return datasets
 
 
-def _objects(f: h5py.File, drop: _Drop) -> list[tuple[str, int, int]]:
+def _objects(f: h5py.Group, drop: _Drop) -> list[tuple[str, int, int]]:
     """(path, object type, number of attributes) of every object outside the dropped members,
     from one walk in the HDF5 library (each object once, in name order)."""
     found: list[tuple[str, int, int]] = []

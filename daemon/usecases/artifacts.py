@@ -102,10 +102,10 @@ def export_checkpoint(
     from .describe import JSON_H5, JSON_H5_WEIGHTS, card_path, own_card, write_card
 
     c = store.get(ref)
-    why = refusal(c.format)
+    version = str(c.details.get("keras_version") or "")
+    why = refusal(c.format, version)
     if why is not None:
         raise UsageError(f"not exported as json+h5: {c.path} is {why}")
-    version = str(c.details.get("keras_version") or "")
     library = "tf_keras" if version.startswith(("1.", "2.")) else "keras"
 
     def check(config_temp: Path, weights_temp: Path) -> None:
@@ -113,7 +113,7 @@ def export_checkpoint(
 
     with _acting_on(config, store, c, "split", actor) as (root, _members):
         _check_out(root, out)
-        config_path, weights_path = export_paths(Path(c.path), out)
+        config_path, weights_path = export_paths(Path(c.path), out, c.format)
         own_card(root, c, card_path(config_path))
         for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
             if fsops.identity(root, path) is not None:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import python_module
 from ..catalog.store import Store
 from ..core.errors import CkptError
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
@@ -98,9 +97,10 @@ def _verdicts(
 
 
 def _load(c: Checkpoint) -> Verdict:
-    """Load with the Keras that wrote it (tf-keras for Keras 2 files) in a child process."""
-    import json
-    import subprocess
+    """Load with the Keras that wrote it (tf-keras for Keras 2 files) in a child process that
+    runs none of the file's code and, started as root, runs as `nobody`
+    (`children.keras_load_probe`)."""
+    from ..children import keras_load_probe
 
     if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         return Verdict(
@@ -111,25 +111,24 @@ def _load(c: Checkpoint) -> Verdict:
         )
     library = "tf_keras" if str(c.details.get("keras_version") or "").startswith("2.") else "keras"
     inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
-    cmd = [*python_module("children.keras_load_probe"), library, c.path, *inference]
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600
-    )
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
     try:
-        result = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-300:]}
-    except ValueError:
-        result = {"error": lines[-1]}
+        result = keras_load_probe.probe(library, [Path(c.path), *map(Path, inference)])
+    except (CkptError, OSError) as exc:
+        return Verdict(c.id, c.path, False, f"load with {library} not run: {guards.one_line(exc)}")
+    if "refused" in result:
+        reasons = "; ".join(str(r) for r in result["refused"])
+        return Verdict(c.id, c.path, False, f"load refused, nothing of the file run: {reasons}")
     if "error" in result:
         return Verdict(c.id, c.path, False, f"load with {library} failed: {result['error']}")
+    user = f" (as {result['user']})" if result.get("user") else ""
     if result["identical"] is None:
-        return Verdict(c.id, c.path, True, f"loads with {library}")
+        return Verdict(c.id, c.path, True, f"loads with {library}{user}")
     same = bool(result["identical"])
     return Verdict(
         c.id,
         c.path,
         same,
-        f"loads with {library}; inference artifact predicts "
+        f"loads with {library}{user}; inference artifact predicts "
         + ("identically" if same else f"differently (max {result['max_abs_diff']})"),
     )
 

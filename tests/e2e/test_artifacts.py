@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -145,7 +146,8 @@ def test_verify_load_checks_the_artifact_predicts_like_the_checkpoint(zips: Work
         ).stdout
     )
     loads = [v["detail"] for v in verdicts if v["detail"].startswith("loads")]
+    user = "nobody, uid 65534" if os.geteuid() == 0 else f"{getpass.getuser()}, uid {os.getuid()}"
     assert loads == [
-        "loads with keras; inference artifact predicts identically",
-        "loads with tf_keras; inference artifact predicts identically",
+        f"loads with keras (as {user}); inference artifact predicts identically",
+        f"loads with tf_keras (as {user}); inference artifact predicts identically",
     ]

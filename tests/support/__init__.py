@@ -10,6 +10,8 @@
   (``python3 tests/support/keras_fixtures.py OUT_DIR``), never imported here: it is the only
   test code that imports TensorFlow, and only in its own child processes;
 - `hostile_files`: builders of hostile files (also used by bench/hostile_corpus.py).
+- `hostile_models`: hostile Keras models (Lambda, custom objects, function references) written
+  by real Keras 3 and tf-keras, a script run as a child (it imports Keras), like `keras_fixtures`.
 """
 
 from .daemon import Daemon, kill_started, service_workspace

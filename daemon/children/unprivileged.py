@@ -1,0 +1,166 @@
+"""What every child that loads a model with Keras does before it loads anything.
+
+1. The parent makes a private staging folder (`staging`: in /dev/shm when it has room, so the
+   copies take RAM, never the disk a trainer writes to) and names it in `STAGING_ENV`.
+2. The child, its libraries imported, copies each file it will load into that folder (`stage`:
+   opened without following a symlink), so what it checks is what it loads: a file rewritten
+   meanwhile in the root changes nothing.
+3. Run as root (CI, a system service), it becomes `nobody` (`drop`: setgroups, setgid, setuid,
+   then a check that root cannot be regained): whatever a load would run, it runs without our
+   privileges, unable to write outside the staging folder and the world-writable ones.
+4. It reads each staged config and refuses what would run the file's code (`core.model_code`).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..core.errors import UsageError
+
+STAGING_ENV = "CKPT_LOAD_STAGING"
+USER = "nobody"
+_NOBODY_ID = 65534  # when the system has no `nobody` entry
+_SHM = Path("/dev/shm")
+_TMP_MARGIN = 1 << 30  # left free on a temp folder that is a disk
+
+
+@contextmanager
+def staging(paths: list[Path]) -> Iterator[dict[str, str]]:
+    """The parent's side: the child's environment with a fresh staging folder, removed after."""
+    need = sum(p.stat().st_size for p in paths)
+    base = _staging_base(need)
+    with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=base) as folder:
+        os.chmod(folder, 0o700)
+        yield {**os.environ, STAGING_ENV: folder, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def _staging_base(need: int) -> str:
+    if _SHM.is_dir() and shutil.disk_usage(_SHM).free > need * 2:
+        return str(_SHM)
+    tmp = tempfile.gettempdir()
+    if shutil.disk_usage(tmp).free > need + _TMP_MARGIN:
+        return tmp
+    raise UsageError(
+        f"not loaded: a private copy of {need} bytes fits neither in {_SHM} nor in {tmp}"
+    )
+
+
+def stage(paths: list[str]) -> list[str]:
+    """The child's side, before `drop`: a private copy of each file (its suffix kept: Keras
+    dispatches on it), readable by the user the child becomes."""
+    folder = os.environ[STAGING_ENV]
+    owner = _target()
+    staged = []
+    for i, path in enumerate(paths):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        copy = os.path.join(folder, f"{i}-{os.path.basename(path)}")
+        with os.fdopen(fd, "rb") as src, open(copy, "xb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.chmod(copy, 0o400)
+        if owner is not None:
+            os.chown(copy, *owner)
+        staged.append(copy)
+    if owner is not None:
+        os.chown(folder, *owner)
+    return staged
+
+
+def drop() -> str:
+    """Become `nobody` if we are root; who the child runs as ("nobody, uid 65534")."""
+    owner = _target()
+    if owner is not None:
+        uid, gid = owner
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        try:
+            os.setuid(0)
+        except PermissionError:
+            pass
+        else:
+            raise RuntimeError("still able to become root after dropping privileges")
+        os.environ["HOME"] = os.environ[STAGING_ENV]
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = "?"
+    return f"{name}, uid {uid}"
+
+
+def _target() -> tuple[int, int] | None:
+    """(uid, gid) of `nobody` when we are root, else None (we already run unprivileged)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(USER)
+    except KeyError:
+        return _NOBODY_ID, _NOBODY_ID
+    return entry.pw_uid, entry.pw_gid
+
+
+def refusals(keras: object, path: str, *, with_compile: bool = False) -> list[str]:
+    """Why loading the staged `path` with `keras` (the imported module) would run the file's
+    code, from its stored config alone: `.keras` `config.json`, a legacy `.h5` `model_config`,
+    or a `.json` export. `with_compile`: the compile config counts too (`model_from_json`
+    compiles; `load_model(compile=False)` never reads it)."""
+    import json
+
+    from ..core.model_code import code_in_config
+    from ..formats import model_config
+
+    staged = Path(path)
+    if path.endswith(".json"):
+        raw: bytes | None = staged.read_bytes()
+    elif model_config.is_archive(staged):
+        raw = model_config.archive_config(staged)
+    else:
+        raw = model_config.h5_config(staged)
+    if raw is None:
+        return []
+    doc = json.loads(raw)
+    if isinstance(doc, dict) and not with_compile:
+        doc.pop("compile_config", None)
+    return code_in_config(doc, known=_known_to(keras))
+
+
+_NAMESPACES = (
+    "layers",
+    "models",
+    "initializers",
+    "regularizers",
+    "constraints",
+    "optimizers",
+    "losses",
+    "metrics",
+    "activations",
+    "mixed_precision",
+)
+
+
+def _known_to(keras: object) -> Callable[[str], bool]:
+    spaces = [getattr(keras, n) for n in _NAMESPACES if hasattr(keras, n)]
+    schedules = getattr(getattr(keras, "optimizers", None), "schedules", None)
+    spaces += [keras, schedules] if schedules is not None else [keras]
+
+    def known(class_name: str) -> bool:
+        if class_name in ("Functional", "Sequential", "Model"):
+            return True
+        if not class_name.isidentifier() or class_name.startswith("_"):
+            return False
+        return any(isinstance(_public(s, class_name), type) for s in spaces)
+
+    return known
+
+
+def _public(space: object, name: str) -> object:
+    try:
+        return getattr(space, name, None)
+    except Exception:  # a lazy attribute that would import: not a class we know
+        return None
