@@ -18,6 +18,7 @@ from tests.support import Workspace
 pytestmark = pytest.mark.slow
 GENERATIONS = ["e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras"]
 NAME_MAX = 255
+VERSIONS = ".ckpt-versions"
 
 
 def save(best: Path, fixtures: Path, n: int) -> bytes:
@@ -93,17 +94,21 @@ def test_version_files_the_catalog_does_not_know_go_to_the_trash_with_a_record(
     foreign.write_bytes(save(tmp_path / "elsewhere" / "best.keras", keras_checkpoints, 2))
     junk = versions / "notes.txt"
     junk.write_text("not a version")
-    sizes = foreign.stat().st_size + junk.stat().st_size
-    ws.run("scan")  # its reconcile judges what it finds in .ckpt-versions
-    assert not foreign.exists() and not junk.exists()
+    # What an earlier catalog's reconcile moved into the trash without a record.
     trash = ws.root / ".ckpt-trash"
+    earlier = trash / "20260101T000000Z-orphan-versions" / VERSIONS / "job" / "best.v9.keras"
+    earlier.parent.mkdir(parents=True)
+    shutil.copy2(foreign, earlier)
+    sizes = foreign.stat().st_size + junk.stat().st_size + earlier.stat().st_size
+    ws.run("scan")  # its reconcile judges what it finds in .ckpt-versions and in the trash
+    assert not foreign.exists() and not junk.exists()
     in_trash = sorted(p for p in trash.rglob("*") if p.is_file())
-    assert sorted(p.name for p in in_trash) == ["best.v7.keras", "notes.txt"]
+    assert sorted(p.name for p in in_trash) == ["best.v7.keras", "best.v9.keras", "notes.txt"]
     listed = ws.json("trash", "list")
     paths = sorted(p for item in listed for p in item["paths"])
     assert paths == sorted(str(p) for p in in_trash), listed
     [root] = ws.json("du")["roots"]
-    assert root["by_kind"]["trash"] == sizes and root["files"]["trash"] == 2, root
+    assert root["by_kind"]["trash"] == sizes and root["files"]["trash"] == 3, root
     ws.run("trash", "purge", "--older-than", "0s")
     assert not [p for p in trash.rglob("*") if p.is_file()], "purge left unrecorded bytes"
     assert best.exists() and len(list(versions.iterdir())) == 1  # generation 1's own version
