@@ -18,7 +18,9 @@ rewritten in place as a trainer does (the same inode, truncated, written).
   (drawn in [0, 1.2 x its measured duration]) or at its first catalog write (drawn in [0, 1.2
   x (duration - first write)]), alternately; in half the trials the trainer saves a new
   generation at a random moment of that window, which nobody indexed. Then `ckpt scan` (the
-  next command: reconcile, index, capture).
+  next command: reconcile, index, capture). Both commands run in a child forked from the bench
+  that calls the `ckpt` entry point with the same argv (`--cli`: a new interpreter each, ~3 s
+  more per command on a loaded machine, most of it before the command acts).
 
 Counted, after each trial and at the end:
 
@@ -137,9 +139,18 @@ class Workspace:
         )
 
 
+_SHAS: dict[tuple[str, int, int, int, int], str] = {}
+
+
 def sha(path: Path) -> str | None:
+    """The SHA-256 of `path`, read again only when its inode, size, mtime or ctime changed (the
+    polls look at every version file many times a second)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        info = os.stat(path, follow_symlinks=False)
+        key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        if key not in _SHAS:
+            _SHAS[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return _SHAS[key]
     except OSError:
         return None
 
@@ -173,7 +184,7 @@ def check(ws: Workspace, counts: Counter[str], notes: list[str], *, settled: boo
             notes.append(f"corrupt: {p.name} holds no generation written")
     if settled:
         lost = sorted(
-            n for digest, n in ws.truths.items() if digest not in held and n not in ws.excused
+            n for digest, n in list(ws.truths.items()) if digest not in held and n not in ws.excused
         )
         counts["lost"] += len(lost)
         notes += [f"lost: generation {n}" for n in lost]
@@ -242,7 +253,7 @@ class Daemon:
 
 
 def kept(ws: Workspace, n: int) -> bool:
-    digest = next(d for d, g in ws.truths.items() if g == n)
+    digest = next(d for d, g in list(ws.truths.items()) if g == n)  # the trainer may add one
     return any(sha(p) == digest for p in version_files(ws)) and not temps(ws.root / VERSIONS)
 
 
@@ -352,13 +363,59 @@ def kept_generations(ws: Workspace) -> list[int]:
     return sorted({ws.truths[d] for p in version_files(ws) if (d := sha(p)) in ws.truths})
 
 
-def launch_restore(ws: Workspace, generation: int) -> subprocess.Popen[bytes]:
-    version = next(
-        p for p in version_files(ws) if ws.truths.get(sha(p) or "") == generation
-    ).name  # `best.v<catalog generation>.weights.h5`
-    number = version.split(".v", 1)[1].split(".", 1)[0]
+class Forked:
+    """`ckpt ARGS` in a child forked from this process, its own session (killed as a group):
+    the `ckpt` entry point (`cli.main.run`) with the same argv, the code a user's command runs,
+    without the ~3 s an interpreter takes to start and import on a loaded machine. The parent
+    imported it already; no thread of the parent runs while it forks (the trainer's starts
+    after)."""
+
+    def __init__(self, ws: Workspace, *args: str) -> None:
+        from ckpt_daemon.cli.main import run
+
+        self.returncode: int | None = None
+        self.pid = os.fork()
+        if self.pid == 0:  # the child
+            code = 1
+            try:
+                os.setsid()
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                code = run(["--config", str(ws.config), *args])
+            finally:
+                os._exit(code)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _pid, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _preload() -> None:
+    """What `ckpt restore` and `ckpt scan` import, imported once here before any fork."""
+    import ckpt_daemon.api
+    import ckpt_daemon.cli.main
+    import ckpt_daemon.usecases.indexer
+    import ckpt_daemon.usecases.versions  # noqa: F401
+
+
+Proc = subprocess.Popen[bytes] | Forked
+
+
+def launch(ws: Workspace, fork: bool, *args: str) -> Proc:
+    if fork:
+        return Forked(ws, *args)
     return subprocess.Popen(
-        ws.argv("restore", str(ws.best), "--version", number),
+        ws.argv(*args),
         env=CHILD_ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -366,7 +423,15 @@ def launch_restore(ws: Workspace, generation: int) -> subprocess.Popen[bytes]:
     )
 
 
-def first_write_after(ws: Workspace, proc: subprocess.Popen[bytes], before: int) -> float | None:
+def launch_restore(ws: Workspace, generation: int, fork: bool) -> Proc:
+    version = next(
+        p for p in version_files(ws) if ws.truths.get(sha(p) or "") == generation
+    ).name  # `best.v<catalog generation>.weights.h5`
+    number = version.split(".v", 1)[1].split(".", 1)[0]
+    return launch(ws, fork, "restore", str(ws.best), "--version", number)
+
+
+def first_write_after(ws: Workspace, proc: Proc, before: int) -> float | None:
     while proc.poll() is None:
         if last_event(ws.db) > before:
             return time.monotonic()
@@ -374,8 +439,12 @@ def first_write_after(ws: Workspace, proc: subprocess.Popen[bytes], before: int)
     return None
 
 
-def restore_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> Act:
-    act, started = Act("restore"), time.monotonic()
+def restore_act(
+    base: Path, kills: int, rng: Random, floats: int, log: Log, fork: bool = True
+) -> Act:
+    act, started = Act("restore" if fork else "restore (cli)"), time.monotonic()
+    if fork:
+        _preload()
     ws = Workspace(base / "restore", floats)
     ws.base.mkdir(parents=True)
     ws.create(settle=0)
@@ -387,7 +456,7 @@ def restore_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> A
         current = ws.truths.get(sha(ws.best) or "")
         chosen = rng.choice([g for g in kept_generations(ws) if g != current])
         before, t0 = last_event(ws.db), time.monotonic()
-        proc = launch_restore(ws, chosen)
+        proc = launch_restore(ws, chosen, fork)
         wrote = first_write_after(ws, proc, before)
         proc.wait()
         walls.append(time.monotonic() - t0)
@@ -406,7 +475,7 @@ def restore_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> A
         anchor = "write" if trial % 2 else "start"
         before = last_event(ws.db)
         t0 = time.monotonic()
-        proc = launch_restore(ws, rng.choice(choices))
+        proc = launch_restore(ws, rng.choice(choices), fork)
         trainer = None
         if rng.random() < 0.5:  # the trainer saves meanwhile, unindexed
             at = rng.uniform(0, KILL_SPREAD * wall)
@@ -422,7 +491,10 @@ def restore_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> A
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.001)
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # forked a moment ago: not a session leader yet
+                os.kill(proc.pid, signal.SIGKILL)
             act.kills += 1
         elif proc.returncode == 0:
             act.succeeded += 1
@@ -434,9 +506,9 @@ def restore_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> A
         if trainer is not None:
             trainer.join()
         check(ws, act.counts, act.notes, settled=False)
-        done = ws.run("scan")  # the next command
-        if done.returncode != 0:
-            act.notes.append(f"trial {trial}: scan exited {done.returncode}: {done.stderr[-300:]}")
+        scanned = launch(ws, fork, "scan").wait()  # the next command
+        if scanned != 0:
+            act.notes.append(f"trial {trial}: scan exited {scanned}")
         check(ws, act.counts, act.notes, settled=True)
         if act.kills and act.kills % 10 == 0 and proc.returncode == -signal.SIGKILL:
             log(f"restore: {act.kills} kills in {trial} trials, {dict(act.counts)}")
@@ -448,14 +520,21 @@ def restore_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> A
 
 
 def run_campaign(
-    base: Path, *, kills: int, seed: int, acts: tuple[str, ...], floats: int, log: Log
+    base: Path,
+    *,
+    kills: int,
+    seed: int,
+    acts: tuple[str, ...],
+    floats: int,
+    log: Log,
+    fork: bool = True,
 ) -> list[Act]:
     rng = Random(seed)
     done = []
     if "capture" in acts:
         done.append(capture_act(base, kills, rng, floats, log))
     if "restore" in acts:
-        done.append(restore_act(base, kills, rng, floats // 2, log))
+        done.append(restore_act(base, kills, rng, floats // 2, log, fork))
     return done
 
 
@@ -466,6 +545,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="10 kills, 4 MB generations")
     parser.add_argument("--workdir", type=Path, help="keep the workspaces here")
+    parser.add_argument(
+        "--cli", action="store_true", help="restore: each command a new interpreter (slower)"
+    )
     args = parser.parse_args()
     kills = 10 if args.quick else args.kills
     floats = QUICK_FLOATS if args.quick else CAPTURE_FLOATS
@@ -475,7 +557,13 @@ def main() -> int:
     # Not `tmpXXXXXX`: the watcher skips hints below a folder named like a writer's temp one.
     with tempfile.TemporaryDirectory(prefix="version-crash-", dir=args.workdir or OUT) as tmp:
         result = run_campaign(
-            Path(tmp), kills=kills, seed=args.seed, acts=acts, floats=floats, log=print
+            Path(tmp),
+            kills=kills,
+            seed=args.seed,
+            acts=acts,
+            floats=floats,
+            log=print,
+            fork=not args.cli,
         )
     table(
         ["act", "kills", "mid-copy", "ok", "refused", "saves", "overwritten", "s", *INVARIANTS],

@@ -109,6 +109,7 @@ class RecoveryRecords:
         version_of: str | None = None,
         generation: int = 1,
         digest: str | None = None,
+        reason: str = "found in the trash folder (the command that moved it was interrupted)",
     ) -> int | None:
         """A checkpoint found in the trash folder becomes `trashed`: the row that described
         those very files (same inode) if there is one, else a new row (unread: format unknown;
@@ -140,7 +141,6 @@ class RecoveryRecords:
                     checkpoints.c.status.not_in([s.value for s in RECORDS]),
                 )
             ).scalar()
-            reason = "found in the trash folder (the command that moved it was interrupted)"
             if found is not None:
                 checkpoint_id = int(found)
                 patch_details(

@@ -80,10 +80,17 @@ def adopt_candidate(
 
 
 def adopt_file(
-    store: Store, root: RootConfig, batch: str, trashed: Path, *, digest: str | None = None
+    store: Store,
+    root: RootConfig,
+    batch: str,
+    trashed: Path,
+    *,
+    digest: str | None = None,
+    reason: str | None = None,
 ) -> bool:
     """Any regular file in the trash that is not (part of) a checkpoint: a row of its own, a
-    version's when its name is one (`digest`: its hash, when the caller read it)."""
+    version's when its name is one (`digest`: its hash, when the caller read it; `reason`: why
+    it went, when the caller moved it)."""
     try:
         stat = discovery.stat_members((trashed,))
     except OSError:
@@ -118,6 +125,7 @@ def adopt_file(
         version_of=version_of,
         generation=decoded[1] if decoded is not None else 1,
         digest=digest if decoded is not None else None,
+        **({"reason": reason} if reason else {}),
     )
     if checkpoint_id is None:
         return False

@@ -156,7 +156,8 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-orphan-versions"
     [trashed] = fsops.move_to_trash(root.path, [path], batch)
     # Its trash record at once (killed before it, the next reconcile of the trash makes it).
-    trash_found.adopt_file(store, root, batch, trashed, digest=digest)
+    why = "in .ckpt-versions without a catalog row, and no generation the catalog saw"
+    trash_found.adopt_file(store, root, batch, trashed, digest=digest, reason=why)
     event("version_discarded", level=logging.WARNING, path=str(path), trash=str(trashed))
     return f"moved to the trash: {path}"
 
