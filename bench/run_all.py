@@ -32,6 +32,7 @@ BENCHES = (
     "describe_bench",
     "compress_bench",
     "crash_campaign",
+    "version_crash",
 )
 
 

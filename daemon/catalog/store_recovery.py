@@ -106,9 +106,15 @@ class RecoveryRecords:
         stat: FileStat,
         trash: dict[str, Any],
         files: list[str],
+        version_of: str | None = None,
+        generation: int = 1,
+        digest: str | None = None,
+        reason: str = "found in the trash folder (the command that moved it was interrupted)",
     ) -> int | None:
         """A checkpoint found in the trash folder becomes `trashed`: the row that described
-        those very files (same inode) if there is one, else a new row (unread: format unknown).
+        those very files (same inode) if there is one, else a new row (unread: format unknown;
+        a version file's: `version_of` the file it keeps, its `generation`, and its hash when
+        known, so that `trash restore` brings it back as that version).
         None: nothing to adopt (checked in the transaction, as other daemons sharing the root
         prune it): its trash record exists by now, or its move is in flight (a `trash` event
         is planned and the run's lease is held: its mover records it, or expires and the next
@@ -135,7 +141,6 @@ class RecoveryRecords:
                     checkpoints.c.status.not_in([s.value for s in RECORDS]),
                 )
             ).scalar()
-            reason = "found in the trash folder (the command that moved it was interrupted)"
             if found is not None:
                 checkpoint_id = int(found)
                 patch_details(
@@ -157,7 +162,9 @@ class RecoveryRecords:
                         size_bytes=stat.size,
                         mtime_ns=stat.mtime_ns,
                         inode=stat.inode,
-                        generation=1,
+                        generation=generation,
+                        version_of=version_of,
+                        hash=digest,
                         pinned=False,
                         first_seen_at=now,
                         details=details,

@@ -19,10 +19,12 @@ from .output import echo, emit_json
 def restore(obj: Context, path: str, version: int | None, epoch: int | None, as_json: bool) -> None:
     """Put a kept version of the rewritten file PATH back at PATH.
 
-    The generation PATH holds now is kept as a version first; the old one is copied beside it,
-    verified against its hash and swapped in atomically, and only if PATH is still the file that
-    was kept (a trainer saving meanwhile wins: exit 3, nothing changed). Audited (`ckpt log`).
-    `ckpt show PATH` lists the versions kept (`ckpt trash restore` is for trashed files).
+    The generation PATH holds now is kept as a version first (a save not indexed yet is
+    indexed then; one still being written: exit 3, nothing changed); the old one is copied
+    beside it, verified against its hash and swapped in atomically, and only if PATH is still
+    the file that was kept (a trainer saving meanwhile wins: exit 3, nothing changed).
+    Audited (`ckpt log`). `ckpt show PATH` lists the versions kept (`ckpt trash restore` is for
+    trashed files).
 
     \b
     Example:  ckpt restore runs/exp1/best.keras --epoch 2

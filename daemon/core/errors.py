@@ -88,6 +88,11 @@ class NotARegularFile(Refused):
     """A symlink, a FIFO, a socket or a device where a file was expected: never read."""
 
 
+class NameTooLong(Refused):
+    """A name we would have to create does not fit in one file name (255 bytes): nothing is
+    written (`fs.name_limits`)."""
+
+
 class WouldReplace(CkptError):
     """A new file would take the name of one we did not create: refused, nothing written."""
 

@@ -21,7 +21,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
-from . import fsswap
+from . import fsswap, name_limits
 from .fsops import folder_beneath, relative_parts, temp_name
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): linux/fs.h
@@ -43,8 +43,9 @@ def clone_new(
     0700), keeping source's mode and times. `verify(temp)` runs on the fsynced copy before it
     gets its name: raise to refuse (the copy is removed). `chunk(bytes_copied)` is called as the
     copy goes. Returns "reflink" or "copy". WouldReplace if `target` exists; Refused for a
-    symlink or a non-regular source."""
+    symlink or a non-regular source, NameTooLong (a Refused) for a target name over 255 bytes."""
     src_parts, dst_parts = relative_parts(root, source), relative_parts(root, target)
+    name_limits.check_fits(target.name, "its copy", str(source))  # before any folder is made
     with (
         folder_beneath(root, src_parts[:-1]) as src_dir,
         folder_beneath(root, dst_parts[:-1], create=True) as dst_dir,

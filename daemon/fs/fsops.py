@@ -4,8 +4,9 @@ Containment: every path is reached by walking directory file descriptors from it
 O_NOFOLLOW, so neither the file nor any parent folder may be a symlink (a link could lead out of
 the root, or be swapped in between a check and the act). Deletion is two-phase: a rename into
 `<root>/.ckpt-trash/` (same filesystem, refused across one), then a purge after a grace period.
-Rewrites go to `.ckpt-tmp-<pid>-<token>-<name>` in the same folder, are fsynced, then renamed
-over the target, and the folder is fsynced.
+Rewrites go to `.ckpt-tmp-<pid>h<host>-<token>-<name>` in the same folder (the name bounded to
+255 bytes: `name_limits.bounded`), are fsynced, then renamed over the target, and the folder is
+fsynced.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
 from ..core.model import FileStat
-from . import fsswap, procfs
+from . import fsswap, name_limits, procfs
 from .fsswap import Identity
 
 TEMP_PREFIX = ".ckpt-tmp-"
@@ -213,8 +214,10 @@ def _opened(fd: int) -> Iterator[int]:
 # ---- atomic rewrites ----
 
 
-def temp_name(final: Path, token: str) -> Path:
-    return final.with_name(f"{temp_prefix()}{token}-{final.name}")
+def temp_name(final: Path, token: str, suffix: str = "") -> Path:
+    """Our temp file for `final`, beside it: `<temp_prefix><token>-<final's name><suffix>`,
+    within 255 bytes for every legal name (a long one is hashed, its end kept)."""
+    return final.with_name(name_limits.bounded(f"{temp_prefix()}{token}-", final.name, suffix))
 
 
 def temp_prefix() -> str:
@@ -227,7 +230,7 @@ def atomic_write(root: Path, path: Path, data: bytes, *, temp_suffix: str = "") 
     """Replace `path` (below `root`) with `data`: temp file, fsync, rename, fsync the folder.
     `temp_suffix` ends the temp file's name (`.tmp`: a reader globbing `*.prom` skips it)."""
     parts = relative_parts(root, path)
-    temp = temp_name(path, secrets.token_hex(4)).name + temp_suffix
+    temp = temp_name(path, secrets.token_hex(4), temp_suffix).name
     with folder_beneath(root, parts[:-1]) as fd:
         try:
             mode = stat.S_IMODE(entry_stat(fd, parts[-1]).st_mode)
@@ -273,6 +276,7 @@ def rewrite(
     A new file (`like`: the file it derives from, whose mode and times it takes): nothing at
     `final` is ever replaced (WouldReplace), unless it is `replacing` still unchanged."""
     parts = relative_parts(root, final)
+    name_limits.check_fits(final.name, "the file to write", str(final.parent))
     temp = temp_name(final, secrets.token_hex(4))
     with folder_beneath(root, parts[:-1]) as fd:
         expected: Identity | None

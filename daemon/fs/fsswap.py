@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..core.errors import Changed
+from .name_limits import bounded
 
 RENAME_NOREPLACE = 1
 SETTLE_SECONDS = 0.1  # the grace before the file swapped out is judged unwritten
@@ -135,7 +136,7 @@ def _swap_back(dir_fd: int, temp: str, name: str, ours: Identity | None) -> None
     still_ours = ours is not None and ours.same_file(identity_at(dir_fd, name), ctime=False)
     if still_ours and _renameat2(dir_fd, temp, name, RENAME_EXCHANGE):
         return
-    keep = f"{name}.ckpt-kept-{os.getpid()}"
+    keep = bounded("", name, f".ckpt-kept-{os.getpid()}")  # fits, whatever the name's length
     os.rename(temp, keep, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     raise Changed(f"it changed while being replaced; the file it held is kept as {keep}")
 

@@ -21,7 +21,7 @@ from ..catalog.store_leases import HeldLease
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.progress import Counter, OnProgress
-from ..fs import fsops
+from ..fs import fsops, name_limits
 from ..logs import event
 from ..settings.config import Artifacts, Config
 from . import guards
@@ -61,6 +61,7 @@ def split_checkpoint(
     with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
         final = inference_path(Path(c.path), out)
+        _fit(c, (final, "its inference artifact"), (card_path(final), "its model card"))
         replacing = _own_artifact(root, c, final)
         own_card(root, c, card_path(final))  # a foreign file at the card's name: refused first
         pending = replacing is None
@@ -113,7 +114,17 @@ def export_checkpoint(
 
     with _acting_on(config, store, c, "split", actor) as (root, _members):
         _check_out(root, out)
+<<<<<<< HEAD
         config_path, weights_path = export_paths(Path(c.path), out, c.format)
+=======
+        config_path, weights_path = export_paths(Path(c.path), out)
+        _fit(
+            c,
+            (config_path, "its json+h5 architecture"),
+            (weights_path, "its json+h5 weights"),
+            (card_path(config_path), "its model card"),
+        )
+>>>>>>> h1-versions
         own_card(root, c, card_path(config_path))
         for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
             if fsops.identity(root, path) is not None:
@@ -298,6 +309,13 @@ def _acting_on(
             lease=lease,
         ):
             yield root, members
+
+
+def _fit(c: Checkpoint, *named: tuple[Path, str]) -> None:
+    """Every file a split or an export would write has a name that fits (255 bytes), else
+    NameTooLong (exit 3) before anything is looked at or written: never a shortened name."""
+    for path, what in named:
+        name_limits.check_fits(path.name, what, c.path)
 
 
 def _check_out(root: Path, out: Path | None) -> None:

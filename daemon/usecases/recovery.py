@@ -11,7 +11,6 @@ with no pid, once it is older than any lease).
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..core.units import iso_utc
 from ..fs import discovery, fsops
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import versions
+from . import trash_found, versions
 
 LEGACY_EVENT_SECONDS = 3600.0  # planned events without a pid: older than any lease
 
@@ -44,8 +43,10 @@ def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = Non
 
 
 def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
-    """Give every checkpoint found in the root's trash folder a `trashed` row with its trash
-    paths; returns their original paths."""
+    """Give everything found in the root's trash folder a trash record: every checkpoint a
+    `trashed` row with its trash paths, and every other file there (a version file, anything a
+    move of ours or of an older catalog left) a row of its own (`trash_found`), so that purge
+    and the disk guard see every byte of the trash. Returns their original paths."""
     trash_dir = root.path / fsops.TRASH_DIR
     try:
         batches = sorted(
@@ -58,69 +59,24 @@ def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
         return []
     known = store.trash_paths(str(root.path))
     adopted = []
+    taken: set[Path] = set()  # the files of every checkpoint discovery finds there
     for batch in batches:
         for found in discovery.walk(Path(batch.path)):
             if not isinstance(found, discovery.Candidate):
                 continue
+            taken.update(found.members)
             if str(found.path) in known or str(found.members[0]) in known:
                 continue  # already a trash record (or a purge in flight)
-            original = _original(root.path, Path(batch.path), found.path)
-            if _adopt(store, root, batch.name, found, original):
+            original = trash_found.original_of(root.path, Path(batch.path), found.path)
+            if trash_found.adopt_candidate(store, root, batch.name, found, original):
                 adopted.append(str(original))
+    known = store.trash_paths(str(root.path))  # with what was just adopted
+    for batch in batches:
+        batch_dir = Path(batch.path)
+        for path in trash_found.unrecorded_files(batch_dir, known, taken):
+            if trash_found.adopt_file(store, root, batch.name, path):
+                adopted.append(str(trash_found.original_of(root.path, batch_dir, path)))
     return adopted
-
-
-def _original(root: Path, batch_dir: Path, path: Path) -> Path:
-    return root / path.relative_to(batch_dir)
-
-
-def _adopt(
-    store: Store, root: RootConfig, batch: str, found: discovery.Candidate, original: Path
-) -> bool:
-    try:
-        stat = discovery.stat_members(found.members)
-    except OSError:
-        return False
-    text, valid = discovery.display_path(original)
-    if not valid:
-        return False  # never acted on by that name
-    batch_dir = root.path / fsops.TRASH_DIR / batch
-    trash = {
-        "paths": [str(m) for m in found.members]
-        if found.family == discovery.TF_CHECKPOINT
-        else [str(found.path)],
-        "at": _batch_time(batch, batch_dir),
-        "batch": batch,
-        "members": [str(_original(root.path, batch_dir, m)) for m in found.members]
-        if found.family == discovery.TF_CHECKPOINT
-        else [text],
-    }
-    run_dir = original.parent
-    run = str(run_dir.relative_to(root.path)) if run_dir != root.path else "."
-    checkpoint_id = store.adopt_trashed(
-        root=str(root.path),
-        run=run,
-        path=text,
-        stat=stat,
-        trash=trash,
-        files=[m.name for m in found.members] if found.family == discovery.TF_CHECKPOINT else [],
-    )
-    if checkpoint_id is None:  # recorded meanwhile, or its mover (another daemon) is at work
-        return False
-    event("trash_reconciled", path=text, checkpoint=checkpoint_id, batch=batch)
-    return True
-
-
-def _batch_time(batch: str, batch_dir: Path) -> str:
-    """When a batch went to the trash: its name says (`20261130T120000Z-<pid>`)."""
-    try:
-        moment = dt.datetime.strptime(batch.split("-", 1)[0], "%Y%m%dT%H%M%SZ")
-        return iso_utc(moment.replace(tzinfo=dt.UTC).timestamp())
-    except ValueError:
-        try:
-            return iso_utc(batch_dir.stat().st_mtime)
-        except OSError:
-            return iso_utc(time.time())
 
 
 def settle_events(config: Config, store: Store, *, of: tuple[str, int] | None = None) -> None:

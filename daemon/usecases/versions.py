@@ -7,7 +7,9 @@ The copy is verified against the hash the indexer read before it gets its name; 
 rewrites the file during the copy makes the hash differ, and that generation is logged as lost,
 never kept torn. After a crash, our temp copies are removed with every other temp of ours
 (`fsops.remove_stale_temps`), and a version file that got its name but not its row is adopted
-(`adopt_orphans`) when its bytes are a generation the catalog saw, else moved to the trash.
+(`adopt_orphans`) when its bytes are a generation the catalog saw, else moved to the trash with
+a trash record (`trash_found`). A version's name that would not fit in a file name (255 bytes)
+is refused with the reason (`version_lost`), never shortened: it must say what it keeps.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from ..catalog.store_versions import Source
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat
-from ..fs import fsclone, fsops
+from ..fs import fsclone, fsops, name_limits
 from ..fs.hashing import hash_files
 from ..logs import event
 from ..settings.config import Config, RootConfig
+from . import guards, trash_found
 
 
 class _Torn(Exception):
@@ -41,10 +44,12 @@ def capture(
     *,
     actor: str,
     mode: str | None = None,
+    force: bool = False,
 ) -> str | None:
     """Keep a verified copy of the generation the checkpoint's file holds now, if its name and
-    `versions.capture` (or `mode`) ask for it and no copy of those bytes is kept yet. Returns
-    the version's path, or None. Never raises for a file that changed or vanished: logged."""
+    `versions.capture` (or `mode`) ask for it (`force`: whatever they say) and no copy of those
+    bytes is kept yet. Returns the version's path, or None. Never raises for a file that
+    changed or vanished, nor for a version's name that cannot fit: logged (`version_lost`)."""
     source = store.version_source(checkpoint_id)
     if source is None or source.version_of is not None or source.hash is None:
         return None
@@ -52,7 +57,7 @@ def capture(
         return None  # not complete, or these bytes are kept already (a restore, a re-save)
     original = Path(source.path)
     mode = mode or config.versions.capture
-    if not naming.should_capture(mode, original.name, source.generation):
+    if not force and not naming.should_capture(mode, original.name, source.generation):
         return None
     target = root.path.joinpath(
         *naming.version_parts(fsops.relative_parts(root.path, original), source.generation)
@@ -60,12 +65,14 @@ def capture(
     if _skipped_for_space(config, store, root, source, actor):
         return None
     started = time.monotonic()
+    what = f"the version of its generation {source.generation}"
 
     def verify(temp: Path) -> None:
         if hash_files([temp], root.path) != source.hash:
             raise _Torn(f"{original} was rewritten while generation {source.generation} was copied")
 
     try:
+        name_limits.check_fits(target.name, what, source.path)
         how = fsclone.clone_new(root.path, original, target, verify)
     except WouldReplace:
         return _adopt_existing(store, root, source, target, actor)
@@ -163,7 +170,7 @@ def adopt_orphans(store: Store, root: RootConfig, *, actor: str) -> list[str]:
 def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str:
     parts = fsops.relative_parts(root.path, path)
     decoded = naming.original_parts(parts)
-    source = None
+    source, digest = None, None
     if decoded is not None:
         original = str(root.path.joinpath(*decoded[0]))
         try:
@@ -172,14 +179,17 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
             digest = hash_files([path], root.path)
         except (NotFound, Refused, OSError):
             source = None
-        if source is not None and _seen(store, row, digest):
+        if source is not None and digest is not None and _seen(store, row, digest):
             kept = dataclasses.replace(source, hash=digest, generation=decoded[1])
             store.add_version(kept, str(path), _stat(path), how="adopted", actor_name=actor)
             event("version_adopted", path=str(path), of=original)
             return f"adopted {path}"
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-orphan-versions"
-    fsops.move_to_trash(root.path, [path], batch)
-    event("version_discarded", level=logging.WARNING, path=str(path))
+    [trashed] = fsops.move_to_trash(root.path, [path], batch)
+    # Its trash record at once (killed before it, the next reconcile of the trash makes it).
+    why = "in .ckpt-versions without a catalog row, and no generation the catalog saw"
+    trash_found.adopt_file(store, root, batch, trashed, digest=digest, reason=why)
+    event("version_discarded", level=logging.WARNING, path=str(path), trash=str(trashed))
     return f"moved to the trash: {path}"
 
 
@@ -202,22 +212,23 @@ def restore_version(
 ) -> Checkpoint:
     """Put a kept generation of `path` back at `path`: the generation there now is kept first,
     then the version is copied beside the file, verified and swapped in atomically (only if
-    the file is still what was kept: a trainer's save meanwhile wins). Audited."""
+    the file is still what was kept: a trainer's save meanwhile wins). Audited.
+
+    "The generation there now" is the file on disk, not the catalog's last look at it: a save
+    nobody indexed yet (the daemon down, a slow detection) is indexed and kept first; one that
+    cannot be (still being written) is a refusal (Refused, exit 3), nothing changed."""
     absolute = os.path.abspath(path)
     root = config.root_for(Path(absolute))
     if root is None:
         raise UsageError(f"{path} is not inside a configured root ({config.source})")
     chosen = _chosen(store, absolute, generation, epoch)
-    current = store.get(absolute)
-    if current.version_of is not None:
+    if store.get(absolute).version_of is not None:
         raise UsageError(f"{path} is itself a kept version: give the file it keeps")
+    current, here = _as_indexed(config, store, root, absolute, actor)
     if current.hash == chosen.hash:
         raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
-    here = fsops.identity(root.path, Path(absolute))
-    if here is None:
-        raise NotFound(f"{path} is not there: restore it from the trash, or copy the version")
     if current.status == CheckpointStatus.OK:
-        capture(config, store, root, current.id, actor=actor, mode="fixed_names")
+        capture(config, store, root, current.id, actor=actor, force=True)
         if current.hash not in {v.hash for v in store.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
     with (
@@ -239,6 +250,44 @@ def restore_version(
 
     indexer.scan(config, store, [Path(absolute)], actor=actor, reconcile=False)
     return store.get(absolute)
+
+
+def _as_indexed(
+    config: Config, store: Store, root: RootConfig, path: str, actor: str
+) -> tuple[Checkpoint, fsops.Identity]:
+    """The file's row and which file it is on disk, once the disk holds the generation that row
+    describes (size, mtime, inode, and the hash when cheap: `guards.recheck`); the identity is
+    taken first, so the swap replaces nothing written after this look. A file that is not that
+    generation is indexed now, once; not `ok` then (a save under way, torn) it is refused: only
+    a file the catalog already showed corrupt or unreadable, still as it was, is restored over
+    without a copy kept (there is no good generation to keep)."""
+    from . import indexer
+
+    why = ""
+    for attempt in range(2):
+        here = fsops.identity(root.path, Path(path))
+        if here is None:
+            raise NotFound(f"{path} is not there: restore it from the trash, or copy the version")
+        current = store.get(path)
+        try:
+            if current.status == CheckpointStatus.OK:
+                guards.recheck(store, current, root.path, [Path(path)])
+            elif attempt or current.status not in (
+                CheckpointStatus.CORRUPT,
+                CheckpointStatus.UNREADABLE,
+            ):  # one the catalog showed broken may be restored over; a new save never
+                raise Refused(f"{path} is {current.status.value}")
+            elif store.identity(current.id)[0] != FileStat(here.size, here.mtime_ns, here.inode):
+                raise Refused(f"{path} changed since it was indexed {current.status.value}")
+            return current, here
+        except Refused as exc:
+            why = str(exc)
+        if attempt == 0:
+            indexer.scan(config, store, [Path(path)], actor=actor, reconcile=False)
+    raise Refused(
+        f"{path} not restored, nothing changed: it is not the generation the catalog indexed "
+        f"and could not be indexed as complete now (a save under way?): {why}"
+    )
 
 
 def _chosen(store: Store, path: str, generation: int | None, epoch: int | None) -> Checkpoint:
