@@ -114,17 +114,13 @@ def export_checkpoint(
 
     with _acting_on(config, store, c, "split", actor) as (root, _members):
         _check_out(root, out)
-<<<<<<< HEAD
         config_path, weights_path = export_paths(Path(c.path), out, c.format)
-=======
-        config_path, weights_path = export_paths(Path(c.path), out)
         _fit(
             c,
             (config_path, "its json+h5 architecture"),
             (weights_path, "its json+h5 weights"),
             (card_path(config_path), "its model card"),
         )
->>>>>>> h1-versions
         own_card(root, c, card_path(config_path))
         for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
             if fsops.identity(root, path) is not None:
