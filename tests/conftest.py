@@ -22,14 +22,18 @@ from tests.support.checkpoints import checkpoints_folder
 from tests.support.postgres import PostgresServer, start_server
 from tests.support.training_runs import session_training_runs
 
-# Properties run on a shared 2-core machine, often beside a training child: how long Hypothesis
-# takes to generate or run an example says nothing about the property, so neither the deadline
-# nor the too-slow health check may fail a test (a test's own @settings keeps these unless it
-# names suppress_health_check itself: then it lists too_slow too).
-settings.register_profile(
-    "ckpt", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
-settings.load_profile("ckpt")
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Properties run on a shared 2-core machine, often beside a training child: how long
+    Hypothesis takes to generate or run an example says nothing about the property, so neither
+    the deadline nor the too-slow health check may fail a test (a test's own @settings keeps
+    these unless it names suppress_health_check itself: then it lists too_slow too)."""
+    settings.register_profile(
+        "ckpt",
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    settings.load_profile("ckpt")
 
 
 @pytest.fixture(scope="session")
