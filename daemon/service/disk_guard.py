@@ -87,7 +87,11 @@ class DiskGuard(threading.Thread):
 
     def check(self, *, poked: bool = True) -> None:
         config = self.config()
-        self.reserve.check(config, poked=poked)
+        try:
+            self.reserve.check(config, poked=poked)
+        except Exception as exc:  # the reserve's failure must not keep min_free's guard away
+            self.errors += 1
+            event("space_reserve_error", level=logging.ERROR, error=str(exc))
         states = []
         seen = set()
         for fs in disk_guard.guarded(config):
