@@ -14,8 +14,16 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 FOLDERS = ("unit", "integration", "e2e")
 
-# Importing any of these means TensorFlow/Keras in the process or a process started.
+# Importing any of these means TensorFlow/Keras/torch in the process or a process started.
 FORBIDDEN_MODULES = {"tensorflow", "keras", "tf_keras", "subprocess", "multiprocessing", "pty"}
+FORBIDDEN_MODULES |= {
+    "torch",
+    "lightning",
+    "pytorch_lightning",
+    "safetensors",
+    "transformers",
+    "jax",
+}
 FORBIDDEN_CALLS = {
     ("os", name)
     for name in (
