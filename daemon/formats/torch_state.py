@@ -58,7 +58,9 @@ def interpret(obj: Any, fmt: Format, scalar: Scalar = no_scalar) -> CheckpointIn
     optimizer_paths = {id(o) for o in optimizers}
     model = _model_dict(obj)
     model_tensors = _tensors_of(model) if model is not None else []
-    if model is None:  # no state dict by a known key: every tensor outside optimizer/callbacks
+    if model is None and _is_optimizer_state(obj):
+        model_tensors = []  # an optimizer's state alone (`optimizer.pt`)
+    elif model is None:  # no state dict by a known key: every tensor outside optimizer/callbacks
         skip = {id(v) for k, v in top.items() if _is_training_state(k, v, optimizer_paths)}
         model_tensors = [
             (path, t)

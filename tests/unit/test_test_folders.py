@@ -62,6 +62,7 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "scanned",
     "daemon_ws",
     "training_runs",
+    "torch_files",
     "postgres",  # starts a PostgreSQL server; the two below may ask it for a database
     "catalog_url",
     "empty_catalog_url",
