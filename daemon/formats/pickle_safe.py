@@ -29,7 +29,7 @@ from typing import Any
 from ..core.errors import CorruptCheckpoint
 
 MAX_PICKLE_BYTES = 64 << 20  # a Lightning .ckpt of a 7B model pickles ~1 MB of structure
-MAX_OPS = 4_000_000
+MAX_OPS = 2_000_000  # ~80,000 tensors; pure-Python opcode decoding: ~2 s per million here
 MAX_MEMO = 1_000_000
 MAX_DEPTH = 200  # state dicts nest < 10 deep
 MAX_NODES = 2_000_000

@@ -77,6 +77,12 @@ def test_a_pickle_bigger_than_the_bound_is_refused_unread() -> None:
         pickle_safe.check_ops(bytes(pickle_safe.MAX_PICKLE_BYTES + 1))
 
 
+def test_a_pickle_of_too_many_operations_is_refused_before_unpickling() -> None:
+    data = b"\x80\x02" + b"N0" * (pickle_safe.MAX_OPS // 2 + 1) + b"N."
+    with pytest.raises(CorruptCheckpoint, match="operations"):
+        pickle_safe.load(data)
+
+
 def test_garbage_is_a_corrupt_pickle_not_a_crash() -> None:
     for data in (b"\x80\x02", b"\x80\x02R.", b"\xff\xfe", b"\x80\x02(t"):
         with pytest.raises(CorruptCheckpoint):
