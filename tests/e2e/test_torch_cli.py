@@ -80,6 +80,23 @@ def test_scan_list_show_best_latest_on_torch_files(workspace: Workspace, torch_f
     assert "torch" not in sys.modules
 
 
+def test_split_and_compress_refuse_torch_files_with_a_reason(
+    workspace: Workspace, torch_files: Path
+) -> None:
+    ws = workspace
+    _root_with(ws, torch_files)
+    ws.run("scan")
+    rows = _rows(ws)
+    for name in ("full.pt", "model.safetensors", "last.ckpt"):
+        before = (ws.root / ("pl/ckpts" if name.endswith(".ckpt") else "plain") / name).read_bytes()
+        for verb, word in (("split", "not split yet"), ("compress", "no lossless")):
+            result = ws.run(verb, str(rows[name]["id"]), check=False)
+            assert result.returncode == 2 and word in result.stderr, (name, verb, result)
+        after = (ws.root / ("pl/ckpts" if name.endswith(".ckpt") else "plain") / name).read_bytes()
+        assert after == before
+    assert ws.json("list", "--status", "ok") and len(_rows(ws)) == len(rows)
+
+
 def test_a_live_daemon_indexes_a_lightning_run_as_it_trains(tmp_path: Path) -> None:
     ws = service_workspace(tmp_path)
     daemon = Daemon(ws)
