@@ -14,6 +14,7 @@ from _common import BENCH, OUT, PYTHON, machine, table
 
 BENCHES = (
     "index_cost",
+    "torch_index_cost",
     "hash_throughput",
     "catalog_scale",
     "cli_latency",

@@ -420,4 +420,6 @@ def _details(rec: IndexRecord) -> dict[str, Any]:
         training_config=info.training_config,
         signatures=list(info.signatures),
     )
+    if info.recorded is not None:
+        details["recorded"] = info.recorded
     return details

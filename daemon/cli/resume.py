@@ -21,8 +21,9 @@ from .output import echo, emit_json
     "--resumable",
     is_flag=True,
     help="Only checkpoints training can resume from: optimizer state that its loader restores "
-    "(a .keras, a tf-keras .h5, a TF checkpoint); not a Keras 3 legacy .h5, a .keras whose "
-    "compile config lost its optimizer, weights-only files or a SavedModel.",
+    "(a .keras, a tf-keras .h5, a TF checkpoint, a torch or Lightning checkpoint with a scheduler "
+    "or epoch/step); not a Keras 3 legacy .h5, a .keras whose compile config lost its optimizer, "
+    "weights-only files (.safetensors) or a SavedModel.",
 )
 @click.option(
     "--json",

@@ -34,6 +34,10 @@ class Format(enum.StrEnum):
     KERAS_LEGACY_WEIGHTS_H5 = "keras-legacy-weights-h5"  # tf-keras `save_weights('x.h5')`
     TF_CHECKPOINT = "tf-checkpoint"  # `prefix.index` + `prefix.data-*`
     SAVED_MODEL = "savedmodel"  # a directory with `saved_model.pb`
+    TORCH_ZIP = "torch-zip"  # `torch.save` (>= 1.6): a zip of `*/data.pkl` + `*/data/<key>`
+    TORCH_LEGACY = "torch-legacy"  # `torch.save(..., _use_new_zipfile_serialization=False)`
+    LIGHTNING = "lightning-ckpt"  # a torch zip holding a Lightning `Trainer` checkpoint
+    SAFETENSORS = "safetensors"  # 8-byte header length, JSON header, tensor bytes
 
 
 class Kind(enum.StrEnum):
@@ -85,6 +89,9 @@ class CheckpointInfo:
     training_config: dict[str, Any] | None = None
     signatures: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # facts a user should know, e.g. "resume unreliable in Keras 3"
+    # What the file records of its own training progress, as plain JSON: {"epoch", "step",
+    # "metrics": {name: value}} (torch dicts, Lightning); derivation takes it like a sidecar.
+    recorded: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,11 @@ from .model import Format, Kind
 
 # The formats that may be resumable at all (the catalog queries pre-filter on them and on
 # optimizer_bytes > 0; `resumability` is the judge of every row that passes).
-MAY_RESUME = (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5, Format.TF_CHECKPOINT)
+MAY_RESUME: tuple[Format, ...] = (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5, Format.TF_CHECKPOINT)
+# torch files: a dict the user's code loads with `load_state_dict`; the reader calls it `full`
+# when it holds optimizer state and trainer state (a scheduler, an epoch/step, Lightning loops).
+TORCH_RESUMES = (Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING)
+MAY_RESUME += TORCH_RESUMES
 # The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
 # match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
 LEGACY_H5_RESUMES_IN = ("1", "2")
@@ -60,8 +64,24 @@ def resumability(
             "weights only (.weights.h5): needs a model you build and compile yourself "
             "(model.load_weights), not load_model",
         )
+    if format == Format.SAFETENSORS:
+        return Resumability(False, "safetensors holds weights only: no optimizer state")
     if not optimizer_bytes or optimizer_bytes <= 0:
         return Resumability(False, "no optimizer state: training would restart the optimizer")
+    if format in TORCH_RESUMES:
+        if kind != Kind.FULL.value:
+            return Resumability(
+                False,
+                "optimizer state without a scheduler or epoch/step: resume would restart them",
+            )
+        if format == Format.LIGHTNING:
+            return Resumability(
+                True,
+                "Lightning checkpoint with optimizer and loop state: Trainer.fit(ckpt_path=...)",
+            )
+        return Resumability(
+            True, "torch checkpoint with optimizer and trainer state: load_state_dict on each"
+        )
     if format == Format.TF_CHECKPOINT:
         return Resumability(
             True, "TF checkpoint with optimizer state: tf.train.Checkpoint(...).restore(prefix)"

@@ -19,10 +19,22 @@ from ..core.errors import CorruptCheckpoint, NotACheckpoint, UnreadableCheckpoin
 from ..core.model import CheckpointInfo
 from ..fs import beneath, discovery
 from ..fs.fsops import Refused
-from . import hdf5, keras_h5, keras_v3, savedmodel, tf_checkpoint, window
+from . import (
+    hdf5,
+    keras_h5,
+    keras_v3,
+    safetensors_file,
+    savedmodel,
+    tf_checkpoint,
+    torch_zip,
+    window,
+)
 
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _HEAD_BYTES = 65536 + 8
+# Suffixes many tools use for files that are no checkpoint (a `.bin` of anything): their
+# unknown content is "not a checkpoint" (skipped, with the reason), never "corrupt".
+_FOREIGN_SUFFIXES = (".bin",)
 
 
 def read_checkpoint(
@@ -52,7 +64,7 @@ def read_checkpoint(
             raise UnreadableCheckpoint(f"I/O error: {exc.strerror}") from exc
         raise
     with os.fdopen(fd, "rb") as raw:
-        return _read_file(raw)
+        return _read_file(raw, path.suffix.lower() in _FOREIGN_SUFFIXES)
 
 
 def outside_references(path: Path) -> list[str]:
@@ -84,7 +96,7 @@ def refuse_outside_references(path: Path) -> None:
         raise Refused(f"not rewritten: {path} refers to data outside the file ({shown})")
 
 
-def _read_file(raw: BinaryIO) -> CheckpointInfo:
+def _read_file(raw: BinaryIO, foreign: bool = False) -> CheckpointInfo:
     head = raw.read(_HEAD_BYTES)
     size = os.fstat(raw.fileno()).st_size
     if size == 0:
@@ -101,8 +113,18 @@ def _read_file(raw: BinaryIO) -> CheckpointInfo:
         except zipfile.BadZipFile as exc:
             raise CorruptCheckpoint(f"zip archive without a central directory: {exc}") from exc
         with archive:
+            if torch_zip.is_torch_zip(archive):
+                return torch_zip.read_zip(archive, raw)
             return keras_v3.read_archive(archive, raw)
-    raise CorruptCheckpoint(f"neither an HDF5 file nor a zip archive (starts with {head[:8]!r})")
+    if torch_zip.is_legacy(head):
+        return torch_zip.read_legacy(raw)
+    if safetensors_file.looks_like(head, size):
+        return safetensors_file.read(raw)
+    problem = (
+        "neither an HDF5 file nor a zip archive, nor a torch or safetensors file "
+        f"(starts with {head[:8]!r})"
+    )
+    raise NotACheckpoint(problem) if foreign else CorruptCheckpoint(problem)
 
 
 def _read_hdf5(raw: BinaryIO) -> CheckpointInfo:

@@ -19,7 +19,10 @@ from ..core.model import FileStat, Format
 from ..core.versions import VERSIONS_DIR
 from .fsops import TEMP_PREFIX
 
-CHECKPOINT_SUFFIXES = (".keras", ".h5", ".hdf5", ".he5")
+# Keras/HDF5, then the torch family (`.bin`, `.pt`... are judged by content: a `.bin` that
+# is not a torch or safetensors file is recorded with the reader's reason).
+CHECKPOINT_SUFFIXES: tuple[str, ...] = (".keras", ".h5", ".hdf5", ".he5")
+CHECKPOINT_SUFFIXES += (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 SAVED_MODEL_MARKERS = ("saved_model.pb", "saved_model.pbtxt")
 # Folders that belong to us or to tools, never to a run.
 _SKIPPED_DIRS = {".ckpt", ".ckpt-trash", VERSIONS_DIR, ".git", "__pycache__", ".ipynb_checkpoints"}

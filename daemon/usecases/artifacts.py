@@ -56,6 +56,7 @@ def split_checkpoint(
     from .describe import card_path, own_card, write_card
 
     c = store.get(ref)
+    refuse_torch(c, "split")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
     with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
@@ -208,6 +209,7 @@ def compress_checkpoint(
     from ..transforms.compress import compress
 
     c = store.get(ref)
+    refuse_torch(c, "compress")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
     with _acting_on(config, store, c, "compress", actor) as (root, members):
@@ -318,6 +320,22 @@ def _check_out(root: Path, out: Path | None) -> None:
     """An artifact stays in its checkpoint's root: only paths there are ever written."""
     if out is not None and not Path(os.path.abspath(out)).is_relative_to(root):
         raise UsageError(f"--out {out} is not inside the checkpoint's root {root}")
+
+
+TORCH_FAMILY = (Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING, Format.SAFETENSORS)
+_TORCH_REFUSALS = {
+    "split": "a torch-family checkpoint is not split yet (an inference .safetensors of its "
+    "model's state dict is planned, not built)",
+    "compress": "a torch-family file has no lossless compressed form of its own (a compressed "
+    ".safetensors or .pt is no longer one its loader opens)",
+}
+
+
+def refuse_torch(c: Checkpoint, action: str) -> None:
+    """A one-line refusal (exit 2) for what split and compress cannot do to the torch family."""
+    if c.format in TORCH_FAMILY:
+        done = {"split": "split", "compress": "compressed"}[action]
+        raise UsageError(f"not {done}: {c.path} is {c.format}: {_TORCH_REFUSALS[action]}")
 
 
 SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)

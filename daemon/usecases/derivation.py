@@ -107,7 +107,7 @@ def refresh_run(
         else NO_SIDECAR
         for r in rows
     }
-    members = [_member(r, naming, sidecars[r.id]) for r in rows]
+    members = [_member(r, naming, _or_recorded(sidecars[r.id], r)) for r in rows]
     result = derive_run(members, logged)
     derived = {r.id: _with_recorded(r, result.members[r.id]) for r in rows}
     changes = []
@@ -167,6 +167,24 @@ def covered_logs(logs: RunLogs, epochs: Sequence[int | None]) -> RunLogs:
 
 def _values(logs: RunLogs) -> dict[int, dict[str, float]]:
     return {e: {k: v.value for k, v in d.items()} for e, d in logs.by_epoch.items()}
+
+
+def _or_recorded(sidecar: Sidecar, row: RunMember) -> Sidecar:
+    """The sidecar, or where there is none, what the file records of itself (a torch dict's
+    `epoch`/`global_step`/`val_loss`, Lightning's monitored score): evidence of the same rank."""
+    recorded = row.details.get("recorded")
+    if sidecar.ints or sidecar.values or not isinstance(recorded, dict):
+        return sidecar
+    ints = {k: v for k in ("epoch", "step") if isinstance(v := recorded.get(k), int)}
+    values = recorded.get("metrics")
+    floats = {
+        str(k): float(v)
+        for k, v in (values.items() if isinstance(values, dict) else [])
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    if not ints and not floats:
+        return sidecar
+    return Sidecar(ints, floats, sidecar.notes, "checkpoint")
 
 
 def _names_in(folder: Path) -> frozenset[str]:

@@ -23,6 +23,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from tests.support import hostile_torch as ht
+
 WEIGHTS = "model.weights.h5"
 
 
@@ -281,6 +283,18 @@ KINDS: dict[str, Hostile] = {
     "symlink_out": Hostile(symlink_out, "skipped", "symlink"),
     "non_utf8_name": Hostile(non_utf8_name, "unreadable", "UTF-8"),
     "markup_name": Hostile(markup_name, "ok", ""),
+    # torch-family files (hostile_torch.py): pickles are read by an unpickler that runs nothing
+    "torch_reduce_to_system": Hostile(ht.reduce_to_system, "ok", ""),
+    "torch_legacy_reduce_to_system": Hostile(ht.legacy_reduce_to_system, "ok", ""),
+    "torch_plain_pickle": Hostile(ht.plain_pickle, "corrupt", "neither"),
+    "torch_deep_pickle": Hostile(ht.deep_pickle, "corrupt", "nested"),
+    "torch_shared_pickle": Hostile(ht.shared_pickle, "ok", ""),
+    "torch_huge_memo_index": Hostile(ht.huge_memo_index, "corrupt", "memo"),
+    "torch_many_memo_entries": Hostile(ht.many_memo_entries, "corrupt", "memo"),
+    "torch_storage_bomb": Hostile(ht.storage_bomb, "corrupt", "compressed"),
+    "torch_missing_storage": Hostile(ht.missing_storage, "corrupt", "missing"),
+    "safetensors_huge_header": Hostile(ht.safetensors_huge_header, "corrupt", "claims"),
+    "safetensors_truncated": Hostile(ht.safetensors_truncated, "corrupt", "truncated"),
 }
 
 

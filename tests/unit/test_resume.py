@@ -40,6 +40,14 @@ TABLE = [
     (F.TF_CHECKPOINT, "weights", 0, None, False, "no optimizer state"),
     (F.SAVED_MODEL, "full", 1828, None, False, "SavedModel"),
     (F.SAVED_MODEL, "full", 0, "2.21.0", False, "SavedModel"),
+    (F.TORCH_ZIP, "full", 184, None, True, "load_state_dict"),
+    (F.TORCH_ZIP, "weights", 184, None, False, "without a scheduler or epoch/step"),
+    (F.TORCH_ZIP, "weights", 0, None, False, "no optimizer state"),
+    (F.TORCH_LEGACY, "full", 184, None, True, "load_state_dict"),
+    (F.TORCH_LEGACY, "weights", None, None, False, "no optimizer state"),
+    (F.LIGHTNING, "full", 184, None, True, "ckpt_path"),
+    (F.LIGHTNING, "weights", 0, None, False, "no optimizer state"),
+    (F.SAFETENSORS, "weights", 0, None, False, "weights only"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 

@@ -14,8 +14,16 @@ import pytest
 TESTS = Path(__file__).resolve().parents[1]
 FOLDERS = ("unit", "integration", "e2e")
 
-# Importing any of these means TensorFlow/Keras in the process or a process started.
+# Importing any of these means TensorFlow/Keras/torch in the process or a process started.
 FORBIDDEN_MODULES = {"tensorflow", "keras", "tf_keras", "subprocess", "multiprocessing", "pty"}
+FORBIDDEN_MODULES |= {
+    "torch",
+    "lightning",
+    "pytorch_lightning",
+    "safetensors",
+    "transformers",
+    "jax",
+}
 FORBIDDEN_CALLS = {
     ("os", name)
     for name in (
@@ -54,6 +62,7 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "scanned",
     "daemon_ws",
     "training_runs",
+    "torch_files",
     "postgres",  # starts a PostgreSQL server; the two below may ask it for a database
     "catalog_url",
     "empty_catalog_url",
