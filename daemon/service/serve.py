@@ -246,6 +246,7 @@ class Service:
         self.notifier.reloading()
         try:
             new = config_module.load(self.config_path, database_override=self.database)
+            config_module.require_roots(new)
             if new.database != self.config.database:
                 raise ConfigError("database", "cannot change while running: restart the service")
         except ConfigError as exc:

@@ -210,6 +210,16 @@ def test_sighup_reloads_a_valid_config_and_keeps_the_old_on_an_invalid_one(
         20,
         "indexing to go on with the old config",
     )
+
+    # A root that does not exist is refused as `config check` refuses it: the old one kept.
+    ws.config.write_text(good.replace("roots:\n", f"roots:\n  - path: {ws.base}/nowhere\n", 1))
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_until(lambda: daemon.log.count("event=reload_refused") == 2, 30, "a refusal")
+    assert f"roots[0].path: {ws.base}/nowhere does not exist" in daemon.log
+    shutil.copy(keras_checkpoints / ZIP_CKPT, second_root / "later.keras")
+    daemon.wait_until(
+        lambda: str(second_root / "later.keras") in catalog_paths(ws), 30, "the old config kept"
+    )
     assert daemon.stop() == 0
 
 
