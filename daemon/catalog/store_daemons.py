@@ -67,6 +67,44 @@ class DaemonRecords:
             }
             return _insert_id(conn, values)
 
+    def record_once(
+        self,
+        node: str,
+        *,
+        pid: int,
+        host: str,
+        started_at: str,
+        state: dict[str, Any],
+        is_live: Callable[[Heartbeat], bool],
+    ) -> None:
+        """`serve --once`'s row, so that `ckpt status` says what last ran. Not written while the
+        node's daemon runs (its own heartbeat is the status); the node's previous `--once` row
+        is replaced, so that cron does not pile rows up."""
+        values = {
+            "node": node,
+            "pid": pid,
+            "host": host,
+            "started_at": started_at,
+            "heartbeat_at": now_iso(),
+            "state": {**state, "once": True},
+        }
+        with self._engine.begin() as conn:
+            db.serialize(conn, "node", node)
+            row = conn.execute(
+                select(heartbeat)
+                .where(heartbeat.c.node == node)
+                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+                .limit(1)
+            ).first()
+            if row is not None:
+                was = dict(row.state or {})
+                if is_live(Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, was)):
+                    return
+                if was.get("once"):
+                    conn.execute(update(heartbeat).where(heartbeat.c.id == row.id).values(**values))
+                    return
+            _insert_id(conn, values)
+
     def heartbeats(self) -> builtins.list[Heartbeat]:
         """The newest heartbeat of each daemon node, newest first."""
         with self._engine.connect().execution_options(**db.READONLY) as conn:

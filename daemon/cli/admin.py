@@ -135,7 +135,13 @@ def db() -> None:
 @db.command()
 @pass_context
 def upgrade(obj: Context) -> None:
-    """Migrate the catalog to this version's schema (SQLite: a backup copy is made first)."""
+    """Migrate the catalog to this version's schema (SQLite: a backup copy is made first).
+
+    `ckpt serve` does it at start; other commands refuse a catalog not at the head (exit 5).
+
+    \b
+    Example:  ckpt --config /etc/ckpt/config.yaml db upgrade
+    """
     from ..catalog import db as database
 
     url = obj.config().database
@@ -148,7 +154,11 @@ def upgrade(obj: Context) -> None:
 @db.command()
 @pass_context
 def current(obj: Context) -> None:
-    """Print the catalog's schema revision and whether it is the one this ckpt needs."""
+    """Print the catalog's schema revision and whether it is the one this ckpt needs.
+
+    \b
+    Example:  ckpt db current     # "0007 (head)"; "0006 (needs 0007)": run `ckpt db upgrade`
+    """
     from ..catalog import db as database
     from ..settings.config import sqlite_file
 

@@ -105,8 +105,9 @@ class Context:
             echo(f"ckpt: created a new catalog {where}", err=True)
 
     def validated_config(self, path: str | None) -> Any:
-        """What `config check` accepts is what `serve` starts with: the file's validation and
-        the catalog URL's (dialect, driver), refused with the key path before anything runs."""
+        """What `config check` accepts is what `serve` starts with: the file's validation, the
+        catalog URL's (dialect, driver) and every root an existing folder, refused with the key
+        path before anything runs."""
         from ..catalog import db as database
         from ..settings import config
 
@@ -115,6 +116,7 @@ class Context:
         else:
             loaded = config.load(path, database_override=self.database)
         database.check_url(loaded.database)
+        config.require_roots(loaded)
         return loaded
 
 

@@ -7,7 +7,6 @@ texts and names; `formats.metric_files` reads the files and joins the sources.
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import re
@@ -196,6 +195,8 @@ def parse_csv_log(text: str, sep: str = ",") -> ByKey:
 
 def _csv_rows(text: str, sep: str) -> tuple[list[list[str]], list[str] | None]:
     """Complete rows, and the unterminated last line (the trainer may be mid-write) if any."""
+    import csv  # here: `ckpt best` and `list` parse no log, and start faster without it
+
     body, partial = text, ""
     if not text.endswith(("\n", "\r")):
         cut = max(text.rfind("\n"), text.rfind("\r")) + 1

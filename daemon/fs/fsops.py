@@ -12,14 +12,12 @@ fsynced.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
-import secrets
-import socket
 import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import cache
 from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
@@ -30,8 +28,17 @@ from .fsswap import Identity
 TEMP_PREFIX = ".ckpt-tmp-"
 TRASH_DIR = ".ckpt-trash"
 STALE_AFTER_SECONDS = 86400.0
-_HOST_TAG = hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@cache
+def _host_tag() -> str:
+    """This host in our temp names. Computed when first needed: hashlib and socket cost a
+    read-only command such as `ckpt best` (which only stats files) ~10 ms of start-up."""
+    import hashlib
+    import socket
+
+    return hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
 
 
 # ---- walking beneath a root without following links ----
@@ -223,14 +230,14 @@ def temp_name(final: Path, token: str, suffix: str = "") -> Path:
 def temp_prefix() -> str:
     """`.ckpt-tmp-<pid>h<host>-`: the writer's pid and a tag of its host, so a cleanup on a
     shared (NFS) folder never judges another host's live writer by a local pid."""
-    return f"{TEMP_PREFIX}{os.getpid()}h{_HOST_TAG}-"
+    return f"{TEMP_PREFIX}{os.getpid()}h{_host_tag()}-"
 
 
 def atomic_write(root: Path, path: Path, data: bytes, *, temp_suffix: str = "") -> None:
     """Replace `path` (below `root`) with `data`: temp file, fsync, rename, fsync the folder.
     `temp_suffix` ends the temp file's name (`.tmp`: a reader globbing `*.prom` skips it)."""
     parts = relative_parts(root, path)
-    temp = temp_name(path, secrets.token_hex(4), temp_suffix).name
+    temp = temp_name(path, os.urandom(4).hex(), temp_suffix).name
     with folder_beneath(root, parts[:-1]) as fd:
         try:
             mode = stat.S_IMODE(entry_stat(fd, parts[-1]).st_mode)
@@ -277,7 +284,7 @@ def rewrite(
     `final` is ever replaced (WouldReplace), unless it is `replacing` still unchanged."""
     parts = relative_parts(root, final)
     name_limits.check_fits(final.name, "the file to write", str(final.parent))
-    temp = temp_name(final, secrets.token_hex(4))
+    temp = temp_name(final, os.urandom(4).hex())
     with folder_beneath(root, parts[:-1]) as fd:
         expected: Identity | None
         if like is None:
@@ -391,7 +398,7 @@ def _writer_gone(name: str) -> bool:
     """The temp's writer is known dead: its pid, on this host, is not running. A temp of
     another host (shared folder) is never judged by a local pid: only its age counts."""
     pid, _, host = name[len(TEMP_PREFIX) :].split("-", 1)[0].partition("h")
-    if host and host != _HOST_TAG:
+    if host and host != _host_tag():
         return False
     # ASCII digits of a possible pid (Linux's pid_max is at most 2**22: 7 digits): "²".isdigit()
     # is true too, and a longer "pid" overflows os.kill; neither can be a live writer of ours.

@@ -21,7 +21,6 @@ change files):
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
@@ -143,6 +142,8 @@ def _swap_back(dir_fd: int, temp: str, name: str, ours: Identity | None) -> None
 
 @cache
 def _libc_renameat2() -> Callable[..., int] | None:
+    import ctypes  # here, not at the top: a read-only command never pays for it
+
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # not glibc >= 2.28, or not Linux
@@ -159,6 +160,8 @@ def _renameat2(dir_fd: int, old: str, new: str, flags: int) -> bool:
         return False
     if fn(dir_fd, os.fsencode(old), dir_fd, os.fsencode(new), flags) == 0:
         return True
+    import ctypes
+
     code = ctypes.get_errno()
     if code in _UNSUPPORTED:
         return False

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.store import Store
+from ..core.disk_guard import GuardPlan
 from ..core.units import format_size, iso_utc
 from ..logs import event
 from ..settings.config import Config
@@ -49,6 +50,7 @@ class Episode:
     stuck_at: float | None = None  # monotonic time of the last pass that could not free enough
     above_since: float | None = None  # monotonic time free space got back above min_free
     why: str | None = None
+    warned_unreachable: bool = False
 
 
 class DiskGuard(threading.Thread):
@@ -138,7 +140,12 @@ class DiskGuard(threading.Thread):
 
     def _relieve(self, config: Config, fs: Guarded, episode: Episode) -> Relief:
         relief = disk_guard.relieve(
-            config, self.store, fs, actor=ACTOR, should_stop=self.stopping.is_set
+            config,
+            self.store,
+            fs,
+            actor=ACTOR,
+            should_stop=self.stopping.is_set,
+            before_acting=lambda plan: self._warn_unreachable(fs, episode, plan),
         )
         episode.freed += relief.freed
         episode.failures += len(relief.failures)
@@ -161,6 +168,24 @@ class DiskGuard(threading.Thread):
         episode.stuck_at = time.monotonic() if stuck else None
         episode.why = relief.plan.explain() if stuck else None
         return relief
+
+    def _warn_unreachable(self, fs: Guarded, episode: Episode, plan: GuardPlan) -> None:
+        """Before the first act of an episode whose threshold all the guard may free cannot
+        meet (a typo such as `min_free: 99%`): one warning, so the log says so before the
+        checkpoints go. It acts anyway: whatever it frees is space a trainer may need."""
+        if plan.enough or episode.warned_unreachable:
+            return
+        episode.warned_unreachable = True
+        event(
+            "min_free_unreachable",
+            level=logging.WARNING,
+            roots=",".join(fs.roots),
+            min_free=f"{format_size(plan.threshold)} ({fs.min_free.describe()})",
+            free=format_size(plan.free),
+            can_free=format_size(plan.bytes_freed),
+            reason="freeing every checkpoint the guard may touch leaves less than min_free "
+            "(too high a min_free?): freeing them anyway",
+        )
 
     def _start(self, fs: Guarded, episode: Episode, relief: Relief) -> None:
         reason = relief.plan.explain()

@@ -69,6 +69,8 @@ def daemon_status(row: Heartbeat | None, checkpoints: int) -> dict[str, Any]:
 
 
 def _why_not_running(row: Heartbeat, state: dict[str, Any]) -> str | None:
+    if state.get("once"):
+        return f"no daemon running: `serve --once` last ran, until {state['stopped_at']}"
     if state.get("stopped_at"):
         return f"stopped at {state['stopped_at']}"
     if row.host == socket.gethostname() and not pid_alive(int(row.pid)):

@@ -217,7 +217,7 @@ class Notifications:
     def scanned(self, report: ScanReport) -> None:
         for path, status, reason in new_failures(report):
             if status == CheckpointStatus.CORRUPT.value:
-                self.hooks.emit("corrupt", path=path, reason=reason)
+                self.corrupt(path, reason)
         if not self.hooks.wanted("new_best"):
             return
         for path in report.indexed:
@@ -246,7 +246,14 @@ class Notifications:
             )
 
     def corrupt(self, path: str, reason: str) -> None:
-        self.hooks.emit("corrupt", path=path, reason=reason)
+        if not self.hooks.wanted("corrupt"):
+            return
+        try:  # the row was just written: its run, as `new_best` and `retention` give it
+            run: str | None = self.store.get(path).run
+        except Exception as exc:  # a catalog hiccup: the event still goes, without its run
+            event("hook_error", level=logging.WARNING, path=path, error=str(exc))
+            run = None
+        self.hooks.emit("corrupt", path=path, run=run, reason=reason)
 
     def retention(self, path: str, run: str, action: str, reason: str) -> None:
         self.hooks.emit("retention", path=path, run=run, reason=reason, action=action)

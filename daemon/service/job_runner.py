@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .hooks import Notifications
 
 CHILD_STOP_SECONDS = 30.0  # a child asked to end gets this long before SIGKILL
+NICE = ["nice", "-n", "10"]  # the split and compress children yield the CPU to training
 
 
 class JobRunner(threading.Thread):
@@ -64,6 +65,7 @@ class JobRunner(threading.Thread):
         self.last_ok: dict[str, float] = {}  # job -> when it last ended without a failure
         # What the hooks hear of (service.hooks.Notifications), set by the service.
         self.notifications: Notifications | None = None
+        self._nice: list[str] | None = None  # the children's `nice` prefix, once probed
 
     def offer(self, item: Job) -> None:
         """From the scheduler's thread: never blocks, never raises; a job already waiting
@@ -172,9 +174,7 @@ class JobRunner(threading.Thread):
     def _child(self, *args: str) -> None:
         config = [] if self.config.source.startswith("<") else ["--config", self.config.source]
         cmd = [
-            "nice",
-            "-n",
-            "10",
+            *self._nice_prefix(),
             *python_module(""),
             *config,
             "--db",
@@ -203,6 +203,18 @@ class JobRunner(threading.Thread):
         self.failures += 1
         self.stats.last_error = f"{args[0]} {args[1]}: {lines[-1] if lines else child.returncode}"
         event(f"{args[0]}_failed", level=logging.WARNING, error=self.stats.last_error)
+
+    def _nice_prefix(self) -> list[str]:
+        """`nice -n 10`, if this process may lower a child's priority: a system call filter
+        may forbid setpriority (a hardened unit's `~@resources`: EPERM, or SIGSYS killing the
+        child). Probed once, with `nice` itself; refused, the jobs run at normal priority,
+        said once in the log."""
+        if self._nice is None:
+            refused = nice_refused()
+            self._nice = [] if refused else NICE
+            if refused:
+                event("job_priority", level=logging.WARNING, niced=False, reason=refused)
+        return self._nice
 
     def _wait(self, child: subprocess.Popen[str], args: tuple[str, ...]) -> tuple[str, str]:
         """The child's output; asks it to end (then kills it) if the service stops meanwhile;
@@ -245,3 +257,23 @@ class JobRunner(threading.Thread):
                     self.notifications.corrupt(v.path, v.detail)
                 self.rescan(Rescan(f"verify: {v.detail}", v.path))
         event("verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))
+
+
+def nice_refused() -> str | None:
+    """Why `nice -n 10` cannot run a child here (None: it can), from a probe of `nice` itself."""
+    try:
+        probe = subprocess.run(
+            [*NICE, "true"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`nice` cannot run: {exc}: split and compress run at normal priority"
+    if probe.returncode < 0:
+        how = f"killed by {signal.Signals(-probe.returncode).name}"
+    elif probe.returncode != 0 or probe.stderr.strip():
+        how = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "failed"
+    else:
+        return None
+    return (
+        f"`nice -n 10 true`: {how} (a system call filter forbids setpriority?): split and "
+        "compress run at normal priority"
+    )

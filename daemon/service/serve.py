@@ -88,8 +88,10 @@ class Service:
         try:
             self._remove_stale_temps()
             if once:
+                started_at = iso_utc(time.time())
                 report = self._reconcile(store)
                 failed = self._run_jobs_once(store)
+                self._record_once(store, started_at, report, failed)
                 return 3 if report.failed or report.errors or failed else 0
             return self._serve(store)
         finally:
@@ -137,6 +139,25 @@ class Service:
             event("disk_guard_error", level=logging.ERROR, error=str(exc))
             return True
         return stats.last_error is not None
+
+    def _record_once(self, store: Store, started_at: str, report: ScanReport, failed: bool) -> None:
+        """What `ckpt status` says after `--once`: when it ran and how it ended."""
+        problems = [*report.errors, *(f"{p}: {why}" for p, _status, why in report.failed)]
+        last_error = problems[-1] if problems else ("a job failed" if failed else None)
+        store.record_once(
+            self.config.node_name,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=started_at,
+            state={
+                "stopped_at": iso_utc(time.time()),
+                "checkpoints": store.count(),
+                "indexed": len(report.indexed),
+                "last_error": last_error,
+                "heartbeat_seconds": self.config.heartbeat_seconds,
+            },
+            is_live=is_live,
+        )
 
     def _reconcile(self, store: Store) -> ScanReport:
         self.notifier.status("reconciling roots with the catalog")
@@ -262,6 +283,7 @@ class Service:
         self.notifier.reloading()
         try:
             new = config_module.load(self.config_path, database_override=self.database)
+            config_module.require_roots(new)
             if new.database != self.config.database:
                 raise ConfigError("database", "cannot change while running: restart the service")
         except ConfigError as exc:

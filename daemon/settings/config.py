@@ -161,6 +161,19 @@ def load(explicit: str | None = None, *, database_override: str | None = None) -
     return parse(text, base=base, source=source, database_override=database_override)
 
 
+def require_roots(config: Config) -> None:
+    """What `serve` needs and `config check` therefore checks: every root is an existing folder
+    (an unedited copy of the reference file names `./runs` beside it). At start, a missing root
+    is a mistake, refused (exit 2: the unit does not restart); one that vanishes while the
+    service runs is an outage, rescanned when it is back."""
+    for i, root in enumerate(config.roots):
+        if root.path.is_dir():
+            continue
+        what = "is not a folder" if root.path.exists() else "does not exist"
+        where = "" if config.source == BUILT_IN else f" (in {config.source})"
+        raise ConfigError(f"roots[{i}].path", f"{root.path} {what}{where}: create it or fix it")
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")

@@ -157,11 +157,15 @@ def relieve(
     *,
     actor: str,
     should_stop: Callable[[], bool] = lambda: False,
+    before_acting: Callable[[GuardPlan], None] = lambda _plan: None,
 ) -> Relief:
-    """Plan and act until `fs` is back above its threshold (measured again after each act)."""
+    """Plan and act until `fs` is back above its threshold (measured again after each act);
+    `before_acting` sees the plan first (the service warns of one that cannot be met)."""
     from . import guards
 
     relief = Relief(plan_for(config, store, fs))
+    if relief.plan.steps:
+        before_acting(relief.plan)
     threshold = relief.plan.threshold
     batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-guard-{os.getpid()}"
     for step in relief.plan.steps:

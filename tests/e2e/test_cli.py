@@ -200,6 +200,31 @@ def test_list_does_not_import_h5py_or_tensorflow(scanned: Workspace) -> None:
     assert json.loads(result.stdout)
 
 
+def test_best_starts_without_what_only_writers_need(scanned: Workspace) -> None:
+    """`ckpt best` only reads the catalog and stats the file: it imports none of what temp
+    names, renameat2 and CSV logs need (OpenSSL's hashlib, socket, ctypes, csv), each a few ms
+    of every start (README: Performance). Compared with what `python -c pass` loads here."""
+    probe = (
+        "import atexit, json, sys\n"
+        "atexit.register(lambda: sys.stderr.write('LOADED=' + json.dumps(sorted(sys.modules)) "
+        "+ '\\n'))\n"
+    )
+    best = probe + (
+        "from ckpt_daemon.cli.main import main\n"
+        f"main(['--config', {str(scanned.config)!r}, 'best', '--metric', 'val_loss'])\n"
+    )
+
+    def loaded(script: str) -> set[str]:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        line = [x for x in done.stderr.splitlines() if x.startswith("LOADED=")]
+        assert line, done.stderr
+        return set(json.loads(line[-1][len("LOADED=") :]))
+
+    extra = loaded(best) - loaded(probe)
+    assert "ckpt_daemon.cli.main" in extra
+    assert extra & {"_hashlib", "hashlib", "socket", "ctypes", "csv", "secrets"} == set()
+
+
 def test_every_command_has_help_with_an_example() -> None:
     from ckpt_daemon.cli.main import all_commands
 
@@ -210,5 +235,5 @@ def test_every_command_has_help_with_an_example() -> None:
             text=True,
         )
         assert result.returncode == 0, name
-        if not hasattr(cmd, "commands") and name not in ("db upgrade", "db current"):
+        if not hasattr(cmd, "commands"):
             assert "Example" in result.stdout, name

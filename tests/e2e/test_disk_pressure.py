@@ -110,11 +110,19 @@ def test_serve_once_runs_a_guard_pass(tmp_path: Path, keras_checkpoints: Path) -
     root = tmp_path / "runs"
     shutil.copytree(keras_checkpoints / "k3" / "run_zip", root / "a")
     config = tmp_path / "config.yaml"
-    config.write_text(f"state_dir: {tmp_path / 'state'}\nroots: [{root}]\nmin_free: 99%\n")
+    config.write_text(
+        f"state_dir: {tmp_path / 'state'}\nroots: [{root}]\nmin_free: 99%\nlog_level: debug\n"
+    )
     ckpt = [sys.executable, "-m", "ckpt_daemon", "--config", str(config)]
     done = subprocess.run([*ckpt, "serve", "--once"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("level=warning event=disk_pressure ") == 1, done.stderr
+    # 99% cannot be met by these files (a typo?): said once, before the first act.
+    lines = done.stderr.splitlines()
+    (warned,) = [i for i, line in enumerate(lines) if "event=min_free_unreachable" in line]
+    assert "level=warning" in lines[warned] and "(99%)" in lines[warned], lines[warned]
+    acts = [i for i, line in enumerate(lines) if "event=disk_guard_freed" in line]
+    assert acts and warned < acts[0], done.stderr
     log = json.loads(
         subprocess.run([*ckpt, "log", "--json"], capture_output=True, text=True).stdout
     )

@@ -247,6 +247,7 @@ def test_hooks_got_one_document_per_event(scenario: dict[str, Any]) -> None:
     corrupt = [d for d in docs if d["event"] == "corrupt"]
     assert [d["path"] for d in corrupt] == [str(ws.root / "legacy" / "cut.keras")]
     assert corrupt[0]["reason"]
+    assert corrupt[0]["run"] == "legacy"  # its run, as new_best and retention give theirs
     retention = sorted(d["path"] for d in docs if d["event"] == "retention")
     assert retention == [str(run / ZIP_FILES[0]), str(run / ZIP_FILES[1])]
     assert all(d["run"] == ZIP_RUN and d["reason"] for d in docs if d["event"] == "retention")

@@ -1,6 +1,8 @@
-"""A real, non-editable install: the wheel built from this repository, installed into a clean
-venv (no system site-packages, no test extra; dependencies from PyPI), works from an empty
-folder, and installs beside PyPI's `python-daemon` (import name `daemon`) without breaking it.
+"""A real, non-editable install, made as the README's "Run as a service" steps make it: a
+clean venv under a (temporary) `/opt/ckpt`, `pip install` of the source folder (no system
+site-packages, no test extra; dependencies from PyPI), `ckpt` linked into a `/usr/local/bin`.
+It works from an empty folder and through the link alone, its wheel holds the package, and it
+installs beside PyPI's `python-daemon` (import name `daemon`) without breaking it.
 
 The wheel and the venv are made once per test session (about a minute with a warm pip cache).
 They need PyPI: without it the test fails and says so, it is never skipped."""
@@ -60,6 +62,12 @@ class Install:
     def bin(self) -> Path:
         return self.venv / "bin"
 
+    @property
+    def link(self) -> Path:
+        """The README's `ln -s /opt/ckpt/bin/ckpt /usr/local/bin/ckpt`, under the test's
+        folder."""
+        return self.venv.parent.parent / "usr" / "local" / "bin" / "ckpt"
+
     def env(self) -> dict[str, str]:
         """A user's shell with only this venv: no PYTHONPATH, no CKPT_* or config of ours."""
         keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TMPDIR", "TZ")}
@@ -108,16 +116,19 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Install]:
             shutil.copytree(REPO / name, source / name, symlinks=True)
         else:
             shutil.copy2(REPO / name, source / name)
-    venv = base / "venv"
+    # The README's steps: python3 -m venv /opt/ckpt; /opt/ckpt/bin/pip install .; ln -s.
+    venv = base / "opt" / "ckpt"
     run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
     found = Install(wheel=base, venv=venv, home=base / "home", seconds=0.0)
     found.home.mkdir()
+    found.pip("install", *PIP_NETWORK, str(source), what="pip install of the source folder")
+    found.link.parent.mkdir(parents=True)
+    found.link.symlink_to(found.bin / "ckpt")
     wheels = base / "wheels"
     found.pip("wheel", *PIP_NETWORK, "--no-deps", "-w", str(wheels), str(source), what="wheel")
     (found.wheel,) = wheels.glob("ckpt_daemon-*.whl")
-    found.pip("install", *PIP_NETWORK, str(found.wheel), what="installing the wheel")
     found.seconds = time.monotonic() - started
-    print(f"\nwheel built and installed into a clean venv in {found.seconds:.1f} s")
+    print(f"\ninstalled into a clean venv and wheel built in {found.seconds:.1f} s")
     yield found
 
 
@@ -174,16 +185,23 @@ def test_a_wheel_install_works_from_an_empty_folder(install: Install, tmp_path: 
     empty.mkdir()
     version = install.ckpt("--version", cwd=empty)
     assert (version.returncode, version.stdout) == (0, "ckpt, version 0.1.0\n"), version.stderr
+    refused = install.ckpt("config", "check", cwd=empty)  # serve would refuse it here too
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        f"ckpt: error: config: roots[0].path: {empty / 'runs'} does not exist: create it or "
+        "fix it\n",
+    )
+    (empty / "runs").mkdir()
     check = install.ckpt("config", "check", cwd=empty)
     assert check.returncode == 0, check.stderr
     assert check.stdout.splitlines()[:2] == [
         "ok: <built-in default>",
         f"  database: sqlite:///{empty / '.ckpt' / 'catalog.db'}",
     ]
-    assert list(empty.iterdir()) == []  # checking a config writes nothing
+    assert list(empty.iterdir()) == [empty / "runs"]  # checking a config writes nothing
     listed = install.ckpt("list", "--json", cwd=empty)  # a read creates no catalog
     assert listed.returncode == 2 and "no catalog at" in listed.stderr, listed.stderr
-    assert list(empty.iterdir()) == []
+    assert list(empty.iterdir()) == [empty / "runs"]
 
     weights = checkpoint(empty / "runs" / "exp1" / "w.03.weights.h5")
     scan = install.ckpt("scan", "--json", cwd=empty)
@@ -194,6 +212,44 @@ def test_a_wheel_install_works_from_an_empty_folder(install: Install, tmp_path: 
     current = install.ckpt("db", "current", cwd=empty)
     assert current.returncode == 0, current.stderr
     assert current.stdout.endswith("(head)\n")
+
+
+def test_the_service_install_steps_work_through_the_link(install: Install, tmp_path: Path) -> None:
+    """The README's system-wide steps after the install: the reference config copied to
+    /etc/ckpt and edited (roots, state_dir), checked, and served once, by `ckpt` through the
+    /usr/local/bin link alone (the unit's ExecStart=), with no venv on PATH."""
+    etc = tmp_path / "etc" / "ckpt" / "config.yaml"
+    etc.parent.mkdir(parents=True)
+    training, state = tmp_path / "srv" / "training", tmp_path / "var" / "lib" / "ckpt"
+    text = (REPO / "config.yaml").read_text()
+    assert "\n  - path: ./runs\n" in text and "\nstate_dir: ./.ckpt\n" in text
+    etc.write_text(
+        text.replace("\n  - path: ./runs\n", f"\n  - path: {training}\n").replace(
+            "\nstate_dir: ./.ckpt\n", f"\nstate_dir: {state}\n"
+        )
+    )
+    weights = checkpoint(training / "exp1" / "w.02.weights.h5")
+    state.mkdir(parents=True)  # systemd's StateDirectory=
+    env = {**install.env(), "PATH": f"{install.link.parent}:/usr/bin:/bin"}
+
+    def ckpt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(install.link), "--config", str(etc), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+
+    assert "serve" in ckpt("--help").stdout
+    check = ckpt("config", "check")
+    assert (check.returncode, check.stdout.splitlines()[0]) == (0, f"ok: {etc}"), check.stderr
+    served = ckpt("serve", "--once")
+    assert served.returncode == 0, served.stderr
+    rows = json.loads(ckpt("list", "--json").stdout)
+    assert [r["path"] for r in rows] == [str(weights)]
+    assert (state / "catalog.db").is_file()
 
 
 def test_it_installs_beside_python_daemon(install: Install, tmp_path: Path) -> None:

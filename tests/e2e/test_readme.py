@@ -58,3 +58,27 @@ def test_every_readme_link_lands_on_a_docs_page_and_heading() -> None:
             assert anchor in heading_anchors(target.read_text()), link
     in_docs = {p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")}
     assert pages == in_docs, f"pages the README does not link: {sorted(in_docs - pages)}"
+
+
+def test_the_install_steps_work_on_an_externally_managed_python() -> None:
+    """Debian 12 / Ubuntu 23.04+ refuse `pip install` outside a venv (PEP 668): no documented
+    shell step installs with `sudo pip` or `pip --user`, and the service's steps make a venv
+    under /opt (or use pipx). Looked for in the README and the docs/ pages it moves into."""
+    pages = {p: p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]}
+    steps = [
+        line
+        for text in pages.values()
+        for block in text.split("```sh\n")[1:]
+        for line in block.split("```", 1)[0].splitlines()
+    ]
+    bad = [
+        s
+        for s in steps
+        if re.search(r"\bpip3? install\b", s)
+        and (s.startswith("sudo python3 -m pip") or " --user" in s or s.startswith("sudo pip"))
+    ]
+    assert bad == []
+    assert any(s.startswith("sudo python3 -m venv /opt/ckpt") for s in steps)
+    assert any(s.startswith("sudo /opt/ckpt/bin/pip install .") for s in steps)
+    assert any(s.startswith("sudo ln -s /opt/ckpt/bin/ckpt /usr/local/bin/ckpt") for s in steps)
+    assert any("pipx install ." in text for text in pages.values())

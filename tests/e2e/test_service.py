@@ -28,6 +28,13 @@ def listed(ws: Workspace) -> dict[str, dict[str, Any]]:
     return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list")}
 
 
+def catalog_rows(ws: Workspace, query: str) -> list[Any]:
+    import sqlite3
+
+    with sqlite3.connect(ws.base / "state" / "catalog.db") as conn:
+        return conn.execute(query).fetchall()
+
+
 def catalog_paths(ws: Workspace) -> set[str]:
     """Straight from the SQLite file: for when the config file on disk is invalid on purpose."""
     import sqlite3
@@ -210,6 +217,16 @@ def test_sighup_reloads_a_valid_config_and_keeps_the_old_on_an_invalid_one(
         20,
         "indexing to go on with the old config",
     )
+
+    # A root that does not exist is refused as `config check` refuses it: the old one kept.
+    ws.config.write_text(good.replace("roots:\n", f"roots:\n  - path: {ws.base}/nowhere\n", 1))
+    daemon.signal(signal.SIGHUP)
+    daemon.wait_until(lambda: daemon.log.count("event=reload_refused") == 2, 30, "a refusal")
+    assert f"roots[0].path: {ws.base}/nowhere does not exist" in daemon.log
+    shutil.copy(keras_checkpoints / ZIP_CKPT, second_root / "later.keras")
+    daemon.wait_until(
+        lambda: str(second_root / "later.keras") in catalog_paths(ws), 30, "the old config kept"
+    )
     assert daemon.stop() == 0
 
 
@@ -277,6 +294,13 @@ def test_serve_once_reconciles_and_exits(tmp_path: Path, keras_checkpoints: Path
     os.utime(broken, (an_hour_ago, an_hour_ago))  # settled: broken, not being written
     result = ws.run("serve", "--once", check=False)
     assert result.returncode == 3, result.stderr  # one checkpoint failed
+    # `ckpt status` says what ran (not "no daemon has run"), and how it ended.
+    status = ws.json("status")
+    assert status["running"] is False, status
+    assert status["reason"].startswith("no daemon running: `serve --once` last ran, until 20")
+    assert "broken.h5" in status["last_error"], status
+    text = ws.run("status").stdout.splitlines()[0]
+    assert text.startswith("not running: no daemon running: `serve --once` last ran"), text
     rows = listed(ws)
     assert rows["a.keras"]["status"] == "ok" and rows["broken.h5"]["status"] == "corrupt"
     # With a policy configured, --once also applies it (cron users get retention too).
@@ -287,6 +311,8 @@ def test_serve_once_reconciles_and_exits(tmp_path: Path, keras_checkpoints: Path
     ws.run("serve", "--once", check=False)
     rows = listed(ws)
     assert rows["a.keras"]["status"] == "trashed" and rows["b.keras"]["status"] == "ok"
+    assert len(ws.json("status")["daemons"]) == 1  # each --once replaces the last one's row
+    assert len(catalog_rows(ws, "SELECT id FROM heartbeat")) == 1
 
 
 def test_status_when_no_daemon_ever_ran(workspace: Workspace) -> None:

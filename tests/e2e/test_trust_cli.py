@@ -302,6 +302,8 @@ CONFIG_CASES = [
     ("state-nul", 'state_dir: "{base}/st\\0"\n' + ROOT, "state_dir"),
     ("database-nul", STATE + ROOT + 'database: "sqlite:///{base}/x\\0.db"\n', "database"),
     ("root-slash", STATE + "roots: [{path: /}]\n", "roots[0].path"),
+    ("root-missing", STATE + "roots: [{path: {base}/nowhere}]\n", "roots[0].path"),
+    ("root-a-file", STATE + "roots: [{path: {base}/runs}, {path: {base}/f}]\n", "roots[1].path"),
     ("root-symlink-to-slash", STATE + "roots: [{path: {base}/slash}]\n", "roots[0].path"),
     ("root-is-state", "state_dir: {base}/runs\n" + ROOT, "roots[0].path"),
     ("state-in-root", "state_dir: {base}/runs/.state\n" + ROOT, "roots[0].path"),
@@ -330,6 +332,7 @@ def test_config_check_and_serve_refuse_the_same_bad_values(
     (base / "runs" / "sub").mkdir(parents=True, exist_ok=True)
     (base / "link").symlink_to(base / "runs")
     (base / "slash").symlink_to("/")
+    (base / "f").write_text("a file, not a folder\n")
     workspace.config.write_text(text.replace("{base}", str(base)))
     for args in (("config", "check"), ("serve", "--once")):
         done = workspace.run(*args, check=False)
