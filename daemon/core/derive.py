@@ -27,6 +27,7 @@ from .metrics import disagrees, to_float
 from .model import MetricValue
 from .naming import NameFields, is_unnamed
 from .save_counters import epochs_from_step_numbers, step_differs_note
+from .units import counted
 
 MID_EPOCH = "batch"
 
@@ -316,7 +317,8 @@ def steps_per_epoch(pairs: Sequence[_Pair]) -> tuple[int | None, list[str]]:
         shown = ", ".join(str(c) for c in sorted(candidates)[:4])
         return None, [f"steps per epoch ambiguous ({shown}): no epoch from iterations"]
     spe = candidates.pop()
-    return spe, [f"{spe} steps per epoch fits {len(pairs)} observations ({seed.what})"]
+    seen = counted(len(pairs), "observation")
+    return spe, [f"{counted(spe, 'step')} per epoch fits {seen} ({seed.what})"]
 
 
 def _fits(p: _Pair, spe: int) -> bool:

@@ -291,9 +291,9 @@ def _keep_every(ok: list[Item], n: int) -> Iterator[tuple[int, int, str]]:
     for item in ok:
         if item.epoch is not None:
             if item.epoch % n == 0:
-                yield item.id, LOOSE, f"every {n} epochs"
+                yield item.id, LOOSE, "every epoch" if n == 1 else f"every {n} epochs"
         elif item.step is not None and item.step % n == 0:
-            yield item.id, LOOSE, f"every {n} steps"
+            yield item.id, LOOSE, "every step" if n == 1 else f"every {n} steps"
 
 
 def _period(kind: str, mtime: float) -> str:

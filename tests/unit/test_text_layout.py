@@ -257,3 +257,15 @@ def test_metrics_sort_with_val_after_train() -> None:
     assert metric_order(["val_loss", "loss", "val_acc", "acc", "lr"]) == [
         "acc", "val_acc", "loss", "val_loss", "lr",
     ]  # fmt: skip
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from ckpt_daemon.core.name_parts import _precision
+    from ckpt_daemon.core.units import counted
+
+    assert [counted(n, "column") for n in (0, 1, 2)] == ["0 columns", "1 column", "2 columns"]
+    assert counted(1, "entry", "entries") == "1 entry" and counted(3, "entry", "entries")[2:] == (
+        "entries"
+    )
+    assert _precision("0.5") == "rounded to 1 place" and _precision("0.25") == "rounded to 2 places"
+    assert _precision("1.5e-03") == "rounded to 1 decimal in scientific notation"
