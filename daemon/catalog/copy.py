@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, Table, func, insert, select, text
 
 from ..core.errors import CkptError, UsageError
+from ..core.units import counted
 from . import db
 from .schema import Base
 
@@ -49,7 +50,7 @@ def copy_catalog(source_url: str, target_url: str) -> list[TableCopy]:
             raise UsageError("the target is the source catalog itself")
         filled = {t: n for t, n in _counts(target).items() if n}
         if filled:
-            listed = ", ".join(f"{t} ({n} rows)" for t, n in sorted(filled.items()))
+            listed = ", ".join(f"{t} ({counted(n, 'row')})" for t, n in sorted(filled.items()))
             raise UsageError(f"the target catalog is not empty: {listed}; copy into a new one")
         # One snapshot of the source for every table (SQLite: one read transaction; PostgreSQL:
         # REPEATABLE READ, its READ COMMITTED would let each table show another moment).

@@ -94,8 +94,17 @@ class HeldLease:
         else:
             done = renewal(conn)
         if done.rowcount != 1:
-            self._lost = "another process took its lease (or it was released)"
+            if conn is None:
+                with self._engine.connect() as own:
+                    self._lost = _taken_by(own, self.run_id, self.token)
+            else:
+                self._lost = _taken_by(conn, self.run_id, self.token)
             raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lease is no longer ours, once a renewal found it so (no catalog read)."""
+        return self._lost
 
     def check(self) -> None:
         """Before an act: the run must still be ours (LeaseLost if not). Renews the lease."""
@@ -110,6 +119,17 @@ class HeldLease:
                 return
             except SQLAlchemyError:  # a busy or locked catalog: the next tick tries again
                 continue
+
+
+def _taken_by(conn: Any, run_id: int, token: int) -> str:
+    """Who holds the run's lease now, for the message of the one that lost it (token `token`)."""
+    row = conn.execute(select(leases).where(leases.c.run_id == run_id)).first()
+    if row is None:
+        return "its lease was lost (its row is gone)"
+    if row.token == token:  # nobody took it: it ran out while this process was not renewing
+        return f"its lease expired at {row.expires_at} before it was renewed"
+    node = f" on node {row.node}" if row.node else f" on host {row.host}" if row.host else ""
+    return f"its lease was lost: now held by {row.holder}{node} (lease until {row.expires_at})"
 
 
 class Leases:

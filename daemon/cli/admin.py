@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..core.errors import PartialFailure
+from ..core.units import counted
 from . import documents
 from .context import Context, pass_context
 from .output import echo, emit_json
@@ -199,9 +200,11 @@ def copy_command(obj: Context, target: str) -> None:
     database.check_url(target)
     copied = copy_catalog(source, target)
     for table in copied:
-        echo(f"{table.table}: {table.rows} rows, sha256 {table.checksum[:16]}")
+        echo(f"{table.table}: {counted(table.rows, 'row')}, sha256 {table.checksum[:16]}")
     total = sum(t.rows for t in copied)
-    echo(f"copied {total} rows from {shown_url(source)} to {shown_url(target)}: verified")
+    echo(
+        f"copied {counted(total, 'row')} from {shown_url(source)} to {shown_url(target)}: verified"
+    )
 
 
 @click.group(name="config")

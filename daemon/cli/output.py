@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..core.units import counted
+
 if TYPE_CHECKING:
     from ..core.progress import Progress
     from ..core.table import Column
@@ -78,7 +80,8 @@ def table(
         out += [fitted(text, width) for text in (after or {}).get(i, ())]
     click.echo("\n".join(out))
     if laid.hidden:  # said on stderr: stdout stays the table
-        note = f"({len(laid.hidden)} columns not shown, see --columns: {', '.join(laid.hidden)})"
+        hidden = counted(len(laid.hidden), "column")
+        note = f"({hidden} not shown, see --columns: {', '.join(laid.hidden)})"
         echo(fitted(note, width), err=True)
 
 

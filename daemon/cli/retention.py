@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..core.errors import PartialFailure
+from ..core.errors import LeaseLost, PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
 from .output import echo, emit_json, live_work, table
@@ -54,7 +54,8 @@ def prune(
 
     With no keep flag, the policies of the config apply (`retention:`, per root, `runs:`).
     The newest checkpoint of a run, pinned ones, incomplete ones and the best of each metric
-    are never trashed. Exit 3 if some moves failed, 4 if another process holds the run.
+    are never trashed. Exit 3 if some moves failed, 4 if another process holds a run or
+    took it meanwhile (its lease lost while this one was stopped).
 
     \b
     Example:  ckpt prune --run exp1 --keep-last 3 --keep-best 2 --metric val_loss --dry-run
@@ -77,6 +78,9 @@ def prune(
         emit_json(documents.prune(report))
     else:
         _print_plan(report, obj.shown)
+    if report.lease_lost:  # another process took a run: exit 4, as a lease held at the start
+        runs_lost = ", ".join(lost["run"] for lost in report.lease_lost)
+        raise LeaseLost(f"prune: stopped: the lease of {runs_lost} was lost (see above)")
     if report.failures:
         raise PartialFailure(f"prune: {len(report.failures)} move(s) failed")
 

@@ -26,6 +26,8 @@ from itertools import accumulate
 from .metrics import disagrees, to_float
 from .model import MetricValue
 from .naming import NameFields, is_unnamed
+from .save_counters import epochs_from_step_numbers, step_differs_note
+from .units import counted
 
 MID_EPOCH = "batch"
 
@@ -126,6 +128,7 @@ class _Pair:
 
 def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
     own = {m.id: _own_fields(m) for m in members}
+    named_epochs = epochs_from_step_numbers(members, own, MID_EPOCH)
     logged_steps = epochs_of_steps(logged)
     pairs = list(_pairs(members, own, logged))
     pairs += [
@@ -133,6 +136,7 @@ def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
         for step, e in logged_steps.items()
     ]
     spe, evidence = steps_per_epoch(pairs)
+    evidence = [*named_epochs, *evidence]
     reset = optimizer_reset(members)
     if reset is not None:
         spe, evidence = None, [reset, *evidence]
@@ -226,19 +230,22 @@ def fits_in_time(epoch: int, mtime_ns: int, line: Timeline) -> bool:
 
 
 def epochs_of_steps(logged: Logged) -> dict[int, int]:
-    """Steps at which the log says an epoch ended: a record logged under both an epoch and a
-    step (JSON lines with `epoch` and `step`) appears in both tables with the same values (at
-    least two of them)."""
-    epoch_of: dict[tuple[tuple[str, float], ...], int | None] = {}
+    """Steps at which the log says an epoch ended: a record logged under a step whose values
+    (at least two) are all in one epoch's record, and in no other's. JSON lines with `epoch`
+    and `step` log the same record in both tables; Keras's TensorBoard callback writes the
+    validation values by epoch (`epoch_loss` in `validation/`) and by the step they were
+    computed at (`evaluation_loss_vs_iterations`), beside the train values of the epoch."""
+    epochs_with: dict[tuple[str, float], set[int]] = {}
     for epoch, row in logged.by_epoch.items():
-        key = tuple(sorted((k, v.value) for k, v in row.items()))
-        if len(key) >= 2:  # one value alike (rounded logs) is chance; a whole record is not
-            epoch_of[key] = None if key in epoch_of else epoch  # the same values twice: unsure
+        for k, v in row.items():
+            epochs_with.setdefault((k, v.value), set()).add(epoch)
     out: dict[int, int] = {}
     for step, row in logged.by_step.items():
-        found = epoch_of.get(tuple(sorted((k, v.value) for k, v in row.items())))
-        if found is not None:
-            out[step] = found
+        if len(row) < 2:  # one value alike (rounded logs) is chance; a whole record is not
+            continue
+        found = set.intersection(*(epochs_with.get((k, v.value), set()) for k, v in row.items()))
+        if found and len(found) == 1:  # the same values at two epochs: unsure
+            out[step] = found.pop()
     return out
 
 
@@ -310,7 +317,8 @@ def steps_per_epoch(pairs: Sequence[_Pair]) -> tuple[int | None, list[str]]:
         shown = ", ".join(str(c) for c in sorted(candidates)[:4])
         return None, [f"steps per epoch ambiguous ({shown}): no epoch from iterations"]
     spe = candidates.pop()
-    return spe, [f"{spe} steps per epoch fits {len(pairs)} observations ({seed.what})"]
+    seen = counted(len(pairs), "observation")
+    return spe, [f"{counted(spe, 'step')} per epoch fits {seen} ({seed.what})"]
 
 
 def _fits(p: _Pair, spe: int) -> bool:
@@ -331,9 +339,7 @@ def _derive(
     elif "step" in ints and m.iterations is not None and ints["step"] != m.iterations:
         # The global step is the optimizer's count; a name's number that differs from it is a
         # save counter (TF CheckpointManager's `ckpt-3` is the third save, not step 3).
-        notes.append(
-            f"step {m.iterations} from the optimizer; the name's {ints['step']} counts saves"
-        )
+        notes.append(step_differs_note(m.name, ints["step"], m.iterations))
         ints["step"] = m.iterations
     metrics = _metrics(m, ints, logged, notes)
     history = tuple(

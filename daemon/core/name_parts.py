@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from .metrics import disagrees
+from .units import counted
 
 Logged = Mapping[int, Mapping[str, float]]  # 1-based epoch -> metric -> value
 NO_LOGS: Logged = MappingProxyType({})
@@ -218,9 +219,9 @@ def match_logs(
 def _precision(text: str) -> str:
     fixed, sci = FIXED.fullmatch(text), SCI.fullmatch(text)
     if fixed:
-        return f"rounded to {len(fixed[1])} places"
+        return f"rounded to {counted(len(fixed[1]), 'place')}"
     if sci:
-        return f"rounded to {len(sci[1] or '')} decimals in scientific notation"
+        return f"rounded to {counted(len(sci[1] or ''), 'decimal')} in scientific notation"
     return "at its printed precision"
 
 

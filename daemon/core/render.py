@@ -103,7 +103,12 @@ def show_text(doc: dict[str, Any]) -> str:
     lines += _generations(doc) + _versions(doc)
     lines += packed("  training config", [f"{k}={v}" for k, v in f.training])
     if isinstance(doc.get("optimizer_config"), dict):
-        pairs = [f"{k}={v}" for k, v in f.optimizer[2:]]  # after class and learning rate
+        shown = _dash(doc["learning_rate"])  # on the `optimizer` line: not said twice
+        pairs = [
+            f"{k}={v}"
+            for k, v in f.optimizer[2:]  # after class and learning rate
+            if not (k == "learning_rate" and v == shown)
+        ]
         lines += packed(f"  optimizer config ({doc['optimizer'] or '-'})", pairs)
     lines += [f"  note: {note}" for note in f.notes]
     if doc.get("signatures"):

@@ -297,9 +297,9 @@ def _keep_every(moments: list[Moment], n: int) -> Iterator[tuple[int, int, str]]
     for moment in moments:
         if moment.epoch is not None:
             if moment.epoch % n == 0:
-                yield from moment.reasons(LOOSE, f"every {n} epochs")
+                yield from moment.reasons(LOOSE, "every epoch" if n == 1 else f"every {n} epochs")
         elif moment.step is not None and moment.step % n == 0:
-            yield from moment.reasons(LOOSE, f"every {n} steps")
+            yield from moment.reasons(LOOSE, "every step" if n == 1 else f"every {n} steps")
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else f"{text[:30]}...({len(text)} characters)"
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """`1 column`, `2 columns`: a count and its noun agreeing (`many`: an irregular plural)."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def format_size(n: int | None) -> str:
     if n is None:
         return "-"

@@ -6,7 +6,6 @@ Every error names the key path (`roots[0].observer`) and the reason, and exits 2
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
 from ..core.model import JobName
 from ..core.retention import Policy
+from .bounds import bounded as _number
 from .locations import BUILT_IN, find_config_file
 from .operations import Hook, Listen
 from .operations import hooks as _hooks
@@ -26,12 +26,7 @@ from .operations import node as _node
 from .policies import RunRule
 from .policies import policy as _policy
 from .policies import run_rules as _run_rules
-from .values import at_least_a_second as _at_least_a_second
 from .values import choice as _choice
-from .values import duration as _duration
-from .values import every as _every
-from .values import heartbeat as _heartbeat
-from .values import lease_ttl as _lease_ttl
 from .values import mapping as _mapping
 from .values import min_free as _min_free
 from .values import path as _path
@@ -208,24 +203,24 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         database=_database_url(database, state_dir, Path.cwd() if override else base),
         state_dir=state_dir,
         roots=_roots(raw.get("roots"), base, state_dir),
-        settle_seconds=_duration(completion.get("settle_seconds", 5), "completion.settle_seconds"),
-        min_age_seconds=_duration(
+        settle_seconds=_number(completion.get("settle_seconds", 5), "completion.settle_seconds"),
+        min_age_seconds=_number(
             completion.get("min_age_seconds", 0.2), "completion.min_age_seconds"
         ),
         schedule=_schedule(raw.get("schedule", {})),
-        heartbeat_seconds=_heartbeat(service.get("heartbeat", 10)),
+        heartbeat_seconds=_number(service.get("heartbeat", 10), "service.heartbeat"),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
         run_rules=_run_rules(raw.get("runs", [])),
         artifacts=_artifacts(raw.get("artifacts", {})),
         versions=parse_versions(raw.get("versions", {})),
-        purge_after_seconds=_duration(
+        purge_after_seconds=_number(
             _mapping(raw.get("trash", {}), "trash", {"purge_after"}).get("purge_after", "7d"),
             "trash.purge_after",
         ),
         metrics_listen=_metrics_listen(service.get("metrics_listen")),
         node=_node(service.get("node")),
-        lease_seconds=_lease_ttl(service.get("lease_ttl", Config.lease_seconds)),
+        lease_seconds=_number(service.get("lease_ttl", Config.lease_seconds), "service.lease_ttl"),
         hooks=_hooks(raw.get("hooks")),
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
     )
@@ -264,12 +259,11 @@ def _schedule(value: Any) -> Schedule:
     raw = _mapping(value, "schedule", SCHEDULE_KEYS)
     default = Schedule()
     every = {
-        job.value: _every(raw.get(job, default.every(job)), f"schedule.{job}") for job in JobName
+        job.value: _number(raw.get(job, default.every(job)), f"schedule.{job}") for job in JobName
     }
     return Schedule(
         **every,
-        # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
-        misfire_grace=_at_least_a_second(
+        misfire_grace=_number(
             raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
         ),
     )
@@ -322,8 +316,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
     return RootConfig(
         path=_path(raw["path"], f"{key}.path", base),
         observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
-        # Each poll stats every entry of the tree: sub-second polling burns a core.
-        poll_interval=_at_least_a_second(raw.get("poll_interval", 30), f"{key}.poll_interval"),
+        poll_interval=_number(raw.get("poll_interval", 30), f"{key}.poll_interval"),
         filename_templates=_templates(templates, f"{key}.filename_template"),
         metrics_files=_strings(
             raw.get("metrics_files", ["training.log", "*.csv", "metrics.json"]),
@@ -340,12 +333,10 @@ def _artifacts(value: Any) -> Artifacts:
 
     def after(key: str) -> float | None:
         given = raw.get(key)
-        return None if given is None else _duration(given, f"artifacts.{key}")
+        return None if given is None else _number(given, f"artifacts.{key}")
 
     codec = _choice(raw.get("codec", "gzip"), "artifacts.codec", ("gzip", "lzf", "zstd"))
-    timeout = _duration(raw.get("timeout", Artifacts.timeout), "artifacts.timeout")
-    if not 0 < timeout < math.inf:
-        raise ConfigError("artifacts.timeout", "must be a duration above 0s")
+    timeout = _number(raw.get("timeout", Artifacts.timeout), "artifacts.timeout")
     return Artifacts(after("split_after"), after("compress_after"), codec, timeout)
 
 

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.observability import HOOK_EVENTS
-from .values import duration as _duration
+from .bounds import bounded as _number
 from .values import mapping as _mapping
 
 HOOK_KEYS = {"on", "command", "timeout"}
@@ -48,8 +47,9 @@ def metrics_listen(value: Any, key: str = "service.metrics_listen") -> Listen | 
     if not isinstance(value, str):
         raise ConfigError(key, why)
     host, sep, port = value.strip().rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit() or int(port) > 65535:
+    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5:
         raise ConfigError(key, f"{why}: got {value!r}")
+    _number(int(port), key)  # the port's bounds
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
         try:
@@ -98,9 +98,7 @@ def _hook(item: Any, key: str) -> Hook:
         or not all(isinstance(a, str) and a and "\0" not in a for a in command)
     ):
         raise ConfigError(f"{key}.command", "expected a non-empty list of non-empty strings")
-    timeout = _duration(raw.get("timeout", DEFAULT_HOOK_TIMEOUT), f"{key}.timeout")
-    if not 0 < timeout <= 3600 or not math.isfinite(timeout):
-        raise ConfigError(f"{key}.timeout", "must be a duration above 0s and at most 1h")
+    timeout = _number(raw.get("timeout", DEFAULT_HOOK_TIMEOUT), f"{key}.timeout")
     return Hook(tuple(dict.fromkeys(on)), tuple(command), timeout)
 
 

@@ -8,11 +8,10 @@ from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.retention import KeepBest, Policy
+from .bounds import bounded as _number
 from .values import choice as _choice
 from .values import count as _count
-from .values import duration as _duration
 from .values import mapping as _mapping
-from .values import size as _size
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,15 @@ def policy(value: Any, key: str) -> Policy:
         keep_last=_count(raw, "keep_last", key),
         keep_best=tuple(_keep_best(b, f"{key}.keep_best[{i}]") for i, b in enumerate(best)),
         keep_every=_count(raw, "keep_every", key),
-        keep_within=_duration(raw["keep_within"], f"{key}.keep_within")
+        keep_within=_number(raw["keep_within"], f"{key}.keep_within")
         if "keep_within" in raw
         else None,
         keep_hourly=_count(raw, "keep_hourly", key),
         keep_daily=_count(raw, "keep_daily", key),
         keep_weekly=_count(raw, "keep_weekly", key),
-        max_bytes=_size(raw["max_bytes"], f"{key}.max_bytes") if "max_bytes" in raw else None,
+        max_bytes=int(_number(raw["max_bytes"], f"{key}.max_bytes"))
+        if "max_bytes" in raw
+        else None,
     )
     if policy.is_empty():
         raise ConfigError(key, "an empty policy keeps nothing: give at least one keep_ rule")
@@ -85,5 +86,5 @@ def _keep_best(value: Any, key: str) -> KeepBest:
     keep_missing = raw.get("keep_missing", True)
     if not isinstance(keep_missing, bool):
         raise ConfigError(f"{key}.keep_missing", "expected true or false")
-    n = _count(raw, "n", key) if "n" in raw else 1
+    n = _count(raw, "n", key) if "n" in raw else 1  # `{key}.n`: retention.keep_best[].n
     return KeepBest(metric=metric, n=n or 1, mode=mode, keep_missing=keep_missing)

@@ -1,6 +1,7 @@
-"""Checks of single config values (durations, sizes, counts, paths, choices, mappings): each
-returns the value or raises ConfigError naming the key path and the reason. Bounds live here
-so that whatever `ckpt config check` accepts, `ckpt serve` can run with."""
+"""Checks of single config values (numbers, paths, choices, mappings): each returns the value or
+raises ConfigError naming the key path and the reason. Every numeric key goes through
+`bounds.bounded` (its kind and bounds), so that whatever `ckpt config check` accepts, `ckpt
+serve` can run with."""
 
 from __future__ import annotations
 
@@ -11,74 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ConfigError
 from ..core.root_names import check_name
+from .bounds import bounded
 
 if TYPE_CHECKING:
     from ..core.disk_guard import MinFree
 
-# `ckpt status` calls a daemon dead after three missed heartbeats. A longer one would let it
-# report a hung or vanished daemon (on another host, where no pid can be checked) as running; a
-# sub-second one, which a busy worker cannot keep (and which writes the catalog non-stop),
-# would let it report a live daemon as dead.
-HEARTBEAT_RANGE_SECONDS = (1.0, 3600.0)
-
-
-def every(value: Any, key: str) -> float:
-    """A job's period: 0 turns it off; otherwise at least a second (a rescan every millisecond
-    would keep a core busy walking the roots)."""
-    seconds = duration(value, key)
-    return seconds if seconds == 0 else at_least_a_second(seconds, key)
-
-
-def at_least_a_second(value: Any, key: str) -> float:
-    seconds = duration(value, key)
-    if seconds < 1:
-        raise ConfigError(key, f"must be at least 1s, got {seconds:g}s")
-    return seconds
-
-
-def heartbeat(value: Any) -> float:
-    seconds = duration(value, "service.heartbeat")
-    low, high = HEARTBEAT_RANGE_SECONDS
-    if not low <= seconds <= high:
-        raise ConfigError(
-            "service.heartbeat",
-            "must be between 1s and 1h: `ckpt status` judges a daemon dead after three missed "
-            "beats",
-        )
-    return seconds
-
-
-def lease_ttl(value: Any) -> float:
-    """`service.lease_ttl`: a run's lease expires this long after its last renewal (every
-    quarter of it while the work runs), so a dead holder's runs are taken over after it."""
-    seconds = duration(value, "service.lease_ttl")
-    if not 4 <= seconds <= 86400:
-        raise ConfigError(
-            "service.lease_ttl",
-            "must be between 4s and 1d: it is renewed every quarter of it while work runs",
-        )
-    return seconds
-
 
 def count(raw: Mapping[str, Any], name: str, key: str) -> int | None:
+    """`raw[name]` as the whole number `{key}.{name}` (None: not given)."""
     value = raw.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key}.{name}", f"expected a whole number >= 1, got {value!r}")
-    return value
-
-
-def size(value: Any, key: str) -> int:
-    from ..core.units import parse_size
-
-    try:
-        parsed = parse_size(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
-    if parsed <= 0:
-        raise ConfigError(key, "must be more than 0")
-    return parsed
+    return None if value is None else int(bounded(value, f"{key}.{name}"))
 
 
 def mapping(value: Any, key: str, allowed: set[str]) -> Mapping[str, Any]:
@@ -113,29 +56,18 @@ def path(value: Any, key: str, base: Path) -> Path:
     return Path(os.path.abspath(base / os.path.expanduser(value)))
 
 
-def duration(value: Any, key: str) -> float:
-    from ..core.units import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
-
-
 def min_free(value: Any, key: str) -> MinFree:
     """The disk guard's threshold: a size (`20GB`) or a percentage of the filesystem (`10%`)."""
     from ..core.disk_guard import MinFree
 
     if isinstance(value, str) and value.strip().endswith("%"):
-        number = value.strip()[:-1].strip()
+        text = value.strip()[:-1].strip()
         try:
-            percent = float(number)
+            float(text)
         except ValueError:
             raise ConfigError(key, f"{value!r} is not a percentage like 10%") from None
-        if not 0 < percent < 100:
-            raise ConfigError(key, f"a percentage above 0 and below 100, got {value!r}")
-        return MinFree(percent=percent)
-    return MinFree(bytes=size(value, key))
+        return MinFree(percent=bounded(text, key, "percent"))
+    return MinFree(bytes=int(bounded(value, key, "size")))
 
 
 def root_name(value: Any, key: str) -> str:

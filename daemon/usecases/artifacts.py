@@ -262,6 +262,9 @@ def adopt(store: Store, path: Path) -> str | None:
     return f"an artifact ckpt derived from {parent}"
 
 
+_DONE_TO = {"split": "split", "compress": "compressed"}  # what a transform leaves a file
+
+
 @contextmanager
 def _acting_on(
     config: Config,
@@ -273,7 +276,13 @@ def _acting_on(
     leased: HeldLease | None = None,
 ) -> Iterator[tuple[Path, list[Path]]]:
     if c.status != CheckpointStatus.OK:
-        raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {action}ed")
+        done = _DONE_TO.get(action, f"{action} targets")
+        back = (
+            f" (put it back first: ckpt trash restore {c.id})"
+            if c.status.value == "trashed"
+            else ""
+        )
+        raise UsageError(f"{c.path} is {c.status.value}: only ok checkpoints are {done}{back}")
     if c.format in (Format.TF_CHECKPOINT, Format.SAVED_MODEL):
         raise UsageError(
             f"{c.path} is a {c.format}: {action} works on Keras HDF5 and .keras "

@@ -79,6 +79,7 @@ class PruneReport:
     runs: list[RunPlan] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    lease_lost: list[dict[str, str]] = field(default_factory=list)  # runs another process took
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +108,7 @@ class PruneReport:
             ],
             "skipped": self.skipped,
             "failures": self.failures,
+            "lease_lost": self.lease_lost,
         }
 
 
@@ -208,21 +210,50 @@ def _execute(
                 return
             counter.start(decision.path)
             try:
+                if lease.lost is not None:  # the renewer found the run another process's
+                    lease.check()
                 _trash(config, store, current[decision.id], decision, batch, actor, lease)
                 assert rp.moved is not None
                 rp.moved.add(decision.id)
                 counter.finish(decision.path, "trashed", decision.size_bytes)
-            except LeaseLost as exc:  # the run is another process's now: nothing more to move
-                report.failures.append(
-                    {"id": decision.id, "path": decision.path, "error": str(exc)}
-                )
-                counter.finish(decision.path, "failed", detail=str(exc))
-                return
             except (CkptError, OSError, KeyError) as exc:
+                # A file gone or changed may be the work of the process that took the run's
+                # lease while this one was stopped: then that is what is said, once, not
+                # `No such file` per file.
+                lost = exc if isinstance(exc, LeaseLost) else _lost_lease(lease)
+                if lost is not None:
+                    _report_lost(report, rp, decision, lost, counter)
+                    return
                 report.failures.append(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
                 counter.finish(decision.path, "failed", detail=guards.one_line(exc))
+
+
+def _lost_lease(lease: HeldLease) -> LeaseLost | None:
+    try:
+        lease.check()
+    except LeaseLost as exc:
+        return exc
+    return None
+
+
+def _report_lost(
+    report: PruneReport,
+    rp: RunPlan,
+    decision: retention.Decision,
+    exc: LeaseLost,
+    counter: Counter,
+) -> None:
+    """The run is another process's now: nothing more of it is moved (exit 4)."""
+    left = [d for d in rp.plan.to_trash() if rp.moved is None or d.id not in rp.moved]
+    why = str(exc).replace(f"stopped: run {rp.run_id} ", f"stopped: run {rp.run} ", 1)
+    message = f"{why}; {len(left)} planned move(s) of it left to that process"
+    report.failures.append(
+        {"id": decision.id, "path": decision.path, "error": message, "lease_lost": True}
+    )
+    report.lease_lost.append({"run": rp.run, "root": rp.root, "error": message})
+    counter.finish(decision.path, "failed", detail=message)
 
 
 def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:

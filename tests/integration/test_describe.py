@@ -310,7 +310,7 @@ def test_describe_cli_formats_and_output_file(
     ws, _truth, _exports = described
     ref = str(ws.root / "tfk/run_h5/weights.02-1.68.hdf5")
     md = ws.run("describe", ref).stdout
-    assert "| head | Dense | 51 | 16x3, 3 | yes |" in md
+    assert "| `head` | `Dense` | 51 | 16x3, 3 | yes |" in md
     assert "import tf_keras; model = tf_keras.models.load_model(" in md
     txt = ws.run("describe", ref, "--format", "txt").stdout
     assert "non-trainable  32" in txt

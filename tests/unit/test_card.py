@@ -100,7 +100,7 @@ def test_facts_counts_shapes_and_numbers_without_float32_noise() -> None:
 def test_markdown_escapes_names_and_cannot_break_its_tables() -> None:
     md = card.markdown(card.facts(_doc(), CONFIG))
     assert "\x1b" not in md and "net\\\\x1b\\[31m" in md  # ESC shown, markup escaped
-    assert "| fc\\|1 | Dense | 144 | 8x16, 16 | no |" in md
+    assert "| `fc\\|1` | `Dense` | 144 | 8x16, 16 | no |" in md
     for line in md.splitlines():
         if line.startswith("|"):  # every row of a table has the columns of its header
             assert line.replace("\\|", "").count("|") in (3, 4, 5, 6)
@@ -113,7 +113,8 @@ def test_json_and_text_hold_the_same_facts() -> None:
     assert doc["parameters"]["non-trainable"] == "32"
     assert doc["metrics"][1] == {"name": "val_loss", "value": "0.25", "source": "csv:training.log"}
     text = card.text(f)
-    assert "non-trainable  32" in text and "learning rate  0.001" in text
+    assert "non-trainable  32" in text and "learning_rate  0.001" in text
+    assert "learning rate" not in text  # the config's `learning_rate` says it: once
 
 
 def test_show_is_the_terse_layout_of_the_same_facts() -> None:
@@ -124,7 +125,8 @@ def test_show_is_the_terse_layout_of_the_same_facts() -> None:
         f"parameters {dict(f.parameters)['total']} ({dict(f.parameters)['trainable']} trainable)"
         in shown
     )
-    assert "optimizer config (Adam) learning_rate=0.001 beta_1=0.9" in shown
+    assert "optimizer Adam  learning rate 0.001" in shown
+    assert "optimizer config (Adam) beta_1=0.9" in shown  # the learning rate once
     assert "metric val_loss = 0.25 (csv:training.log)" in shown
     assert "\x1b" not in shown
 
@@ -178,3 +180,18 @@ def test_a_name_with_backticks_cannot_leave_the_code_block() -> None:
     block = md.split("## How to load it\n\n", 1)[1]
     fence = block.split("python\n", 1)[0]
     assert fence == "````" and block.count(fence) == 2
+
+
+def test_identifiers_grep_as_written_and_line_starts_make_no_blocks() -> None:
+    layers = [
+        {"name": name, "class_name": "Dense", "n_params": 0, "weights": []}
+        for name in ("hidden_a", "_private_", "a\\|b", "`tick`")
+    ]
+    notes = ["1. not a list", "# not a heading", "- not an item", "an_identifier note"]
+    md = card.markdown(card.facts(_doc(layers=layers, notes=notes, model_name="net_a"), CONFIG))
+    assert "| `hidden_a` | `Dense` |" in md and "| `_private_` |" in md
+    assert "| a\\\\\\|b | `Dense` |" in md  # a backslash before a pipe: escaped text, no span
+    assert "| `` `tick` `` |" in md
+    assert "| model | Functional net_a |" in md
+    assert "- 1\\. not a list\n- \\# not a heading\n- \\- not an item\n" in md
+    assert "- an_identifier note\n" in md

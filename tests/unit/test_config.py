@@ -106,3 +106,83 @@ def test_named_roots_and_lease_ttl_are_read() -> None:
     assert loaded.named_roots() == {"shared": "/a"}
     assert loaded.lease_seconds == 30.0
     assert parse("roots: [/a]").lease_seconds == 120.0
+
+
+# ---- item 12 of issue 20: every numeric key has bounds, on one path ----------------------------
+
+# Where each numeric field of the parsed config comes from in config.yaml. A new numeric field
+# fails the walk below until it is named here, and its key is given bounds in settings.bounds.
+NUMERIC_FIELDS = {
+    ("Config", "settle_seconds"): "completion.settle_seconds",
+    ("Config", "min_age_seconds"): "completion.min_age_seconds",
+    ("Config", "heartbeat_seconds"): "service.heartbeat",
+    ("Config", "purge_after_seconds"): "trash.purge_after",
+    ("Config", "lease_seconds"): "service.lease_ttl",
+    **{("Schedule", job): f"schedule.{job}" for job in ("rescan", "retention", "purge")},
+    **{("Schedule", job): f"schedule.{job}" for job in ("verify", "artifacts", "misfire_grace")},
+    ("RootConfig", "poll_interval"): "roots[].poll_interval",
+    ("Artifacts", "split_after"): "artifacts.split_after",
+    ("Artifacts", "compress_after"): "artifacts.compress_after",
+    ("Artifacts", "timeout"): "artifacts.timeout",
+    ("Versions", "keep_previous"): "versions.keep_previous",
+    **{("Policy", k): f"retention.{k}" for k in ("keep_last", "keep_every", "keep_within")},
+    **{("Policy", k): f"retention.{k}" for k in ("keep_hourly", "keep_daily", "keep_weekly")},
+    ("Policy", "max_bytes"): "retention.max_bytes",
+    ("KeepBest", "n"): "retention.keep_best[].n",
+    ("Hook", "timeout"): "hooks[].timeout",
+    ("Listen", "port"): "service.metrics_listen",
+    ("MinFree", "bytes"): "min_free roots[].min_free",  # the top-level one and each root's
+    ("MinFree", "percent"): "min_free roots[].min_free",
+}
+
+
+def numeric_fields(cls: type, seen: set[type] | None = None) -> set[tuple[str, str]]:
+    """(class, field) of every int or float field reachable from the dataclass `cls`."""
+    import dataclasses
+    import typing
+
+    seen = set() if seen is None else seen
+    if cls in seen:
+        return set()
+    seen.add(cls)
+    found: set[tuple[str, str]] = set()
+    for name, hint in typing.get_type_hints(cls).items():
+        if name not in {f.name for f in dataclasses.fields(cls)}:
+            continue
+        stack, kinds = [hint], set()
+        while stack:
+            t = stack.pop()
+            stack += typing.get_args(t)
+            kinds.add(t)
+        if kinds & {int, float}:
+            found.add((cls.__name__, name))
+        for t in kinds:
+            if dataclasses.is_dataclass(t) and isinstance(t, type):
+                found |= numeric_fields(t, seen)
+    return found
+
+
+def test_every_numeric_key_of_the_config_has_bounds() -> None:
+    from ckpt_daemon.settings.bounds import NUMERIC_KEYS
+
+    walked = numeric_fields(config.Config)
+    assert walked == set(NUMERIC_FIELDS), sorted(walked ^ set(NUMERIC_FIELDS))
+    assert {k for keys in NUMERIC_FIELDS.values() for k in keys.split()} == set(NUMERIC_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "said"),
+    [
+        ("min_free: 1e-9%", "min_free", "between 0.01% and 99%"),
+        ("min_free: 100B", "min_free", "between 1 MiB and 2**63-1 bytes"),
+        ("versions: {keep_previous: 12345678901234567890}", "versions.keep_previous", "1,000"),
+        ("retention: {keep_last: 1000001}", "retention.keep_last", "from 1 to 1,000,000"),
+        ("completion: {settle_seconds: 2d}", "completion.settle_seconds", "between 0s and 1d"),
+        ("schedule: {rescan: 0.5}", "schedule.rescan", "0 (off) or between 1s and 36500d"),
+        ("service: {metrics_listen: '127.0.0.1:99999'}", "service.metrics_listen", "0 to 65535"),
+    ],
+)
+def test_bounds_are_said_with_the_key(text: str, key: str, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(f"roots: [/a]\n{text}\n")
+    assert caught.value.key == key and said in str(caught.value), str(caught.value)

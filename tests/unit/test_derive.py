@@ -185,6 +185,64 @@ def test_a_name_number_that_is_not_the_optimizers_count_is_not_the_step() -> Non
     assert out.notes == (f"step {3 * SPE} from the optimizer; the name's 3 counts saves",)
 
 
+def test_a_keras_files_step_label_times_the_steps_per_epoch_is_its_epoch() -> None:
+    """`ckpt.{epoch:02d}.keras`: ModelCheckpoint names no save counter; 3 x SPE iterations in
+    `ckpt.03.keras` makes 3 the epoch, and the log row attaches."""
+    scheme = "ckpt.{step:02d}.keras"
+    members = [
+        _member(n, f"ckpt.{n:02d}.keras", n * SPE, name_ints={"step": n}, name_scheme=scheme)
+        for n in (1, 2, 3)
+    ]
+    out = derive_run(members, _log(3))
+    assert [out.members[n].epoch for n in (1, 2, 3)] == [1, 2, 3]
+    assert out.members[2].step is None and out.members[2].notes == ()
+    assert {m.name: m.value for m in out.members[2].metrics} == {"loss": 0.5, "val_loss": 1.0}
+    assert "is the epoch" in out.members[2].epoch_source
+    assert out.steps_per_epoch == SPE
+
+
+def test_a_step_label_stays_a_step_without_one_constant_or_in_a_tf_checkpoint() -> None:
+    # The TF CheckpointManager's `ckpt-N` (no Keras suffix) counts saves, even at N x SPE.
+    tf = [_member(n, f"ckpt-{n}", n * SPE, name_ints={"step": n}) for n in (1, 2, 3)]
+    assert [derive_run(tf, Logged()).members[n].epoch for n in (1, 2, 3)] == [None] * 3
+    # Keras files: iterations that are no single multiple of the numbers; a lone file; the
+    # number that is the optimizer's count itself (one step per epoch, or a real step).
+    odd = [
+        _member(n, f"ckpt-{n}.keras", it, name_ints={"step": n})
+        for n, it in ((1, SPE), (2, 3 * SPE), (3, 3 * SPE))
+    ]
+    lone = [_member(1, "ckpt-2.keras", 2 * SPE, name_ints={"step": 2})]
+    same = [_member(n, f"step-{n}.keras", n, name_ints={"step": n}) for n in (5, 10)]
+    for members in (odd, lone, same):
+        out = derive_run(members, Logged())
+        assert all(d.epoch is None for d in out.members.values()), members
+    note = derive_run(lone, Logged()).members[1].notes
+    assert note == (
+        f"step {2 * SPE} from the optimizer; the name's 2 is neither the step nor an epoch the"
+        " iterations confirm",
+    )
+
+
+def test_tensorboard_validation_values_by_step_link_the_step_to_their_epoch() -> None:
+    """Keras's TensorBoard callback: `validation/` holds epoch_* (by epoch, merged with the
+    train values) and evaluation_*_vs_iterations (by the step): a subset of the epoch's row."""
+    train = {"loss": 1.0, "accuracy": 0.5}
+    rows = {
+        e: {
+            **{k: MetricValue(k, v / e, "tensorboard:logs/train") for k, v in train.items()},
+            "val_loss": MetricValue("val_loss", 2.0 / e, "tensorboard:logs/validation"),
+            "val_accuracy": MetricValue("val_accuracy", 0.1 * e, "tensorboard:logs/validation"),
+        }
+        for e in (1, 2, 3)
+    }
+    steps = {e * 7: {k: rows[e][k] for k in ("val_loss", "val_accuracy")} for e in (1, 2, 3)}
+    logged = Logged(by_epoch=rows, by_step=steps, epochs=3, mtime_ns=10)
+    members = [_member(n, f"ckpt-{n}", 7 * n, name_ints={"step": n}) for n in (1, 2, 3)]
+    out = derive_run(members, logged).members[2]
+    assert (out.epoch, out.step) == (2, 14)
+    assert {m.name for m in out.metrics} == {"loss", "accuracy", "val_loss", "val_accuracy"}
+
+
 # ---- reviewed cases: realistic runs where iterations would give a wrong epoch ------------------
 
 

@@ -72,8 +72,8 @@ def test_hooks_take_events_an_argv_and_a_timeout() -> None:
         ("{on: [nonsense], command: [notify]}", "hooks[0].on[0]", "unknown event"),
         ("{on: [], command: [notify]}", "hooks[0].on", "list of events"),
         ("{command: [notify]}", "hooks[0].on", "list of events"),
-        ("{on: [corrupt], command: [notify], timeout: 0s}", "hooks[0].timeout", "above 0s"),
-        ("{on: [corrupt], command: [notify], timeout: 2h}", "hooks[0].timeout", "at most 1h"),
+        ("{on: [corrupt], command: [notify], timeout: 0s}", "hooks[0].timeout", "0.01s and 1h"),
+        ("{on: [corrupt], command: [notify], timeout: 2h}", "hooks[0].timeout", "0.01s and 1h"),
         ("{on: [corrupt], command: [notify], shell: true}", "hooks[0].shell", "unknown key"),
     ],
 )

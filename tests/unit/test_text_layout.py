@@ -238,7 +238,8 @@ def test_show_prints_the_training_config_without_float32_noise() -> None:
     assert "0.0010000000474974513" not in text and "0.23000000417232513" not in text
     assert "learning rate 0.001" in text and "metric val_loss = 0.23 (filename)" in text
     assert "training config loss=mse metrics=[mae] jit_compile=false" in text
-    assert "optimizer config (Adam) learning_rate=0.001" in text and "clipnorm" not in text
+    # The config's learning_rate is the `optimizer` line's: said once; None values not at all.
+    assert "learning_rate" not in text and "clipnorm" not in text
     assert all(line == line.rstrip() for line in text.splitlines())
     assert text.splitlines()[:2] == ["exp1/e.keras", "  root /r"]
 
@@ -303,3 +304,15 @@ def test_metrics_sort_with_val_after_train() -> None:
     assert metric_order(["val_loss", "loss", "val_acc", "acc", "lr"]) == [
         "acc", "val_acc", "loss", "val_loss", "lr",
     ]  # fmt: skip
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from ckpt_daemon.core.name_parts import _precision
+    from ckpt_daemon.core.units import counted
+
+    assert [counted(n, "column") for n in (0, 1, 2)] == ["0 columns", "1 column", "2 columns"]
+    assert counted(1, "entry", "entries") == "1 entry" and counted(3, "entry", "entries")[2:] == (
+        "entries"
+    )
+    assert _precision("0.5") == "rounded to 1 place" and _precision("0.25") == "rounded to 2 places"
+    assert _precision("1.5e-03") == "rounded to 1 decimal in scientific notation"
