@@ -84,6 +84,7 @@ class Workspace:
     truths: dict[str, int] = field(default_factory=dict)  # sha256 of a generation -> its number
     written: int = 0
     excused: set[int] = field(default_factory=set)  # overwritten by the trainer before kept
+    lost: set[int] = field(default_factory=set)  # found lost (counted once each)
 
     @property
     def root(self) -> Path:
@@ -186,8 +187,10 @@ def check(ws: Workspace, counts: Counter[str], notes: list[str], *, settled: boo
         lost = sorted(
             n for digest, n in list(ws.truths.items()) if digest not in held and n not in ws.excused
         )
-        counts["lost"] += len(lost)
-        notes += [f"lost: generation {n}" for n in lost]
+        new = [n for n in lost if n not in ws.lost]  # each generation counted once
+        ws.lost.update(new)
+        counts["lost"] += len(new)
+        notes += [f"lost: generation {n}" for n in new]
         _catalog(ws, counts, notes)
         left = temps(ws.root)
         counts["leftover_temp"] += len(left)
@@ -335,7 +338,8 @@ def capture_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> A
         check(ws, act.counts, act.notes, settled=False)
         daemon = Daemon(ws)
         daemon.ready()
-        if not wait_kept(ws, ws.written, START_DEADLINE):
+        if not wait_kept(ws, ws.written, START_DEADLINE) and ws.written not in ws.lost:
+            ws.lost.add(ws.written)
             act.counts["lost"] += 1
             act.notes.append(f"trial {trial}: generation {ws.written} not kept after the restart")
         if trial % 10 == 9:
