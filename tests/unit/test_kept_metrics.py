@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_daemon.core.kept_metrics import as_record, keep_recorded, record_of
@@ -73,6 +73,7 @@ names = st.sampled_from(["loss", "val_loss", "accuracy", "val_accuracy", "lr"])
 sources = st.sampled_from([CSV, "json:exp/m.json", "tensorboard:exp/logs", "filename", "sidecar"])
 
 
+@settings(deadline=None)  # a loaded 2-core machine: no time limit per example
 @given(
     st.dictionaries(names, st.tuples(finite, sources)),
     st.dictionaries(names, st.tuples(finite, st.sampled_from([CSV, "tensorboard:exp/logs"]))),
@@ -100,6 +101,7 @@ def test_a_recorded_log_value_is_never_lost_unless_a_sidecar_says_otherwise(
     assert len(notes) == len(disagreeing)
 
 
+@settings(deadline=None)
 @given(st.lists(st.tuples(names, st.floats(width=32), sources), unique_by=lambda t: t[0]))
 def test_a_record_round_trips_through_json_keeping_only_logged_values(
     values: list[tuple[str, float, str]],
