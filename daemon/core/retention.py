@@ -58,6 +58,7 @@ from datetime import UTC, datetime
 
 from .errors import UsageError
 from .model import CheckpointStatus
+from .moments import Moment, progress_key, training_moments
 from .query import default_mode
 from .units import format_size
 
@@ -222,14 +223,6 @@ def _age(item: Item) -> tuple[float, int]:
     return (item.mtime, item.id)
 
 
-def progress_key(item: Item) -> tuple[float, float, float, int]:
-    """How far along its run a checkpoint is: epoch, step, then mtime and id; an unknown epoch
-    or step sorts after every known one (never older than it might be). See the module doc."""
-    epoch = math.inf if item.epoch is None else item.epoch
-    step = math.inf if item.step is None else item.step
-    return (epoch, step, item.mtime, item.id)
-
-
 def newest(ok: Sequence[Item]) -> dict[int, str]:
     """{id: reason} of the checkpoints protected as a run's newest among `ok` ones: the
     furthest along by `progress_key`, and the last written (mtime) if that is another one.
@@ -300,57 +293,6 @@ def _keep_every(moments: list[Moment], n: int) -> Iterator[tuple[int, int, str]]
                 yield from moment.reasons(LOOSE, "every epoch" if n == 1 else f"every {n} epochs")
         elif moment.step is not None and moment.step % n == 0:
             yield from moment.reasons(LOOSE, "every step" if n == 1 else f"every {n} steps")
-
-
-@dataclass(frozen=True)
-class Moment:
-    """One point of a run's training and every ok checkpoint saved at it (`model-008.keras`,
-    `w-08.weights.h5` and `best.h5` all written at the end of epoch 8): `keep_last`,
-    `keep_every` and `keep_within` count moments, so they keep all of its files or none."""
-
-    epoch: int | None
-    step: int | None
-    items: tuple[Item, ...]
-
-    def reasons(self, tier: int, reason: str) -> Iterator[tuple[int, int, str]]:
-        if len(self.items) > 1:  # say why a file is kept beside others of its moment
-            where = f"epoch {self.epoch}" if self.epoch is not None else f"step {self.step}"
-            reason = f"{reason} ({where}: {len(self.items)} files)"
-        return ((item.id, tier, reason) for item in self.items)
-
-
-def training_moments(ok: Sequence[Item]) -> list[Moment]:
-    """The run's training moments, furthest along first (by the `progress_key` of their
-    furthest file). A file is at moment (epoch, step); within an epoch a file without a step
-    is at the epoch's last known step (an epoch-end save beside one that records the step);
-    a file with neither epoch nor step is a moment of its own (its progress is unknown)."""
-    last_step: dict[int, int] = {}
-    for item in ok:
-        if item.epoch is not None and item.step is not None:
-            last_step[item.epoch] = max(item.step, last_step.get(item.epoch, item.step))
-    groups: dict[tuple[object, ...], list[Item]] = {}
-    for item in ok:
-        if item.epoch is not None:
-            step = last_step.get(item.epoch) if item.step is None else item.step
-            key: tuple[object, ...] = ("epoch", item.epoch, step)
-        elif item.step is not None:
-            key = ("step", item.step)
-        else:
-            key = ("unknown", item.id)
-        groups.setdefault(key, []).append(item)
-    moments = [
-        Moment(
-            items[0].epoch,
-            None if items[0].epoch is None and items[0].step is None else _step_of(items),
-            tuple(sorted(items, key=progress_key, reverse=True)),
-        )
-        for items in groups.values()
-    ]
-    return sorted(moments, key=lambda m: progress_key(m.items[0]), reverse=True)
-
-
-def _step_of(items: list[Item]) -> int | None:
-    return max((item.step for item in items if item.step is not None), default=None)
 
 
 def _period(kind: str, mtime: float) -> str:

@@ -275,10 +275,8 @@ def _version_updates(
                 continue
             epoch, step = found
             at_epoch = logs.by_epoch.get(epoch, {}) if epoch is not None else {}
-            entry = next(
-                (g for g in row.details.get("generations") or [] if g.get("hash") == kept.hash),
-                None,
-            )
+            entries = [g for g in row.details.get("generations") or [] if isinstance(g, dict)]
+            entry = next((g for g in entries if g.get("hash") == kept.hash), None)
             recorded = record_of(entry) if entry and entry.get("epoch") == epoch else {}
             if not at_epoch and not recorded:
                 continue  # no log of that epoch: it keeps what it had when it was current

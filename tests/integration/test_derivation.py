@@ -90,3 +90,39 @@ def test_our_own_rewrite_keeps_the_generation(tmp_path: Path, catalog_url: str) 
     store.record_rewrite(ckpt, stat=FileStat(80, 2000, 8), digest="zstd", codec="zstd")
     generations = store.get(str(ckpt)).details["generations"]
     assert [(g["generation"], g["hash"]) for g in generations] == [(1, "zstd")]
+
+
+def test_a_rewritten_log_never_erases_a_generations_metrics(
+    tmp_path: Path, catalog_url: str
+) -> None:
+    """Issue 21: a resumed job's CSVLogger (append=False) rewrites the log from the resumed epoch
+    on. What each checkpoint's generation recorded stays; a later log that disagrees about an
+    epoch is a new generation of the log: the checkpoint keeps the values it was written with,
+    with a note; new bytes of the file take the log as it is."""
+    store, run = _setup(tmp_path, catalog_url)  # epochs 1-4: val_loss 2/e
+    for epoch in (1, 2, 3):
+        _record(store, run.root.path, f"model.{epoch:02d}.keras", f"m{epoch}", 5 * epoch, epoch)
+    refresh_run(store, run, [], other_runs=(), at=AT)
+    # Killed after epoch 1's save, resumed from epoch 1: epochs 2 and 3 logged again, 2 anew.
+    rows = [
+        {"epoch": 1, "loss": 0.9, "val_loss": 0.75},
+        {"epoch": 2, "loss": 1 / 3, "val_loss": 2 / 3},
+    ]
+    (run.folder / "training.log").write_text(keras_csv(rows), newline="")
+    refresh_run(store, run, [], other_runs=(), at=AT)
+    by_name = {Path(m.path).name: m for m in store.run_members(str(run.root.path), "run")}
+    one, two, three = (by_name[f"model.{e:02d}.keras"] for e in (1, 2, 3))
+    assert one.metrics["val_loss"] == (2.0 / 1, "csv:run/training.log")  # gone from the log
+    assert two.metrics["val_loss"] == (2.0 / 2, "csv:run/training.log")  # the log disagrees
+    assert any(
+        "run/training.log was rewritten: epoch 2 val_loss 1 kept" in n and "now says 0.75" in n
+        for n in two.details["notes"]
+    ), two.details["notes"]
+    assert three.metrics["val_loss"] == (2 / 3, "csv:run/training.log")  # the log agrees
+    assert not any("rewritten" in n for n in three.details["notes"])
+    # The resumed job saves epoch 2 again: new bytes, recorded afresh from the log as it is.
+    _record(store, run.root.path, "model.02.keras", "m2-resumed", 10, 5)
+    refresh_run(store, run, [], other_runs=(), at=AT)
+    again = {Path(m.path).name: m for m in store.run_members(str(run.root.path), "run")}
+    assert again["model.02.keras"].metrics["val_loss"] == (0.75, "csv:run/training.log")
+    assert again["model.01.keras"].metrics["val_loss"] == (2.0, "csv:run/training.log")

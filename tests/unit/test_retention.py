@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_daemon.core.errors import UsageError
@@ -749,6 +749,7 @@ def test_a_step_less_file_joins_its_epochs_last_step_and_unknown_progress_stands
     assert result[1] == result[2] == ("last #5 (epoch 1: 2 files)",)
 
 
+@settings(deadline=None)  # a loaded 2-core machine: no time limit per example
 @given(runs, st.integers(1, 6))
 def test_keep_last_keeps_whole_moments_and_exactly_n_of_them(items: list[Item], n: int) -> None:
     ok = [i for i in items if i.status == "ok"]
