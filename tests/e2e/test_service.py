@@ -25,7 +25,7 @@ ZIP_CKPT = "k3/run_zip/e01-vl1.683.keras"
 
 
 def listed(ws: Workspace) -> dict[str, dict[str, Any]]:
-    return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list")}
+    return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list", "--all")}
 
 
 def catalog_paths(ws: Workspace) -> set[str]:
