@@ -78,7 +78,9 @@ def screenshot(ws: Workspace, socket: str, folder: Path, width: int, *args: str)
     name = f"s{next(_sessions)}"
     ckpt = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
     script = f"cd {shlex.quote(str(ws.base))} && {shlex.join(ckpt)} 2>&1; echo {END}; sleep 600"
-    tmux = [TMUX, "-L", socket, "-f", "/dev/null"]
+    # A server of its own per screen: a server exits with its last session, and a session
+    # asked of one that is exiting fails ("server exited unexpectedly").
+    tmux = [TMUX, "-L", f"{socket}-{name}", "-f", "/dev/null"]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     subprocess.run(
         [*tmux, "new-session", "-d", "-s", name, "-x", str(width), "-y", "50", script],
@@ -94,7 +96,7 @@ def screenshot(ws: Workspace, socket: str, folder: Path, width: int, *args: str)
             time.sleep(0.2)
         joined = _capture(tmux, name, join=True)
     finally:
-        subprocess.run([*tmux, "kill-session", "-t", name], capture_output=True, check=False)
+        subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
     screen = text.split(END)[0].rstrip("\n") + "\n"
     (folder / f"screen-{width}-{'_'.join(args)[:60].replace('/', '_')}.txt").write_text(screen)
     assert END in text, f"`ckpt {' '.join(args)}` did not finish in time:\n{screen}"
