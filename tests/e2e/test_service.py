@@ -290,6 +290,11 @@ def test_serve_once_reconciles_and_exits(tmp_path: Path, keras_checkpoints: Path
 
 
 def test_status_when_no_daemon_ever_ran(workspace: Workspace) -> None:
+    catalog = workspace.base / "state" / "catalog.db"
+    none = workspace.json("status")  # no catalog yet: said, and none created
+    assert none["running"] is False and none["reason"].startswith(f"no catalog at {catalog}")
+    assert not catalog.exists()
+    workspace.run("scan")
     doc = workspace.json("status")
     assert doc["running"] is False and doc["reason"] == "no daemon has run against this catalog"
     assert {
