@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .core.errors import NotFound, UsageError
-from .core.model import Checkpoint, Run
+from .core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
 from .core.progress import OnProgress
 from .core.query import (
     Condition,
@@ -104,11 +104,13 @@ class Catalog:
         status: str | None = None,
         kind: str | None = None,
         versions: bool = False,
+        every_row: bool = False,
     ) -> builtins.list[Checkpoint]:
         """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings. The
         checkpoints themselves: without `status`, not the rows of files trashed, purged or
         removed by their trainer; without `versions`, not the kept versions of rewritten files
-        (each file's `versions_kept` counts them; `versions=True` lists them as rows too)."""
+        (each file's `versions_kept` counts them; `versions=True` lists them as rows too).
+        `every_row`: versions and the rows of files no longer on disk too (all but standby)."""
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,
@@ -119,9 +121,17 @@ class Catalog:
             sort=sort,
             descending=desc,
             limit=limit,
-            versions=versions or status is not None,  # a status names every row of it
-            off_disk=False,
+            versions=versions or every_row or status is not None,  # a status: every row of it
+            off_disk=every_row,
         )
+        for option, value, known in (
+            ("--status", status, CheckpointStatus),
+            ("--format", format, Format),
+            ("--kind", kind, Kind),
+        ):
+            if value is not None and value not in {v.value for v in known}:
+                names = ", ".join(v.value for v in known)
+                raise UsageError(f"{option} {value!r}: not one of {names}")
         source = self._reads or self._store
         for what, key in metric_keys(query):
             if not source.has_metric(key):

@@ -101,6 +101,12 @@ def check_url(url: str) -> None:
         )
 
 
+def check_options(url: str) -> None:
+    """Refuse (exit 2) a URL whose query options the driver cannot take, connecting nowhere
+    (an engine connects on first use): said before anything else is said of the catalog."""
+    _create_engine(url).dispose()
+
+
 def _create_engine(url: str, **options: Any) -> Engine:
     try:
         return create_engine(url, **options)

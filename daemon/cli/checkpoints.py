@@ -112,6 +112,12 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     help="List the kept versions of rewritten files as rows too (without it, each file's "
     "VERSIONS column counts them).",
 )
+@click.option(
+    "--all",
+    "every_row",
+    is_flag=True,
+    help="Every row: kept versions, and files trashed, purged or removed by their trainer.",
+)
 @click.option("--kind", help="Only this kind: full, weights.")
 @click.option(
     "--where",
@@ -149,6 +155,7 @@ def list_command(
     status: str | None,
     kind: str | None,
     versions: bool,
+    every_row: bool,
     where: tuple[str, ...],
     sort: str,
     desc: bool,
@@ -184,6 +191,7 @@ def list_command(
             status=status,
             kind=kind,
             versions=versions,
+            every_row=every_row,
         )
     if as_json:
         emit_json_rows(documents.list_rows(rows))

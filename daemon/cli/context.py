@@ -59,6 +59,7 @@ class Context:
         from ..catalog import db
 
         db.check_url(self.config().database)  # a bad URL is said as such, first
+        db.check_options(self.config().database)
         from ..settings import locations
         from ..settings.config import BUILT_IN
 

@@ -317,6 +317,6 @@ def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> Non
             emit_json(documents.log(events))
             return
         roots = [str(root.path) for root in cat.config.roots]
-    from .tables import LOG_COLUMNS, log_rows
+    from .tables import log_columns, log_rows
 
-    table(LOG_COLUMNS, log_rows(events, roots))
+    table(log_columns(events), log_rows(events, roots))

@@ -88,9 +88,13 @@ def list_table(
 
 
 def _path_floor(rows: Sequence[Checkpoint]) -> int:
-    """The narrowest PATH before other columns go: the longest file name with `…/`, within
-    16 and the column's usual 32."""
-    longest = max((len(c.path) - c.path.rfind("/") - 1 for c in rows), default=0)
+    return path_floor([c.path for c in rows])
+
+
+def path_floor(paths: Sequence[str]) -> int:
+    """The narrowest a PATH column gets before other columns go: the longest file name with
+    `…/` (a path is cut down to its file name, never into it), within 16 and 32."""
+    longest = max((len(p) - p.rfind("/") - 1 for p in paths), default=0)
     return max(HARD_FLOOR, min(LIST_COLUMNS["path"].min_width, longest + 2))
 
 
@@ -244,6 +248,12 @@ LOG_COLUMNS = [
     Column("NODE", cut="right", min_width=6, shrink_first=True),
     Column("REASON", cut="right", min_width=8, shrink_first=True),  # cut before the path
 ]
+
+
+def log_columns(events: Sequence[dict[str, Any]]) -> list[Column]:
+    """LOG_COLUMNS, its PATH cut down to the file names before the reason is left out."""
+    floor = path_floor([e["path"] for e in events if e["path"]])
+    return [replace(c, min_width=floor) if c.header == "PATH" else c for c in LOG_COLUMNS]
 
 
 def log_rows(events: Sequence[dict[str, Any]], roots: Sequence[str]) -> list[list[str]]:

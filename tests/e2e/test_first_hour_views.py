@@ -178,6 +178,21 @@ def test_every_metric_option_refuses_a_typo(ws: Workspace, args: tuple[str, ...]
     assert "val_los" in said and "val_loss" in said
 
 
+@pytest.mark.parametrize(
+    ("option", "typo", "known"),
+    [
+        ("--status", "trashd", "trashed"),
+        ("--format", "keras", "keras-v3-zip"),
+        ("--kind", "ful", "full"),
+    ],
+)
+def test_a_misspelt_filter_value_names_the_values(
+    ws: Workspace, option: str, typo: str, known: str
+) -> None:
+    said = refused(ws, "list", option, typo)
+    assert repr(typo) in said and known in said
+
+
 def test_every_dry_run_says_what_it_would_do(ws: Workspace) -> None:
     nothing_due = ws.run("trash", "purge", "-n")  # e01 was trashed seconds ago: not due
     assert "nothing to purge" in nothing_due.stdout and "1 " in nothing_due.stdout

@@ -138,8 +138,8 @@ def scan(ws: Workspace) -> Any:
 
 
 def rows(ws: Workspace, *args: str) -> dict[str, dict[str, Any]]:
-    """`ckpt list --json` by path relative to the root."""
-    return {os.path.relpath(r["path"], ws.root): r for r in ws.json("list", *args)}
+    """`ckpt list --all --json` (every row) by path relative to the root."""
+    return {os.path.relpath(r["path"], ws.root): r for r in ws.json("list", "--all", *args)}
 
 
 def relative(ws: Workspace, paths: list[str]) -> set[str]:

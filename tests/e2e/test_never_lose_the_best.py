@@ -128,5 +128,5 @@ def test_the_best_survives_a_preempted_save_best_only_run(tmp_path: Path, framew
     # Resuming: the newest training state is the best file itself, not one of its versions.
     latest = ws.run("latest", "--run", run, "--resumable").stdout.strip()
     assert latest == str(best)
-    listed = ws.json("list", "--run", run)
+    listed = ws.json("list", "--run", run, "--versions")
     assert sorted(c["generation"] for c in listed if c["version_of"]) == [1, 2]

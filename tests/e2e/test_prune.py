@@ -25,7 +25,8 @@ def zips(workspace: Workspace, keras_checkpoints: Path) -> Workspace:
 
 
 def rows(ws: Workspace) -> dict[str, dict[str, Any]]:
-    return {Path(r["path"]).name: r for r in ws.json("list")}
+    """Every row by file name: `ckpt list` shows the files on disk, `--status` the others."""
+    return {Path(r["path"]).name: r for r in ws.json("list", "--all")}
 
 
 def prune(ws: Workspace, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

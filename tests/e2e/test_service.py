@@ -25,7 +25,7 @@ ZIP_CKPT = "k3/run_zip/e01-vl1.683.keras"
 
 
 def listed(ws: Workspace) -> dict[str, dict[str, Any]]:
-    return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list")}
+    return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list", "--all")}
 
 
 def catalog_rows(ws: Workspace, query: str) -> list[Any]:
@@ -323,6 +323,11 @@ def test_serve_once_reconciles_and_exits(tmp_path: Path, keras_checkpoints: Path
 
 
 def test_status_when_no_daemon_ever_ran(workspace: Workspace) -> None:
+    catalog = workspace.base / "state" / "catalog.db"
+    none = workspace.json("status")  # no catalog yet: said, and none created
+    assert none["running"] is False and none["reason"].startswith(f"no catalog at {catalog}")
+    assert not catalog.exists()
+    workspace.run("scan")
     doc = workspace.json("status")
     assert doc["running"] is False and doc["reason"] == "no daemon has run against this catalog"
     assert {

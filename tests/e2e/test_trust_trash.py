@@ -35,7 +35,7 @@ def catalog(ws: Workspace) -> sqlite3.Connection:
 
 
 def by_name(ws: Workspace) -> dict[str, dict[str, Any]]:
-    return {Path(r["path"]).name: r for r in ws.json("list")}
+    return {Path(r["path"]).name: r for r in ws.json("list", "--all")}
 
 
 def cli(ws: Workspace, *args: str) -> list[str]:
@@ -119,7 +119,7 @@ def test_a_pin_acknowledged_during_a_prune_is_never_trashed(
         assert pinner.returncode == 0, pin_err
         assert pruner.returncode in (0, 3), prune_err
         acknowledged = [json.loads(line) for line in pin_out.splitlines()]
-        status = {r["id"]: r for r in workspace.json("list", "--run", run)}
+        status = {r["id"]: r for r in workspace.json("list", "--all", "--run", run)}
         for ack in acknowledged:
             if ack["status"] == "ok":  # acknowledged as a pin of a live checkpoint
                 assert status[ack["id"]]["status"] == "ok", (ack, prune_out)
@@ -143,7 +143,7 @@ def test_purge_never_deletes_a_pinned_trashed_checkpoint(zips: Workspace) -> Non
     done = zips.json("trash", "purge", "--older-than", "0s")
     assert [Path(p["path"]).name for p in done["purged"]] == [FILES[1]]
     assert all(Path(p).exists() for p in pinned["paths"])
-    rows = {r["id"]: r for r in zips.json("list")}
+    rows = {r["id"]: r for r in zips.json("list", "--all")}
     assert rows[pinned["id"]]["status"] == "trashed" and rows[pinned["id"]]["pinned"] is True
     zips.run("trash", "restore", str(pinned["id"]))
     assert (zips.root / RUN / FILES[0]).exists()
@@ -211,7 +211,7 @@ def test_a_new_file_at_a_trashed_path_keeps_the_trash_record(zips: Workspace) ->
     items = {Path(t["path"]).name: t for t in zips.json("trash", "list")}
     assert set(items) == {FILES[0], FILES[1]}
     assert Path(items[FILES[0]]["paths"][0]).read_bytes() == original
-    listed = [r for r in zips.json("list") if r["path"] == str(path)]
+    listed = [r for r in zips.json("list", "--all") if r["path"] == str(path)]
     assert sorted(r["status"] for r in listed) == ["ok", "trashed"]
     refused = zips.run("trash", "restore", str(path), check=False)
     assert refused.returncode in (2, 3), refused.stderr
@@ -221,7 +221,7 @@ def test_a_new_file_at_a_trashed_path_keeps_the_trash_record(zips: Workspace) ->
     zips.run("trash", "restore", str(path))
     assert path.read_bytes() == original
     zips.run("scan")
-    live = [r for r in zips.json("list") if r["path"] == str(path) and r["status"] == "ok"]
+    live = [r for r in zips.json("list", "--all") if r["path"] == str(path) and r["status"] == "ok"]
     assert len(live) == 1
     assert len(zips.json("trash", "list")) == 1
 
@@ -292,7 +292,7 @@ def test_a_killed_prune_leaves_no_lease_and_no_planned_event(
     events = workspace.json("log", "--run", run, "--limit", "1000")
     states = {e["state"] for e in events if e["action"] == "trash"}
     assert states <= {"done", "abandoned"}, states
-    rows = workspace.json("list", "--run", run)
+    rows = workspace.json("list", "--all", "--run", run)
     assert sorted(r["status"] for r in rows).count("ok") == 1
     trash = {t["id"]: t for t in workspace.json("trash", "list")}
     for row in rows:  # every checkpoint is where the catalog says
@@ -372,4 +372,4 @@ def test_migration_0002_keeps_every_row_both_ways(zips: Workspace) -> None:
     assert counts() == before
     with catalog(zips) as conn:
         assert {"host", "pid"} <= {r[1] for r in conn.execute("PRAGMA table_info(leases)")}
-    assert sorted(r["status"] for r in zips.json("list")) == ["ok", "trashed", "trashed"]
+    assert sorted(r["status"] for r in zips.json("list", "--all")) == ["ok", "trashed", "trashed"]
