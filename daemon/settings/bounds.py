@@ -56,6 +56,11 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
         )
         for key in ("min_free", "roots[].min_free")
     },
+    # The free space our own copies leave to the trainers (core.space_reserve).
+    "versions.reserve": (
+        Bound("size", 2**20, MAX_SIZE, why="a reserve below 1 MiB leaves a trainer nothing"),
+        Bound("percent", 0.01, 99, why="of the filesystem"),
+    ),
     **{f"retention.{k}": (_COUNT,) for k in ("keep_last", "keep_every", "keep_hourly")},
     **{f"retention.{k}": (_COUNT,) for k in ("keep_daily", "keep_weekly", "keep_best[].n")},
     "retention.keep_within": (Bound("duration", 1, MAX_DURATION),),

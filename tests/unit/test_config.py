@@ -131,8 +131,9 @@ NUMERIC_FIELDS = {
     ("KeepBest", "n"): "retention.keep_best[].n",
     ("Hook", "timeout"): "hooks[].timeout",
     ("Listen", "port"): "service.metrics_listen",
-    ("MinFree", "bytes"): "min_free roots[].min_free",  # the top-level one and each root's
-    ("MinFree", "percent"): "min_free roots[].min_free",
+    # the top-level one, each root's, and the reserve of our own copies
+    ("MinFree", "bytes"): "min_free roots[].min_free versions.reserve",
+    ("MinFree", "percent"): "min_free roots[].min_free versions.reserve",
 }
 
 

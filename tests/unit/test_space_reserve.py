@@ -88,7 +88,7 @@ def test_versions_reserve_is_read_and_checked() -> None:
         base + "versions: {reserve: 10%}\n", base=Path("/srv"), source="t"
     ).versions.reserve
     assert got == MinFree(percent=10.0)
-    for bad, reason in (("lots", "size"), ("150%", "percentage"), ("0", "more than 0")):
+    for bad, reason in (("lots", "size"), ("150%", "between 0.01% and 99%"), ("0", "1 MiB")):
         with pytest.raises(ConfigError) as info:
             config.parse(base + f"versions: {{reserve: '{bad}'}}\n", base=Path("/srv"), source="t")
         assert info.value.key == "versions.reserve"
