@@ -12,7 +12,6 @@ for the bytes a name is stored as).
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 from ..core.errors import NameTooLong
@@ -35,6 +34,8 @@ def bounded(head: str, name: str, tail: str = "") -> str:
     if byte_length(whole) <= NAME_MAX:
         return whole
     raw = os.fsencode(name)
+    import hashlib  # only for a name too long to keep whole: not at CLI start
+
     digest = hashlib.blake2s(raw, digest_size=_HASH_CHARS // 2).hexdigest()
     room = NAME_MAX - byte_length(head) - byte_length(tail) - len(digest) - 1
     end = raw[len(raw) - max(room, 0) :]

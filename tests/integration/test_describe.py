@@ -282,7 +282,7 @@ def test_card_is_created_trashed_and_restored_with_its_artifact(
         card = card_path(result.path)
         assert card.name == "e01-vl1.683.inference.md"
         text = card.read_text()
-        assert text.startswith("# Model card: k3/run\\_zip/e01-vl1.683.inference.keras")
+        assert text.startswith("# Model card: k3/run_zip/e01-vl1.683.inference.keras")
         assert "inference artifact" in text and "keras.models.load_model" in text
         kinds = {a["kind"]: a for a in cat.get(c.id).details["artifacts"]}
         assert kinds["card"]["path"] == str(card) and kinds["card"]["hash"]
