@@ -30,6 +30,7 @@ def test_sighup_with_a_new_template_rederives_the_run(tmp_path: Path, keras_chec
     shutil.copy2(keras_checkpoints / ZIP_CKPT, target)
     daemon = Daemon(ws)
     try:
+        daemon.wait_for_log("event=ready", timeout=120)  # its catalog exists: reads never make one
         daemon.wait_until(lambda: _row(ws, target) is not None, 60, "the checkpoint indexed")
         before = _row(ws, target)
         assert before is not None
