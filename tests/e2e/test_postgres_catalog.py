@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 
 def listed(ws: Workspace, url: str) -> dict[str, dict[str, Any]]:
-    doc = json.loads(ws.run("--db", url, "list", "--json").stdout)
+    doc = json.loads(ws.run("--db", url, "list", "--all", "--json").stdout)
     return {Path(r["path"]).name: r for r in doc}
 
 

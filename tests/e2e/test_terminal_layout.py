@@ -226,7 +226,7 @@ def test_runs_log_show_and_verify_fit(ws: Workspace, tmux_server: str, tmp_path:
     assert NOISY_LR not in show and "metric lr = 0.001" in show, show
     assert "(csv:ablation_study" in show and "checkpoints/training.log" in show, show
     assert "training config loss=" in show and "optimizer config (Adam)" in show, show
-    assert "learning_rate=0.001953125" in show, show  # 2**-9: exact, every digit kept
+    assert "learning rate 0.001953125" in show, show  # 2**-9: exact, every digit kept (once)
 
     verify = screenshot(ws, tmux_server, tmp_path, "verify", str(shown["id"]))
     fits(verify)
