@@ -111,7 +111,7 @@ def driver(out: Path) -> None:
 
         if job.returncode == 0:
             _wait(caught_up, "the last checkpoint indexed and free space above min_free")
-        results["list"] = _json([*ckpt, "list", "--json"])
+        results["list"] = _json([*ckpt, "list", "--all", "--json"])
         results["log"] = _json([*ckpt, "log", "--json"])
         results["status"] = _json([*ckpt, "status", "--json"])
         results["status_text"] = subprocess.run(
