@@ -370,7 +370,7 @@ def test_the_store_and_the_fast_path_send_the_same_sql(sqlite_catalog: str, tmp_
 
     from sqlalchemy import event
 
-    from ckpt_daemon.catalog.read_sql import SQLITE
+    from ckpt_daemon.catalog.dbapi_reads import SQLITE
 
     url = f"sqlite:///{tmp_path / 'copy.db'}"
     copy_catalog(sqlite_catalog, url)
