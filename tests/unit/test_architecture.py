@@ -159,28 +159,6 @@ def test_layers_import_only_the_layers_below_them() -> None:
                 assert dest in MAY_IMPORT[source], f"{name} imports {target}"
 
 
-# The use-case ring of issue 22 (item 4): `indexer -> recovery -> versions -> indexer`,
-# `indexer -> artifacts -> recovery`, and through the space reservation a version copy takes
-# (`versions -> space_reserve -> disk_guard/pruner -> recovery`). The rail branch (r-rail) removes
-# it while this test lands; these are exactly its edges today, so any other cycle fails. The lead
-# deletes this set after merging r-rail (the test then holds the whole package to no cycle).
-CYCLES_REMOVED_BY_THE_RAIL_BRANCH = {
-    ("usecases.artifacts", "usecases.recovery"),
-    ("usecases.disk_guard", "usecases.pruner"),
-    ("usecases.disk_guard", "usecases.recovery"),
-    ("usecases.indexer", "usecases.artifacts"),
-    ("usecases.indexer", "usecases.recovery"),
-    ("usecases.indexer", "usecases.versions"),
-    ("usecases.pruner", "usecases.artifacts"),
-    ("usecases.pruner", "usecases.recovery"),
-    ("usecases.recovery", "usecases.versions"),
-    ("usecases.space_reserve", "usecases.disk_guard"),
-    ("usecases.space_reserve", "usecases.pruner"),
-    ("usecases.versions", "usecases.indexer"),
-    ("usecases.versions", "usecases.space_reserve"),
-}
-
-
 def lazy_commands() -> set[str]:
     """The command modules `cli.group` imports by name (`COMMANDS`, "module:attribute")."""
     for node in ast.walk(modules()["cli.group"]):
@@ -242,7 +220,7 @@ def test_no_import_cycle_counting_imports_inside_functions() -> None:
     unexplained = []
     for component in strongly_connected(graph):
         edges = {(a, b) for a in component for b in graph[a] & component}
-        if edges - CYCLES_REMOVED_BY_THE_RAIL_BRANCH:
+        if edges:
             unexplained.append(" ".join(f"{a}->{b}" for a, b in sorted(edges)))
     assert not unexplained, "import cycles:\n" + "\n".join(unexplained)
 
