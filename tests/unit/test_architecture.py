@@ -126,7 +126,7 @@ def ours(module: str, tree: ast.Module, *, top_level_only: bool = False) -> set[
     """Our modules that `module` imports (relative imports resolved)."""
     is_package = (PACKAGE / module.replace(".", "/") / "__init__.py").exists()
     here = module.split(".") if is_package else module.split(".")[:-1]
-    if module in ("__init__", "__main__", "api", "logs"):
+    if module in ("__init__", "__main__", "logs"):
         here = []
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found = set()
