@@ -27,6 +27,7 @@ from tests.support import (
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
 from tests.support.postgres import PostgresServer, start_server
+from tests.support.schedule import longest_first
 from tests.support.shared_fixtures import session_root
 from tests.support.torch_runs import session_torch_files
 from tests.support.training_runs import session_training_runs
@@ -43,6 +44,11 @@ def pytest_configure(config: pytest.Config) -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     settings.load_profile("ckpt")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, for the xdist workers (tests/support/schedule.py)."""
+    longest_first(items)
 
 
 @pytest.fixture(scope="session")
