@@ -26,6 +26,7 @@ from tests.support import (
 )
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
+from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
 from tests.support.schedule import longest_first
 from tests.support.shared_fixtures import session_root
@@ -70,6 +71,15 @@ def torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     child processes): `plain/` with `plain-truth.json`, `pl/` (a Lightning run) with
     `pl/lightning-truth.json`. `CKPT_TORCH_FIXTURES` names a folder of them to reuse."""
     return session_torch_files(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def hf_runs() -> Path:
+    """Real Hugging Face folders (tests/support/hf_runs.py, written in a child): a Trainer run's
+    `trainer/out/checkpoint-N/`, `pretrained/`, `sharded/`, `sharded-bin/`, with `hf-truth.json`.
+    Generated once per content of that script into `$CKPT_HF_FIXTURES` (default: the system temp
+    folder's `ckpt-hf-fixtures/`), and read-only for tests: copy before changing anything."""
+    return session_hf_runs()
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "daemon_ws",
     "training_runs",
     "torch_files",
+    "hf_runs",  # a real transformers Trainer run, in a child
     "postgres",  # starts a PostgreSQL server; the two below may ask it for a database
     "catalog_url",
     "empty_catalog_url",
