@@ -5,6 +5,7 @@ export, describe, compress, verify. Each runs the use case the `ckpt` command ru
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,16 +74,24 @@ class CatalogActs(CatalogReads):
         """Put a kept generation of the rewritten file `path` back at `path` (by generation
         `version`, or the newest kept one of `epoch`); its current generation is kept first.
         Returns the file's row, re-indexed."""
-        from ..usecases import versions
+        from ..usecases import indexer, versions
 
-        return versions.restore_version(
+        who, absolute = actor or _actor(), os.path.abspath(self.ref(path))
+
+        def index(file: Path) -> None:
+            indexer.scan(self.config, self._store, [file], actor=who, reconcile=False)
+
+        versions.restore_version(
             self.config,
             self._store,
-            self.ref(path),
+            absolute,
             generation=version,
             epoch=epoch,
-            actor=actor or _actor(),
+            actor=who,
+            index=index,
         )
+        index(Path(absolute))  # the row then describes the generation put back
+        return self._store.get(absolute)
 
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
         from ..usecases import pruner

@@ -35,7 +35,8 @@ import h5py
 from ..core.errors import Changed, NotFound, UsageError, VerifyFailed
 from ..core.model import FileStat, Format
 from ..formats import hdf5, window
-from ..formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
+from ..formats.detect import read_checkpoint, refuse_outside_references
+from ..formats.file_detect import ZIP_MAGIC
 from ..fs import fsops, temp_names
 from ..fs.hashing import hash_files
 from . import bounds

@@ -159,28 +159,6 @@ def test_layers_import_only_the_layers_below_them() -> None:
                 assert dest in MAY_IMPORT[source], f"{name} imports {target}"
 
 
-# The use-case ring of issue 22 (item 4): `indexer -> recovery -> versions -> indexer`,
-# `indexer -> artifacts -> recovery`, and through the space reservation a version copy takes
-# (`versions -> space_reserve -> disk_guard/pruner -> recovery`). The rail branch (r-rail) removes
-# it while this test lands; these are exactly its edges today, so any other cycle fails. The lead
-# deletes this set after merging r-rail (the test then holds the whole package to no cycle).
-CYCLES_REMOVED_BY_THE_RAIL_BRANCH = {
-    ("usecases.artifacts", "usecases.recovery"),
-    ("usecases.disk_guard", "usecases.pruner"),
-    ("usecases.disk_guard", "usecases.recovery"),
-    ("usecases.indexer", "usecases.artifacts"),
-    ("usecases.indexer", "usecases.recovery"),
-    ("usecases.indexer", "usecases.versions"),
-    ("usecases.pruner", "usecases.artifacts"),
-    ("usecases.pruner", "usecases.recovery"),
-    ("usecases.recovery", "usecases.versions"),
-    ("usecases.space_reserve", "usecases.disk_guard"),
-    ("usecases.space_reserve", "usecases.pruner"),
-    ("usecases.versions", "usecases.indexer"),
-    ("usecases.versions", "usecases.space_reserve"),
-}
-
-
 def lazy_commands() -> set[str]:
     """The command modules `cli.group` imports by name (`COMMANDS`, "module:attribute")."""
     for node in ast.walk(modules()["cli.group"]):
@@ -242,7 +220,7 @@ def test_no_import_cycle_counting_imports_inside_functions() -> None:
     unexplained = []
     for component in strongly_connected(graph):
         edges = {(a, b) for a in component for b in graph[a] & component}
-        if edges - CYCLES_REMOVED_BY_THE_RAIL_BRANCH:
+        if edges:
             unexplained.append(" ".join(f"{a}->{b}" for a, b in sorted(edges)))
     assert not unexplained, "import cycles:\n" + "\n".join(unexplained)
 
@@ -299,3 +277,156 @@ def test_only_the_cli_prints_or_exits() -> None:
 
 def test_the_rules_know_every_layer() -> None:
     assert {layer(name) for name in modules()} == set(MAY_IMPORT)
+
+
+# The filesystem calls that move, delete or rewrite a checkpoint's files (fs.fsops, its halves
+# fs.fsswap and fs.fsclone). Outside fs/ only the rail makes them, and the writers below, which
+# write an artifact beside a checkpoint or a checkpoint's compressed form over it.
+RAIL = "usecases.rail"
+CHECKPOINT_ACTS = {
+    "fs.fsops": {"move_to_trash", "restore", "purge", "rewrite"},
+    "fs.fsswap": {"publish_new", "replace_if_same"},
+    "fs.fsclone": {"clone_new", "copy_into"},
+}
+# Writer module -> its entry points: each called only inside the rail's `acting_on` block (the
+# run's lease held, the checkpoint re-checked under it, the act audited).
+WRITERS = {
+    "transforms.split": {"split"},
+    "transforms.compress": {"compress"},
+    "transforms.export_json_h5": {"export"},
+    "usecases.describe": {"write_card"},
+}
+
+
+def _imported_names(name: str, tree: ast.Module) -> dict[str, str]:
+    """local name -> our module or `module.function` it stands for, in module `name`."""
+    is_package = (PACKAGE / name.replace(".", "/") / "__init__.py").exists()
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    if name in ("__init__", "__main__", "api", "logs"):
+        here = []
+    found = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        base = here[: len(here) - (node.level - 1)]
+        target = ".".join(base + (node.module.split(".") if node.module else []))
+        for alias in node.names:
+            found[alias.asname or alias.name] = f"{target}.{alias.name}".lstrip(".")
+    return found
+
+
+def _called(node: ast.Call, names: dict[str, str]) -> str | None:
+    """`module.function` a call calls, when it is one of ours imported by name or by module."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return names.get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = names.get(func.value.id)
+        return f"{module}.{func.attr}" if module else None
+    return None
+
+
+def _inside_the_rail(tree: ast.Module, names: dict[str, str]) -> set[int]:
+    """ids of the call nodes inside a `with rail.acting_on(...)` block."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.With):
+            continue
+        if any(
+            isinstance(item.context_expr, ast.Call)
+            and _called(item.context_expr, names) == f"{RAIL}.acting_on"
+            for item in node.items
+        ):
+            for statement in node.body:
+                inside |= {id(n) for n in ast.walk(statement) if isinstance(n, ast.Call)}
+    return inside
+
+
+def test_only_the_rail_moves_deletes_or_rewrites_a_checkpoint() -> None:
+    """Prune, purge, trash restore, restore --version, the disk guard, the space reserve and
+    version capture act through `usecases.rail`; nothing else calls the mutator's acts."""
+    acts = {f"{module}.{fn}" for module, fns in CHECKPOINT_ACTS.items() for fn in fns}
+    offenders = []
+    for name, tree in modules().items():
+        if layer(name) == "fs" or name == RAIL or name in WRITERS:
+            continue
+        names = _imported_names(name, tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _called(node, names) in acts:
+                offenders.append(f"{name}:{node.lineno} calls {_called(node, names)}")
+    assert not offenders, "act through usecases.rail instead: " + "; ".join(offenders)
+
+
+def test_the_writers_run_only_inside_the_rails_acting_on() -> None:
+    """Split, export, compress and the card write under the lease, after the re-check, audited."""
+    entries = {f"{module}.{fn}" for module, fns in WRITERS.items() for fn in fns}
+    offenders = []
+    for name, tree in modules().items():
+        if name in WRITERS:
+            continue
+        names = _imported_names(name, tree)
+        inside = _inside_the_rail(tree, names)
+        for node in ast.walk(tree):
+            called = _called(node, names) if isinstance(node, ast.Call) else None
+            if called in entries and id(node) not in inside:
+                offenders.append(f"{name}:{node.lineno} calls {called}")
+    assert not offenders, "call it inside `with rail.acting_on(...)`: " + "; ".join(offenders)
+
+
+def test_the_rail_itself_takes_the_lease_rechecks_and_audits() -> None:
+    """The rail is no pass-through: its acts take the run's lease, re-check, and audit."""
+    source = ast.unparse(modules()[RAIL])
+    for step in ("store.lease(", "guards.recheck(", "store.audited(", "store.claim("):
+        assert step in source, step
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path, node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, node])):
+                return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [])):
+            return found
+    return None
+
+
+def test_no_import_cycle_among_the_use_cases_counting_imports_in_functions() -> None:
+    """The use cases compose downwards: the indexer may call versions and recovery, never the
+    reverse (callers re-index after a restore), and the disk guard sits above retention."""
+    cases = {name: tree for name, tree in modules().items() if layer(name) == "usecases"}
+    graph = {
+        name: {t for t in ours(name, tree) if t in cases} - {name} for name, tree in cases.items()
+    }
+    found = _cycle(graph)
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+def test_use_cases_call_no_private_function_of_another_module() -> None:
+    """A use case that needs another's helper gets a public function, named for what it does."""
+    offenders = []
+    for name, tree in modules().items():
+        if layer(name) != "usecases":
+            continue
+        names = _imported_names(name, tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                module = names.get(node.value.id)
+                private = node.attr.startswith("_") and not node.attr.startswith("__")
+                if module in modules() and private:
+                    offenders.append(f"{name}:{node.lineno} uses {module}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                offenders += [
+                    f"{name}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not offenders, "; ".join(offenders)
