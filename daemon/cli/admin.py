@@ -11,6 +11,7 @@ from ..core.errors import PartialFailure
 from ..core.units import counted
 from . import documents
 from .context import Context, pass_context
+from .options import json_option
 from .output import echo, emit_json
 
 
@@ -42,7 +43,7 @@ def serve(obj: Context, once: bool) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
+@json_option("The status as a JSON object.")
 @pass_context
 def status(obj: Context, as_json: bool) -> None:
     """Whether a daemon is running against this catalog, from its heartbeat.

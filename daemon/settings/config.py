@@ -341,7 +341,7 @@ def _artifacts(value: Any) -> Artifacts:
 
 
 def _templates(value: Any, key: str) -> tuple[str, ...]:
-    from ..core.metrics import compile_template
+    from ..core.training_metrics import compile_template
 
     templates = _strings(value, key)
     for i, template in enumerate(templates):

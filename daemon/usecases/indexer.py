@@ -18,9 +18,9 @@ from ..catalog.store_claims import Claim
 from ..children import reader_child, tf_child
 from ..core import completion
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
-from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.progress import Counter, OnProgress
+from ..core.training_metrics import compile_template
 from ..core.units import iso_utc
 from ..core.versions import should_capture
 from ..formats.run_index import RunIndex
