@@ -368,6 +368,7 @@ def list_runs(engine: Engine) -> list[Run]:
             naming=list(derived.get(r.id, {}).get("naming") or []),
             steps_per_epoch=derived.get(r.id, {}).get("steps_per_epoch"),
             evidence=list(derived.get(r.id, {}).get("evidence") or []),
+            newest_mtime_ns=r.newest_mtime,
         )
         for r in rows
     ]

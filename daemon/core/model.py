@@ -178,6 +178,7 @@ class Run:
     naming: list[dict[str, Any]] = field(default_factory=list)
     steps_per_epoch: int | None = None  # learned from optimizer iterations, when unambiguous
     evidence: list[str] = field(default_factory=list)  # how steps_per_epoch was (not) learned
+    newest_mtime_ns: int | None = None  # the newest ok checkpoint's mtime: the run's last save
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----
