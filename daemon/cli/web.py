@@ -61,7 +61,8 @@ def web(obj: Context, listen: str | None, open_browser: bool) -> None:
         server = WebServer(view, lambda: catalog_of(config))
     except OSError as exc:
         raise ConfigError("--listen", f"cannot listen on {view.listen}: {exc}") from exc
-    echo(f"ckpt web: {server.url} (read-only; Ctrl-C stops)", err=True)
+    asks = "a token is required" if server.token else "no token: this host only"
+    echo(f"ckpt web: {server.url} (read-only; {asks}; Ctrl-C stops)", err=True)
     if open_browser:
         import webbrowser
 
