@@ -453,9 +453,11 @@ def _best_paths(conn: Any) -> dict[int, dict[str, str]]:
         .order_by(checkpoints.c.mtime_ns.desc())
     ).all()
     best: dict[int, dict[str, tuple[float, str]]] = {}
+    modes: dict[str, str] = {}  # a name's mode decided once, not once per row (100k rows)
     for run_id, name, value, path in rows:
         current = best.setdefault(run_id, {}).get(name)
-        if current is None or _improves(value, current[0], default_mode(name)):
+        mode = modes.get(name) or modes.setdefault(name, default_mode(name))
+        if current is None or _improves(value, current[0], mode):
             best[run_id][name] = (value, path)
     return {run_id: {n: p for n, (_v, p) in by_name.items()} for run_id, by_name in best.items()}
 
