@@ -16,10 +16,20 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support import Daemon, Workspace, copy_generated, kill_started, service_workspace
+from tests.support import (
+    Daemon,
+    Workspace,
+    copy_generated,
+    kill_started,
+    service_workspace,
+    thread_leaks,
+)
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
+from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
+from tests.support.schedule import longest_first
+from tests.support.shared_fixtures import session_root
 from tests.support.torch_runs import session_torch_files
 from tests.support.training_runs import session_training_runs
 
@@ -37,6 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("ckpt")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, for the xdist workers (tests/support/schedule.py)."""
+    longest_first(items)
+
+
 @pytest.fixture(scope="session")
 def keras_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of real checkpoints; ``manifest.json`` in it holds the ground truth."""
@@ -47,7 +62,7 @@ def keras_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def training_runs(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Path:
     """Real training runs named as users name them; ``<framework>-truth.json`` in it holds what
     every checkpoint is (epoch, step, logs, generations)."""
-    return session_training_runs(keras_checkpoints, tmp_path_factory.mktemp("training"))
+    return session_training_runs(keras_checkpoints, session_root(tmp_path_factory))
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +70,16 @@ def torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Real torch, safetensors and Lightning files (tests/support/torch_runs.py, written in
     child processes): `plain/` with `plain-truth.json`, `pl/` (a Lightning run) with
     `pl/lightning-truth.json`. `CKPT_TORCH_FIXTURES` names a folder of them to reuse."""
-    return session_torch_files(tmp_path_factory.mktemp("torch"))
+    return session_torch_files(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def hf_runs() -> Path:
+    """Real Hugging Face folders (tests/support/hf_runs.py, written in a child): a Trainer run's
+    `trainer/out/checkpoint-N/`, `pretrained/`, `sharded/`, `sharded-bin/`, with `hf-truth.json`.
+    Generated once per content of that script into `$CKPT_HF_FIXTURES` (default: the system temp
+    folder's `ckpt-hf-fixtures/`), and read-only for tests: copy before changing anything."""
+    return session_hf_runs()
 
 
 @pytest.fixture(scope="session")
@@ -88,6 +112,31 @@ def _no_daemon_outlives_its_test() -> Iterator[None]:
     """A test that fails while a daemon runs must not leave it running."""
     yield
     kill_started()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_thread_outlives_the_session() -> Iterator[None]:
+    """Session fixtures stop what they started (tests.support.thread_leaks)."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the session's fixtures were torn down")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_thread_outlives_its_module() -> Iterator[None]:
+    """A module's fixtures stop what they started."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the module's fixtures were torn down")
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_outlives_its_test() -> Iterator[None]:
+    """A test and its function fixtures stop every thread of ours and every non-daemon thread
+    they started (checked after those fixtures were torn down)."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the test and its fixtures")
 
 
 @pytest.fixture
