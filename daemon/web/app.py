@@ -1,7 +1,7 @@
 """The web view's requests → responses: routing, the JSON endpoints and the HTML pages, drawn
 by Jinja2 templates with autoescaping (every run, path and metric name is hostile: a name
 holding markup is shown as typed, control characters and bidi overrides as their escapes,
-exactly as the CLI prints them with `core.render.visible`). The only Jinja2 import.
+exactly as the CLI prints them with `core.text.visible`). The only Jinja2 import.
 
 Read-only by construction: a route only reads (`web.pages`); the server answers GET and HEAD,
 and nothing else."""
@@ -22,7 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from ..api import Catalog
 from ..core.errors import CkptError, NotFound, UsageError
 from ..core.history import GLYPHS, MARKS
-from ..core.render import metric_text, relative_path, visible
+from ..core.text import metric_text, relative_path, visible
 from ..core.units import format_size, iso_utc
 from ..logs import event
 from . import pages
@@ -42,7 +42,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-CACHE_SECONDS = 10.0
+CACHE_SECONDS = 10.0  # for the TIMELY pages
+TIMELY = {"/disk", "/hosts"}  # free space and heartbeats: not in the audit log
 CACHE_PAGES = 64
 NAV = (("/", "Runs"), ("/disk", "Disk"), ("/hosts", "Hosts"), ("/log", "Audit log"))
 
@@ -81,15 +82,14 @@ class WebApp:
 
     def respond(self, path: str, params: Mapping[str, str]) -> Response:
         """The page at `path`; a page already drawn at the catalog's present state (the same
-        newest audit event and checkpoint count, at most CACHE_SECONDS ago: free space and
-        heartbeats move without an event) is answered again without reading the catalog."""
+        newest audit event and checkpoint count) is answered again without reading it."""
         try:
             if path.startswith("/static/") or path == "/api/changes":
                 return self._route(path, params)
             key = (path, tuple(sorted(params.items())))
             state = _changes_key(pages.changes(self.catalog))
             hit = self._cache.get(key)
-            if hit is not None and hit[0] == state and self._clock() - hit[1] < self._cache_seconds:
+            if hit is not None and hit[0] == state and self._fresh(path, hit[1]):
                 return hit[2]
             response = self._route(path, params)
             if response.status == 200:
@@ -106,6 +106,15 @@ class WebApp:
         except Exception as exc:  # one bad page must not take the view (or the daemon) down
             event("web_page_failed", level=40, path=path, error=repr(exc))
             return self._error(path, 500, f"{type(exc).__name__} (see the daemon's log)")
+
+    def _fresh(self, path: str, drawn_at: float) -> bool:
+        """Free space and heartbeats move without an audit event: those pages live at most
+        `cache_seconds`; the others as long as the catalog's state (0: nothing is kept)."""
+        if self._cache_seconds <= 0:
+            return False
+        if path.removeprefix("/api") in TIMELY:
+            return self._clock() - drawn_at < self._cache_seconds
+        return True
 
     def _route(self, path: str, params: Mapping[str, str]) -> Response:
         if path.startswith("/static/"):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import Catalog
-from ..core.errors import NotFound, UsageError
+from ..core.errors import UsageError
 from ..core.history import history_json, series, series_json
 from ..core.query import default_mode
 from ..core.svg_curve import Curve, curve
@@ -38,8 +38,8 @@ class Page:
 
 
 def overview(cat: Catalog, params: Params) -> Page:
-    """Every run (`ckpt runs --json`, each with `flags` and `best_metric` added: the answer of
-    `ckpt best --metric METRIC --run RUN`),
+    """Every run (`ckpt runs --json`, each with `flags` and `best_metric` added: the run's best
+    checkpoint by `metric`, as `ckpt runs` finds it, and its value),
     filtered by `q` (a substring of the run's name) and sorted by `sort` (`-` first: descending)."""
     found = cat.runs()
     metric = params.get("metric") or _default_metric(found)
@@ -53,7 +53,9 @@ def overview(cat: Catalog, params: Params) -> Page:
             continue
         doc = run_json(r)
         doc["flags"] = flags.get((r.root, r.name), {})
-        doc["best_metric"] = _best(cat, r.name, metric)
+        path = r.best.get(metric) if metric else None
+        value = r.best_values.get(metric) if path else None
+        doc["best_metric"] = {"metric": metric, "path": path, "value": value}
         rows.append(doc)
     sort = params.get("sort", "name")
     key = sort.removeprefix("-")
@@ -98,7 +100,7 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
 def checkpoint_page(cat: Catalog, ref: str) -> Page:
     """One checkpoint: `ckpt show --json` and its model card (`ckpt describe --format json`;
     the page shows the card's text as `ckpt describe --format txt` prints it)."""
-    from ..core.card import as_json, text
+    from ..core.card_layouts import as_json, text
     from ..core.views import checkpoint_json
 
     found = cat.get(ref)
@@ -172,18 +174,6 @@ def _flags(cat: Catalog) -> dict[tuple[str, str], dict[str, int]]:
             counted = flags.setdefault((c.root, c.run), {})
             counted[status] = counted.get(status, 0) + 1
     return flags
-
-
-def _best(cat: Catalog, run: str, metric: str) -> Doc:
-    """What `ckpt best --metric METRIC --run RUN` answers (its files unchanged since indexed)."""
-    if not metric:
-        return {"metric": metric, "id": None, "path": None, "value": None}
-    try:
-        found = cat.best(metric, run=run)
-    except NotFound:
-        return {"metric": metric, "id": None, "path": None, "value": None}
-    value = found.metrics.get(metric)
-    return {"metric": metric, "id": found.id, "path": found.path, "value": value}
 
 
 def _run_key(doc: Doc, key: str) -> Any:

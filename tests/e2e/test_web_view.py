@@ -40,7 +40,7 @@ TOKEN = "s3cret-token-for-the-test"
 
 def visible(text: str) -> str:
     """What the CLI prints for a name (and the page shows): control characters escaped."""
-    from ckpt_daemon.core.render import visible as escape
+    from ckpt_daemon.core.text import visible as escape
 
     return escape(text)
 
@@ -84,7 +84,8 @@ def get(url: str, **headers: str) -> tuple[int, bytes]:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        with exc:  # its socket closed here, not by the garbage collector
+            return exc.code, exc.read()
 
 
 def test_the_run_page_draws_the_curve_and_marks_what_list_and_the_plan_say(site: Any) -> None:
@@ -138,7 +139,9 @@ def test_the_view_is_read_only(site: Any) -> None:
         request = urllib.request.Request(site["url"] + "/", method=method, data=b"x")
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=30)
-        assert caught.value.code == 405, method
+        with caught.value:
+            assert caught.value.code == 405, method
+            assert caught.value.headers["Allow"] == "GET, HEAD"
 
 
 def test_a_checkpoint_saved_meanwhile_appears_without_a_reload(
