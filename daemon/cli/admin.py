@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..core.errors import PartialFailure
+from ..core.errors import ConfigError, PartialFailure
 from ..core.units import counted
 from . import documents
 from .context import Context, pass_context
@@ -37,9 +37,19 @@ def serve(obj: Context, once: bool) -> None:
 
     obj.validated_config(obj.config_path)
     with obj.new_catalog_notice(up_front=True):
-        code = Service(obj.config_path, obj.database).run(once=once)
+        code = Service(obj.config_path, obj.database, web_view=_web_view).run(once=once)
     if code != 0:
         raise PartialFailure("serve: some items or jobs failed (see the log above)")
+
+
+def _web_view(config: Any) -> Any:
+    """`service.web_listen`'s view, imported only when it is set (it needs Jinja2)."""
+    try:
+        from ..web.server import start_in_daemon
+    except ImportError as exc:
+        why = f"the web view needs Jinja2: pip install 'ckpt-daemon[web]' ({exc})"
+        raise ConfigError("service.web_listen", why) from exc
+    return start_in_daemon(config)
 
 
 @click.command()

@@ -38,6 +38,7 @@ COMMANDS = {
     "db": "admin:db",
     "config": "admin:config_group",
     "metrics": "prometheus:metrics",
+    "web": "web:web",
 }
 
 

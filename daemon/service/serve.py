@@ -43,14 +43,18 @@ from .jobs import Jobs
 from .running_parts import RunningParts
 from .systemd import Notifier, watchdog_interval
 from .watcher import Watcher
+from .web_host import StartWebView, WebHost
 from .worker import Stats, Worker
 
 STATUS_EVERY_SECONDS = 10.0
 
 
 class Service:
-    def __init__(self, config_path: str | None, database: str | None) -> None:
+    def __init__(
+        self, config_path: str | None, database: str | None, web_view: StartWebView | None = None
+    ) -> None:
         self.config_path, self.database = config_path, database
+        self.web = WebHost(web_view)  # `service.web_listen`: the read-only web view
         self.stopping = threading.Event()
         self.reload_requested = threading.Event()
         self.notifier = Notifier()
@@ -225,6 +229,7 @@ class Service:
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
         try:
             self._start_metrics(parts)  # a port already taken: exit 2, naming the key
+            self.web.start(self.config)
             hooks.start()
             report = self._reconcile(store)
             if not report.cancelled:
@@ -242,6 +247,7 @@ class Service:
             self.notifier.stopping()
             event("stopping")
             self.stopping.set()
+            self.web.stop()
             parts.stop()
             worker.final_heartbeat(stopped_at=iso_utc(time.time()))
         return 0
@@ -298,6 +304,7 @@ class Service:
         parts.jobs.reschedule(new)
         parts.hooks.hooks = new.hooks
         moved = new.metrics_listen != self.config.metrics_listen
+        self.web.reload(self.config, new)
         parts.worker.config = parts.runner.config = self.config = new
         if moved:
             parts.stop_metrics()

@@ -33,6 +33,8 @@ from .values import path as _path
 from .values import root_name as _root_name
 from .values import strings as _strings
 from .versions import Versions, parse_versions
+from .web_view import WebView
+from .web_view import web_view as _web_view
 
 OBSERVERS = ("auto", "inotify", "polling")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -104,6 +106,7 @@ class Config:
     lease_seconds: float = 120.0  # `service.lease_ttl`: a dead holder's run is free after it
     hooks: tuple[Hook, ...] = ()
     min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
+    web: WebView | None = None  # `service.web_listen`: the read-only web view (None: off)
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -196,7 +199,9 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
     )
     service = _mapping(
-        raw.get("service", {}), "service", {"heartbeat", "metrics_listen", "node", "lease_ttl"}
+        raw.get("service", {}),
+        "service",
+        {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"},
     )
     return Config(
         source=source,
@@ -223,6 +228,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         lease_seconds=_number(service.get("lease_ttl", Config.lease_seconds), "service.lease_ttl"),
         hooks=_hooks(raw.get("hooks")),
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
+        web=_web_view(service, base),
     )
 
 
