@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support import Daemon, Workspace, copy_generated, kill_started, service_workspace
+from tests.support import (
+    Daemon,
+    Workspace,
+    copy_generated,
+    kill_started,
+    service_workspace,
+    thread_leaks,
+)
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
 from tests.support.hf_runs import session_hf_runs
@@ -98,6 +105,31 @@ def _no_daemon_outlives_its_test() -> Iterator[None]:
     """A test that fails while a daemon runs must not leave it running."""
     yield
     kill_started()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_thread_outlives_the_session() -> Iterator[None]:
+    """Session fixtures stop what they started (tests.support.thread_leaks)."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the session's fixtures were torn down")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_thread_outlives_its_module() -> Iterator[None]:
+    """A module's fixtures stop what they started."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the module's fixtures were torn down")
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_outlives_its_test() -> Iterator[None]:
+    """A test and its function fixtures stop every thread of ours and every non-daemon thread
+    they started (checked after those fixtures were torn down)."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the test and its fixtures")
 
 
 @pytest.fixture

@@ -68,7 +68,13 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "catalog_url",
     "empty_catalog_url",
 }
-PURE_FIXTURES = {"_no_daemon_outlives_its_test"}  # autouse; stops nothing a unit test started
+# Autouse: they stop nothing a unit test started, or only check that no thread is left.
+PURE_FIXTURES = {
+    "_no_daemon_outlives_its_test",
+    "_no_thread_outlives_its_test",
+    "_no_thread_outlives_its_module",
+    "_no_thread_outlives_the_session",
+}
 
 
 def module_name(node: ast.ImportFrom, path: Path) -> str:
