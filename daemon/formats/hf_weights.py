@@ -18,6 +18,7 @@ from typing import Any
 from ..core.errors import CorruptCheckpoint, NotACheckpoint
 from ..core.model import CheckpointInfo, Layer
 from ..fs import beneath
+from . import single_file
 
 MAX_INDEX_BYTES = 64 << 20  # a 400B-parameter model's index is ~2 MB
 # What HF writes, preferred first: safetensors since transformers 4.35, `.bin` before.
@@ -41,10 +42,8 @@ class Weights:
 
 def read_file(path: Path, root: Path | None) -> CheckpointInfo:
     """One file of the folder, read by its format's reader; every problem names the file."""
-    from . import detect  # detect dispatches folders to us: imported when first needed
-
     try:
-        return detect.read_checkpoint(path, root=root)
+        return single_file.read_file(path, root)
     except FileNotFoundError:
         raise CorruptCheckpoint(f"{path.name} is missing (it vanished during the read)") from None
     except (CorruptCheckpoint, NotACheckpoint) as exc:

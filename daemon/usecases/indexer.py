@@ -6,6 +6,7 @@ its metrics are re-read when a metrics file changed since. Per-item problems nev
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -28,7 +29,7 @@ from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import derivation, versions
+from . import derivation, trainer_housekeeping, versions
 from .derivation import RunRef
 from .scan_report import ScanReport, record_outcome
 
@@ -396,7 +397,9 @@ class _Scan:
             self.report.failed += [(p, CheckpointStatus.UNREADABLE.value, reason) for p, _k in rows]
         hidden_paths = {p for rows in hidden.values() for p, _k in rows}
         gone = [(p, k) for p, k in gone if p not in hidden_paths]
-        for (status, reason), rows in _why_gone(gone, self.report.skipped, self.root.path):
+        trainer = functools.partial(trainer_housekeeping.removed_by_trainer, self.store)
+        rotated = functools.partial(trainer, known=self.known)
+        for (status, reason), rows in _why_gone(gone, self.report.skipped, self.root.path, rotated):
             self.store.mark([k.id for _p, k in rows], status, reason, actor_name=self.actor)
             for path, _known in rows:
                 if status == CheckpointStatus.MISSING:
@@ -407,7 +410,10 @@ class _Scan:
 
 
 def _why_gone(
-    gone: list[tuple[str, Known]], skipped: list[tuple[str, str]], root: Path
+    gone: list[tuple[str, Known]],
+    skipped: list[tuple[str, str]],
+    root: Path,
+    rotated: Callable[[str], str | None] = lambda _path: None,
 ) -> list[tuple[tuple[CheckpointStatus, str], list[tuple[str, Known]]]]:
     """Vanished rows grouped by verdict: `missing`, or `removed` by their own trainer (a
     CheckpointManager's rotation, BackupAndRestore's state), decided by `core.housekeeping`."""
@@ -423,5 +429,7 @@ def _why_gone(
         verdict = housekeeping.why_gone(
             path, listed, folder_exists=exists, backup_state=path in backup
         )
+        if verdict[0] == CheckpointStatus.MISSING and (why := rotated(path)):
+            verdict = (CheckpointStatus.REMOVED, why)  # HF / Lightning rotation (trainer_keeps)
         verdicts.setdefault(verdict, []).append((path, known))
     return list(verdicts.items())
