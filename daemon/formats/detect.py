@@ -18,19 +18,14 @@ from ..core.model import CheckpointInfo
 from ..fs import beneath, discovery, fsops
 from ..fs.fsops import Refused
 from . import (
+    file_detect,
     folder_readers,
     hdf5,
     keras_v3,
     savedmodel,
-    single_file,
     tf_checkpoint,
     window,
 )
-
-# Re-exported: the transforms and model_config look for a zip by it.
-ZIP_MAGIC = single_file.ZIP_MAGIC
-HEAD_BYTES = single_file.HEAD_BYTES
-name_of = single_file.name_of
 
 
 def read_checkpoint(
@@ -54,7 +49,7 @@ def read_checkpoint(
             return folder_readers.read(path, root)
         except Refused as exc:
             raise UnreadableCheckpoint(str(exc)) from exc
-    return single_file.read_file(path, root)
+    return file_detect.read_file(path, root)
 
 
 def _is_real_folder(path: Path) -> bool:
@@ -67,11 +62,11 @@ def _is_real_folder(path: Path) -> bool:
 def outside_references(path: Path) -> list[str]:
     """What the HDF5 file `path` (or a `.keras` archive's weights) refers to outside itself."""
     with os.fdopen(beneath.open_regular(path), "rb") as raw:
-        head = raw.read(HEAD_BYTES)
+        head = raw.read(file_detect.HEAD_BYTES)
         if hdf5.find_superblock(head) is not None:
-            with hdf5.open_h5(name_of(raw)) as f:
+            with hdf5.open_h5(file_detect.name_of(raw)) as f:
                 return hdf5.outside_references(f)
-        if head[:4] in ZIP_MAGIC:
+        if head[:4] in file_detect.ZIP_MAGIC:
             window.check_directory(raw)
             with zipfile.ZipFile(raw) as archive:
                 if keras_v3.WEIGHTS_MEMBER not in archive.namelist():

@@ -1,7 +1,9 @@
-"""One checkpoint file, read by the reader of its content (not its extension), metadata only.
+"""Read one checkpoint file by its content, not its extension: HDF5 (Keras), a zip (Keras 3,
+torch.save), a legacy torch pickle stream, safetensors. Metadata only, opened beneath its root
+without following symlinks.
 
-`formats.detect` dispatches TF checkpoints and folders elsewhere and files here; a folder reader
-(`formats.hf_weights`) reads each file of its folder here too, so no reader imports `detect`.
+`formats.detect` dispatches files here and folders to their layouts; a folder's readers
+(`formats.hf_weights`) read each of its files here too, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 HEAD_BYTES = 65536 + 8
 # Suffixes many tools use for files that are no checkpoint (a `.bin` of anything): their
 # unknown content is "not a checkpoint" (skipped, with the reason), never "corrupt".
-_FOREIGN_SUFFIXES = (".bin",)
+FOREIGN_SUFFIXES = (".bin",)
 
 
 def read_file(path: Path, root: Path | None = None) -> CheckpointInfo:
-    """Metadata of the checkpoint file `path`, opened beneath `root` without following symlinks,
-    and only if it is a regular file (`fs.beneath`)."""
+    """Metadata of the checkpoint file `path`, opened beneath `root` (if given), a regular
+    file only."""
     try:
         fd = beneath.open_regular(path, root)
     except beneath.NotARegularFile as exc:
@@ -42,10 +44,10 @@ def read_file(path: Path, root: Path | None = None) -> CheckpointInfo:
             raise UnreadableCheckpoint(f"I/O error: {exc.strerror}") from exc
         raise
     with os.fdopen(fd, "rb") as raw:
-        return read_open(raw, path.suffix.lower() in _FOREIGN_SUFFIXES)
+        return _read_file(raw, path.suffix.lower() in FOREIGN_SUFFIXES)
 
 
-def read_open(raw: BinaryIO, foreign: bool = False) -> CheckpointInfo:
+def _read_file(raw: BinaryIO, foreign: bool = False) -> CheckpointInfo:
     head = raw.read(HEAD_BYTES)
     size = os.fstat(raw.fileno()).st_size
     if size == 0:
