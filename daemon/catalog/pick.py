@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import CkptError, NotFound, UsageError
-from ..core.model import Checkpoint, FileStat, Format
+from ..core.model import FOLDER_FORMATS, Checkpoint, FileStat, Format
 from ..core.resume import Resumability, optimizer_config_lost, resumability
 from ..fs import fsops
 from .rows import LISTING_COLUMNS, to_checkpoint
@@ -104,7 +104,8 @@ def one_run(names: Sequence[str]) -> None:
 
 
 def _needs_details(row: Row) -> bool:
-    return row[_AT["format"]] in (Format.TF_CHECKPOINT.value, Format.KERAS_ZIP.value)
+    fmt = row[_AT["format"]]
+    return fmt in (Format.TF_CHECKPOINT.value, Format.KERAS_ZIP.value) or fmt in FOLDER_FORMATS
 
 
 def judge(row: Row, details: Details | None = None) -> Resumability:
@@ -124,7 +125,8 @@ def changed(row: Row, files: list[str]) -> str | None:
     the member file names of a multi-file checkpoint, as the catalog recorded them."""
     path = Path(row[_AT["path"]])
     members = [path]
-    if row[_AT["format"]] == Format.TF_CHECKPOINT.value:
+    fmt = row[_AT["format"]]
+    if fmt == Format.TF_CHECKPOINT.value or fmt in FOLDER_FORMATS:  # each recorded file
         members = [path.parent / name for name in files] or members
     expected = FileStat(row[_AT["size_bytes"]], row[_AT["mtime_ns"]], row[_AT["inode"]])
     try:

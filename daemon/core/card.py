@@ -303,6 +303,14 @@ def load_line(
         line = f"tf.train.Checkpoint(model=model, optimizer=optimizer).restore({quoted})"
     elif fmt == Format.SAVED_MODEL:
         line = f"import tensorflow as tf; loaded = tf.saved_model.load({quoted})"
+    elif fmt == Format.HF_FOLDER:  # the class is config.json's `architectures`
+        line = f"import transformers; model = transformers.AutoModel.from_pretrained({quoted})"
+    elif fmt == Format.SAFETENSORS:
+        line = f"from safetensors.torch import load_file; state_dict = load_file({quoted})"
+    elif fmt == Format.LIGHTNING:
+        line = f"model = Model.load_from_checkpoint({quoted})  # Model: your LightningModule"
+    elif fmt in (Format.TORCH_ZIP, Format.TORCH_LEGACY):
+        line = f"import torch; state = torch.load({quoted}, weights_only=True)"
     else:
         return "-"
     needs_plugin = any(c in (codec or "") for c in PLUGIN_CODECS)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..core.log_sniff import is_json_log_name, looks_like_checkpoint
 from ..core.training_metrics import MAX_READ_BYTES
-from . import tb_events
+from . import csv_logger, tb_events
 from .run_index import RunIndex, as_index
 from .tb_events import Listing
 
@@ -52,7 +52,8 @@ Claim = Callable[[str], bool | None]
 class Candidate:
     path: Path
     label: str
-    kind: str  # "csv" | "json" | "jsonl" (configured or by name), "sniff", "tensorboard"
+    kind: str  # "csv" | "json" | "jsonl" (configured or by name), "sniff", "tensorboard",
+    # "lightning-csv" (formats.csv_logger)
     level: int  # 0: the run folder, 1: its parent, ...
     size: int
     mtime_ns: int
@@ -94,9 +95,33 @@ def candidates(
                 taken.add(cand.label)
                 found.candidates.append(cand)
         found.candidates += _sniffable(folder, level, entries, taken, root_abs, keep)
+        if level <= 1:  # Lightning's CSVLogger: `logs/version_N/metrics.csv` beside the run
+            found.candidates += _csv_logger(folder, level, entries, root_abs, notes, keep, taken)
         found.candidates += events.files
         found.withheld += sorted(set(withheld))
     return found
+
+
+def _csv_logger(
+    folder: Path,
+    level: int,
+    entries: Listing,
+    root: Path,
+    notes: list[str],
+    keep: Claim | None,
+    taken: set[str],
+) -> list[Candidate]:
+    lister = functools.partial(_entries, root=root, notes=notes)
+    out = []
+    for path, info in csv_logger.metrics_files(folder, entries, lister):
+        top = path.relative_to(folder).parts[0]
+        whose = True if keep is None else keep(top)
+        if whose is False or label(path, root) in taken:
+            continue
+        assert isinstance(info, os.stat_result)
+        cand = _candidate(path, root, csv_logger.KIND, level, info, configured=False)
+        out.append(cand if whose else dataclasses.replace(cand, shared=True))
+    return out
 
 
 @dataclass(frozen=True)
@@ -297,6 +322,8 @@ def _sniffable(
     out = []
     for _, name, info in picked[:MAX_SNIFFED_PER_FOLDER]:
         kind = _name_kind(name) or "sniff"
+        if csv_logger.is_logger_file(folder.name, name):
+            kind = csv_logger.KIND
         cand = _candidate(folder / name, root, kind, level, info, configured=False)
         out.append(dataclasses.replace(cand, shared=True) if name in unclaimed else cand)
     return out

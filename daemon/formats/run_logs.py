@@ -22,13 +22,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import lightning_csv
 from ..core.errors import Refused
 from ..core.log_sniff import SNIFF_BYTES, csv_log_separator, parse_json_log
 from ..core.model import MetricValue
 from ..core.tb_scalars import Scalar, to_metrics
 from ..core.training_metrics import MAX_READ_BYTES, ByKey, parse_csv_log
 from ..fs import beneath
-from . import tb_events
+from . import csv_logger, tb_events
 from .log_discovery import Candidate, candidates, label
 from .run_index import RunIndex
 
@@ -144,9 +145,11 @@ class _Reader:
             return
         if text is None:
             return
-        kind = "csv" if cand.kind in ("csv", "sniff") else "json"
+        kind = "csv" if cand.kind in ("csv", "sniff", csv_logger.KIND) else "json"
         by_step: ByKey = {}
-        if kind == "csv":
+        if cand.kind == csv_logger.KIND:  # Lightning's: sparse rows, 0-based epochs, steps
+            by_epoch, by_step = lightning_csv.parse(text)
+        elif kind == "csv":
             first = text.split("\n", 1)[0]
             by_epoch = parse_csv_log(text, next((s for s in (",", ";", "\t") if s in first), ","))
         else:

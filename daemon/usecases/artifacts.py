@@ -305,13 +305,23 @@ _TORCH_REFUSALS = {
     "compress": "a torch-family file has no lossless compressed form of its own (a compressed "
     ".safetensors or .pt is no longer one its loader opens)",
 }
+# A Hugging Face folder: its inference form (the folder without optimizer.pt, scheduler.pt,
+# rng_state*.pth and trainer state, beside it under a name that is not checkpoint-*) is planned.
+_HF_REFUSALS = {
+    "split": "a Hugging Face folder is not split yet (an inference folder without its "
+    "optimizer, scheduler, RNG and trainer state is planned, not built)",
+    "compress": "a Hugging Face folder's files have no lossless compressed form that "
+    "from_pretrained still opens",
+}
 
 
 def refuse_torch(c: Checkpoint, action: str) -> None:
     """A one-line refusal (exit 2) for what split and compress cannot do to the torch family."""
+    done = {"split": "split", "compress": "compressed"}[action]
     if c.format in TORCH_FAMILY:
-        done = {"split": "split", "compress": "compressed"}[action]
         raise UsageError(f"not {done}: {c.path} is {c.format}: {_TORCH_REFUSALS[action]}")
+    if c.format == Format.HF_FOLDER:
+        raise UsageError(f"not {done}: {c.path} is {c.format}: {_HF_REFUSALS[action]}")
 
 
 SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)

@@ -7,6 +7,7 @@ its metrics are re-read when a metrics file changed since. Per-item problems nev
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -28,7 +29,7 @@ from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import derivation, vanished, versions
+from . import derivation, trainer_housekeeping, vanished, versions
 from .derivation import RunRef
 from .scan_report import ScanReport, record_outcome
 
@@ -176,6 +177,9 @@ class _Scan:
             self.unreadable_folders,
             self.report,
             actor=self.actor,
+            rotated=functools.partial(
+                trainer_housekeeping.removed_by_trainer, self.store, known=self.known
+            ),
         )
 
     def _tally(self) -> tuple[int, int, int, int]:

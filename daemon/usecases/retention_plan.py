@@ -20,6 +20,7 @@ from ..core.runs import run_scope
 from ..core.versions import Kept, previous_generations
 from ..settings.config import Config
 from .artifacts import SPLITTABLE
+from .trainer_housekeeping import trainer_best
 
 _GONE = {
     CheckpointStatus.MISSING,
@@ -105,7 +106,7 @@ def plan_runs(
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
         found = run_checkpoints(store, root, name)
-        previous = protected_generations(config, found)
+        previous = {**trainer_best(store, found), **protected_generations(config, found)}
         if policy is None:
             # Kept versions have a policy of their own, so their cost stays bounded.
             found = [c for c in found if c.version_of is not None]

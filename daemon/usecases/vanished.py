@@ -7,6 +7,7 @@ scan's start, and only after a complete walk (a stopped scan marks nothing).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..catalog.store import Known, Store
@@ -34,10 +35,12 @@ def mark(
     report: ScanReport,
     *,
     actor: str,
+    rotated: Callable[[str], str | None] = lambda _path: None,
 ) -> None:
     """Mark the `unseen` rows (known to the catalog, not found by the walk from `start`) that
     were on disk: `unreadable` below one of `unreadable_folders` ((folder + "/", reason)),
-    else `missing` or `removed`; each said in `report` and logged."""
+    else `missing` or `removed` (`rotated(path)` names a trainer's own rotation: HF
+    save_total_limit, Lightning save_top_k); each said in `report` and logged."""
     where = discovery.display_path(start)[0]
     prefix = where.rstrip(os.sep) + os.sep
     gone = [
@@ -56,7 +59,7 @@ def mark(
         report.failed += [(p, CheckpointStatus.UNREADABLE.value, reason) for p, _k in rows]
     hidden_paths = {p for rows in hidden.values() for p, _k in rows}
     gone = [(p, k) for p, k in gone if p not in hidden_paths]
-    for (status, reason), rows in _why_gone(gone, report.skipped, root):
+    for (status, reason), rows in _why_gone(gone, report.skipped, root, rotated):
         store.mark([k.id for _p, k in rows], status, reason, actor_name=actor)
         for path, _known in rows:
             if status == CheckpointStatus.MISSING:
@@ -67,7 +70,10 @@ def mark(
 
 
 def _why_gone(
-    gone: list[tuple[str, Known]], skipped: list[tuple[str, str]], root: Path
+    gone: list[tuple[str, Known]],
+    skipped: list[tuple[str, str]],
+    root: Path,
+    rotated: Callable[[str], str | None],
 ) -> list[tuple[tuple[CheckpointStatus, str], list[tuple[str, Known]]]]:
     """Vanished rows grouped by verdict: `missing`, or `removed` by their own trainer (a
     CheckpointManager's rotation, BackupAndRestore's state), decided by `core.housekeeping`."""
@@ -83,5 +89,7 @@ def _why_gone(
         verdict = housekeeping.why_gone(
             path, listed, folder_exists=exists, backup_state=path in backup
         )
+        if verdict[0] == CheckpointStatus.MISSING and (why := rotated(path)):
+            verdict = (CheckpointStatus.REMOVED, why)  # HF / Lightning rotation (trainer_keeps)
         verdicts.setdefault(verdict, []).append((path, known))
     return list(verdicts.items())

@@ -157,3 +157,37 @@ def test_a_live_daemon_indexes_a_new_folder_whose_files_came_before_its_watch(
     rows = _rows(ws)
     assert set(rows) == {"live/out/checkpoint-4", "live/out/checkpoint-6"}, rows
     assert daemon.stop() == 0, daemon.log
+
+
+def test_best_by_eval_loss_and_latest_resumable_falls_back_past_broken_folders(
+    workspace: Workspace, hf_runs: Path
+) -> None:
+    ws, truth = workspace, load_truth(hf_runs)["trainer"]["folders"]
+    out = _copy(hf_runs / "trainer" / "out", ws.root / "hf" / "out")
+    _copy(out / "checkpoint-6", out / "checkpoint-8")  # newest, then broken two ways:
+    (out / "checkpoint-8" / "optimizer.pt").unlink()  # not resumable (weights only)
+    _copy(out / "checkpoint-6", out / "checkpoint-10")
+    weights = out / "checkpoint-10" / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size - 8)  # corrupt once settled
+    ws.run("scan", check=False)
+    rows = _rows(ws)
+    assert rows["hf/out/checkpoint-10"]["status"] == "corrupt"
+    assert "model.safetensors" in rows["hf/out/checkpoint-10"]["reason"]
+    assert rows["hf/out/checkpoint-8"]["kind"] == "weights"
+    resume = ws.json("latest", "--resumable", "--run", "hf/out")
+    assert Path(resume["path"]).name == "checkpoint-6" and resume["resumable"] is True, resume
+    assert "resume_from_checkpoint" in resume["resume_reason"]
+    best = ws.json("best", "--metric", "eval_loss", "--run", "hf/out")
+    lowest = min(truth.values(), key=lambda t: t["metrics"]["eval_loss"])
+    assert abs(best["metrics"]["eval_loss"] - lowest["metrics"]["eval_loss"]) < 1e-12, best
+    shown = ws.json("show", str(rows["hf/out/checkpoint-4"]["id"]))
+    state = shown["training_config"]["trainer_state"]
+    assert state["best_model_checkpoint"] == truth["checkpoint-4"]["best_model_checkpoint"]
+    assert state["global_step"] == 4 and state["epoch"] == truth["checkpoint-4"]["epoch"]
+    assert shown["training_config"]["config"]["model_type"] == "bert"
+    card = ws.run("describe", str(rows["hf/out/checkpoint-4"]["id"])).stdout
+    assert "AutoModel.from_pretrained" in card and "resume_from_checkpoint" in card, card
+    for verb in ("split", "compress"):  # refused with the reason, nothing written
+        refused = ws.run(verb, str(rows["hf/out/checkpoint-4"]["id"]), check=False)
+        assert refused.returncode == 2 and "Hugging Face folder" in refused.stderr, refused
+    assert shown["training_config"]["config"]["architectures"] == ["BertForSequenceClassification"]

@@ -8,7 +8,7 @@ Usage (always in a child process: the pytest process never imports torch or tran
 writes::
 
     OUT/trainer/out/checkpoint-N/   a real `Trainer` run (max_steps 6, save_steps 2,
-                                    save_total_limit 2, metric_for_best_model eval_loss)
+                                    save_total_limit 2, metric_for_best_model eval_accuracy)
     OUT/pretrained/tiny/            `save_pretrained`, one model.safetensors
     OUT/sharded/tiny/               `save_pretrained(max_shard_size="10KB")`: shards + index
     OUT/sharded-bin/tiny/           `pytorch_model-0000k-of-0000n.bin` shards + index, config.json
@@ -99,7 +99,7 @@ def write_trainer(run: Path) -> dict[str, Any]:
         eval_steps=SAVE_STEPS,
         logging_steps=1,
         save_total_limit=SAVE_TOTAL_LIMIT,
-        metric_for_best_model="eval_loss",
+        metric_for_best_model="eval_accuracy",  # flat here: the best stays checkpoint-2
         per_device_train_batch_size=8,
         use_cpu=True,
         report_to="none",
