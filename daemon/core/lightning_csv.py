@@ -10,7 +10,7 @@ a checkpoint records. `epoch` and `step` are counters, never metrics.
 
 from __future__ import annotations
 
-from .metrics import ByKey, _csv_rows, as_int
+from .training_metrics import ByKey, _csv_rows, as_int
 
 _COUNTERS = ("epoch", "step")
 
