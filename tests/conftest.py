@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support import Daemon, Workspace, copy_generated, kill_started, service_workspace
+from tests.support.async_saves import session_async_saves
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
 from tests.support.postgres import PostgresServer, start_server
@@ -56,6 +57,15 @@ def torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     child processes): `plain/` with `plain-truth.json`, `pl/` (a Lightning run) with
     `pl/lightning-truth.json`. `CKPT_TORCH_FIXTURES` names a folder of them to reuse."""
     return session_torch_files(tmp_path_factory.mktemp("torch"))
+
+
+@pytest.fixture(scope="session")
+def async_saves(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real Orbax and DCP saves (tests/support/async_saves.py, written in child processes):
+    `keras-orbax/`, `orbax-sync/`, `orbax-async/`, `dcp/`, `dcp-async/`, `killed/` (an async
+    Orbax save SIGKILLed mid-way), each run with its `truth.json`. `CKPT_ASYNC_FIXTURES` names
+    a folder to cache them in, keyed by the generator's content."""
+    return session_async_saves(tmp_path_factory.mktemp("async-saves"))
 
 
 @pytest.fixture(scope="session")

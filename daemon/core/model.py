@@ -14,6 +14,9 @@ from typing import Any
 class CheckpointStatus(enum.StrEnum):
     OK = "ok"
     INCOMPLETE = "incomplete"  # seen, not (yet) complete
+    # A folder save in flight that nobody finishes: no writer, untouched past
+    # `completion.abandoned_after` (core.save_verdict)
+    ABANDONED = "abandoned"
     CORRUPT = "corrupt"
     UNREADABLE = "unreadable"
     MISSING = "missing"
@@ -38,6 +41,8 @@ class Format(enum.StrEnum):
     TORCH_LEGACY = "torch-legacy"  # `torch.save(..., _use_new_zipfile_serialization=False)`
     LIGHTNING = "lightning-ckpt"  # a torch zip holding a Lightning `Trainer` checkpoint
     SAFETENSORS = "safetensors"  # 8-byte header length, JSON header, tensor bytes
+    ORBAX = "orbax-step"  # an Orbax step folder `<dir>/<step>/` (`_CHECKPOINT_METADATA`, items)
+    TORCH_DCP = "torch-dcp"  # torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
 
 
 class Kind(enum.StrEnum):
