@@ -132,6 +132,12 @@ def info_of(orbax: OrbaxStep) -> CheckpointInfo:
         n_params=sum(leaf.numel for leaf in model if leaf.shape is not None),
         weights=tuple(WeightInfo(x.name, x.shape or (), _UNKNOWN_DTYPE) for x in model),
     )
+    # Orbax's JSON has no dtypes: the bytes on disk of the tree's items, split between the
+    # model and the optimizer by their element counts
+    on_disk = sum(orbax.item_bytes.get(i, 0) for i in data_items)
+    model_n = sum(x.numel for x in model if x.shape is not None)
+    opt_n = sum(x.numel for x in optimizer if x.shape is not None)
+    opt_bytes = on_disk * opt_n // (model_n + opt_n) if model_n + opt_n else 0
     opt = None
     if optimizer:
         # Keras 3: `optimizer_variables.<the optimizer's name>.<variable>`
@@ -141,8 +147,12 @@ def info_of(orbax: OrbaxStep) -> CheckpointInfo:
             class_name=None,
             name=next(iter(names)) if len(names) == 1 else None,  # Keras: the instance name
             n_variables=len(optimizer),
+            state_bytes=opt_bytes,
         )
-    notes = ["Orbax stores no dtypes in its JSON metadata: bytes are the bytes on disk"]
+    notes = [
+        "Orbax stores no dtypes in its JSON metadata: bytes are the bytes on disk, split "
+        "between model and optimizer by element count"
+    ]
     if orbax.keras:
         notes.append("written by Keras 3's OrbaxCheckpoint (steps are 0-based epochs)")
     return CheckpointInfo(
@@ -150,7 +160,7 @@ def info_of(orbax: OrbaxStep) -> CheckpointInfo:
         kind=Kind.FULL if "model_config" in orbax.items else Kind.WEIGHTS,
         layers=(layer,),
         n_params=layer.n_params,
-        weights_bytes=sum(orbax.item_bytes.get(i, 0) for i in data_items),
+        weights_bytes=on_disk - opt_bytes,
         optimizer=opt,
         notes=tuple(notes),
         recorded={"step": orbax.step, "metrics": dict(orbax.metrics)},

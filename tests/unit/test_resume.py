@@ -48,6 +48,11 @@ TABLE = [
     (F.LIGHTNING, "full", 184, None, True, "ckpt_path"),
     (F.LIGHTNING, "weights", 0, None, False, "no optimizer state"),
     (F.SAFETENSORS, "weights", 0, None, False, "weights only"),
+    (F.ORBAX, "full", 5000, "3.15.1", True, "Orbax"),
+    (F.ORBAX, "weights", 900, None, True, "Orbax"),
+    (F.ORBAX, "weights", 0, None, False, "no optimizer state"),
+    (F.TORCH_DCP, "weights", 552, None, True, "dcp.load"),
+    (F.TORCH_DCP, "weights", 0, None, False, "no optimizer state"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 
