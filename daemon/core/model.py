@@ -43,6 +43,13 @@ class Format(enum.StrEnum):
     SAFETENSORS = "safetensors"  # 8-byte header length, JSON header, tensor bytes
     ORBAX = "orbax-step"  # an Orbax step folder `<dir>/<step>/` (`_CHECKPOINT_METADATA`, items)
     TORCH_DCP = "torch-dcp"  # torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
+    # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
+    HF_FOLDER = "hf-folder"
+
+
+# Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
+# (fs.folder_layouts describes how a layout is added).
+FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER})
 
 
 class Kind(enum.StrEnum):

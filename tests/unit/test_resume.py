@@ -53,6 +53,9 @@ TABLE = [
     (F.ORBAX, "weights", 0, None, False, "no optimizer state"),
     (F.TORCH_DCP, "weights", 552, None, True, "dcp.load"),
     (F.TORCH_DCP, "weights", 0, None, False, "no optimizer state"),
+    (F.HF_FOLDER, "full", 31092, None, True, "resume_from_checkpoint"),
+    (F.HF_FOLDER, "weights", 31092, None, False, "scheduler.pt and trainer_state.json"),
+    (F.HF_FOLDER, "weights", 0, None, False, "no optimizer state"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 

@@ -1,26 +1,20 @@
-"""The Python API for scripts: the same operations as the `ckpt` command, returning plain values.
-
-from ckpt_daemon.api import open_catalog
-with open_catalog() as cat:
-    best = cat.best("val_loss")                      # a ckpt_daemon.core.model.Checkpoint
-    resume = cat.latest("exp1", resumable=True)      # the newest checkpoint training resumes from
-    recent = cat.list(run="exp1", where=["epoch >= 10"], sort="val_loss", limit=5)
-"""
+"""The Python API's reads (`ckpt_daemon.api.Catalog`'s half that changes nothing): listing,
+best, latest, one checkpoint, runs, history, disk usage, the trash, the audit log, the daemon's
+health; and the catalog it reads, opened on first use."""
 
 from __future__ import annotations
 
 import builtins
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
-from .core.errors import NotFound, UsageError
-from .core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
-from .core.progress import OnProgress
-from .core.query import (
+from ..core.errors import NotFound, UsageError
+from ..core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
+from ..core.query import (
     Condition,
     ListQuery,
     default_mode,
@@ -28,25 +22,18 @@ from .core.query import (
     parse_condition,
     unknown_key,
 )
-from .settings import config as config_module
-from .settings.config import Config
+from ..settings.config import Config
 
 if TYPE_CHECKING:
-    from .catalog.dbapi_reads import DbapiReads
-    from .catalog.store import Store
-    from .core.card import Facts
-    from .core.history import History
-    from .core.retention import Policy
-    from .core.usage import RootUsage
-    from .transforms.compress import CompressResult
-    from .transforms.export_json_h5 import ExportResult
-    from .transforms.split import SplitResult
-    from .usecases.pruner import PruneReport
-    from .usecases.scan_report import ScanReport
-    from .usecases.verifier import Verdict
+    from ..catalog.dbapi_reads import DbapiReads
+    from ..catalog.store import Store
+    from ..core.history import History
+    from ..core.usage import RootUsage
 
 
-class Catalog:
+class CatalogReads:
+    """What a script reads of the catalog. `Catalog` adds the acts (`api.acts`)."""
+
     def __init__(
         self,
         config: Config,
@@ -66,7 +53,7 @@ class Catalog:
         local SQLite or a plain PostgreSQL catalog are answered by `_reads` and never import
         SQLAlchemy."""
         if self._opened is None:
-            from .catalog.store import Store
+            from ..catalog.store import Store
 
             self._opened = Store(
                 self.config.database,
@@ -76,7 +63,7 @@ class Catalog:
             )
         return self._opened
 
-    def __enter__(self) -> Catalog:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -225,9 +212,9 @@ class Catalog:
         (PostgreSQL LISTEN/NOTIFY, inotify on an SQLite file), not a busy poll. NotFound
         after `timeout` seconds; `recheck`: a look every so many seconds even without a change
         (an event lost). `ckpt wait` is this call."""
-        from .catalog import db
-        from .core.wait_match import WaitFor
-        from .service import catalog_wait
+        from ..catalog import db
+        from ..core.wait_match import WaitFor
+        from ..service import catalog_wait
 
         if newer_than is not None and after is not None:
             raise UsageError("--newer-than and --after: give one of them")
@@ -261,260 +248,34 @@ class Catalog:
     def history(self, run: str, metrics: Sequence[str] = ()) -> History:
         """A run's metrics per epoch (its logs and its checkpoints) with every checkpoint
         marked: kept, best (per metric), pinned, trashed, version, missing (`ckpt history`)."""
-        from .usecases.history import run_history
+        from ..usecases.history import run_history
 
         return run_history(self.config, self._store, run, metrics)
 
     def du(self) -> builtins.list[RootUsage]:
         """Bytes per root, run and kind (checkpoint, inference, version, trash), biggest
         first, from the catalog alone (`ckpt du`)."""
-        from .usecases.history import disk_usage
+        from ..usecases.history import disk_usage
 
         return disk_usage(self._store)
 
-    def plan_prune(self, runs: Sequence[str] = (), policy: Policy | None = None) -> PruneReport:
-        """What `prune` would do, with every decision's reasons; changes nothing."""
-        from .usecases import pruner
-
-        return pruner.plan_runs(self.config, self._store, list(runs) or None, policy)
-
-    def prune(
-        self,
-        runs: Sequence[str] = (),
-        policy: Policy | None = None,
-        *,
-        dry_run: bool = False,
-        actor: str | None = None,
-        on_progress: OnProgress | None = None,
-    ) -> PruneReport:
-        """Apply retention (`policy`, else the configured ones): doomed checkpoints go to the
-        trash (restore with `restore`); per-item failures are in `report.failures`."""
-        from .usecases import pruner
-
-        return pruner.prune(
-            self.config,
-            self._store,
-            runs=list(runs) or None,
-            override=policy,
-            dry_run=dry_run,
-            actor=actor or _actor(),
-            on_progress=on_progress,
-        )
-
-    def restore(self, ref: str | int, *, actor: str | None = None) -> Checkpoint:
-        from .usecases import pruner
-
-        return pruner.restore(self.config, self._store, self.ref(ref), actor or _actor())
-
-    def restore_version(
-        self,
-        path: str,
-        *,
-        version: int | None = None,
-        epoch: int | None = None,
-        actor: str | None = None,
-    ) -> Checkpoint:
-        """Put a kept generation of the rewritten file `path` back at `path` (by generation
-        `version`, or the newest kept one of `epoch`); its current generation is kept first.
-        Returns the file's row, re-indexed."""
-        from .usecases import versions
-
-        return versions.restore_version(
-            self.config,
-            self._store,
-            self.ref(path),
-            generation=version,
-            epoch=epoch,
-            actor=actor or _actor(),
-        )
-
-    def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
-        from .usecases import pruner
-
-        return pruner.set_pinned(self._store, self.ref(ref), pinned, _actor())
-
     def trash(self) -> builtins.list[dict[str, Any]]:
         """Trashed checkpoints: original and trash paths, bytes, when and why."""
-        from .core.views import trashed_json
+        from ..core.views import trashed_json
 
         return [trashed_json(t) for t in self._store.trashed()]
-
-    def purge(
-        self, older_than: str | None = None, *, dry_run: bool = False
-    ) -> tuple[builtins.list[dict[str, Any]], builtins.list[dict[str, Any]]]:
-        """Delete what was trashed longer ago than `older_than` (default: trash.purge_after).
-        Returns (purged, failures)."""
-        from .core.views import trashed_json
-        from .usecases import pruner
-
-        seconds = pruner.parse_older_than(older_than, self.config)
-        purged, failures = pruner.purge(
-            self.config, self._store, older_than=seconds, dry_run=dry_run, actor=_actor()
-        )
-        return [trashed_json(t) for t in purged], failures
 
     def log(
         self, run: str | None = None, limit: int | None = None
     ) -> builtins.list[dict[str, Any]]:
         """The audit events, oldest first (the newest `limit` of them)."""
-        from .core.views import event_json
+        from ..core.views import event_json
 
         return [event_json(e) for e in self._store.audit_log(run, limit)]
 
-    def split(
-        self,
-        ref: str | int,
-        *,
-        out: Path | None = None,
-        keep_compile: bool = False,
-        actor: str | None = None,
-        on_progress: OnProgress | None = None,
-    ) -> tuple[Checkpoint, SplitResult]:
-        """Write and register the inference artifact of a checkpoint."""
-        from .usecases.artifacts import split_checkpoint
-
-        return split_checkpoint(
-            self.config,
-            self._store,
-            self.ref(ref),
-            out=out,
-            keep_compile=keep_compile,
-            actor=actor or _actor(),
-            on_progress=on_progress,
-        )
-
-    def export(
-        self, ref: str | int, *, out: Path | None = None, actor: str | None = None
-    ) -> tuple[Checkpoint, ExportResult]:
-        """`ckpt split --layout json+h5`: `<stem>.json` + `<stem>.weights.h5` + the card."""
-        from .usecases.artifacts import export_checkpoint
-
-        return export_checkpoint(
-            self.config, self._store, self.ref(ref), out=out, actor=actor or _actor()
-        )
-
-    def describe(self, ref: str | int) -> Facts:
-        """The model card's facts of a checkpoint or artifact (`core.card`; render them with
-        `usecases.describe.render(facts, "md"|"json"|"txt")`)."""
-        from .usecases.describe import describe
-
-        return describe(self.config, self._store, self.ref(ref))
-
-    def compress(
-        self,
-        ref: str | int,
-        *,
-        codec: str = "gzip",
-        level: int | None = None,
-        shuffle: bool = True,
-        actor: str | None = None,
-        on_progress: OnProgress | None = None,
-    ) -> tuple[Checkpoint, CompressResult]:
-        """Compress a checkpoint in place, losslessly and verified."""
-        from .usecases.artifacts import compress_checkpoint
-
-        return compress_checkpoint(
-            self.config,
-            self._store,
-            self.ref(ref),
-            codec=codec,
-            level=level,
-            shuffle=shuffle,
-            actor=actor or _actor(),
-            on_progress=on_progress,
-        )
-
-    def verify(
-        self,
-        refs: Sequence[str | int] = (),
-        *,
-        load: bool = False,
-        actor: str | None = None,
-        on_verdict: Callable[[Verdict], None] | None = None,
-        on_progress: OnProgress | None = None,
-    ) -> builtins.list[Verdict]:
-        """Re-hash checkpoints (all `ok` ones by default) and their artifacts; with `load`,
-        also load them with Keras in a child process and compare predictions. A checkpoint
-        whose hash differs under an unchanged stat (bit rot) is marked `corrupt`.
-        `on_verdict` gets each verdict as soon as it is known, `on_progress` each checkpoint's
-        start and end."""
-        from .usecases.verifier import verify
-
-        return verify(
-            self.config,
-            self._store,
-            [self.ref(r) for r in refs],
-            load=load,
-            actor=actor or _actor(),
-            on_verdict=on_verdict,
-            on_progress=on_progress,
-        )
-
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
-        from .service.health import daemons_status
+        from ..service.health import daemons_status
 
         source = self._reads or self._store
         return daemons_status(source.heartbeats(), source.count())
-
-    def scan(
-        self,
-        paths: Sequence[str | Path] = (),
-        *,
-        actor: str | None = None,
-        progress: Callable[[str], None] | None = None,
-        reindex: bool = False,
-        on_progress: OnProgress | None = None,
-    ) -> ScanReport:
-        """Index now: the given files/folders (inside configured roots), or every root.
-        `reindex`: derive every walked run's epochs and metrics again (no weights read)."""
-        from .usecases.indexer import scan
-
-        return scan(
-            self.config,
-            self._store,
-            [Path(p) for p in paths],
-            actor=actor or _actor(),
-            progress=progress,
-            reindex=reindex,
-            on_progress=on_progress,
-        )
-
-
-def _actor() -> str:
-    from .catalog.audit import actor
-
-    return actor()
-
-
-def open_catalog(
-    config_path: str | None = None, database: str | None = None, *, may_migrate: bool = False
-) -> Catalog:
-    """Open the catalog named by `database`, $CKPT_DB or the config (created at head if new)."""
-    config = config_module.load(config_path, database_override=database)
-    reads = None if may_migrate else _fast_reads(config)
-    if reads is not None:  # a catalog at head: the Store opens when first needed
-        return Catalog(config, reads=reads)
-    from .catalog.store import Store
-
-    store = Store(
-        config.database,
-        may_migrate=may_migrate,
-        named_roots=config.named_roots(),
-        node=config.node_name,
-    )
-    return Catalog(config, store)
-
-
-def _fast_reads(config: Config) -> DbapiReads | None:
-    """The SQLAlchemy-free reads of a local SQLite file or a plain PostgreSQL URL at the schema
-    head (paths of named roots converted as the Store does), else None."""
-    from .catalog.postgres_reads import PostgresReads
-    from .catalog.sqlite_reads import SqliteReads
-    from .core.root_names import PathCodec
-
-    codec = PathCodec(config.named_roots())
-    url = config.database
-    if url.startswith("sqlite"):
-        return SqliteReads.open(url, codec)
-    return PostgresReads.open(url, codec)
