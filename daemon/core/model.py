@@ -49,7 +49,7 @@ class Format(enum.StrEnum):
 
 # Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
 # (fs.folder_layouts describes how a layout is added).
-FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER})
+FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER, Format.ORBAX, Format.TORCH_DCP})
 
 
 class Kind(enum.StrEnum):

@@ -9,12 +9,13 @@ folder is corrupt, with that reason, never loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import CorruptCheckpoint
+from ..core.errors import CorruptCheckpoint, UnfinishedSave
 from ..core.model import CheckpointInfo, Format
 from ..core.save_verdict import SaveObservation
 from ..fs import procfs
@@ -51,6 +52,30 @@ def look(folder: Path, root: Path | None = None) -> FolderSave:
     if kind is Format.TORCH_DCP:
         return _look_dcp(folder, root)
     raise CorruptCheckpoint(f"{folder.name} is neither an Orbax step folder nor a DCP folder")
+
+
+UNCONFIRMED_NOTE = "unconfirmed save: "  # usecases.save_checks judges it by the age
+
+
+def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
+    """The reader of `formats.folder_readers` (in the reader child): the folder's info, with
+    `step` and metrics recorded, when it shows no sign of a save in flight; UnfinishedSave
+    naming the signs (the indexer judges incomplete or abandoned), CorruptCheckpoint for a
+    broken or hostile metadata file. An unconfirmed sign (no commit marker) rides in a note."""
+    save = look(folder, root)
+    if save.problem is not None:
+        raise CorruptCheckpoint(save.problem)
+    if save.seen.unfinished:
+        raise UnfinishedSave("; ".join(save.seen.unfinished[:3]))
+    if save.info is None:
+        raise CorruptCheckpoint(f"{folder.name}: no metadata to read")
+    recorded = dict(save.info.recorded or {})
+    if save.step is not None:
+        recorded["step"] = save.step
+    if save.metrics:
+        recorded["metrics"] = dict(save.metrics)
+    notes = (*save.info.notes, *(UNCONFIRMED_NOTE + sign for sign in save.seen.unconfirmed))
+    return dataclasses.replace(save.info, recorded=recorded or None, notes=notes)
 
 
 def _look_orbax(folder: Path, root: Path | None) -> FolderSave:
