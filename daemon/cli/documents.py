@@ -24,7 +24,10 @@ Doc = dict[str, Any]
 def list_rows(found: Iterable[Checkpoint]) -> Iterator[Doc]:
     """`ckpt list --json`: one row per checkpoint (a generator: 100k rows are streamed), with
     `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`)."""
-    return ({**checkpoint_json(c), "versions_kept": c.versions_kept} for c in found)
+    for c in found:
+        doc = checkpoint_json(c)
+        doc["versions_kept"] = c.versions_kept
+        yield doc
 
 
 def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:
