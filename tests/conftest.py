@@ -80,7 +80,7 @@ def async_saves(tmp_path_factory: pytest.TempPathFactory) -> Path:
     `keras-orbax/`, `orbax-sync/`, `orbax-async/`, `dcp/`, `dcp-async/`, `killed/` (an async
     Orbax save SIGKILLed mid-way), each run with its `truth.json`. `CKPT_ASYNC_FIXTURES` names
     a folder to cache them in, keyed by the generator's content."""
-    return session_async_saves(tmp_path_factory.mktemp("async-saves"))
+    return session_async_saves(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

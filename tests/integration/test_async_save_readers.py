@@ -140,7 +140,7 @@ def test_a_writer_holding_a_file_open_keeps_the_save_incomplete(
         assert verdict.state is SaveState.INCOMPLETE and "being written" in (verdict.reason or "")
     finally:
         writer.kill()
-        writer.wait()
+        writer.communicate()  # reaped, its pipes closed
 
 
 def test_dcp_resave_under_the_old_metadata_is_not_complete(

@@ -170,14 +170,22 @@ def generate(kind: str, out: Path, backend: str | None = None) -> Path:
     return out
 
 
-def session_async_saves(fresh: Path) -> Path:
-    """The generated set: `$CKPT_ASYNC_FIXTURES/<key>` if complete, else written now (about a
-    minute: jax, orbax, keras and torch start in children) and copied there."""
+def session_async_saves(tmp_path_factory: Any) -> Path:
+    """The generated set: `$CKPT_ASYNC_FIXTURES/<key>` if complete, else written now once for
+    every xdist worker of the session (about a minute: jax, orbax, keras and torch start in
+    children) and copied there."""
+    from tests.support.shared_fixtures import generated_once
+
     key = cache_key()
     cached = os.environ.get("CKPT_ASYNC_FIXTURES")
     folder = Path(cached) / key if cached else None
     if folder is not None and (folder / "done").is_file():
         return folder
+    return generated_once(tmp_path_factory, f"async-saves-{key}", lambda out: _write(out, folder))
+
+
+def _write(fresh: Path, folder: Path | None) -> None:
+    key = cache_key()
     generate("keras-orbax", fresh, backend="jax")
     generate("orbax", fresh)
     generate("dcp", fresh)
@@ -187,7 +195,6 @@ def session_async_saves(fresh: Path) -> Path:
         tmp = folder.with_name(f"{key}.tmp-{os.getpid()}")
         shutil.copytree(fresh, tmp, copy_function=shutil.copy2, symlinks=True)
         os.replace(tmp, folder)
-    return fresh
 
 
 if __name__ == "__main__":
