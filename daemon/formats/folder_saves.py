@@ -87,7 +87,11 @@ def _look_orbax(folder: Path, root: Path | None) -> FolderSave:
         # `_CHECKPOINT_METADATA` is written first and rewritten at commit: unreadable while a
         # writer is at it, so an unfinished sign, not a verdict of corruption
         parsed = orbax_step.step_of(folder.name)
-        seen = SaveObservation((f"metadata unreadable: {exc}",), (), writers, newest)
+        signs = (
+            [f"Orbax's in-flight name ({orbax_step.TMP_SUFFIX})"] if parsed and parsed[1] else []
+        )
+        signs.append(f"metadata not readable yet: {exc}")
+        seen = SaveObservation(tuple(signs), (), writers, newest)
         return FolderSave(folder, Format.ORBAX, parsed[0] if parsed else None, None, seen, files)
     unfinished = []
     if step.in_flight:

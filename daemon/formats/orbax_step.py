@@ -82,8 +82,10 @@ def step_of(name: str) -> tuple[int, bool] | None:
 
 
 def is_step_folder(folder: Path) -> bool:
-    """A folder named like a step that holds `_CHECKPOINT_METADATA` (written first)."""
-    return step_of(folder.name) is not None and (folder / STEP_METADATA).is_file()
+    """A folder named like a step that holds `_CHECKPOINT_METADATA`, or any folder with Orbax's
+    in-flight name (a writer killed early leaves one without it)."""
+    parsed = step_of(folder.name)
+    return parsed is not None and (parsed[1] or (folder / STEP_METADATA).is_file())
 
 
 def read_step(folder: Path, root: Path | None = None) -> OrbaxStep:

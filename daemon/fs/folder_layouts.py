@@ -128,7 +128,9 @@ DCP_DATA = re.compile(r"^__\d+_\d+\.distcp$")
 
 
 def _orbax_recognises(name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
-    return bool(ORBAX_STEP_FOLDER.match(name)) and ORBAX_STEP_METADATA in files
+    # an in-flight name alone is Orbax's: a writer killed early leaves no metadata in it
+    in_flight = ".orbax-checkpoint-tmp" in name
+    return bool(ORBAX_STEP_FOLDER.match(name)) and (in_flight or ORBAX_STEP_METADATA in files)
 
 
 def _orbax_announces(folder_name: str, _name: str) -> bool:
