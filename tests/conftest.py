@@ -24,6 +24,7 @@ from tests.support import (
     service_workspace,
     thread_leaks,
 )
+from tests.support.async_saves import session_async_saves
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
 from tests.support.hf_runs import session_hf_runs
@@ -71,6 +72,15 @@ def torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     child processes): `plain/` with `plain-truth.json`, `pl/` (a Lightning run) with
     `pl/lightning-truth.json`. `CKPT_TORCH_FIXTURES` names a folder of them to reuse."""
     return session_torch_files(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def async_saves(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real Orbax and DCP saves (tests/support/async_saves.py, written in child processes):
+    `keras-orbax/`, `orbax-sync/`, `orbax-async/`, `dcp/`, `dcp-async/`, `killed/` (an async
+    Orbax save SIGKILLed mid-way), each run with its `truth.json`. `CKPT_ASYNC_FIXTURES` names
+    a folder to cache them in, keyed by the generator's content."""
+    return session_async_saves(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

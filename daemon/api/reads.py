@@ -197,6 +197,55 @@ class CatalogReads:
         """By catalog id or path; the result's `details` has layers, configs and events."""
         return self._store.get(self.ref(ref))
 
+    def wait(
+        self,
+        run: str,
+        *,
+        newer_than: int | None = None,
+        after: str | int | None = None,
+        metric: str | None = None,
+        better_than: float | None = None,
+        mode: str | None = None,
+        timeout: float = 1800.0,
+        recheck: float = 5.0,
+    ) -> Checkpoint:
+        """Block until a new complete (`ok`) checkpoint of `run` (and the runs below it) is in
+        the catalog, and return it: past step `newer_than`, or past the checkpoint `after`
+        names, or (neither) not in the catalog when the wait began; with `metric`, one that
+        has it (better than `better_than`, `mode` as `best`'s). Wakes on the catalog's change
+        (PostgreSQL LISTEN/NOTIFY, inotify on an SQLite file), not a busy poll. NotFound
+        after `timeout` seconds; `recheck`: a look every so many seconds even without a change
+        (an event lost). `ckpt wait` is this call."""
+        from ..catalog import db
+        from ..core.wait_match import WaitFor
+        from ..service import catalog_wait
+
+        if newer_than is not None and after is not None:
+            raise UsageError("--newer-than and --after: give one of them")
+        if better_than is not None and metric is None:
+            raise UsageError("--better-than needs --metric")
+        url = self.config.database
+        waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
+
+        def rows() -> builtins.list[Checkpoint]:
+            return self.list(run=run, status=CheckpointStatus.OK.value)
+
+        try:
+            seen = frozenset((c.id, c.generation) for c in rows())
+            wanted = WaitFor(
+                run=run,
+                newer_than=newer_than,
+                after=self.get(after) if after is not None else None,
+                metric=metric,
+                better_than=better_than,
+                mode=mode or (default_mode(metric) if metric else "min"),
+                seen=seen if newer_than is None and after is None else frozenset(),
+            )
+        except BaseException:
+            waker.close()
+            raise
+        return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck)
+
     def runs(self) -> builtins.list[Run]:
         return self._store.runs()
 

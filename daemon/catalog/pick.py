@@ -104,8 +104,7 @@ def one_run(names: Sequence[str]) -> None:
 
 
 def _needs_details(row: Row) -> bool:
-    fmt = row[_AT["format"]]
-    return fmt in (Format.TF_CHECKPOINT.value, Format.KERAS_ZIP.value) or fmt in FOLDER_FORMATS
+    return row[_AT["format"]] in _MEMBERED or row[_AT["format"]] == Format.KERAS_ZIP.value
 
 
 def judge(row: Row, details: Details | None = None) -> Resumability:
@@ -120,13 +119,16 @@ def judge(row: Row, details: Details | None = None) -> Resumability:
     )
 
 
+_MEMBERED = frozenset({Format.TF_CHECKPOINT.value, *(f.value for f in FOLDER_FORMATS)})
+
+
 def changed(row: Row, files: list[str]) -> str | None:
     """None if the row's files are the bytes it was indexed from, else what differs. `files`:
     the member file names of a multi-file checkpoint, as the catalog recorded them."""
     path = Path(row[_AT["path"]])
     members = [path]
-    fmt = row[_AT["format"]]
-    if fmt == Format.TF_CHECKPOINT.value or fmt in FOLDER_FORMATS:  # each recorded file
+    # Multi-file checkpoints were stat'ed over their members (recorded relative to the parent)
+    if row[_AT["format"]] in _MEMBERED:
         members = [path.parent / name for name in files] or members
     expected = FileStat(row[_AT["size_bytes"]], row[_AT["mtime_ns"]], row[_AT["inode"]])
     try:

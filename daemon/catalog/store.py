@@ -28,7 +28,7 @@ from ..core.model import (
 )
 from ..core.observability import Figures
 from ..core.query import ListQuery
-from . import db, store_figures, store_reads
+from . import change_feed, db, store_figures, store_reads
 from .audit import now_iso, record_event
 from .index_rows import row_values, sightings
 from .root_adoption import adopt_named_roots
@@ -163,6 +163,7 @@ class Store(
                     actor=actor_name,
                     at=now,
                 )
+            change_feed.announce(conn)  # `ckpt wait` on any host: at this commit
             return int(ckpt_id)
 
     def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
@@ -210,6 +211,7 @@ class Store(
                     actor=actor_name,
                     at=now,
                 )
+            change_feed.announce(conn)
         return len(rows)
 
     def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, insert, select, update
 
 from ..core.model import CheckpointStatus, MetricValue
-from . import db
+from . import change_feed, db
 from .audit import patch_details
 from .schema import CHECKPOINTS, METRICS, RUNS
 
@@ -127,6 +127,8 @@ class RunRecords:
                 patch_details(conn, u.id, u.details, epoch=u.epoch, step=u.step, metrics_at=at)
                 replace_metrics(conn, u.id, u.metrics)
                 written += 1
+            if written:
+                change_feed.announce(conn)  # epochs and metrics `ckpt wait` may be waiting for
         return written
 
 

@@ -30,6 +30,7 @@ from ..core.errors import (
     NotACheckpoint,
     NotReady,
     ReadProblem,
+    UnfinishedSave,
     UnreadableCheckpoint,
 )
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
@@ -42,6 +43,7 @@ _PROBLEMS: dict[str, type[Exception]] = {
     "CorruptCheckpoint": CorruptCheckpoint,
     "UnreadableCheckpoint": UnreadableCheckpoint,
     "NotReady": NotReady,
+    "UnfinishedSave": UnfinishedSave,
     "NotACheckpoint": NotACheckpoint,
     "FileNotFoundError": FileNotFoundError,
 }

@@ -102,10 +102,10 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
 @click.option("--format", "fmt", help="Only this format, e.g. keras-v3-zip, keras-legacy-h5.")
 @click.option(
     "--status",
-    help="Only this status: ok, incomplete, corrupt, unreadable, missing, removed, trashed, "
-    "purged, standby. Without it, rows of files trashed, purged or removed by their trainer "
-    "are left out, and so are standby rows (the kept copy of the generation a rewritten file "
-    "holds now).",
+    help="Only this status: ok, incomplete, abandoned, corrupt, unreadable, missing, removed, "
+    "trashed, purged, standby. Without it, rows of files trashed, purged or removed by their "
+    "trainer are left out, and so are standby rows (the kept copy of the generation a rewritten "
+    "file holds now).",
 )
 @click.option(
     "--versions",

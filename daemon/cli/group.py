@@ -20,6 +20,7 @@ COMMANDS = {
     "describe": "describe:describe",
     "best": "checkpoints:best",
     "latest": "latest:latest",
+    "wait": "wait:wait",
     "runs": "checkpoints:runs",
     "history": "history:history",
     "plot": "history:plot",

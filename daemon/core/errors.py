@@ -141,6 +141,11 @@ class NotReady(ReadProblem):
     """Still being written (locked by its writer, changed during the read): retry later."""
 
 
+class UnfinishedSave(ReadProblem):
+    """A folder save showing signs of a save in flight (an Orbax tmp name, no DCP `.metadata`, a
+    short data file): `incomplete` or `abandoned`, judged by `core.save_verdict`, never corrupt."""
+
+
 class WireError(ValueError):
     """Bytes that are not a well-formed protobuf message or TFRecord (core.protowire); readers of
     event files turn it into a note, never into a failure."""

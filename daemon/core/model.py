@@ -14,6 +14,9 @@ from typing import Any
 class CheckpointStatus(enum.StrEnum):
     OK = "ok"
     INCOMPLETE = "incomplete"  # seen, not (yet) complete
+    # A folder save in flight that nobody finishes: no writer, untouched past
+    # `completion.abandoned_after` (core.save_verdict)
+    ABANDONED = "abandoned"
     CORRUPT = "corrupt"
     UNREADABLE = "unreadable"
     MISSING = "missing"
@@ -38,13 +41,15 @@ class Format(enum.StrEnum):
     TORCH_LEGACY = "torch-legacy"  # `torch.save(..., _use_new_zipfile_serialization=False)`
     LIGHTNING = "lightning-ckpt"  # a torch zip holding a Lightning `Trainer` checkpoint
     SAFETENSORS = "safetensors"  # 8-byte header length, JSON header, tensor bytes
+    ORBAX = "orbax-step"  # an Orbax step folder `<dir>/<step>/` (`_CHECKPOINT_METADATA`, items)
+    TORCH_DCP = "torch-dcp"  # torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
     # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
     HF_FOLDER = "hf-folder"
 
 
 # Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
 # (fs.folder_layouts describes how a layout is added).
-FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER})
+FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER, Format.ORBAX, Format.TORCH_DCP})
 
 
 class Kind(enum.StrEnum):

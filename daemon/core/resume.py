@@ -28,6 +28,9 @@ MAY_RESUME: tuple[Format, ...] = (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5, Form
 # when it holds optimizer state and trainer state (a scheduler, an epoch/step, Lightning loops).
 TORCH_RESUMES = (Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING)
 MAY_RESUME += TORCH_RESUMES
+# Folder saves: a step's whole training state (an Orbax tree, a DCP state dict) when it holds
+# optimizer state; restored by the framework that wrote it, never by us.
+MAY_RESUME += (Format.ORBAX, Format.TORCH_DCP)
 # A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
 # there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
 MAY_RESUME += (Format.HF_FOLDER,)
@@ -71,6 +74,16 @@ def resumability(
         return Resumability(False, "safetensors holds weights only: no optimizer state")
     if not optimizer_bytes or optimizer_bytes <= 0:
         return Resumability(False, "no optimizer state: training would restart the optimizer")
+    if format == Format.ORBAX:
+        return Resumability(
+            True,
+            "Orbax step with optimizer state: CheckpointManager.restore(step) "
+            "(Keras: OrbaxCheckpoint restores it into the model)",
+        )
+    if format == Format.TORCH_DCP:
+        return Resumability(
+            True, "DCP folder with optimizer state: dcp.load into the model and optimizer dicts"
+        )
     if format in TORCH_RESUMES:
         if kind != Kind.FULL.value:
             return Resumability(

@@ -16,11 +16,15 @@ from pathlib import Path
 from ..core.errors import NotACheckpoint
 from ..core.model import CheckpointInfo, Format
 from ..fs import folder_layouts
-from . import hf_folder
+from . import folder_saves, hf_folder
 
 Reader = Callable[[Path, Path | None], CheckpointInfo]
 
-READERS: dict[str, Reader] = {Format.HF_FOLDER.value: hf_folder.read}
+READERS: dict[str, Reader] = {
+    Format.HF_FOLDER.value: hf_folder.read,
+    Format.ORBAX.value: folder_saves.read,
+    Format.TORCH_DCP.value: folder_saves.read,
+}
 
 
 def read(folder: Path, root: Path | None = None) -> CheckpointInfo:

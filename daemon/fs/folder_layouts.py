@@ -118,9 +118,43 @@ HF_FOLDER_LAYOUT = FolderLayout(
     owns_subfolders=_hf_owns_subfolders,
 )
 
+# ---- async saves: Orbax step folders and torch.distributed.checkpoint folders ----
+
+# `<step>/` or, while in flight, `<step>.orbax-checkpoint-tmp[-<timestamp>]` (formats.orbax_step)
+ORBAX_STEP_FOLDER = re.compile(r"^\d+(\.orbax-checkpoint-tmp(-\d+)?)?$")
+ORBAX_STEP_METADATA = "_CHECKPOINT_METADATA"  # written first, rewritten at commit
+DCP_METADATA = ".metadata"  # written last by the coordinator (formats.dcp_folder)
+DCP_DATA = re.compile(r"^__\d+_\d+\.distcp$")
+
+
+def _orbax_recognises(name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
+    # an in-flight name alone is Orbax's: a writer killed early leaves no metadata in it
+    in_flight = ".orbax-checkpoint-tmp" in name
+    return bool(ORBAX_STEP_FOLDER.match(name)) and (in_flight or ORBAX_STEP_METADATA in files)
+
+
+def _orbax_announces(folder_name: str, _name: str) -> bool:
+    return bool(ORBAX_STEP_FOLDER.match(folder_name))
+
+
+def _dcp_recognises(_name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
+    return DCP_METADATA in files or any(DCP_DATA.match(f) for f in files)
+
+
+def _dcp_announces(_folder_name: str, name: str) -> bool:
+    return name == DCP_METADATA or bool(DCP_DATA.match(name))
+
+
+ORBAX_LAYOUT = FolderLayout(
+    family=Format.ORBAX.value, recognises=_orbax_recognises, announces=_orbax_announces
+)
+DCP_LAYOUT = FolderLayout(
+    family=Format.TORCH_DCP.value, recognises=_dcp_recognises, announces=_dcp_announces
+)
+
 # The layouts discovery tries, first match wins. SavedModel folders are found by discovery's own
 # markers (fs.discovery.SAVED_MODEL_MARKERS) before any of these.
-LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT]
+LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT, ORBAX_LAYOUT, DCP_LAYOUT]
 
 
 def claim(folder: Path, files: frozenset[str], dirs: frozenset[str]) -> Claim | None:

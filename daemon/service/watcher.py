@@ -150,3 +150,45 @@ def watch_limit_shortfall(path: Path) -> str | None:
                 "(sysctl -w fs.inotify.max_user_watches=N); polling this root meanwhile"
             )
     return None
+
+
+class FileChanges:
+    """Wakes `wait` when any of `names` in `folder` is written, created or moved onto (inotify
+    on the folder alone: `ckpt wait` watching an SQLite catalog's file and its `-wal`)."""
+
+    def __init__(self, folder: Path, names: set[str]) -> None:
+        import threading
+
+        self._event = threading.Event()
+        self._names = names
+        self._observer = Observer()
+        self._observer.schedule(_Touches(self), str(folder), recursive=False)
+        self._observer.daemon = True
+        self._observer.start()
+
+    def touched(self, path: str) -> None:
+        if os.path.basename(path) in self._names:
+            self._event.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once a change came within `timeout_s`; the next wait waits for a newer one."""
+        got = self._event.wait(max(0.0, timeout_s))
+        self._event.clear()
+        return got
+
+    def close(self) -> None:
+        self._observer.stop()
+        self._observer.join(timeout=5)
+
+
+class _Touches(FileSystemEventHandler):
+    def __init__(self, changes: FileChanges) -> None:
+        self._changes = changes
+
+    def on_any_event(self, ev: FileSystemEvent) -> None:
+        try:
+            self._changes.touched(os.fsdecode(ev.src_path))
+            if ev.dest_path:
+                self._changes.touched(os.fsdecode(ev.dest_path))
+        except Exception:  # never let an exception kill the observer thread
+            logging.getLogger("ckpt").exception("catalog watch handler failed")

@@ -36,6 +36,9 @@ _AFTER = Bound("duration", 0, MAX_DURATION)
 NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     "completion.settle_seconds": (Bound("duration", 0, DAY),),
     "completion.min_age_seconds": (Bound("duration", 0, HOUR),),
+    "completion.abandoned_after": (
+        Bound("duration", 1, 30 * DAY, why="a save in flight judged abandoned at once"),
+    ),
     **{f"schedule.{job}": (_JOB,) for job in ("rescan", "retention", "purge", "verify")},
     "schedule.artifacts": (_JOB,),
     # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.

@@ -107,6 +107,9 @@ class Config:
     hooks: tuple[Hook, ...] = ()
     min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
     web: WebView | None = None  # `service.web_listen`: the read-only web view (None: off)
+    # `completion.abandoned_after`: an unfinished folder save untouched this long, with no
+    # writer, is `abandoned` (core.save_verdict)
+    abandoned_after_seconds: float = 3600.0
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -196,7 +199,9 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     if not isinstance(database, str) or not database.strip():
         raise ConfigError("database", "expected an SQLAlchemy URL")
     completion = _mapping(
-        raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
+        raw.get("completion", {}),
+        "completion",
+        {"settle_seconds", "min_age_seconds", "abandoned_after"},
     )
     service = _mapping(
         raw.get("service", {}),
@@ -211,6 +216,9 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         settle_seconds=_number(completion.get("settle_seconds", 5), "completion.settle_seconds"),
         min_age_seconds=_number(
             completion.get("min_age_seconds", 0.2), "completion.min_age_seconds"
+        ),
+        abandoned_after_seconds=_number(
+            completion.get("abandoned_after", "1h"), "completion.abandoned_after"
         ),
         schedule=_schedule(raw.get("schedule", {})),
         heartbeat_seconds=_number(service.get("heartbeat", 10), "service.heartbeat"),

@@ -18,7 +18,7 @@ from ..catalog.store import Known, Store
 from ..catalog.store_claims import Claim
 from ..children import reader_child, tf_child
 from ..core import completion
-from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
+from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UnfinishedSave, UsageError
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.progress import Counter, OnProgress
 from ..core.training_metrics import compile_template
@@ -29,13 +29,14 @@ from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import derivation, trainer_housekeeping, vanished, versions
+from . import derivation, save_checks, trainer_housekeeping, vanished, versions
 from .derivation import RunRef
 from .scan_report import ScanReport, record_outcome
 
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
 # chmod or a folder made listable again changes no size, mtime or inode.
-_SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT}
+# Read again only once their bytes change (an abandoned save: nobody writes in it any more).
+_SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT, CheckpointStatus.ABANDONED}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
 
 
@@ -315,9 +316,13 @@ class _Scan:
                 return False
             if now != stat:
                 exc, stat = NotReady(f"changed while it was being read: {exc}"), now
-            status, reason = completion.verdict(
-                exc, stat, time.time_ns(), self.config.settle_seconds
-            )
+            if isinstance(exc, UnfinishedSave):  # a folder save in flight, or abandoned
+                judged = save_checks.unfinished(cand.path, str(exc), self.config, time.time_ns())
+                status, reason = judged.status, judged.reason
+            else:
+                status, reason = completion.verdict(
+                    exc, stat, time.time_ns(), self.config.settle_seconds
+                )
             self._record(cand, text, stat, status, reason)
             return True
         except Exception as exc:  # a hostile file must not stop the scan or the daemon
@@ -329,6 +334,11 @@ class _Scan:
         if cand.family == discovery.FILE and (ours := adopt(self.store, cand.path)) is not None:
             self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
             return True
+        if save_checks.is_folder_save(cand.family):  # a writer in it, or not confirmed yet
+            unsure = save_checks.read_whole(cand.path, info, self.config, time.time_ns())
+            if unsure is not None:
+                self._record(cand, text, stat, unsure[0], unsure[1], info=info)
+                return True
         self._record(cand, text, stat, CheckpointStatus.OK, None, info=info, digest=digest)
         return True
 

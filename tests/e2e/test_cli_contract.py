@@ -196,6 +196,7 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["list"] = ws.json("list")
     out["best"] = ws.json("best", "--metric", "val_loss")
     out["latest"] = ws.json("latest", "--run", "exp1")
+    out["wait"] = ws.json("wait", "--run", "exp1", "--newer-than", "0", "--timeout", "5s")
     best = out["best"]["id"]
     other = next(r["id"] for r in out["list"] if r["id"] != best)
     out["show"] = ws.json("show", str(best))

@@ -115,6 +115,7 @@ def test_named_roots_and_lease_ttl_are_read() -> None:
 NUMERIC_FIELDS = {
     ("Config", "settle_seconds"): "completion.settle_seconds",
     ("Config", "min_age_seconds"): "completion.min_age_seconds",
+    ("Config", "abandoned_after_seconds"): "completion.abandoned_after",
     ("Config", "heartbeat_seconds"): "service.heartbeat",
     ("Config", "purge_after_seconds"): "trash.purge_after",
     ("Config", "lease_seconds"): "service.lease_ttl",

@@ -1,0 +1,85 @@
+"""`ckpt wait`: what an evaluator loop or a deploy step runs instead of `sleep 30`."""
+
+from __future__ import annotations
+
+import click
+
+from ..core.errors import UsageError
+from ..core.units import parse_duration
+from . import documents
+from .context import Context, pass_context
+from .output import echo, emit_json
+
+
+@click.command()
+@click.option("--run", required=True, help="The run (and the runs below it) to wait for.")
+@click.option(
+    "--newer-than",
+    "newer_than",
+    type=int,
+    metavar="STEP",
+    help="A checkpoint past this step (its epoch for checkpoints that record no step).",
+)
+@click.option(
+    "--after",
+    metavar="REF",
+    help="A checkpoint past this one (a path or catalog id): further along, or at the same "
+    "point and written later.",
+)
+@click.option("--metric", help="Only a checkpoint that has this metric.")
+@click.option(
+    "--better-than",
+    "better_than",
+    type=float,
+    metavar="X",
+    help="With --metric: its value better than X (lower for losses, higher for accuracy-like "
+    "metrics, as `ckpt best` judges).",
+)
+@click.option(
+    "--timeout",
+    default="30m",
+    show_default=True,
+    help="Give up after this long (exit 6): 90s, 30m, 2h.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The checkpoint's row as JSON.")
+@pass_context
+def wait(
+    obj: Context,
+    run: str,
+    newer_than: int | None,
+    after: str | None,
+    metric: str | None,
+    better_than: float | None,
+    timeout: str,
+    as_json: bool,
+) -> None:
+    """Block until a new complete checkpoint of a run is in the catalog; print its path.
+
+    New: past --newer-than STEP, or past --after REF, or (neither) one the catalog did not
+    hold when the wait began. Complete: `ok` only; a save in flight (an Orbax
+    `.orbax-checkpoint-tmp` folder, a DCP folder without its `.metadata`), an abandoned one or
+    a file still being written never answers. It wakes on the catalog's change (PostgreSQL
+    LISTEN/NOTIFY, so a daemon on another host sharing the catalog wakes it; inotify on an
+    SQLite catalog file), not a busy poll. Exit 6 at the timeout.
+
+    \b
+    Example:  while ck=$(ckpt wait --run exp1 --after "$ck" --timeout 2h); do
+                python eval.py "$ck"; done
+    """
+    try:
+        seconds = parse_duration(timeout)
+    except ValueError as exc:
+        raise UsageError(f"--timeout: {exc}") from None
+    with obj.catalog() as cat:
+        found = cat.wait(
+            run,
+            newer_than=newer_than,
+            after=after,
+            metric=metric,
+            better_than=better_than,
+            timeout=seconds,
+        )
+    if as_json:
+        emit_json(documents.checkpoint(found))
+    else:
+        echo(found.path)

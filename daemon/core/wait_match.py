@@ -1,0 +1,72 @@
+"""Which checkpoint `ckpt wait` was waiting for: the pure choice among a run's `ok` rows.
+
+A checkpoint is new when it is past `newer_than` (its step, else its epoch), or past the
+checkpoint `after` names (further along, or at the same point and written later), or, with
+neither, not among the rows (and generations) the catalog held when the wait began. With a
+metric, it must also hold that metric better than `better_than` (`mode`: min or max). Of the
+new ones the furthest along is the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .model import Checkpoint
+
+
+@dataclass(frozen=True)
+class WaitFor:
+    run: str
+    newer_than: int | None = None  # a step (an epoch for rows without a step)
+    after: Checkpoint | None = None  # the REF's row
+    metric: str | None = None
+    better_than: float | None = None
+    mode: str = "min"
+    seen: frozenset[tuple[int, int]] = frozenset()  # (id, generation) present at the start
+
+
+def progress(found: Checkpoint) -> int | None:
+    return found.step if found.step is not None else found.epoch
+
+
+def order(found: Checkpoint) -> tuple[int, float]:
+    point = progress(found)
+    return (point if point is not None else -1, found.mtime)
+
+
+def is_new(found: Checkpoint, wanted: WaitFor) -> bool:
+    if found.version_of is not None:
+        return False
+    if wanted.newer_than is not None:
+        point = progress(found)
+        if point is None or point <= wanted.newer_than:
+            return False
+    elif wanted.after is not None:
+        ref = wanted.after
+        if found.id == ref.id and found.generation == ref.generation:
+            return False
+        if progress(found) is not None and progress(ref) is not None:
+            if order(found) <= order(ref):
+                return False
+        elif found.mtime <= ref.mtime:
+            return False
+    elif (found.id, found.generation) in wanted.seen:
+        return False
+    return _good_enough(found, wanted)
+
+
+def pick(rows: Iterable[Checkpoint], wanted: WaitFor) -> Checkpoint | None:
+    new = [row for row in rows if is_new(row, wanted)]
+    return max(new, key=order) if new else None
+
+
+def _good_enough(found: Checkpoint, wanted: WaitFor) -> bool:
+    if wanted.metric is None:
+        return True
+    value = found.metrics.get(wanted.metric)
+    if value is None:
+        return False
+    if wanted.better_than is None:
+        return True
+    return value < wanted.better_than if wanted.mode == "min" else value > wanted.better_than

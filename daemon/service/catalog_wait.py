@@ -1,0 +1,97 @@
+"""`ckpt wait` / `Catalog.wait`: block until a new complete checkpoint of a run is in the catalog.
+
+It sleeps on the catalog's change, not on a timer: on PostgreSQL a `LISTEN` that every
+daemon's write notifies (any host sharing the catalog), on SQLite inotify on the database file
+and its `-wal` with `PRAGMA data_version` as the cheap check that a wake-up was a commit
+(`catalog.change_feed`). The waker is armed before the first look, so a save landing between
+the look and the sleep still wakes it. A look every `RECHECK_S` anyway covers what no event
+tells (inotify cannot see a commit made by another host on a network filesystem: SQLite is
+never shared that way, but a lost event must not turn into a wait until the timeout).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from ..catalog import change_feed
+from ..catalog.postgres_reads import conninfo_parts
+from ..core.errors import NotFound
+from ..core.model import Checkpoint
+from ..core.wait_match import WaitFor, pick
+from . import watcher
+
+RECHECK_S = 5.0
+
+
+class Waker(Protocol):
+    def wait(self, timeout_s: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class _SqliteWaker:
+    def __init__(self, path: Path) -> None:
+        names = {path.name, f"{path.name}-wal"}
+        self._files = watcher.FileChanges(path.parent, names)
+        self._counter = change_feed.SqliteCounter(path)
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            touched = self._files.wait(deadline - time.monotonic())
+            if self._counter.changed():
+                return True
+            if not touched or time.monotonic() >= deadline:
+                return False  # a checkpoint (the read lock, a checkpoint of the WAL): no commit
+
+    def close(self) -> None:
+        self._files.close()
+        self._counter.close()
+
+
+class _Timer:
+    """No change feed for this catalog (an SQLAlchemy URL psycopg cannot take as it is)."""
+
+    def wait(self, timeout_s: float) -> bool:
+        time.sleep(max(0.0, min(timeout_s, 1.0)))
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def waker_for(database: str, sqlite_file: Path | None) -> Waker:
+    if sqlite_file is not None:
+        return _SqliteWaker(sqlite_file)
+    keywords = conninfo_parts(database)
+    if keywords is not None:
+        return change_feed.PostgresListener(keywords)
+    return _Timer()
+
+
+def wait_for(
+    wanted: WaitFor,
+    rows: Callable[[], Iterable[Checkpoint]],
+    waker: Waker,
+    timeout_s: float,
+    recheck_s: float = RECHECK_S,
+) -> Checkpoint:
+    """The new checkpoint `wanted` describes, once `rows()` (the run's ok rows) holds one.
+    NotFound (exit 6) when `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            found = pick(rows(), wanted)
+            if found is not None:
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NotFound(
+                    f"no new complete checkpoint of run {wanted.run!r} within {timeout_s:g}s"
+                )
+            waker.wait(min(remaining, recheck_s))
+    finally:
+        waker.close()
