@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .transforms.split import SplitResult
     from .usecases.pruner import PruneReport
     from .usecases.scan_report import ScanReport
+    from .usecases.tiering import TierReport
     from .usecases.verifier import Verdict
 
 
@@ -105,12 +106,20 @@ class Catalog:
         kind: str | None = None,
         versions: bool = False,
         every_row: bool = False,
+        location: str | None = None,
     ) -> builtins.list[Checkpoint]:
         """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings. The
         checkpoints themselves: without `status`, not the rows of files trashed, purged or
         removed by their trainer; without `versions`, not the kept versions of rewritten files
         (each file's `versions_kept` counts them; `versions=True` lists them as rows too).
-        `every_row`: versions and the rows of files no longer on disk too (all but standby)."""
+        `every_row`: versions and the rows of files no longer on disk too (all but standby).
+        `location`: only checkpoints whose bytes are there (local, remote, both, none), every
+        row considered (a tiered checkpoint's local copy is in the trash)."""
+        if location is not None:
+            from .usecases.locations import filtered
+
+            every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
+            return filtered(self._store, every, location, limit)
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,
@@ -141,6 +150,44 @@ class Catalog:
         if not counts:
             return found
         return [dataclasses.replace(c, versions_kept=counts.get(c.path, 0)) for c in found]
+
+    def locations(self, found: Sequence[Checkpoint]) -> dict[int, tuple[str, str | None]]:
+        """{id: (location, remote_url)} of these rows: where their bytes are (`local`,
+        `remote`, `both`, `none`) and their verified remote copy's `s3://` URL. Without a
+        `remote:` in the config and no copy recorded, from the status alone (no Store opened)."""
+        from .usecases.locations import locations
+
+        return locations(self.config, lambda: self._store, found)
+
+    def tier(
+        self, refs: Sequence[str | int], *, dry_run: bool = False, actor: str | None = None
+    ) -> TierReport:
+        """Upload each checkpoint to its root's object store, verify the copy, record it, then
+        move the local copy to the trash (`ckpt tier`)."""
+        from .usecases.tiering import tier
+
+        return tier(
+            self.config,
+            self._store,
+            [self.ref(r) for r in refs],
+            dry_run=dry_run,
+            actor=actor or _actor(),
+        )
+
+    def fetch(
+        self, ref: str | int, *, to: str | Path | None = None, actor: str | None = None
+    ) -> Path:
+        """Bring a checkpoint's bytes back from its remote copy, verified against the catalog's
+        hash, to its own path (or `to`): the local path (`ckpt fetch`)."""
+        from .usecases.fetching import fetch
+
+        return fetch(
+            self.config,
+            self._store,
+            self.ref(ref),
+            to=Path(to) if to is not None else None,
+            actor=actor or _actor(),
+        )
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose

@@ -32,7 +32,7 @@ from .rows import HEARTBEAT_ROWS, LISTING_COLUMNS, newest_per_node, to_checkpoin
 
 # The Alembic revision this code's schema is at (migrations/versions; a test keeps it equal to
 # catalog.db's): a catalog elsewhere goes through the Store.
-SCHEMA_HEAD = "0007"
+SCHEMA_HEAD = "0008"
 # What a listing reads, in the order `rows.to_checkpoint` unpacks it (as store_reads reads it).
 _LIST_COLUMNS = ", ".join(f"{table}.{column}" for table, column in LISTING_COLUMNS)
 _CANDIDATE_COLUMNS = ", ".join(f"{table}.{column}" for table, column in pick.CANDIDATE_COLUMNS)

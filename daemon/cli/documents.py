@@ -21,10 +21,22 @@ if TYPE_CHECKING:
 Doc = dict[str, Any]
 
 
-def list_rows(found: Iterable[Checkpoint]) -> Iterator[Doc]:
+def list_rows(
+    found: Iterable[Checkpoint], places: dict[int, tuple[str, str | None]] | None = None
+) -> Iterator[Doc]:
     """`ckpt list --json`: one row per checkpoint (a generator: 100k rows are streamed), with
-    `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`)."""
-    return ({**checkpoint_json(c), "versions_kept": c.versions_kept} for c in found)
+    `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`),
+    and `location`/`remote_url` (where its bytes are: `places`, from `Catalog.locations`)."""
+    places = places or {}
+    return (
+        {
+            **checkpoint_json(c),
+            "versions_kept": c.versions_kept,
+            "location": places.get(c.id, ("local", None))[0],
+            "remote_url": places.get(c.id, ("local", None))[1],
+        }
+        for c in found
+    )
 
 
 def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:

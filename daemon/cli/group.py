@@ -38,6 +38,8 @@ COMMANDS = {
     "db": "admin:db",
     "config": "admin:config_group",
     "metrics": "metrics:metrics",
+    "tier": "remote:tier",
+    "fetch": "remote:fetch",
 }
 
 
