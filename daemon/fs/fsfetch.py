@@ -14,16 +14,12 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from ..core.errors import Refused, WouldReplace
+from ..core.errors import HashMismatch, Refused, WouldReplace
 from .fsops import folder_beneath, relative_parts, temp_name
 from .fsswap import publish_new
 from .hashing import StreamHash
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class HashMismatch(Refused):
-    """The bytes received are not the ones the catalog indexed: nothing was published."""
 
 
 def receive(

@@ -5,12 +5,15 @@ for, so `ckpt list` without object storage stays on the fast reads (no Store ope
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from ..catalog.store import Store
 from ..core.errors import UsageError
 from ..core.model import Checkpoint
 from ..core.remote import Location, RemoteCopy, location, verified_copy
-from ..settings.config import Config
+
+if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
+    from ..catalog.store import Store
+    from ..settings.config import Config
 
 LOCATIONS = tuple(v.value for v in Location)
 

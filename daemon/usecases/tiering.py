@@ -98,8 +98,11 @@ def key_of(config: Config, c: Checkpoint) -> tuple[Remote, str]:
     return remote, object_key(remote, root.remote_name, relative, c.hash)
 
 
-def why_not(c: Checkpoint, copies: list[RemoteCopy]) -> str | None:
+def why_not(config: Config, c: Checkpoint) -> str | None:
     """Why `c` cannot be tiered now (None: it can)."""
+    root = config.root_for(Path(c.path))
+    if root is not None and config.remote_for(root) is None:
+        return "no `remote:` configured for its root"
     if c.status != CheckpointStatus.OK:
         return f"it is {c.status.value}"
     if c.pinned:
@@ -127,8 +130,7 @@ def tier(
         recovery.settle_events(config, store)
     for ref in refs:
         c = store.get(ref)
-        copies = store.remote_copies([c.id])
-        blocked = why_not(c, copies)
+        blocked = why_not(config, c)
         if blocked is None:
             remote, key = key_of(config, c)
             item = TierItem(c.id, c.path, "tier", [reason], c.size_bytes, remote.object_url(key))
