@@ -73,6 +73,7 @@ class TierReport:
                     "bytes": i.bytes,
                     "remote_url": i.remote_url,
                     **({"done": i.done} if i.done is not None else {}),
+                    **({"resumed_parts": i.resumed_parts} if i.done else {}),
                 }
                 for i in self.items
             ],
