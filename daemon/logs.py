@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from .core.render import visible
+from .core.text import visible
 
 LOGGER = "ckpt"
 

@@ -16,9 +16,17 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.support import Daemon, Workspace, copy_generated, kill_started, service_workspace
+from tests.support import (
+    Daemon,
+    Workspace,
+    copy_generated,
+    kill_started,
+    service_workspace,
+    thread_leaks,
+)
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
+from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
 from tests.support.torch_runs import session_torch_files
 from tests.support.training_runs import session_training_runs
@@ -59,6 +67,15 @@ def torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def hf_runs() -> Path:
+    """Real Hugging Face folders (tests/support/hf_runs.py, written in a child): a Trainer run's
+    `trainer/out/checkpoint-N/`, `pretrained/`, `sharded/`, `sharded-bin/`, with `hf-truth.json`.
+    Generated once per content of that script into `$CKPT_HF_FIXTURES` (default: the system temp
+    folder's `ckpt-hf-fixtures/`), and read-only for tests: copy before changing anything."""
+    return session_hf_runs()
+
+
+@pytest.fixture(scope="session")
 def manifest(keras_checkpoints: Path) -> dict[str, dict[str, Any]]:
     """Ground truth: {path relative to keras_checkpoints: expected metadata}."""
     return json.loads((keras_checkpoints / "manifest.json").read_text())
@@ -88,6 +105,31 @@ def _no_daemon_outlives_its_test() -> Iterator[None]:
     """A test that fails while a daemon runs must not leave it running."""
     yield
     kill_started()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_thread_outlives_the_session() -> Iterator[None]:
+    """Session fixtures stop what they started (tests.support.thread_leaks)."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the session's fixtures were torn down")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_thread_outlives_its_module() -> Iterator[None]:
+    """A module's fixtures stop what they started."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the module's fixtures were torn down")
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_outlives_its_test() -> Iterator[None]:
+    """A test and its function fixtures stop every thread of ours and every non-daemon thread
+    they started (checked after those fixtures were torn down)."""
+    before = thread_leaks.snapshot()
+    yield
+    thread_leaks.assert_none_left(before, "the test and its fixtures")
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import (
     Table,
-    func,
     insert,
     select,
     update,
@@ -91,6 +90,8 @@ class Store(
         db.ensure_schema(url, self._engine, may_migrate=may_migrate)
         # A root named since its rows were written keeps them (and its history): {name: rows}.
         self.adopted = adopt_named_roots(self._engine, named_roots or {})
+        # The hot reads: the fast path's own statements (`read_sql`), over this engine.
+        self._hot = store_reads.hot_reads(self._engine)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -256,21 +257,7 @@ class Store(
     def count(self) -> int:
         """Checkpoints in the catalog that are on disk (any status but missing, removed,
         trashed, purged)."""
-        gone = (
-            CheckpointStatus.MISSING.value,
-            CheckpointStatus.REMOVED.value,
-            CheckpointStatus.TRASHED.value,
-            CheckpointStatus.PURGED.value,
-        )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return int(
-                conn.execute(
-                    select(func.count())
-                    .select_from(checkpoints)
-                    .where(checkpoints.c.status.not_in(gone))
-                ).scalar()
-                or 0
-            )
+        return self._hot.count()
 
     def quick_check(self) -> str | None:
         """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):
@@ -299,22 +286,22 @@ class Store(
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
 
     def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
-        return store_reads.list_checkpoints(self._engine, query)
+        return self._hot.list(query)
 
     def version_counts(self, paths: builtins.list[str]) -> dict[str, int]:
-        return store_reads.version_counts(self._engine, paths)
+        return self._hot.version_counts(paths)
 
     def metric_names(self) -> set[str]:
-        return store_reads.metric_names(self._engine)
+        return self._hot.metric_names()
 
     def has_metric(self, name: str) -> bool:
-        return store_reads.has_metric(self._engine, name)
+        return self._hot.has_metric(name)
 
     def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
-        return store_reads.best(self._engine, metric, mode, run)
+        return self._hot.best(metric, mode, run)
 
     def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
-        return store_reads.latest(self._engine, run, resumable)
+        return self._hot.latest(run, resumable)
 
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""

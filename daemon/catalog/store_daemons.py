@@ -14,7 +14,7 @@ from ..core.errors import DaemonRunning
 from ..core.model import Heartbeat
 from . import db
 from .audit import now_iso
-from .rows import HEARTBEAT_ROWS, newest_per_node
+from .hot_reads import HotReads
 from .schema import HEARTBEAT
 
 heartbeat = HEARTBEAT
@@ -24,6 +24,7 @@ class DaemonRecords:
     """The heartbeat reads and writes of `Store` (mixed in: they use its engine)."""
 
     _engine: Engine
+    _hot: HotReads  # the heartbeat reads: the fast path's own statements
 
     def register(
         self,
@@ -107,19 +108,7 @@ class DaemonRecords:
 
     def heartbeats(self) -> builtins.list[Heartbeat]:
         """The newest heartbeat of each daemon node, newest first."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(heartbeat)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(HEARTBEAT_ROWS)
-            ).all()
-        beats = [
-            Heartbeat(
-                r.pid, r.host, r.started_at, r.heartbeat_at, dict(r.state or {}), r.node, r.id
-            )
-            for r in rows
-        ]
-        return newest_per_node(beats)
+        return self._hot.heartbeats()
 
     def beat(
         self,
@@ -150,15 +139,7 @@ class DaemonRecords:
             return _insert_id(conn, values)
 
     def latest_heartbeat(self) -> Heartbeat | None:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(heartbeat)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-        if row is None:
-            return None
-        return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {}))
+        return self._hot.latest_heartbeat()
 
 
 def _insert_id(conn: Any, values: dict[str, Any]) -> int:

@@ -1,4 +1,5 @@
-"""Catalog reads: listings, best-by-metric, one checkpoint in full, runs. BEGIN DEFERRED."""
+"""Catalog reads through the Store's engine (BEGIN DEFERRED): the hot reads over it
+(`hot_reads`, the fast path's own SQL), one checkpoint in full (`show`), runs."""
 
 from __future__ import annotations
 
@@ -6,18 +7,21 @@ import dataclasses
 import math
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, Select, and_, case, exists, func, or_, select, true
+from sqlalchemy import Engine, and_, case, func, select, true
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
-from ..core.query import COLUMN_KEYS, OFF_DISK, ListQuery, default_mode
-from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
+from ..core.model import Checkpoint, CheckpointStatus, Run
+from ..core.query import default_mode
 from ..core.runs import run_scope
-from . import db, pick
+from . import db, read_sql
+from .hot_reads import Fetch, HotReads
+from .read_sql import Statement
 from .rows import LISTING_COLUMNS, to_checkpoint
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order, path_codec
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 MAX_ID = 2**63 - 1
@@ -26,7 +30,6 @@ events, artifacts = EVENTS, ARTIFACTS
 # What a listing reads, in the order `rows.to_checkpoint` unpacks it.
 _TABLES = {"checkpoints": checkpoints, "runs": runs}
 _LIST_COLUMNS = tuple(_TABLES[table].c[column] for table, column in LISTING_COLUMNS)
-_CANDIDATE_COLUMNS = tuple(_TABLES[t].c[column] for t, column in pick.CANDIDATE_COLUMNS)
 # Facts only `show` prints, kept in plain columns for queries but not on the listing model.
 _SHOW_COLUMNS = (
     "keras_version",
@@ -39,172 +42,25 @@ _SHOW_COLUMNS = (
     "first_seen_at",
     "metrics_at",
 )
-_OPS = {
-    "<": lambda c, v: c < v,
-    "<=": lambda c, v: c <= v,
-    ">": lambda c, v: c > v,
-    ">=": lambda c, v: c >= v,
-    "==": lambda c, v: c == v,
-    "!=": lambda c, v: c != v,
-}
 
 
-def list_checkpoints(engine: Engine, query: ListQuery) -> list[Checkpoint]:
-    stmt = _filtered(select(*_LIST_COLUMNS), query)
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        rows = conn.execute(stmt).all()
-        # Reading the whole metrics table once beats an IN list only for an unfiltered listing.
-        whole = query == ListQuery(sort=query.sort, descending=query.descending)
-        values = _metric_values(conn, [r[0] for r in rows], whole_table=whole)
-    return [to_checkpoint(r, values.get(r[0], {})) for r in rows]
+def hot_reads(engine: Engine) -> HotReads:
+    """The hot reads over `engine`: the statements and row shaping of the fast path
+    (`dbapi_reads`), sent to the driver as they are (paths converted by `hot_reads`, as the
+    fast path converts them, with the codec `db.identify` gave this engine)."""
 
+    @contextmanager
+    def snapshot() -> Iterator[Fetch]:
+        with engine.connect().execution_options(**db.READONLY) as conn:
 
-def _filtered(stmt: Select[Any], query: ListQuery) -> Select[Any]:
-    stmt = stmt.join(runs, runs.c.id == checkpoints.c.run_id)
-    if query.run is not None:
-        stmt = stmt.where(in_run(query.run))
-    if query.root is not None:
-        stmt = stmt.where(runs.c.root == query.root)
-    for column, value in (
-        ("format", query.format),
-        ("status", query.status),
-        ("kind", query.kind),
-    ):
-        if value is not None:
-            stmt = stmt.where(checkpoints.c[column] == value)
-    if query.status is None:  # a standby copy is the file itself: listed once, as the file
-        stmt = stmt.where(checkpoints.c.status != CheckpointStatus.STANDBY.value)
-        if not query.off_disk:
-            stmt = stmt.where(checkpoints.c.status.not_in(OFF_DISK))
-    if not query.versions:
-        stmt = stmt.where(checkpoints.c.version_of.is_(None))
-    for cond in query.where:
-        if cond.column is not None:
-            stmt = stmt.where(_OPS[cond.op](checkpoints.c[cond.column], cond.value))
-        else:
-            stmt = stmt.where(
-                exists().where(
-                    metrics.c.checkpoint_id == checkpoints.c.id,
-                    metrics.c.name == cond.key,
-                    _finite(metrics.c.value),
-                    _OPS[cond.op](metrics.c.value, cond.value),
-                )
-            )
-    stmt = _sorted(stmt, query.sort, query.descending)
-    return stmt.limit(query.limit) if query.limit is not None else stmt
+            def fetch(statement: Statement) -> list[Sequence[Any]]:
+                sql, params = statement
+                return list(conn.exec_driver_sql(sql, tuple(params)).all())
 
+            yield fetch
 
-def version_counts(engine: Engine, paths: list[str]) -> dict[str, int]:
-    """{path: how many versions of the file at path are kept} (the ordinary views fold them
-    under their file: standby copies, trashed and purged ones are not counted)."""
-    counted = (CheckpointStatus.STANDBY.value, *OFF_DISK)
-    out: dict[str, int] = {}
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        for start in range(0, len(paths), 500):
-            chunk = paths[start : start + 500]
-            rows = conn.execute(
-                select(checkpoints.c.version_of, func.count())
-                .where(checkpoints.c.version_of.in_(chunk), checkpoints.c.status.not_in(counted))
-                .group_by(checkpoints.c.version_of)
-            )
-            out.update({path: n for path, n in rows})
-    return out
-
-
-def metric_names(engine: Engine) -> set[str]:
-    """Every metric name any checkpoint in the catalog has (to name them in an error)."""
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        return set(conn.execute(select(metrics.c.name).distinct()).scalars())
-
-
-def has_metric(engine: Engine, name: str) -> bool:
-    """Does any checkpoint have metric `name` (one index seek)?"""
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        found = conn.execute(select(metrics.c.checkpoint_id).where(metrics.c.name == name).limit(1))
-        return found.first() is not None
-
-
-def best(engine: Engine, metric: str, mode: str, run: str | None = None) -> Checkpoint:
-    """The `ok` checkpoint with the best finite `metric` whose files are unchanged (`pick`)."""
-    order = metrics.c.value.asc() if mode == "min" else metrics.c.value.desc()
-    stmt = (
-        select(*_CANDIDATE_COLUMNS)
-        .join(runs, runs.c.id == checkpoints.c.run_id)
-        .join(metrics, and_(metrics.c.checkpoint_id == checkpoints.c.id, metrics.c.name == metric))
-        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
-        .order_by(order, checkpoints.c.mtime_ns.desc(), checkpoints.c.id.desc())
-    )
-    if run is not None:
-        stmt = stmt.where(in_run(run))
-    where = f" in run {run!r}" if run else ""
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        outcome = _pick(conn, stmt)
-        if outcome.row is None:
-            raise pick.not_found(outcome, f"ok checkpoint{where} has metric {metric!r}")
-        return _complete(conn, outcome)
-
-
-def latest(engine: Engine, run: str | None = None, resumable: bool = False) -> Checkpoint:
-    """The newest `ok` checkpoint (the most training progress: optimizer iterations, then epoch,
-    step, mtime, id) whose files are unchanged; with `resumable`, of those that can resume
-    training (`core.resume`). Without `run`, the catalog must hold one run with ok rows."""
-    stmt = _newest_first(select(*_CANDIDATE_COLUMNS).join(runs, runs.c.id == checkpoints.c.run_id))
-    stmt = stmt.where(checkpoints.c.status == CheckpointStatus.OK.value)
-    if run is not None:
-        stmt = stmt.where(in_run(run))
-    judged = stmt.where(_may_resume())
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        if run is None:
-            pick.one_run(conn.execute(_RUNS_WITH_OK).scalars().all())
-        outcome = _pick(conn, judged if resumable else stmt, resumable=resumable)
-        if outcome.row is None:
-            where = f" in run {run!r}" if run else ""
-            newest = conn.execute(stmt.limit(1)).first() if resumable else None
-            raise pick.not_found(outcome, f"ok checkpoint{where}", newest)
-        return _complete(conn, outcome)
-
-
-def _may_resume() -> Any:
-    """SQL: the rows `core.resume` may call resumable (it judges each one that passes)."""
-    legacy = checkpoints.c.format == Format.KERAS_LEGACY_H5.value
-    resuming_keras = or_(
-        *(checkpoints.c.keras_version.like(f"{m}.%") for m in LEGACY_H5_RESUMES_IN)
-    )
-    return and_(
-        checkpoints.c.format.in_([f.value for f in MAY_RESUME]),
-        checkpoints.c.optimizer_bytes > 0,
-        or_(~legacy, and_(checkpoints.c.kind == Kind.FULL.value, resuming_keras)),
-    )
-
-
-def _newest_first(stmt: Select[Any]) -> Select[Any]:
-    keys: list[Any] = []
-    for column in (checkpoints.c.iterations, checkpoints.c.epoch, checkpoints.c.step):
-        keys += [column.is_(None), column.desc()]  # unknown sorts after known, on any database
-    return stmt.order_by(*keys, checkpoints.c.mtime_ns.desc(), checkpoints.c.id.desc())
-
-
-_RUNS_WITH_OK = (
-    select(runs.c.name)
-    .join(checkpoints, checkpoints.c.run_id == runs.c.id)
-    .where(checkpoints.c.status == CheckpointStatus.OK.value)
-    .group_by(runs.c.name)
-    .order_by(runs.c.name)
-    .limit(4)
-)
-
-
-def _pick(conn: Any, stmt: Select[Any], *, resumable: bool = False) -> pick.Outcome:
-    def page(offset: int, limit: int) -> list[Any]:
-        return list(conn.execute(stmt.offset(offset).limit(limit)).all())
-
-    def details_of(checkpoint_id: int) -> dict[str, Any]:
-        details = conn.execute(
-            select(checkpoints.c.details).where(checkpoints.c.id == checkpoint_id)
-        ).scalar()
-        return dict(details) if isinstance(details, dict) else {}
-
-    return pick.first_unchanged(page, details_of, resumable=resumable)
+    dialect = read_sql.dialect_named(engine.dialect.name)
+    return HotReads(snapshot, dialect, path_codec(engine.dialect))
 
 
 def in_run(run: str) -> Any:
@@ -225,18 +81,11 @@ def _finite(value: Any) -> Any:
     return value.between(-sys.float_info.max, sys.float_info.max)
 
 
-def _complete(conn: Any, found: Any) -> Checkpoint:
-    """One checkpoint (a listing row, or a `pick` outcome with its details) with its metrics
-    and where each came from."""
-    if isinstance(found, pick.Outcome):
-        assert found.row is not None
-        row_id = found.row[0]
-        values = _metric_values(conn, [row_id])
-        checkpoint = pick.checkpoint(found, values.get(row_id, {}))
-    else:
-        row_id = found[0]
-        values = _metric_values(conn, [row_id])
-        checkpoint = to_checkpoint(found, values.get(row_id, {}))
+def _complete(conn: Any, row: Any) -> Checkpoint:
+    """One checkpoint (a listing row) with its metrics and where each came from."""
+    row_id = row[0]
+    values = _metric_values(conn, [row_id])
+    checkpoint = to_checkpoint(row, values.get(row_id, {}))
     return dataclasses.replace(checkpoint, metric_sources=_metric_sources(conn, row_id))
 
 
@@ -382,28 +231,6 @@ def _artifact_json(a: Any) -> dict[str, Any]:
         "hash": a.hash,
         "created_at": a.created_at,
     }
-
-
-def _sorted(stmt: Select[Any], key: str, descending: bool) -> Select[Any]:
-    column_name = COLUMN_KEYS.get(key)
-    if column_name is not None:
-        column: Any = checkpoints.c[column_name]
-    elif key in ("run", "format", "status", "kind"):
-        column = runs.c.name if key == "run" else checkpoints.c[key]
-    else:
-        sort_metric = metrics.alias("sort_metric")
-        stmt = stmt.join(
-            sort_metric,
-            and_(sort_metric.c.checkpoint_id == checkpoints.c.id, sort_metric.c.name == key),
-            isouter=True,
-        )
-        column = sort_metric.c.value
-    ordered = column.desc() if descending else column.asc()
-    # Rows without the key sort last either way; ties are broken by id for stable output.
-    keys = [ordered, checkpoints.c.id]
-    if getattr(column, "nullable", True):
-        keys.insert(0, column.is_(None))
-    return stmt.order_by(*keys)
 
 
 def _metric_values(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from ..core.errors import (
     UnreadableCheckpoint,
 )
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
+from .protocol import read_line
 
 READ_TIMEOUT_SECONDS = 30.0
 MEMORY_BUDGET_BYTES = 192 << 20  # address space the child may add to what its imports took
@@ -193,27 +193,6 @@ class _Child:
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
-
-
-def read_line(
-    proc: subprocess.Popen[bytes], buffer: bytes, deadline: float
-) -> tuple[str | None, bytes]:
-    """The next line a child writes (None if it died first), and what it wrote after it.
-    Raises TimeoutError at `deadline` (monotonic)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    while b"\n" not in buffer:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("timed out")
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return None, buffer
-            buffer += chunk
-    line, _, rest = buffer.partition(b"\n")
-    return line.decode("utf-8", "replace"), rest
 
 
 def _answer(reply: dict[str, Any]) -> CheckpointInfo:

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from .. import python_module
 from ..core.errors import CorruptCheckpoint, NotReady, ReadProblem, UnreadableCheckpoint
-from .reader_child import read_line
+from .protocol import read_line
 
 NO_TF_NOTE = (
     "TensorFlow not installed: variables not listed (pip install 'ckpt-daemon[tensorflow]')"

@@ -229,7 +229,7 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     if as_json:
         emit_json(doc)
         return
-    from ..core.render import show_text
+    from ..core.show_text import show_text
     from .output import print_wrapped
 
     print_wrapped(show_text(doc))

@@ -39,7 +39,7 @@ class Context:
         """A path as every line for a person prints it: relative to its configured root (as
         `ckpt list` prints it; every REF takes this form back from any folder), else as it is.
         `--json` has the absolute path."""
-        from ..core.render import relative_path
+        from ..core.text import relative_path
 
         roots = sorted((str(r.path) for r in self.config().roots), key=len, reverse=True)
         return relative_path(str(path), roots)

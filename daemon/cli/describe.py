@@ -38,7 +38,7 @@ def describe(obj: Context, ref: str, fmt: str, output: str | None) -> None:
     with obj.catalog() as cat:
         text = render(cat.describe(ref), fmt)
     if output is None:
-        click.echo(text, nl=False)  # every name in it went through render.visible
+        click.echo(text, nl=False)  # every name in it went through text.visible
         return
     with click.open_file(output, "w", atomic=True) as out:  # a temp beside it, renamed
         out.write(text)

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 
 def echo(line: str, *, err: bool = False) -> None:
-    """One line of text for a person: names in it are shown, never obeyed (see render.visible)."""
-    from ..core.render import visible
+    """One line of text for a person: names in it are shown, never obeyed (see text.visible)."""
+    from ..core.text import visible
 
     click.echo(visible(line), err=err)
 
@@ -66,8 +66,8 @@ def table(
     before / after the row of that index (the root the next rows are in, a run's best
     checkpoints). Every cell and line is shown through `visible`: a name is data, never
     markup or terminal control."""
-    from ..core.render import visible
     from ..core.table import layout
+    from ..core.text import visible
 
     width = terminal_width()
     laid = layout(columns, [[visible(cell) for cell in row] for row in rows], width)
@@ -115,8 +115,8 @@ def path_line(head: str, path: str, detail: str, width: int | None) -> str:
     """`HEAD PATH  DETAIL` within `width` on a terminal: the path keeps at least half the room
     (cut from the left: its file name stays), the detail the rest (cut from the right); into
     a pipe, whole."""
-    from ..core.render import visible
     from ..core.table import cell_width, cut_left, cut_right
+    from ..core.text import visible
 
     path, detail = visible(path), visible(detail)
     if width is None or cell_width(head + path + "  " + detail) <= width:
@@ -129,8 +129,8 @@ def path_line(head: str, path: str, detail: str, width: int | None) -> str:
 
 def fitted(text: str, width: int | None) -> str:
     """A line beside a table: on a terminal cut (keeping its start) rather than wrapped."""
-    from ..core.render import visible
     from ..core.table import cut_right
+    from ..core.text import visible
 
     shown = visible(text).rstrip()
     return cut_right(shown, width) if width else shown
@@ -155,14 +155,14 @@ class LiveWork:
         self._flushed = 0.0
 
     def relative(self, path: str) -> str:
-        """`path` relative to its root (render.relative_path), as every line shows it."""
-        from ..core.render import relative_path
+        """`path` relative to its root (text.relative_path), as every line shows it."""
+        from ..core.text import relative_path
 
         return relative_path(path, self.roots)
 
     def line(self, text: str) -> None:
-        """One finished item's line; its names are shown, never obeyed (render.visible)."""
-        from ..core.render import visible
+        """One finished item's line; its names are shown, never obeyed (text.visible)."""
+        from ..core.text import visible
 
         if self._bar is None:
             click.echo(visible(text))  # click flushes: each line reaches a pipe at once
@@ -188,8 +188,8 @@ class LiveWork:
         if self._bar is None:
             return
         self.flush(due_only=True)
-        from ..core.render import visible
         from ..core.table import cut_left
+        from ..core.text import visible
         from ..core.units import format_size
 
         # Time left from bytes where the work is reading them (hashing, copying), else from

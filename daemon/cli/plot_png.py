@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.history import MARKS, Series
-from ..core.render import visible
+from ..core.text import visible
 
 # Marker per mark: shape, size, fill: "filled" in the run's colour with a black edge, "hollow"
 # (the edge in the run's colour), "line" (a marker of strokes only: `x`).

@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
-from ..core.render import metric_text, relative_path, visible
 from ..core.table import HARD_FLOOR, Column, number_cells
+from ..core.text import metric_text, relative_path, visible
 from ..core.units import format_size, iso_utc, short_time
 
 if TYPE_CHECKING:

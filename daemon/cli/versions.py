@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..core.render import relative_path
+from ..core.text import relative_path
 from ..core.views import checkpoint_json
 from .context import Context, pass_context
 from .output import echo, emit_json

@@ -3,20 +3,19 @@
 `facts(doc, model_config)` turns a `checkpoint_json(..., detailed=True)` document (plus the
 model config the file stores, when the caller read it) into `Facts`: every value already
 formatted once (shortest floats, sizes, escaped names). `show` lays them out tersely
-(`render.show_text`); `describe` as Markdown, plain text or JSON (`markdown`, `text`,
-`as_json`). Pure: documents in, strings out.
+(`core.show_text`); `describe` as Markdown, plain text or JSON (`core.card_layouts`). Pure:
+documents in, facts out.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Format, Kind
-from .render import config_text, relative_path, visible, visible_doc
 from .resume import optimizer_config_lost, resumability
+from .text import config_text, relative_path, visible_doc
 from .units import format_size, shortest_float
 
 # The codecs whose HDF5 filters Keras cannot read without `import hdf5plugin` (keras-formats §0.7).
@@ -318,161 +317,3 @@ def _dash(value: Any) -> str:
 
 def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
-
-
-# ---- layouts ----
-
-
-# What CommonMark/GFM reads as markup anywhere in a line. `_` is not here: it is markup only
-# where it can open or close emphasis, never between two letters or digits (`hidden_a`).
-_MD_MARKUP = ("\\", "|", "`", "*", "<", ">", "[", "]", "~", "&")
-_LINE_START = re.compile(r"^(?:[#+=-]|\d+(?=[.)]))")  # a heading, list item or rule if first
-
-
-def _md(text: str) -> str:
-    """A value inside a Markdown table cell or line: no pipe, backtick or markup breaks out;
-    an identifier's intraword underscores stay as written, so the card greps (`hidden_a`)."""
-    out = visible(text)
-    for char in _MD_MARKUP:
-        out = out.replace(char, "\\" + char)
-    return "".join(
-        "\\_"
-        if c == "_" and not (0 < i < len(out) - 1 and out[i - 1].isalnum() and out[i + 1].isalnum())
-        else c
-        for i, c in enumerate(out)
-    )
-
-
-def _md_line(text: str) -> str:
-    """`_md` for text that starts a line (a list item): no heading, list or rule either."""
-    out = _md(text)
-    found = _LINE_START.match(out)
-    if found is None:
-        return out
-    if found[0][0].isdigit():
-        at = found.end()
-        return out[:at] + "\\" + out[at:]
-    return "\\" + out
-
-
-def _code(text: str) -> str:
-    """An identifier (a layer, metric or config key) as a code span, exactly as it is named:
-    fenced by more backticks than it holds, its pipes escaped for the table. A name with a
-    backslash before a pipe cannot be both in a table cell: it is escaped as text instead."""
-    out = visible(text)
-    if not out or "\\|" in out:
-        return _md(text)
-    fence = "`" * (1 + max((len(r) for r in re.findall("`+", out)), default=0))
-    pad = " " if out[0] == "`" or out[-1] == "`" or (out[0] == " " and out[-1] == " ") else ""
-    return f"{fence}{pad}{out.replace('|', chr(92) + '|')}{pad}{fence}"
-
-
-def _md_table(
-    header: list[str],
-    rows: list[list[str]],
-    right: frozenset[int] = frozenset(),
-    code: frozenset[int] = frozenset(),
-) -> list[str]:
-    """A GFM table; the columns in `code` hold identifiers, shown as code spans."""
-    cells = [[_code(c) if i in code else _md(c) for i, c in enumerate(row)] for row in rows]
-    return _md_cells(header, cells, right)
-
-
-def _md_cells(header: list[str], cells: list[list[str]], right: frozenset[int]) -> list[str]:
-    align = ["---:" if i in right else "---" for i in range(len(header))]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    return [*lines, *("| " + " | ".join(row) + " |" for row in cells), ""]
-
-
-def _optimizer_rows(f: Facts) -> list[tuple[str, str]]:
-    """The optimizer's rows without our `learning rate` when its config's `learning_rate`
-    says the same (a schedule's config does not: then both are shown)."""
-    config = dict(f.optimizer[2:])
-    if f.optimizer[1:2] == [("learning rate", config.get("learning_rate"))]:
-        return [f.optimizer[0], *f.optimizer[2:]]
-    return f.optimizer
-
-
-def markdown(f: Facts) -> str:
-    """The card as GitHub-flavoured Markdown: identifiers (layers, metrics, config keys) as
-    code spans, other values escaped only where Markdown would read them as markup."""
-    out = [f"# Model card: {_md(f.title)}", ""]
-
-    def pairs(title: str, items: list[tuple[str, str]], keys: bool = False) -> None:
-        if items:
-            out.extend([f"## {title}", ""])
-            config = frozenset({0}) if keys else frozenset()
-            out.extend(_md_table(["", ""], [[k, v] for k, v in items], code=config))
-
-    pairs("What it is", f.what)
-    if f.inputs or f.outputs:
-        out.extend(["## Inputs and outputs", ""])
-        rows = [["input", p.name, p.shape, p.dtype] for p in f.inputs]
-        rows += [["output", p.name, p.shape, p.dtype] for p in f.outputs]
-        out.extend(_md_table(["", "layer", "shape", "dtype"], rows, code=frozenset({1})))
-    pairs("Parameters", f.parameters)
-    if f.layers:
-        out.extend([f"## Layers ({len(f.layers)})", ""])
-        rows = [[r.name, r.class_name, f"{r.n_params:,}", r.shapes, r.trainable] for r in f.layers]
-        header = ["layer", "class", "parameters", "weights", "trainable"]
-        out.extend(_md_table(header, rows, frozenset({2}), frozenset({0, 1})))
-    if f.optimizer:  # `class` and `learning rate` are the card's words, the rest config keys
-        out.extend(["## Optimizer", ""])
-        ours = ("class", "learning rate")
-        cells = [[_md(k) if k in ours else _code(k), _md(v)] for k, v in _optimizer_rows(f)]
-        out.extend(_md_cells(["", ""], cells, frozenset()))
-    pairs("Training config", f.training, keys=True)
-    pairs("Epoch", f.epoch)
-    if f.metrics:
-        out.extend(["## Metrics of this epoch", ""])
-        rows = [list(m) for m in f.metrics]
-        out.extend(_md_table(["metric", "value", "source"], rows, frozenset({1}), frozenset({0})))
-    pairs("Sizes", f.sizes)
-    pairs("Lineage", f.lineage)
-    load = visible(f.load)
-    fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", load)), default=0))
-    out.extend(["## How to load it", "", f"{fence}python", load, fence, ""])  # no break-out
-    if f.notes:
-        out.extend(["## Notes", ""] + [f"- {_md_line(n)}" for n in f.notes] + [""])
-    out.append("Generated by `ckpt describe` from the catalog and the file's metadata.")
-    return "\n".join(out) + "\n"
-
-
-def text(f: Facts) -> str:
-    """The card as plain text (aligned `label  value` lines per section)."""
-    out = [f.title]
-
-    def pairs(title: str, items: list[tuple[str, str]]) -> None:
-        if items:
-            width = max(len(k) for k, _ in items)
-            out.append(f"{title}:")
-            out.extend(f"  {k:<{width}}  {v}" for k, v in items)
-
-    pairs("what it is", f.what)
-    for kind, ports_ in (("input", f.inputs), ("output", f.outputs)):
-        out.extend(f"  {kind} {p.name} {p.shape} {p.dtype}" for p in ports_)
-    pairs("parameters", f.parameters)
-    if f.layers:
-        out.append(f"layers ({len(f.layers)}):")
-        out.extend(
-            f"  {r.name:<28} {r.class_name:<22} {r.n_params:>12,}  {r.trainable:<3}  {r.shapes}"
-            for r in f.layers
-        )
-    pairs("optimizer", _optimizer_rows(f))
-    pairs("training config", f.training)
-    pairs("epoch", f.epoch)
-    out.extend(f"  metric {n} = {v} ({s})" for n, v, s in f.metrics)
-    pairs("sizes", f.sizes)
-    pairs("lineage", f.lineage)
-    out.append(f"load: {f.load}")
-    out.extend(f"note: {n}" for n in f.notes)
-    return "\n".join(line.rstrip() for line in out) + "\n"
-
-
-def as_json(f: Facts) -> dict[str, Any]:
-    """The card as a JSON document: sections of `{label: value}`, tables as lists of objects."""
-    doc = asdict(f)
-    for key in ("what", "parameters", "optimizer", "training", "epoch", "sizes", "lineage"):
-        doc[key] = dict(doc[key])
-    doc["metrics"] = [{"name": n, "value": v, "source": s} for n, v, s in f.metrics]
-    return doc

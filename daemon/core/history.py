@@ -15,8 +15,8 @@ from typing import Any
 
 from .model import Checkpoint, CheckpointStatus
 from .query import default_mode
-from .render import relative_path
 from .table import Column, number_cells
+from .text import relative_path
 
 # A version of a rewritten checkpoint lives in a folder of ours (issue 11): a path component.
 VERSIONS_FOLDER = ".ckpt-versions"

@@ -38,6 +38,13 @@ class Format(enum.StrEnum):
     TORCH_LEGACY = "torch-legacy"  # `torch.save(..., _use_new_zipfile_serialization=False)`
     LIGHTNING = "lightning-ckpt"  # a torch zip holding a Lightning `Trainer` checkpoint
     SAFETENSORS = "safetensors"  # 8-byte header length, JSON header, tensor bytes
+    # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
+    HF_FOLDER = "hf-folder"
+
+
+# Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
+# (fs.folder_layouts describes how a layout is added).
+FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER})
 
 
 class Kind(enum.StrEnum):

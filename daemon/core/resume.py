@@ -28,6 +28,9 @@ MAY_RESUME: tuple[Format, ...] = (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5, Form
 # when it holds optimizer state and trainer state (a scheduler, an epoch/step, Lightning loops).
 TORCH_RESUMES = (Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING)
 MAY_RESUME += TORCH_RESUMES
+# A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
+# there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
+MAY_RESUME += (Format.HF_FOLDER,)
 # The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
 # match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
 LEGACY_H5_RESUMES_IN = ("1", "2")
@@ -81,6 +84,16 @@ def resumability(
             )
         return Resumability(
             True, "torch checkpoint with optimizer and trainer state: load_state_dict on each"
+        )
+    if format == Format.HF_FOLDER:
+        if kind != Kind.FULL.value:
+            return Resumability(
+                False, "no optimizer.pt, scheduler.pt and trainer_state.json all together"
+            )
+        return Resumability(
+            True,
+            "Trainer checkpoint with optimizer, scheduler and trainer state: "
+            "Trainer.train(resume_from_checkpoint=...)",
         )
     if format == Format.TF_CHECKPOINT:
         return Resumability(

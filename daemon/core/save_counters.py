@@ -10,15 +10,30 @@ scheme, is the epoch the file was saved at.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .derive import Member
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Protocol
 
 KERAS_FILE_SUFFIXES = (".keras", ".h5", ".hdf5", ".he5")  # `.weights.h5` ends with `.h5`
 
 Own = tuple[dict[str, int], str | None]  # (ints, where they come from), as `core.derive` keeps
+
+
+class NamedSave(Protocol):
+    """What this module reads of a run's checkpoint (`core.derive.Member` is one): its id, name,
+    the ints its name and its sidecar give, the name's scheme and the optimizer's count."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def iterations(self) -> int | None: ...
+    @property
+    def name_ints(self) -> Mapping[str, int]: ...
+    @property
+    def name_scheme(self) -> str | None: ...
+    @property
+    def sidecar_ints(self) -> Mapping[str, int]: ...
 
 
 def is_keras_file(name: str) -> bool:
@@ -37,11 +52,11 @@ def step_differs_note(name: str, named: int, iterations: int) -> str:
 
 
 def epochs_from_step_numbers(
-    members: Sequence[Member], own: MutableMapping[int, Own], mid_epoch: str
+    members: Sequence[NamedSave], own: MutableMapping[int, Own], mid_epoch: str
 ) -> list[str]:
     """Read as the epoch every step-labelled number of Keras files whose scheme shows it is one
     (updates `own`); returns the run's evidence sentences."""
-    groups: dict[str | None, list[Member]] = {}
+    groups: dict[str | None, list[NamedSave]] = {}
     for m in members:
         ints = own[m.id][0]
         from_name = "step" in m.name_ints and "step" not in m.sidecar_ints

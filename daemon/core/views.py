@@ -83,7 +83,7 @@ def run_json(r: Run) -> dict[str, Any]:
 
 def _finite(values: dict[str, float | None]) -> dict[str, float | None]:
     """JSON has no NaN or Infinity: a metric the run logged as one is null (text shows `null`
-    too, see render.metric_text; the catalog stores it as NULL)."""
+    too, see text.metric_text; the catalog stores it as NULL)."""
     return {k: (v if v is not None and math.isfinite(v) else None) for k, v in values.items()}
 
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
 from ..core.errors import CorruptCheckpoint, NotACheckpoint, UnreadableCheckpoint
 from ..core.model import CheckpointInfo
-from ..fs import beneath, discovery
+from ..fs import beneath, discovery, fsops
 from ..fs.fsops import Refused
 from . import (
+    folder_readers,
     hdf5,
     keras_h5,
     keras_v3,
@@ -47,10 +49,17 @@ def read_checkpoint(
     """
     if family == discovery.TF_CHECKPOINT:
         return tf_checkpoint.read(path)
-    if family == discovery.SAVED_MODEL or (root is None and path.is_dir()):
+    if family == discovery.SAVED_MODEL or (root is None and savedmodel.is_savedmodel(path)):
         if savedmodel.is_savedmodel(path):
             return savedmodel.read(path)
         raise NotACheckpoint("a folder without saved_model.pb")
+    if _is_real_folder(path):  # a folder checkpoint (fs.folder_layouts), judged as a whole
+        try:
+            if root is not None:
+                fsops.relative_parts(root, path)  # its files are opened beneath the root
+            return folder_readers.read(path, root)
+        except Refused as exc:
+            raise UnreadableCheckpoint(str(exc)) from exc
     try:
         fd = beneath.open_regular(path, root)
     except beneath.NotARegularFile as exc:
@@ -65,6 +74,13 @@ def read_checkpoint(
         raise
     with os.fdopen(fd, "rb") as raw:
         return _read_file(raw, path.suffix.lower() in _FOREIGN_SUFFIXES)
+
+
+def _is_real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def outside_references(path: Path) -> list[str]:

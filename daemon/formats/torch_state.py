@@ -72,6 +72,8 @@ def interpret(obj: Any, fmt: Format, scalar: Scalar = no_scalar) -> CheckpointIn
         ]
     optimizer = _optimizer_info(optimizers, scalar, top)
     scheduler = _scheduler(top)
+    if scheduler is None and {"base_lrs", "last_epoch"} <= set(top):  # a `scheduler.pt` alone
+        scheduler = _scheduler({"scheduler": top})
     epoch, step = _counter(top, _EPOCH_KEYS), _counter(top, _STEP_KEYS)
     metrics = _metrics(top, scalar)
     training: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..core.housekeeping import BACKUP_STATE, backup_state_names
 from ..core.model import FileStat, Format
 from ..core.versions import VERSIONS_DIR
+from . import folder_layouts
 from .fsops import TEMP_PREFIX
 
 # Keras/HDF5, then the torch family (`.bin`, `.pt`... are judged by content: a `.bin` that
@@ -52,7 +53,7 @@ def is_data_shard(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Candidate:
-    path: Path  # the file; a TF checkpoint's prefix (`ckpt-3`); a SavedModel folder
+    path: Path  # the file; a TF checkpoint's prefix (`ckpt-3`); a folder (fs.folder_layouts)
     run_dir: Path
     members: tuple[Path, ...]  # every file that makes up the checkpoint
     family: str = FILE
@@ -91,6 +92,10 @@ def walk(
             }
         except OSError:
             siblings = {start.name}
+        owner = folder_layouts.claim_of(start.parent)
+        if owner is not None and start in owner.members:  # a file of a folder checkpoint
+            yield _folder_candidate(start.parent, owner)
+            return
         yield from _file_candidates(start.parent, [start.name], siblings)
         return
     if not stat_module.S_ISDIR(mode):
@@ -108,6 +113,11 @@ def walk(
         if any(marker in names for marker in SAVED_MODEL_MARKERS):
             yield Candidate(folder, folder.parent, tuple(_tree_files(folder)), SAVED_MODEL)
             continue
+        claimed = _claim(folder, entries)
+        if claimed is not None:
+            yield _folder_candidate(folder, claimed)
+            if claimed.whole:
+                continue
         files = []
         for entry in entries:
             if entry.is_symlink():
@@ -122,8 +132,24 @@ def walk(
                 with suppress(FileNotFoundError):
                     mode = entry.stat(follow_symlinks=False).st_mode
                     yield Skipped(Path(entry.path), _special_file(mode))
-        yield from _file_candidates(folder, files)
+        if claimed is None:
+            yield from _file_candidates(folder, files)
         stack.sort(reverse=True)
+
+
+def _claim(folder: Path, entries: list[os.DirEntry[str]]) -> folder_layouts.Claim | None:
+    files = frozenset(
+        e.name for e in entries if e.is_file(follow_symlinks=False) and not is_temp_name(e.name)
+    )
+    dirs = frozenset(e.name for e in entries if e.is_dir(follow_symlinks=False))
+    return folder_layouts.claim(folder, files, dirs)
+
+
+def _folder_candidate(folder: Path, claimed: folder_layouts.Claim) -> Candidate:
+    # A whole folder is one checkpoint of the run above it; a folder that also holds other
+    # checkpoints' folders (a Trainer's output_dir) is a checkpoint of its own run.
+    run_dir = folder.parent if claimed.whole else folder
+    return Candidate(folder, run_dir, claimed.members, claimed.family)
 
 
 def _symlinked_parent(root: Path, start: Path) -> Path | None:

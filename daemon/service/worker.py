@@ -26,7 +26,7 @@ from ..children import reader_child, tf_child
 from ..core import completion
 from ..core.model import FileStat, Hint, HintKind, Rescan
 from ..core.units import iso_utc
-from ..fs import discovery, procfs
+from ..fs import discovery, folder_layouts, procfs
 from ..logs import event
 from ..settings.config import Config
 from ..usecases.indexer import scan
@@ -79,6 +79,9 @@ def target_for(path: Path, is_dir: bool) -> tuple[Path, bool] | None:
         return None
     if name in _SAVED_MODEL_FILES:
         return path.parent, True
+    folder = folder_layouts.announced_folder(path)
+    if folder is not None:  # a file of a folder checkpoint: the folder is read as a whole
+        return folder, True
     if path.parent.name == "variables" and name.startswith("variables."):
         return path.parent.parent, True
     if name in _TF_NAMES or name.endswith(".index") or discovery.is_data_shard(name):

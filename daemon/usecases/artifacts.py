@@ -1,18 +1,16 @@
 """Artifact use cases: split a checkpoint into an inference artifact, compress one in place.
 
 The transforms (`transforms.split`, `transforms.compress`) write, verify and atomically rename;
-this module holds the rails around them, as for retention: the checkpoint must be `ok`, inside
-a configured root, unchanged since it was indexed; the run's lease is held; an audit event is
-recorded before and completed after; the result is registered in the catalog so the watcher and
-the indexer know the artifact is ours (never indexed as an unrelated new checkpoint).
+they run on the rail (`usecases.rail.acting_on`), as retention's acts do: the checkpoint must be
+`ok`, inside a configured root, unchanged since it was indexed; the run's lease is held; an
+audit event is recorded before and completed after; the result is registered in the catalog so
+the watcher and the indexer know the artifact is ours (never indexed as an unrelated new
+checkpoint).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +22,7 @@ from ..core.progress import Counter, OnProgress
 from ..fs import fsops, name_limits
 from ..logs import event
 from ..settings.config import Artifacts, Config
-from . import guards
+from . import rail
 
 if TYPE_CHECKING:
     from ..transforms.compress import CompressResult
@@ -59,7 +57,8 @@ def split_checkpoint(
     refuse_torch(c, "split")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
-    with _acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
+    _refuse(c, "split")
+    with rail.acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
         final = inference_path(Path(c.path), out)
         _fit(c, (final, "its inference artifact"), (card_path(final), "its model card"))
@@ -113,7 +112,8 @@ def export_checkpoint(
     def check(config_temp: Path, weights_temp: Path) -> None:
         json_h5_probe.check(library, Path(c.path), config_temp, weights_temp)
 
-    with _acting_on(config, store, c, "split", actor) as (root, _members):
+    _refuse(c, "split")
+    with rail.acting_on(config, store, c, "split", actor) as (root, _members):
         _check_out(root, out)
         config_path, weights_path = export_paths(Path(c.path), out, c.format)
         _fit(
@@ -212,7 +212,8 @@ def compress_checkpoint(
     refuse_torch(c, "compress")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
-    with _acting_on(config, store, c, "compress", actor) as (root, members):
+    _refuse(c, "compress")
+    with rail.acting_on(config, store, c, "compress", actor) as (root, members):
         # The stat the checks above matched (hash included): compress takes the file's identity
         # before reading it and refuses it unread if a save landed since those checks.
         indexed = store.identity(c.id)[0]
@@ -265,16 +266,9 @@ def adopt(store: Store, path: Path) -> str | None:
 _DONE_TO = {"split": "split", "compress": "compressed"}  # what a transform leaves a file
 
 
-@contextmanager
-def _acting_on(
-    config: Config,
-    store: Store,
-    c: Checkpoint,
-    action: str,
-    actor: str,
-    *,
-    leased: HeldLease | None = None,
-) -> Iterator[tuple[Path, list[Path]]]:
+def _refuse(c: Checkpoint, action: str) -> None:
+    """Only an `ok` Keras checkpoint is split or compressed: anything else is refused (exit 2)
+    with the reason, before the rail takes the lease."""
     if c.status != CheckpointStatus.OK:
         done = _DONE_TO.get(action, f"{action} targets")
         back = (
@@ -289,33 +283,6 @@ def _acting_on(
             "files (TF formats keep weights and optimizer state apart only in "
             "their object graph)"
         )
-    root, members = guards.located(config, store, c)
-    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
-    holder = f"{actor} pid {os.getpid()}"
-    # The lease is renewed while the transform runs (a split of a large file takes long).
-    held = (
-        contextlib.nullcontext(leased)
-        if leased is not None
-        else store.lease(
-            guards.run_id(store, c), holder, config.lease_seconds, node=config.node_name
-        )
-    )
-    with held as lease:
-        if lease.taken_from is not None:  # a killed command held it: settle what it left planned
-            from . import recovery
-
-            recovery.settle_events(config, store, of=lease.taken_from)
-        guards.recheck(store, c, root, members)
-        with store.audited(
-            action=action,
-            checkpoint_id=c.id,
-            path=c.path,
-            reason=None,
-            size=c.size_bytes,
-            actor=actor,
-            lease=lease,
-        ):
-            yield root, members
 
 
 def _fit(c: Checkpoint, *named: tuple[Path, str]) -> None:

@@ -5,7 +5,7 @@ Everything comes from the catalog and the file's metadata: the model config it s
 `.keras` archive's `config.json`, read with zipfile and json; a legacy `.h5`'s `model_config`,
 read by `children.config_child`, since libhdf5 never runs in this process). No weights are
 read and TensorFlow is never imported, so a card takes as long for a 300 MB file as for a
-30 kB one. The facts and their layouts are `core.card`'s.
+30 kB one. The facts are `core.card`'s, their layouts `core.card_layouts`'.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.store import Store
-from ..core import card
+from ..core import card, card_layouts
 from ..core.errors import CkptError, NotFound
 from ..core.model import Checkpoint, Format
 from ..core.views import checkpoint_json
@@ -49,8 +49,8 @@ def describe(config: Config, store: Store, ref: str) -> card.Facts:
 
 def render(facts: card.Facts, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(card.as_json(facts), indent=1) + "\n"
-    return card.text(facts) if fmt == "txt" else card.markdown(facts)
+        return json.dumps(card_layouts.as_json(facts), indent=1) + "\n"
+    return card_layouts.text(facts) if fmt == "txt" else card_layouts.markdown(facts)
 
 
 def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> Path:

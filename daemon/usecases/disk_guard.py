@@ -1,8 +1,8 @@
 """The disk-pressure guard's acts: which filesystems are guarded, how full each is, the plan of
-`core.disk_guard` from the catalog, and its steps carried out on retention's rails.
+`core.disk_guard` from the catalog, and its steps carried out on the rail (`usecases.rail`).
 
 Roots on one filesystem (same `st_dev`) share one guard, with the largest threshold of theirs
-(the strictest). Every act goes through the pruner's own functions: the run's lease, a claim in
+(the strictest). Every act goes through the rail, as retention's do: the run's lease, a claim in
 the catalog, the re-check of the file against what was indexed, fsops' trash and purge, and an
 audit event whose reason says "disk pressure" and why this one (`ckpt log`). Demotion is
 artifacts' split, then the full file to the trash and purged. After each act the filesystem is
@@ -12,7 +12,6 @@ measured again: the guard stops as soon as it is back above its threshold.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -161,18 +160,18 @@ def relieve(
 ) -> Relief:
     """Plan and act until `fs` is back above its threshold (measured again after each act);
     `before_acting` sees the plan first (the service warns of one that cannot be met)."""
-    from . import guards
+    from . import guards, rail
 
     relief = Relief(plan_for(config, store, fs))
     if relief.plan.steps:
         before_acting(relief.plan)
     threshold = relief.plan.threshold
-    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-guard-{os.getpid()}"
+    batch = rail.batch_name("guard")
     for step in relief.plan.steps:
         if should_stop() or usage(fs.roots[0]).free >= threshold:
             break
         try:
-            _act(config, store, step, batch, actor)
+            act(config, store, step, batch, actor)
             relief.done.append(step)
         except (CkptError, OSError, KeyError) as exc:
             relief.failures.append(
@@ -182,54 +181,61 @@ def relieve(
     return relief
 
 
-def _act(config: Config, store: Store, step: Step, batch: str, actor: str) -> None:
-    from . import guards, pruner, recovery
+def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> None:
+    """One step of a plan that trashes or demotes a checkpoint, on the rail: refused if the
+    catalog says otherwise now (pinned, not `ok`, its run's newest), then trashed (a demotion
+    split first) and purged at once, with the step's reason."""
+    from . import guards, pruner, rail
+    from .retention_plan import planner_item, run_checkpoints
 
     if step.action == "purge":
-        _purge(config, store, step.id, step.reason, actor)
+        purge_early(config, store, step.id, step.reason, actor)
         return
     c = store.get(str(step.id))
     # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone.
     if c.status != CheckpointStatus.OK or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
     # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now.
-    ok = [pruner._item(x, False) for x in pruner._checkpoints(store, c.root, c.run)]
+    ok = [planner_item(x, False) for x in run_checkpoints(store, c.root, c.run)]
     if c.id in retention.newest([i for i in ok if i.status == CheckpointStatus.OK.value]):
         raise fsops.Refused(f"refused: {c.path} is its run's newest checkpoint now")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
-    holder = f"{actor} pid {os.getpid()}"
-    with store.lease(
-        guards.run_id(store, c), holder, config.lease_seconds, node=config.node_name
-    ) as lease:
-        if lease.taken_from is not None:
-            recovery.settle_events(config, store, of=lease.taken_from)
-        pruner._trash(config, store, c, decision, batch, actor, lease)
-    _purge(config, store, c.id, step.reason, actor)
+    with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
+        pruner.trash_decided(config, store, c, decision, batch, actor, lease)
+    purge_early(config, store, c.id, step.reason, actor)
 
 
-def _purge(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
-    from . import pruner
+def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
+    """Purge a trashed checkpoint before its grace period, on the rail, `reason` in its audit
+    event; refused if it is no longer in the trash or is pinned."""
+    from . import rail
 
     item = next((t for t in store.trashed(include_pinned=False) if t.id == checkpoint_id), None)
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
-    pruner._purge_one(config, store, item, actor, reason=reason)
+    rail.purge_trashed(config, store, item, actor, reason=reason)
 
 
 def _facts(config: Config, store: Store, root: str, name: str) -> RunFacts:
-    from . import pruner
+    from .retention_plan import (
+        demotable,
+        planner_item,
+        protected_generations,
+        run_checkpoints,
+        versions_policy,
+    )
 
-    found = pruner._checkpoints(store, root, name)
-    previous = pruner._previous_generations(config, found)
+    found = run_checkpoints(store, root, name)
+    previous = protected_generations(config, found)
     policy, _ = config.policy_for(root, name)
     logged = {metric for c in found for metric in c.metrics}
     best = list(disk_guard.best_metrics(policy.keep_best if policy else (), logged))
     versions = [c for c in found if c.version_of is not None]
     if versions:  # the best version, by the metric versions are kept by
-        metric = pruner._versions_policy(config, versions).keep_best[0]
+        metric = versions_policy(config, versions).keep_best[0]
         if (metric.metric, metric.resolved_mode) not in best:
             best.append((metric.metric, metric.resolved_mode))
-    items = tuple(pruner._item(c, pruner._demotable(c), previous.get(c.id)) for c in found)
+    items = tuple(planner_item(c, demotable(c), previous.get(c.id)) for c in found)
     kept_by: dict[int, str] = {}
     if policy is not None and items:
         decided = retention.plan(items, policy).decisions
@@ -247,9 +253,9 @@ def _last_resumable(found: list[Checkpoint]) -> int | None:
         legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
         return verdict.resumable or legacy
 
-    from . import pruner
+    from .retention_plan import planner_item
 
-    able = [pruner._item(c, False) for c in _ok(found) if may_resume(c)]
+    able = [planner_item(c, False) for c in _ok(found) if may_resume(c)]
     return max(able, key=retention.progress_key).id if able else None
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, FileStat, Format
+from ..core.model import FOLDER_FORMATS, Checkpoint, FileStat, Format
 from ..fs import fsops
 from ..settings.config import Config
+from . import folder_units
 
 HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0.5 s
 
@@ -24,12 +25,22 @@ def located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Pat
     _stat, _digest, files = store.identity(c.id)
     if c.format == Format.TF_CHECKPOINT:
         return root, [path.parent / name for name in files]
+    if _is_layout_folder(c):
+        return root, folder_units.to_move(path, files)
     return root, [path]
+
+
+def _is_layout_folder(c: Checkpoint) -> bool:
+    """A folder checkpoint of `fs.folder_layouts` (SavedModel folders keep their own rules)."""
+    return c.format in FOLDER_FORMATS and c.format != Format.SAVED_MODEL
 
 
 def recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> None:
     """Skip anything whose bytes may differ from what was indexed (and decided on)."""
-    expected, digest, _files = store.identity(c.id)
+    expected, digest, files = store.identity(c.id)
+    if _is_layout_folder(c):  # its recorded files, compared with what is in the folder now
+        folder_units.check_unchanged_names(Path(c.path), files, members)
+        members = folder_units.member_files(Path(c.path), files)
     found = fsops.current_stat(root, members)
     if found != expected:
         raise fsops.Refused(

@@ -282,8 +282,10 @@ class _Scan:
                 info = reader_child.read(cand.path, self.root.path)
             elif cand.family == discovery.TF_CHECKPOINT:  # file checks here, TF in its child
                 info = tf_checkpoint.read(cand.path)
-            else:
+            elif cand.family == discovery.SAVED_MODEL:
                 info = savedmodel.read(cand.path)
+            else:  # a folder checkpoint (fs.folder_layouts): its files are untrusted bytes too
+                info = reader_child.read(cand.path, self.root.path)
             digest = hash_files(cand.members, self.root.path)
             if discovery.stat_members(cand.members) != stat:
                 raise NotReady("changed while it was being read")

@@ -2,9 +2,9 @@
 our own bytes when a filesystem's free space falls below its reserve.
 
 Every root counts, configured or not: roots on one filesystem (same `st_dev`) share one reserve.
-The reserve's acts go through the disk guard's and the pruner's rails (the run's lease, a claim
-in the catalog, the re-check of the file against what was indexed, fsops' trash and purge, an
-audit event whose reason says "low free space" and why this one: `ckpt log`), and only ever
+The reserve's acts are the disk guard's steps on the rail (`usecases.rail`: the run's lease, a
+claim in the catalog, the re-check of the file against what was indexed, fsops' trash and purge,
+an audit event whose reason says "low free space" and why this one: `ckpt log`), and only ever
 touch what is ours: versions and the trash. After each act the filesystem is measured again:
 the pass stops as soon as free space is back above the reserve.
 """
@@ -12,7 +12,6 @@ the pass stops as soon as free space is back above the reserve.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -145,19 +144,19 @@ def relieve(
     goal: str = "reserve",
 ) -> ReserveRelief:
     """Plan and act until `fs` is back above `reserve` (measured again after each act)."""
-    from . import guards
+    from . import guards, rail
 
     relief = ReserveRelief(plan_for(config, store, fs, reserve, only=only, goal=goal))
-    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-reserve-{os.getpid()}"
+    batch = rail.batch_name("reserve")
     for step in relief.plan.steps:
         if should_stop() or disk_guard.usage(fs.roots[0]).free >= reserve:
             break
         try:
             if step.action == "purge":
-                disk_guard._purge(config, store, step.id, step.reason, actor)
+                disk_guard.purge_early(config, store, step.id, step.reason, actor)
             else:
                 act = guard_core.Step("trash", step.id, step.path, None, step.frees, step.reason)
-                disk_guard._act(config, store, act, batch, actor)
+                disk_guard.act(config, store, act, batch, actor)
             relief.done.append(step)
         except (CkptError, OSError, KeyError) as exc:
             relief.failures.append(
@@ -170,14 +169,14 @@ def relieve(
 def _old_versions(config: Config, store: Store, root: str, name: str) -> list[Ours]:
     """The run's kept versions that are neither a previous generation (keep_previous) nor
     pinned nor standby; the best one of each file by the versions' metric is marked."""
-    from . import pruner
+    from .retention_plan import protected_generations, run_checkpoints, versions_policy
 
-    found = pruner._checkpoints(store, root, name)
+    found = run_checkpoints(store, root, name)
     versions = [c for c in found if c.version_of is not None and c.status == CheckpointStatus.OK]
     if not versions:
         return []
-    previous = pruner._previous_generations(config, found)
-    rule = pruner._versions_policy(config, versions).keep_best[0]
+    previous = protected_generations(config, found)
+    rule = versions_policy(config, versions).keep_best[0]
     best = _best_per_file(versions, rule.metric, rule.resolved_mode)
     return [
         Ours(c.id, c.path, c.size_bytes, iso_utc(c.mtime), version=True, best=c.id in best)

@@ -12,7 +12,6 @@ the local copy where it was; a remote copy that does not verify is never recorde
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,7 +30,8 @@ from ..remote.keys import object_key
 from ..remote.s3 import ObjectStore, Uploaded
 from ..settings.config import Config, RootConfig
 from ..settings.remote import Remote
-from . import guards, recovery
+from . import guards, rail
+from .settlement import settle_events
 
 # One object per checkpoint: the formats that are one regular file.
 SINGLE_FILE = set(Format) - {Format.TF_CHECKPOINT, Format.SAVED_MODEL}
@@ -128,7 +128,7 @@ def tier(
 ) -> TierReport:
     report = TierReport(dry_run=dry_run)
     if not dry_run:
-        recovery.settle_events(config, store)
+        settle_events(config, store)
     for ref in refs:
         c = store.get(ref)
         blocked = why_not(config, c)
@@ -161,12 +161,7 @@ def tier_one(
 ) -> int:
     """Upload, verify, record, then trash the local copy. Returns the parts resumed."""
     if lease is None:
-        holder = f"{actor} pid {os.getpid()}"
-        with store.lease(
-            guards.run_id(store, c), holder, config.lease_seconds, node=config.node_name
-        ) as held:
-            if held.taken_from is not None:
-                recovery.settle_events(config, store, of=held.taken_from)
+        with rail.run_lease(config, store, guards.run_id(store, c), actor) as held:
             return tier_one(config, store, c, reason=reason, actor=actor, lease=held)
     remote, key = key_of(config, c)
     root, members = guards.located(config, store, c)
@@ -220,39 +215,15 @@ def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint) -> None
 def free_local(
     config: Config, store: Store, c: Checkpoint, reason: str, actor: str, lease: HeldLease
 ) -> None:
-    """The local copy to the local trash, re-checked right before (claimed like a prune's
-    move): a file that changed since it was indexed keeps its place (the remote copy stays
-    recorded)."""
-    copies = store.remote_copies([c.id])
-    if verified_copy(copies) is None:  # the rail of this module: never without one
+    """The local copy to the local trash through the rail (re-checked right before, claimed
+    like a prune's move: a pin committed first keeps it; a file that changed since it was
+    indexed keeps its place, the remote copy staying recorded)."""
+    if verified_copy(store.remote_copies([c.id])) is None:  # never without one
         raise fsops.Refused(f"{c.path}: no verified remote copy: the local copy is kept")
     lease.check()
-    root, members = guards.located(config, store, c)
-    guards.recheck(store, c, root, members)
-    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
-    trash = {
-        "paths": [
-            str(root.joinpath(fsops.TRASH_DIR, batch, *fsops.relative_parts(root, m)))
-            for m in members
-        ],
-        "at": iso_utc(time.time()),
-        "batch": batch,
-        "members": [str(m) for m in members],
-    }
-    event_id, refused = store.claim(
-        c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease
+    rail.trash_checkpoint(
+        config, store, c, reason=reason, batch=rail.batch_name("tier"), actor=actor, lease=lease
     )
-    if event_id is None:
-        raise fsops.Refused(refused)
-    try:
-        trashed = fsops.move_to_trash(root, members, batch)
-    except BaseException as exc:
-        store.end_claim(event_id, c.id, failed=guards.one_line(exc))
-        raise
-    if [str(p) for p in trashed] != trash["paths"]:
-        moved = {**trash, "paths": [str(p) for p in trashed]}
-        store.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
-    store.end_claim(event_id, c.id)
 
 
 def location_of(c: Checkpoint, copies: list[RemoteCopy]) -> tuple[str, str | None]:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..core.errors import CkptError
-from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_files
 from ..settings.config import Config
-from . import guards
+from . import folder_units, guards
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,9 @@ def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) 
         if c.format == Format.SAVED_MODEL:  # a folder: its files are hashed by name, see hashing
             same = before == expected
             return Verdict(c.id, c.path, same, "stat matches" if same else "stat differs")
+        if c.format in FOLDER_FORMATS:  # a folder checkpoint: its recorded files
+            members = folder_units.member_files(Path(c.path), _files)
+            before = fsops.current_stat(root, members)
         actual = hash_files(members)
         after = fsops.current_stat(root, members)
     except FileNotFoundError:

@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..catalog.store import Store
@@ -25,11 +26,11 @@ from ..catalog.store_versions import Source
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat
-from ..fs import fsclone, fsops, name_limits
+from ..fs import fsops, name_limits
 from ..fs.hashing import hash_files
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import guards, trash_found
+from . import guards, rail
 
 
 class _Torn(Exception):
@@ -73,7 +74,7 @@ def capture(
 
     try:
         name_limits.check_fits(target.name, what, source.path)
-        how = fsclone.clone_new(root.path, original, target, verify)
+        how = rail.copy_generation(root, original, target, verify)
     except WouldReplace:
         return _adopt_existing(store, root, source, target, actor)
     except (_Torn, Refused, OSError) as exc:
@@ -184,11 +185,8 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
             store.add_version(kept, str(path), _stat(path), how="adopted", actor_name=actor)
             event("version_adopted", path=str(path), of=original)
             return f"adopted {path}"
-    batch = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-orphan-versions"
-    [trashed] = fsops.move_to_trash(root.path, [path], batch)
-    # Its trash record at once (killed before it, the next reconcile of the trash makes it).
     why = "in .ckpt-versions without a catalog row, and no generation the catalog saw"
-    trash_found.adopt_file(store, root, batch, trashed, digest=digest, reason=why)
+    trashed = rail.trash_unrecorded(store, root, path, digest=digest, reason=why)
     event("version_discarded", level=logging.WARNING, path=str(path), trash=str(trashed))
     return f"moved to the trash: {path}"
 
@@ -209,13 +207,16 @@ def restore_version(
     generation: int | None = None,
     epoch: int | None = None,
     actor: str,
-) -> Checkpoint:
+    index: Callable[[Path], object],
+) -> None:
     """Put a kept generation of `path` back at `path`: the generation there now is kept first,
     then the version is copied beside the file, verified and swapped in atomically (only if
-    the file is still what was kept: a trainer's save meanwhile wins). Audited.
+    the file is still what was kept: a trainer's save meanwhile wins). Audited. The caller
+    re-indexes `path` afterwards (its row then describes the generation put back).
 
     "The generation there now" is the file on disk, not the catalog's last look at it: a save
-    nobody indexed yet (the daemon down, a slow detection) is indexed and kept first; one that
+    nobody indexed yet (the daemon down, a slow detection) is indexed first, with `index` (the
+    caller's scan of one file, the indexer sitting above this module), and kept; one that
     cannot be (still being written) is a refusal (Refused, exit 3), nothing changed."""
     absolute = os.path.abspath(path)
     root = config.root_for(Path(absolute))
@@ -224,36 +225,27 @@ def restore_version(
     chosen = _chosen(store, absolute, generation, epoch)
     if store.get(absolute).version_of is not None:
         raise UsageError(f"{path} is itself a kept version: give the file it keeps")
-    current, here = _as_indexed(config, store, root, absolute, actor)
+    current, here = _as_indexed(store, root, absolute, index)
     if current.hash == chosen.hash:
         raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
     if current.status == CheckpointStatus.OK:
         capture(config, store, root, current.id, actor=actor, force=True)
         if current.hash not in {v.hash for v in store.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
-    with (
-        store.audited(
-            action="restore-version",
-            checkpoint_id=current.id,
-            path=absolute,
-            reason=f"generation {chosen.generation} (epoch {_dash(chosen.epoch)}) from "
-            f"{chosen.path}",
-            size=chosen.size_bytes,
-            actor=actor,
-        ),
-        fsops.rewrite(root.path, Path(absolute), like=Path(chosen.path), replacing=here) as temp,
-    ):
-        fsclone.copy_into(root.path, Path(chosen.path), temp)
-        if hash_files([temp], root.path) != chosen.hash:
-            raise Refused(f"version {chosen.path} does not hold the bytes it was kept with")
-    from . import indexer
-
-    indexer.scan(config, store, [Path(absolute)], actor=actor, reconcile=False)
-    return store.get(absolute)
+    rail.put_version_back(
+        store,
+        root,
+        Path(absolute),
+        chosen,
+        here=here,
+        checkpoint_id=current.id,
+        reason=f"generation {chosen.generation} (epoch {_dash(chosen.epoch)}) from {chosen.path}",
+        actor=actor,
+    )
 
 
 def _as_indexed(
-    config: Config, store: Store, root: RootConfig, path: str, actor: str
+    store: Store, root: RootConfig, path: str, index: Callable[[Path], object]
 ) -> tuple[Checkpoint, fsops.Identity]:
     """The file's row and which file it is on disk, once the disk holds the generation that row
     describes (size, mtime, inode, and the hash when cheap: `guards.recheck`); the identity is
@@ -261,8 +253,6 @@ def _as_indexed(
     generation is indexed now, once; not `ok` then (a save under way, torn) it is refused: only
     a file the catalog already showed corrupt or unreadable, still as it was, is restored over
     without a copy kept (there is no good generation to keep)."""
-    from . import indexer
-
     why = ""
     for attempt in range(2):
         here = fsops.identity(root.path, Path(path))
@@ -283,7 +273,7 @@ def _as_indexed(
         except Refused as exc:
             why = str(exc)
         if attempt == 0:
-            indexer.scan(config, store, [Path(path)], actor=actor, reconcile=False)
+            index(Path(path))
     raise Refused(
         f"{path} not restored, nothing changed: it is not the generation the catalog indexed "
         f"and could not be indexed as complete now (a save under way?): {why}"

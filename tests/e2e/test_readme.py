@@ -20,6 +20,10 @@ def test_first_lines_are_the_install_and_test_commands() -> None:
     assert "ckpt" in block[0] and "install" in block[0]
     ci_lines = (REPO / ".ci" / "run").read_text().splitlines()
     assert ci_lines[-1] == block[1]
+    # The pages that show the test command show CI's, and it installs the system packages too.
+    assert block[1].startswith(".ci/system-packages && "), block[1]
+    for page in ("development.md", "getting-started.md"):
+        assert f"\n{block[1]}\n" in (REPO / "docs" / page).read_text(), page
 
 
 def test_every_command_is_documented() -> None:

@@ -30,6 +30,7 @@ import pytest
 from ckpt_daemon.core.errors import UsageError
 from ckpt_daemon.fs import fsops
 from ckpt_daemon.fs.hashing import hash_files
+from ckpt_daemon.transforms import chunk_codecs, h5_copy
 from ckpt_daemon.transforms import compress as cz
 
 pytestmark = pytest.mark.slow
@@ -339,19 +340,23 @@ def test_result_describes_the_new_file(cases: dict[Any, Any]) -> None:
 
 
 def test_big_datasets_chunked_with_the_codec_small_ones_raw(cases: dict[Any, Any]) -> None:
-    codec_filter = {"gzip": (1, (4,)), "lzf": (32000, None), "zstd": (cz.ZSTD_FILTER, (3,))}
+    codec_filter = {
+        "gzip": (1, (4,)),
+        "lzf": (32000, None),
+        "zstd": (chunk_codecs.ZSTD_FILTER, (3,)),
+    }
     checked = 0
     for (codec, name), (_original, copy, _result, _item) in cases.items():
         for d in datasets(copy):
             where = (codec, name, d["name"])
-            if not d["shape"] or d["nbytes"] < cz.TINY_BYTES:
+            if not d["shape"] or d["nbytes"] < h5_copy.TINY_BYTES:
                 assert d["chunks"] is None and d["filters"] == [], where
                 continue
             chunk_bytes = np.prod(d["chunks"]) * d["itemsize"]
-            if d["nbytes"] <= cz.SLAB_BYTES:
+            if d["nbytes"] <= h5_copy.SLAB_BYTES:
                 assert d["chunks"] == d["shape"], where  # one chunk: the whole dataset
             else:
-                assert 0.5 * cz.SLAB_BYTES < chunk_bytes <= cz.SLAB_BYTES, where
+                assert 0.5 * h5_copy.SLAB_BYTES < chunk_bytes <= h5_copy.SLAB_BYTES, where
             (shuffle_id, shuffle_opts), (filter_id, opts) = d["filters"]
             assert (shuffle_id, shuffle_opts) == (2, (d["itemsize"],)), where
             assert filter_id == codec_filter[codec][0], where
@@ -487,8 +492,8 @@ def test_hdf5_write_path_gives_the_same_data(
     tmp_path: Path, wide_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a native encoder a codec falls back to HDF5's own filters; same result."""
-    monkeypatch.setattr(cz, "_encoder", lambda codec, level: None)
-    for codec in cz.CODECS:
+    monkeypatch.setattr(chunk_codecs, "_encoder", lambda codec, level: None)
+    for codec in chunk_codecs.CODECS:
         for name in ("wide.h5", "wide.keras"):
             target = tmp_path / codec / name
             target.parent.mkdir(exist_ok=True)
@@ -503,13 +508,13 @@ def test_source_changed_during_compression_is_refused(
 ) -> None:
     target = tmp_path / "wide.h5"
     shutil.copyfile(wide_dir / "wide.h5", target)
-    real = cz._verify_group
+    real = cz.verify_group
 
     def touch_then_verify(src: Any, dst: Any) -> None:
         os.utime(target, ns=(time.time_ns(), time.time_ns() + 10**9))  # a trainer's save
         real(src, dst)
 
-    monkeypatch.setattr(cz, "_verify_group", touch_then_verify)
+    monkeypatch.setattr(cz, "verify_group", touch_then_verify)
     with pytest.raises(fsops.Refused, match="changed while being compressed"):
         cz.compress(tmp_path, target)
     assert target.read_bytes() == (wide_dir / "wide.h5").read_bytes()

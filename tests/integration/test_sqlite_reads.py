@@ -5,6 +5,7 @@ without named roots; and the hot commands on PostgreSQL never import SQLAlchemy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -358,3 +359,55 @@ def test_hot_commands_on_the_catalog_import_no_sqlalchemy(
     assert [line.split(" ", 1)[0] for line in lines[:3]] == ["0", "0", "0"], done.stderr
     assert str(named_workspace.root / "exp2") in lines[0], done.stderr  # best: a local path
     assert lines[-1] == "LOADED=", done.stderr
+
+
+def test_the_store_and_the_fast_path_send_the_same_sql(sqlite_catalog: str, tmp_path: Path) -> None:
+    """One SQL for the hot reads (`catalog.read_sql`): every listing, `best`, `latest`, count
+    and heartbeat read sends the database the very statements, parameters bound, whether it goes
+    through the Store's engine or the fast path's sqlite3 connection (a new filter is written
+    once)."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    from ckpt_daemon.catalog.dbapi_reads import SQLITE
+
+    url = f"sqlite:///{tmp_path / 'copy.db'}"
+    copy_catalog(sqlite_catalog, url)
+    sent: dict[str, list[str]] = {"store": [], "fast": []}
+    store = Store(url)
+    engine = store._engine  # the Store's own connections, traced by SQLite itself
+    event.listen(
+        engine, "connect", lambda conn, _rec: conn.set_trace_callback(sent["store"].append)
+    )
+    engine.dispose()  # the connections opened before the listener: traced ones replace them
+    connection = sqlite3.connect(
+        str(tmp_path / "copy.db"), isolation_level=None, check_same_thread=False
+    )
+    connection.set_trace_callback(sent["fast"].append)
+    reads = DbapiReads(connection, SQLITE)
+    try:
+        for name, source in (("store", store), ("fast", reads)):
+            for query in QUERIES:
+                source.list(query)
+            paths = [c.path for c in source.list(ListQuery())]
+            source.version_counts(paths)
+            source.metric_names()
+            source.has_metric("val_loss")
+            source.best("val_loss", "min", "exp1")
+            for resumable in (False, True):
+                with contextlib.suppress(NotFound):
+                    source.latest("exp2", resumable)
+            source.count()
+            source.heartbeats()
+            source.latest_heartbeat()
+            assert sent[name], f"nothing traced for {name}"
+        statements = {
+            name: [s for s in lines if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA"))]
+            for name, lines in sent.items()
+        }
+        assert statements["store"] == statements["fast"]
+        assert len(statements["fast"]) > len(QUERIES)
+    finally:
+        reads.close()
+        store.close()

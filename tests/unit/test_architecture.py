@@ -131,7 +131,7 @@ def ours(module: str, tree: ast.Module, *, top_level_only: bool = False) -> set[
     """Our modules that `module` imports (relative imports resolved)."""
     is_package = (PACKAGE / module.replace(".", "/") / "__init__.py").exists()
     here = module.split(".") if is_package else module.split(".")[:-1]
-    if module in ("__init__", "__main__", "api", "logs"):
+    if module in ("__init__", "__main__", "logs"):
         here = []
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     found = set()
@@ -164,24 +164,83 @@ def test_layers_import_only_the_layers_below_them() -> None:
                 assert dest in MAY_IMPORT[source], f"{name} imports {target}"
 
 
-def test_no_import_cycles_at_module_level() -> None:
-    graph = {name: ours(name, tree, top_level_only=True) for name, tree in modules().items()}
-    state: dict[str, int] = {}
+def lazy_commands() -> set[str]:
+    """The command modules `cli.group` imports by name (`COMMANDS`, "module:attribute")."""
+    for node in ast.walk(modules()["cli.group"]):
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "COMMANDS":
+            table = ast.literal_eval(node.value)
+            return {"cli." + target.split(":")[0] for target in table.values()}
+    raise AssertionError("cli.group has no COMMANDS table")
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
+
+def import_graph() -> dict[str, set[str]]:
+    """Who imports whom, counting every import: at module level, inside functions, and under
+    `if TYPE_CHECKING:` too (a type-only cycle is two modules that still need each other to be
+    read), plus the command modules `cli.group` imports by name. A package importing its own
+    modules is no cycle: Python runs its `__init__` before any of them."""
+    graph = {
+        name: {t for t in ours(name, tree) if t != name and not t.startswith(name + ".")}
+        for name, tree in modules().items()
+    }
+    graph["cli.group"] |= lazy_commands()
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's components of more than one module: each is one or more import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
         for nxt in sorted(graph.get(node, ())):
-            if nxt == node or nxt.startswith(node + "."):
-                continue  # a package's __init__ importing its own modules
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path, node, nxt]))
-            if nxt not in state:
-                visit(nxt, [*path, node])
-        state[node] = 2
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
 
     for node in sorted(graph):
-        if node not in state:
-            visit(node, [])
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    """A function-level import hides a cycle from Python, not from the design: the two modules
+    still need each other. Every edge inside a cycle must be one the rail branch removes."""
+    graph = import_graph()
+    unexplained = []
+    for component in strongly_connected(graph):
+        edges = {(a, b) for a in component for b in graph[a] & component}
+        if edges:
+            unexplained.append(" ".join(f"{a}->{b}" for a, b in sorted(edges)))
+    assert not unexplained, "import cycles:\n" + "\n".join(unexplained)
+
+
+def test_the_cycle_check_counts_hidden_imports() -> None:
+    """The graph sees an import inside a function and under TYPE_CHECKING, and a component of
+    two modules importing each other is found (the cycles the module-level check missed)."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .model import Format\n"
+        "def f():\n    from .card import facts\n"
+    )
+    assert ours("core.example", ast.parse(source)) == {"core.model", "core.card"}
+    assert strongly_connected({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
+    assert "cli.checkpoints" in import_graph()["cli.group"]
 
 
 def test_pure_modules_import_no_io_and_read_no_clock() -> None:
@@ -223,3 +282,157 @@ def test_only_the_cli_prints_or_exits() -> None:
 
 def test_the_rules_know_every_layer() -> None:
     assert {layer(name) for name in modules()} == set(MAY_IMPORT)
+
+
+# The filesystem calls that move, delete or rewrite a checkpoint's files (fs.fsops, its halves
+# fs.fsswap and fs.fsclone). Outside fs/ only the rail makes them, and the writers below, which
+# write an artifact beside a checkpoint or a checkpoint's compressed form over it.
+RAIL = "usecases.rail"
+CHECKPOINT_ACTS = {
+    "fs.fsops": {"move_to_trash", "restore", "purge", "rewrite"},
+    "fs.fsswap": {"publish_new", "replace_if_same"},
+    "fs.fsclone": {"clone_new", "copy_into"},
+    "fs.fsfetch": {"receive"},
+}
+# Writer module -> its entry points: each called only inside the rail's `acting_on` block (the
+# run's lease held, the checkpoint re-checked under it, the act audited).
+WRITERS = {
+    "transforms.split": {"split"},
+    "transforms.compress": {"compress"},
+    "transforms.export_json_h5": {"export"},
+    "usecases.describe": {"write_card"},
+}
+
+
+def _imported_names(name: str, tree: ast.Module) -> dict[str, str]:
+    """local name -> our module or `module.function` it stands for, in module `name`."""
+    is_package = (PACKAGE / name.replace(".", "/") / "__init__.py").exists()
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    if name in ("__init__", "__main__", "api", "logs"):
+        here = []
+    found = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        base = here[: len(here) - (node.level - 1)]
+        target = ".".join(base + (node.module.split(".") if node.module else []))
+        for alias in node.names:
+            found[alias.asname or alias.name] = f"{target}.{alias.name}".lstrip(".")
+    return found
+
+
+def _called(node: ast.Call, names: dict[str, str]) -> str | None:
+    """`module.function` a call calls, when it is one of ours imported by name or by module."""
+    func = node.func
+    if isinstance(func, ast.Name):
+        return names.get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = names.get(func.value.id)
+        return f"{module}.{func.attr}" if module else None
+    return None
+
+
+def _inside_the_rail(tree: ast.Module, names: dict[str, str]) -> set[int]:
+    """ids of the call nodes inside a `with rail.acting_on(...)` block."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.With):
+            continue
+        if any(
+            isinstance(item.context_expr, ast.Call)
+            and _called(item.context_expr, names) == f"{RAIL}.acting_on"
+            for item in node.items
+        ):
+            for statement in node.body:
+                inside |= {id(n) for n in ast.walk(statement) if isinstance(n, ast.Call)}
+    return inside
+
+
+def test_only_the_rail_moves_deletes_or_rewrites_a_checkpoint() -> None:
+    """Prune, purge, trash restore, restore --version, the disk guard, the space reserve and
+    version capture act through `usecases.rail`; nothing else calls the mutator's acts."""
+    acts = {f"{module}.{fn}" for module, fns in CHECKPOINT_ACTS.items() for fn in fns}
+    offenders = []
+    for name, tree in modules().items():
+        if layer(name) == "fs" or name == RAIL or name in WRITERS:
+            continue
+        names = _imported_names(name, tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _called(node, names) in acts:
+                offenders.append(f"{name}:{node.lineno} calls {_called(node, names)}")
+    assert not offenders, "act through usecases.rail instead: " + "; ".join(offenders)
+
+
+def test_the_writers_run_only_inside_the_rails_acting_on() -> None:
+    """Split, export, compress and the card write under the lease, after the re-check, audited."""
+    entries = {f"{module}.{fn}" for module, fns in WRITERS.items() for fn in fns}
+    offenders = []
+    for name, tree in modules().items():
+        if name in WRITERS:
+            continue
+        names = _imported_names(name, tree)
+        inside = _inside_the_rail(tree, names)
+        for node in ast.walk(tree):
+            called = _called(node, names) if isinstance(node, ast.Call) else None
+            if called in entries and id(node) not in inside:
+                offenders.append(f"{name}:{node.lineno} calls {called}")
+    assert not offenders, "call it inside `with rail.acting_on(...)`: " + "; ".join(offenders)
+
+
+def test_the_rail_itself_takes_the_lease_rechecks_and_audits() -> None:
+    """The rail is no pass-through: its acts take the run's lease, re-check, and audit."""
+    source = ast.unparse(modules()[RAIL])
+    for step in ("store.lease(", "guards.recheck(", "store.audited(", "store.claim("):
+        assert step in source, step
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path, node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, node])):
+                return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [])):
+            return found
+    return None
+
+
+def test_no_import_cycle_among_the_use_cases_counting_imports_in_functions() -> None:
+    """The use cases compose downwards: the indexer may call versions and recovery, never the
+    reverse (callers re-index after a restore), and the disk guard sits above retention."""
+    cases = {name: tree for name, tree in modules().items() if layer(name) == "usecases"}
+    graph = {
+        name: {t for t in ours(name, tree) if t in cases} - {name} for name, tree in cases.items()
+    }
+    found = _cycle(graph)
+    assert found is None, "import cycle: " + " -> ".join(found or [])
+
+
+def test_use_cases_call_no_private_function_of_another_module() -> None:
+    """A use case that needs another's helper gets a public function, named for what it does."""
+    offenders = []
+    for name, tree in modules().items():
+        if layer(name) != "usecases":
+            continue
+        names = _imported_names(name, tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                module = names.get(node.value.id)
+                private = node.attr.startswith("_") and not node.attr.startswith("__")
+                if module in modules() and private:
+                    offenders.append(f"{name}:{node.lineno} uses {module}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                offenders += [
+                    f"{name}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not offenders, "; ".join(offenders)

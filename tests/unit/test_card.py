@@ -1,13 +1,14 @@
-"""The card's facts and layouts (core.card), and `ckpt show` laid out from the same facts."""
+"""The card's facts (core.card) and layouts (core.card_layouts), and `ckpt show` laid out
+from the same facts."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from ckpt_daemon.core import card
+from ckpt_daemon.core import card, card_layouts
 from ckpt_daemon.core.model import Format
-from ckpt_daemon.core.render import show_text
+from ckpt_daemon.core.show_text import show_text
 
 LR32 = 0.0010000000474974513  # 0.001 as float32, as Keras stores it
 
@@ -98,7 +99,7 @@ def test_facts_counts_shapes_and_numbers_without_float32_noise() -> None:
 
 
 def test_markdown_escapes_names_and_cannot_break_its_tables() -> None:
-    md = card.markdown(card.facts(_doc(), CONFIG))
+    md = card_layouts.markdown(card.facts(_doc(), CONFIG))
     assert "\x1b" not in md and "net\\\\x1b\\[31m" in md  # ESC shown, markup escaped
     assert "| `fc\\|1` | `Dense` | 144 | 8x16, 16 | no |" in md
     for line in md.splitlines():
@@ -109,10 +110,10 @@ def test_markdown_escapes_names_and_cannot_break_its_tables() -> None:
 
 def test_json_and_text_hold_the_same_facts() -> None:
     f = card.facts(_doc(), CONFIG)
-    doc = json.loads(json.dumps(card.as_json(f)))
+    doc = json.loads(json.dumps(card_layouts.as_json(f)))
     assert doc["parameters"]["non-trainable"] == "32"
     assert doc["metrics"][1] == {"name": "val_loss", "value": "0.25", "source": "csv:training.log"}
-    text = card.text(f)
+    text = card_layouts.text(f)
     assert "non-trainable  32" in text and "learning_rate  0.001" in text
     assert "learning rate" not in text  # the config's `learning_rate` says it: once
 
@@ -176,7 +177,7 @@ def test_load_lines_per_format_with_hdf5plugin_for_zstd() -> None:
 
 
 def test_a_name_with_backticks_cannot_leave_the_code_block() -> None:
-    md = card.markdown(card.facts(_doc(path="/data/runs/exp|1/a```b.keras"), CONFIG))
+    md = card_layouts.markdown(card.facts(_doc(path="/data/runs/exp|1/a```b.keras"), CONFIG))
     block = md.split("## How to load it\n\n", 1)[1]
     fence = block.split("python\n", 1)[0]
     assert fence == "````" and block.count(fence) == 2
@@ -188,7 +189,9 @@ def test_identifiers_grep_as_written_and_line_starts_make_no_blocks() -> None:
         for name in ("hidden_a", "_private_", "a\\|b", "`tick`")
     ]
     notes = ["1. not a list", "# not a heading", "- not an item", "an_identifier note"]
-    md = card.markdown(card.facts(_doc(layers=layers, notes=notes, model_name="net_a"), CONFIG))
+    md = card_layouts.markdown(
+        card.facts(_doc(layers=layers, notes=notes, model_name="net_a"), CONFIG)
+    )
     assert "| `hidden_a` | `Dense` |" in md and "| `_private_` |" in md
     assert "| a\\\\\\|b | `Dense` |" in md  # a backslash before a pipe: escaped text, no span
     assert "| `` `tick` `` |" in md

@@ -1,4 +1,4 @@
-"""Every config key the validation accepts is in the shipped config.yaml and in
+"""Every config key the validation accepts is in the shipped config.yaml (under its parents) and
 docs/configuration.md's key table, and the table names no key the validation refuses.
 
 The keys are found by asking the real validation (`settings.config.parse`): each section is
@@ -84,7 +84,10 @@ def allowed_keys(steps: tuple[Step, ...]) -> set[str] | None:
         ):
             return set(exc.reason.removeprefix("unknown key (allowed: ").rstrip(")").split(", "))
         return None
-    raise AssertionError(f"{dotted(steps)}: an unknown key was accepted")
+    where = dotted(steps) or "(top level)"
+    raise AssertionError(
+        f"{where}: a mapping with an unknown key was accepted (its value unchecked?)"
+    )
 
 
 def accepted_keys() -> dict[str, str | None]:
@@ -152,39 +155,41 @@ def test_every_key_is_in_the_key_table_and_no_other(keys: dict[str, str | None])
             assert f"same keys as `{repeats}`" in rows[key], rows[key]
 
 
-def shipped_sections(top_level: set[str]) -> dict[str, list[str]]:
-    """config.yaml's lines by top-level key: the comment paragraph above the key's line (back to
-    a blank line), the key's line (`key:`, or commented out `# key:`) and its body, up to the
-    next key's paragraph."""
-    lines = (REPO / "config.yaml").read_text().splitlines()
+# A key's line in config.yaml, set or commented out: `key:`, `# key:`, `  - key:`, `#   - key:`.
+KEY_LINE = re.compile(r"^(?P<lead> *)(?:#(?P<gap> *))?(?P<dash>- )?(?P<key>\w+):(?:\s|$)")
 
-    def paragraph(i: int) -> int:
-        while i > 0 and lines[i - 1].strip():
-            i -= 1
-        return i
 
-    starts = [
-        (paragraph(i), m.group(1))
-        for i, line in enumerate(lines)
-        if (m := re.match(r"(?:# )?(\w+):(?:\s|$)", line)) and m.group(1) in top_level
-    ]
-    sections: dict[str, list[str]] = {}
-    for n, (begin, key) in enumerate(starts):
-        end = starts[n + 1][0] if n + 1 < len(starts) else len(lines)
-        sections.setdefault(key, []).extend(lines[begin:end])
-    return sections
+def shipped_keys() -> set[str]:
+    """Every key path config.yaml names, set or commented out (`roots.name`, list items without
+    their `[]`): a key's parents are the keys above it at a smaller indentation (a commented
+    line counts from the column after `# `, as if uncommented; a list item's keys from after
+    its `- `)."""
+    stack: list[tuple[int, str]] = []
+    found = set()
+    for line in (REPO / "config.yaml").read_text().splitlines():
+        m = KEY_LINE.match(line)
+        if not m:
+            continue
+        gap = len(m["gap"]) - 1 if m["gap"] is not None else 0
+        indent = len(m["lead"]) + gap + (2 if m["dash"] else 0)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, m["key"]))
+        found.add(".".join(key for _, key in stack))
+    return found
+
+
+def test_shipped_keys_are_read_with_their_nesting() -> None:
+    """The reading of config.yaml can fail: set and commented-out keys, in lists and nested."""
+    found = shipped_keys()
+    assert {"completion.settle_seconds", "roots.path", "roots.name", "hooks.on"} <= found
+    assert {"retention.keep_best.metric", "runs.match", "service.node"} <= found
+    assert "roots.settle_seconds" not in found and "keep_best.metric" not in found
 
 
 def test_every_key_is_in_the_shipped_config(keys: dict[str, str | None]) -> None:
-    """Set or commented out, every key is in config.yaml, in its section's part (with what it
-    does above it)."""
-    top_level = {key for key in keys if "." not in key and "[" not in key}
-    sections = shipped_sections(top_level)
-    missing = []
-    for key in keys:
-        top = re.split(r"[.\[]", key, maxsplit=1)[0]
-        leaf = key.rsplit(".", 1)[-1]
-        named = re.compile(rf"(?:^|[\s#{{,-]){re.escape(leaf)}:(?:\s|$)")
-        if not any(named.search(line) for line in sections.get(top, [])):
-            missing.append(key)
-    assert not missing, f"config.yaml does not name, in its section: {missing}"
+    """Set or commented out, every key the validation accepts is in config.yaml, under its
+    parents (`retention.keep_best.mode` under `keep_best:`, under `retention:`)."""
+    shipped = shipped_keys()
+    missing = sorted(key for key in keys if key.replace("[]", "") not in shipped)
+    assert not missing, f"config.yaml does not name, under its parents: {missing}"

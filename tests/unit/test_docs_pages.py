@@ -23,9 +23,12 @@ def method_rows() -> dict[str, str]:
 
 
 def public_methods() -> dict[str, inspect.Signature]:
+    """`Catalog`'s own methods and those of the halves it is made of (`api.reads`, `api.acts`)."""
     return {
         name: inspect.signature(member)
-        for name, member in vars(Catalog).items()
+        for cls in Catalog.__mro__
+        if cls is not object
+        for name, member in vars(cls).items()
         if not name.startswith("_") and callable(member)
     }
 

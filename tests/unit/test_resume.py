@@ -48,6 +48,9 @@ TABLE = [
     (F.LIGHTNING, "full", 184, None, True, "ckpt_path"),
     (F.LIGHTNING, "weights", 0, None, False, "no optimizer state"),
     (F.SAFETENSORS, "weights", 0, None, False, "weights only"),
+    (F.HF_FOLDER, "full", 31092, None, True, "resume_from_checkpoint"),
+    (F.HF_FOLDER, "weights", 31092, None, False, "scheduler.pt and trainer_state.json"),
+    (F.HF_FOLDER, "weights", 0, None, False, "no optimizer state"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 

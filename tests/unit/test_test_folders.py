@@ -63,11 +63,18 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "daemon_ws",
     "training_runs",
     "torch_files",
+    "hf_runs",  # a real transformers Trainer run, in a child
     "postgres",  # starts a PostgreSQL server; the two below may ask it for a database
     "catalog_url",
     "empty_catalog_url",
 }
-PURE_FIXTURES = {"_no_daemon_outlives_its_test"}  # autouse; stops nothing a unit test started
+# Autouse: they stop nothing a unit test started, or only check that no thread is left.
+PURE_FIXTURES = {
+    "_no_daemon_outlives_its_test",
+    "_no_thread_outlives_its_test",
+    "_no_thread_outlives_its_module",
+    "_no_thread_outlives_the_session",
+}
 
 
 def module_name(node: ast.ImportFrom, path: Path) -> str:

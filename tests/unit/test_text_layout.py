@@ -14,7 +14,7 @@ from ckpt_daemon.cli.checkpoints import DEFAULT_LIST_COLUMNS
 from ckpt_daemon.cli.tables import grouped_by_root, list_table, metric_order
 from ckpt_daemon.core.errors import UsageError
 from ckpt_daemon.core.model import Checkpoint, CheckpointStatus
-from ckpt_daemon.core.render import config_text, packed, relative_path, show_text
+from ckpt_daemon.core.show_text import show_text
 from ckpt_daemon.core.table import (
     ELLIPSIS,
     Column,
@@ -25,6 +25,7 @@ from ckpt_daemon.core.table import (
     layout,
     number_cells,
 )
+from ckpt_daemon.core.text import config_text, packed, relative_path
 from ckpt_daemon.core.units import short_time, shortest_float
 
 

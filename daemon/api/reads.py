@@ -1,0 +1,240 @@
+"""The Python API's reads (`ckpt_daemon.api.Catalog`'s half that changes nothing): listing,
+best, latest, one checkpoint, runs, history, disk usage, the trash, the audit log, the daemon's
+health; and the catalog it reads, opened on first use."""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from ..core.errors import NotFound, UsageError
+from ..core.model import Checkpoint, CheckpointStatus, Format, Kind, Run
+from ..core.query import (
+    Condition,
+    ListQuery,
+    default_mode,
+    metric_keys,
+    parse_condition,
+    unknown_key,
+)
+from ..settings.config import Config
+
+if TYPE_CHECKING:
+    from ..catalog.dbapi_reads import DbapiReads
+    from ..catalog.store import Store
+    from ..core.history import History
+    from ..core.usage import RootUsage
+
+
+class CatalogReads:
+    """What a script reads of the catalog. `Catalog` adds the acts (`api.acts`)."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store | None = None,
+        *,
+        reads: DbapiReads | None = None,
+        may_migrate: bool = False,
+    ) -> None:
+        self.config = config
+        self._opened = store
+        self._reads = reads  # the hot reads, without SQLAlchemy (`open_catalog`)
+        self._may_migrate = may_migrate
+
+    @property
+    def _store(self) -> Store:
+        """The catalog's Store, opened on first use: `best`, `latest`, `list` and `status` on a
+        local SQLite or a plain PostgreSQL catalog are answered by `_reads` and never import
+        SQLAlchemy."""
+        if self._opened is None:
+            from ..catalog.store import Store
+
+            self._opened = Store(
+                self.config.database,
+                may_migrate=self._may_migrate,
+                named_roots=self.config.named_roots(),
+                node=self.config.node_name,
+            )
+        return self._opened
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._opened is not None:
+            self._opened.close()
+        if self._reads is not None:
+            self._reads.close()
+
+    def list(
+        self,
+        run: str | None = None,
+        where: Iterable[str | Condition] = (),
+        sort: str = "mtime",
+        desc: bool = False,
+        limit: int | None = None,
+        format: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        versions: bool = False,
+        every_row: bool = False,
+        location: str | None = None,
+    ) -> builtins.list[Checkpoint]:
+        """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings. The
+        checkpoints themselves: without `status`, not the rows of files trashed, purged or
+        removed by their trainer; without `versions`, not the kept versions of rewritten files
+        (each file's `versions_kept` counts them; `versions=True` lists them as rows too).
+        `every_row`: versions and the rows of files no longer on disk too (all but standby).
+        `location`: only checkpoints whose bytes are there (local, remote, both, none), every
+        row considered (a tiered checkpoint's local copy is in the trash)."""
+        if location is not None:
+            from ..usecases.locations import filtered
+
+            every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
+            return filtered(self._store, every, location, limit)
+        conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
+        query = ListQuery(
+            run=run,
+            format=format,
+            status=status,
+            kind=kind,
+            where=conditions,
+            sort=sort,
+            descending=desc,
+            limit=limit,
+            versions=versions or every_row or status is not None,  # a status: every row of it
+            off_disk=every_row,
+        )
+        for option, value, known in (
+            ("--status", status, CheckpointStatus),
+            ("--format", format, Format),
+            ("--kind", kind, Kind),
+        ):
+            if value is not None and value not in {v.value for v in known}:
+                names = ", ".join(v.value for v in known)
+                raise UsageError(f"{option} {value!r}: not one of {names}")
+        source = self._reads or self._store
+        for what, key in metric_keys(query):
+            if not source.has_metric(key):
+                raise UsageError(unknown_key(what, source.metric_names()))
+        found = source.list(query)
+        counts = source.version_counts([c.path for c in found if c.version_of is None])
+        if not counts:
+            return found
+        return [dataclasses.replace(c, versions_kept=counts.get(c.path, 0)) for c in found]
+
+    def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
+        """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose
+        files are unchanged since indexed (a changed one is skipped for the next). UsageError
+        when no checkpoint in the catalog has `metric` (a typo), naming the metrics there."""
+        source = self._reads or self._store
+        try:
+            return source.best(metric, mode or default_mode(metric), run)
+        except NotFound:
+            self.check_metric("--metric", metric)
+            raise
+
+    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
+        """The newest `ok` checkpoint of `run` (and the runs below it): the most training
+        progress (optimizer iterations, then epoch, step, mtime). `resumable`: only one that can
+        resume training (optimizer state that its loader restores: `core.resume`). Its files are
+        stat'ed first: one changed since indexed is skipped for the next. `details` holds
+        `resumable`, `resume_reason`, `keras_version`, `iterations` and `skipped` (changed
+        candidates passed over). Without `run` the catalog must hold one run with ok
+        checkpoints (else UsageError). NotFound when there is none."""
+        return (self._reads or self._store).latest(run, resumable)
+
+    def metric_names(self) -> set[str]:
+        """Every metric name any checkpoint in the catalog has."""
+        return (self._reads or self._store).metric_names()
+
+    def check_metric(self, what: str, metric: str) -> None:
+        """UsageError naming the catalog's metrics when no checkpoint has `metric` (a typo in
+        option `what`)."""
+        source = self._reads or self._store
+        if not source.has_metric(metric):
+            raise UsageError(
+                unknown_key(f"{what} {metric!r}", source.metric_names(), columns=False)
+            )
+
+    def ref(self, ref: str | int) -> str:
+        """A REF as the catalog knows it: an id as it is, a path absolute. A relative path is
+        read as every command prints one: relative to the working folder when a file is there
+        inside a root, else relative to the root that holds it (`ckpt list` prints paths
+        relative to their root), so any printed form can be pasted from any folder."""
+        text = str(ref)
+        if not text or (text.isascii() and text.isdigit()) or os.path.isabs(text):
+            return text
+        here = os.path.abspath(text)
+        if os.path.lexists(here) and self.config.root_for(Path(here)) is not None:
+            return here
+        in_roots = [os.path.normpath(os.path.join(r.path, text)) for r in self.config.roots]
+        inside = [p for p in in_roots if self.config.root_for(Path(p)) is not None]
+        existing = [p for p in inside if os.path.lexists(p)]
+        if existing:
+            return existing[0]
+        # Gone from the disk (trashed, missing): the first form the catalog has a row of.
+        candidates = [here] if self.config.root_for(Path(here)) is not None else []
+        for candidate in dict.fromkeys([*candidates, *inside]):
+            try:
+                self._store.get(candidate)
+            except NotFound:
+                continue
+            return candidate
+        return here
+
+    def get(self, ref: str | int) -> Checkpoint:
+        """By catalog id or path; the result's `details` has layers, configs and events."""
+        return self._store.get(self.ref(ref))
+
+    def runs(self) -> builtins.list[Run]:
+        return self._store.runs()
+
+    def history(self, run: str, metrics: Sequence[str] = ()) -> History:
+        """A run's metrics per epoch (its logs and its checkpoints) with every checkpoint
+        marked: kept, best (per metric), pinned, trashed, version, missing (`ckpt history`)."""
+        from ..usecases.history import run_history
+
+        return run_history(self.config, self._store, run, metrics)
+
+    def du(self) -> builtins.list[RootUsage]:
+        """Bytes per root, run and kind (checkpoint, inference, version, trash), biggest
+        first, from the catalog alone (`ckpt du`)."""
+        from ..usecases.history import disk_usage
+
+        return disk_usage(self._store)
+
+    def trash(self) -> builtins.list[dict[str, Any]]:
+        """Trashed checkpoints: original and trash paths, bytes, when and why."""
+        from ..core.views import trashed_json
+
+        return [trashed_json(t) for t in self._store.trashed()]
+
+    def log(
+        self, run: str | None = None, limit: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """The audit events, oldest first (the newest `limit` of them)."""
+        from ..core.views import event_json
+
+        return [event_json(e) for e in self._store.audit_log(run, limit)]
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's health from its last heartbeat, in the `status --json` shape."""
+        from ..service.health import daemons_status
+
+        source = self._reads or self._store
+        return daemons_status(source.heartbeats(), source.count())

@@ -1,0 +1,179 @@
+"""Folder checkpoints: the registry of folder layouts that make one checkpoint of a whole folder.
+
+A folder checkpoint is ONE catalog entry whose path is the folder; its files (names, sizes, one
+hash over them) are its members, its completeness is judged as a whole by its format's reader
+(`formats.folder_readers`), and trash, restore and purge move it as one unit. A layout only
+*recognises* a folder from the names in it (no file is opened here); what the files say is the
+reader's business.
+
+To add a layout (Orbax step folders, torch DCP folders, ...):
+
+1. give it a `core.model.Format` value (that value is the `family` of its candidates) and add
+   it to `core.model.FOLDER_FORMATS` (guards, verify and split then treat it as a folder);
+2. write a `FolderLayout` below and append it to `LAYOUTS` (order matters: the first layout
+   that claims a folder wins);
+3. register its reader in `formats.folder_readers.READERS` (it runs in the reader child, under
+   its limits, and raises `CorruptCheckpoint`/`NotReady` for what is missing: the indexer turns
+   that into `incomplete` while the folder is young and `corrupt` once it has settled);
+4. if files inside its folders have names the watcher would not map to the folder, say so in
+   `announces` (the service then re-reads the folder, never the file alone).
+
+A claim says whether the folder is *whole*: every file under it belongs to the checkpoint, so
+discovery does not descend into it and trash renames the folder itself. A folder that also holds
+other runs' checkpoints (a Trainer `output_dir` with its final `save_pretrained` files beside its
+`checkpoint-N/` folders) is claimed with its own files only, and its subfolders are walked on.
+
+Traps (docs/checkpoints.md): the Hugging Face Trainer rotates `output_dir/checkpoint-*` folders
+by mtime, so nothing of ours is ever written into a checkpoint folder (its mtime would make it
+"newest") and no folder of ours is ever named `checkpoint-*`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.model import Format
+from .fsops import TEMP_PREFIX
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a layout says of one folder."""
+
+    family: str  # the `Format` value of the checkpoint (its reader's key)
+    members: tuple[Path, ...]  # every file of the checkpoint, sorted, symlinks excluded
+    whole: bool  # the folder is the checkpoint: not descended into, moved as one unit
+
+
+@dataclass(frozen=True)
+class FolderLayout:
+    """A kind of folder checkpoint, recognised from the names in the folder alone."""
+
+    family: str
+    # (folder name, its file names, its subfolder names) -> is it one of ours?
+    recognises: Callable[[str, frozenset[str], frozenset[str]], bool]
+    # A file name inside such a folder that the watcher must map to the folder (pure).
+    announces: Callable[[str, str], bool]
+    # (folder name, file names, subfolder names) -> does the checkpoint own its subfolders?
+    owns_subfolders: Callable[[str, frozenset[str], frozenset[str]], bool] = (
+        lambda _name, _files, _dirs: True
+    )
+
+
+# ---- Hugging Face: Trainer `checkpoint-N/` folders and `save_pretrained` model folders ----
+
+TRAINER_FOLDER = re.compile(r"^checkpoint-\d+$")
+HF_CONFIG = "config.json"
+TRAINER_STATE = "trainer_state.json"
+TRAINER_FILES = frozenset(
+    {TRAINER_STATE, "optimizer.pt", "scheduler.pt", "training_args.bin", "scaler.pt"}
+)
+_WEIGHTS = re.compile(
+    r"^(model|pytorch_model|adapter_model|tf_model|flax_model)"
+    r"(-\d{5}-of-\d{5})?\.(safetensors|bin|h5|msgpack)(\.index\.json)?$"
+)
+_RNG_STATE = re.compile(r"^rng_state(_\d+)?\.pth$")
+_INDEX = re.compile(r"\.(safetensors|bin)\.index\.json$")
+
+
+def is_hf_weights(name: str) -> bool:
+    return bool(_WEIGHTS.match(name))
+
+
+def _hf_recognises(name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
+    weights = any(_WEIGHTS.match(f) for f in files)
+    if any(_INDEX.search(f) for f in files):
+        return True  # a sharded model: one checkpoint, whatever else is there
+    if TRAINER_FOLDER.match(name):  # the Trainer's: claimed from its first file on
+        return weights or bool(files & TRAINER_FILES) or HF_CONFIG in files
+    return weights and (HF_CONFIG in files or TRAINER_STATE in files)
+
+
+def _hf_announces(folder_name: str, name: str) -> bool:
+    if TRAINER_FOLDER.match(folder_name):
+        return True
+    return bool(
+        name in TRAINER_FILES
+        or name == HF_CONFIG
+        or _RNG_STATE.match(name)
+        or _INDEX.search(name)
+        or (_WEIGHTS.match(name) and "-of-" in name)
+    )
+
+
+def _hf_owns_subfolders(name: str, _files: frozenset[str], dirs: frozenset[str]) -> bool:
+    # A Trainer's checkpoint folder is always moved whole (a file moved out of it would change
+    # its mtime: the rotation trap); an output_dir keeps its checkpoint-N folders apart.
+    return bool(TRAINER_FOLDER.match(name)) or not any(TRAINER_FOLDER.match(d) for d in dirs)
+
+
+HF_FOLDER_LAYOUT = FolderLayout(
+    family=Format.HF_FOLDER.value,
+    recognises=_hf_recognises,
+    announces=_hf_announces,
+    owns_subfolders=_hf_owns_subfolders,
+)
+
+# The layouts discovery tries, first match wins. SavedModel folders are found by discovery's own
+# markers (fs.discovery.SAVED_MODEL_MARKERS) before any of these.
+LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT]
+
+
+def claim(folder: Path, files: frozenset[str], dirs: frozenset[str]) -> Claim | None:
+    """The layout claim on `folder` (its regular file names and subfolder names), if any."""
+    for layout in LAYOUTS:
+        if layout.recognises(folder.name, files, dirs):
+            whole = layout.owns_subfolders(folder.name, files, dirs)
+            members = tuple(tree_files(folder)) if whole else _own_files(folder, files)
+            return Claim(layout.family, members, whole)
+    return None
+
+
+def claim_of(folder: Path) -> Claim | None:
+    """`claim` after listing `folder` (symlinks are neither files nor folders here)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return None
+    files = frozenset(e.name for e in entries if e.is_file(follow_symlinks=False))
+    dirs = frozenset(e.name for e in entries if e.is_dir(follow_symlinks=False))
+    return claim(folder, _not_temp(files), dirs)
+
+
+def announced_folder(path: Path) -> Path | None:
+    """The folder a file's event should re-read as a whole (pure: names only), or None."""
+    folder = path.parent
+    if any(layout.announces(folder.name, path.name) for layout in LAYOUTS):
+        return folder
+    return None
+
+
+def tree_files(folder: Path) -> Iterator[Path]:
+    """Every regular file under `folder`, sorted per folder; symlinks are never followed."""
+    for dirpath, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(dirpath) / name
+            if not path.is_symlink() and not _is_temp(name):
+                yield path
+
+
+def _own_files(folder: Path, files: frozenset[str]) -> tuple[Path, ...]:
+    return tuple(folder / name for name in sorted(files))
+
+
+# Writers' temp files inside a folder being saved (safetensors' `.tmpXXXXXX`, TF's
+# `.tempstate`, ours): never a member. A superset of fs.discovery's temp names.
+_TEMP = re.compile(rf"(\.tempstate\d*$|\.tmp\w*$|^{re.escape(TEMP_PREFIX)})")
+
+
+def _is_temp(name: str) -> bool:
+    return bool(_TEMP.search(name))
+
+
+def _not_temp(files: frozenset[str]) -> frozenset[str]:
+    return frozenset(f for f in files if not _is_temp(f))

@@ -1,0 +1,179 @@
+"""What retention would do, decided before anything acts: each run's plan (`core.retention`
+with the run's policy, or the versions' own for a run without one), and the facts the planner
+and the disk guard read from the catalog: a run's checkpoints, the previous generations kept
+versions protect, a checkpoint as a planner item (demotable or not).
+
+`ckpt prune --dry-run` is this module alone; `usecases.pruner` carries a plan out on the rail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..catalog.store import Store
+from ..core import retention
+from ..core.errors import NotFound, UsageError
+from ..core.model import Checkpoint, CheckpointStatus
+from ..core.query import ListQuery
+from ..core.runs import run_scope
+from ..core.versions import Kept, previous_generations
+from ..settings.config import Config
+from .artifacts import SPLITTABLE
+
+_GONE = {
+    CheckpointStatus.MISSING,
+    CheckpointStatus.REMOVED,
+    CheckpointStatus.TRASHED,
+    CheckpointStatus.PURGED,
+}
+
+
+@dataclass
+class RunPlan:
+    root: str
+    run: str
+    run_id: int
+    policy: str  # where it came from, and what it says
+    plan: retention.Plan
+    moved: set[int] | None = None  # ids actually moved to the trash (None: nothing was run)
+
+    @property
+    def bytes_freed(self) -> int:
+        """What the plan frees (dry run), or what the moves that happened freed."""
+        if self.moved is None:
+            return self.plan.bytes_freed
+        return sum(d.size_bytes for d in self.plan.to_trash() if d.id in self.moved)
+
+    @property
+    def trashed(self) -> int:
+        doomed = self.plan.to_trash()
+        return len(doomed) if self.moved is None else len(self.moved)
+
+
+@dataclass
+class PruneReport:
+    dry_run: bool
+    runs: list[RunPlan] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    lease_lost: list[dict[str, str]] = field(default_factory=list)  # runs another process took
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "runs": [
+                {
+                    "run": rp.run,
+                    "root": rp.root,
+                    "policy": rp.policy,
+                    "decisions": [
+                        {
+                            "id": d.id,
+                            "path": d.path,
+                            "action": d.action,
+                            "reasons": list(d.reasons),
+                            "bytes": d.size_bytes,
+                            **({"done": d.id in rp.moved} if rp.moved is not None else {}),
+                        }
+                        for d in rp.plan.decisions
+                    ],
+                    "bytes_freed": rp.bytes_freed,
+                    "trashed": rp.trashed,
+                    "notes": list(rp.plan.notes),
+                }
+                for rp in self.runs
+            ],
+            "skipped": self.skipped,
+            "failures": self.failures,
+            "lease_lost": self.lease_lost,
+        }
+
+
+def plan_runs(
+    config: Config,
+    store: Store,
+    runs: list[str] | None = None,
+    override: retention.Policy | None = None,
+) -> PruneReport:
+    """`runs`: these runs and the runs below each (`exp` covers `exp/checkpoints`, as `ckpt best
+    --run exp` does), each planned on its own, with its own policy; none: every run."""
+    report = PruneReport(dry_run=True)
+    scopes = [run_scope(r) for r in runs or ()]
+    for run_id, root, name in store.run_keys():
+        if scopes and not any(scope.covers(name) for scope in scopes):
+            continue
+        policy, source = (override, "command line") if override else config.policy_for(root, name)
+        found = run_checkpoints(store, root, name)
+        previous = protected_generations(config, found)
+        if policy is None:
+            # Kept versions have a policy of their own, so their cost stays bounded.
+            found = [c for c in found if c.version_of is not None]
+            policy, source = versions_policy(config, found), "versions"
+            if not found:
+                report.skipped.append({"run": name, "reason": "no retention policy configured"})
+                continue
+        items = [planner_item(c, demotable(c), previous.get(c.id)) for c in found]
+        if items:
+            described = f"{source}: {policy.describe()}"
+            report.runs.append(
+                RunPlan(root, name, run_id, described, retention.plan(items, policy))
+            )
+    if runs and not report.runs and not report.skipped:
+        raise NotFound(f"no run named {', '.join(runs)} in the catalog")
+    if report.skipped and not report.runs and not config.has_retention():
+        raise UsageError(
+            "no retention policy: pass keep flags (ckpt prune --help) or configure "
+            "`retention:` in the config"
+        )
+    return report
+
+
+def run_checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
+    """The checkpoints of run `run` itself (a listing's `run` covers the runs below it too)."""
+    found = store.list(ListQuery(run=run, root=root))
+    return [c for c in found if c.run == run and c.status not in _GONE]
+
+
+def protected_generations(config: Config, found: list[Checkpoint]) -> dict[int, str]:
+    """id -> why: the kept versions among `found` that are a previous generation of their file
+    (`versions.keep_previous`), which retention never trashes."""
+    kept = [
+        Kept(c.id, c.version_of, c.generation)
+        for c in found
+        if c.version_of is not None and c.status == CheckpointStatus.OK
+    ]
+    return previous_generations(kept, config.versions.keep_previous)
+
+
+def versions_policy(config: Config, kept: list[Checkpoint]) -> retention.Policy:
+    """For a run without a retention policy, its versions: the best by `versions.metric`
+    (default val_loss, else loss, whichever they have), beside the previous generations."""
+    metric = config.versions.metric or next(
+        (m for m in ("val_loss", "loss") if any(m in c.metrics for c in kept)), "val_loss"
+    )
+    return retention.Policy(keep_best=(retention.KeepBest(metric, 1, keep_missing=False),))
+
+
+def planner_item(c: Checkpoint, can_demote: bool, protected: str | None = None) -> retention.Item:
+    """`c` as the planner sees it; `can_demote`: it may become its inference artifact.
+    `protected`: why retention never trashes it (a previous generation of a kept version)."""
+    return retention.Item(
+        id=c.id,
+        path=c.path,
+        status=c.status.value,
+        mtime=c.mtime,
+        size_bytes=c.size_bytes,
+        epoch=c.epoch,
+        step=c.step,
+        pinned=c.pinned,
+        metrics=c.metrics,
+        # Without its optimizer state a checkpoint is about its weights plus the config.
+        inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if can_demote else None,
+        protected=protected,
+    )
+
+
+def demotable(c: Checkpoint) -> bool:
+    """Split into an inference artifact would free its optimizer state."""
+    return c.format in SPLITTABLE and (c.optimizer_bytes or 0) > 0

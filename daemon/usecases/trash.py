@@ -1,0 +1,82 @@
+"""The trash's use cases: `ckpt trash restore` (a trashed checkpoint back where it was) and
+`ckpt trash purge` (deleted for good once its grace period is over), each on the rail
+(`usecases.rail`: the run's lease, a claim or an audit event, fsops). Restore and purge hold the
+run's lease, so they never act on the same files at once; a pinned trashed checkpoint is never
+purged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..catalog.store import Store
+from ..core.errors import CkptError, UsageError
+from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
+from ..core.units import iso_utc, parse_duration
+from ..settings.config import Config
+from . import guards, rail
+
+
+def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
+    """Put the trashed checkpoint `ref` (an id, or the path it had) back at its path."""
+    c = store.get(trashed_ref(store, ref))
+    info = c.details.get("trash") or {}
+    if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
+        raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
+    rail.restore_trashed(config, store, c, actor)
+    return store.get(str(c.id))
+
+
+def purge(
+    config: Config,
+    store: Store,
+    *,
+    older_than: float,
+    dry_run: bool = False,
+    actor: str,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[list[TrashedCheckpoint], list[dict[str, Any]]]:
+    """Delete trashed checkpoints trashed more than `older_than` seconds ago (never a pinned
+    one). `should_stop` is asked before each item. Returns (purged, failures)."""
+    cutoff = iso_utc(time.time() - older_than)
+    trashed = store.trashed(include_pinned=False)
+    due = [t for t in trashed if t.trashed_at <= cutoff]
+    if dry_run:
+        return due, []
+    purged, failures = [], []
+    for item in due:
+        if should_stop():
+            break
+        try:
+            rail.purge_trashed(config, store, item, actor)
+            purged.append(item)
+        except (CkptError, OSError) as exc:
+            failures.append({"id": item.id, "path": item.path, "error": guards.one_line(exc)})
+    return purged, failures
+
+
+def parse_older_than(text: str | None, config: Config) -> float:
+    """`--older-than`: None (not given) means the config's grace period; any text given, an
+    empty one included, must be a duration (a mistyped `--older-than "$DAYS"` never purges
+    by the default silently)."""
+    try:
+        return config.purge_after_seconds if text is None else parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+
+
+def trashed_ref(store: Store, ref: str) -> str:
+    """`ckpt trash restore REF`: an id, or the original path of a trashed checkpoint (found
+    even when a new file, with its own row, is at that path now)."""
+    if ref.isdigit():
+        return ref
+    ids = store.trashed_at(os.path.abspath(ref))
+    if len(ids) > 1:
+        listed = ", ".join(map(str, ids))
+        raise UsageError(
+            f"{len(ids)} trashed checkpoints were at {ref}: restore one by id ({listed})"
+        )
+    return str(ids[0]) if ids else ref
