@@ -24,7 +24,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-TEMP_PREFIX = ".ckpt-tmp-"  # fs.fsops.TEMP_PREFIX
+TEMP_PREFIX = ".ckpt-tmp-"  # fs.temp_names.TEMP_PREFIX
 TRASH_DIR = ".ckpt-trash"  # fs.fsops.TRASH_DIR
 ARTIFACT_MARK = ".inference."  # transforms.split.inference_path
 ZIP_MAGIC = b"PK\x03\x04"

@@ -28,6 +28,8 @@ from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
 from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
+from tests.support.schedule import longest_first
+from tests.support.shared_fixtures import session_root
 from tests.support.torch_runs import session_torch_files
 from tests.support.training_runs import session_training_runs
 
@@ -45,6 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("ckpt")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first, for the xdist workers (tests/support/schedule.py)."""
+    longest_first(items)
+
+
 @pytest.fixture(scope="session")
 def keras_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of real checkpoints; ``manifest.json`` in it holds the ground truth."""
@@ -55,7 +62,7 @@ def keras_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def training_runs(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Path:
     """Real training runs named as users name them; ``<framework>-truth.json`` in it holds what
     every checkpoint is (epoch, step, logs, generations)."""
-    return session_training_runs(keras_checkpoints, tmp_path_factory.mktemp("training"))
+    return session_training_runs(keras_checkpoints, session_root(tmp_path_factory))
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +70,7 @@ def torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Real torch, safetensors and Lightning files (tests/support/torch_runs.py, written in
     child processes): `plain/` with `plain-truth.json`, `pl/` (a Lightning run) with
     `pl/lightning-truth.json`. `CKPT_TORCH_FIXTURES` names a folder of them to reuse."""
-    return session_torch_files(tmp_path_factory.mktemp("torch"))
+    return session_torch_files(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -135,7 +135,11 @@ class CatalogReads:
         counts = source.version_counts([c.path for c in found if c.version_of is None])
         if not counts:
             return found
-        return [dataclasses.replace(c, versions_kept=counts.get(c.path, 0)) for c in found]
+        # Only the files with kept versions are copied (0 is every other row's value already).
+        return [
+            dataclasses.replace(c, versions_kept=counts[c.path]) if c.path in counts else c
+            for c in found
+        ]
 
     def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose

@@ -215,9 +215,12 @@ RUNS_WITH_OK: Statement = (
     [OK],
 )
 METRIC_NAMES: Statement = ("SELECT DISTINCT name FROM metrics", [])
-# {checkpoint id: {metric: value}}: a non-finite value (of an old catalog) reads as NULL.
+# {checkpoint id: {metric: value}}: a non-finite value (of an old catalog) reads as NULL; each
+# checkpoint's metrics in name order (the primary key's), on every backend and either read.
 _METRIC_VALUES = "SELECT checkpoint_id, name, CASE WHEN value BETWEEN ? AND ? THEN value END"
-ALL_METRIC_VALUES: Statement = (f"{_METRIC_VALUES} FROM metrics", [*FINITE_BOUNDS])
+_BY_CHECKPOINT = "ORDER BY checkpoint_id, name"
+ALL_METRIC_VALUES: Statement = (f"{_METRIC_VALUES} FROM metrics {_BY_CHECKPOINT}", [*FINITE_BOUNDS])
+COUNT_ALL: Statement = ("SELECT count(*) FROM checkpoints", [])
 COUNT_ON_DISK: Statement = (
     f"SELECT count(*) FROM checkpoints WHERE status NOT IN ({', '.join('?' * len(_GONE))})",
     [*_GONE],
@@ -240,7 +243,7 @@ def has_metric(name: str) -> Statement:
 
 def metric_values(ids: Sequence[int]) -> Statement:
     marks = ", ".join("?" * len(ids))
-    return f"{_METRIC_VALUES} FROM metrics WHERE checkpoint_id IN ({marks})", [
+    return f"{_METRIC_VALUES} FROM metrics WHERE checkpoint_id IN ({marks}) {_BY_CHECKPOINT}", [
         *FINITE_BOUNDS,
         *ids,
     ]

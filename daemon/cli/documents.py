@@ -28,15 +28,11 @@ def list_rows(
     `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`),
     and `location`/`remote_url` (where its bytes are: `places`, from `Catalog.locations`)."""
     places = places or {}
-    return (
-        {
-            **checkpoint_json(c),
-            "versions_kept": c.versions_kept,
-            "location": places.get(c.id, ("local", None))[0],
-            "remote_url": places.get(c.id, ("local", None))[1],
-        }
-        for c in found
-    )
+    for c in found:
+        doc = checkpoint_json(c)
+        doc["versions_kept"] = c.versions_kept
+        doc["location"], doc["remote_url"] = places.get(c.id, ("local", None))
+        yield doc
 
 
 def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:

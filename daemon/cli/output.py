@@ -5,10 +5,11 @@ rich: a cell is never markup); rich is imported only for the progress bar on a t
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +35,44 @@ def emit_json(doc: Any) -> None:
 
 
 def emit_json_rows(rows: Iterable[dict[str, Any]]) -> None:
-    """A JSON array, one compact row per line: fast (C encoder) and still greppable."""
+    """A JSON array, one compact row per line: fast (C encoder) and still greppable. Rows are
+    written a batch at a time (100,000 rows: not 200,000 writes), each batch as it is ready."""
     out = sys.stdout
+    encode = _row_encoder()
     out.write("[")
-    for i, row in enumerate(rows):
-        out.write(",\n" if i else "\n")
-        out.write(json.dumps(row))
+    before, batch = "\n", []
+    collecting = gc.isenabled()
+    gc.disable()  # rows hold no cycles: the collections 100,000 of them trigger are a fifth
+    try:
+        for row in rows:
+            batch.append(encode(row))
+            if len(batch) == JSON_ROWS_PER_WRITE:
+                out.write(before + ",\n".join(batch))
+                before, batch = ",\n", []
+    finally:
+        if collecting:
+            gc.enable()
+    if batch:
+        out.write(before + ",\n".join(batch))
     out.write("\n]\n")
+
+
+JSON_ROWS_PER_WRITE = 1000
+
+
+def _row_encoder() -> Callable[[Any], str]:
+    """`json.dumps` with its defaults, its C encoder made once rather than once per row (a
+    tenth of `list --json`); the same text (tests/e2e/test_cli_contract.py reads it)."""
+    from json import encoder
+
+    make_encoder = getattr(encoder, "c_make_encoder", None)  # not in typeshed's stubs
+    if make_encoder is None:  # an interpreter without the C accelerator
+        return json.dumps
+    make = make_encoder(
+        None, encoder.JSONEncoder().default, encoder.encode_basestring_ascii, None, ": ", ", ",
+        False, False, True,
+    )  # fmt: skip
+    return lambda row: "".join(make(row, 0))
 
 
 FLUSH_SECONDS = 0.1  # how long a finished item's line may wait to be printed on a terminal

@@ -1,7 +1,7 @@
 """The weights of a Hugging Face folder: one `model.safetensors` / `pytorch_model.bin`, or shards
 named by a `*.index.json` (`weight_map`: tensor -> shard file, `metadata.total_size`).
 
-Each weights file is read by its own format's reader (`formats.detect`: a safetensors header
+Each weights file is read by its own format's reader (`formats.file_detect`: a safetensors header
 consistent with the file's size, a torch zip with its central directory and storages), headers
 and pickled structure only. A sharded model is complete when every shard its index names is
 there, is itself complete, and holds every tensor the index puts in it; what is missing is named
@@ -18,6 +18,7 @@ from typing import Any
 from ..core.errors import CorruptCheckpoint, NotACheckpoint
 from ..core.model import CheckpointInfo, Layer
 from ..fs import beneath
+from . import file_detect
 
 MAX_INDEX_BYTES = 64 << 20  # a 400B-parameter model's index is ~2 MB
 # What HF writes, preferred first: safetensors since transformers 4.35, `.bin` before.
@@ -41,10 +42,8 @@ class Weights:
 
 def read_file(path: Path, root: Path | None) -> CheckpointInfo:
     """One file of the folder, read by its format's reader; every problem names the file."""
-    from . import detect  # detect dispatches folders to us: imported when first needed
-
     try:
-        return detect.read_checkpoint(path, root=root)
+        return file_detect.read_file(path, root)
     except FileNotFoundError:
         raise CorruptCheckpoint(f"{path.name} is missing (it vanished during the read)") from None
     except (CorruptCheckpoint, NotACheckpoint) as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..core.errors import CorruptCheckpoint
 from ..fs import beneath
 from . import hdf5
-from .detect import ZIP_MAGIC
+from .file_detect import ZIP_MAGIC
 from .keras_v3 import CONFIG_MEMBER, MAX_JSON_BYTES
 from .window import read_member
 

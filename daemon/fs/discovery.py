@@ -18,7 +18,7 @@ from ..core.housekeeping import BACKUP_STATE, backup_state_names
 from ..core.model import FileStat, Format
 from ..core.versions import VERSIONS_DIR
 from . import folder_layouts
-from .fsops import TEMP_PREFIX
+from .temp_names import TEMP_PREFIX
 
 # Keras/HDF5, then the torch family (`.bin`, `.pt`... are judged by content: a `.bin` that
 # is not a torch or safetensors file is recorded with the reader's reason).

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.model import Format
-from .fsops import TEMP_PREFIX
+from .temp_names import TEMP_PREFIX
 
 
 @dataclass(frozen=True)

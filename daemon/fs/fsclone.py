@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
 from . import fsswap, name_limits
-from .fsops import folder_beneath, relative_parts, temp_name
+from .fsops import folder_beneath, relative_parts
+from .temp_names import temp_name
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): linux/fs.h
 _CHUNK = 64 << 20  # per copy_file_range call: bounded, and a stop request is seen between

@@ -4,8 +4,8 @@ Containment: every path is reached by walking directory file descriptors from it
 O_NOFOLLOW, so neither the file nor any parent folder may be a symlink (a link could lead out of
 the root, or be swapped in between a check and the act). Deletion is two-phase: a rename into
 `<root>/.ckpt-trash/` (same filesystem, refused across one), then a purge after a grace period.
-Rewrites go to `.ckpt-tmp-<pid>h<host>-<token>-<name>` in the same folder (the name bounded to
-255 bytes: `name_limits.bounded`), are fsynced, then renamed over the target, and the folder is
+Rewrites go to `.ckpt-tmp-<pid>h<host>-<token>-<name>` in the same folder (`temp_names`: the
+name bounded to 255 bytes), are fsynced, then renamed over the target, and the folder is
 fsynced.
 """
 
@@ -17,28 +17,16 @@ import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from functools import cache
 from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
 from ..core.model import FileStat
 from . import fsswap, name_limits, procfs
 from .fsswap import Identity
+from .temp_names import stale_temps, temp_name
 
-TEMP_PREFIX = ".ckpt-tmp-"
 TRASH_DIR = ".ckpt-trash"
-STALE_AFTER_SECONDS = 86400.0
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@cache
-def _host_tag() -> str:
-    """This host in our temp names. Computed when first needed: hashlib and socket cost a
-    read-only command such as `ckpt best` (which only stats files) ~10 ms of start-up."""
-    import hashlib
-    import socket
-
-    return hashlib.blake2s(socket.gethostname().encode(), digest_size=4).hexdigest()
 
 
 # ---- walking beneath a root without following links ----
@@ -221,18 +209,6 @@ def _opened(fd: int) -> Iterator[int]:
 # ---- atomic rewrites ----
 
 
-def temp_name(final: Path, token: str, suffix: str = "") -> Path:
-    """Our temp file for `final`, beside it: `<temp_prefix><token>-<final's name><suffix>`,
-    within 255 bytes for every legal name (a long one is hashed, its end kept)."""
-    return final.with_name(name_limits.bounded(f"{temp_prefix()}{token}-", final.name, suffix))
-
-
-def temp_prefix() -> str:
-    """`.ckpt-tmp-<pid>h<host>-`: the writer's pid and a tag of its host, so a cleanup on a
-    shared (NFS) folder never judges another host's live writer by a local pid."""
-    return f"{TEMP_PREFIX}{os.getpid()}h{_host_tag()}-"
-
-
 def atomic_write(root: Path, path: Path, data: bytes, *, temp_suffix: str = "") -> None:
     """Replace `path` (below `root`) with `data`: temp file, fsync, rename, fsync the folder.
     `temp_suffix` ends the temp file's name (`.tmp`: a reader globbing `*.prom` skips it)."""
@@ -357,30 +333,7 @@ def identity(root: Path, path: Path) -> Identity | None:
         return fsswap.identity_at(fd, parts[-1])
 
 
-# ---- our own leftovers ----
-
-
-def stale_temps(root: Path, now: float, *, recursive: bool = True) -> Iterator[Path]:
-    """Our temp files under `root` (or only in it) whose writer is dead, or a day old."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = (
-            []
-            if not recursive
-            else [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        )
-        for name in filenames:
-            if not name.startswith(TEMP_PREFIX):
-                continue
-            path = Path(dirpath) / name
-            try:
-                info = os.lstat(path)
-            except OSError:
-                continue
-            # ctime, not mtime: a finished temp already carries the original's (old) mtime.
-            if stat.S_ISREG(info.st_mode) and (
-                _writer_gone(name) or now - info.st_ctime > STALE_AFTER_SECONDS
-            ):
-                yield path
+# ---- our own leftovers (`temp_names` finds them) ----
 
 
 def remove_stale_temps(root: Path, *, recursive: bool = True) -> list[Path]:
@@ -392,19 +345,3 @@ def remove_stale_temps(root: Path, *, recursive: bool = True) -> list[Path]:
         except FileNotFoundError:
             continue
     return removed
-
-
-def _writer_gone(name: str) -> bool:
-    """The temp's writer is known dead: its pid, on this host, is not running. A temp of
-    another host (shared folder) is never judged by a local pid: only its age counts."""
-    pid, _, host = name[len(TEMP_PREFIX) :].split("-", 1)[0].partition("h")
-    if host and host != _host_tag():
-        return False
-    # ASCII digits of a possible pid (Linux's pid_max is at most 2**22: 7 digits): "²".isdigit()
-    # is true too, and a longer "pid" overflows os.kill; neither can be a live writer of ours.
-    ok = pid.isascii() and pid.isdigit() and len(pid) <= 7
-    return not _alive(int(pid) if ok else None)
-
-
-def _alive(pid: int | None) -> bool:
-    return pid is not None and procfs.pid_alive(pid)

@@ -18,7 +18,7 @@ import h5py
 from ..core.errors import TooHostile
 from ..core.units import format_size
 from ..formats import hdf5, window
-from ..formats.detect import ZIP_MAGIC
+from ..formats.file_detect import ZIP_MAGIC
 from ..formats.keras_v3 import WEIGHTS_MEMBER
 
 MAX_DEPTH = 256  # Keras files nest fewer than 20 groups deep

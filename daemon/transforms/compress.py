@@ -35,8 +35,9 @@ import h5py
 from ..core.errors import Changed, NotFound, UsageError, VerifyFailed
 from ..core.model import FileStat, Format
 from ..formats import hdf5, window
-from ..formats.detect import ZIP_MAGIC, read_checkpoint, refuse_outside_references
-from ..fs import fsops
+from ..formats.detect import read_checkpoint, refuse_outside_references
+from ..formats.file_detect import ZIP_MAGIC
+from ..fs import fsops, temp_names
 from ..fs.hashing import hash_files
 from . import bounds
 from .chunk_codecs import ChunkCodec, ChunkPipe, chunk_codec
@@ -189,7 +190,7 @@ def _rewrite_keras(source: Path, temp: Path, spec: ChunkCodec, pipe: ChunkPipe) 
         hdf5.open_h5(member) as src,
     ):
         # A nameless file (O_TMPFILE) beside the target: same filesystem, gone after a crash.
-        with tempfile.TemporaryFile(dir=temp.parent, prefix=fsops.TEMP_PREFIX) as inner:
+        with tempfile.TemporaryFile(dir=temp.parent, prefix=temp_names.TEMP_PREFIX) as inner:
             with h5py.File(inner, "w", track_order=tracks_order(src)) as dst:
                 count = copy_all(src, dst, spec, pipe)
             _write_archive(archive, inner, temp)

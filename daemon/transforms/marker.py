@@ -19,7 +19,7 @@ from typing import Any
 import h5py
 
 from ..formats import hdf5
-from ..formats.detect import ZIP_MAGIC
+from ..formats.file_detect import ZIP_MAGIC
 
 ATTRIBUTE = "ckpt_daemon_artifact"
 _HEAD = 65536 + 8  # where an HDF5 superblock may start (user block up to 64 KiB)

@@ -33,7 +33,7 @@ from ..core.model import FileStat, Format
 from ..formats import detect, hdf5, savedmodel
 from ..formats.keras_v3 import CONFIG_MEMBER, WEIGHTS_MEMBER
 from ..formats.window import open_member
-from ..fs import fsops, hashing
+from ..fs import fsops, hashing, temp_names
 from ..fs.discovery import is_data_shard
 from . import bounds, marker
 
@@ -344,7 +344,7 @@ def _config_bytes(archive: zipfile.ZipFile, keep_compile: bool) -> bytes:
 def _inner_temp(folder: Path) -> Iterator[Path]:
     """A temporary file beside the artifact for the new `model.weights.h5`, removed afterwards.
     Named like fsops temps (with our pid), so `remove_stale_temps` takes it only after a crash."""
-    prefix = fsops.temp_prefix()
+    prefix = temp_names.temp_prefix()
     with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=f"-{WEIGHTS_MEMBER}") as f:
         yield Path(f.name)
 

@@ -26,7 +26,7 @@ from ..catalog.store_versions import Source
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat
-from ..fs import fsops, name_limits
+from ..fs import fsops, name_limits, temp_names
 from ..fs.hashing import hash_files
 from ..logs import event
 from ..settings.config import Config, RootConfig
@@ -158,7 +158,7 @@ def adopt_orphans(store: Store, root: RootConfig, *, actor: str) -> list[str]:
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
         for name in filenames:
             path = Path(dirpath) / name
-            if str(path) in known or name.startswith(fsops.TEMP_PREFIX):
+            if str(path) in known or name.startswith(temp_names.TEMP_PREFIX):
                 continue
             try:
                 done.append(_judge_orphan(store, root, path, actor))

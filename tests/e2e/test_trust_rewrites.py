@@ -365,9 +365,9 @@ def test_stale_temps_of_dead_writers_go_at_the_next_scan_or_command(
         temp.write_bytes(b"half a checkpoint")
     workspace.run("scan")
     assert not dead.exists() and live.exists()
-    from ckpt_daemon.fs import fsops
+    from ckpt_daemon.fs import temp_names
 
-    host = fsops.temp_prefix().split("h")[-1].rstrip("-")  # this host's tag in our temp names
+    host = temp_names.temp_prefix().split("h")[-1].rstrip("-")  # this host's tag in our temp names
     mine = folder / f".ckpt-tmp-{dead_pid()}h{host}-0badf00d-{files[1].name}"
     elsewhere = folder / f".ckpt-tmp-{dead_pid()}h0000ffff-0badf00d-{files[2].name}"
     for temp in (mine, elsewhere):

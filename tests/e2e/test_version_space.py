@@ -26,11 +26,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def results(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> dict[str, Any]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) for a private mount namespace with a tmpfs")
     out = tmp_path_factory.mktemp("version-space")
     driver = [sys.executable, version_space.__file__, "--driver", str(out)]
+    driver += ["--fixtures", str(keras_checkpoints)]
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", *driver],
         capture_output=True,

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from ckpt_daemon.core.errors import UsageError
-from ckpt_daemon.fs import fsops
+from ckpt_daemon.fs import fsops, temp_names
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.transforms import chunk_codecs, h5_copy
 from ckpt_daemon.transforms import compress as cz
@@ -336,7 +336,7 @@ def test_result_describes_the_new_file(cases: dict[Any, Any]) -> None:
         if item["wide"] and codec != "lzf":  # float weights: shuffle + gzip/zstd save ~15 %
             assert result.bytes_after < 0.9 * result.bytes_before, (codec, name)
     root = copy.parent.parent.parent  # root/codec/lib/name
-    assert not list(root.rglob(f"{fsops.TEMP_PREFIX}*"))
+    assert not list(root.rglob(f"{temp_names.TEMP_PREFIX}*"))
 
 
 def test_big_datasets_chunked_with_the_codec_small_ones_raw(cases: dict[Any, Any]) -> None:

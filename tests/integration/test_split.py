@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from ckpt_daemon.core.errors import UsageError
-from ckpt_daemon.fs import fsops
+from ckpt_daemon.fs import fsops, temp_names
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.transforms.split import ArtifactMismatch, SplitResult, inference_path, split
 
@@ -260,7 +260,7 @@ def test_artifact_has_no_optimizer_state_and_original_is_untouched(
     # An HDF5 artifact carries our marker as a root attribute (a .keras one: the zip comment).
     marked = set() if result.path.suffix == ".keras" else {"ckpt_daemon_artifact"}
     assert attrs == (source_attrs - {"training_config"}) | marked
-    assert not list(splits.root.rglob(f"{fsops.TEMP_PREFIX}*"))
+    assert not list(splits.root.rglob(f"{temp_names.TEMP_PREFIX}*"))
 
 
 @pytest.mark.slow
@@ -384,7 +384,7 @@ def test_a_source_changed_during_the_split_is_refused(
         split(tmp_path, source)
     assert not inference_path(source).exists()
     assert hash_files([source]) == digest
-    assert not list(tmp_path.rglob(f"{fsops.TEMP_PREFIX}*"))
+    assert not list(tmp_path.rglob(f"{temp_names.TEMP_PREFIX}*"))
 
 
 def synthetic_store(path: Path) -> Path:
@@ -545,7 +545,7 @@ def test_sigkill_at_random_moments_leaves_original_intact_and_no_partial_artifac
                 outcomes["absent"] += 1
             if fsops.remove_stale_temps(tmp_path):
                 outcomes["temps left"] += 1
-            assert not list(tmp_path.rglob(f"{fsops.TEMP_PREFIX}*"))
+            assert not list(tmp_path.rglob(f"{temp_names.TEMP_PREFIX}*"))
     server.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.h5", "big.keras"]
     # The kills landed both mid-write and after the rename.

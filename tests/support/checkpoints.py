@@ -1,5 +1,6 @@
 """The real Keras/TensorFlow checkpoints the tests read: generated once per session by
-`keras_fixtures.py` in child processes (TensorFlow never enters the pytest process), or reused
+`keras_fixtures.py` in child processes (TensorFlow never enters the pytest process; one set for
+every xdist worker: `shared_fixtures`), or reused
 from the folder named by ``CKPT_TEST_FIXTURES`` (generated there once, if it is absent)."""
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from .shared_fixtures import exclusive, generated_once
 
 GENERATOR = Path(__file__).with_name("keras_fixtures.py")
 GENERATE_TIMEOUT_S = 600
@@ -39,11 +42,14 @@ def checkpoints_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out = Path(reuse).resolve()
         if (out / "manifest.json").is_file():
             return out
-        if not out.exists():
-            return generate(out)
+        with exclusive(out.parent / f".{out.name}.lock"):  # two workers: one generates it
+            if (out / "manifest.json").is_file():
+                return out
+            if not out.exists():
+                return generate(out)
         pytest.fail(
             f"{FIXTURES_ENV}={reuse} exists but has no manifest.json (an interrupted or"
             " failed generation?); delete it or point the variable at a new directory",
             pytrace=False,
         )
-    return generate(tmp_path_factory.mktemp("keras"))
+    return generated_once(tmp_path_factory, "keras", generate)

@@ -20,7 +20,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
 
 VERSION = 3
 PLAIN_TRUTH = "plain-truth.json"
@@ -253,13 +256,21 @@ def generate(kind: str, out: Path) -> Path:
     return out
 
 
-def session_torch_files(fresh: Path) -> Path:
-    """The generated set: `$CKPT_TORCH_FIXTURES` if it holds this VERSION's, else written now
-    into `fresh` (about a minute: torch and Lightning start in children)."""
+def session_torch_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated set: `$CKPT_TORCH_FIXTURES` if it holds this VERSION's, else written now,
+    once for every xdist worker of the session (about a minute: torch and Lightning start in
+    children)."""
     cached = os.environ.get("CKPT_TORCH_FIXTURES")
     for folder in [Path(cached)] if cached else []:
         if (folder / "version").is_file() and (folder / "version").read_text() == str(VERSION):
             return folder
+    from tests.support.shared_fixtures import generated_once  # not when run as a script
+
+    return generated_once(tmp_path_factory, "torch", _write_all)
+
+
+def _write_all(fresh: Path) -> Path:
+    cached = os.environ.get("CKPT_TORCH_FIXTURES")
     generate("files", fresh)
     generate("lightning", fresh / "pl")
     (fresh / "version").write_text(str(VERSION))

@@ -31,6 +31,7 @@ import numpy as np
 
 if not __package__:  # run as a script: make `tests.support` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.shared_fixtures import exclusive
 from tests.support.training_callbacks import (
     LR,
     SEED,
@@ -394,12 +395,17 @@ def training_runs_folder(base: Path) -> Path:
     return final
 
 
-def session_training_runs(keras_checkpoints: Path, tmp_base: Path) -> Path:
+def session_training_runs(keras_checkpoints: Path, shared_base: Path) -> Path:
     """The session's runs: cached beside the Keras fixtures when CKPT_TEST_FIXTURES names them
     (inside that folder, once its manifest exists, so its own generation is never disturbed),
-    else generated into `tmp_base`."""
-    base = keras_checkpoints if os.environ.get("CKPT_TEST_FIXTURES") else tmp_base
-    return training_runs_folder(base)
+    else generated into `shared_base` (the session's folder every xdist worker shares), by the
+    first worker that asks while the others wait (`shared_fixtures.exclusive`)."""
+    base = keras_checkpoints if os.environ.get("CKPT_TEST_FIXTURES") else shared_base
+    final = base / f"training_runs-v{VERSION}"
+    if all((final / TRUTH.format(f)).is_file() for f in FRAMEWORKS):
+        return final
+    with exclusive(base.parent / f".{base.name}-training_runs.lock"):
+        return training_runs_folder(base)
 
 
 def load_truth(folder: Path) -> dict[str, dict]:

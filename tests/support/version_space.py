@@ -2,7 +2,8 @@
 `ckpt serve` with the shipped config (only its root and state folder moved), where the kept
 versions of the rewritten files would fill the filesystem.
 
-`python version_space.py --driver OUT [--fs-mb N] [--width W] [--epochs E]` must run in a
+`python version_space.py --driver OUT [--fs-mb N] [--width W] [--epochs E] [--fixtures DIR]`
+(DIR: the generated Keras checkpoints, default `$CKPT_TEST_FIXTURES`) must run in a
 private mount namespace (`unshare -m --propagation private`, as root). It mounts a tmpfs of
 `--fs-mb` over OUT/root and starts `ckpt serve` (the catalog in OUT/state, outside the tmpfs).
 The job (`--train`) trains a Keras 3 model whose `.keras` (with Adam's slots) is about
@@ -98,7 +99,7 @@ def train(run: Path, width: int, epochs: int, handshake: Path) -> None:
     (handshake / "free.json").write_text(json.dumps(doc))
 
 
-def driver(out: Path, fs_mb: int, width: int, epochs: int) -> None:
+def driver(out: Path, fs_mb: int, width: int, epochs: int, fixtures: Path) -> None:
     root, state, handshake = out / "root", out / "state", out / "handshake"
     for folder in (root, state, handshake):
         folder.mkdir(parents=True, exist_ok=True)
@@ -131,7 +132,7 @@ def driver(out: Path, fs_mb: int, width: int, epochs: int) -> None:
         if job.poll() is None:
             _wait(lambda: _caught_up(ckpt, run), "the first half indexed")
             results["prune_versions"] = _json([*ckpt, "prune", "--json"])
-            _other_trash(ckpt, root)
+            _other_trash(ckpt, root, fixtures)
             (handshake / "go").write_text("")
         output, _ = job.communicate(timeout=DEADLINE_S)
         results["job"] = {"returncode": job.returncode, "output": output}
@@ -173,10 +174,10 @@ def driver(out: Path, fs_mb: int, width: int, epochs: int) -> None:
         (out / "results.json").write_text(json.dumps(results))
 
 
-def _other_trash(ckpt: list[str], root: Path) -> None:
-    """Two numbered checkpoints of another run (real Keras files), one of them trashed by
-    `ckpt prune --keep-last 1`: the trash that is not versions'."""
-    fixtures = Path(os.environ.get("CKPT_TEST_FIXTURES", "/tmp/ckpt-fixtures"))
+def _other_trash(ckpt: list[str], root: Path, fixtures: Path) -> None:
+    """Two numbered checkpoints of another run (real Keras files of the generated set in
+    `fixtures`), one of them trashed by `ckpt prune --keep-last 1`: the trash that is not
+    versions'."""
     source = fixtures / "k3" / "run_zip"
     other = root / "other"
     other.mkdir()
@@ -281,5 +282,8 @@ if __name__ == "__main__":
         parser.add_argument("--fs-mb", type=int, default=10)
         parser.add_argument("--width", type=int, default=256)
         parser.add_argument("--epochs", type=int, default=10)
+        # The generated Keras checkpoints (tests/support/keras_fixtures.py): the other run's.
+        default = os.environ.get("CKPT_TEST_FIXTURES", "/tmp/ckpt-fixtures")
+        parser.add_argument("--fixtures", type=Path, default=Path(default))
         args = parser.parse_args()
-        driver(args.driver, args.fs_mb, args.width, args.epochs)
+        driver(args.driver, args.fs_mb, args.width, args.epochs, args.fixtures)

@@ -15,9 +15,6 @@ MAX_LINES = 420
 SPLIT_BY_THE_RAIL_AND_CATALOG_BRANCHES = {
     "usecases/pruner.py",
     "usecases/indexer.py",
-    "catalog/store_reads.py",
-    "catalog/store.py",
-    "catalog/dbapi_reads.py",
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_daemon.core.errors import NameTooLong
-from ckpt_daemon.fs import fsops
+from ckpt_daemon.fs import temp_names
 from ckpt_daemon.fs.name_limits import NAME_MAX, bounded, byte_length, check_fits
 
 HEAD = ".ckpt-tmp-4194304hdeadbeef-0123abcd-"
@@ -42,9 +42,9 @@ def test_undecodable_bytes_survive_the_round_trip() -> None:
 
 def test_fsops_temp_names_are_bounded_and_parse_as_ours(tmp_path: Path) -> None:
     final = tmp_path / ("b" * 249 + ".keras")
-    temp = fsops.temp_name(final, "0123abcd", ".tmp")
-    assert byte_length(temp.name) <= NAME_MAX and temp.name.startswith(fsops.TEMP_PREFIX)
-    assert not fsops._writer_gone(temp.name)  # our live pid, as the cleanup reads it
+    temp = temp_names.temp_name(final, "0123abcd", ".tmp")
+    assert byte_length(temp.name) <= NAME_MAX and temp.name.startswith(temp_names.TEMP_PREFIX)
+    assert not temp_names._writer_gone(temp.name)  # our live pid, as the cleanup reads it
 
 
 def test_a_derived_name_that_cannot_fit_is_refused_with_the_reason() -> None:
