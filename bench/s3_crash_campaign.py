@@ -328,7 +328,10 @@ def main() -> int:
     parser.add_argument("--size-mb", type=int, default=48)
     parser.add_argument("--seed", type=int, default=25)
     parser.add_argument("--base", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true", help="8 kills of 24 MB files")
     args = parser.parse_args()
+    if args.quick:
+        args.kills, args.size_mb = 8, 24
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ckpt-s3-crash-", dir=args.base) as tmp:
