@@ -18,8 +18,8 @@ from functools import partial
 
 from _common import Check, interleaved, median, report, run_fn, table
 
-from ckpt_daemon.core.metrics import compile_template
 from ckpt_daemon.core.naming import infer_naming
+from ckpt_daemon.core.training_metrics import compile_template
 
 TEMPLATE = "model-{epoch:05d}-{val_loss:.4f}-{val_accuracy:.4f}.keras"
 

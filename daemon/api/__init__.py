@@ -32,6 +32,12 @@ def open_catalog(
 ) -> Catalog:
     """Open the catalog named by `database`, $CKPT_DB or the config (created at head if new)."""
     config = config_module.load(config_path, database_override=database)
+    return catalog_of(config, may_migrate=may_migrate)
+
+
+def catalog_of(config: Config, *, may_migrate: bool = False) -> Catalog:
+    """The catalog of an already loaded `config` (the web view opens its own with the
+    daemon's config): the hot reads without SQLAlchemy when the catalog allows."""
     reads = None if may_migrate else _fast_reads(config)
     if reads is not None:  # a catalog at head: the Store opens when first needed
         return Catalog(config, reads=reads)

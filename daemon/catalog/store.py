@@ -30,6 +30,7 @@ from ..core.observability import Figures
 from ..core.query import ListQuery
 from . import db, store_figures, store_reads
 from .audit import now_iso, record_event
+from .index_rows import row_values, sightings
 from .root_adoption import adopt_named_roots
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
 from .store_actions import Actions
@@ -38,7 +39,7 @@ from .store_daemons import DaemonRecords
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords, move_in_flight
 from .store_remote import RemoteRecords
-from .store_runs import RunRecords, dedupe, replace_metrics, run_id_for
+from .store_runs import RunRecords, replace_metrics, run_id_for
 from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
 
@@ -46,8 +47,6 @@ checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 _RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
-# A file rewritten every epoch for a year stays a bounded row: the oldest generations go first.
-MAX_GENERATIONS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,12 +130,12 @@ class Store(
                 ).scalar()
                 if moving is not None:
                     return int(moving)
-            values = _row_values(rec, now)
+            values = row_values(rec, now)
             values["metrics_at"] = at
             if row is None:
                 generation = 1
                 values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
-                values["details"]["generations"] = _sightings([], rec, generation, now)
+                values["details"]["generations"] = sightings([], rec, generation, now)
                 ckpt_id = _insert_id(conn, checkpoints, values)
             else:
                 ckpt_id = row.id
@@ -147,7 +146,7 @@ class Store(
                 rewritten = previous is not None and rec.hash is not None and previous != rec.hash
                 generation = row.generation + int(rewritten)
                 values.update(run_id=run_id, generation=generation)
-                values["details"]["generations"] = _sightings(seen, rec, generation, now)
+                values["details"]["generations"] = sightings(seen, rec, generation, now)
                 conn.execute(
                     update(checkpoints).where(checkpoints.c.id == ckpt_id).values(**values)
                 )
@@ -331,84 +330,3 @@ def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
     key = conn.execute(insert(table).values(**values)).inserted_primary_key
     assert key is not None, "INSERT returned no primary key"
     return int(key[0])
-
-
-def _row_values(rec: IndexRecord, now: str) -> dict[str, Any]:
-    info = rec.info
-    opt = info.optimizer if info else None
-    values: dict[str, Any] = {
-        "path": rec.path,
-        "status": rec.status.value,
-        "reason": rec.reason,
-        "size_bytes": rec.stat.size,
-        "mtime_ns": rec.stat.mtime_ns,
-        "inode": rec.stat.inode,
-        "hash": rec.hash,
-        "epoch": rec.epoch,
-        "step": rec.step,
-        "indexed_at": now if rec.status == CheckpointStatus.OK else None,
-        "format": info.format.value if info else None,
-        "kind": info.kind.value if info else None,
-        "weights_bytes": info.weights_bytes if info else None,
-        "optimizer_bytes": opt.state_bytes if opt else (0 if info else None),
-        "optimizer": (opt.class_name or opt.name) if opt else None,
-        "iterations": opt.iterations if opt else None,
-        "n_params": info.n_params if info else None,
-        "n_trainable_params": info.n_trainable_params if info else None,
-        "model_class": info.model_class if info else None,
-        "model_name": info.model_name if info else None,
-        "keras_version": info.keras_version if info else None,
-        "backend": info.backend if info else None,
-    }
-    values["details"] = _details(rec)
-    return values
-
-
-def _sightings(
-    seen: builtins.list[dict[str, Any]], rec: IndexRecord, generation: int, now: str
-) -> builtins.list[dict[str, Any]]:
-    """The generations of the file seen so far, oldest first, with this one (a new hash, or the
-    first read with a hash) added: what derivation learns epochs of rewritten files from."""
-    if rec.hash is None or (seen and seen[-1].get("hash") == rec.hash):
-        return seen
-    opt = rec.info.optimizer if rec.info else None
-    log_epochs, log_before = rec.sighting if rec.sighting else (None, False)
-    entry = {
-        "generation": generation,
-        "hash": rec.hash,
-        "iterations": opt.iterations if opt else None,
-        "mtime_ns": rec.stat.mtime_ns,
-        "indexed_at": now,
-        "log_epochs": log_epochs,
-        "log_before": log_before,
-        "epoch": None,
-        "step": None,
-    }
-    return [*seen, entry][-MAX_GENERATIONS:]
-
-
-def _details(rec: IndexRecord) -> dict[str, Any]:
-    info = rec.info
-    reader_notes = list(info.notes) if info else []
-    details: dict[str, Any] = {
-        "notes": list(rec.notes) + reader_notes,
-        "reader_notes": reader_notes,
-        "metric_sources": {m.name: m.source for m in dedupe(rec.metrics)},
-    }
-    if rec.files:
-        details["files"] = list(rec.files)
-    if info is None:
-        return details
-    opt = info.optimizer
-    details.update(
-        layers=[dataclasses.asdict(layer) for layer in info.layers],
-        optimizer_config=opt.config if opt else None,
-        optimizer_name=opt.name if opt else None,
-        optimizer_variables=opt.n_variables if opt else 0,
-        learning_rate=opt.learning_rate if opt else None,
-        training_config=info.training_config,
-        signatures=list(info.signatures),
-    )
-    if info.recorded is not None:
-        details["recorded"] = info.recorded
-    return details

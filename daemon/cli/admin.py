@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 
-from ..core.errors import PartialFailure
+from ..core.errors import ConfigError, PartialFailure
 from ..core.units import counted
 from . import documents
 from .context import Context, pass_context
+from .options import json_option
 from .output import echo, emit_json
 
 
@@ -36,13 +37,23 @@ def serve(obj: Context, once: bool) -> None:
 
     obj.validated_config(obj.config_path)
     with obj.new_catalog_notice(up_front=True):
-        code = Service(obj.config_path, obj.database).run(once=once)
+        code = Service(obj.config_path, obj.database, web_view=_web_view).run(once=once)
     if code != 0:
         raise PartialFailure("serve: some items or jobs failed (see the log above)")
 
 
+def _web_view(config: Any) -> Any:
+    """`service.web_listen`'s view, imported only when it is set (it needs Jinja2)."""
+    try:
+        from ..web.server import start_in_daemon
+    except ImportError as exc:
+        why = f"the web view needs Jinja2: pip install 'ckpt-daemon[web]' ({exc})"
+        raise ConfigError("service.web_listen", why) from exc
+    return start_in_daemon(config)
+
+
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="The status as a JSON object.")
+@json_option("The status as a JSON object.")
 @pass_context
 def status(obj: Context, as_json: bool) -> None:
     """Whether a daemon is running against this catalog, from its heartbeat.

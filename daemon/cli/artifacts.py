@@ -10,6 +10,7 @@ import click
 from ..core.errors import PartialFailure
 from . import documents
 from .context import Context, pass_context
+from .options import json_option
 from .output import echo, emit_json, live_work
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     help="json+h5: <stem>.json (the stored model config) + <stem>.weights.h5 (load_weights), "
     "for .keras files; <stem>.legacy-weights.h5 for tf-keras legacy .h5 files.",
 )
-@click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
+@json_option("The result as JSON.")
 @pass_context
 def split(
     obj: Context, ref: str, out: str | None, keep_compile: bool, layout: str, as_json: bool
@@ -131,7 +132,7 @@ def _export(obj: Context, ref: str, out: str | None, as_json: bool) -> None:
 )
 @click.option("--level", type=int, help="Codec level (gzip 1-9, zstd 1-22).")
 @click.option("--no-shuffle", is_flag=True, help="Without the byte-shuffle filter.")
-@click.option("--json", "as_json", is_flag=True, help="The result as JSON.")
+@json_option("The result as JSON.")
 @pass_context
 def compress(
     obj: Context, ref: str, codec: str, level: int | None, no_shuffle: bool, as_json: bool
@@ -173,7 +174,7 @@ def compress(
     "loads a private copy, as nobody when run by root, and refuses unloaded a file whose "
     "stored config has a Lambda layer, a custom object or a function reference.",
 )
-@click.option("--json", "as_json", is_flag=True, help="JSON array of verdicts.")
+@json_option("JSON array of verdicts.")
 @pass_context
 def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> None:
     """Re-hash checkpoints (REFS, or every ok one) and their artifacts; compare with the

@@ -12,6 +12,7 @@ import click
 from ..core.errors import NotFound, PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
+from .options import json_option
 from .output import echo, emit_json, emit_json_rows, live_work, table
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,versions,metrics"
     help="Derive epochs, steps and metrics of every run walked again (after a change of "
     "filename_template or metrics_files), without reading any checkpoint again.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the scan report as JSON.")
+@json_option("Print the scan report as JSON.")
 @pass_context
 def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> None:
     """Index checkpoints now: PATHS (inside configured roots), or every root.
@@ -152,7 +153,7 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     help="Only checkpoints whose bytes are there: at their path (local), only in the object "
     "store (remote: tiered), both, or neither.",
 )
-@click.option("--json", "as_json", is_flag=True, help="JSON array of checkpoint objects.")
+@json_option("JSON array of checkpoint objects.")
 @pass_context
 def list_command(
     obj: Context,
@@ -215,7 +216,7 @@ def list_command(
 
 @click.command()
 @click.argument("ref")
-@click.option("--json", "as_json", is_flag=True, help="JSON object with layers, configs, events.")
+@json_option("JSON object with layers, configs, events.")
 @pass_context
 def show(obj: Context, ref: str, as_json: bool) -> None:
     """Everything known about one checkpoint. REF is a catalog id or a path: relative to its
@@ -248,11 +249,8 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     type=click.Choice(["inference"]),
     help="Print the best checkpoint's inference artifact instead (see `ckpt split`).",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="The checkpoint's row + `artifact` as JSON (with --artifact, `path` is the artifact's).",
+@json_option(
+    "The checkpoint's row + `artifact` as JSON (with --artifact, `path` is the artifact's)."
 )
 @pass_context
 def best(
@@ -295,7 +293,7 @@ def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:
     metavar="M1,M2",
     help="Which metrics' best checkpoints to show (default: every metric of the run).",
 )
-@click.option("--json", "as_json", is_flag=True, help="JSON array of run objects.")
+@json_option("JSON array of run objects.")
 @pass_context
 def runs(obj: Context, metrics: str | None, as_json: bool) -> None:
     """Runs (folders holding checkpoints) with counts, bytes, newest and best checkpoints.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +14,7 @@ from .output import echo
 
 if TYPE_CHECKING:
     from ..api import Catalog
+    from ..settings.config import Config
 
 MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
 
@@ -21,7 +22,7 @@ MAX_LIMIT = 2**63 - 1  # what an SQL LIMIT takes
 class Context:
     def __init__(self, config_path: str | None, database: str | None, debug: bool) -> None:
         self.config_path, self.database, self.debug = config_path, database, debug
-        self._config: Any = None
+        self._config: Config | None = None
 
     def catalog(self, *, create: bool = False) -> Catalog:
         """The catalog of the config in use. Only `create` (`ckpt scan`) makes a new SQLite
@@ -75,7 +76,7 @@ class Context:
             "this catalog with `ckpt scan`"
         )
 
-    def config(self) -> Any:
+    def config(self) -> Config:
         """The config in use (loaded once); with --debug, one stderr line says which."""
         if self._config is None:
             from ..settings import config
@@ -105,7 +106,7 @@ class Context:
         if path is not None and not up_front and path.exists():
             echo(f"ckpt: created a new catalog {where}", err=True)
 
-    def validated_config(self, path: str | None) -> Any:
+    def validated_config(self, path: str | None) -> Config:
         """What `config check` accepts is what `serve` starts with: the file's validation, the
         catalog URL's (dialect, driver) and every root an existing folder, refused with the key
         path before anything runs."""

@@ -19,7 +19,7 @@ COMMANDS = {
     "show": "checkpoints:show",
     "describe": "describe:describe",
     "best": "checkpoints:best",
-    "latest": "resume:latest",
+    "latest": "latest:latest",
     "runs": "checkpoints:runs",
     "history": "history:history",
     "plot": "history:plot",
@@ -37,7 +37,8 @@ COMMANDS = {
     "status": "admin:status",
     "db": "admin:db",
     "config": "admin:config_group",
-    "metrics": "metrics:metrics",
+    "metrics": "prometheus:metrics",
+    "web": "web:web",
     "tier": "remote:tier",
     "fetch": "remote:fetch",
 }

@@ -12,6 +12,7 @@ import click
 
 from ..core.errors import UsageError
 from .context import Context, pass_context
+from .options import json_option
 from .output import echo, emit_json, table, terminal_width
 
 
@@ -26,7 +27,7 @@ from .output import echo, emit_json, table, terminal_width
     help="A metric to show; repeat for more. Default: the run's keep_best metrics, val_loss "
     "and loss where logged.",
 )
-@click.option("--json", "as_json", is_flag=True, help="The epochs and checkpoints as JSON.")
+@json_option("The epochs and checkpoints as JSON.")
 @pass_context
 def history(obj: Context, run: str, metrics: tuple[str, ...], as_json: bool) -> None:
     """A run's metrics per epoch, from its logs and its checkpoints, each checkpoint marked:
@@ -81,7 +82,7 @@ def history(obj: Context, run: str, metrics: tuple[str, ...], as_json: bool) -> 
     type=click.Path(dir_okay=False, path_type=Path),
     help="The PNG file to write (replaced whole).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Also print what was plotted, as JSON.")
+@json_option("Also print what was plotted, as JSON.")
 @pass_context
 def plot(obj: Context, runs: tuple[str, ...], metric: str, output: Path, as_json: bool) -> None:
     """Write a PNG of a metric per epoch: one line per run, each checkpoint a marker (kept,
@@ -116,7 +117,7 @@ def plot(obj: Context, runs: tuple[str, ...], metric: str, output: Path, as_json
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Bytes per root, run and kind as JSON.")
+@json_option("Bytes per root, run and kind as JSON.")
 @pass_context
 def du(obj: Context, as_json: bool) -> None:
     """Disk space per root and run, by kind: checkpoints, inference artifacts, versions, the

@@ -9,6 +9,7 @@ import click
 from ..core.errors import LeaseLost, PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
+from .options import json_option
 from .output import echo, emit_json, live_work, table
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 @click.option("--keep-within", metavar="DUR", help="Keep those within DUR of the run's newest.")
 @click.option("--max-bytes", metavar="SIZE", help="Trash beyond this size per run (e.g. 50GB).")
 @click.option("-n", "--dry-run", is_flag=True, help="Say what would happen; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="The plan and the outcome as JSON.")
+@json_option("The plan and the outcome as JSON.")
 @pass_context
 def prune(
     obj: Context,
@@ -207,7 +208,7 @@ def trash() -> None:
 
 
 @trash.command(name="list")
-@click.option("--json", "as_json", is_flag=True, help="JSON array.")
+@json_option("JSON array.")
 @pass_context
 def trash_list(obj: Context, as_json: bool) -> None:
     """Trashed checkpoints: where they were, where they are, when and why.
@@ -265,7 +266,7 @@ def restore(obj: Context, ref: str) -> None:
     help="Only what was trashed longer ago than this (default: trash.purge_after).",
 )
 @click.option("-n", "--dry-run", is_flag=True, help="List what would be deleted.")
-@click.option("--json", "as_json", is_flag=True, help="JSON: {dry_run, purged, failures}.")
+@json_option("JSON: {dry_run, purged, failures}.")
 @pass_context
 def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) -> None:
     """Delete trashed checkpoints for good, once past the grace period.
@@ -300,7 +301,7 @@ def purge(obj: Context, older_than: str | None, dry_run: bool, as_json: bool) ->
 @click.command(name="log")
 @click.option("--run", help="Only events of this run and the runs below it.")
 @click.option("--limit", type=click.IntRange(min=1, max=MAX_LIMIT), default=200, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="JSON array of events.")
+@json_option("JSON array of events.")
 @pass_context
 def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> None:
     """The audit log: every index, trash, restore, purge, pin, with reason, actor and node.

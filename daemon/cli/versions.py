@@ -7,6 +7,7 @@ import click
 from ..core.text import relative_path
 from ..core.views import checkpoint_json
 from .context import Context, pass_context
+from .options import json_option
 from .output import echo, emit_json
 
 
@@ -14,7 +15,7 @@ from .output import echo, emit_json
 @click.argument("path")
 @click.option("--version", "version", type=int, help="The kept generation (see `ckpt show PATH`).")
 @click.option("--epoch", type=int, help="The newest kept generation written at this epoch.")
-@click.option("--json", "as_json", is_flag=True, help="The file's row afterwards, as JSON.")
+@json_option("The file's row afterwards, as JSON.")
 @pass_context
 def restore(obj: Context, path: str, version: int | None, epoch: int | None, as_json: bool) -> None:
     """Put a kept version of the rewritten file PATH back at PATH.

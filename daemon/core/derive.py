@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from .metrics import disagrees, to_float
 from .model import MetricValue
 from .naming import NameFields, is_unnamed
 from .save_counters import epochs_from_step_numbers, step_differs_note
+from .training_metrics import disagrees, to_float
 from .units import counted
 
 MID_EPOCH = "batch"

@@ -12,7 +12,7 @@ import csv
 import json
 import re
 
-from .metrics import ByKey, as_int, parse_metrics_file
+from .training_metrics import ByKey, as_int, parse_metrics_file
 
 SNIFF_BYTES = 4096  # of a candidate file, enough for a CSVLogger header and several rows
 SEPARATORS = (",", ";", "\t")

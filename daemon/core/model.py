@@ -185,6 +185,8 @@ class Run:
     naming: list[dict[str, Any]] = field(default_factory=list)
     steps_per_epoch: int | None = None  # learned from optimizer iterations, when unambiguous
     evidence: list[str] = field(default_factory=list)  # how steps_per_epoch was (not) learned
+    newest_mtime_ns: int | None = None  # the newest ok checkpoint's mtime: the run's last save
+    best_values: dict[str, float] = field(default_factory=dict)  # metric -> the best's value
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----

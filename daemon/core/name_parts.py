@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .metrics import disagrees
+from .training_metrics import disagrees
 from .units import counted
 
 Logged = Mapping[int, Mapping[str, float]]  # 1-based epoch -> metric -> value

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .metrics import INT_FIELDS, FilenameTemplate, compile_template
 from .name_parts import (
     FIXED,
     NO_LOGS,
@@ -38,6 +37,7 @@ from .name_parts import (
     split_name,
 )
 from .name_roles import Slot, assign_int_roles
+from .training_metrics import INT_FIELDS, FilenameTemplate, compile_template
 
 __all__ = [
     "KERAS_DEFAULTS",

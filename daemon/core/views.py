@@ -78,6 +78,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "naming": r.naming,
         "steps_per_epoch": r.steps_per_epoch,
         "evidence": r.evidence,
+        "last_save": iso_utc(r.newest_mtime_ns / 1e9) if r.newest_mtime_ns is not None else None,
     }
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.log_sniff import is_json_log_name, looks_like_checkpoint
-from ..core.metrics import MAX_READ_BYTES
+from ..core.training_metrics import MAX_READ_BYTES
 from . import tb_events
 from .run_index import RunIndex, as_index
 from .tb_events import Listing

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.metrics import MAX_READ_BYTES, FilenameTemplate, as_int, parse_sidecar
 from ..core.model import MetricValue
+from ..core.training_metrics import MAX_READ_BYTES, FilenameTemplate, as_int, parse_sidecar
 from ..fs import beneath
 from ..fs.fsops import Refused
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from ..core.errors import Refused
 from ..core.log_sniff import SNIFF_BYTES, csv_log_separator, parse_json_log
-from ..core.metrics import MAX_READ_BYTES, ByKey, parse_csv_log
 from ..core.model import MetricValue
 from ..core.tb_scalars import Scalar, to_metrics
+from ..core.training_metrics import MAX_READ_BYTES, ByKey, parse_csv_log
 from ..fs import beneath
 from . import tb_events
 from .log_discovery import Candidate, candidates, label

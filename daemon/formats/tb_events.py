@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.log_sniff import NOT_LOGS
-from ..core.metrics import MAX_READ_BYTES
 from ..core.protowire import (
     FIXED32,
     FIXED64,
@@ -47,6 +46,7 @@ from ..core.protowire import (
     split_tfrecords,
 )
 from ..core.tb_scalars import Scalar
+from ..core.training_metrics import MAX_READ_BYTES
 from ..fs import beneath
 from .run_index import RunIndex, as_index
 

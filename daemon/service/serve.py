@@ -40,19 +40,21 @@ from .health import is_live
 from .hooks import HookRunner, Notifications
 from .job_runner import JobRunner
 from .jobs import Jobs
+from .running_parts import RunningParts
 from .systemd import Notifier, watchdog_interval
 from .watcher import Watcher
+from .web_host import StartWebView, WebHost
 from .worker import Stats, Worker
 
 STATUS_EVERY_SECONDS = 10.0
-WORKER_STALL_SECONDS = 300.0  # longer than any single read (the TF probe times out at 120 s)
-# A prune or verify of a huge catalog may take long between two progress ticks, but not this.
-RUNNER_STALL_SECONDS = 3600.0
 
 
 class Service:
-    def __init__(self, config_path: str | None, database: str | None) -> None:
+    def __init__(
+        self, config_path: str | None, database: str | None, web_view: StartWebView | None = None
+    ) -> None:
         self.config_path, self.database = config_path, database
+        self.web = WebHost(web_view)  # `service.web_listen`: the read-only web view
         self.stopping = threading.Event()
         self.reload_requested = threading.Event()
         self.notifier = Notifier()
@@ -213,7 +215,7 @@ class Service:
 
         worker.after_scan = after_scan
         runner.notifications = notifications
-        parts = _Parts(worker, watcher, jobs, runner, hooks, guard)
+        parts = RunningParts(worker, watcher, jobs, runner, hooks, guard)
         worker.more_state = parts.state
         self._store = store
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
@@ -231,6 +233,7 @@ class Service:
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
         try:
             self._start_metrics(parts)  # a port already taken: exit 2, naming the key
+            self.web.start(self.config)
             hooks.start()
             report = self._reconcile(store)
             if not report.cancelled:
@@ -248,11 +251,12 @@ class Service:
             self.notifier.stopping()
             event("stopping")
             self.stopping.set()
+            self.web.stop()
             parts.stop()
             worker.final_heartbeat(stopped_at=iso_utc(time.time()))
         return 0
 
-    def _start_metrics(self, parts: _Parts) -> None:
+    def _start_metrics(self, parts: RunningParts) -> None:
         """`/metrics` on `service.metrics_listen`, if set; each scrape reads the catalog."""
         listen = self.config.metrics_listen
         if listen is None:
@@ -268,7 +272,7 @@ class Service:
             why = f"cannot listen on {listen}: {exc}"
             raise ConfigError("service.metrics_listen", why) from exc
 
-    def _main_loop(self, parts: _Parts) -> None:
+    def _main_loop(self, parts: RunningParts) -> None:
         ping_every = watchdog_interval()
         next_ping = next_status = time.monotonic()
         while not self.stopping.wait(timeout=min(ping_every or 1.0, 1.0)):
@@ -283,7 +287,7 @@ class Service:
                 self.notifier.status(parts.status_line())
                 next_status = now + STATUS_EVERY_SECONDS
 
-    def _reload(self, parts: _Parts) -> None:
+    def _reload(self, parts: RunningParts) -> None:
         self.notifier.reloading()
         try:
             new = config_module.load(self.config_path, database_override=self.database)
@@ -304,6 +308,7 @@ class Service:
         parts.jobs.reschedule(new)
         parts.hooks.hooks = new.hooks
         moved = new.metrics_listen != self.config.metrics_listen
+        self.web.reload(self.config, new)
         parts.worker.config = parts.runner.config = self.config = new
         if moved:
             parts.stop_metrics()
@@ -313,94 +318,3 @@ class Service:
                 event("metrics_refused", level=logging.ERROR, error=str(exc))
         event("reloaded", config=new.source)
         self.notifier.ready(parts.status_line())
-
-
-class _Parts:
-    """The running pieces, for health checks, status lines and an orderly stop."""
-
-    def __init__(
-        self,
-        worker: Worker,
-        watcher: Watcher,
-        jobs: Jobs,
-        runner: JobRunner,
-        hooks: HookRunner,
-        guard: DiskGuard,
-    ) -> None:
-        self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
-        self.hooks, self.guard = hooks, guard
-        self.metrics: exporter.MetricsServer | None = None
-
-    def metrics_state(self) -> dict[str, Any]:
-        """The service's part of the Prometheus metrics (also kept in every heartbeat)."""
-        stats = self.worker.stats
-        return exporter.service_state(
-            queue=self.worker.queue.qsize() + len(self.worker.pending),
-            last_scan_time=stats.last_scan_time,
-            last_ok=self.runner.last_ok,
-            errors={
-                "index": stats.index_errors,
-                "scan": stats.scan_errors,
-                "worker": stats.worker_errors,
-                "job": self.runner.failures,
-                "scheduler": sum(self.jobs.errors.values()),
-                "hook": self.hooks.failed,
-            },
-            heartbeat_time=self.worker.last_beat_time,
-        )
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "metrics": self.metrics_state(),
-            "roots": self.watcher.describe(),
-            "disk": self.guard.states,
-            "pid": os.getpid(),
-            "jobs": {
-                "runs": dict(self.jobs.runs),
-                "errors": dict(self.jobs.errors),
-                "running": self.runner.running,
-                "waiting": self.runner.queue.qsize(),
-            },
-        }
-
-    def healthy(self, config: Config) -> bool:
-        """WATCHDOG=1 only while every part works: observers, scheduler, worker, catalog."""
-        stats = self.worker.stats
-        now = time.monotonic()
-        worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
-        runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
-        guard_ok = not self.guard.is_alive() or now - self.guard.tick < RUNNER_STALL_SECONDS
-        return (
-            worker_ok
-            and runner_ok
-            and guard_ok
-            and self.watcher.healthy()
-            and self.jobs.healthy()
-            and stats.db_ok
-        )
-
-    def status_line(self) -> str:
-        stats = self.worker.stats
-        return (
-            f"{len(self.watcher.describe())} roots, {stats.indexed} indexed since start, "
-            f"queue {self.worker.queue.qsize() + len(self.worker.pending)}, "
-            f"last error: {stats.last_error or 'none'}"
-        )
-
-    def stop_metrics(self) -> None:
-        if self.metrics is not None:
-            self.metrics.stop()
-            self.metrics = None
-
-    def stop(self) -> None:
-        self.jobs.stop()
-        self.watcher.stop()
-        self.stop_metrics()
-        if self.hooks.is_alive():
-            self.hooks.stop()
-        if self.worker.is_alive():
-            self.worker.join(timeout=60)
-        if self.runner.is_alive():  # a child asked to end gets CHILD_STOP_SECONDS
-            self.runner.join(timeout=90)
-        if self.guard.is_alive():  # a demotion's split in progress finishes first
-            self.guard.join(timeout=90)

@@ -47,6 +47,7 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
         Bound("duration", 4, DAY, why="it is renewed every quarter of it while work runs"),
     ),
     "service.metrics_listen": (Bound("port", 0, 65535),),
+    "service.web_listen": (Bound("port", 0, 65535),),
     # Each poll stats every entry of the tree: sub-second polling burns a core.
     "roots[].poll_interval": (Bound("duration", 1, DAY),),
     **{

@@ -34,6 +34,8 @@ from .values import path as _path
 from .values import root_name as _root_name
 from .values import strings as _strings
 from .versions import Versions, parse_versions
+from .web_view import WebView
+from .web_view import web_view as _web_view
 
 OBSERVERS = ("auto", "inotify", "polling")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -116,6 +118,8 @@ class Config:
     def remote_for(self, root: RootConfig) -> Remote | None:
         """The object store `root` tiers to: its own `remote`, else the top-level one."""
         return root.remote or self.remote
+
+    web: WebView | None = None  # `service.web_listen`: the read-only web view (None: off)
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -208,7 +212,9 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         raw.get("completion", {}), "completion", {"settle_seconds", "min_age_seconds"}
     )
     service = _mapping(
-        raw.get("service", {}), "service", {"heartbeat", "metrics_listen", "node", "lease_ttl"}
+        raw.get("service", {}),
+        "service",
+        {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"},
     )
     config = Config(
         source=source,
@@ -236,6 +242,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         hooks=_hooks(raw.get("hooks")),
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
         remote=parse_remote(raw["remote"], "remote") if "remote" in raw else None,
+        web=_web_view(service, base),
     )
     distinct_keys([(config.remote_for(r), r.remote_name) for r in config.roots])
     return config
@@ -359,7 +366,7 @@ def _artifacts(value: Any) -> Artifacts:
 
 
 def _templates(value: Any, key: str) -> tuple[str, ...]:
-    from ..core.metrics import compile_template
+    from ..core.training_metrics import compile_template
 
     templates = _strings(value, key)
     for i, template in enumerate(templates):

@@ -22,10 +22,10 @@ from ..catalog.store import Store
 from ..catalog.store_runs import Derivation, RunMember
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run, member
 from ..core.kept_metrics import as_record, keep_recorded, record_of
-from ..core.metrics import FilenameTemplate
 from ..core.model import MetricValue
 from ..core.naming import RunNaming, infer_naming
 from ..core.runs import shared_log_covers
+from ..core.training_metrics import FilenameTemplate
 from ..formats.metric_files import Sidecar, read_sidecar
 from ..formats.run_logs import OtherRuns, RunLogs, logs_signature, read_run_logs
 from ..settings.config import RootConfig

@@ -1,4 +1,5 @@
-"""Reconcile disk and catalog: index new and changed checkpoints, mark vanished ones missing.
+"""Reconcile disk and catalog: index new and changed checkpoints, mark vanished ones missing
+(`usecases.vanished`).
 
 Idempotent: a file whose (size, mtime, inode) the catalog already has is not read again; only
 its metrics are re-read when a metrics file changed since. Per-item problems never stop a scan.
@@ -15,32 +16,25 @@ from pathlib import Path
 from ..catalog.store import Known, Store
 from ..catalog.store_claims import Claim
 from ..children import reader_child, tf_child
-from ..core import completion, housekeeping
+from ..core import completion
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UsageError
-from ..core.metrics import compile_template
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.progress import Counter, OnProgress
+from ..core.training_metrics import compile_template
 from ..core.units import iso_utc
 from ..core.versions import should_capture
-from ..formats.checkpoint_state import listed_checkpoints
 from ..formats.run_index import RunIndex
 from ..fs import discovery, fsops
 from ..fs.fsops import Refused
 from ..logs import event
 from ..settings.config import Config, RootConfig
-from . import derivation, versions
+from . import derivation, vanished, versions
 from .derivation import RunRef
 from .scan_report import ScanReport, record_outcome
 
 # Read again only when their bytes change. An unreadable one is tried again at every scan: a
 # chmod or a folder made listable again changes no size, mtime or inode.
 _SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT}
-_GONE = {
-    CheckpointStatus.MISSING,
-    CheckpointStatus.REMOVED,
-    CheckpointStatus.TRASHED,
-    CheckpointStatus.PURGED,
-}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
 
 
@@ -174,7 +168,15 @@ class _Scan:
                 seen.add(text)
             self.counter.finish(text, *self._outcome(before, present))
         self._settle_runs()
-        self._mark_missing(start, seen)
+        vanished.mark(
+            self.store,
+            self.root.path,
+            start,
+            [(path, known) for path, known in self.known.items() if path not in seen],
+            self.unreadable_folders,
+            self.report,
+            actor=self.actor,
+        )
 
     def _tally(self) -> tuple[int, int, int, int]:
         r = self.report
@@ -374,54 +376,3 @@ class _Scan:
             return discovery.display_path(run_dir.relative_to(self.root.path))[0]
         except ValueError:
             return "."
-
-    def _mark_missing(self, start: Path, seen: set[str]) -> None:
-        where = discovery.display_path(start)[0]
-        prefix = where.rstrip(os.sep) + os.sep
-        gone = [
-            (path, known)
-            for path, known in self.known.items()
-            if path not in seen
-            and known.status not in _GONE
-            and (path == where or path.startswith(prefix))
-        ]
-        hidden: dict[str, list[tuple[str, Known]]] = {}  # below a folder we may not list
-        for path, known in gone:
-            why = next((r for f, r in self.unreadable_folders if path.startswith(f)), None)
-            if why is not None:
-                hidden.setdefault(why, []).append((path, known))
-        for reason, rows in hidden.items():
-            ids = [k.id for _p, k in rows if k.status != CheckpointStatus.UNREADABLE]
-            self.store.mark(ids, CheckpointStatus.UNREADABLE, reason, actor_name=self.actor)
-            self.report.failed += [(p, CheckpointStatus.UNREADABLE.value, reason) for p, _k in rows]
-        hidden_paths = {p for rows in hidden.values() for p, _k in rows}
-        gone = [(p, k) for p, k in gone if p not in hidden_paths]
-        for (status, reason), rows in _why_gone(gone, self.report.skipped, self.root.path):
-            self.store.mark([k.id for _p, k in rows], status, reason, actor_name=self.actor)
-            for path, _known in rows:
-                if status == CheckpointStatus.MISSING:
-                    self.report.missing.append(path)
-                else:  # its own trainer removed it: not an anomaly
-                    self.report.removed.append((path, reason))
-                event(status.value, path=path, reason=reason)
-
-
-def _why_gone(
-    gone: list[tuple[str, Known]], skipped: list[tuple[str, str]], root: Path
-) -> list[tuple[tuple[CheckpointStatus, str], list[tuple[str, Known]]]]:
-    """Vanished rows grouped by verdict: `missing`, or `removed` by their own trainer (a
-    CheckpointManager's rotation, BackupAndRestore's state), decided by `core.housekeeping`."""
-    backup = {p for p, r in skipped if r == housekeeping.BACKUP_STATE}
-    states: dict[str, tuple[bool, frozenset[str] | None]] = {}  # folder: exists, state file
-    verdicts: dict[tuple[CheckpointStatus, str], list[tuple[str, Known]]] = {}
-    for path, known in gone:
-        folder = os.path.dirname(path)
-        if folder not in states:
-            exists = os.path.isdir(folder) and not os.path.islink(folder)
-            states[folder] = (exists, listed_checkpoints(Path(folder), root) if exists else None)
-        exists, listed = states[folder]
-        verdict = housekeeping.why_gone(
-            path, listed, folder_exists=exists, backup_state=path in backup
-        )
-        verdicts.setdefault(verdict, []).append((path, known))
-    return list(verdicts.items())

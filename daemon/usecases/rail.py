@@ -7,9 +7,11 @@ holds every other module to that). Each act
 follows the same sequence: take the run's lease (its fencing token confirmed in the act's first
 write; a lease taken over from a killed command settles what that command left planned), re-check
 the file under it (`guards.recheck`: the bytes are the ones indexed and decided on), act through
-the one filesystem mutator (`fs.fsops`, `fs.fsswap`, `fs.fsclone` and `fs.fsfetch`), and audit (an
+the one filesystem mutator (`fs.fsops`, `fs.fsswap`, `fs.fsclone`, `fs.fsfetch`), and audit (an
 event `planned` before the act, `done` or `failed` after it; a claim in the catalog where a pin
-may race the act).
+may race the act). Two acts only add or move files of ours and take no lease: version capture (a
+new file, verified before it gets its name, right after the indexer recorded the generation)
+and a crash's orphan version moved to the trash (no row to claim; its trash record at once).
 
 What an act decides stays with its use case (which checkpoints retention dooms, what the guard
 demotes, which generation a restore puts back); this module only carries the decision out.
@@ -241,27 +243,33 @@ def trash_unrecorded(
 
 
 def put_version_back(
+    config: Config,
     store: Store,
     root: RootConfig,
     path: Path,
+    current: Checkpoint,
     version: Checkpoint,
     *,
     here: fsops.Identity,
-    checkpoint_id: int,
     reason: str,
     actor: str,
 ) -> None:
-    """`restore --version`'s act: the kept `version` copied beside `path`, verified against the
-    hash it was kept with, and swapped in atomically only if `path` is still the file `here`
-    (a trainer's save meanwhile wins); audited (`restore-version`)."""
+    """`restore --version`'s act, under the run's lease: the kept `version` copied beside
+    `path` (the file of `current`), verified against the hash it was kept with, and swapped in
+    atomically only if that file is still `here`, the file the caller re-checked (a trainer's
+    save meanwhile wins); audited (`restore-version`). The lease is taken after the caller kept
+    the current generation (that capture may purge versions in the trash, under their runs'
+    leases: leases do not nest)."""
     with (
+        run_lease(config, store, guards.run_id(store, current), actor) as lease,
         store.audited(
             action="restore-version",
-            checkpoint_id=checkpoint_id,
+            checkpoint_id=current.id,
             path=str(path),
             reason=reason,
             size=version.size_bytes,
             actor=actor,
+            lease=lease,
         ),
         fsops.rewrite(root.path, path, like=Path(version.path), replacing=here) as temp,
     ):

@@ -233,12 +233,13 @@ def restore_version(
         if current.hash not in {v.hash for v in store.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
     rail.put_version_back(
+        config,
         store,
         root,
         Path(absolute),
+        current,
         chosen,
         here=here,
-        checkpoint_id=current.id,
         reason=f"generation {chosen.generation} (epoch {_dash(chosen.epoch)}) from {chosen.path}",
         actor=actor,
     )

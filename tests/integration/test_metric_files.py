@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_daemon.core.metrics import compile_template
 from ckpt_daemon.core.model import MetricValue
+from ckpt_daemon.core.training_metrics import compile_template
 from ckpt_daemon.formats.metric_files import MetricsResult, metrics_for
 from tests.support import keras_csv
 
@@ -177,7 +177,7 @@ def test_unreadable_file_is_ignored(tmp_path: Path) -> None:
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from ckpt_daemon.core.metrics import compile_template\n"
+        "from ckpt_daemon.core.training_metrics import compile_template\n"
         "from ckpt_daemon.formats.metric_files import metrics_for\n"
         "run = Path(sys.argv[1])\n"
         "r = metrics_for(run / 'weights.02-0.23.hdf5', run, [compile_template(sys.argv[2])],"

@@ -30,10 +30,17 @@ class Daemon:
     """A running `ckpt serve`; its stderr log is kept in a file for assertions."""
 
     def __init__(
-        self, ws: Workspace, env: dict[str, str] | None = None, wrap: Sequence[str] = ()
+        self,
+        ws: Workspace,
+        env: dict[str, str] | None = None,
+        wrap: Sequence[str] = (),
+        *,
+        shared: bool = False,
     ) -> None:
         """`wrap`: argv that execs the daemon's argv appended to it in the same process (a
-        private mount/UTS namespace: `unshare ... sh -c '...; exec "$@"' sh`)."""
+        private mount/UTS namespace: `unshare ... sh -c '...; exec "$@"' sh`). `shared`: a
+        module fixture's daemon, serving several tests: the fixture stops (or kills) it, not
+        the end of each test."""
         self.ws = ws
         self.log_path = ws.base / f"serve-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
@@ -41,7 +48,8 @@ class Daemon:
         self.proc = subprocess.Popen(
             cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
         )
-        _STARTED.append(self.proc)
+        if not shared:
+            _STARTED.append(self.proc)
 
     @property
     def log(self) -> str:

@@ -130,7 +130,7 @@ NUMERIC_FIELDS = {
     ("Policy", "max_bytes"): "retention.max_bytes",
     ("KeepBest", "n"): "retention.keep_best[].n",
     ("Hook", "timeout"): "hooks[].timeout",
-    ("Listen", "port"): "service.metrics_listen",
+    ("Listen", "port"): "service.metrics_listen service.web_listen",
     # the top-level one, each root's, and the reserve of our own copies
     ("MinFree", "bytes"): "min_free roots[].min_free versions.reserve",
     ("MinFree", "percent"): "min_free roots[].min_free versions.reserve",

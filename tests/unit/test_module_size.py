@@ -10,13 +10,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "daemon"
 MAX_LINES = 420
 
-# Split at the same time by the rail branch (r-rail: usecases/) and the catalog branch
-# (r-catalog: catalog/). Temporary: the lead deletes this set after merging both branches.
-SPLIT_BY_THE_RAIL_AND_CATALOG_BRANCHES = {
-    "usecases/pruner.py",
-    "usecases/indexer.py",
-}
-
 
 def line_counts() -> dict[str, int]:
     return {
@@ -26,14 +19,5 @@ def line_counts() -> dict[str, int]:
 
 
 def test_no_module_is_over_the_line_limit() -> None:
-    over = {
-        name: n
-        for name, n in line_counts().items()
-        if n > MAX_LINES and name not in SPLIT_BY_THE_RAIL_AND_CATALOG_BRANCHES
-    }
+    over = {name: n for name, n in line_counts().items() if n > MAX_LINES}
     assert not over, f"modules over {MAX_LINES} lines (split them by concept): {over}"
-
-
-def test_the_exceptions_are_modules_that_exist() -> None:
-    """An exception left after its module was split or renamed would excuse nothing: say so."""
-    assert set(line_counts()) >= SPLIT_BY_THE_RAIL_AND_CATALOG_BRANCHES

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckpt_daemon.core.metrics import compile_template, disagrees, parse_csv_log
 from ckpt_daemon.core.naming import KERAS_DEFAULTS, RunNaming, infer_naming, is_unnamed
+from ckpt_daemon.core.training_metrics import compile_template, disagrees, parse_csv_log
 
 
 def _value(epoch: int, low: float) -> float:

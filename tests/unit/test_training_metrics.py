@@ -1,4 +1,4 @@
-"""core.metrics: filename templates, CSVLogger, sidecar and metrics.json parsing."""
+"""core.training_metrics: filename templates, CSVLogger, sidecar and metrics.json parsing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ckpt_daemon.core.metrics import (
+from ckpt_daemon.core.training_metrics import (
     FilenameTemplate,
     compile_template,
     parse_csv_log,

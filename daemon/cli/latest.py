@@ -8,6 +8,7 @@ import click
 
 from . import documents
 from .context import Context, pass_context
+from .options import json_option
 from .output import echo, emit_json
 
 
@@ -25,12 +26,9 @@ from .output import echo, emit_json
     "or epoch/step); not a Keras 3 legacy .h5, a .keras whose compile config lost its optimizer, "
     "weights-only files (.safetensors) or a SavedModel.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="The checkpoint's row + `resumable`, `resume_reason` and `passed_over` (newer "
-    "checkpoints --resumable passed over, each with its path and reason) as JSON.",
+@json_option(
+    "The checkpoint's row + `resumable`, `resume_reason` and `passed_over` (newer "
+    "checkpoints --resumable passed over, each with its path and reason) as JSON."
 )
 @pass_context
 def latest(obj: Context, run: str | None, resumable: bool, as_json: bool) -> None:

@@ -1,0 +1,114 @@
+"""Web view latency: p95 per page on a 10,000-checkpoint catalog (< 200 ms) and the runs
+overview on 100,000 (< 300 ms), over real HTTP to the view's own server (`web.server`, the one
+`ckpt serve` runs), with a retention policy configured so the run page plans a prune.
+
+The catalogs are bench/catalog_scale.py's (10 and 100 runs of 1,000 checkpoints, 4 metrics
+each; cached in bench/out/catalog/). Each page is asked N times in turn, round-robin; two
+figures per page: `cached` (the view as it runs: a page already drawn at the catalog's present
+state is answered again) and `drawn` (the cache off: every request reads the catalog and draws
+the page: what the first visitor after a change waits). The targets are on `cached`; `drawn`
+is reported beside it.
+
+    python3 bench/web_pages.py [--quick] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import urllib.request
+from pathlib import Path
+
+from _common import OUT, Check, report, table
+from catalog_scale import QUICK_RUNS, RUNS, build_catalog
+
+RETENTION = "retention: {keep_last: 20, keep_every: 50, keep_best: {metric: val_loss, n: 5}}\n"
+PAGES_10K = ("/", "/run?run=exp3", "/checkpoint?id=2500", "/disk", "/hosts", "/log")
+
+
+def config_with_retention(config: Path) -> Path:
+    out = config.with_name(config.stem + "-web.yaml")
+    out.write_text(config.read_text() + RETENTION)
+    return out
+
+
+def p95(values: list[float]) -> float:
+    return (
+        statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
+    )
+
+
+def measure(
+    config: Path, pages: tuple[str, ...], repeats: int, cache_seconds: float
+) -> dict[str, list[float]]:
+    from ckpt_daemon.api import catalog_of
+    from ckpt_daemon.settings import config as config_module
+    from ckpt_daemon.settings.operations import Listen
+    from ckpt_daemon.settings.web_view import WebView
+    from ckpt_daemon.web.server import WebServer
+
+    loaded = config_module.load(str(config))
+    server = WebServer(WebView(Listen("127.0.0.1", 0)), lambda: catalog_of(loaded))
+    server.app._cache_seconds = cache_seconds
+    server.start()
+    times: dict[str, list[float]] = {p: [] for p in pages}
+    try:
+        for page in pages:  # warm: imports, templates, the SQLite page cache
+            urllib.request.urlopen(server.url.rstrip("/") + page, timeout=300).read()
+        for _ in range(repeats):
+            for page in pages:
+                start = time.perf_counter()
+                with urllib.request.urlopen(server.url.rstrip("/") + page, timeout=300) as r:
+                    r.read()
+                    assert r.status == 200, page
+                times[page].append(time.perf_counter() - start)
+    finally:
+        server.stop()
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int)
+    args = parser.parse_args()
+    repeats = args.repeats or (5 if args.quick else 20)
+    small = config_with_retention(build_catalog(OUT / "catalog", QUICK_RUNS))
+    checks, rows, facts = [], [], {}
+    for label, config, pages, target in (
+        ("10k", small, PAGES_10K, 200.0),
+        *(
+            ()
+            if args.quick
+            else (
+                (
+                    "100k",
+                    config_with_retention(build_catalog(OUT / "catalog", RUNS)),
+                    ("/",),
+                    300.0,
+                ),
+            )
+        ),
+    ):
+        cached = measure(config, pages, repeats, cache_seconds=10.0)
+        drawn = measure(config, pages, max(3, repeats // 4), cache_seconds=0.0)
+        for page in pages:
+            hit, miss = p95(cached[page]) * 1000, p95(drawn[page]) * 1000
+            rows.append(
+                (
+                    label,
+                    page,
+                    f"{hit:.1f}",
+                    f"{miss:.0f}",
+                    f"{statistics.median(drawn[page]) * 1000:.0f}",
+                )
+            )
+            facts[f"{label} {page} p95 ms (cached, drawn)"] = [round(hit, 1), round(miss)]
+            checks.append(Check(f"{label} {page} p95", hit, f"< {target:.0f}", "ms", hit < target))
+    table(("catalog", "page", "p95 ms cached", "p95 ms drawn", "median ms drawn"), rows)
+    return report("web_pages", checks, facts)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
