@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..settings import config as config_module
 from ..settings.config import Config
-from .acts import CatalogActs
+from .remote import CatalogRemote
 
 if TYPE_CHECKING:
     from ..catalog.dbapi_reads import DbapiReads
@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["Catalog", "open_catalog"]
 
 
-class Catalog(CatalogActs):
-    """The catalog for scripts: the reads (`api.reads`) and the acts (`api.acts`) of the `ckpt`
-    command, returning `core.model` values. Open it with `open_catalog()`."""
+class Catalog(CatalogRemote):
+    """The catalog for scripts: the reads (`api.reads`), the acts (`api.acts`) and the object
+    storage (`api.remote`) of the `ckpt` command, returning `core.model` values. Open it with
+    `open_catalog()`."""
 
 
 def open_catalog(

@@ -92,12 +92,20 @@ class CatalogReads:
         kind: str | None = None,
         versions: bool = False,
         every_row: bool = False,
+        location: str | None = None,
     ) -> builtins.list[Checkpoint]:
         """Checkpoints matching every filter; `where` items are "NAME OP VALUE" strings. The
         checkpoints themselves: without `status`, not the rows of files trashed, purged or
         removed by their trainer; without `versions`, not the kept versions of rewritten files
         (each file's `versions_kept` counts them; `versions=True` lists them as rows too).
-        `every_row`: versions and the rows of files no longer on disk too (all but standby)."""
+        `every_row`: versions and the rows of files no longer on disk too (all but standby).
+        `location`: only checkpoints whose bytes are there (local, remote, both, none), every
+        row considered (a tiered checkpoint's local copy is in the trash)."""
+        if location is not None:
+            from ..usecases.locations import filtered
+
+            every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
+            return filtered(self._store, every, location, limit)
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,

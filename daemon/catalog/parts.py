@@ -13,7 +13,8 @@ which also requires every public `Store` method to be in exactly one part).
     RunFacts      run derivation's members and derived values (`store_runs`)
     Versions      kept versions of rewritten files (`store_versions`)
     Usage         bytes and figures: `ckpt du`, the metrics, the hooks (`store_usage`, ...)
-    Daemons       daemons' heartbeats (`store_daemons`)"""
+    Daemons       daemons' heartbeats (`store_daemons`)
+    RemoteCopies  copies of checkpoints in an object store (`store_remote`)"""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     )
     from ..core.observability import Figures
     from ..core.query import ListQuery
+    from ..core.remote import RemoteCopy, RemoteState
     from .store import Known, Store
     from .store_claims import Claim
     from .store_leases import HeldLease
@@ -319,6 +321,38 @@ class Daemons(Protocol):
     def latest_heartbeat(self) -> Heartbeat | None: ...
 
 
+class RemoteCopies(Protocol):
+    """Copies of checkpoints in an object store (`store_remote`)."""
+
+    def record_remote(
+        self,
+        checkpoint_id: int,
+        *,
+        url: str,
+        endpoint: str | None,
+        size_bytes: int,
+        checksum: str | None,
+        content_hash: str,
+        uploaded_at: str,
+    ) -> RemoteCopy: ...
+
+    def remote_copies(
+        self, checkpoint_ids: Iterable[int] | None = None
+    ) -> builtins.list[RemoteCopy]: ...
+
+    def set_remote_state(
+        self,
+        copy_id: int,
+        state: RemoteState,
+        reason: str | None = None,
+        *,
+        trash_key: str | None = None,
+        url: str | None = None,
+    ) -> None: ...
+
+    def set_fetched(self, checkpoint_id: int, stat: FileStat) -> None: ...
+
+
 PARTS: tuple[type, ...] = (
     Reads,
     Indexing,
@@ -330,6 +364,7 @@ PARTS: tuple[type, ...] = (
     Versions,
     Usage,
     Daemons,
+    RemoteCopies,
 )
 
 if TYPE_CHECKING:
@@ -347,5 +382,6 @@ if TYPE_CHECKING:
             Versions,
             Usage,
             Daemons,
-        ] = (store, store, store, store, store, store, store, store, store, store)
+            RemoteCopies,
+        ] = (store, store, store, store, store, store, store, store, store, store, store)
         return builtins.list(parts)

@@ -215,6 +215,30 @@ class ClaimRow(Base):
     expires_at: Mapped[str] = mapped_column(String(32))  # by the database's clock
 
 
+class RemoteCopyRow(Base):
+    """A copy of a checkpoint's bytes in an object store (`usecases.tiering`): recorded only once
+    verified (size, the service's checksum, our hash read back). `state`: verified, trashed
+    (under the store's trash prefix, `trash_key`), purged, or missing/changed (`ckpt verify
+    --remote` found it gone or other bytes: never trusted again)."""
+
+    __tablename__ = "remote_copies"
+    __table_args__ = (Index(None, "checkpoint_id"), UniqueConstraint("url"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)  # s3://bucket/key (never a credential)
+    endpoint: Mapped[str | None] = mapped_column(Text)  # the service (None: AWS)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    checksum: Mapped[str | None] = mapped_column(String(96))  # the service's, `sha256:<b64>`
+    content_hash: Mapped[str] = mapped_column(String(80))  # the catalog's hash of the bytes
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    uploaded_at: Mapped[str] = mapped_column(String(32))
+    verified_at: Mapped[str] = mapped_column(String(32))
+    trash_key: Mapped[str | None] = mapped_column(Text)
+    trashed_at: Mapped[str | None] = mapped_column(String(32))
+
+
 class LeaseRow(Base):
     __tablename__ = "leases"
 
@@ -278,3 +302,4 @@ EVENTS = cast(Table, EventRow.__table__)
 LEASES = cast(Table, LeaseRow.__table__)
 HEARTBEAT = cast(Table, HeartbeatRow.__table__)
 CLAIMS = cast(Table, ClaimRow.__table__)
+REMOTE_COPIES = cast(Table, RemoteCopyRow.__table__)

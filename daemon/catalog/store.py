@@ -38,6 +38,7 @@ from .store_claims import ReadClaims, drop_claim
 from .store_daemons import DaemonRecords
 from .store_leases import Leases
 from .store_recovery import RecoveryRecords, move_in_flight
+from .store_remote import RemoteRecords
 from .store_runs import RunRecords, replace_metrics, run_id_for
 from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
@@ -67,6 +68,7 @@ class Store(
     UsageReads,
     DaemonRecords,
     ReadClaims,
+    RemoteRecords,
 ):
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""

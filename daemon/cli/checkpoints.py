@@ -147,6 +147,12 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     metavar="M1,M2",
     help="The metric columns (default: every metric in the listing, val_X after X).",
 )
+@click.option(
+    "--location",
+    type=click.Choice(["local", "remote", "both", "none"]),
+    help="Only checkpoints whose bytes are there: at their path (local), only in the object "
+    "store (remote: tiered), both, or neither.",
+)
 @json_option("JSON array of checkpoint objects.")
 @pass_context
 def list_command(
@@ -163,6 +169,7 @@ def list_command(
     limit: int | None,
     columns: str | None,
     metrics: str | None,
+    location: str | None,
     as_json: bool,
 ) -> None:
     """List catalogued checkpoints: the checkpoints themselves, each rewritten file with the
@@ -193,9 +200,11 @@ def list_command(
             kind=kind,
             versions=versions,
             every_row=every_row,
+            location=location,
         )
+        places = cat.locations(rows) if as_json else {}
     if as_json:
-        emit_json_rows(documents.list_rows(rows))
+        emit_json_rows(documents.list_rows(rows, places))
         return
     from .tables import grouped_by_root, list_table
 

@@ -21,12 +21,17 @@ if TYPE_CHECKING:
 Doc = dict[str, Any]
 
 
-def list_rows(found: Iterable[Checkpoint]) -> Iterator[Doc]:
+def list_rows(
+    found: Iterable[Checkpoint], places: dict[int, tuple[str, str | None]] | None = None
+) -> Iterator[Doc]:
     """`ckpt list --json`: one row per checkpoint (a generator: 100k rows are streamed), with
-    `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`)."""
+    `versions_kept`: the versions of the file folded under it (see `ckpt list --versions`),
+    and `location`/`remote_url` (where its bytes are: `places`, from `Catalog.locations`)."""
+    places = places or {}
     for c in found:
         doc = checkpoint_json(c)
         doc["versions_kept"] = c.versions_kept
+        doc["location"], doc["remote_url"] = places.get(c.id, ("local", None))
         yield doc
 
 

@@ -40,6 +40,8 @@ COMMANDS = {
     "config": "admin:config_group",
     "metrics": "prometheus:metrics",
     "web": "web:web",
+    "tier": "remote:tier",
+    "fetch": "remote:fetch",
 }
 
 

@@ -118,6 +118,18 @@ class VerifyFailed(CkptError):
     """The rewritten file does not read back as the source: nothing was replaced."""
 
 
+class HashMismatch(Refused):
+    """Bytes received (from the object store) are not the ones the catalog indexed: nothing was
+    published."""
+
+
+class RemoteFailed(CkptError):
+    """The object store did not do what was asked (unreachable after the retries, refused,
+    or its copy is not the bytes indexed): nothing local was freed."""
+
+    exit_code = 3
+
+
 # Reader outcomes: raised by the `formats` readers, turned into catalog statuses by the indexer.
 
 

@@ -39,3 +39,17 @@ def hash_files(paths: Sequence[Path], root: Path | None = None) -> str:
             while n := f.readinto(view):
                 hasher.update(view[:n])
     return f"{ALGORITHM}:{hasher.hexdigest()}"
+
+
+class StreamHash:
+    """The `hash_files` value of one file's bytes, fed as they stream (an upload, a fetch), so
+    what is checked is what went over the wire, not a later read."""
+
+    def __init__(self) -> None:
+        self._hasher = blake3.blake3(max_threads=1)
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._hasher.update(data)
+
+    def value(self) -> str:
+        return f"{ALGORITHM}:{self._hasher.hexdigest()}"

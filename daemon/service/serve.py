@@ -88,6 +88,10 @@ class Service:
             event("root_named", root=name, rows=rows)
         self._remember_config()
         try:
+            if any(self.config.remote_for(r) for r in self.config.roots):
+                from ..usecases.remote_start import check_remotes
+
+                check_remotes(self.config)  # unreachable or read-only: exit 2, naming the key
             self._remove_stale_temps()
             if once:
                 started_at = iso_utc(time.time())

@@ -26,6 +26,7 @@ from .operations import node as _node
 from .policies import RunRule
 from .policies import policy as _policy
 from .policies import run_rules as _run_rules
+from .remote import Remote, distinct_keys, parse_remote
 from .values import choice as _choice
 from .values import mapping as _mapping
 from .values import min_free as _min_free
@@ -53,6 +54,12 @@ class RootConfig:
     # The root's stable name (a folder shared by hosts that mount it at different paths): the
     # catalog stores its files relative to it (`core.root_names`). None: stored absolute.
     name: str | None = None
+    remote: Remote | None = None  # the object store it tiers to (None: the top-level one)
+
+    @property
+    def remote_name(self) -> str:
+        """The root's part of its object keys: its `name`, else its folder's name."""
+        return self.name or self.path.name
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,12 @@ class Config:
     lease_seconds: float = 120.0  # `service.lease_ttl`: a dead holder's run is free after it
     hooks: tuple[Hook, ...] = ()
     min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
+    remote: Remote | None = None  # the object store of every root without its own (None: off)
+
+    def remote_for(self, root: RootConfig) -> Remote | None:
+        """The object store `root` tiers to: its own `remote`, else the top-level one."""
+        return root.remote or self.remote
+
     web: WebView | None = None  # `service.web_listen`: the read-only web view (None: off)
     # `completion.abandoned_after`: an unfinished folder save untouched this long, with no
     # writer, is `abandoned` (core.save_verdict)
@@ -208,7 +221,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         "service",
         {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"},
     )
-    return Config(
+    config = Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),
         state_dir=state_dir,
@@ -236,8 +249,11 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         lease_seconds=_number(service.get("lease_ttl", Config.lease_seconds), "service.lease_ttl"),
         hooks=_hooks(raw.get("hooks")),
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
+        remote=parse_remote(raw["remote"], "remote") if "remote" in raw else None,
         web=_web_view(service, base),
     )
+    distinct_keys([(config.remote_for(r), r.remote_name) for r in config.roots])
+    return config
 
 
 TOP_KEYS = {
@@ -255,6 +271,7 @@ TOP_KEYS = {
     "versions",
     "hooks",
     "min_free",
+    "remote",
 }
 ROOT_KEYS = {
     "path",
@@ -265,6 +282,7 @@ ROOT_KEYS = {
     "metrics_files",
     "retention",
     "min_free",
+    "remote",
 }
 SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}
 
@@ -339,6 +357,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
         retention=_policy(raw["retention"], f"{key}.retention") if "retention" in raw else None,
         min_free=_min_free(raw["min_free"], f"{key}.min_free") if "min_free" in raw else None,
         name=_root_name(raw["name"], f"{key}.name") if "name" in raw else None,
+        remote=parse_remote(raw["remote"], f"{key}.remote") if "remote" in raw else None,
     )
 
 

@@ -1,14 +1,15 @@
 """The one rail for every destructive act on a checkpoint's files.
 
 Prune, purge, `trash restore`, `restore --version`, split and compress, the disk guard, the
-space reserve and version capture all move, delete or rewrite files through this module, and
-only through it (`tests/unit/test_architecture.py` holds every other module to that). Each act
+space reserve, version capture, the remote tier's local move and `ckpt fetch` all move, delete
+or rewrite files through this module, and only through it (`tests/unit/test_architecture.py`
+holds every other module to that). Each act
 follows the same sequence: take the run's lease (its fencing token confirmed in the act's first
 write; a lease taken over from a killed command settles what that command left planned), re-check
 the file under it (`guards.recheck`: the bytes are the ones indexed and decided on), act through
-the one filesystem mutator (`fs.fsops`, `fs.fsswap` and `fs.fsclone`), and audit (an event
-`planned` before the act, `done` or `failed` after it; a claim in the catalog where a pin may
-race the act). Two acts only add or move files of ours and take no lease: version capture (a
+the one filesystem mutator (`fs.fsops`, `fs.fsswap`, `fs.fsclone`, `fs.fsfetch`), and audit (an
+event `planned` before the act, `done` or `failed` after it; a claim in the catalog where a pin
+may race the act). Two acts only add or move files of ours and take no lease: version capture (a
 new file, verified before it gets its name, right after the indexer recorded the generation)
 and a crash's orphan version moved to the trash (no row to claim; its trash record at once).
 
@@ -21,17 +22,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..core.errors import Refused
-from ..core.model import Checkpoint, CheckpointStatus, Format, TrashedCheckpoint
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format, TrashedCheckpoint
 from ..core.units import iso_utc
 from ..formats import tf_state
-from ..fs import fsclone, fsops
+from ..fs import fsclone, fsfetch, fsops
 from ..fs.hashing import hash_files
 from ..settings.config import Config, RootConfig
 from . import guards, trash_found
@@ -275,3 +276,42 @@ def put_version_back(
         fsclone.copy_into(root.path, Path(version.path), temp)
         if hash_files([temp], root.path) != version.hash:
             raise Refused(f"version {version.path} does not hold the bytes it was kept with")
+
+
+def receive_checkpoint(
+    config: Config, store: Store, c: Checkpoint, chunks: Iterable[bytes], actor: str, source: str
+) -> None:
+    """A trashed or purged checkpoint's bytes streamed back (`ckpt fetch`, from `source`) to
+    its own path, under its run's lease, audited (`fetch`): checked against the catalog's hash
+    and published without replacing anything (`fs.fsfetch`); the row `ok` again with the new
+    file's identity."""
+    root = guards.configured_root(config, c)
+    fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed fetches
+    with (
+        run_lease(config, store, guards.run_id(store, c), actor) as lease,
+        store.audited(
+            action="fetch",
+            checkpoint_id=c.id,
+            path=c.path,
+            reason=f"from {source}",
+            size=c.size_bytes,
+            actor=actor,
+            lease=lease,
+        ),
+    ):
+        expected, digest, _files = store.identity(c.id)
+        info = fsfetch.receive(
+            Path(c.path), chunks, expected_hash=digest or "", root=root, mtime_ns=expected.mtime_ns
+        )
+        store.set_status(c.id, CheckpointStatus.OK, None, clear_trash=True)
+        store.set_fetched(c.id, FileStat(info.st_size, info.st_mtime_ns, info.st_ino))
+
+
+def receive_copy(config: Config, target: Path, chunks: Iterable[bytes], expected_hash: str) -> None:
+    """A checkpoint's bytes streamed to a new file of the user's (`ckpt fetch --to`): checked
+    against the catalog's hash, never over an existing file; beneath its root when inside one.
+    No catalog row changes, so no lease."""
+    inside = config.root_for(target)
+    fsfetch.receive(
+        target, chunks, expected_hash=expected_hash, root=inside.path if inside else None
+    )

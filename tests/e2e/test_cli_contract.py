@@ -212,6 +212,7 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["history"] = ws.json("history", "--run", "exp1")
     out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
     out["du"] = ws.json("du")
+    out["tier"] = ws.json("tier", str(other), "--dry-run")  # no remote here: a skip, with why
     # A fixed name rewritten in place (its generations kept), then its first one put back.
     fixed = ws.root / "fixed" / "best.hdf5"
     fixed.parent.mkdir()

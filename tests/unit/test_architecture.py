@@ -22,6 +22,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "formats": {"core", "fs", "children"},  # the TF readers ask a child (children.tf_child)
     "children": {"core", "fs", "formats", "__init__"},  # reader_child runs the readers
     "transforms": {"core", "fs", "formats"},
+    "remote": {"core", "fs", "settings"},  # the object store (the only boto3 import: remote.s3)
     "usecases": {
         "core",
         "fs",
@@ -30,6 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "children",
         "transforms",
         "settings",
+        "remote",
         "logs",
         "__init__",
     },
@@ -80,13 +82,16 @@ OWNERS = {
     "rich": {"cli"},
     "prometheus_client": {"service.exporter"},
     "matplotlib": {"cli.plot_png"},
+    "boto3": {"remote.s3"},  # an optional extra (ckpt-daemon[s3]), imported when first used
+    "botocore": {"remote.s3"},
     "jinja2": {"web.app"},
 }
 MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "move", "truncate"}
 # Path methods that change files whatever the receiver is called (str.replace is not one).
 PATH_MUTATORS = {"unlink", "rmdir", "write_bytes", "write_text", "symlink_to", "hardlink_to"}
-# fsswap: the renameat2 half of fsops; fsclone: its copying half (kept versions)
-MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone"}
+# fsswap: the renameat2 half of fsops; fsclone: its copying half (kept versions); fsfetch: its
+# receiving half (a file streamed back from the object store)
+MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone", "fs.fsfetch"}
 # Programs run with `python -m`: they talk to their parent on stdout and exit with a code.
 PROGRAMS = {
     "__main__",
@@ -305,6 +310,7 @@ CHECKPOINT_ACTS = {
     "fs.fsops": {"move_to_trash", "restore", "purge", "rewrite"},
     "fs.fsswap": {"publish_new", "replace_if_same"},
     "fs.fsclone": {"clone_new", "copy_into"},
+    "fs.fsfetch": {"receive"},
 }
 # Writer module -> its entry points: each called only inside the rail's `acting_on` block (the
 # run's lease held, the checkpoint re-checked under it, the act audited).

@@ -1,0 +1,131 @@
+"""Object-storage throughput: `ckpt tier` and `ckpt fetch` of a ~300 MB checkpoint against boto3's
+own plain `upload_file` and `download_file` of the same file, in the same run, on the same S3 API
+server (moto's server mode on loopback, in this process; every client is a child process, so
+each pays its interpreter and imports alike).
+
+`ckpt tier` does more than a plain upload: it re-hashes the file before (the catalog's BLAKE3)
+and after (the bytes sent), sends a SHA-256 per part, reads the copy back and moves the local
+file to the trash; `ckpt fetch` hashes what it writes and fsyncs it. Targets: each >= 0.9x the
+plain transfer's throughput, and the `ckpt` process's peak RSS < 150 MB (ru_maxrss of the
+children, read after each one).
+
+`python3 bench/s3_throughput.py [--size-mb 300] [--repeats 2]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from _common import Check, report  # noqa: E402
+
+from tests.support.s3_server import CREDENTIALS, S3Server  # noqa: E402
+
+PYTHON = sys.executable
+BUCKET = "throughput"
+PLAIN = """
+import sys, boto3
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1")
+if sys.argv[2] == "up":
+    s3.upload_file(sys.argv[3], "throughput", sys.argv[4])
+else:
+    s3.download_file("throughput", sys.argv[4], sys.argv[3])
+"""
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(seconds, the children's peak RSS in MB so far) of one child process."""
+    started = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started, peak_rss_mb()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mb", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="48 MB, once")
+    args = parser.parse_args()
+    if args.quick:
+        args.size_mb, args.repeats = 48, 1
+    env = {**os.environ, **CREDENTIALS}
+    server = S3Server()
+    server.bucket(BUCKET)
+    results: dict[str, list[float]] = {"tier": [], "plain up": [], "fetch": [], "plain down": []}
+    ckpt_rss = 0.0
+    try:
+        with tempfile.TemporaryDirectory(prefix="ckpt-s3-bench-") as tmp:
+            base = Path(tmp)
+            root = base / "runs" / "exp"
+            root.mkdir(parents=True)
+            config = base / "config.yaml"
+            config.write_text(
+                f"state_dir: {base / 'state'}\nroots:\n  - path: {base / 'runs'}\n"
+                "completion:\n  settle_seconds: 0\n"
+                f"remote:\n  url: s3://{BUCKET}/c\n  endpoint_url: {server.url}\n"
+            )
+            import numpy as np
+            from safetensors.numpy import save_file
+
+            path = root / "big.safetensors"
+            values = np.random.default_rng(0).standard_normal((args.size_mb << 18,), np.float32)
+            save_file({"w": values}, str(path))
+            del values
+            size = path.stat().st_size
+            ckpt = [PYTHON, "-m", "ckpt_daemon", "--config", str(config)]
+            subprocess.run([*ckpt, "scan"], env=env, check=True, capture_output=True)
+            plain = base / "plain.safetensors"
+            for i in range(args.repeats):
+                seconds, _ = timed([PYTHON, "-c", PLAIN, server.url, "up", str(path), f"p{i}"], env)
+                results["plain up"].append(size / seconds)
+                seconds, _ = timed(
+                    [PYTHON, "-c", PLAIN, server.url, "down", str(plain), f"p{i}"], env
+                )
+                results["plain down"].append(size / seconds)
+                plain.unlink()
+                seconds, rss = timed([*ckpt, "tier", str(path)], env)
+                ckpt_rss = max(ckpt_rss, rss)
+                results["tier"].append(size / seconds)
+                subprocess.run(
+                    [*ckpt, "trash", "purge", "--older-than", "0s"],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                seconds, rss = timed([*ckpt, "fetch", str(path)], env)
+                ckpt_rss = max(ckpt_rss, rss)
+                results["fetch"].append(size / seconds)
+    finally:
+        server.stop()
+    best = {k: max(v) / 1e6 for k, v in results.items()}
+    for name, value in best.items():
+        print(f"{name:>10}: {value:7.1f} MB/s (best of {args.repeats})")
+    up, down = best["tier"] / best["plain up"], best["fetch"] / best["plain down"]
+    # The plain client's peak is included in ru_maxrss too: the check is of the max of all.
+    checks = [
+        Check("tier vs plain upload_file", up, ">= 0.9", "x", up >= 0.9),
+        Check("fetch vs plain download_file", down, ">= 0.9", "x", down >= 0.9),
+        Check("peak RSS of the client processes", ckpt_rss, "< 150", "MB", ckpt_rss < 150),
+    ]
+    return report("s3_throughput", checks, {"size_bytes": size, **best})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The receiving half of `fsops` for object storage: a file streamed back from the store
+becomes a new file only once it is whole and its hash is the catalog's.
+
+Chunks go to our temp file beside the final name (`fsops.temp_name`: a crash leaves a temp that
+the next start removes, never a half file under the checkpoint's name), are hashed as they are
+written, fsynced, checked, given the indexed mtime, and published with `renameat2(NOREPLACE)`:
+whatever appeared at the name meanwhile (a trainer's new save) is never replaced.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from ..core.errors import HashMismatch, Refused, WouldReplace
+from .fsops import folder_beneath, relative_parts, temp_name
+from .fsswap import publish_new
+from .hashing import StreamHash
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def receive(
+    final: Path,
+    chunks: Iterable[bytes],
+    *,
+    expected_hash: str,
+    root: Path | None = None,
+    mtime_ns: int | None = None,
+) -> os.stat_result:
+    """Write `chunks` as the new file `final` (beneath `root` when given: reached without
+    following a symlink). Returns the published file's stat."""
+    opened: AbstractContextManager[int]
+    if root is not None:
+        parts = relative_parts(root, final)
+        opened = folder_beneath(root, parts[:-1])
+    else:
+        parts = (final.name,)
+        opened = _plain_folder(final.parent)
+    temp = temp_name(final, os.urandom(4).hex()).name
+    with opened as fd:
+        if _exists(fd, parts[-1]):
+            raise WouldReplace(f"{final} exists: never replaced (move it away or use --to)")
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        try:
+            digest = StreamHash()
+            with os.fdopen(out, "wb", closefd=False) as sink:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    sink.write(chunk)
+                sink.flush()
+                os.fsync(out)
+            if digest.value() != expected_hash:
+                raise HashMismatch(
+                    f"{final}: the bytes fetched hash to {digest.value()}, the catalog has"
+                    f" {expected_hash}: nothing written"
+                )
+            if mtime_ns is not None:
+                os.utime(temp, ns=(mtime_ns, mtime_ns), dir_fd=fd, follow_symlinks=False)
+            try:
+                publish_new(fd, temp, parts[-1])
+            except FileExistsError:
+                raise WouldReplace(f"{final} appeared meanwhile: never replaced") from None
+            temp = ""
+            os.fsync(fd)
+            return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.close(out)
+            if temp:
+                os.unlink(temp, dir_fd=fd)
+
+
+def _exists(fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class _plain_folder:
+    """A descriptor of a folder outside the roots (`ckpt fetch --to`), no symlink at its end."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.fd = -1
+
+    def __enter__(self) -> int:
+        try:
+            self.fd = os.open(self.folder, _DIR_FLAGS)
+        except FileNotFoundError:
+            raise Refused(f"{self.folder} does not exist: create the folder first") from None
+        return self.fd
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self.fd)

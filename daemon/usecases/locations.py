@@ -1,0 +1,49 @@
+"""Where each listed checkpoint's bytes are: `location` and `remote_url` of the listings, the
+`--location` filter. The remote copies are read only when a `remote:` is configured or asked
+for, so `ckpt list` without object storage stays on the fast reads (no Store opened)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ..core.errors import UsageError
+from ..core.model import Checkpoint
+from ..core.remote import Location, RemoteCopy, location, verified_copy
+
+if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
+    from ..catalog.store import Store
+    from ..settings.config import Config
+
+LOCATIONS = tuple(v.value for v in Location)
+
+
+def uses_remote(config: Config) -> bool:
+    return config.remote is not None or any(r.remote for r in config.roots)
+
+
+def locations(
+    config: Config, store: Callable[[], Store], found: Sequence[Checkpoint]
+) -> dict[int, tuple[str, str | None]]:
+    copies: dict[int, list[RemoteCopy]] = {}
+    if uses_remote(config) and found:
+        for copy in store().remote_copies(c.id for c in found):
+            copies.setdefault(copy.checkpoint_id, []).append(copy)
+    answer: dict[int, tuple[str, str | None]] = {}
+    for c in found:
+        mine = copies.get(c.id, [])
+        verified = verified_copy(mine)
+        answer[c.id] = (location(c.status, mine).value, verified.url if verified else None)
+    return answer
+
+
+def filtered(
+    store: Store, found: Sequence[Checkpoint], wanted: str, limit: int | None
+) -> list[Checkpoint]:
+    if wanted not in LOCATIONS:
+        raise UsageError(f"--location {wanted!r}: not one of {', '.join(LOCATIONS)}")
+    copies: dict[int, list[RemoteCopy]] = {}
+    for copy in store.remote_copies(c.id for c in found):
+        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    kept = [c for c in found if location(c.status, copies.get(c.id, [])).value == wanted]
+    return kept if limit is None else kept[:limit]

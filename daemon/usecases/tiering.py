@@ -1,0 +1,239 @@
+"""The remote tier: `ckpt tier` (and retention's `tier_after`) moves a checkpoint's bytes to the
+object store and only then frees the local disk.
+
+One tier act, under the run's lease: the file re-checked against the catalog (stat and hash),
+streamed up (`remote.s3`: multipart, bounded memory, resumed after a crash), the remote copy
+verified by reading it back (size, the SHA-256 checksum the service computed from the parts it
+received, our BLAKE3 in its metadata), recorded in the catalog, and only then the local copy
+re-checked once more and moved to the local trash (claimed like a prune's move: a pin committed
+first keeps it; purged after `trash.purge_after`). Anything that fails before the record leaves
+the local copy where it was; a remote copy that does not verify is never recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..catalog.store import Store
+from ..catalog.store_leases import HeldLease
+from ..core.errors import CkptError, NotFound, RemoteFailed, UsageError
+from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.remote import RemoteCopy, location, verified_copy
+from ..core.units import iso_utc
+from ..fs import fsops
+from ..logs import event
+from ..remote.keys import object_key
+from ..remote.s3 import ObjectStore, Uploaded
+from ..settings.config import Config, RootConfig
+from ..settings.remote import Remote
+from . import guards, rail
+from .settlement import settle_events
+
+# One object per checkpoint: the formats that are one regular file.
+SINGLE_FILE = set(Format) - {Format.TF_CHECKPOINT, Format.SAVED_MODEL}
+
+
+@cache
+def object_store(remote: Remote) -> ObjectStore:
+    """One client per store per process (its counters feed the metrics)."""
+    return ObjectStore(remote)
+
+
+@dataclass
+class TierItem:
+    id: int
+    path: str
+    action: str  # tier | skip
+    reasons: list[str]
+    bytes: int
+    remote_url: str | None = None
+    done: bool | None = None  # None: a dry run
+    resumed_parts: int = 0
+
+
+@dataclass
+class TierReport:
+    dry_run: bool
+    items: list[TierItem] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "items": [
+                {
+                    "id": i.id,
+                    "path": i.path,
+                    "action": i.action,
+                    "reasons": i.reasons,
+                    "bytes": i.bytes,
+                    "remote_url": i.remote_url,
+                    **({"done": i.done} if i.done is not None else {}),
+                    **({"resumed_parts": i.resumed_parts} if i.done else {}),
+                }
+                for i in self.items
+            ],
+            "failures": self.failures,
+        }
+
+
+def remote_of(config: Config, c: Checkpoint) -> tuple[RootConfig, Remote]:
+    root = config.root_for(Path(c.path))
+    if root is None or str(root.path) != c.root:
+        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
+    remote = config.remote_for(root)
+    if remote is None:
+        raise UsageError(f"{c.path}: no `remote:` configured for its root ({root.path})")
+    return root, remote
+
+
+def key_of(config: Config, c: Checkpoint) -> tuple[Remote, str]:
+    root, remote = remote_of(config, c)
+    if not c.hash:
+        raise fsops.Refused(f"{c.path} has no content hash yet: the next scan reads it")
+    relative = fsops.relative_parts(root.path, Path(c.path))
+    return remote, object_key(remote, root.remote_name, relative, c.hash)
+
+
+def why_not(config: Config, c: Checkpoint) -> str | None:
+    """Why `c` cannot be tiered now (None: it can)."""
+    root = config.root_for(Path(c.path))
+    if root is not None and config.remote_for(root) is None:
+        return "no `remote:` configured for its root"
+    if c.status != CheckpointStatus.OK:
+        return f"it is {c.status.value}"
+    if c.pinned:
+        return "it is pinned (kept local)"
+    if c.version_of is not None:
+        return "it is a kept version"
+    if c.format not in SINGLE_FILE:
+        return f"format {c.format.value if c.format else '?'}: only single-file checkpoints tier"
+    if not c.hash:
+        return "no content hash yet (the next scan reads it)"
+    return None
+
+
+def tier(
+    config: Config,
+    store: Store,
+    refs: list[str],
+    *,
+    dry_run: bool = False,
+    actor: str,
+    reason: str = "by hand (ckpt tier)",
+) -> TierReport:
+    report = TierReport(dry_run=dry_run)
+    if not dry_run:
+        settle_events(config, store)
+    for ref in refs:
+        c = store.get(ref)
+        blocked = why_not(config, c)
+        if blocked is None:
+            remote, key = key_of(config, c)
+            item = TierItem(c.id, c.path, "tier", [reason], c.size_bytes, remote.object_url(key))
+        else:
+            item = TierItem(c.id, c.path, "skip", [blocked], c.size_bytes)
+        report.items.append(item)
+        if dry_run or item.action == "skip":
+            continue
+        try:
+            item.resumed_parts = tier_one(config, store, c, reason=reason, actor=actor)
+            item.done = True
+        except (CkptError, OSError) as exc:
+            item.done = False
+            report.failures.append({"id": c.id, "path": c.path, "error": guards.one_line(exc)})
+            event("tier_failed", path=c.path, error=guards.one_line(exc))
+    return report
+
+
+def tier_one(
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    *,
+    reason: str,
+    actor: str,
+    lease: HeldLease | None = None,
+) -> int:
+    """Upload, verify, record, then trash the local copy. Returns the parts resumed."""
+    if lease is None:
+        with rail.run_lease(config, store, guards.run_id(store, c), actor) as held:
+            return tier_one(config, store, c, reason=reason, actor=actor, lease=held)
+    remote, key = key_of(config, c)
+    root, members = guards.located(config, store, c)
+    guards.recheck(store, c, root, members)
+    url = remote.object_url(key)
+    objects = object_store(remote)
+    with store.audited(
+        action="tier",
+        checkpoint_id=c.id,
+        path=c.path,
+        reason=f"{reason}: to {url}",
+        size=c.size_bytes,
+        actor=actor,
+        lease=lease,
+    ):
+        started = iso_utc(time.time())
+        sent = objects.upload(key, members[0], root, c.hash or "", conditional=True)
+        verify_uploaded(objects, sent, c)
+        store.record_remote(
+            c.id,
+            url=url,
+            endpoint=remote.endpoint_url,
+            size_bytes=sent.size,
+            checksum=f"sha256:{sent.sha256}",
+            content_hash=sent.content_hash,
+            uploaded_at=started,
+        )
+    event("tiered", path=c.path, url=url, bytes=sent.size, resumed_parts=sent.resumed_parts)
+    free_local(config, store, c, f"tiered to {url} (verified)", actor, lease)
+    return sent.resumed_parts
+
+
+def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint) -> None:
+    """The object under the key, read back: the service's size and checksum, our hash."""
+    found = objects.head(sent.key)
+    if found is None:
+        raise RemoteFailed(f"{sent.key}: not in the store after its upload completed")
+    problems = []
+    if found.size != c.size_bytes:
+        problems.append(f"size {found.size}, indexed {c.size_bytes}")
+    if found.sha256 is None:
+        problems.append("the service reports no SHA-256 checksum")
+    elif found.sha256 != sent.sha256:
+        problems.append(f"sha256 {found.sha256}, sent {sent.sha256}")
+    if found.content_hash != c.hash:
+        problems.append(f"metadata hash {found.content_hash}, catalog {c.hash}")
+    if problems:
+        raise RemoteFailed(f"{sent.key}: the remote copy does not verify: {'; '.join(problems)}")
+
+
+def free_local(
+    config: Config, store: Store, c: Checkpoint, reason: str, actor: str, lease: HeldLease
+) -> None:
+    """The local copy to the local trash through the rail (re-checked right before, claimed
+    like a prune's move: a pin committed first keeps it; a file that changed since it was
+    indexed keeps its place, the remote copy staying recorded)."""
+    if verified_copy(store.remote_copies([c.id])) is None:  # never without one
+        raise fsops.Refused(f"{c.path}: no verified remote copy: the local copy is kept")
+    lease.check()
+    rail.trash_checkpoint(
+        config, store, c, reason=reason, batch=rail.batch_name("tier"), actor=actor, lease=lease
+    )
+
+
+def location_of(c: Checkpoint, copies: list[RemoteCopy]) -> tuple[str, str | None]:
+    """(`location`, `remote_url`) as listings show them."""
+    found = verified_copy(copies)
+    return location(c.status, copies).value, found.url if found else None
+
+
+def require_copy(store: Store, c: Checkpoint) -> RemoteCopy:
+    found = verified_copy(store.remote_copies([c.id]))
+    if found is None:
+        raise NotFound(f"{c.path} has no verified remote copy")
+    return found

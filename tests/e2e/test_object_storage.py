@@ -1,0 +1,181 @@
+"""Object storage through the CLI against a real S3 API server on loopback (moto's server mode,
+started by the suite): config refusals, `ckpt tier` (upload, verify, record, then the local
+trash), listings' `location`, `ckpt fetch` (verified against the catalog's hash), and a
+start that aborts the multipart uploads a killed tier left."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.s3_server import CREDENTIALS, S3Server
+from tests.support.workspace import Workspace
+
+RUN = "k3/run_zip"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _aws_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+_buckets = iter(range(10_000))
+
+
+def remote_workspace(tmp_path: Path, s3: S3Server, fixtures: Path) -> tuple[Workspace, str, Any]:
+    bucket = f"ckpt-test-{next(_buckets)}"
+    client = s3.bucket(bucket)
+    ws = Workspace(tmp_path)
+    ws.config.write_text(
+        ws.config.read_text()
+        + f"remote:\n  url: s3://{bucket}/team\n  endpoint_url: {s3.url}\n  region: us-east-1\n"
+    )
+    shutil.copytree(fixtures / RUN, ws.root / RUN)
+    ws.run("scan")
+    return ws, bucket, client
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_tier_uploads_verifies_records_then_trashes_and_fetch_brings_it_back(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, bucket, client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    target = ws.root / RUN / "e01-vl1.683.keras"
+    original = target.read_bytes()
+    (row,) = [r for r in ws.json("list") if r["path"] == str(target)]
+    assert (row["location"], row["remote_url"]) == ("local", None)
+
+    planned = ws.json("tier", str(target), "--dry-run")
+    assert [i["action"] for i in planned["items"]] == ["tier"]
+    assert target.exists() and client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+
+    done = ws.json("tier", str(target))
+    url = done["items"][0]["remote_url"]
+    assert done["items"][0]["done"] is True and not done["failures"]
+    assert not target.exists()  # freed only after the copy verified
+    key = url.removeprefix(f"s3://{bucket}/")
+    assert key.startswith("team/runs/k3/run_zip/") and key.endswith("/e01-vl1.683.keras")
+    head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    assert head["ContentLength"] == len(original)
+    assert head["Metadata"]["ckpt-hash"] == row["hash"]
+    assert head["ChecksumSHA256"]
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == original
+
+    remote_rows = ws.json("list", "--location", "remote")
+    assert [(r["path"], r["location"], r["remote_url"]) for r in remote_rows] == [
+        (str(target), "remote", url)
+    ]
+    local = ws.json("list", "--location", "local")
+    assert str(target) not in {r["path"] for r in local} and len(local) == 2
+
+    # The local trash still has it: fetch restores it from there (no network needed).
+    assert ws.run("fetch", str(row["id"])).stdout.strip() == str(target)
+    assert target.read_bytes() == original
+    (back,) = [r for r in ws.json("list") if r["path"] == str(target)]
+    assert (back["location"], back["remote_url"]) == ("both", url)
+
+
+def test_fetch_after_the_purge_streams_the_copy_back_verified(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, _bucket, _client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    target = ws.root / RUN / "e02-vl1.663.keras"
+    original = target.read_bytes()
+    ws.run("tier", str(target))
+    ws.run("trash", "purge", "--older-than", "0s")
+    assert not list((ws.root / ".ckpt-trash").rglob("e02*"))
+    (row,) = [r for r in ws.json("list", "--location", "remote")]
+    assert row["status"] == "purged"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert ws.run("fetch", str(row["id"]), "--to", str(elsewhere)).stdout.strip() == str(
+        elsewhere / target.name
+    )
+    assert (elsewhere / target.name).read_bytes() == original
+
+    assert ws.run("fetch", str(row["id"])).stdout.strip() == str(target)
+    assert target.read_bytes() == original
+    (back,) = [r for r in ws.json("list") if r["path"] == str(target)]
+    assert (back["status"], back["location"]) == ("ok", "both")
+    assert back["hash"] == row["hash"]
+    # The fetched file is the indexed one, identity included: a scan does not read it again.
+    rescan = ws.json("scan")
+    assert rescan["indexed"] == [] and not rescan["failed"], rescan
+
+
+def test_a_remote_copy_with_other_bytes_is_never_fetched(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, bucket, client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    target = ws.root / RUN / "e01-vl1.683.keras"
+    url = ws.json("tier", str(target))["items"][0]["remote_url"]
+    key = url.removeprefix(f"s3://{bucket}/")
+    forged = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    forged[len(forged) // 2] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(forged))
+    out = tmp_path / "copy.keras"
+    result = ws.run("fetch", str(target), "--to", str(out), check=False)
+    assert result.returncode == 3, result.stderr
+    assert "hash" in result.stderr and not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ckpt-tmp")]
+
+
+def test_pinned_and_multi_file_checkpoints_are_skipped_with_the_reason(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, _bucket, _client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    target = ws.root / RUN / "e03-vl1.643.keras"
+    ws.run("pin", str(target))
+    (item,) = ws.json("tier", str(target))["items"]
+    assert item["action"] == "skip" and "pinned" in item["reasons"][0]
+    assert target.exists()
+
+
+def test_config_refuses_credentials_and_bad_urls_with_the_key(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    base = ws.config.read_text()
+    for remote, key in (
+        ("remote:\n  url: s3://bkt/p\n  aws_secret_access_key: x\n", "remote.aws_secret_acc"),
+        ("remote:\n  url: http://bkt/p\n", "remote.url"),
+        ("remote:\n  url: s3://B_d/p\n", "remote.url"),
+        ("remote:\n  url: s3://bkt/p\n  endpoint_url: ftp://x\n", "remote.endpoint_url"),
+    ):
+        ws.config.write_text(base + remote)
+        result = ws.run("config", "check", check=False)
+        assert result.returncode == 2 and f"config: {key}" in result.stderr, result.stderr
+        assert "testing-secret" not in result.stderr
+
+
+def test_serve_refuses_an_unreachable_bucket_and_aborts_stale_uploads(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, bucket, client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    stale = client.create_multipart_upload(Bucket=bucket, Key="team/runs/k3/x/y.keras")
+    other = client.create_multipart_upload(Bucket=bucket, Key="elsewhere/z.keras")
+    ws.run("serve", "--once")
+    left = {u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
+    assert stale["UploadId"] not in left and other["UploadId"] in left  # only under our prefix
+
+    ws.config.write_text(ws.config.read_text().replace(bucket, "no-such-bucket-here"))
+    result = ws.run("serve", "--once", check=False)
+    assert result.returncode == 2, result.stderr
+    assert "config: remote.url:" in result.stderr and "cannot be reached" in result.stderr
+    assert "testing-secret" not in result.stderr + result.stdout
