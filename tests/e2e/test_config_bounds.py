@@ -45,8 +45,8 @@ def document(root: Path, pattern: str, value: Any) -> dict[str, Any]:
         doc["retention"] = {"keep_best": [{"metric": "val_loss", "n": value}]}
     elif pattern == "hooks[].timeout":
         doc["hooks"] = [{"on": ["corrupt"], "command": ["/bin/true"], "timeout": value}]
-    elif pattern == "service.metrics_listen":
-        doc["service"] = {"metrics_listen": f"127.0.0.1:{value}"}
+    elif pattern in ("service.metrics_listen", "service.web_listen"):
+        doc["service"] = {leaf: f"127.0.0.1:{value}"}
     elif head == "retention":  # with a keep rule: max_bytes alone keeps nothing
         doc[head] = {"keep_last": 3, leaf: value} if leaf != "keep_last" else {leaf: value}
     elif head:

@@ -22,6 +22,13 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _fresh_copy(src: Path, dst: Path) -> Path:
+    """A copy whose files were just written (the session's fixtures may be older than any
+    settle time): what a trainer's folder looks like while it is still young."""
+    shutil.copytree(src, dst, copy_function=shutil.copyfile)
+    return dst
+
+
 def _rows(ws: Workspace, *args: str) -> dict[str, dict[str, Any]]:
     return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list", "--all", *args)}
 
@@ -69,9 +76,9 @@ def test_a_missing_or_short_shard_is_incomplete_while_young_then_corrupt_naming_
 ) -> None:
     young = Workspace(tmp_path / "young", settle_seconds=3600)
     for ws in [young]:
-        _copy(hf_runs / "sharded" / "tiny", ws.root / "gone" / "tiny")
-        _copy(hf_runs / "sharded-bin" / "tiny", ws.root / "short" / "tiny")
-        _copy(hf_runs / "trainer" / "out" / "checkpoint-4", ws.root / "cut" / "checkpoint-4")
+        _fresh_copy(hf_runs / "sharded" / "tiny", ws.root / "gone" / "tiny")
+        _fresh_copy(hf_runs / "sharded-bin" / "tiny", ws.root / "short" / "tiny")
+        _fresh_copy(hf_runs / "trainer" / "out" / "checkpoint-4", ws.root / "cut" / "checkpoint-4")
         gone = _shard(ws.root / "gone" / "tiny", 2)
         gone.unlink()
         short = _shard(ws.root / "short" / "tiny", 1)

@@ -182,6 +182,7 @@ def test_a_live_scrape_has_every_metric_with_its_exact_value(scenario: dict[str,
         "removed": 0,
         "standby": 1,  # full.h5 is a fixed name: its generation 1 kept (before the compress)
         "purged": 0,
+        "abandoned": 0,
     }
     assert value(s, "ckpt_bytes", root=root, kind="checkpoint") == sizes["ok"] + sizes["corrupt"]
     assert value(s, "ckpt_bytes", root=root, kind="trash") == sizes["trash"]
