@@ -195,6 +195,10 @@ def _read(path: Path) -> str:
         raise ConfigError("(file)", f"{path}: {exc}") from exc
 
 
+COMPLETION_KEYS = {"settle_seconds", "min_age_seconds", "abandoned_after"}
+SERVICE_KEYS = {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"}
+
+
 def parse(text: str, *, base: Path, source: str, database_override: str | None = None) -> Config:
     import yaml
 
@@ -211,16 +215,8 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
     database = override or raw.get("database", "sqlite:///{state_dir}/catalog.db")
     if not isinstance(database, str) or not database.strip():
         raise ConfigError("database", "expected an SQLAlchemy URL")
-    completion = _mapping(
-        raw.get("completion", {}),
-        "completion",
-        {"settle_seconds", "min_age_seconds", "abandoned_after"},
-    )
-    service = _mapping(
-        raw.get("service", {}),
-        "service",
-        {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"},
-    )
+    completion = _mapping(raw.get("completion", {}), "completion", COMPLETION_KEYS)
+    service = _mapping(raw.get("service", {}), "service", SERVICE_KEYS)
     config = Config(
         source=source,
         database=_database_url(database, state_dir, Path.cwd() if override else base),

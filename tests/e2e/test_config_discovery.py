@@ -161,7 +161,8 @@ def test_a_new_catalog_is_announced_once(place: Place) -> None:
 def test_db_commands_in_a_fresh_folder(place: Place) -> None:
     catalog = place.cwd / ".ckpt" / "catalog.db"
     current = place.ckpt("db", "current")
-    assert (current.returncode, current.stdout, current.stderr) == (0, f"empty (needs {db.SCHEMA_HEAD})\n", "")
+    needs = f"empty (needs {db.SCHEMA_HEAD})\n"
+    assert (current.returncode, current.stdout, current.stderr) == (0, needs, "")
     assert not catalog.exists() and not catalog.parent.exists()  # asking created nothing
     upgrade = place.ckpt("db", "upgrade")
     assert upgrade.returncode == 0, upgrade.stderr
