@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,11 @@ def write_orbax_killed(out: Path) -> None:
     manager.wait_until_finished()
     state["params"]["w"] = state["params"]["w"] * 2
     manager.save(2, args=ocp.args.StandardSave(state))
+    # The background thread makes the tmp folder: a kill before it exists leaves nothing to
+    # see (seen on a fresh, quiet machine), so wait for it, then kill mid-write.
+    deadline = time.monotonic() + 60
+    while not any(out.glob("2.orbax-checkpoint-tmp*")) and time.monotonic() < deadline:
+        time.sleep(0.0005)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
