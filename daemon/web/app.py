@@ -137,7 +137,7 @@ class WebApp:
         if name == "/checkpoint":
             return pages.checkpoint_page(cat, _required(params, "id"))
         if name == "/disk":
-            return pages.disk_page(cat)
+            return pages.disk_page(cat, params)
         if name == "/hosts":
             return pages.hosts_page(cat)
         if name == "/log":
@@ -156,7 +156,8 @@ class WebApp:
             params=dict(params),
             roots=roots,
             marks=MARKS,
-            glyphs=GLYPHS,
+            glyphs=GLYPHS | pages.VIEW_GLYPHS,
+            view_marks=tuple(pages.VIEW_GLYPHS),
             request_path=name + ("?" + urlencode(params) if params else ""),
             changes=_changes_key(pages.changes(self.catalog)),
             **page.view,
