@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import web_page
 from tests.support.s3_server import CREDENTIALS, S3Server
 from tests.support.workspace import Workspace
 
@@ -84,6 +85,17 @@ def test_tier_uploads_verifies_records_then_trashes_and_fetch_brings_it_back(
     ]
     local = ws.json("list", "--location", "local")
     assert str(target) not in {r["path"] for r in local} and len(local) == 2
+    # The web view's run page marks it remote, with list --json's location and URL.
+    status, doc = web_page(ws.config, "/api/run", run=RUN)
+    assert status == 200
+    shown = doc["marks"][str(row["id"])]
+    assert (shown["location"], shown["remote_url"]) == ("remote", url)
+    assert "remote" in shown["marks"] and "trashed" in shown["marks"]
+    others = [v for k, v in doc["marks"].items() if k != str(row["id"])]
+    assert len(others) == 2 and all(v["location"] == "local" for v in others)
+    assert all("remote" not in v["marks"] for v in others)
+    html = web_page(ws.config, "/run", run=RUN)[1]
+    assert f'data-id="{row["id"]}" data-marks="trashed remote"' in html  # its curve marker
 
     # The local trash still has it: fetch restores it from there (no network needed).
     assert ws.run("fetch", str(row["id"])).stdout.strip() == str(target)
