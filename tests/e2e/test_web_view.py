@@ -203,10 +203,13 @@ def test_hostile_names_are_shown_as_typed_and_run_nothing(site: Any) -> None:
     assert page.locator("main script, main img").count() == 0
     first = page.locator("tr.checkpoint a").first.inner_text()
     page.close()
-    page = page_at(site, f"/checkpoint?id={first}")
-    assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.locator("main img, main script").count() == 0
-    page.close()
+    for path in (f"/checkpoint?id={first}", "/disk", f"/log?run={quote(SCRIPT_RUN)}"):
+        page = page_at(site, path)
+        assert page.evaluate("typeof window.__pwned") == "undefined", path
+        assert page.locator("main img, main script").count() == 0, path
+        if path == "/disk":  # the run's name, as typed, in the bytes-by-run table
+            assert SCRIPT_RUN in page.locator("table.du").first.inner_text()
+        page.close()
 
 
 def test_a_non_loopback_address_needs_a_token(tmp_path: Path, site: Any) -> None:
