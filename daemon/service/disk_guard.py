@@ -45,7 +45,9 @@ class Episode:
     free_at_start: int
     threshold: int
     freed: int = 0
-    acts: dict[str, int] = field(default_factory=lambda: {"purge": 0, "demote": 0, "trash": 0})
+    acts: dict[str, int] = field(
+        default_factory=lambda: {"purge": 0, "demote": 0, "tier": 0, "trash": 0}
+    )
     failures: int = 0
     stuck_at: float | None = None  # monotonic time of the last pass that could not free enough
     above_since: float | None = None  # monotonic time free space got back above min_free

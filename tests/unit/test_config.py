@@ -129,6 +129,8 @@ NUMERIC_FIELDS = {
     **{("Policy", k): f"retention.{k}" for k in ("keep_last", "keep_every", "keep_within")},
     **{("Policy", k): f"retention.{k}" for k in ("keep_hourly", "keep_daily", "keep_weekly")},
     ("Policy", "max_bytes"): "retention.max_bytes",
+    ("Policy", "tier_after"): "retention.tier_after",
+    **{("KeepLocal", k): f"retention.keep_local.{k}" for k in ("last", "best")},
     ("KeepBest", "n"): "retention.keep_best[].n",
     ("Hook", "timeout"): "hooks[].timeout",
     ("Listen", "port"): "service.metrics_listen service.web_listen",
