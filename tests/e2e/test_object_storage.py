@@ -1,18 +1,23 @@
 """Object storage through the CLI against a real S3 API server on loopback (moto's server mode,
 started by the suite): config refusals, `ckpt tier` (upload, verify, record, then the local
-trash), listings' `location`, `ckpt fetch` (verified against the catalog's hash), and a
-start that aborts the multipart uploads a killed tier left."""
+trash), listings' `location`, `ckpt fetch` (verified against the catalog's hash), a start that
+aborts the multipart uploads a killed tier left, and a live daemon tiering by policy
+(`tier_after`, `keep_local`) with its hook, metrics and `du`, then `best`/`latest` answered
+from the store (`--fetch`)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.daemon import Daemon
 from tests.support.s3_server import CREDENTIALS, S3Server
 from tests.support.workspace import Workspace
 
@@ -179,3 +184,76 @@ def test_serve_refuses_an_unreachable_bucket_and_aborts_stale_uploads(
     assert result.returncode == 2, result.stderr
     assert "config: remote.url:" in result.stderr and "cannot be reached" in result.stderr
     assert "testing-secret" not in result.stderr + result.stdout
+
+
+TIERING = """retention:
+  keep_last: 3
+  keep_best: {metric: val_loss}
+  tier_after: 0s
+  keep_local: {last: 1}
+service:
+  heartbeat: 1s
+schedule:
+  rescan: 0
+  retention: 1s
+hooks:
+  - on: [tiered]
+    command: [/bin/sh, -c, 'cat >> "$0"; echo >> "$0"', HOOKS]
+"""
+
+
+def test_a_live_daemon_tiers_by_policy_and_best_latest_answer_from_the_store(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, bucket, _client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    hooks = tmp_path / "hooks.jsonl"
+    ws.config.write_text(ws.config.read_text() + TIERING.replace("HOOKS", str(hooks)))
+    names = ("e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras")
+    e01, e02, e03 = (ws.root / RUN / name for name in names)
+    originals = {p: p.read_bytes() for p in (e01, e02, e03)}
+
+    (plan,) = ws.json("prune", "--dry-run")["runs"]
+    decided = {d["path"]: d for d in plan["decisions"]}
+    assert [decided[str(p)]["action"] for p in (e01, e02, e03)] == ["tier", "tier", "keep"]
+    assert decided[str(e01)]["reasons"][0].startswith("older than tier_after 0s: tiered")
+    assert "stays local (newest, keep_local last #1)" in decided[str(e03)]["reasons"]
+    assert plan["tiered"] == 2 and "tier_after 0s, keep_local last 1" in plan["policy"]
+
+    daemon = Daemon(ws)
+    try:
+        daemon.wait_until(lambda: hooks.exists() and hooks.read_text().count("tiered") >= 2, 120)
+        lines = [line for line in hooks.read_text().splitlines() if line.strip()]
+        events = {d["path"]: d for d in map(json.loads, lines)}
+        assert set(events) == {str(e01), str(e02)} and not e01.exists() and e03.exists()
+        urls = {path: d["remote_url"] for path, d in events.items()}
+        assert all(u.startswith(f"s3://{bucket}/team/") for u in urls.values())
+        tiered = len(originals[e01]) + len(originals[e02])
+        assert sum(d["bytes"] for d in events.values()) == tiered
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(ws.run("metrics").stdout)
+            for s in family.samples
+        }
+        assert samples[("ckpt_uploaded_bytes_total", ())] == tiered
+        assert samples[("ckpt_tiered_total", ())] == 2
+        assert samples[("ckpt_upload_failures_total", ())] == 0
+        assert samples[("ckpt_remote_bytes", (("root", str(ws.root)),))] == tiered
+        store = f"s3://{bucket}/team"
+        assert samples[("ckpt_remote_retries_total", (("store", store),))] == 0
+    finally:
+        assert daemon.stop() == 0, daemon.log
+
+    (root,) = ws.json("du")["roots"]
+    assert (root["remote_bytes"], root["remote_files"]) == (tiered, 2)
+    assert root["bytes"] == len(originals[e03]) + tiered  # local: e03, and the two in the trash
+
+    # The worst val_loss (e01) is only in the store: its URL, or with --fetch its local path.
+    assert ws.run("best", "--metric", "val_loss", "--mode", "max").stdout.strip() == urls[str(e01)]
+    fetched = ws.run("best", "--metric", "val_loss", "--mode", "max", "--fetch").stdout
+    assert fetched.strip() == str(e01) and e01.read_bytes() == originals[e01]
+
+    ws.run("tier", str(e03))  # now the newest is only in the store
+    resumed = ws.json("latest", "--resumable", "--fetch")
+    assert (resumed["path"], resumed["location"], resumed["resumable"]) == (str(e03), "both", True)
+    assert resumed["remote_url"].endswith("/e03-vl1.643.keras")
+    assert e03.read_bytes() == originals[e03]
