@@ -160,6 +160,10 @@ class DiskGuard(threading.Thread):
                 path=step.path,
                 bytes=step.frees,
             )
+            if step.action == "tier":  # its bytes went to the object store, verified
+                self.hooks.emit(
+                    "tiered", path=step.path, run=step.run, reason=step.reason, bytes=step.frees
+                )
         for failure in relief.failures:
             event("disk_guard_skipped", level=logging.INFO, **failure)
         # Nothing left to free, or nothing could be done (a lease held, a file changed): ask

@@ -236,10 +236,10 @@ def test_a_live_daemon_tiers_by_policy_and_best_latest_answer_from_the_store(
 
     daemon = Daemon(ws)
     try:
-        daemon.wait_until(lambda: len(hook_documents(hooks)) >= 2, 120, "two tiered hooks")
-        daemon.wait_until(lambda: not w01.exists(), 120, "the guard tiering w.01")
+        daemon.wait_until(lambda: len(hook_documents(hooks)) >= 3, 120, "three tiered hooks")
         events = {d["path"]: d for d in hook_documents(hooks)}
         assert {d["event"] for d in events.values()} == {"tiered"}
+        assert "disk pressure" in events.pop(str(w01))["reason"] and not w01.exists()
         assert set(events) == {str(e01), str(e02)} and not e01.exists() and e03.exists()
         urls = {path: d["remote_url"] for path, d in events.items()}
         assert all(u.startswith(f"s3://{bucket}/team/") for u in urls.values())
