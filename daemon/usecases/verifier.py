@@ -102,6 +102,9 @@ def _load(c: Checkpoint) -> Verdict:
     (`children.keras_load_probe`)."""
     from ..children import keras_load_probe
 
+    if c.status != CheckpointStatus.OK and (c.format is None or c.format in TORCH_LOADED):
+        # unreadable: the reader already said what is wrong, no loader is handed it
+        return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
     if c.format in TORCH_LOADED:
         return _torch_load(c)
     if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
@@ -144,12 +147,9 @@ _HF_WEIGHTS = ("model*.safetensors", "pytorch_model*.bin")
 def _torch_load(c: Checkpoint) -> Verdict:
     """Load with torch in a child (`children.torch_load_probe`: `weights_only=True`, or
     safetensors; as `nobody` when started as root), and compare its inference artifact's
-    tensors with the checkpoint's. A file the catalog does not hold as `ok` is not loaded:
-    the reader already said what is wrong with it. An HF folder: its weight files."""
+    tensors with the checkpoint's. An HF folder: its weight files."""
     from ..children import torch_load_probe
 
-    if c.status != CheckpointStatus.OK:
-        return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
     paths = [Path(c.path)]
     if c.format == Format.HF_FOLDER:
         paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
