@@ -4,7 +4,7 @@ of each taken on the writer's side.
 Usage (always in a child process: the pytest process never imports torch)::
 
     python3 tests/support/torch_runs.py --files OUT       # OUT/plain/..., OUT/plain-truth.json
-    python3 tests/support/torch_runs.py --lightning RUN   # RUN/ckpts/*.ckpt, RUN/logs/..., truth
+    python3 tests/support/torch_runs.py --lightning RUN   # RUN/ckpts/*.ckpt, RUN/logs/, RUN/tb/
 
 The truth is what the frameworks report: the state dicts and optimizers as the writer holds
 them, and each Lightning checkpoint loaded back with `torch.load` in this (trusted) process,
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-VERSION = 4
+VERSION = 5
 PLAIN_TRUTH = "plain-truth.json"
 LIGHTNING_TRUTH = "lightning-truth.json"
 GENERATE_TIMEOUT_S = 900
@@ -184,7 +184,7 @@ def write_lightning(run: Path) -> None:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     class Net(pl.LightningModule):
         def __init__(self, lr: float = 0.01, hidden: int = 8) -> None:
@@ -233,7 +233,8 @@ def write_lightning(run: Path) -> None:
         accelerator="cpu",
         devices=1,
         callbacks=[Logged(), checkpoint],
-        logger=CSVLogger(run, name="logs"),
+        # Both of Lightning's file loggers: logs/version_0/metrics.csv, tb/version_0/events...
+        logger=[CSVLogger(run, name="logs"), TensorBoardLogger(run, name="tb")],
         enable_progress_bar=False,
         enable_model_summary=False,
         log_every_n_steps=1,
