@@ -5,6 +5,7 @@ the daemon sees a move, never a write-close). torch is never imported by the tes
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -103,7 +104,8 @@ def test_split_torch_files_into_safetensors_verified_by_torch_and_verify_load(
         result = ws.json("split", str(rows[name]["id"]))
         artifact = Path(result["artifact"])
         assert artifact == path.with_name(path.stem + ".inference.safetensors"), result
-        assert artifact.with_name(path.stem + ".inference.md").is_file()  # its model card
+        card = artifact.with_name(path.stem + ".inference.md").read_text()  # its model card
+        assert f"load_state_dict(load_file({json.dumps(str(artifact))}))" in card, card
         pairs.append((path, artifact))
     assert {name: path.read_bytes() for name, path in sources.items()} == before
     checked = split_check(pairs)
