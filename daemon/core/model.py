@@ -192,6 +192,9 @@ class Run:
     evidence: list[str] = field(default_factory=list)  # how steps_per_epoch was (not) learned
     newest_mtime_ns: int | None = None  # the newest ok checkpoint's mtime: the run's last save
     best_values: dict[str, float] = field(default_factory=dict)  # metric -> the best's value
+    # The run's last save, when it did not complete (abandoned or corrupt, after its newest ok
+    # checkpoint): {path, status, reason, mtime_ns}; None when it did.
+    last_save_failed: dict[str, Any] | None = None
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----

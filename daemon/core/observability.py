@@ -30,7 +30,7 @@ COUNTED_ACTIONS.update(capture_skipped="capture-skipped")
 DEMOTED_REASON = "demoted to its inference artifact"
 # The codec recorded for a compress that would not shrink the file (usecases.artifacts).
 NOT_SMALLER = "not smaller: "
-HOOK_EVENTS = ("new_best", "corrupt", "disk_pressure", "retention")
+HOOK_EVENTS = ("new_best", "corrupt", "disk_pressure", "retention", "save_failed")
 
 
 def iso_seconds(iso: str) -> float:

@@ -19,8 +19,12 @@ Semantics:
 - Always kept: the newest ok checkpoint by that order ("newest"), and also the most recently
   written one if that is another ("newest mtime": a run mixing known and unknown progress
   keeps both candidates), pinned ones ("pinned"), every non-ok one (its status as the
-  reason: the planner never trashes what it could not read), and those the caller protects
-  with a reason of its own (`Item.protected`: a rewritten file's previous generation).
+  reason: the planner never trashes what it could not read, nor a save still in flight), and
+  those the caller protects with a reason of its own (`Item.protected`: a rewritten file's
+  previous generation).
+- An `abandoned` save (a folder save nobody will finish: `core.save_verdict`) is trashed with
+  its own reason ("abandoned: " and the evidence) unless pinned or protected; it never takes a
+  rule's slot, so the run's newest complete checkpoint is kept as always.
 - `keep_last`, `keep_every` and `keep_within` count training moments, not files
   (`training_moments`): every ok file saved at one epoch (or step) is one moment, so
   `model-008.keras`, `w-08.weights.h5` and `best.h5` of epoch 8 are kept, or not, together, and
@@ -92,6 +96,7 @@ class Item:
     # The size of its inference artifact if it can be demoted to one (split), else None.
     inference_bytes: int | None = None
     protected: str | None = None  # kept whatever the rules say, for this reason
+    reason: str | None = None  # the row's own reason (an abandoned save's evidence)
 
 
 @dataclass(frozen=True)
@@ -246,7 +251,7 @@ def _reasons(
             yield item.id, PROTECTED, "pinned"
         if item.protected:
             yield item.id, PROTECTED, item.protected
-        if item.status != CheckpointStatus.OK:
+        if item.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED):
             yield item.id, PROTECTED, str(item.status)
     newest_first = ok[::-1]  # by mtime: ties in keep_best, periods
     moments = training_moments(ok)
@@ -370,6 +375,9 @@ def _decide(
         )
         return Decision(item.id, item.path, action, (reason,), freed)
     if not tags:
-        return Decision(item.id, item.path, "trash", ("matched no keep rule",), item.size_bytes)
+        why = "matched no keep rule"
+        if item.status == CheckpointStatus.ABANDONED:
+            why = f"abandoned: {item.reason}" if item.reason else "abandoned save"
+        return Decision(item.id, item.path, "trash", (why,), item.size_bytes)
     reasons = tuple(reason for _, reason in tags)
     return Decision(item.id, item.path, "keep", reasons, item.size_bytes)

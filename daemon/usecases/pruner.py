@@ -31,7 +31,7 @@ from ..core.model import Checkpoint, CheckpointStatus
 from ..core.progress import Counter, OnProgress
 from ..fs import fsops
 from ..settings.config import Config
-from . import guards, rail
+from . import guards, rail, save_checks
 from .retention_plan import PruneReport, RunPlan, plan_runs, planner_item, run_checkpoints
 from .settlement import settle_events
 from .trash import parse_older_than, purge, restore
@@ -173,9 +173,12 @@ def trash_decided(
 ) -> None:
     """Carry out one decision to trash or demote `c` under its run's `lease` (retention's and
     the disk guard's): refused if it is pinned or not `ok` any more; a demotion splits first
-    (its inference artifact stays in its place), then the file goes to the trash."""
-    if c.status != CheckpointStatus.OK or c.pinned:
+    (its inference artifact stays in its place), then the file goes to the trash. An
+    abandoned folder save may go too, never while a process has one of its files open."""
+    if c.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED) or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    if c.status == CheckpointStatus.ABANDONED:
+        save_checks.refuse_if_written(Path(c.path))
     demote = decision.action == "demote"
     if demote and c.id not in store.ids_with_artifact("inference"):
         from .artifacts import split_checkpoint  # the inference artifact first, then the file

@@ -172,6 +172,7 @@ def planner_item(c: Checkpoint, can_demote: bool, protected: str | None = None) 
         # Without its optimizer state a checkpoint is about its weights plus the config.
         inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if can_demote else None,
         protected=protected,
+        reason=c.reason,
     )
 
 
