@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ckpt_daemon.api import open_catalog
 from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.cli import documents
 from ckpt_daemon.core.retention import Policy
 from ckpt_daemon.service.hooks import HookRunner, Notifications
 from ckpt_daemon.settings import config as config_module
@@ -101,15 +102,15 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
     assert waited.returncode == 6  # an abandoned save is never the new checkpoint
 
     # flagged: the run's last save did not complete (keras#23609), in runs and status
-    flagged = runs_by_name(ws)
-    assert flagged["killed"]["last_save_failed"]["path"] == tmp_path_text
-    assert flagged["killed"]["last_save_failed"]["status"] == "abandoned"
-    assert flagged["orbax-sync"]["last_save_failed"] is None
     table = ws.run("runs").stdout
     assert "last save did not complete: 2.orbax-checkpoint-tmp (abandoned)" in table
-    status = ws.run("status").stdout  # the fast path's read; its JSON twin is the API's
+    status = ws.run("status").stdout  # the fast path's read
     assert f"run killed: last save did not complete: {tmp_path_text} (abandoned: " in status
     with open_catalog(str(ws.config)) as cat:
+        flagged = {r["name"]: r for r in documents.runs(cat.runs())}  # `runs --json`'s rows
+        assert flagged["killed"]["last_save_failed"]["path"] == tmp_path_text
+        assert flagged["killed"]["last_save_failed"]["status"] == "abandoned"
+        assert flagged["orbax-sync"]["last_save_failed"] is None
         assert [(s["run"], s["path"]) for s in cat.status()["last_save_failed"]] == [
             ("evil", str(hostile)),  # a corrupt save, with nothing ok before it: failed too
             ("killed", tmp_path_text),
@@ -165,10 +166,6 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
 
 def decisions(report: PruneReport) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {d.path: (d.action, d.reasons) for rp in report.runs for d in rp.plan.decisions}
-
-
-def runs_by_name(ws: Workspace) -> dict[str, dict]:
-    return {r["name"]: r for r in ws.json("runs")}
 
 
 def scan_with_hooks(ws: Workspace, out: Path) -> list[dict]:
