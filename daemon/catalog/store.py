@@ -317,7 +317,7 @@ class Store(
             return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
-        found = store_reads.list_runs(self._engine)
+        found = self._hot.runs()
         failed = {(f["root"], f["run"]): f for f in self._hot.unfinished_last_saves()}
         return [
             dataclasses.replace(r, last_save_failed=failed[(r.root, r.name)])

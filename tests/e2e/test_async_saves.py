@@ -28,6 +28,7 @@ from ckpt_daemon.usecases.describe import render
 from ckpt_daemon.usecases.retention_plan import PruneReport
 from tests.support import Workspace
 from tests.support.async_saves import generate
+from tests.support.browser import web_page
 
 ABANDONED_AFTER_S = 3.0
 KEEP_LAST_1 = Policy(keep_last=1)
@@ -81,6 +82,12 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
         assert {r.name: r for r in cat.runs()}["killed"].last_save_failed is None
     latest = ws.run("latest", "--run", "killed").stdout.strip()
     assert latest.endswith("/killed/1")
+    overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
+    assert overview["killed"]["last_save_unfinished"] is True  # the web view's status flag
+    assert overview["killed"]["flags"] == {"incomplete": 1}
+    assert overview["orbax-sync"]["last_save_unfinished"] is False
+    assert "last save did not complete" in web_page(ws.config, "/", q="killed")[1]
+    assert "last save did not complete" not in web_page(ws.config, "/", q="orbax-sync")[1]
     resumable = ws.run("latest", "--run", "orbax-sync", "--resumable").stdout.strip()
     assert resumable.endswith("/orbax-sync/3")
 
@@ -98,6 +105,9 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
         ("save_failed", tmp_path_text, "killed")
     ]
     assert "did not complete" in hooked[0]["reason"]
+    overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
+    assert overview["killed"]["flags"] == {"abandoned": 1}
+    assert overview["killed"]["last_save_unfinished"] is True
     waited = ws.run("wait", "--run", "killed", "--newer-than", "1", "--timeout", "1s", check=False)
     assert waited.returncode == 6  # an abandoned save is never the new checkpoint
 
