@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,11 +34,23 @@ _TMP_MARGIN = 1 << 30  # left free on a temp folder that is a disk
 @contextmanager
 def staging(paths: list[Path]) -> Iterator[dict[str, str]]:
     """The parent's side: the child's environment with a fresh staging folder, removed after."""
-    need = sum(p.stat().st_size for p in paths)
+    need = sum(_bytes(p) for p in paths)
     base = _staging_base(need)
     with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=base) as folder:
         os.chmod(folder, 0o700)
         yield {**os.environ, STAGING_ENV: folder, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def _bytes(path: Path) -> int:
+    """A file's size, or a folder checkpoint's: its regular files, no symlink followed."""
+    if not path.is_dir():
+        return path.stat().st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(path, followlinks=False):
+        for name in files:
+            st = os.lstat(os.path.join(dirpath, name))
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def _staging_base(need: int) -> str:
@@ -69,6 +82,36 @@ def stage(paths: list[str]) -> list[str]:
     if owner is not None:
         os.chown(folder, *owner)
     return staged
+
+
+def stage_folder(path: str) -> str:
+    """The child's side, before `drop`: a private copy of a folder checkpoint (Orbax step, DCP),
+    its tree kept: regular files and folders only, none followed through a symlink."""
+    folder = os.environ[STAGING_ENV]
+    owner = _target()
+    copy = os.path.join(folder, "0-" + os.path.basename(path.rstrip("/")))
+    for dirpath, dirs, files in os.walk(path, followlinks=False):
+        target = os.path.normpath(os.path.join(copy, os.path.relpath(dirpath, path)))
+        os.mkdir(target, 0o700)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(dirpath, d))]
+        for name in files:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(os.path.join(dirpath, name), flags)
+            except OSError:  # a symlink (ELOOP) or a file gone meanwhile: not copied
+                continue
+            with os.fdopen(fd, "rb") as src:
+                if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                    continue
+                with open(os.path.join(target, name), "xb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+    for dirpath, _dirs, files in os.walk(copy):
+        for name in [*files, "."]:
+            if owner is not None:
+                os.chown(os.path.join(dirpath, name), *owner)
+    if owner is not None:
+        os.chown(folder, *owner)
+    return copy
 
 
 def drop() -> str:

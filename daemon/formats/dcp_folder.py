@@ -105,6 +105,41 @@ def read_folder(folder: Path, root: Path | None = None) -> DcpFolder:
     )
 
 
+# The globals a `.metadata` written by `dcp.save` names beyond `pickle_safe`'s own records: its
+# dataclasses, an enum and a path. Anything else (`posix.system`) means the real unpickler that
+# `dcp.load` runs would call something we never meant it to.
+DCP_GLOBALS = frozenset(
+    {
+        _METADATA_CLASS,
+        _TENSOR_CLASS,
+        "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+        "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+        "torch.distributed.checkpoint.metadata.TensorProperties",
+        "torch.distributed.checkpoint.metadata.StorageMeta",
+        "torch.distributed.checkpoint.metadata.MetadataIndex",
+        "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+        "torch.distributed.checkpoint.filesystem._StorageInfo",
+        "pathlib.PosixPath",
+    }
+)
+
+
+def foreign_globals(data: bytes) -> list[str]:
+    """The globals a `.metadata` pickle names outside `pickle_safe`'s records and DCP_GLOBALS
+    (read through `pickle_safe`, nothing run); [] when a real unpickler may load it."""
+    try:
+        record = pickle_safe.load(data)
+    except CorruptCheckpoint as exc:
+        return [f"not a readable pickle ({exc})"]
+    walked = pickle_safe.walk(record)
+    if walked.too_deep or walked.too_many:
+        return ["a structure too deep or too large to check"]
+    names = set(walked.opaque)
+    if isinstance(record, pickle_safe.Opaque):
+        names.add(record.global_name)
+    return sorted(names - DCP_GLOBALS)
+
+
 def info_of(dcp: DcpFolder) -> CheckpointInfo:
     """The folder as a catalog entry: model tensors, optimizer state apart, bytes from dtypes."""
     model = [t for t in dcp.tensors if not t.key.startswith(_OPTIMIZER_PREFIXES)]

@@ -21,7 +21,7 @@ from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_files
 from ..settings.config import Config
-from . import folder_units, guards
+from . import folder_load, folder_units, guards
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,10 @@ def _load(c: Checkpoint) -> Verdict:
         return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
     if c.format in TORCH_LOADED:
         return _torch_load(c)
+    if c.format in folder_load.LIBRARIES:
+        if c.status != CheckpointStatus.OK:
+            return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
+        return Verdict(c.id, c.path, *folder_load.load(c))
     if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         return Verdict(
             c.id,

@@ -60,6 +60,7 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
     outside.mkdir()
     hostile = shutil.copytree(async_saves / "dcp" / "step-7", ws.root / "evil" / "step-1")
     (hostile / ".metadata").write_bytes(pickle.dumps(_System(f"touch {outside / 'PWNED'}"), 4))
+    swapped = shutil.copytree(async_saves / "dcp" / "step-7", ws.root / "swapped" / "step-1")
 
     ws.run("scan", check=False)
     found = rows(ws)
@@ -163,6 +164,20 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
         assert card["metrics"] == [{"name": "loss", "value": "0.4", "source": "checkpoint"}]
         verdicts = cat.verify([str(dcp), str(orbax)])
         assert [(v.ok, v.detail) for v in verdicts] == [(True, "hash matches")] * 2
+        # --load: each folder loaded by its library in a child, its arrays matched to the index
+        verdicts = cat.verify([str(dcp), str(orbax)], load=True)
+        loads = [v.detail for v in verdicts if v.detail.startswith("load")]
+        assert [v.ok for v in verdicts] == [True] * 4, verdicts
+        assert loads[0].startswith("loads with torch (16 arrays, as "), loads
+        assert loads[0].endswith("the 4 indexed weights' shapes match")
+        assert loads[1].startswith("loads with orbax (3 arrays, as "), loads
+        assert loads[1].endswith("the 3 indexed weights' shapes match")
+        # a `.metadata` swapped for a hostile pickle after it was indexed: refused, never run
+        (swapped / ".metadata").write_bytes(pickle.dumps(_System(f"touch {outside / 'PWNED'}"), 4))
+        *_, refused = cat.verify([str(swapped)], load=True)
+        assert not refused.ok and "load refused, nothing of the file run" in refused.detail
+        assert "posix.system" in refused.detail, refused
+        assert not (outside / "PWNED").exists()
         data = dcp / "__0_0.distcp"
         before = data.stat()
         with data.open("r+b") as fh:  # bit rot: one byte, same size and mtime

@@ -99,6 +99,7 @@ PROGRAMS = {
     "children.config_child",
     "children.json_h5_probe",
     "children.torch_load_probe",
+    "children.folder_load_probe",
 }
 
 

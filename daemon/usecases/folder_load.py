@@ -1,0 +1,55 @@
+"""`ckpt verify --load` of folder checkpoints: an Orbax step folder restored with jax + orbax, a
+DCP folder with torch (`children.folder_load_probe`: a staged copy, as `nobody` when started as
+root; a DCP `.metadata` naming anything outside DCP's own records is refused, never unpickled
+for real), and the arrays it loaded compared with the weights the catalog indexed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.errors import CkptError
+from ..core.model import Checkpoint, Format
+from . import guards
+
+LIBRARIES = {Format.ORBAX: ("orbax", "orbax"), Format.TORCH_DCP: ("dcp", "torch")}
+
+
+def load(c: Checkpoint) -> tuple[bool, str]:
+    """(ok, detail) of loading `c`, an Orbax or DCP folder, in a child."""
+    from ..children import folder_load_probe
+
+    kind, library = LIBRARIES.get(c.format, ("", "")) if c.format else ("", "")
+    try:
+        result = folder_load_probe.probe(kind, Path(c.path))
+    except (CkptError, OSError) as exc:
+        return False, f"load with {library} not run: {guards.one_line(exc)}"
+    if "missing" in result:
+        return True, f"load: not checked ({result['missing']} not installed)"
+    if "refused" in result:
+        return False, f"load refused, nothing of the file run: {result['refused']}"
+    if "error" in result:
+        return False, f"load with {library} failed: {result['error']}"
+    arrays = {str(k): tuple(v) for k, v in dict(result["arrays"]).items()}
+    done = f"loads with {library} ({len(arrays)} arrays, as {result['user']})"
+    differs = _differs(c, arrays)
+    if differs:
+        return False, f"{done}; differs from the catalog: {', '.join(differs[:5])}"
+    return True, f"{done}; the {len(_indexed(c))} indexed weights' shapes match"
+
+
+def _indexed(c: Checkpoint) -> dict[str, tuple[int, ...]]:
+    weights = [w for layer in c.details.get("layers", []) for w in layer.get("weights", [])]
+    return {str(w["name"]): tuple(w.get("shape") or ()) for w in weights}
+
+
+def _differs(c: Checkpoint, arrays: dict[str, tuple[int, ...]]) -> list[str]:
+    """Indexed weights the load did not give back with the indexed shape (a scalar may come
+    back as a plain number: no array)."""
+    out = []
+    for name, shape in _indexed(c).items():
+        if name not in arrays:
+            if shape:
+                out.append(f"{name} not loaded")
+        elif arrays[name] != shape:
+            out.append(f"{name} {'x'.join(map(str, arrays[name]))} (indexed {shape})")
+    return out
