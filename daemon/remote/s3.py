@@ -64,6 +64,7 @@ class Uploaded:
     content_hash: str  # BLAKE3 of the bytes that were sent
     parts: int
     resumed_parts: int
+    existing: bool = False  # an identical object was at the key: kept, not overwritten
 
 
 @dataclass
@@ -241,12 +242,15 @@ class ObjectStore:
                 offset = (number - 1) * self.part_size
                 data = os.pread(fd, min(self.part_size, size - offset), offset)
                 sha = hashlib.sha256(data).digest()
-                md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
                 kept = have.get(number)
+                md5 = None  # only to compare with a killed upload's part (its ETag)
+                if kept is not None and kept[0] == len(data):
+                    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
                 if kept is not None and kept == (len(data), md5):
                     resumed[0] += 1
+                    etag = kept[1]
                 else:
-                    self.call(
+                    answer = self.call(
                         f"upload {key} part {number}",
                         "upload_part",
                         Bucket=self.remote.bucket,
@@ -257,9 +261,10 @@ class ObjectStore:
                         ChecksumAlgorithm="SHA256",
                         ChecksumSHA256=base64.b64encode(sha).decode(),
                     )
+                    etag = str(answer["ETag"]).strip('"')
                     with self._lock:
                         self.counters.uploaded_bytes += len(data)
-                digests[number - 1], etags[number - 1] = sha, md5
+                digests[number - 1], etags[number - 1] = sha, etag
                 if on_part is not None:
                     on_part(len(data))
 
@@ -270,14 +275,16 @@ class ObjectStore:
                 self.abort(key, upload_id)
                 raise RemoteFailed(f"upload {key}: the file changed while it was sent: aborted")
             composite = base64.b64encode(hashlib.sha256(b"".join(digests)).digest()).decode()
-            self._complete(key, upload_id, etags, digests, conditional)
-            return Uploaded(key, size, composite, content_hash, count, resumed[0])
+            existing = self._complete(key, upload_id, etags, digests, conditional)
+            return Uploaded(key, size, composite, content_hash, count, resumed[0], existing)
         finally:
             os.close(fd)
 
     def _complete(
         self, key: str, upload_id: str, etags: list[str], digests: list[bytes], conditional: bool
-    ) -> None:
+    ) -> bool:
+        """Completes the upload; True when `If-None-Match` found an object at the key (the
+        upload aborted, the object left as it was)."""
         from botocore.exceptions import ClientError
 
         parts = [
@@ -299,14 +306,15 @@ class ObjectStore:
                 MultipartUpload={"Parts": parts},
                 **extra,
             )
+            return False
         except RemoteFailed as exc:
             cause = exc.__context__
             if isinstance(cause, ClientError) and code(cause) in ("PreconditionFailed", "412"):
                 self.abort(key, upload_id)  # the key's content is ours already: verified next
-                return
+                return True
             if "PreconditionFailed" in str(exc) or "pre-conditions" in str(exc):
                 self.abort(key, upload_id)
-                return
+                return True
             raise
 
     def _resumable(self, key: str) -> tuple[str | None, dict[int, tuple[int, str]]]:
@@ -353,20 +361,7 @@ class ObjectStore:
             UploadId=upload_id,
         )
 
-    # -- moves and deletes (the remote trash)
-
-    def move(self, key: str, new_key: str) -> None:
-        """Copy `key` to `new_key` (metadata and checksum kept), then delete `key`."""
-        self.call(
-            f"move {key}",
-            "copy_object",
-            Bucket=self.remote.bucket,
-            Key=new_key,
-            CopySource={"Bucket": self.remote.bucket, "Key": key},
-            MetadataDirective="COPY",
-            ChecksumAlgorithm="SHA256",
-        )
-        self.delete(key)
+    # -- deletes (the remote trash; its server-side copies: remote.copies)
 
     def delete(self, key: str) -> None:
         self.call(f"delete {key}", "delete_object", Bucket=self.remote.bucket, Key=key)
