@@ -91,6 +91,7 @@ def status(obj: Context, as_json: bool) -> None:
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
         _disk_lines(doc["disk"])
+        _remote_lines(doc.get("remotes") or [])
         for line in nodes:
             echo(line)
         echo(in_use)
@@ -106,6 +107,7 @@ def status(obj: Context, as_json: bool) -> None:
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
     _disk_lines(doc["disk"])
+    _remote_lines(doc.get("remotes") or [])
     for line in nodes:
         echo(line)
     echo(in_use)
@@ -237,3 +239,15 @@ def check(obj: Context, path: str | None) -> None:
     echo(f"  database: {loaded.database}")
     for root in loaded.roots:
         echo(f"  root: {root.path} (observer {root.observer})")
+
+
+def _remote_lines(remotes: list[dict[str, Any]]) -> None:
+    """Each object store as the daemon's start probed it."""
+    for r in remotes:
+        if r.get("conditional_writes"):
+            echo(f"  remote {r['url']}: conditional writes honoured")
+        else:
+            echo(
+                f"  remote {r['url']}: WARNING: it ignores conditional writes (If-None-Match): "
+                "keep one catalog per key prefix (docs/object-storage.md)"
+            )

@@ -30,8 +30,9 @@ from ..fs.hashing import StreamHash
 from ..settings.remote import Remote
 from .keys import HASH_METADATA, probe_key
 
-PART_SIZE = 16 << 20
-THREADS = 4  # parts in flight: memory is THREADS x PART_SIZE
+PART_SIZE = 8 << 20  # the smallest part; a file over MAX_PARTS of them gets larger ones
+THREADS = 4  # parts in flight: memory is THREADS x the part size (32 MiB below 70 GiB)
+MAX_PARTS = 9000  # S3 allows 10,000 parts per upload
 READ_CHUNK = 1 << 20
 _RETRYABLE_CODES = {
     "500",
@@ -223,7 +224,8 @@ class ObjectStore:
         fd = beneath.open_regular(path, root)
         try:
             size = os.fstat(fd).st_size
-            count = max(1, -(-size // self.part_size))
+            part_size = part_size_for(size, self.part_size)
+            count = max(1, -(-size // part_size))
             upload_id, have = self._resumable(key)
             if upload_id is None:
                 upload_id = self.call(
@@ -239,8 +241,8 @@ class ObjectStore:
             resumed = [0]
 
             def send(number: int) -> None:
-                offset = (number - 1) * self.part_size
-                data = os.pread(fd, min(self.part_size, size - offset), offset)
+                offset = (number - 1) * part_size
+                data = os.pread(fd, min(part_size, size - offset), offset)
                 sha = hashlib.sha256(data).digest()
                 kept = have.get(number)
                 md5 = None  # only to compare with a killed upload's part (its ETag)
@@ -365,6 +367,13 @@ class ObjectStore:
 
     def delete(self, key: str) -> None:
         self.call(f"delete {key}", "delete_object", Bucket=self.remote.bucket, Key=key)
+
+
+def part_size_for(size: int, smallest: int) -> int:
+    """The part size of a file of `size` bytes: `smallest`, or larger whole MiBs so that the
+    upload stays under MAX_PARTS parts. The same file always gets the same parts (resumable)."""
+    needed = -(-size // MAX_PARTS)
+    return max(smallest, -(-needed // (1 << 20)) << 20)
 
 
 def _hash_of(fd: int, size: int) -> str:

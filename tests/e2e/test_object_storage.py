@@ -175,6 +175,9 @@ def test_serve_refuses_an_unreachable_bucket_and_aborts_stale_uploads(
     ws.run("serve", "--once")
     left = {u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
     assert stale["UploadId"] not in left and other["UploadId"] in left  # only under our prefix
+    (probed,) = ws.json("status")["remotes"]  # the start's probe, kept for `ckpt status`
+    assert (probed["url"], probed["conditional_writes"]) == (f"s3://{bucket}/team", True)
+    assert probed["aborted_uploads"] == 1 and probed["key"] == "remote.url"
 
     ws.config.write_text(ws.config.read_text().replace(bucket, "no-such-bucket-here"))
     result = ws.run("serve", "--once", check=False)
