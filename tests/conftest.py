@@ -25,6 +25,7 @@ from tests.support import (
     thread_leaks,
 )
 from tests.support.async_saves import session_async_saves
+from tests.support.bytecode import compile_once
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
 from tests.support.hf_runs import session_hf_runs
@@ -46,6 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     settings.load_profile("ckpt")
+    if not hasattr(config, "workerinput"):  # once, in the controller, before any worker starts
+        compile_once()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

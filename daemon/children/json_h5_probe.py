@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import python_module
 from ..core.errors import ArtifactMismatch
-from . import unprivileged
+from . import load_precheck, unprivileged
 from .keras_load_probe import _inputs, load
 
 TIMEOUT_SECONDS = 600.0
@@ -35,6 +35,10 @@ TIMEOUT_SECONDS = 600.0
 
 def check(library: str, checkpoint: Path, config: Path, weights: Path) -> None:
     """The parent's side: raise ArtifactMismatch unless the export predicts identically."""
+    refused = load_precheck.refusals([checkpoint, config], with_compile=True)
+    if refused:  # what the child would refuse, found without importing Keras
+        reasons = "; ".join(refused)
+        raise ArtifactMismatch(f"json+h5 export not checked: load refused, nothing run: {reasons}")
     cmd = [
         *python_module("children.json_h5_probe"),
         library,

@@ -3,13 +3,15 @@ their predictions on a fixed random input: `ckpt verify --load`.
 
     python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CHECKPOINT [ARTIFACT]
 
-What it runs, in order (`children.unprivileged`): Keras imported; each file copied into the
-private staging folder the parent made; if root, it becomes `nobody`; each staged config read
-(never loaded) and the file refused if loading would run its code (a `Lambda` layer, a custom
-object, a function reference: `core.model_code`); then `load_model(compile=False)` (Keras 3:
-`safe_mode=True`) and `predict` on the fixed input. Prints one JSON object: {"loaded": true,
-"outputs": N, "identical": true|false|null, "max_abs_diff": float|null, "user": "nobody, uid
-65534"}, {"refused": ["layer 'f' (Lambda): ...", ...], "user": ...} or {"error": "..."}. It
+Before it starts, the parent refuses what the stored configs give away without Keras
+(`children.load_precheck`). What the child runs, in order (`children.unprivileged`): Keras
+imported; each file copied into the private staging folder the parent made; if root, it
+becomes `nobody`; each staged config read (never loaded) and the file refused if loading would
+run its code (a `Lambda` layer, a custom object, a function reference: `core.model_code`);
+then `load_model(compile=False)` (Keras 3: `safe_mode=True`) and `predict` on the fixed input.
+Prints one JSON object: {"loaded": true, "outputs": N, "identical": true|false|null,
+"max_abs_diff": float|null, "user": "nobody, uid 65534"}, {"refused": ["layer 'f' (Lambda):
+...", ...], "user": ...} or {"error": "..."}. It
 runs only as a child process: the daemon and the CLI never import Keras themselves.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import python_module
-from . import unprivileged
+from . import load_precheck, unprivileged
 
 TIMEOUT_SECONDS = 600.0
 
@@ -33,6 +35,9 @@ TIMEOUT_SECONDS = 600.0
 def probe(library: str, paths: list[Path]) -> dict[str, Any]:
     """The parent's side: the child's JSON answer for `paths` (a checkpoint, maybe its
     inference artifact), or {"error": ...} when it died without one."""
+    refused = load_precheck.refusals(paths)
+    if refused:  # what the child would refuse, found without importing Keras
+        return {"refused": refused}
     cmd = [*python_module("children.keras_load_probe"), library, *map(str, paths)]
     with unprivileged.staging(paths) as env:
         try:

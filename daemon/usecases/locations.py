@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..core.errors import UsageError
-from ..core.model import Checkpoint
+from ..core.model import Checkpoint, CheckpointStatus
 from ..core.remote import Location, RemoteCopy, location, verified_copy
 
 if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
@@ -25,8 +25,11 @@ def uses_remote(config: Config) -> bool:
 def locations(
     config: Config, store: Callable[[], Store], found: Sequence[Checkpoint]
 ) -> dict[int, tuple[str, str | None]]:
+    if not uses_remote(config):  # no remote copies: the status alone says (100,000 rows)
+        by_status = {s: (location(s, []).value, None) for s in CheckpointStatus}
+        return {c.id: by_status[c.status] for c in found}
     copies: dict[int, list[RemoteCopy]] = {}
-    if uses_remote(config) and found:
+    if found:
         for copy in store().remote_copies(c.id for c in found):
             copies.setdefault(copy.checkpoint_id, []).append(copy)
     answer: dict[int, tuple[str, str | None]] = {}
