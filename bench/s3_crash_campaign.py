@@ -281,9 +281,13 @@ class Campaign:
         self.server.stop()
 
 
-def composite(data: bytes, part: int = 16 << 20) -> str:
+def composite(data: bytes, part: int | None = None) -> str:
     """S3's composite SHA-256 of a multipart object cut in `part`-sized parts (the daemon's)."""
     import base64
+
+    from ckpt_daemon.remote.s3 import PART_SIZE, part_size_for
+
+    part = part or part_size_for(len(data), PART_SIZE)
 
     digests = b"".join(
         hashlib.sha256(data[i : i + part]).digest() for i in range(0, max(len(data), 1), part)
