@@ -156,9 +156,12 @@ def make_files(root: Path, ckpts: list[dict[str, Any]]) -> None:
 
 def build_catalog(folder: Path, n_runs: int) -> Path:
     """The cached catalog and its config.yaml; rebuilt when missing or of another size."""
-    # v2: rows of real (sparse) files beneath folder/runs-N, their inodes and mtimes
-    db_path = folder / f"catalog-{n_runs}runs-v2.db"
-    config = folder / f"config-{n_runs}runs-v2.yaml"
+    # v2: rows of real (sparse) files beneath folder/runs-N, their inodes and mtimes; the
+    # schema head in the name: a catalog of an older schema is built anew, not refused
+    from ckpt_daemon.catalog.db import SCHEMA_HEAD
+
+    db_path = folder / f"catalog-{n_runs}runs-v2-s{SCHEMA_HEAD}.db"
+    config = folder / f"config-{n_runs}runs-v2-s{SCHEMA_HEAD}.yaml"
     ok_marker = db_path.with_suffix(".ok")
     if ok_marker.exists() and db_path.exists() and config.exists():
         return config

@@ -2,12 +2,13 @@
 overview on 100,000 (< 300 ms), over real HTTP to the view's own server (`web.server`, the one
 `ckpt serve` runs), with a retention policy configured so the run page plans a prune.
 
-The catalogs are bench/catalog_scale.py's (10 and 100 runs of 1,000 checkpoints, 4 metrics
-each; cached in bench/out/catalog/). Each page is asked N times in turn, round-robin; two
-figures per page: `cached` (the view as it runs: a page already drawn at the catalog's present
-state is answered again) and `drawn` (the cache off: every request reads the catalog and draws
-the page: what the first visitor after a change waits). The targets are on `cached`; `drawn`
-is reported beside it.
+The catalogs are bench/catalog_scale.py's, built through the Store (Alembic migrations to
+head) and filled by bulk inserts: 10 and 100 runs of 1,000 checkpoints, 4 metrics each, a
+sparse file per row (cached in bench/out/catalog/, keyed by the schema head). Each page is asked
+N times in turn, round-robin, after one warm-up request each; two figures per page: `cached`
+(the view as it runs: a page already drawn at the catalog's present state is answered again)
+and `drawn` (the page cache off: every request reads the catalog and draws the page: what the
+first visitor after a change waits). Both are checked against the targets.
 
     python3 bench/web_pages.py [--quick] [--repeats N]
 """
@@ -95,18 +96,19 @@ def main() -> int:
         drawn = measure(config, pages, max(3, repeats // 4), cache_seconds=0.0)
         for page in pages:
             hit, miss = p95(cached[page]) * 1000, p95(drawn[page]) * 1000
-            rows.append(
-                (
-                    label,
-                    page,
-                    f"{hit:.1f}",
-                    f"{miss:.0f}",
-                    f"{statistics.median(drawn[page]) * 1000:.0f}",
-                )
-            )
-            facts[f"{label} {page} p95 ms (cached, drawn)"] = [round(hit, 1), round(miss)]
-            checks.append(Check(f"{label} {page} p95", hit, f"< {target:.0f}", "ms", hit < target))
-    table(("catalog", "page", "p95 ms cached", "p95 ms drawn", "median ms drawn"), rows)
+            hit50 = statistics.median(cached[page]) * 1000
+            miss50 = statistics.median(drawn[page]) * 1000
+            rows.append((label, page, f"{hit50:.1f}", f"{hit:.1f}", f"{miss50:.0f}", f"{miss:.0f}"))
+            facts[f"{label} {page} ms (cached p50, p95; drawn p50, p95)"] = [
+                round(hit50, 1),
+                round(hit, 1),
+                round(miss50),
+                round(miss),
+            ]
+            for how, value in (("cached", hit), ("drawn", miss)):
+                name, bound = f"{label} {page} p95 {how}", f"< {target:.0f}"
+                checks.append(Check(name, value, bound, "ms", value < target))
+    table(("catalog", "page", "cached p50", "cached p95", "drawn p50", "drawn p95"), rows)
     return report("web_pages", checks, facts)
 
 

@@ -11,7 +11,7 @@ PACKAGE = __name__  # the installed import name, whatever the folder is called
 
 
 def python_module(module: str) -> list[str]:
-    """The command that runs one of our modules (`"children.tf_probe"`; `""` for the CLI) as
+    """The command that runs one of our modules (`"children.reader_child"`; `""` for the CLI) as
     `python -m` with this interpreter: works from any cwd once the package is installed.
 
     `-P`: the cwd is not put first on `sys.path` (as `-m` otherwise does), so a `numpy.py` or

@@ -1,14 +1,18 @@
 """The Python API's object-storage half (`ckpt_daemon.api.Catalog`): where checkpoints' bytes
-are, `tier` and `fetch`. Each runs the use case the `ckpt` command runs."""
+are, `tier` and `fetch`, `best` and `latest` answered from the store too. Each runs the use
+case the `ckpt` command runs."""
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..core.errors import NotFound
 from ..core.model import Checkpoint
+from ..usecases import remote_answers
+from ..usecases.remote_answers import Answer
 from .acts import CatalogActs, _actor
 
 if TYPE_CHECKING:
@@ -83,3 +87,66 @@ class CatalogRemote(CatalogActs):
         return verify_remote(
             self.config, self._store, [self.ref(r) for r in refs], actor=actor or _actor()
         )
+
+    def best_located(
+        self,
+        metric: str,
+        mode: str | None = None,
+        run: str | None = None,
+        *,
+        fetch: bool = False,
+    ) -> Answer:
+        """`best`, where a checkpoint whose bytes are only in the object store can be the answer
+        (`location` `remote`, its `remote_url`); `fetch`: such an answer is brought back first
+        (`fetch`) and answered with its local path (`ckpt best --fetch`). Without a `remote:`
+        in the config, `best` as it is (location `local`)."""
+        from ..core.query import default_mode
+
+        chosen = mode or default_mode(metric)
+        return self._located(
+            lambda: self.best(metric, chosen, run),
+            lambda store, local: remote_answers.best(store, local, metric, chosen, run),
+            fetch,
+        )
+
+    def latest_located(
+        self, run: str | None = None, resumable: bool = False, *, fetch: bool = False
+    ) -> Answer:
+        """`latest`, where a checkpoint only in the object store can be the answer, further
+        along than every local one (`ckpt latest --fetch`); as `best_located`."""
+        return self._located(
+            lambda: self.latest(run, resumable),
+            lambda store, local: remote_answers.latest(store, local, run, resumable),
+            fetch,
+        )
+
+    def _located(
+        self,
+        local: Callable[[], Checkpoint],
+        anywhere: Callable[[Any, Callable[[], Checkpoint | None]], Answer | None],
+        fetch: bool,
+    ) -> Answer:
+        from ..usecases.locations import uses_remote
+
+        if not uses_remote(self.config):
+            return remote_answers.Answer(local(), "local", None)
+
+        def local_or_none() -> Checkpoint | None:
+            try:
+                return local()
+            except NotFound:
+                return None
+
+        answer = anywhere(self._store, local_or_none)
+        if answer is None:
+            local()  # its NotFound (or UsageError: an unknown metric) says why
+            raise NotFound("no checkpoint found")
+        if answer.location == "local":
+            (place, url) = self.locations([answer.checkpoint])[answer.checkpoint.id]
+            return remote_answers.Answer(answer.checkpoint, place, url)
+        if not fetch:
+            return answer
+        path = self.fetch(answer.checkpoint.id)
+        back = self.get(answer.checkpoint.id)
+        assert str(path) == back.path
+        return remote_answers.Answer(back, "both", answer.remote_url)

@@ -17,12 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
-from ..core.model import Checkpoint, Heartbeat
+from ..core.model import Checkpoint, Heartbeat, Run
 from ..core.query import ListQuery
 from ..core.root_names import PathCodec
 from . import pick, read_sql
 from .read_sql import Dialect, Statement
 from .rows import cyclic_gc_paused, newest_per_node, to_checkpoint
+from .run_summaries import read_runs
 
 # Listings of more rows than these may read every metric value / count every kept version at
 # once rather than by IN lists of their ids / paths.
@@ -166,6 +167,12 @@ class HotReads:
             return {**details, "files": files}
 
         return pick.first_unchanged(page, details_of, resumable=resumable)
+
+    def runs(self) -> builtins.list[Run]:
+        """Every run's summary (`run_summaries`): aggregates, no row per checkpoint."""
+        codec = self._codec
+        with cyclic_gc_paused(), self._reading() as fetch:
+            return read_runs(fetch, codec.local if codec else str, self._json)
 
     def count(self) -> int:
         """Checkpoints on disk (any status but missing, removed, trashed, purged)."""

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..core.observability import Figures
     from ..core.query import ListQuery
     from ..core.remote import RemoteCopy, RemoteState
+    from ..core.usage import RemoteBytes
     from .store import Known, Store
     from .store_claims import Claim
     from .store_leases import HeldLease
@@ -339,6 +340,8 @@ class RemoteCopies(Protocol):
     def remote_copies(
         self, checkpoint_ids: Iterable[int] | None = None
     ) -> builtins.list[RemoteCopy]: ...
+
+    def remote_usage(self) -> builtins.list[RemoteBytes]: ...
 
     def set_remote_state(
         self,

@@ -317,7 +317,7 @@ class Store(
             return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
-        return store_reads.list_runs(self._engine)
+        return self._hot.runs()
 
     def figures(self, roots: Iterable[str]) -> Figures:
         """Counts, bytes, all-time totals and indexing latency for the `ckpt_*` metrics."""

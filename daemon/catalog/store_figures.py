@@ -22,6 +22,7 @@ from ..core.observability import (
 )
 from . import db
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
+from .store_remote import verified_bytes
 
 # Rows whose bytes are no longer anywhere we count.
 _GONE = (
@@ -102,6 +103,14 @@ def figures(engine: Engine, roots: Iterable[str]) -> Figures:
                 ARTIFACTS.c.codec.not_like(f"{NOT_SMALLER}%"),
             )
         ).scalar()
+        remote: Counter[str] = Counter({r: 0 for r in roots_seen(sizes)})
+        for root, _run, _n, size in conn.execute(verified_bytes()):
+            remote[root] += int(size or 0)
+        uploaded = conn.execute(
+            select(func.coalesce(func.sum(EVENTS.c.bytes), 0)).where(
+                EVENTS.c.action == "tier", EVENTS.c.state == "done"
+            )
+        ).scalar()
     totals = {name: done[action] for name, action in COUNTED_ACTIONS.items()}
     totals["demoted"] = int(demoted or 0)
     totals["compressed"] = int(compressed or 0)
@@ -111,7 +120,13 @@ def figures(engine: Engine, roots: Iterable[str]) -> Figures:
         totals=totals,
         failed=dict(failed),
         latency=histogram(latencies),
+        remote_bytes=dict(remote),
+        uploaded_bytes=int(uploaded or 0),
     )
+
+
+def roots_seen(sizes: Counter[tuple[str, str]]) -> set[str]:
+    return {root for root, _kind in sizes}
 
 
 def run_best_other(engine: Engine, checkpoint_id: int, metric: str, mode: str) -> float | None:

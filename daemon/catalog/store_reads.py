@@ -6,16 +6,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, and_, case, func, select, true
+from sqlalchemy import Engine, case, select, true
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus, Run
-from ..core.query import default_mode
+from ..core.model import Checkpoint, CheckpointStatus
 from ..core.runs import run_scope
 from . import db, read_sql
 from .hot_reads import Fetch, HotReads
@@ -73,12 +71,6 @@ def in_run(run: str) -> Any:
     # scan of every run: an equality in the database's collation cannot use such an index.
     name = codepoint_order(runs.c.name)
     return (name == scope.exact) | ((name >= scope.low) & (name < scope.high))
-
-
-def _finite(value: Any) -> Any:
-    """SQL: `value` is a finite number. Values are stored so (NaN and +/-Infinity as NULL), but
-    catalogs written before that hold +/-Infinity, which must not rank or match either."""
-    return value.between(-sys.float_info.max, sys.float_info.max)
 
 
 def _complete(conn: Any, row: Any) -> Checkpoint:
@@ -179,51 +171,6 @@ def _is_catalog_id(ref: str) -> bool:
     return ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID
 
 
-def list_runs(engine: Engine) -> list[Run]:
-    stmt = (
-        select(
-            runs.c.id,
-            runs.c.name,
-            runs.c.root,
-            func.count(checkpoints.c.id).label("n"),
-            func.coalesce(func.sum(checkpoints.c.size_bytes), 0).label("bytes"),
-            func.max(checkpoints.c.mtime_ns).label("newest_mtime"),
-        )
-        .join(
-            checkpoints,
-            and_(
-                checkpoints.c.run_id == runs.c.id,
-                checkpoints.c.status == CheckpointStatus.OK.value,
-            ),
-            isouter=True,
-        )
-        .group_by(runs.c.id, runs.c.name, runs.c.root)
-        .order_by(runs.c.root, runs.c.name)
-    )
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        rows = conn.execute(stmt).all()
-        newest = _newest_paths(conn)
-        best, values = _best_paths(conn)
-        derived = {r.id: r.details or {} for r in conn.execute(select(runs.c.id, runs.c.details))}
-    return [
-        Run(
-            r.name,
-            r.root,
-            r.n,
-            int(r.bytes),
-            newest.get(r.id),
-            best.get(r.id, {}),
-            r.id,
-            naming=list(derived.get(r.id, {}).get("naming") or []),
-            steps_per_epoch=derived.get(r.id, {}).get("steps_per_epoch"),
-            evidence=list(derived.get(r.id, {}).get("evidence") or []),
-            newest_mtime_ns=r.newest_mtime,
-            best_values=values.get(r.id, {}),
-        )
-        for r in rows
-    ]
-
-
 def _artifact_json(a: Any) -> dict[str, Any]:
     return {
         "kind": a.kind,
@@ -253,55 +200,3 @@ def _metric_values(
 def _metric_sources(conn: Any, checkpoint_id: int) -> dict[str, str]:
     stmt = select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == checkpoint_id)
     return {name: source for name, source in conn.execute(stmt)}
-
-
-def _newest_paths(conn: Any) -> dict[int, str]:
-    ranked = (
-        select(
-            checkpoints.c.run_id,
-            checkpoints.c.path,
-            func.row_number()
-            .over(partition_by=checkpoints.c.run_id, order_by=checkpoints.c.mtime_ns.desc())
-            .label("rank"),
-        )
-        .where(checkpoints.c.status == CheckpointStatus.OK.value)
-        .subquery()
-    )
-    return dict(
-        conn.execute(select(ranked.c.run_id, ranked.c.path).where(ranked.c.rank == 1)).all()
-    )
-
-
-def _best_paths(conn: Any) -> tuple[dict[int, dict[str, str]], dict[int, dict[str, float]]]:
-    """Per run, per metric name, the path of the best `ok` checkpoint (mode as Keras's auto),
-    and its value. The scan over every metric row reads ids; only the winners' paths are read
-    (a path is decoded per row: 400,000 of them took most of `ckpt runs` on 100k checkpoints)."""
-    rows = conn.execute(
-        select(checkpoints.c.run_id, metrics.c.name, metrics.c.value, checkpoints.c.id)
-        .join(checkpoints, checkpoints.c.id == metrics.c.checkpoint_id)
-        .where(checkpoints.c.status == CheckpointStatus.OK.value, _finite(metrics.c.value))
-        .order_by(checkpoints.c.mtime_ns.desc())
-    ).all()
-    best: dict[int, dict[str, tuple[float, int]]] = {}
-    modes: dict[str, str] = {}  # a name's mode decided once, not once per row
-    for run_id, name, value, checkpoint_id in rows:
-        current = best.setdefault(run_id, {}).get(name)
-        mode = modes.get(name) or modes.setdefault(name, default_mode(name))
-        if current is None or _improves(value, current[0], mode):
-            best[run_id][name] = (value, checkpoint_id)
-    winners = sorted({i for by_name in best.values() for _v, i in by_name.values()})
-    path_of: dict[int, str] = {}
-    for k in range(0, len(winners), 900):
-        chunk = winners[k : k + 900]
-        stmt = select(checkpoints.c.id, checkpoints.c.path).where(checkpoints.c.id.in_(chunk))
-        path_of.update(conn.execute(stmt).all())
-    paths = {
-        run_id: {n: path_of[i] for n, (_v, i) in by_name.items()}
-        for run_id, by_name in best.items()
-    }
-    values = {run_id: {n: v for n, (v, _i) in by_name.items()} for run_id, by_name in best.items()}
-    return paths, values
-
-
-def _improves(value: float, best: float, mode: str) -> bool:
-    return value < best if mode == "min" else value > best

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from ..core.model import FileStat
 from ..core.remote import RemoteCopy, RemoteState
+from ..core.usage import RemoteBytes
+from . import db
 from .audit import now_iso
-from .schema import CHECKPOINTS, REMOTE_COPIES
+from .schema import CHECKPOINTS, REMOTE_COPIES, RUNS
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -37,8 +39,26 @@ def _copy(row: Any) -> RemoteCopy:
     )
 
 
+def verified_bytes() -> Any:
+    """(root, run, copies, bytes) of the verified remote copies, per run: `ckpt du`, the
+    `ckpt_remote_bytes` gauge."""
+    return (
+        select(RUNS.c.root, RUNS.c.name, func.count(copies.c.id), func.sum(copies.c.size_bytes))
+        .join(checkpoints, checkpoints.c.id == copies.c.checkpoint_id)
+        .join(RUNS, RUNS.c.id == checkpoints.c.run_id)
+        .where(copies.c.state == RemoteState.VERIFIED.value)
+        .group_by(RUNS.c.root, RUNS.c.name)
+    )
+
+
 class RemoteRecords:
     _engine: Engine
+
+    def remote_usage(self) -> list[RemoteBytes]:
+        """Bytes of verified remote copies per root and run (`ckpt du`)."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(verified_bytes()).all()
+        return [RemoteBytes(r[0], r[1], int(r[2]), int(r[3] or 0)) for r in rows]
 
     def record_remote(
         self,

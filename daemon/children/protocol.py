@@ -2,9 +2,8 @@
 child's stdin, one per reply on its stdout. `read_line` is the parent's half: the next reply line
 within a deadline, so a child that hangs or dies cannot stall the daemon.
 
-Its own module because both clients use it (`reader_child`, `tf_child`), and `reader_child`'s
-child side runs the format readers, which ask `tf_child`: a helper inside either would make the
-two import each other."""
+Its own module because the parent and child halves of `reader_child` live apart (the child side
+runs the format readers), and more clients may speak it."""
 
 from __future__ import annotations
 

@@ -249,8 +249,15 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     type=click.Choice(["inference"]),
     help="Print the best checkpoint's inference artifact instead (see `ckpt split`).",
 )
+@click.option(
+    "--fetch",
+    is_flag=True,
+    help="When the best is only in the object store (`remote:`), bring it back first "
+    "(`ckpt fetch`) and print its local path.",
+)
 @json_option(
-    "The checkpoint's row + `artifact` as JSON (with --artifact, `path` is the artifact's)."
+    "The checkpoint's row + `artifact`, `location` and `remote_url` as JSON (with --artifact, "
+    "`path` is the artifact's)."
 )
 @pass_context
 def best(
@@ -259,23 +266,32 @@ def best(
     mode: str | None,
     run: str | None,
     artifact: str | None,
+    fetch: bool,
     as_json: bool,
 ) -> None:
     """The best `ok` checkpoint by a metric. Prints its absolute path alone, for scripts (exit
     6 if none; exit 2, naming the metrics there are, if no checkpoint has the metric).
 
+    With object storage (`remote:`), a checkpoint tiered to the store (its bytes no longer on
+    the local disk) can be the best: its `s3://` URL is printed instead, or with --fetch it is
+    brought back and its local path printed.
+
     \b
     Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"
     """
     with obj.catalog() as cat:
-        found = cat.best(metric, mode, run)
+        answer = cat.best_located(metric, mode, run, fetch=fetch)
+        found = answer.checkpoint
         chosen = _artifact(cat.get(found.id), artifact) if artifact else None
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)
     if as_json:
-        emit_json(documents.best(found, chosen))
+        doc = documents.best(found, chosen)
+        emit_json({**doc, "location": answer.location, "remote_url": answer.remote_url})
+    elif chosen:
+        echo(chosen["path"])
     else:
-        echo(chosen["path"] if chosen else found.path)
+        echo(answer.remote_url if answer.remote_url and answer.location == "remote" else found.path)
 
 
 def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:

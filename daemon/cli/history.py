@@ -121,7 +121,9 @@ def plot(obj: Context, runs: tuple[str, ...], metric: str, output: Path, as_json
 @pass_context
 def du(obj: Context, as_json: bool) -> None:
     """Disk space per root and run, by kind: checkpoints, inference artifacts, versions, the
-    trash; biggest first. From the catalog (sizes when indexed): nothing is walked.
+    trash; biggest first; and the bytes in the object store (verified remote copies: REMOTE,
+    not part of TOTAL, which is the local disk's). From the catalog (sizes when indexed):
+    nothing is walked.
 
     \b
     Example:  ckpt du --json
@@ -140,6 +142,7 @@ def du(obj: Context, as_json: bool) -> None:
         Column("RUN", cut="left", keep=True),
         Column("TOTAL", align="right", keep=True),
         *(Column(h, align="right") for h in ("CHECKPOINTS", "INFERENCE", "VERSIONS", "TRASH")),
+        Column("REMOTE", align="right"),
     ]
     cells: list[list[str]] = []
     before: dict[int, list[str]] = {}
@@ -151,10 +154,13 @@ def du(obj: Context, as_json: bool) -> None:
                 f"  (versions {format_size(cost['bytes'])}: {format_size(cost['kept_bytes'])}"
                 f" kept + {format_size(cost['trash_bytes'])} in the trash)"
             )
+        if usage.root.remote_bytes:
+            head += f"  (remote {format_size(usage.root.remote_bytes)})"
         before[len(cells)] = [head]
         for t in usage.runs:
             sizes = [format_size(t.bytes[k]) if t.files[k] else "" for k in t.bytes]
-            cells.append([t.name, format_size(t.total), *sizes])
+            remote = format_size(t.remote_bytes) if t.remote_files else ""
+            cells.append([t.name, format_size(t.total), *sizes, remote])
     if not cells:
         echo("the catalog holds no files (see `ckpt scan`)")
         return

@@ -26,23 +26,35 @@ from .output import echo, emit_json
     "or epoch/step); not a Keras 3 legacy .h5, a .keras whose compile config lost its optimizer, "
     "weights-only files (.safetensors) or a SavedModel.",
 )
+@click.option(
+    "--fetch",
+    is_flag=True,
+    help="When the newest is only in the object store (`remote:`), bring it back first "
+    "(`ckpt fetch`) and print its local path: resuming from the store in one command.",
+)
 @json_option(
-    "The checkpoint's row + `resumable`, `resume_reason` and `passed_over` (newer "
-    "checkpoints --resumable passed over, each with its path and reason) as JSON."
+    "The checkpoint's row + `resumable`, `resume_reason`, `passed_over` (newer "
+    "checkpoints --resumable passed over, each with its path and reason), `location` and "
+    "`remote_url` as JSON."
 )
 @pass_context
-def latest(obj: Context, run: str | None, resumable: bool, as_json: bool) -> None:
+def latest(obj: Context, run: str | None, resumable: bool, fetch: bool, as_json: bool) -> None:
     """The newest `ok` checkpoint of a run. Prints its path alone (exit 6 if none).
 
     Newest is the most training progress: optimizer iterations, then epoch, then step, then
     mtime. For a TF checkpoint the path is the prefix `tf.train.Checkpoint.restore` takes. A
     checkpoint whose files changed since they were indexed is never printed: the next one is.
 
+    With object storage (`remote:`), a checkpoint tiered to the store can be the newest: its
+    `s3://` URL is printed instead, or with --fetch it is brought back and its local path
+    printed.
+
     \b
-    Example:  python train.py --resume-from "$(ckpt latest --run exp1 --resumable)"
+    Example:  python train.py --resume-from "$(ckpt latest --run exp1 --resumable --fetch)"
     """
     with obj.catalog() as cat:
-        found = cat.latest(run, resumable)
+        answer = cat.latest_located(run, resumable, fetch=fetch)
+        found = answer.checkpoint
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)
     passed = found.details.get("passed_over") or []
@@ -51,6 +63,11 @@ def latest(obj: Context, run: str | None, resumable: bool, as_json: bool) -> Non
         more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""
         echo(f"ckpt: passed over {first['path']}{more}: {first['reason']}", err=True)
     if as_json:
-        emit_json(documents.latest(found))
+        doc = documents.latest(found)
+        if "resumable" not in found.details:  # an answer from the store: judged on its row
+            from ..usecases.remote_answers import may_resume
+
+            doc["resumable"] = may_resume(found)
+        emit_json({**doc, "location": answer.location, "remote_url": answer.remote_url})
     else:
-        echo(found.path)
+        echo(answer.remote_url if answer.remote_url and answer.location == "remote" else found.path)

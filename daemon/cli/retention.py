@@ -134,9 +134,12 @@ def _print_plan(report: PruneReport, shown: Callable[[str], str]) -> None:
     width = terminal_width()
     verb = "would trash" if report.dry_run else "trashed"
     for rp in report.runs:
+        tiered = [d for d in rp.plan.to_trash() if d.action == "tier"]
+        tiered = [d for d in tiered if rp.moved is None or d.id in rp.moved]
+        to_store = f" ({len(tiered)} to the object store)" if tiered else ""
         echo(  # what moved, not what was planned (failures are listed below)
             fitted(
-                f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}, "
+                f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}{to_store}, "
                 f"{format_size(rp.bytes_freed)} ({rp.policy})",
                 width,
             )

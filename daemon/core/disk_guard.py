@@ -5,14 +5,19 @@ back above, in this documented order, each with its reason, stopping as soon as 
 
 1. purge the trash, oldest trashed first (a trash on the same filesystem frees nothing until it
    is purged; a pinned checkpoint in the trash is never purged);
-2. demote: split a full checkpoint into its inference artifact, then the full file goes to the
+2. tier: with object storage (`remote:`, reachable), the oldest checkpoints that no rule
+   protects and that can be tiered (`Item.tier_blocked` None) go to the store (uploaded,
+   verified, recorded), then their local copy is trashed and purged: their bytes stay whole,
+   so this comes before anything that trashes a checkpoint without a remote copy;
+3. demote: split a full checkpoint into its inference artifact, then the full file goes to the
    trash and is purged (a usable model stays); only while the artifact itself fits in what is
    free at that moment;
-3. the oldest checkpoints that no rule protects: to the trash, then purged; first those that no
-   retention rule keeps (the next retention pass would trash them anyway), then those kept only
-   by a rule such as keep_last or keep_every (the reason names the rule overridden).
+4. the oldest checkpoints that no rule protects and that were not tiered: to the trash, then
+   purged; first those that no retention rule keeps (the next retention pass would trash them
+   anyway), then those kept only by a rule such as keep_last or keep_every (the reason names
+   the rule overridden).
 
-Within steps 2 and 3 the oldest go first, by mtime across runs (the runs on one filesystem have
+Within steps 2 to 4 the oldest go first, by mtime across runs (the runs on one filesystem have
 no common epoch), then id. Never in any plan (`protections`): a run's newest checkpoint (by
 progress, and the last written), pinned ones, every one that is not `ok` (incomplete, corrupt,
 unreadable: still being written, or not understood), the best of each keep_best metric of the
@@ -79,7 +84,7 @@ class TrashEntry:
 
 @dataclass(frozen=True)
 class Step:
-    action: str  # "purge" (a trashed one) | "demote" | "trash" (then purged)
+    action: str  # "purge" (a trashed one) | "demote" | "tier" | "trash" (then purged)
     id: int
     path: str
     run: str | None
@@ -189,14 +194,25 @@ def plan(
         ),
         key=lambda pair: (pair[0].mtime, pair[0].id),
     )
-    demoted: set[int] = set()
+    # Tiering first: a checkpoint's bytes stay whole, in the store; demoting or trashing one
+    # that has no remote copy loses them (the demoted one its optimizer state).
+    demoted: set[int] = set()  # tiered or demoted: not trashed after
+    for item, run_name in movable:
+        if now >= threshold:
+            break
+        if item.size_bytes <= 0 or item.tier_blocked is not None:
+            continue
+        why = _why(now, threshold, "tiered to the object store (verified), local copy purged")
+        steps.append(Step("tier", item.id, item.path, run_name, item.size_bytes, why))
+        demoted.add(item.id)
+        now += item.size_bytes
     for item, run_name in movable:
         if now >= threshold:
             break
         artifact = item.inference_bytes
         saves = item.size_bytes - (artifact or 0)
-        if artifact is None or saves <= 0 or artifact >= now:
-            continue  # not splittable, nothing to gain, or its artifact would not fit
+        if item.id in demoted or artifact is None or saves <= 0 or artifact >= now:
+            continue  # tiered, not splittable, nothing to gain, or its artifact would not fit
         reason = "demoted to its inference artifact (split), the full file trashed and purged"
         steps.append(
             Step("demote", item.id, item.path, run_name, saves, _why(now, threshold, reason))
@@ -271,7 +287,7 @@ def _holding(
 
 
 def _counts(steps: Iterable[Step]) -> dict[str, int]:
-    counts = {"purge": 0, "demote": 0, "trash": 0}
+    counts = {"purge": 0, "demote": 0, "tier": 0, "trash": 0}
     for step in steps:
         counts[step.action] += 1
     return counts

@@ -192,6 +192,16 @@ class Run:
     evidence: list[str] = field(default_factory=list)  # how steps_per_epoch was (not) learned
     newest_mtime_ns: int | None = None  # the newest ok checkpoint's mtime: the run's last save
     best_values: dict[str, float] = field(default_factory=dict)  # metric -> the best's value
+    # {status: count} of the statuses that flag a run (incomplete, abandoned, corrupt, ...)
+    flags: dict[str, int] = field(default_factory=dict)
+    # The newest mtime of a save that did not complete (incomplete or abandoned), if any
+    unfinished_mtime_ns: int | None = None
+
+    @property
+    def last_save_unfinished(self) -> bool:
+        """Is the run's newest save one that did not complete (newer than every ok one)?"""
+        unfinished, ok = self.unfinished_mtime_ns, self.newest_mtime_ns
+        return unfinished is not None and (ok is None or unfinished > ok)
 
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----

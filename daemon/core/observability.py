@@ -25,12 +25,13 @@ COUNTED_ACTIONS = {"indexed": "indexed", "trashed": "trash", "purged": "purge"}
 COUNTED_ACTIONS.update(split="split")  # compressed: only those that shrank (NOT_SMALLER)
 # A generation not kept as a version for lack of space (usecases.versions).
 COUNTED_ACTIONS.update(capture_skipped="capture-skipped")
+COUNTED_ACTIONS.update(tiered="tier")  # uploaded, verified, recorded (its failures: tier failed)
 # A trash done by retention's budget that replaced a checkpoint by its inference artifact
 # (core.retention's reason text) is a demotion.
 DEMOTED_REASON = "demoted to its inference artifact"
 # The codec recorded for a compress that would not shrink the file (usecases.artifacts).
 NOT_SMALLER = "not smaller: "
-HOOK_EVENTS = ("new_best", "corrupt", "disk_pressure", "retention")
+HOOK_EVENTS = ("new_best", "corrupt", "disk_pressure", "retention", "tiered")
 
 
 def iso_seconds(iso: str) -> float:
@@ -80,6 +81,8 @@ class Figures:
     totals: Mapping[str, int]  # "indexed", "trashed", ... -> done audit events (all time)
     failed: Mapping[str, int]  # audit action -> failed events (all time)
     latency: Histogram = field(default_factory=lambda: histogram(()))
+    remote_bytes: Mapping[str, int] = field(default_factory=dict)  # root -> verified copies
+    uploaded_bytes: int = 0  # bytes of every tier act done (all time)
 
 
 def monitored_metric(keep_best: Iterable[str], logged: Iterable[str]) -> str | None:

@@ -46,6 +46,8 @@ Semantics:
   a full Keras checkpoint with optimizer state) are `demote`d in the same order as above, i.e.
   replaced by their inference artifact (about a third of the size with Adam), before anything
   is trashed; only if that is not enough does the budget trash, in that order.
+- The remote tier (`tier_after`, `keep_local`, and the budget's step between demoting and
+  trashing) is `core.tier_plan`'s: the ladder is full -> inference artifact -> remote -> trash.
 - A policy without any keep rule is refused: `max_bytes` alone would trash all but the newest.
 """
 
@@ -60,6 +62,7 @@ from .errors import UsageError
 from .model import CheckpointStatus
 from .moments import Moment, progress_key, training_moments
 from .query import default_mode
+from .tier_plan import NO_REMOTE, KeepLocal, aged, budget_tierable, stays_local
 from .units import format_size
 
 NOT_CANDIDATES = frozenset(
@@ -92,6 +95,7 @@ class Item:
     # The size of its inference artifact if it can be demoted to one (split), else None.
     inference_bytes: int | None = None
     protected: str | None = None  # kept whatever the rules say, for this reason
+    tier_blocked: str | None = NO_REMOTE  # why it cannot go to the object store (None: it can)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class Policy:
     keep_daily: int | None = None
     keep_weekly: int | None = None
     max_bytes: int | None = None
+    tier_after: float | None = None  # seconds: kept ones older than this go to the object store
+    keep_local: KeepLocal | None = None  # what stays local when the rest tiers
 
     def is_empty(self) -> bool:
         """True when no rule keeps anything (`max_bytes` only trims what the others keep)."""
@@ -136,6 +142,10 @@ class Policy:
                 parts.append(f"{name} {getattr(self, name)}")
         if self.max_bytes is not None:
             parts.append(f"max_bytes {format_size(self.max_bytes)}")
+        if self.tier_after is not None:
+            parts.append(f"tier_after {format_duration(self.tier_after)}")
+        if self.keep_local is not None:
+            parts.append(self.keep_local.describe())
         return ", ".join(parts) or "no rule"
 
 
@@ -143,7 +153,7 @@ class Policy:
 class Decision:
     id: int
     path: str
-    action: str  # "keep" | "trash" | "demote" (replaced by its inference artifact)
+    action: str  # "keep" | "trash" | "demote" (by its inference artifact) | "tier" (to the store)
     reasons: tuple[str, ...]
     size_bytes: int
 
@@ -155,8 +165,9 @@ class Plan:
     notes: tuple[str, ...] = ()
 
     def to_trash(self) -> list[Decision]:
-        """Every decision that removes the full checkpoint (trash, or demote then trash)."""
-        return [d for d in self.decisions if d.action in ("trash", "demote")]
+        """Every decision that removes the full checkpoint from the local disk (trash, demote
+        then trash, tier then trash)."""
+        return [d for d in self.decisions if d.action in FREEING]
 
 
 def format_duration(seconds: float) -> str:
@@ -167,8 +178,12 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def plan(items: Sequence[Item], policy: Policy) -> Plan:
-    """One decision per candidate checkpoint of one run, oldest first. See the module doc."""
+FREEING = ("trash", "demote", "tier")
+
+
+def plan(items: Sequence[Item], policy: Policy, now: float | None = None) -> Plan:
+    """One decision per candidate checkpoint of one run, oldest first. See the module doc.
+    `now`: the time `tier_after` counts back from (None: no checkpoint tiers by age)."""
     _validate(policy)
     candidates = sorted(_candidates(items), key=_age)
     ok = [item for item in candidates if item.status == CheckpointStatus.OK]
@@ -177,11 +192,20 @@ def plan(items: Sequence[Item], policy: Policy) -> Plan:
         tags[item_id].append((tier, reason))
     over: dict[int, tuple[str, str]] = {}
     notes: tuple[str, ...] = ()
+    rules = [(rule.metric, rule.resolved_mode) for rule in policy.keep_best]
+    local = stays_local(candidates, ok, newest(ok), policy.keep_local, rules)
     if policy.max_bytes is not None:
         kept = [item for item in ok if tags[item.id]]
-        over, notes = _trim(kept, tags, policy.max_bytes)
+        over, notes = _trim(kept, tags, policy.max_bytes, local)
     decisions = tuple(_decide(item, tags[item.id], over.get(item.id)) for item in candidates)
-    freed = sum(d.size_bytes for d in decisions if d.action in ("trash", "demote"))
+    if policy.tier_after is not None and now is not None:
+        after, shown = policy.tier_after, format_duration(policy.tier_after)
+        by_id = {item.id: item for item in candidates}
+        decisions = tuple(
+            Decision(d.id, d.path, *aged(d, by_id[d.id], local, after, now, shown), d.size_bytes)
+            for d in decisions
+        )
+    freed = sum(d.size_bytes for d in decisions if d.action in FREEING)
     return Plan(decisions=decisions, bytes_freed=freed, notes=notes)
 
 
@@ -205,6 +229,8 @@ def _validate(policy: Policy) -> None:
         raise UsageError("retention: keep_within must be a duration above 0s")
     if policy.max_bytes is not None and not policy.max_bytes > 0:
         raise UsageError("retention: max_bytes must be above 0")
+    if policy.keep_local and policy.keep_local.best and not policy.keep_best:
+        raise UsageError("retention: keep_local.best needs a keep_best rule (which metric)")
 
 
 def _check_count(name: str, n: int | None) -> None:
@@ -319,10 +345,14 @@ def _keep_periodic(newest_first: list[Item], kind: str, n: int) -> Iterator[tupl
 
 
 def _trim(
-    kept: list[Item], tags: dict[int, list[tuple[int, str]]], max_bytes: int
+    kept: list[Item],
+    tags: dict[int, list[tuple[int, str]]],
+    max_bytes: int,
+    local: dict[int, str],
 ) -> tuple[dict[int, tuple[str, str]], tuple[str, ...]]:
-    """(action, reason) by id for what the budget demotes or trashes, and a note if that is
-    not enough. Demotion first (it keeps a usable model), then trashing, both in budget order."""
+    """(action, reason) by id for what the budget demotes, tiers or trashes, and a note if that
+    is not enough. Demotion first (it keeps a usable model), then the remote tier (it keeps the
+    whole checkpoint, in the store), then trashing, each in budget order."""
     total = sum(item.size_bytes for item in kept)
     strength = {item.id: min(tier for tier, _ in tags[item.id]) for item in kept}
     order = sorted(
@@ -344,6 +374,18 @@ def _trim(
     for item in order:
         if total <= max_bytes:
             break
+        if item.id not in over and budget_tierable(item, item.id, local):
+            over[item.id] = (
+                "tier",
+                f"over budget: {format_size(total)} > {format_size(max_bytes)}: "
+                "tiered to the object store",
+            )
+            total -= item.size_bytes
+    for item in order:
+        if total <= max_bytes:
+            break
+        if over.get(item.id, ("",))[0] == "tier":
+            continue  # its local bytes go with the tier
         left = item.inference_bytes if item.id in over else item.size_bytes
         if not left or left <= 0:
             continue  # trashing it frees nothing

@@ -53,6 +53,16 @@ def kind_of(status: CheckpointStatus, version: bool) -> str | None:
     return "version" if version else "checkpoint"
 
 
+@dataclass(frozen=True)
+class RemoteBytes:
+    """Verified remote copies of one (root, run): in the object store, not on the local disk."""
+
+    root: str
+    run: str
+    files: int
+    bytes: int
+
+
 @dataclass
 class Tally:
     name: str
@@ -61,6 +71,9 @@ class Tally:
     # Of the `trash` kind, what versions left there: with `version`, what versions cost.
     version_trash_bytes: int = 0
     version_trash_files: int = 0
+    # In the object store (verified copies): not part of `total`, which is the local disk's.
+    remote_bytes: int = 0
+    remote_files: int = 0
 
     @property
     def total(self) -> int:
@@ -81,11 +94,13 @@ class RootUsage:
 
 
 def summarize(
-    checkpoints: Iterable[CheckpointBytes], artifacts: Iterable[ArtifactBytes]
+    checkpoints: Iterable[CheckpointBytes],
+    artifacts: Iterable[ArtifactBytes],
+    remote: Iterable[RemoteBytes] = (),
 ) -> list[RootUsage]:
     """Per root (biggest first), its total by kind and its runs by kind (biggest first; ties
-    by name); versions count in the run they are versions of. A run with nothing on disk is
-    not listed."""
+    by name); versions count in the run they are versions of. A run with nothing on disk nor
+    in the object store is not listed; `remote`: bytes in the store, beside the local total."""
     roots: dict[str, Tally] = {}
     runs: dict[tuple[str, str], Tally] = {}
     rows: list[tuple[str, str, str, int, int, bool]] = [
@@ -97,6 +112,11 @@ def summarize(
     for root, run, kind, files, size, version in rows:
         roots.setdefault(root, Tally(root)).add(kind, files, size, version=version)
         runs.setdefault((root, run), Tally(run)).add(kind, files, size, version=version)
+    for r in remote:
+        of_run = runs.setdefault((r.root, r.run), Tally(r.run))
+        for tally in (roots.setdefault(r.root, Tally(r.root)), of_run):
+            tally.remote_bytes += r.bytes
+            tally.remote_files += r.files
     out = []
     for root, tally in sorted(roots.items(), key=lambda item: (-item[1].total, item[0])):
         of_root = [t for (r, _), t in runs.items() if r == root]
@@ -126,10 +146,13 @@ def usage_json(usage: list[RootUsage]) -> dict[str, Any]:
             "by_kind": dict(t.bytes),
             "files": dict(t.files),
             "versions": versions_cost(t),
+            "remote_bytes": t.remote_bytes,
+            "remote_files": t.remote_files,
         }
 
     return {
         "bytes": sum(u.root.total for u in usage),
+        "remote_bytes": sum(u.root.remote_bytes for u in usage),
         "kinds": list(KINDS),
         "roots": [
             {

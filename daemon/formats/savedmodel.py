@@ -3,8 +3,9 @@
 Written by `model.export()` / `tf.saved_model.save()` (Keras 3) and tf-keras `model.save(dir)`.
 TF writes `variables/` first, then `saved_model.pb`, then `fingerprint.pb` last (each renamed
 into place), so a present `saved_model.pb` without its variables index means "still writing".
-Signatures and variables come from the `tf_probe` child, which only parses protos and the
-variables index: `tf.saved_model.load` would rebuild the whole graph for nothing.
+Signatures and variables come from `formats.tf_variables`, which only parses the protos and the
+variables index in-process (no TensorFlow): `tf.saved_model.load` would rebuild the whole graph
+for nothing.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..children import tf_child
 from ..core.errors import CorruptCheckpoint, NotACheckpoint, NotReady, UnreadableCheckpoint
 from ..core.model import CheckpointInfo, Format, Kind
 from ..fs import beneath
-from . import tf_checkpoint
+from . import tf_checkpoint, tf_variables
 
 _GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt")
 
@@ -54,9 +54,11 @@ def _file_notes(path: Path, graph: Path, data_bytes: int, n_shards: int) -> list
 
 
 def read(path: Path, *, timeout: float = 120.0) -> CheckpointInfo:
-    """Metadata of the SavedModel directory `path`."""
+    """Metadata of the SavedModel directory `path` (`timeout` kept for callers: the read is
+    in-process and bounded by its size caps)."""
+    del timeout
     graph = _graph_file(path)
-    problem = beneath.tree_problem(path)  # TensorFlow reads by name: it would follow links
+    problem = beneath.tree_problem(path)  # a link inside is refused, whatever it points at
     if problem:
         raise UnreadableCheckpoint(f"{problem}: not followed, the SavedModel is not read")
     try:
@@ -67,9 +69,10 @@ def read(path: Path, *, timeout: float = 120.0) -> CheckpointInfo:
         notes = _file_notes(path, graph, data_bytes, len(shards))
     except FileNotFoundError as exc:  # a rewrite or a deletion under our feet
         raise NotReady(f"{Path(exc.filename or path).name} vanished during the read") from None
-    result = tf_child.probe("savedmodel", path, timeout)
-    if isinstance(result, str):
-        return CheckpointInfo(format=Format.SAVED_MODEL, kind=Kind.FULL, notes=(*notes, result))
+    try:
+        result = tf_variables.probe_savedmodel(path)
+    except (OSError, beneath.NotARegularFile) as exc:
+        raise tf_variables.read_problem(path, exc) from None
     if result["checkpoint"] is None:
         raise CorruptCheckpoint("variables/variables.index missing")
     info = tf_checkpoint.describe(
@@ -79,6 +82,8 @@ def read(path: Path, *, timeout: float = 120.0) -> CheckpointInfo:
         data_bytes=data_bytes,
         dedupe=True,
     )
+    if graph.name == "saved_model.pbtxt":  # the text format: not parsed here
+        notes.append("saved_model.pbtxt (text format): signatures not read")
     if result["tensorflow_version"]:
         notes.append("written by TensorFlow " + ", ".join(result["tensorflow_version"]))
     # `__saved_model_init_op` is TF's own initializer entry, not something a user can call.

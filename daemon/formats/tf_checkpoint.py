@@ -1,9 +1,9 @@
 """TensorFlow checkpoints (`prefix.index` + `prefix.data-XXXXX-of-NNNNN`): metadata only.
 
-File-level checks need no TensorFlow. Listing variables does: TF is imported only by the
-`tf_probe` child process, so the daemon never pays its ~0.5 GB and seconds of import time.
-The probe reports each variable with its role (model weight, optimizer state, other), decided
-from the checkpoint's object graph; this module adds them up into a `CheckpointInfo`.
+Read in-process without TensorFlow: `formats.tensor_bundle` parses the index and the few tensors
+needed, `formats.tf_variables` reports each variable with its role (model weight, optimizer
+state, other), decided from the checkpoint's object graph; this module adds them up into a
+`CheckpointInfo`.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..children import tf_child
-from ..core.errors import CorruptCheckpoint, NotReady, UnreadableCheckpoint
+from ..core.errors import CorruptCheckpoint, UnreadableCheckpoint
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 from ..fs import beneath
+from . import tf_variables
 
-TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB table footer, the last 8 bytes of every `.index`
-FOOTER_LEN = 48
+TABLE_MAGIC = tf_variables.tensor_bundle.TABLE_MAGIC  # the last 8 bytes of every `.index`
+FOOTER_LEN = tf_variables.tensor_bundle.FOOTER_LEN
 _SHARD = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 _ITERATIONS = {"iteration", "iterations", "_iterations", "iter"}
 _LEARNING_RATE = {"learning_rate", "_learning_rate", "lr"}
@@ -83,7 +83,7 @@ def check_files(prefix: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class _Var:
-    """One variable as `tf_probe` reports it (role decided there, from the object graph)."""
+    """One variable as `tf_variables` reports it (role decided from the object graph)."""
 
     key: str  # checkpoint key without "/.ATTRIBUTES/VARIABLE_VALUE"
     name: str  # the variable's own name when known: "fc1/kernel", "adam/iteration"
@@ -154,7 +154,7 @@ def _dedupe(weights: list[_Var]) -> list[_Var]:
 def describe(
     result: dict[str, Any], *, fmt: Format, kind: Kind, data_bytes: int, dedupe: bool = False
 ) -> CheckpointInfo:
-    """A CheckpointInfo from a `tf_probe checkpoint` result (pure: no TF, no I/O)."""
+    """A CheckpointInfo from a `tf_variables.probe_checkpoint` result (pure: no I/O)."""
     found = [_Var(**{**v, "shape": tuple(v["shape"])}) for v in result["variables"]]
     needed = sum(v.nbytes for v in found) + result["graph_bytes"]
     if data_bytes < needed:  # tensors are stored back to back, unpadded
@@ -198,13 +198,13 @@ def describe(
 
 
 def read(prefix: Path, *, timeout: float = 120.0) -> CheckpointInfo:
-    """Metadata of the TF checkpoint `prefix` (the path without `.index`)."""
+    """Metadata of the TF checkpoint `prefix` (the path without `.index`). `timeout` is kept
+    for callers: the read is in-process and bounded by its size caps."""
+    del timeout
     shards = check_files(prefix)
     try:
         data_bytes = sum(p.stat().st_size for p in shards)
-    except FileNotFoundError as exc:  # max_to_keep pruning it right now
-        raise NotReady(f"{Path(exc.filename or prefix).name} vanished during the read") from None
-    result = tf_child.probe("checkpoint", prefix, timeout)
-    if isinstance(result, str):
-        return CheckpointInfo(format=Format.TF_CHECKPOINT, kind=Kind.WEIGHTS, notes=(result,))
+        result = tf_variables.probe_checkpoint(prefix)
+    except (OSError, beneath.NotARegularFile) as exc:  # max_to_keep pruning it right now
+        raise tf_variables.read_problem(prefix, exc) from None
     return describe(result, fmt=Format.TF_CHECKPOINT, kind=Kind.WEIGHTS, data_bytes=data_bytes)

@@ -45,7 +45,9 @@ class Episode:
     free_at_start: int
     threshold: int
     freed: int = 0
-    acts: dict[str, int] = field(default_factory=lambda: {"purge": 0, "demote": 0, "trash": 0})
+    acts: dict[str, int] = field(
+        default_factory=lambda: {"purge": 0, "demote": 0, "tier": 0, "trash": 0}
+    )
     failures: int = 0
     stuck_at: float | None = None  # monotonic time of the last pass that could not free enough
     above_since: float | None = None  # monotonic time free space got back above min_free
@@ -158,6 +160,10 @@ class DiskGuard(threading.Thread):
                 path=step.path,
                 bytes=step.frees,
             )
+            if step.action == "tier":  # its bytes went to the object store, verified
+                self.hooks.emit(
+                    "tiered", path=step.path, run=step.run, reason=step.reason, bytes=step.frees
+                )
         for failure in relief.failures:
             event("disk_guard_skipped", level=logging.INFO, **failure)
         # Nothing left to free, or nothing could be done (a lease held, a file changed): ask

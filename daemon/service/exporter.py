@@ -173,9 +173,12 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         "split": "Inference artifacts written, all time.",
         "capture_skipped": "Generations not kept as a version for lack of free space "
         "(versions.reserve), all time.",
+        "tiered": "Checkpoints uploaded to the object store, verified and recorded, all time.",
     }
     for name, text in helps.items():
         yield CounterMetricFamily(f"ckpt_{name}", text, value=fig.totals.get(name, 0))
+
+    yield from _remote_families(snap)
 
     failed = CounterMetricFamily(
         "ckpt_actions_failed", "Audited acts that failed, by action, all time.", labels=["action"]
@@ -212,6 +215,64 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
     yield jobs
 
 
+def _remote_families(snap: Snapshot) -> Iterator[Metric]:
+    """The object store's: bytes uploaded and tier acts failed (all time, from the audit
+    events), bytes held there by root, the client's retries since the service started."""
+    fig = snap.figures
+    yield CounterMetricFamily(
+        "ckpt_uploaded_bytes",
+        "Bytes uploaded to the object store by tier acts that verified, all time.",
+        value=fig.uploaded_bytes,
+    )
+    yield CounterMetricFamily(
+        "ckpt_upload_failures",
+        "Tier acts that failed (upload, verification or record; local copy kept), all time.",
+        value=fig.failed.get("tier", 0),
+    )
+    remote = GaugeMetricFamily(
+        "ckpt_remote_bytes", "Bytes of verified copies in the object store.", labels=["root"]
+    )
+    for root, n in sorted(fig.remote_bytes.items()):
+        remote.add_metric([root], n)
+    yield remote
+    retries = CounterMetricFamily(
+        "ckpt_remote_retries",
+        "Object store calls retried after a transient fault, since the service started.",
+        labels=["store"],
+    )
+    calls = CounterMetricFamily(
+        "ckpt_remote_call_failures",
+        "Object store calls that failed after their retries, since the service started.",
+        labels=["store"],
+    )
+    for url, counted in sorted((snap.state.get("remote") or {}).items()):
+        retries.add_metric([url], int(counted.get("retries", 0)))
+        calls.add_metric([url], int(counted.get("failures", 0)))
+    yield retries
+    yield calls
+
+
+def remote_counters(config: Config) -> dict[str, dict[str, int]]:
+    """{store URL: its client's counters} of the stores this process has used (JSON-able)."""
+    from ..usecases.locations import uses_remote
+
+    if not uses_remote(config):
+        return {}
+    from ..usecases.tiering import object_store
+
+    found: dict[str, dict[str, int]] = {}
+    for root in config.roots:
+        remote = config.remote_for(root)
+        if remote is not None and remote.url not in found:
+            counters = object_store(remote).counters
+            found[remote.url] = {
+                "retries": counters.retries,
+                "failures": counters.failures,
+                "uploaded_bytes": counters.uploaded_bytes,
+            }
+    return found
+
+
 def service_state(
     *,
     queue: int,
@@ -219,6 +280,7 @@ def service_state(
     last_ok: Mapping[str, float],
     errors: Mapping[str, int],
     heartbeat_time: float | None = None,
+    remote: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """The service's part of the metrics: kept live by `ckpt serve` and in every heartbeat
     (for `ckpt metrics`), JSON-able."""
@@ -228,6 +290,7 @@ def service_state(
         "last_ok": dict(last_ok),
         "errors": {kind: int(errors.get(kind, 0)) for kind in ERROR_KINDS},
         "heartbeat_time": heartbeat_time,
+        "remote": {url: dict(counted) for url, counted in (remote or {}).items()},
     }
 
 

@@ -257,3 +257,24 @@ class Notifications:
 
     def retention(self, path: str, run: str, action: str, reason: str) -> None:
         self.hooks.emit("retention", path=path, run=run, reason=reason, action=action)
+
+    def tiered(self, checkpoint_id: int, path: str, run: str, reason: str) -> None:
+        """A checkpoint's bytes went to the object store (verified; its local copy trashed):
+        `remote_url` and `bytes` of its verified copy."""
+        if not self.hooks.wanted("tiered"):
+            return
+        from ..core.remote import verified_copy
+
+        try:
+            copy = verified_copy(self.store.remote_copies([checkpoint_id]))
+        except Exception as exc:  # a catalog hiccup: the event still goes, without its URL
+            event("hook_error", level=logging.WARNING, path=path, error=str(exc))
+            copy = None
+        self.hooks.emit(
+            "tiered",
+            path=path,
+            run=run,
+            reason=reason,
+            remote_url=copy.url if copy else None,
+            bytes=copy.size_bytes if copy else None,
+        )

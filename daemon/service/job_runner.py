@@ -148,12 +148,17 @@ class JobRunner(threading.Thread):
         return not stop()
 
     def _tell_retention(self, report: PruneReport) -> None:
-        """A `retention` hook event for each checkpoint the job moved to the trash."""
+        """A `retention` hook event for each checkpoint the job moved to the trash; `tiered`
+        for each it moved to the object store."""
         if self.notifications is None:
             return
         for rp in report.runs:
             for d in rp.plan.decisions:
-                if rp.moved and d.id in rp.moved:
+                if not (rp.moved and d.id in rp.moved):
+                    continue
+                if d.action == "tier":
+                    self.notifications.tiered(d.id, d.path, rp.run, "; ".join(d.reasons))
+                else:
                     self.notifications.retention(d.path, rp.run, d.action, "; ".join(d.reasons))
 
     def _artifacts(self) -> None:

@@ -54,6 +54,7 @@ class RunningParts:
                 "hook": self.hooks.failed,
             },
             heartbeat_time=self.worker.last_beat_time,
+            remote=exporter.remote_counters(self.runner.config),
         )
 
     def state(self) -> dict[str, Any]:

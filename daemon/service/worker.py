@@ -22,7 +22,7 @@ from typing import Any
 
 from ..catalog.audit import actor
 from ..catalog.store import Store
-from ..children import reader_child, tf_child
+from ..children import reader_child
 from ..core import completion
 from ..core.model import FileStat, Hint, HintKind, Rescan
 from ..core.units import iso_utc
@@ -33,7 +33,6 @@ from ..usecases.indexer import scan
 from ..usecases.scan_report import ScanReport
 
 TICK_SECONDS = 0.1
-TF_CHILD_IDLE_SECONDS = 60.0  # keep the TensorFlow child between checkpoints, not forever
 READER_CHILD_IDLE_SECONDS = 600.0  # the file reader child (~60 MB): kept for low latency
 _TF_NAMES = ("checkpoint",)
 _SAVED_MODEL_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "keras_metadata.pb")
@@ -131,7 +130,6 @@ class Worker(threading.Thread):
         try:
             self._loop()
         finally:
-            tf_child.end_idle(0)
             reader_child.end_idle(0)
 
     def _loop(self) -> None:
@@ -160,7 +158,6 @@ class Worker(threading.Thread):
             self.rescan(self._rescan)
         self._index_ready(time.monotonic())
         self._heartbeat()
-        tf_child.end_idle(TF_CHILD_IDLE_SECONDS)
         reader_child.end_idle(READER_CHILD_IDLE_SECONDS)
 
     def _take(self, item: Hint | Rescan, now: float) -> None:
@@ -196,7 +193,6 @@ class Worker(threading.Thread):
         if not ready:
             return
         writers = procfs.writers_under(root.path for root in cfg.roots)
-        tf_child.keep_session()  # started only if a TF-format checkpoint needs reading
         for target in ready:
             if self.stopping.is_set():
                 return

@@ -69,6 +69,8 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     **{f"retention.{k}": (_COUNT,) for k in ("keep_daily", "keep_weekly", "keep_best[].n")},
     "retention.keep_within": (Bound("duration", 1, MAX_DURATION),),
     "retention.max_bytes": (Bound("size", 1, MAX_SIZE),),
+    "retention.tier_after": (_AFTER,),
+    **{f"retention.keep_local.{k}": (_COUNT,) for k in ("last", "best")},
     "versions.keep_previous": (Bound("count", 1, 1000, why="each is a full copy of a file"),),
     "trash.purge_after": (_AFTER,),
     "artifacts.split_after": (_AFTER,),

@@ -26,7 +26,8 @@ from .operations import node as _node
 from .policies import RunRule
 from .policies import policy as _policy
 from .policies import run_rules as _run_rules
-from .remote import Remote, distinct_keys, parse_remote
+from .remote import Remote, parse_remote
+from .tier_checks import check_remotes
 from .values import choice as _choice
 from .values import mapping as _mapping
 from .values import min_free as _min_free
@@ -248,7 +249,7 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         remote=parse_remote(raw["remote"], "remote") if "remote" in raw else None,
         web=_web_view(service, base),
     )
-    distinct_keys([(config.remote_for(r), r.remote_name) for r in config.roots])
+    check_remotes(config)
     return config
 
 

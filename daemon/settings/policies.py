@@ -8,6 +8,7 @@ from typing import Any
 
 from ..core.errors import ConfigError
 from ..core.retention import KeepBest, Policy
+from ..core.tier_plan import KeepLocal
 from .bounds import bounded as _number
 from .values import choice as _choice
 from .values import count as _count
@@ -31,7 +32,10 @@ POLICY_KEYS = {
     "keep_daily",
     "keep_weekly",
     "max_bytes",
+    "tier_after",
+    "keep_local",
 }
+KEEP_LOCAL_KEYS = {"last", "best"}
 KEEP_BEST_KEYS = {"metric", "n", "mode", "keep_missing"}
 
 
@@ -69,10 +73,28 @@ def policy(value: Any, key: str) -> Policy:
         max_bytes=int(_number(raw["max_bytes"], f"{key}.max_bytes"))
         if "max_bytes" in raw
         else None,
+        tier_after=_number(raw["tier_after"], f"{key}.tier_after") if "tier_after" in raw else None,
+        keep_local=_keep_local(raw["keep_local"], f"{key}.keep_local")
+        if "keep_local" in raw
+        else None,
     )
     if policy.is_empty():
         raise ConfigError(key, "an empty policy keeps nothing: give at least one keep_ rule")
+    if policy.keep_local and policy.keep_local.best and not policy.keep_best:
+        raise ConfigError(
+            f"{key}.keep_local.best", "needs a keep_best rule: the metric that says which is best"
+        )
     return policy
+
+
+def tiers(policy: Policy | None) -> bool:
+    """The policy moves checkpoints to the object store by age or keeps some local."""
+    return policy is not None and (policy.tier_after is not None or policy.keep_local is not None)
+
+
+def _keep_local(value: Any, key: str) -> KeepLocal:
+    raw = _mapping(value, key, KEEP_LOCAL_KEYS)
+    return KeepLocal(last=_count(raw, "last", key), best=_count(raw, "best", key))
 
 
 def _keep_best(value: Any, key: str) -> KeepBest:

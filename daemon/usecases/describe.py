@@ -10,8 +10,12 @@ read and TensorFlow is never imported, so a card takes as long for a 300 MB file
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +137,7 @@ def _model_config(config: Config, c: Checkpoint, artifact: dict[str, Any] | None
     paths.append(Path(c.path))
     for path in paths:
         try:
-            data = _config_bytes(c, path, base, artifact)
+            data = _CONFIGS.read(path, functools.partial(_config_bytes, c, path, base, artifact))
         except (CkptError, OSError, KeyError):
             continue
         try:
@@ -141,6 +145,46 @@ def _model_config(config: Config, c: Checkpoint, artifact: dict[str, Any] | None
         except (ValueError, RecursionError):
             return None
     return None
+
+
+class _ConfigMemo:
+    """The model config bytes last read from each file, while the file is the same (path,
+    inode, size, mtime): a legacy `.h5`'s is read by a child process (most of a second), and the
+    web view draws a checkpoint's card again at each change of the catalog. A few small ones."""
+
+    ENTRIES, MAX_BYTES = 64, 1 << 20
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[tuple[str, int, int, int], bytes | CkptError | None] = OrderedDict()
+
+    def read(self, path: Path, read: Callable[[], bytes | None]) -> bytes | None:
+        st = os.stat(path)
+        key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                kept = self._kept[key]
+                if isinstance(kept, CkptError):  # the file said no: it still does
+                    raise kept
+                return kept
+        try:
+            data = read()
+        except CkptError as exc:
+            self._keep(key, exc)
+            raise
+        if data is None or len(data) <= self.MAX_BYTES:
+            self._keep(key, data)
+        return data
+
+    def _keep(self, key: tuple[str, int, int, int], value: bytes | CkptError | None) -> None:
+        with self._lock:
+            self._kept[key] = value
+            while len(self._kept) > self.ENTRIES:
+                self._kept.popitem(last=False)
+
+
+_CONFIGS = _ConfigMemo()
 
 
 def _config_bytes(

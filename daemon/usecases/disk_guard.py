@@ -5,8 +5,11 @@ Roots on one filesystem (same `st_dev`) share one guard, with the largest thresh
 (the strictest). Every act goes through the rail, as retention's do: the run's lease, a claim in
 the catalog, the re-check of the file against what was indexed, fsops' trash and purge, and an
 audit event whose reason says "disk pressure" and why this one (`ckpt log`). Demotion is
-artifacts' split, then the full file to the trash and purged. After each act the filesystem is
-measured again: the guard stops as soon as it is back above its threshold.
+artifacts' split, then the full file to the trash and purged; a tier act is
+`usecases.tiering`'s (uploaded, verified, recorded, then the local copy trashed), then purged.
+When the object store fails a tier act (unreachable after its retries), the rest of the pass is
+planned again without tiering. After each act the filesystem is measured again: the guard stops
+as soon as it is back above its threshold.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import disk_guard, retention
 from ..core.disk_guard import GuardPlan, MinFree, RunFacts, Step, TrashEntry
-from ..core.errors import CkptError
+from ..core.errors import CkptError, RemoteFailed
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.resume import resumability
 from ..fs import fsops
@@ -131,12 +134,12 @@ def status(
     return out
 
 
-def plan_for(config: Config, store: Store, fs: Guarded) -> GuardPlan:
-    """The plan for `fs` as it is now (nothing acted)."""
+def plan_for(config: Config, store: Store, fs: Guarded, *, tiering: bool = True) -> GuardPlan:
+    """The plan for `fs` as it is now (nothing acted); `tiering`: tier acts may be planned."""
     now = usage(fs.roots[0])
     threshold = fs.min_free.threshold(now.total)
     runs = [
-        _facts(config, store, root, name)
+        _facts(config, store, root, name, tiering)
         for _run_id, root, name in store.run_keys()
         if root in fs.roots
     ]
@@ -167,7 +170,9 @@ def relieve(
         before_acting(relief.plan)
     threshold = relief.plan.threshold
     batch = rail.batch_name("guard")
-    for step in relief.plan.steps:
+    steps, tiering = list(relief.plan.steps), True
+    while steps:
+        step = steps.pop(0)
         if should_stop() or usage(fs.roots[0]).free >= threshold:
             break
         try:
@@ -177,6 +182,10 @@ def relieve(
             relief.failures.append(
                 {"id": step.id, "path": step.path, "error": guards.one_line(exc)}
             )
+            if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
+                tiering = False
+                relief.plan = plan_for(config, store, fs, tiering=False)
+                steps = list(relief.plan.steps)
     relief.free_after = usage(fs.roots[0]).free
     return relief
 
@@ -216,12 +225,14 @@ def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, a
     rail.purge_trashed(config, store, item, actor, reason=reason)
 
 
-def _facts(config: Config, store: Store, root: str, name: str) -> RunFacts:
+def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) -> RunFacts:
+    from ..core.tier_plan import NO_REMOTE
     from .retention_plan import (
         demotable,
         planner_item,
         protected_generations,
         run_checkpoints,
+        tier_blocked,
         versions_policy,
     )
 
@@ -235,7 +246,15 @@ def _facts(config: Config, store: Store, root: str, name: str) -> RunFacts:
         metric = versions_policy(config, versions).keep_best[0]
         if (metric.metric, metric.resolved_mode) not in best:
             best.append((metric.metric, metric.resolved_mode))
-    items = tuple(planner_item(c, demotable(c), previous.get(c.id)) for c in found)
+    items = tuple(
+        planner_item(
+            c,
+            demotable(c),
+            previous.get(c.id),
+            tier_blocked(config, c) if tiering else NO_REMOTE,
+        )
+        for c in found
+    )
     kept_by: dict[int, str] = {}
     if policy is not None and items:
         decided = retention.plan(items, policy).decisions

@@ -94,7 +94,7 @@ def histories(config: Config, store: Store, runs: Sequence[str], metric: str) ->
 def disk_usage(store: Store) -> list[RootUsage]:
     """Bytes per root, run and kind from the catalog (`core.usage`), biggest first."""
     checkpoints, artifacts = store.usage()
-    return summarize(checkpoints, artifacts)
+    return summarize(checkpoints, artifacts, store.remote_usage())
 
 
 def write_output(path: Path, data: bytes) -> None:

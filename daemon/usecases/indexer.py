@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..catalog.store import Known, Store
 from ..catalog.store_claims import Claim
-from ..children import reader_child, tf_child
+from ..children import reader_child
 from ..core import completion
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UnfinishedSave, UsageError
 from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
@@ -81,9 +81,8 @@ def scan(
             event("root_unavailable", level=logging.ERROR, root=root.path)
             continue
         fsops.remove_stale_temps(start)  # ours, left by killed commands (dead pid, this host)
-        # One reader child for all checkpoint files of the scan, one TensorFlow child for all
-        # TF checkpoints: each started at its first use.
-        with reader_child.session(), tf_child.session():
+        # One reader child for all checkpoint files of the scan, started at its first use.
+        with reader_child.session():
             walk = _Scan(config, root, store, report, actor, progress, start)
             walk.reindex, walk.counter = reindex, counter
             walk.run(start, should_stop)

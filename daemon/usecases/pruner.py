@@ -171,11 +171,17 @@ def trash_decided(
     actor: str,
     lease: HeldLease,
 ) -> None:
-    """Carry out one decision to trash or demote `c` under its run's `lease` (retention's and
-    the disk guard's): refused if it is pinned or not `ok` any more; a demotion splits first
-    (its inference artifact stays in its place), then the file goes to the trash."""
+    """Carry out one decision to trash, demote or tier `c` under its run's `lease` (retention's
+    and the disk guard's): refused if it is pinned or not `ok` any more; a demotion splits first
+    (its inference artifact stays in its place), then the file goes to the trash; a tier act
+    is `usecases.tiering`'s (the local copy trashed only once the remote one verified)."""
     if c.status != CheckpointStatus.OK or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    if decision.action == "tier":  # up, verified, recorded; only then the local copy trashed
+        from .tiering import tier_one
+
+        tier_one(config, store, c, reason="; ".join(decision.reasons), actor=actor, lease=lease)
+        return
     demote = decision.action == "demote"
     if demote and c.id not in store.ids_with_artifact("inference"):
         from .artifacts import split_checkpoint  # the inference artifact first, then the file

@@ -8,7 +8,9 @@ versions protect, a checkpoint as a planner item (demotable or not).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..catalog.store import Store
@@ -17,6 +19,7 @@ from ..core.errors import NotFound, UsageError
 from ..core.model import Checkpoint, CheckpointStatus
 from ..core.query import ListQuery
 from ..core.runs import run_scope
+from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations
 from ..settings.config import Config
 from .artifacts import SPLITTABLE
@@ -81,6 +84,11 @@ class PruneReport:
                     ],
                     "bytes_freed": rp.bytes_freed,
                     "trashed": rp.trashed,
+                    "tiered": sum(
+                        1
+                        for d in rp.plan.decisions
+                        if d.action == "tier" and (rp.moved is None or d.id in rp.moved)
+                    ),
                     "notes": list(rp.plan.notes),
                 }
                 for rp in self.runs
@@ -96,10 +104,13 @@ def plan_runs(
     store: Store,
     runs: list[str] | None = None,
     override: retention.Policy | None = None,
+    now: float | None = None,
 ) -> PruneReport:
     """`runs`: these runs and the runs below each (`exp` covers `exp/checkpoints`, as `ckpt best
-    --run exp` does), each planned on its own, with its own policy; none: every run."""
+    --run exp` does), each planned on its own, with its own policy; none: every run. `now`:
+    what `tier_after` counts back from (default: the clock)."""
     report = PruneReport(dry_run=True)
+    now = time.time() if now is None else now
     scopes = [run_scope(r) for r in runs or ()]
     for run_id, root, name in store.run_keys():
         if scopes and not any(scope.covers(name) for scope in scopes):
@@ -114,11 +125,14 @@ def plan_runs(
             if not found:
                 report.skipped.append({"run": name, "reason": "no retention policy configured"})
                 continue
-        items = [planner_item(c, demotable(c), previous.get(c.id)) for c in found]
+        items = [
+            planner_item(c, demotable(c), previous.get(c.id), tier_blocked(config, c))
+            for c in found
+        ]
         if items:
             described = f"{source}: {policy.describe()}"
             report.runs.append(
-                RunPlan(root, name, run_id, described, retention.plan(items, policy))
+                RunPlan(root, name, run_id, described, retention.plan(items, policy, now))
             )
     if runs and not report.runs and not report.skipped:
         raise NotFound(f"no run named {', '.join(runs)} in the catalog")
@@ -156,9 +170,15 @@ def versions_policy(config: Config, kept: list[Checkpoint]) -> retention.Policy:
     return retention.Policy(keep_best=(retention.KeepBest(metric, 1, keep_missing=False),))
 
 
-def planner_item(c: Checkpoint, can_demote: bool, protected: str | None = None) -> retention.Item:
+def planner_item(
+    c: Checkpoint,
+    can_demote: bool,
+    protected: str | None = None,
+    blocked: str | None = NO_REMOTE,
+) -> retention.Item:
     """`c` as the planner sees it; `can_demote`: it may become its inference artifact.
-    `protected`: why retention never trashes it (a previous generation of a kept version)."""
+    `protected`: why retention never trashes it (a previous generation of a kept version).
+    `blocked`: why it cannot be tiered to the object store (None: it can)."""
     return retention.Item(
         id=c.id,
         path=c.path,
@@ -172,7 +192,18 @@ def planner_item(c: Checkpoint, can_demote: bool, protected: str | None = None) 
         # Without its optimizer state a checkpoint is about its weights plus the config.
         inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if can_demote else None,
         protected=protected,
+        tier_blocked=blocked,
     )
+
+
+def tier_blocked(config: Config, c: Checkpoint) -> str | None:
+    """Why `c` cannot go to its root's object store now (None: it can; `usecases.tiering`)."""
+    root = config.root_for(Path(c.path))
+    if root is None or config.remote_for(root) is None:
+        return NO_REMOTE
+    from .tiering import why_not  # boto3 stays unimported until a tier act
+
+    return why_not(config, c)
 
 
 def demotable(c: Checkpoint) -> bool:

@@ -91,7 +91,7 @@ class WebApp:
             hit = self._cache.get(key)
             if hit is not None and hit[0] == state and self._fresh(path, hit[1]):
                 return hit[2]
-            response = self._route(path, params)
+            response = self._route(path, params, state)
             if response.status == 200:
                 self._cache[key] = (state, self._clock(), response)
                 while len(self._cache) > CACHE_PAGES:
@@ -116,7 +116,7 @@ class WebApp:
             return self._clock() - drawn_at < self._cache_seconds
         return True
 
-    def _route(self, path: str, params: Mapping[str, str]) -> Response:
+    def _route(self, path: str, params: Mapping[str, str], state: str = "") -> Response:
         if path.startswith("/static/"):
             return _static(path.removeprefix("/static/"))
         as_json = path.startswith("/api/")
@@ -126,7 +126,7 @@ class WebApp:
         page = self._page(name, params)
         if as_json:
             return _json(200, page.doc)
-        return self._html(200, page, name, params)
+        return self._html(200, page, name, params, state)
 
     def _page(self, name: str, params: Mapping[str, str]) -> pages.Page:
         cat = self.catalog
@@ -137,7 +137,7 @@ class WebApp:
         if name == "/checkpoint":
             return pages.checkpoint_page(cat, _required(params, "id"))
         if name == "/disk":
-            return pages.disk_page(cat)
+            return pages.disk_page(cat, params)
         if name == "/hosts":
             return pages.hosts_page(cat)
         if name == "/log":
@@ -145,8 +145,10 @@ class WebApp:
         raise NotFound(f"no page {name!r}: the pages are /, /run, /checkpoint, /disk, /hosts, /log")
 
     def _html(
-        self, status: int, page: pages.Page, name: str, params: Mapping[str, str]
+        self, status: int, page: pages.Page, name: str, params: Mapping[str, str], state: str
     ) -> Response:
+        """The page's HTML; `state`: the catalog's state it was drawn at (read before the page,
+        so a change meanwhile makes the next poll draw it again)."""
         roots = sorted((str(r.path) for r in self.catalog.config.roots), key=len, reverse=True)
         template = self._env.get_template(page.template)
         text = template.render(
@@ -156,9 +158,10 @@ class WebApp:
             params=dict(params),
             roots=roots,
             marks=MARKS,
-            glyphs=GLYPHS,
+            glyphs=GLYPHS | pages.VIEW_GLYPHS,
+            view_marks=tuple(pages.VIEW_GLYPHS),
             request_path=name + ("?" + urlencode(params) if params else ""),
-            changes=_changes_key(pages.changes(self.catalog)),
+            changes=state,
             **page.view,
         )
         return Response(status, "text/html; charset=utf-8", text.encode())

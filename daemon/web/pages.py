@@ -14,7 +14,8 @@ from typing import Any
 
 from ..api import Catalog
 from ..core.errors import UsageError
-from ..core.history import history_json, series, series_json
+from ..core.history import MarkedCheckpoint, history_json, series, series_json
+from ..core.observability import DEMOTED_REASON
 from ..core.query import default_mode
 from ..core.svg_curve import Curve, curve
 from ..core.usage import usage_json
@@ -22,10 +23,12 @@ from ..core.views import run_json
 
 Doc = dict[str, Any]
 Params = Mapping[str, str]
-# Statuses that flag a run on the overview: a save that did not complete, a file gone bad.
-FLAG_STATUSES = ("incomplete", "corrupt", "unreadable", "missing")
 RUN_SORTS = ("name", "checkpoints", "bytes", "newest", "last_save", "best")
 LOG_LIMIT, MAX_LOG_LIMIT = 200, 10_000
+TABLE_ROWS, MAX_TABLE_ROWS = 100, 1_000_000  # a run page's table: its newest checkpoints
+TRASH_ROWS = 200  # the disk page's trash table: its newest
+# Marks only the view shows (`core.history.MARKS` are the CLI's too), with their glyphs.
+VIEW_GLYPHS = {"demoted": "▣", "remote": "☁"}
 GUARD_ACTOR = "daemon:disk-guard"
 
 
@@ -38,21 +41,23 @@ class Page:
 
 
 def overview(cat: Catalog, params: Params) -> Page:
-    """Every run (`ckpt runs --json`, each with `flags` and `best_metric` added: the run's best
-    checkpoint by `metric`, as `ckpt runs` finds it, and its value),
-    filtered by `q` (a substring of the run's name) and sorted by `sort` (`-` first: descending)."""
+    """Every run (`ckpt runs --json`, each with `flags`, `last_save_unfinished` and
+    `best_metric` added: the run's best checkpoint by `metric`, as `ckpt runs` finds it, and its
+    value), filtered by `q` (a substring of the run's name) and sorted by `sort` (`-` first:
+    descending). Every figure comes from the catalog's aggregates (`Catalog.runs`): nothing is
+    read per checkpoint."""
     found = cat.runs()
     metric = params.get("metric") or _default_metric(found)
     if metric and found and not any(metric in r.best for r in found):
         cat.check_metric("metric", metric)  # a typo names the metrics there are
-    flags = _flags(cat)
     rows = []
     needle = params.get("q", "")
     for r in found:
         if needle and needle not in r.name:
             continue
         doc = run_json(r)
-        doc["flags"] = flags.get((r.root, r.name), {})
+        doc["flags"] = dict(r.flags)
+        doc["last_save_unfinished"] = r.last_save_unfinished
         path = r.best.get(metric) if metric else None
         value = r.best_values.get(metric) if path else None
         doc["best_metric"] = {"metric": metric, "path": path, "value": value}
@@ -68,9 +73,14 @@ def overview(cat: Catalog, params: Params) -> Page:
 
 def run_page(cat: Catalog, run: str, params: Params) -> Page:
     """One run: `ckpt history --json`, `ckpt prune --dry-run --json` of that run (the
-    retention planner's reasons: why each checkpoint is kept, what the next prune would do) and
-    the plotted series (`ckpt plot --json`'s)."""
+    retention planner's reasons: why each checkpoint is kept, what the next prune would do),
+    the plotted series (`ckpt plot --json`'s) and `marks`: per checkpoint id, its marks with
+    the two only the view shows (`demoted`: trashed for its inference artifact, which stays;
+    `remote`: a verified copy in object storage), its `location` and `remote_url` (as
+    `ckpt list --json`). The table shows the newest `rows` checkpoints (default 100), with a
+    link to more: a run of thousands is never drawn whole unless asked."""
     asked = [m for m in params.get("metrics", "").split(",") if m]
+    shown = _int(params.get("rows"), "rows", TABLE_ROWS, MAX_TABLE_ROWS)
     history = cat.history(run, asked)
     metric = params.get("metric") or (history.metrics[0][0] if history.metrics else "")
     if metric and metric not in dict(history.metrics):
@@ -86,15 +96,45 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
         for d in p["decisions"]
     }
     drawn = series(history, metric) if metric else None
-    rows = [{"marked": m, "decision": decided.get(m.checkpoint.id)} for m in history.checkpoints]
+    marked = history.checkpoints
+    marks = _view_marks(cat, marked)
+    rows = [
+        {"marked": m, "decision": decided.get(m.checkpoint.id), "marks": marks[m.checkpoint.id]}
+        for m in marked[-shown:]
+    ]
     doc = {
         "history": history_json(history),
         "prune_plan": plan,
         "series": series_json(drawn) if drawn else None,
+        "marks": {str(i): v for i, v in marks.items()},
+        "table": {"rows": len(rows), "of": len(marked)},
     }
     chart: Curve | None = curve(drawn) if drawn else None
-    view = {"run": run, "history": history, "rows": rows, "chart": chart, "metric": metric}
+    view = {
+        "run": run,
+        "history": history,
+        "rows": rows,
+        "chart": chart,
+        "metric": metric,
+        "more_rows": min(len(marked), 4 * shown) if len(marked) > shown else None,
+    }
     return Page("run.html", f"Run {run}", doc, view)
+
+
+def _view_marks(cat: Catalog, marked: list[MarkedCheckpoint]) -> dict[int, dict[str, Any]]:
+    """Per checkpoint: its marks (`core.history`'s, then `demoted` and `remote`), location."""
+    places = cat.locations([m.checkpoint for m in marked])
+    out: dict[int, dict[str, Any]] = {}
+    for m in marked:
+        c = m.checkpoint
+        location, url = places.get(c.id, ("local", None))
+        extra = []
+        if c.status.value in ("trashed", "purged") and DEMOTED_REASON in (c.reason or ""):
+            extra.append("demoted")
+        if location in ("remote", "both"):
+            extra.append("remote")
+        out[c.id] = {"marks": [*m.marks, *extra], "location": location, "remote_url": url}
+    return out
 
 
 def checkpoint_page(cat: Catalog, ref: str) -> Page:
@@ -110,21 +150,25 @@ def checkpoint_page(cat: Catalog, ref: str) -> Page:
     return Page("checkpoint.html", f"Checkpoint {found.id}", doc, view)
 
 
-def disk_page(cat: Catalog) -> Page:
+def disk_page(cat: Catalog, params: Params | None = None) -> Page:
     """Bytes by root and run (`ckpt du --json`), the trash (`ckpt trash list --json`), each
     guarded filesystem's free space, `min_free` and state (`ckpt status --json`'s `disk`) and
-    the disk guard's last acts (its audit events)."""
+    the disk guard's last acts (its audit events). The page's trash table shows the last
+    `trash` rows (default 200), the JSON all of them."""
     from ..usecases.disk_guard import status as disk_status
 
+    shown = _int((params or {}).get("trash"), "trash", TRASH_ROWS, MAX_TABLE_ROWS)
     health = cat.status()
     guard = [e for e in cat.log(limit=MAX_LOG_LIMIT) if e["actor"] == GUARD_ACTOR][-50:]
+    trash = cat.trash()
     doc = {
         "du": usage_json(cat.du()),
-        "trash": cat.trash(),
+        "trash": trash,
         "disk": disk_status(cat.config, health["disk"], running=bool(health["running"])),
         "guard_events": guard,
     }
-    return Page("disk.html", "Disk", doc)
+    more = min(len(trash), 4 * shown) if len(trash) > shown else None
+    return Page("disk.html", "Disk", doc, {"trash_rows": trash[-shown:], "more_trash": more})
 
 
 def hosts_page(cat: Catalog) -> Page:
@@ -164,16 +208,6 @@ def _default_metric(found: list[Any]) -> str:
         if preferred in names:
             return preferred
     return min(names) if names else ""
-
-
-def _flags(cat: Catalog) -> dict[tuple[str, str], dict[str, int]]:
-    """(root, run) -> {status: count} for the statuses that flag a run."""
-    flags: dict[tuple[str, str], dict[str, int]] = {}
-    for status in FLAG_STATUSES:
-        for c in cat.list(status=status):
-            counted = flags.setdefault((c.root, c.run), {})
-            counted[status] = counted.get(status, 0) + 1
-    return flags
 
 
 def _run_key(doc: Doc, key: str) -> Any:

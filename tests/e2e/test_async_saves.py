@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.support import Workspace
 from tests.support.async_saves import generate
+from tests.support.browser import web_page
 
 ABANDONED_AFTER_S = 3.0
 
@@ -56,6 +57,12 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
     assert not (outside / "PWNED").exists()
     latest = ws.run("latest", "--run", "killed").stdout.strip()
     assert latest.endswith("/killed/1")
+    overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
+    assert overview["killed"]["last_save_unfinished"] is True  # the web view's status flag
+    assert overview["killed"]["flags"] == {"incomplete": 1}
+    assert overview["orbax-sync"]["last_save_unfinished"] is False
+    assert "last save did not complete" in web_page(ws.config, "/", q="killed")[1]
+    assert "last save did not complete" not in web_page(ws.config, "/", q="orbax-sync")[1]
     resumable = ws.run("latest", "--run", "orbax-sync", "--resumable").stdout.strip()
     assert resumable.endswith("/orbax-sync/3")
 
@@ -69,5 +76,8 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
     killed = rows(ws)["killed/2.orbax-checkpoint-tmp"]
     assert killed["status"] == "abandoned", killed
     assert "did not complete" in killed["reason"] and "no writer" in killed["reason"]
+    overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
+    assert overview["killed"]["flags"] == {"abandoned": 1}
+    assert overview["killed"]["last_save_unfinished"] is True
     waited = ws.run("wait", "--run", "killed", "--newer-than", "1", "--timeout", "1s", check=False)
     assert waited.returncode == 6  # an abandoned save is never the new checkpoint

@@ -1,7 +1,9 @@
 """Object storage through the CLI against a real S3 API server on loopback (moto's server mode,
 started by the suite): config refusals, `ckpt tier` (upload, verify, record, then the local
-trash), listings' `location`, `ckpt fetch` (verified against the catalog's hash), and a
-start that aborts the multipart uploads a killed tier left."""
+trash), listings' `location`, `ckpt fetch` (verified against the catalog's hash), a start that
+aborts the multipart uploads a killed tier left, and a live daemon tiering by policy
+(`tier_after`, `keep_local`) with its hook, metrics and `du`, then `best`/`latest` answered
+from the store (`--fetch`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.browser import web_page
+from tests.support.daemon import Daemon
 from tests.support.s3_server import CREDENTIALS, S3Server
 from tests.support.workspace import Workspace
 
@@ -38,7 +43,9 @@ def _aws_chain(monkeypatch: pytest.MonkeyPatch) -> None:
 _buckets = iter(range(10_000))
 
 
-def remote_workspace(tmp_path: Path, s3: S3Server, fixtures: Path) -> tuple[Workspace, str, Any]:
+def remote_workspace(
+    tmp_path: Path, s3: S3Server, fixtures: Path, *, scan: bool = True
+) -> tuple[Workspace, str, Any]:
     bucket = f"ckpt-test-{next(_buckets)}"
     client = s3.bucket(bucket)
     ws = Workspace(tmp_path)
@@ -47,7 +54,8 @@ def remote_workspace(tmp_path: Path, s3: S3Server, fixtures: Path) -> tuple[Work
         + f"remote:\n  url: s3://{bucket}/team\n  endpoint_url: {s3.url}\n  region: us-east-1\n"
     )
     shutil.copytree(fixtures / RUN, ws.root / RUN)
-    ws.run("scan")
+    if scan:
+        ws.run("scan")
     return ws, bucket, client
 
 
@@ -86,6 +94,17 @@ def test_tier_uploads_verifies_records_then_trashes_and_fetch_brings_it_back(
     ]
     local = ws.json("list", "--location", "local")
     assert str(target) not in {r["path"] for r in local} and len(local) == 2
+    # The web view's run page marks it remote, with list --json's location and URL.
+    status, doc = web_page(ws.config, "/api/run", run=RUN)
+    assert status == 200
+    shown = doc["marks"][str(row["id"])]
+    assert (shown["location"], shown["remote_url"]) == ("remote", url)
+    assert "remote" in shown["marks"] and "trashed" in shown["marks"]
+    others = [v for k, v in doc["marks"].items() if k != str(row["id"])]
+    assert len(others) == 2 and all(v["location"] == "local" for v in others)
+    assert all("remote" not in v["marks"] for v in others)
+    html = web_page(ws.config, "/run", run=RUN)[1]
+    assert f'data-id="{row["id"]}" data-marks="trashed remote"' in html  # its curve marker
 
     # The local trash still has it: fetch restores it from there (no network needed).
     assert ws.run("fetch", str(row["id"])).stdout.strip() == str(target)
@@ -294,3 +313,96 @@ def test_two_catalogs_tiering_one_file_to_one_bucket_never_clobber(
     assert "an identical object was already there: kept as it was, not overwritten" in told.stdout
     key = told.stdout.split(" -> ")[1].split()[0].removeprefix(f"s3://{bucket}/")
     assert len(client.list_object_versions(Bucket=bucket, Prefix=key)["Versions"]) == 1
+
+
+TIERING = """service:
+  heartbeat: 1s
+schedule:
+  rescan: 0
+  retention: 1s
+hooks:
+  - on: [tiered]
+    command: [/bin/sh, -c, 'cat >> "$0"; echo >> "$0"', HOOKS]
+"""
+# roots[0] tiers by policy; roots[1] (same filesystem) is under disk pressure at once.
+ROOTS = """    retention:
+      {keep_last: 3, keep_best: {metric: val_loss}, tier_after: 0s, keep_local: {last: 1}}
+  - path: GUARDED
+    min_free: 99%
+    filename_template: ["w.{epoch:02d}.weights.h5"]
+completion:"""
+
+
+def hook_documents(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_a_live_daemon_tiers_by_policy_and_best_latest_answer_from_the_store(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    guarded = tmp_path / "guarded"
+    shutil.copytree(keras_checkpoints / "k3/run_weights", guarded / "k3/run_weights")
+    w01, w02 = (guarded / "k3/run_weights" / f"w.0{n}.weights.h5" for n in (1, 2))
+    ws, bucket, _client = remote_workspace(tmp_path, s3, keras_checkpoints, scan=False)
+    hooks = tmp_path / "hooks.jsonl"
+    text = ws.config.read_text().replace("completion:", ROOTS.replace("GUARDED", str(guarded)))
+    ws.config.write_text(text + TIERING.replace("HOOKS", str(hooks)))
+    ws.run("scan")
+    names = ("e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras")
+    e01, e02, e03 = (ws.root / RUN / name for name in names)
+    originals = {p: p.read_bytes() for p in (e01, e02, e03)}
+
+    (plan,) = ws.json("prune", "--dry-run", "--run", RUN)["runs"]
+    decided = {d["path"]: d for d in plan["decisions"]}
+    assert [decided[str(p)]["action"] for p in (e01, e02, e03)] == ["tier", "tier", "keep"]
+    assert decided[str(e01)]["reasons"][0].startswith("older than tier_after 0s: tiered")
+    assert "stays local (newest, keep_local last #1)" in decided[str(e03)]["reasons"]
+    assert plan["tiered"] == 2 and "tier_after 0s, keep_local last 1" in plan["policy"]
+
+    daemon = Daemon(ws)
+    try:
+        daemon.wait_until(lambda: len(hook_documents(hooks)) >= 3, 120, "three tiered hooks")
+        events = {d["path"]: d for d in hook_documents(hooks)}
+        assert {d["event"] for d in events.values()} == {"tiered"}
+        assert "disk pressure" in events.pop(str(w01))["reason"] and not w01.exists()
+        assert set(events) == {str(e01), str(e02)} and not e01.exists() and e03.exists()
+        urls = {path: d["remote_url"] for path, d in events.items()}
+        assert all(u.startswith(f"s3://{bucket}/team/") for u in urls.values())
+        tiered = len(originals[e01]) + len(originals[e02])
+        assert sum(d["bytes"] for d in events.values()) == tiered
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(ws.run("metrics").stdout)
+            for s in family.samples
+        }
+        guarded_bytes = (keras_checkpoints / "k3/run_weights/w.01.weights.h5").stat().st_size
+        assert samples[("ckpt_uploaded_bytes_total", ())] == tiered + guarded_bytes
+        assert samples[("ckpt_tiered_total", ())] == 3
+        assert samples[("ckpt_upload_failures_total", ())] == 0
+        assert samples[("ckpt_remote_bytes", (("root", str(ws.root)),))] == tiered
+        assert samples[("ckpt_remote_bytes", (("root", str(guarded)),))] == guarded_bytes
+        store = f"s3://{bucket}/team"
+        assert samples[("ckpt_remote_retries_total", (("store", store),))] == 0
+    finally:
+        assert daemon.stop() == 0, daemon.log
+
+    # Under pressure the guard tiered w.01 (not its run's newest) rather than demote or trash
+    # it: its local copy purged, its bytes in the store; w.02, its run's newest, untouched.
+    remote = {r["path"]: r for r in ws.json("list", "--location", "remote")}
+    assert remote[str(w01)]["status"] == "purged" and w02.exists()
+    roots = {r["root"]: r for r in ws.json("du")["roots"]}
+    root = roots[str(ws.root)]
+    assert (root["remote_bytes"], root["remote_files"]) == (tiered, 2)
+    assert root["bytes"] == len(originals[e03]) + tiered  # local: e03, and the two in the trash
+
+    # The worst val_loss (e01) is only in the store: its URL, or with --fetch its local path.
+    assert ws.run("best", "--metric", "val_loss", "--mode", "max").stdout.strip() == urls[str(e01)]
+    fetched = ws.run("best", "--metric", "val_loss", "--mode", "max", "--fetch").stdout
+    assert fetched.strip() == str(e01) and e01.read_bytes() == originals[e01]
+
+    ws.run("tier", str(e03))  # now the newest is only in the store
+    resumed = ws.json("latest", "--run", RUN, "--resumable", "--fetch")
+    assert (resumed["path"], resumed["location"], resumed["resumable"]) == (str(e03), "both", True)
+    assert resumed["remote_url"].endswith("/e03-vl1.643.keras")
+    assert e03.read_bytes() == originals[e03]

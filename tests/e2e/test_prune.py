@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support import ZIP_FILES, ZIP_RUN, Workspace, zip_run
+from tests.support.browser import web_page
 
 pytestmark = pytest.mark.slow
 RUN, FILES = ZIP_RUN, ZIP_FILES
@@ -263,3 +265,16 @@ def test_over_budget_demotes_to_inference_artifacts_before_trashing(zips: Worksp
         assert artifact.with_name(artifact.name.replace(".keras", ".md")).exists()  # left too
         assert [e["action"] for e in shown["events"]][-2:] == ["split", "trash"]
     assert zips.json("scan")["indexed"] == []  # the artifacts are ours, not new checkpoints
+    # The web view marks them demoted (the full file trashed, its inference artifact kept).
+    status, doc = web_page(zips.config, "/api/run", run=RUN)
+    assert status == 200
+    marks = {Path(found[f]["path"]).name: doc["marks"][str(found[f]["id"])] for f in FILES}
+    assert [("demoted" in marks[f]["marks"], "trashed" in marks[f]["marks"]) for f in FILES] == [
+        (True, True),
+        (True, True),
+        (False, False),
+    ]
+    html = web_page(zips.config, "/run", run=RUN)[1]
+    rows_marked = re.findall(r'<tr class="checkpoint[^>]*data-marks="([^"]*)"', html)
+    assert sorted("demoted" in m.split() for m in rows_marked) == [False, True, True]
+    assert html.count('class="ring demoted"') == 2  # on the curve too

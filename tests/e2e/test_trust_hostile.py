@@ -418,13 +418,13 @@ def test_after_the_corpus_a_normal_checkpoint_still_indexes(
     assert json.loads(result.stdout)["indexed"] == [str(target)]
 
 
-# ---- siblings: TensorFlow formats are read by name in the TF child, which follows links ----
+# ---- siblings: a SavedModel is a folder of files: a link anywhere in it is refused ----
 
 
 def test_a_savedmodel_with_a_symlinked_member_is_not_read(
     workspace: Workspace, outside: Path, keras_checkpoints: Path
 ) -> None:
-    """TensorFlow (in its child) reads a SavedModel by name and would follow the link."""
+    """A SavedModel is read member by member: a link among them is refused, not followed."""
     ws = workspace
     folder = ws.root / "export" / "sm"
     shutil.copytree(keras_checkpoints / "k3/export/sm", folder)

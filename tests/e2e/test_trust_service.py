@@ -35,6 +35,22 @@ def big_legacy_checkpoint(fixtures: Path, path: Path, megabytes: int) -> None:
     os.utime(path, (old, old))
 
 
+@pytest.fixture(scope="module")
+def big_checkpoint(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -> Path:
+    """One 640 MB legacy checkpoint for the module (seconds of CPU to make): each test links it
+    into its root. Compress replaces the name with a new file, never writes into this one."""
+    path = tmp_path_factory.mktemp("big") / "big.h5"
+    big_legacy_checkpoint(keras_checkpoints, path, 640)
+    return path
+
+
+def place_big(big_checkpoint: Path, path: Path) -> None:
+    try:
+        os.link(big_checkpoint, path)
+    except OSError:  # another filesystem
+        shutil.copy2(big_checkpoint, path)
+
+
 def listed(ws: Workspace) -> dict[str, dict[str, Any]]:
     return {r["path"]: r for r in ws.json("list")}
 
@@ -50,7 +66,7 @@ def schedule(ws: Workspace, extra: str, **every: str) -> None:
 
 
 def test_indexing_goes_on_while_the_artifacts_job_compresses(
-    tmp_path: Path, keras_checkpoints: Path
+    tmp_path: Path, keras_checkpoints: Path, big_checkpoint: Path
 ) -> None:
     ws = service_workspace(tmp_path)
     schedule(ws, "artifacts: {compress_after: 1s}\n", artifacts="1s", verify="0", purge="0")
@@ -58,7 +74,7 @@ def test_indexing_goes_on_while_the_artifacts_job_compresses(
     big_run.mkdir()
     # Big enough that its compress outlasts the 4 s below by a wide margin even on an idle
     # machine (160 MB once finished in under 4 s there): the SIGTERM must land mid-compress.
-    big_legacy_checkpoint(keras_checkpoints, big_run / "big.h5", 640)
+    place_big(big_checkpoint, big_run / "big.h5")
     daemon = Daemon(ws)
     daemon.wait_for_log("event=ready", timeout=120)
     daemon.wait_until(lambda: compress_temp(big_run), 120, "the compress to start")
@@ -77,7 +93,7 @@ def test_indexing_goes_on_while_the_artifacts_job_compresses(
 
 
 def test_after_sigterm_no_retention_or_purge_starts(
-    tmp_path: Path, keras_checkpoints: Path
+    tmp_path: Path, keras_checkpoints: Path, big_checkpoint: Path
 ) -> None:
     ws = service_workspace(tmp_path)
     schedule(
@@ -103,7 +119,7 @@ def test_after_sigterm_no_retention_or_purge_starts(
     big_run.mkdir()
     # Big enough that its compress outlasts the 4 s below by a wide margin even on an idle
     # machine (160 MB once finished in under 4 s there): the SIGTERM must land mid-compress.
-    big_legacy_checkpoint(keras_checkpoints, big_run / "big.h5", 640)
+    place_big(big_checkpoint, big_run / "big.h5")
     daemon = Daemon(ws)
     daemon.wait_for_log("event=ready", timeout=120)
     daemon.wait_until(lambda: compress_temp(big_run), 120, "the compress to start")
@@ -134,7 +150,12 @@ def test_a_file_name_that_is_not_utf8_leaves_the_worker_running(
     os.mkdir(odd_run)
     with open(os.path.join(odd_run, b"w.h5"), "wb") as f:
         f.write((keras_checkpoints / LEGACY).read_bytes())
-    time.sleep(3)  # the hints for them are handled (settle 1 s)
+
+    def odd_rows() -> list[dict[str, Any]]:
+        return [r for r in listed(ws).values() if "bad" in r["path"] or "run\\xfe" in r["path"]]
+
+    # The hints for them handled (settle 1 s): both rows there, whatever they say.
+    daemon.wait_until(lambda: len(odd_rows()) == 2, 60, "the two odd names' rows")
     good = run / "good.h5"
     shutil.copyfile(keras_checkpoints / LEGACY, good)
     daemon.wait_until(lambda: str(good) in listed(ws), 60, "the good checkpoint")

@@ -107,6 +107,9 @@ def test_the_run_page_draws_the_curve_and_marks_what_list_and_the_plan_say(site:
     assert all(markers[i] in ("kept", "best") for i in set(rows) - trashed)
     table = {int(tr.get_attribute("data-id")): tr for tr in page.locator("tr.checkpoint").all()}
     assert set(table) == set(rows)
+    places = {i: tr.get_attribute("data-location") for i, tr in table.items()}
+    assert places == {i: r["location"] for i, r in rows.items()}  # ckpt list --json's
+    assert set(places.values()) == {"local", "none"}  # on disk; trashed without a remote copy
     assert any(d["action"] == "trash" for d in decisions.values())  # the next prune does work
     for cid, decision in decisions.items():
         tr = table[cid]
@@ -116,6 +119,14 @@ def test_the_run_page_draws_the_curve_and_marks_what_list_and_the_plan_say(site:
             assert tr.locator("td.why").inner_text() == reasons
         else:
             assert tr.locator("td.next").inner_text() == f"{decision['action']}: {reasons}"
+    # A long table is cut to its newest rows, with a link to more (no JavaScript needed).
+    page.goto(site["url"] + f"/run?run={quote(RUN)}&rows=2")
+    newest = [int(tr.get_attribute("data-id")) for tr in page.locator("tr.checkpoint").all()]
+    assert newest == [int(i) for i in list(table)[-2:]]
+    assert page.locator("#curve g.marker").count() == len(rows)  # the curve: every one
+    page.click("#more-rows")
+    assert page.locator("tr.checkpoint").count() == min(8, len(rows))
+    assert page.locator("#more-rows").count() == (1 if len(rows) > 8 else 0)
     page.close()
 
 
@@ -164,6 +175,9 @@ def test_a_checkpoint_saved_meanwhile_appears_without_a_reload(
 
 
 def test_screenshots_are_of_the_pages_drawn(site: Any, tmp_path: Path) -> None:
+    committed = Path(__file__).parents[2] / "docs" / "web-run.png"  # the docs' and README's
+    (size, colours) = png_facts(committed.read_bytes())
+    assert size == (1000, 760) and colours > 50, (size, colours)  # a page drawn, not blank
     for path in ("/", f"/run?run={quote(RUN)}", "/disk"):
         page = page_at(site, path)
         data = page.screenshot()
@@ -189,10 +203,13 @@ def test_hostile_names_are_shown_as_typed_and_run_nothing(site: Any) -> None:
     assert page.locator("main script, main img").count() == 0
     first = page.locator("tr.checkpoint a").first.inner_text()
     page.close()
-    page = page_at(site, f"/checkpoint?id={first}")
-    assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.locator("main img, main script").count() == 0
-    page.close()
+    for path in (f"/checkpoint?id={first}", "/disk", f"/log?run={quote(SCRIPT_RUN)}"):
+        page = page_at(site, path)
+        assert page.evaluate("typeof window.__pwned") == "undefined", path
+        assert page.locator("main img, main script").count() == 0, path
+        if path == "/disk":  # the run's name, as typed, in the bytes-by-run table
+            assert SCRIPT_RUN in page.locator("table.du").first.inner_text()
+        page.close()
 
 
 def test_a_non_loopback_address_needs_a_token(tmp_path: Path, site: Any) -> None:

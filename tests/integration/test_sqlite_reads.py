@@ -310,6 +310,13 @@ def test_named_roots_read_as_the_store(named_workspace: Workspace, named_catalog
         assert best.path.startswith(f"{root}/exp2/") and not best.details["skipped"]
         latest = reads.latest("exp1")
         assert dataclasses.asdict(latest) == dataclasses.asdict(store.latest("exp1"))
+        summaries = reads.runs()  # the runs' aggregates: their root and paths local too
+        assert [dataclasses.asdict(r) for r in summaries] == [
+            dataclasses.asdict(r) for r in store.runs()
+        ]
+        assert {r.root for r in summaries} == {root}
+        paths = [r.newest for r in summaries] + [p for r in summaries for p in r.best.values()]
+        assert paths and all(p is not None and p.startswith(f"{root}/") for p in paths)
         started = "2026-01-01T00:00:00Z"
         store.beat(None, pid=1, host="h", started_at=started, state={"roots": [root]})
         assert sql(named_catalog, "SELECT state FROM heartbeat")[0][0] is not None
@@ -411,3 +418,36 @@ def test_the_store_and_the_fast_path_send_the_same_sql(sqlite_catalog: str, tmp_
     finally:
         reads.close()
         store.close()
+
+
+def test_runs_are_aggregated_in_sql_as_their_rows_say(both: Any) -> None:
+    """`runs()` (the web overview's one read): each run's ok count, bytes, last save, newest,
+    best per metric (its mode; ties: the newest) and flags, from aggregates, equal to what the
+    run's own rows say, on each backend and through either way in."""
+    from ckpt_daemon.core.history import best_checkpoint
+    from ckpt_daemon.core.query import default_mode
+
+    store, reads = both
+    every = store.list(ListQuery(off_disk=True))
+    found = store.runs()
+    assert [dataclasses.asdict(r) for r in reads.runs()] == [dataclasses.asdict(r) for r in found]
+    assert [r.name for r in found] == ["exp1", "exp2", "exp2/sub"]
+    for run in found:
+        mine = [c for c in every if c.run == run.name]
+        ok = [c for c in mine if c.status.value == "ok"]
+        assert (run.checkpoints, run.bytes) == (len(ok), sum(c.size_bytes for c in ok))
+        newest = max(ok, key=lambda c: (c.mtime, c.id))
+        assert run.newest == newest.path
+        assert (
+            run.newest_mtime_ns is not None and abs(run.newest_mtime_ns / 1e9 - newest.mtime) < 1e-3
+        )
+        names = {m for c in ok for m in c.metrics}
+        assert set(run.best) == names and names
+        for metric in names:
+            best = best_checkpoint(ok, metric, default_mode(metric))
+            assert best is not None
+            assert (run.best[metric], run.best_values[metric]) == (best.path, best.metrics[metric])
+        flagged = [c.status.value for c in mine if c.status.value not in ("ok", "trashed")]
+        assert run.flags == {s: flagged.count(s) for s in flagged}
+        assert not run.last_save_unfinished
+    assert found[1].flags == {"missing": 1}  # exp2's deleted file

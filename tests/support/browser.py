@@ -51,3 +51,20 @@ def png_facts(data: bytes) -> tuple[tuple[int, int], int]:
         rgb = image.convert("RGB")
         colours = rgb.getcolors(maxcolors=1 << 20)
         return rgb.size, len(colours) if colours is not None else 1 << 20
+
+
+def web_page(config: Any, path: str, **params: str) -> tuple[int, Any]:
+    """A page of the web view answered in this process (no server, no browser): (status, the
+    JSON document for `/api/...`, else the HTML text). The same `WebApp` the server runs."""
+    import json
+
+    from ckpt_daemon.api import open_catalog
+    from ckpt_daemon.web.app import WebApp
+
+    app = WebApp(lambda: open_catalog(str(config)), cache_seconds=0)
+    try:
+        answer = app.respond(path, params)
+    finally:
+        app.close()
+    text = answer.body.decode()
+    return answer.status, json.loads(text) if path.startswith("/api/") else text

@@ -61,11 +61,14 @@ class Daemon:
     def wait_until(self, condition: Any, timeout: float = 60, what: str = "condition") -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            asked = time.monotonic()
             if condition():
                 return
             if self.proc.poll() is not None:
                 raise AssertionError(f"daemon exited {self.proc.returncode}\n{self.log}")
-            time.sleep(0.1)
+            # A condition that runs a CLI command (most do) is asked again after as long as it
+            # took (1 s at most), not every 0.1 s: polls must not keep two cores busy.
+            time.sleep(min(1.0, max(0.1, time.monotonic() - asked)))
         raise AssertionError(f"timed out waiting for {what}\n{self.log}")
 
     def signal(self, signum: int) -> None:

@@ -103,11 +103,21 @@ def driver(out: Path) -> None:
         results["job"] = {"returncode": job.returncode, "output": job.stdout + job.stderr}
         last = root / "run" / f"epoch_{EPOCHS:02d}.keras"
 
+        asked = {"log_size": -1, "at": 0.0}
+
         def caught_up() -> bool:
+            # Asked again only once the service's log has grown (it logs each indexed file and
+            # the end of a pressure episode), or every 5 s: polls spawn no CLI in between.
+            size = (out / "serve.log").stat().st_size
+            if size == asked["log_size"] and time.monotonic() - asked["at"] < 5.0:
+                return False
+            asked.update(log_size=size, at=time.monotonic())
             shown = _json([*ckpt, "show", str(last), "--json"])
+            if not (shown and shown["status"] == "ok"):
+                return False
             status = _json([*ckpt, "status", "--json"])
             disk = (status or {}).get("disk") or [{}]
-            return bool(shown and shown["status"] == "ok" and disk[0].get("state") == "ok")
+            return bool(disk[0].get("state") == "ok")
 
         if job.returncode == 0:
             _wait(caught_up, "the last checkpoint indexed and free space above min_free")

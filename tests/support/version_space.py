@@ -35,11 +35,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 300
-PAUSE_S = 1.0  # an epoch's work: the service has time to capture between two saves
+# An epoch's work: the service has time to capture between two saves. The trainer waits until
+# the service's log shows each of the epoch's saves indexed and its copy kept or skipped, at
+# most PAUSE_MAX_S (then it goes on, as a trainer would: the service is just late).
+PAUSE_MAX_S = 30.0
 ROUNDS = 8  # self-cleanup rounds at most (each frees what it can of ours)
+CAPTURED = ("event=version_kept", "event=capture_skipped")
 
 
-def train(run: Path, width: int, epochs: int, handshake: Path) -> None:
+def train(run: Path, width: int, epochs: int, handshake: Path, serve_log: Path) -> None:
     import numpy as np
 
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -67,10 +71,17 @@ def train(run: Path, width: int, epochs: int, handshake: Path) -> None:
     half = epochs // 2
 
     free_after: list[int] = []  # free space the trainer has for its next save, each epoch
+    saves: dict[Path, int] = {}  # file: saves so far
+    seen: dict[Path, int] = {}  # file: the mtime of its last save seen
 
     class Pace(keras.callbacks.Callback):
         def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-            time.sleep(PAUSE_S)
+            for path in (run / "best.h5", run / "last.keras"):
+                mtime = path.stat().st_mtime_ns if path.exists() else 0
+                if mtime != seen.get(path, 0):
+                    seen[path] = mtime
+                    saves[path] = saves.get(path, 0) + 1
+            _wait_for_captures(serve_log, saves)
             free_after.append(_free(run))
             if epoch + 1 == half:  # the first half is done: the driver prunes, then says go
                 (handshake / "half").write_text("")
@@ -99,6 +110,17 @@ def train(run: Path, width: int, epochs: int, handshake: Path) -> None:
     (handshake / "free.json").write_text(json.dumps(doc))
 
 
+def _wait_for_captures(serve_log: Path, saves: dict[Path, int]) -> None:
+    """Until every save so far of each file has its capture line (kept or skipped) in the
+    service's log, polled every 50 ms (a file read, no process), PAUSE_MAX_S at most."""
+    deadline = time.monotonic() + PAUSE_MAX_S
+    while time.monotonic() < deadline:
+        lines = [ln for ln in serve_log.read_text().splitlines() if any(c in ln for c in CAPTURED)]
+        if all(sum(f" path={path} " in ln for ln in lines) >= n for path, n in saves.items()):
+            return
+        time.sleep(0.05)
+
+
 def driver(out: Path, fs_mb: int, width: int, epochs: int, fixtures: Path) -> None:
     root, state, handshake = out / "root", out / "state", out / "handshake"
     for folder in (root, state, handshake):
@@ -122,7 +144,7 @@ def driver(out: Path, fs_mb: int, width: int, epochs: int, fixtures: Path) -> No
         run = root / "run"
         argv = [sys.executable, __file__, "--train", str(run), str(width), str(epochs)]
         job = subprocess.Popen(
-            [*argv, str(handshake)],
+            [*argv, str(handshake), str(log_path)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -130,7 +152,7 @@ def driver(out: Path, fs_mb: int, width: int, epochs: int, fixtures: Path) -> No
         )
         _wait(lambda: (handshake / "half").exists() or job.poll() is not None, "half the epochs")
         if job.poll() is None:
-            _wait(lambda: _caught_up(ckpt, run), "the first half indexed")
+            _wait(_CaughtUp(ckpt, run, log_path), "the first half indexed")
             results["prune_versions"] = _json([*ckpt, "prune", "--json"])
             _other_trash(ckpt, root, fixtures)
             (handshake / "go").write_text("")
@@ -139,7 +161,7 @@ def driver(out: Path, fs_mb: int, width: int, epochs: int, fixtures: Path) -> No
         if (handshake / "free.json").exists():
             results["trainer"] = json.loads((handshake / "free.json").read_text())
         if job.returncode == 0:
-            _wait(lambda: _caught_up(ckpt, run, "final.keras"), "every save indexed")
+            _wait(_CaughtUp(ckpt, run, log_path, "final.keras"), "every save indexed")
         sampler.stop()
         results["floor_free_bytes"] = sampler.floor
         # The retention job's pass (the versions' own policy) at the end of training too: the
@@ -147,7 +169,7 @@ def driver(out: Path, fs_mb: int, width: int, epochs: int, fixtures: Path) -> No
         results["prune_end"] = _json([*ckpt, "prune", "--json"])
         results["du"] = _json([*ckpt, "du", "--json"])
         results["files_before_rounds"] = _files(root)
-        results["rounds"] = _rounds(root, ckpt)
+        results["rounds"] = _rounds(root, ckpt, log_path)
         results["list"] = [
             row
             for status in ("ok", "standby", "trashed", "purged")
@@ -183,47 +205,79 @@ def _other_trash(ckpt: list[str], root: Path, fixtures: Path) -> None:
     other.mkdir()
     for name in ("e01-vl1.683.keras", "e02-vl1.663.keras", "training.log"):
         (other / name).write_bytes((source / name).read_bytes())
-    _wait(lambda: _caught_up(ckpt, other, "e02-vl1.663.keras"), "the other run indexed")
+    log = root.parent / "serve.log"
+    _wait(_CaughtUp(ckpt, other, log, "e02-vl1.663.keras"), "the other run indexed")
     subprocess.run([*ckpt, "prune", "--keep-last", "1", "--run", "other"], check=True)
 
 
-def _rounds(root: Path, ckpt: list[str]) -> list[dict[str, Any]]:
+def _rounds(root: Path, ckpt: list[str], serve_log: Path) -> list[dict[str, Any]]:
     """Another job's data fills the filesystem to 4 kB free, round after round: each time the
-    service gives up what it gives up of its own (the reserve), until nothing of ours is left."""
+    service gives up what it gives up of its own (the reserve), until nothing of ours is left.
+
+    The service's log says when a round is over (lines, not sleeps): its first pass below the
+    reserve is logged (`space_reserve_low`, after its acts), then the episode ends
+    (`space_reserve_end`) once it freed enough; 3 s without that end after the pass, or 20 s
+    in all, and the round is judged by the free space as it is."""
     rounds = []
+    before = len(_json([*ckpt, "log", "--json"]) or [])
     for n in range(ROUNDS):
-        before = len(_json([*ckpt, "log", "--json"]) or [])
+        ends = _count(serve_log, "event=space_reserve_end")
+        lows = _count(serve_log, "event=space_reserve_low")
         blob = root / f"blob-{n}.bin"
         room = _free(root) - 4096
         if room > 0:
             with open(blob, "wb") as f:
                 f.write(b"\1" * room)
         written = time.monotonic()
-        freed = False
         while time.monotonic() - written < 20:  # the service acts within a second or two
-            if _free(root) > 64 * 1024:
-                freed = True
-                time.sleep(1.0)  # let the pass finish
+            if _count(serve_log, "event=space_reserve_low") > lows or _free(root) > 64 * 1024:
+                break
+            if _count(serve_log, "event=space_reserve_end") > ends:
                 break
             time.sleep(0.05)
-        events = (_json([*ckpt, "log", "--json"]) or [])[before:]
+        passed = time.monotonic()
+        while time.monotonic() - written < 20 and time.monotonic() - passed < 3:
+            if _count(serve_log, "event=space_reserve_end") > ends:
+                break  # freed enough: the next round starts a new episode
+            time.sleep(0.05)
+        freed = _free(root) > 64 * 1024
+        log = _json([*ckpt, "log", "--json"]) or []
+        events, before = log[before:], len(log)  # the next round's start: nothing runs between
         rounds.append({"blob": room, "freed": freed, "free": _free(root), "events": events})
         if not freed:
             break  # nothing of ours is left
     return rounds
 
 
-def _caught_up(ckpt: list[str], run: Path, name: str = "last.keras") -> bool:
-    shown = _json([*ckpt, "show", str(run / name), "--json"])
-    if not shown or shown.get("status") != "ok":
-        return False
-    # Every file's current generation indexed (the job no longer writes: stat == row).
-    for path in run.glob("*.*"):
-        if path.suffix in (".h5", ".keras"):
-            row = _json([*ckpt, "show", str(path), "--json"])
-            if not row or row.get("size_bytes") != path.stat().st_size:
-                return False
-    return True
+def _count(log: Path, what: str) -> int:
+    return log.read_text().count(what)
+
+
+class _CaughtUp:
+    """Every file's current generation indexed in `run` (the job no longer writes: stat ==
+    row), `name` with status ok: one `ckpt list --json` asked only when the service's log has
+    grown since the last answer (an indexed file is logged), or every 5 s."""
+
+    def __init__(self, ckpt: list[str], run: Path, log: Path, name: str = "last.keras") -> None:
+        self.ckpt, self.run, self.log, self.name = ckpt, run, log, name
+        self.log_size, self.asked = -1, 0.0
+
+    def __call__(self) -> bool:
+        size = self.log.stat().st_size
+        if size == self.log_size and time.monotonic() - self.asked < 5.0:
+            return False
+        self.log_size, self.asked = size, time.monotonic()
+        listed = _json([*self.ckpt, "list", "--run", self.run.name, "--json"]) or []
+        rows = {row["path"]: row for row in listed}
+        shown = rows.get(str(self.run / self.name))
+        if not shown or shown.get("status") != "ok":
+            return False
+        for path in self.run.glob("*.*"):
+            if path.suffix in (".h5", ".keras"):
+                row = rows.get(str(path))
+                if not row or row.get("size_bytes") != path.stat().st_size:
+                    return False
+        return True
 
 
 class _Floor(threading.Thread):
@@ -273,7 +327,8 @@ def _wait(condition: Any, what: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--train":
-        train(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
+        run, width, epochs, handshake, serve_log = sys.argv[2:7]
+        train(Path(run), int(width), int(epochs), Path(handshake), Path(serve_log))
     else:
         import argparse
 

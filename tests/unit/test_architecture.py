@@ -19,7 +19,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "settings": {"core"},
     "fs": {"core", "logs"},
     "catalog": {"core", "fs", "__init__"},
-    "formats": {"core", "fs", "children"},  # the TF readers ask a child (children.tf_child)
+    "formats": {"core", "fs"},
     "children": {"core", "fs", "formats", "__init__"},  # reader_child runs the readers
     "transforms": {"core", "fs", "formats"},
     "remote": {"core", "fs", "settings"},  # the object store (the only boto3 import: remote.s3)
@@ -47,7 +47,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 # Modules that must stay pure: no I/O library, no clock. All of core, and two format helpers that
 # interpret already-read JSON.
-PURE_ELSEWHERE = {"formats.keras_config", "formats.tf_state"}
+PURE_ELSEWHERE = {"formats.keras_config", "formats.tf_state", "formats.tf_protos"}
 IO_LIBRARIES = {
     "h5py",
     "sqlalchemy",
@@ -73,7 +73,7 @@ OWNERS = {
     "h5py": {"formats", "transforms"},
     "watchdog": {"service.watcher"},
     "apscheduler": {"service.jobs"},
-    "tensorflow": {"children.tf_probe"},
+    "tensorflow": set(),  # TF checkpoints are parsed by formats.tensor_bundle
     "keras": set(),  # imported by name in children.keras_load_probe, a child process
     "tf_keras": set(),
     "blake3": {"fs.hashing"},
@@ -95,7 +95,6 @@ MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone", "fs.fsfetch"}
 # Programs run with `python -m`: they talk to their parent on stdout and exit with a code.
 PROGRAMS = {
     "__main__",
-    "children.tf_probe",
     "children.keras_load_probe",
     "children.config_child",
     "children.json_h5_probe",

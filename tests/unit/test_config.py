@@ -53,6 +53,29 @@ def test_every_reference_key_is_commented() -> None:
             "duration",
         ),
         ("roots: [{path: /a}]\nlog_level: loud\n", "log_level", "not one of"),
+        (
+            "roots: [{path: /a}]\nretention: {keep_last: 2, tier_after: 1d}\n",
+            "retention.tier_after",
+            "no `remote:` is configured",
+        ),
+        (
+            "roots: [{path: /a}]\nremote: {url: 's3://b/p'}\n"
+            "retention: {keep_last: 2, keep_local: {best: 1}}\n",
+            "retention.keep_local.best",
+            "needs a keep_best rule",
+        ),
+        (
+            "roots: [{path: /a, retention: {keep_last: 2, tier_after: 1d}}, {path: /b}]\n"
+            "runs: [{match: x, retention: {keep_last: 1}}]\n",
+            "roots[0].retention.tier_after",
+            "no `remote:`",
+        ),
+        (
+            "roots: [{path: /a}]\nremote: {url: 's3://b/p'}\n"
+            "retention: {keep_last: 2, keep_local: {last: 0}}\n",
+            "retention.keep_local.last",
+            "from 1 to",
+        ),
         ("roots: [{observer: auto}]\n", "roots[0].path", "required"),
         ("roots: {path: /a}\n", "roots", "list"),
         ("roots: [{path: /a}]\n  bad indent: [\n", "(file)", "YAML"),
@@ -129,6 +152,8 @@ NUMERIC_FIELDS = {
     **{("Policy", k): f"retention.{k}" for k in ("keep_last", "keep_every", "keep_within")},
     **{("Policy", k): f"retention.{k}" for k in ("keep_hourly", "keep_daily", "keep_weekly")},
     ("Policy", "max_bytes"): "retention.max_bytes",
+    ("Policy", "tier_after"): "retention.tier_after",
+    **{("KeepLocal", k): f"retention.keep_local.{k}" for k in ("last", "best")},
     ("KeepBest", "n"): "retention.keep_best[].n",
     ("Hook", "timeout"): "hooks[].timeout",
     ("Listen", "port"): "service.metrics_listen service.web_listen",

@@ -262,3 +262,20 @@ def test_property_a_protected_checkpoint_is_never_in_any_plan(runs, free, thresh
     if plan.steps:
         assert plan.free_after - plan.steps[-1].frees < threshold
     assert plan.enough == (plan.free_after >= threshold)
+
+
+def test_tiering_comes_before_trashing_one_without_a_remote_copy() -> None:
+    """With a reachable store, what the guard would trash and can tier is tiered first (its
+    bytes stay, in the store); what cannot tier is trashed only after."""
+    runs = [
+        run(
+            item(1, tier_blocked="format x"),
+            item(2, tier_blocked=None, inference_bytes=3 * MB),
+            item(3, inference_bytes=3 * MB),
+            item(4),
+        )
+    ]
+    plan = disk_guard.plan(10 * MB, 30 * MB, runs)
+    assert acts(plan) == [("tier", 2), ("demote", 3), ("trash", 1)]
+    assert "tiered to the object store" in plan.steps[0].reason
+    assert "1 demote, 1 tier, 1 trash" in plan.explain()

@@ -761,3 +761,42 @@ def test_keep_last_keeps_whole_moments_and_exactly_n_of_them(items: list[Item], 
         assert ids <= by_last or not ids & by_last  # all of a moment's files or none
     assert by_last == {i.id for m in moments[:n] for i in m.items}
     assert sum(len(m.items) for m in moments) == len(ok)  # every ok file is at one moment
+
+
+# ---- the remote tier (core.tier_plan) ------------------------------------------------------------
+
+
+def test_the_ladder_demotes_then_tiers_then_trashes_and_keep_local_stays() -> None:
+    """Over budget: demotion first, then the remote tier (not what keep_local keeps, not one
+    that cannot tier), then trashing; by age (`tier_after`, from `now`): kept ones tier, with
+    their keep reasons, and what stays local says why."""
+    vl = {1: 0.5, 2: 0.1, 3: 0.4, 4: 0.3, 5: 0.2}
+    items = [
+        item(i, at(i), metrics={"val_loss": vl[i]}, tier_blocked=None if i != 3 else "format x")
+        for i in range(1, 6)
+    ]
+    items[0] = replace(items[0], inference_bytes=GB // 2)
+    from ckpt_daemon.core.tier_plan import KeepLocal
+
+    local = KeepLocal(last=1, best=1)
+    budget = Policy(keep_last=5, keep_best=(KeepBest("val_loss", 1),), max_bytes=int(3.5 * GB))
+    budget = replace(budget, keep_local=local)
+    actions = {d.id: d.action for d in plan(items, budget).decisions}
+    # 5 GB kept: #1 demoted (-0.5), #4 tiered (#2 best stays local, #3 cannot tier): 3.5 GB.
+    assert actions == {1: "demote", 2: "keep", 3: "keep", 4: "tier", 5: "keep"}
+    actions = {d.id: d.action for d in plan(items, replace(budget, max_bytes=2 * GB)).decisions}
+    assert actions == {1: "trash", 2: "keep", 3: "trash", 4: "tier", 5: "keep"}
+
+    aged = Policy(keep_last=5, keep_best=(KeepBest("val_loss", 1),), tier_after=3600.0)
+    decided = {d.id: d for d in plan(items, replace(aged, keep_local=local), at(4)).decisions}
+    assert {i: d.action for i, d in decided.items()} == {
+        1: "tier",
+        2: "keep",
+        3: "keep",
+        4: "keep",  # written less than 1h before now
+        5: "keep",
+    }
+    assert decided[1].reasons == ("older than tier_after 1h: tiered to the object store", "last #5")
+    assert "stays local (keep_local best val_loss #1)" in decided[2].reasons
+    assert "not tiered: format x" in decided[3].reasons
+    assert plan(items, aged).decisions == plan(items, replace(aged, tier_after=None)).decisions

@@ -1,0 +1,149 @@
+"""The remote tier in retention's plan: which kept checkpoints move to the object store, and
+why. Pure: the clock is an argument (`now`), as `artifacts.split_after`'s is.
+
+The demotion ladder is full -> inference artifact -> remote -> trash:
+
+- `tier_after D`: a checkpoint the rules keep, `ok`, written more than D before `now`, is
+  tiered (uploaded, verified, recorded, then its local copy trashed: `usecases.tiering`). Its
+  keep reasons stay in the decision: it is still kept, in the store.
+- Over budget (`max_bytes`, the run's local bytes), `core.retention` tiers after demoting and
+  before trashing, in the budget's order.
+- Never tiered, whatever the rules (`stays_local`): the run's newest checkpoint (by progress,
+  and the last written), pinned ones, every one that is not `ok`, those the caller protects
+  (`Item.protected`: a previous generation of a rewritten file), and what `keep_local` keeps:
+  the last N training moments (`last`) and the best N of each keep_best metric (`best`).
+  One that cannot be tiered (`Item.tier_blocked`: no `remote:` for its root, a multi-file
+  format, a kept version, no hash yet) stays where it is; when it was due, the reason says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .moments import training_moments
+
+NO_REMOTE = "no `remote:` configured for its root"
+
+
+@dataclass(frozen=True)
+class KeepLocal:
+    """`keep_local: {last: N, best: N}`: what stays on the local disk when the rest tiers."""
+
+    last: int | None = None
+    best: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"{name} {n}" for name, n in (("last", self.last), ("best", self.best)) if n]
+        return "keep_local " + (" ".join(parts) if parts else "none")
+
+
+class Decided(Protocol):
+    """A planner decision (`retention.Decision`: a frozen dataclass)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+
+
+class Tierable(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def mtime(self) -> float: ...
+    @property
+    def tier_blocked(self) -> str | None: ...
+
+
+class Candidate(Protocol):
+    """What `stays_local` needs of a planner item (`retention.Item` is one)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def mtime(self) -> float: ...
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def step(self) -> int | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def pinned(self) -> bool: ...
+    @property
+    def protected(self) -> str | None: ...
+    @property
+    def metrics(self) -> Mapping[str, float | None]: ...
+
+
+def due(item: Tierable, tier_after: float, now: float) -> bool:
+    """Written at least `tier_after` before `now` (inclusive, as keep_within is)."""
+    return item.status == "ok" and item.mtime <= now - tier_after
+
+
+def aged(
+    decision: Decided,
+    item: Tierable,
+    local: Mapping[int, str],
+    tier_after: float,
+    now: float,
+    after_text: str,
+) -> tuple[str, tuple[str, ...]]:
+    """(action, reasons) of a kept checkpoint once `tier_after` is applied. `local`: {id: why
+    it stays local}; `after_text`: `tier_after` as people write it."""
+    if decision.action != "keep" or not due(item, tier_after, now):
+        return decision.action, decision.reasons
+    if decision.id in local:
+        return "keep", (*decision.reasons, f"stays local ({local[decision.id]})")
+    if item.tier_blocked is not None:
+        return "keep", (*decision.reasons, f"not tiered: {item.tier_blocked}")
+    why = f"older than tier_after {after_text}: tiered to the object store"
+    return "tier", (why, *decision.reasons)
+
+
+def stays_local(
+    candidates: Sequence[Candidate],
+    ok: Sequence[Candidate],
+    newest: Mapping[int, str],
+    keep_local: KeepLocal | None,
+    best_rules: Sequence[tuple[str, str]],
+) -> dict[int, str]:
+    """{id: why} of the checkpoints never tiered (module doc). `ok` oldest first (by mtime);
+    `newest`: the run's newest ones (`retention.newest`); `best_rules`: (metric, mode) of the
+    policy's keep_best rules."""
+    found: dict[int, list[str]] = {}
+    _merge(found, list(newest.items()))
+    _merge(found, [(i.id, "pinned") for i in candidates if i.pinned])
+    _merge(found, [(i.id, str(i.status)) for i in candidates if i.status != "ok"])
+    _merge(found, [(i.id, i.protected) for i in candidates if i.protected])
+    keep = keep_local or KeepLocal()
+    if keep.last:
+        for rank, moment in enumerate(training_moments(ok)[: keep.last], start=1):
+            _merge(found, [(i.id, f"keep_local last #{rank}") for i in moment.items])
+    for metric, mode in best_rules if keep.best else ():
+        sign = 1.0 if mode == "min" else -1.0
+        valued = [(v, i) for i in ok[::-1] if (v := _value(i, metric)) is not None]
+        valued.sort(key=lambda pair: sign * pair[0])  # stable: ties keep the newer first
+        for rank, (_v, i) in enumerate(valued[: keep.best], start=1):
+            _merge(found, [(i.id, f"keep_local best {metric} #{rank}")])
+    return {item_id: ", ".join(reasons) for item_id, reasons in found.items()}
+
+
+def _value(item: Candidate, metric: str) -> float | None:
+    value = item.metrics.get(metric)
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _merge(found: dict[int, list[str]], pairs: Sequence[tuple[int, str]]) -> None:
+    for item_id, reason in pairs:
+        found.setdefault(item_id, []).append(reason)
+
+
+def budget_tierable(item: Tierable, item_id: int, local: Mapping[int, str]) -> bool:
+    """The budget may tier it (after demotion, before trashing)."""
+    return item.tier_blocked is None and item_id not in local

@@ -1,0 +1,99 @@
+"""`ckpt best` and `ckpt latest` with the object store: a checkpoint whose bytes are only in the
+store (tiered, its local copy trashed or purged) can be the answer. The local winner comes
+from the catalog's ordinary reads; the store's candidates are the rows of the same runs with a
+verified remote copy and no local bytes; the better of the two answers (a tie: the local one,
+nothing to fetch). `--fetch` then brings a remote answer back (`usecases.fetching`).
+
+`best`: the metric's best value by its mode. `latest`: the furthest along by epoch, step, then
+mtime (`core.moments.progress_key`; the store's rows carry no optimizer iteration count), and
+with `resumable` only those `core.resume` says training can resume from (a legacy `.h5` with
+optimizer state counts, as the disk guard counts it)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.moments import progress_key
+from ..core.query import ListQuery
+from ..core.remote import Location, RemoteCopy, location, verified_copy
+from ..core.resume import resumability
+from ..core.runs import run_scope
+
+if TYPE_CHECKING:  # `ckpt best` without a remote never imports SQLAlchemy
+    from ..catalog.store import Store
+
+_OFF_DISK = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
+
+
+@dataclass(frozen=True)
+class Answer:
+    checkpoint: Checkpoint
+    location: str  # local | remote | both
+    remote_url: str | None
+
+
+def remote_only(store: Store, run: str | None) -> list[tuple[Checkpoint, str]]:
+    """(row, its verified copy's URL) of the checkpoints of `run` (and below) whose bytes are
+    only in the store."""
+    scope = run_scope(run) if run else None
+    rows = [
+        c
+        for status in _OFF_DISK
+        for c in store.list(ListQuery(run=run, status=status.value))
+        if c.version_of is None and (scope is None or scope.covers(c.run))
+    ]
+    copies: dict[int, list[RemoteCopy]] = {}
+    for copy in store.remote_copies(c.id for c in rows):
+        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    found = []
+    for c in rows:
+        mine = copies.get(c.id, [])
+        verified = verified_copy(mine)
+        if verified is not None and location(c.status, mine) == Location.REMOTE:
+            found.append((c, verified.url))
+    return found
+
+
+def best(
+    store: Store, local: Callable[[], Checkpoint | None], metric: str, mode: str, run: str | None
+) -> Answer | None:
+    """The best of the local winner (`local()`, None: none) and the store's candidates."""
+    sign = 1.0 if mode == "min" else -1.0
+
+    def value(c: Checkpoint) -> float | None:
+        v = c.metrics.get(metric)
+        return None if v is None or math.isnan(v) else float(v)
+
+    remote = [(c, url) for c, url in remote_only(store, run) if value(c) is not None]
+    candidate = min(remote, key=lambda pair: sign * (value(pair[0]) or 0.0), default=None)
+    here = local()
+    if candidate is not None:
+        there = value(candidate[0])
+        mine = value(here) if here is not None else None
+        if mine is None or (there is not None and sign * there < sign * mine):
+            return Answer(candidate[0], Location.REMOTE.value, candidate[1])
+    return None if here is None else Answer(here, Location.LOCAL.value, None)
+
+
+def latest(
+    store: Store, local: Callable[[], Checkpoint | None], run: str | None, resumable: bool
+) -> Answer | None:
+    """The furthest along of the local winner and the store's candidates."""
+    remote = [(c, url) for c, url in remote_only(store, run) if not resumable or may_resume(c)]
+    candidate = max(remote, key=lambda pair: progress_key(pair[0]), default=None)
+    here = local()
+    if candidate is not None and (
+        here is None or progress_key(candidate[0])[:3] > progress_key(here)[:3]
+    ):
+        return Answer(candidate[0], Location.REMOTE.value, candidate[1])
+    return None if here is None else Answer(here, Location.LOCAL.value, None)
+
+
+def may_resume(c: Checkpoint) -> bool:
+    verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
+    legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
+    return verdict.resumable or legacy
