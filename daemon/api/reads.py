@@ -294,7 +294,11 @@ class CatalogReads:
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""
+        from ..core.views import failed_save_json
         from ..service.health import daemons_status
 
         source = self._reads or self._store
-        return daemons_status(source.heartbeats(), source.count())
+        doc = daemons_status(source.heartbeats(), source.count())
+        saves = source.unfinished_last_saves()
+        doc["last_save_failed"] = [{"run": s["run"], **failed_save_json(s)} for s in saves]
+        return doc

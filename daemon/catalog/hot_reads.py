@@ -180,6 +180,28 @@ class HotReads:
             rows = fetch(read_sql.COUNT_ON_DISK)
         return int(rows[0][0] or 0)
 
+    def unfinished_last_saves(self) -> builtins.list[dict[str, Any]]:
+        """Per run whose last save did not complete (abandoned or corrupt, newer than its
+        newest ok checkpoint): {run, root, path, status, reason, mtime_ns} of that save."""
+        with self._reading() as fetch:
+            rows = fetch(read_sql.UNFINISHED_LAST_SAVES)
+        local = self._codec.local if self._codec is not None else (lambda p: p)
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for name, root, path, status, reason, mtime_ns in rows:  # newest first in each run
+            key = (local(root), name)
+            found.setdefault(
+                key,
+                {
+                    "run": name,
+                    "root": key[0],
+                    "path": local(path),
+                    "status": status,
+                    "reason": reason,
+                    "mtime_ns": int(mtime_ns),
+                },
+            )
+        return builtins.list(found.values())
+
     def heartbeats(self) -> builtins.list[Heartbeat]:
         """The newest heartbeat of each daemon node, newest first."""
         with self._reading() as fetch:

@@ -68,6 +68,8 @@ class Reads(Protocol):
 
     def runs(self) -> builtins.list[Run]: ...
 
+    def unfinished_last_saves(self) -> builtins.list[dict[str, Any]]: ...
+
     def run_keys(self) -> builtins.list[tuple[int, str, str]]: ...
 
 
@@ -126,6 +128,7 @@ class Acts(Protocol):
         actor: str,
         trash: dict[str, Any] | None = None,
         lease: HeldLease | None = None,
+        was: CheckpointStatus | None = None,
     ) -> tuple[int | None, str]: ...
 
     def end_claim(

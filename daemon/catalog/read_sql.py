@@ -225,6 +225,16 @@ COUNT_ON_DISK: Statement = (
     f"SELECT count(*) FROM checkpoints WHERE status NOT IN ({', '.join('?' * len(_GONE))})",
     [*_GONE],
 )
+# Runs whose last save did not complete: an abandoned or corrupt row written after the run's
+# newest ok checkpoint (keras#23609: a run whose last save failed looks like one that saved).
+UNFINISHED_LAST_SAVES: Statement = (
+    "SELECT runs.name, runs.root, c.path, c.status, c.reason, c.mtime_ns"
+    " FROM checkpoints c JOIN runs ON runs.id = c.run_id WHERE c.status IN (?, ?)"
+    " AND c.mtime_ns > COALESCE((SELECT max(o.mtime_ns) FROM checkpoints o"
+    " WHERE o.run_id = c.run_id AND o.status = ?), -1)"
+    " ORDER BY runs.root, runs.name, c.mtime_ns DESC, c.id DESC",
+    [CheckpointStatus.ABANDONED.value, CheckpointStatus.CORRUPT.value, OK],
+)
 HEARTBEATS: Statement = (
     "SELECT pid, host, started_at, heartbeat_at, state, node, id FROM heartbeat"
     f" ORDER BY heartbeat_at DESC, id DESC LIMIT {HEARTBEAT_ROWS}",

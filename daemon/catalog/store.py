@@ -317,7 +317,18 @@ class Store(
             return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
-        return self._hot.runs()
+        found = self._hot.runs()
+        failed = {(f["root"], f["run"]): f for f in self._hot.unfinished_last_saves()}
+        return [
+            dataclasses.replace(r, last_save_failed=failed[(r.root, r.name)])
+            if (r.root, r.name) in failed
+            else r
+            for r in found
+        ]
+
+    def unfinished_last_saves(self) -> builtins.list[dict[str, Any]]:
+        """The runs whose last save did not complete, and that save (`ckpt status`)."""
+        return self._hot.unfinished_last_saves()
 
     def figures(self, roots: Iterable[str]) -> Figures:
         """Counts, bytes, all-time totals and indexing latency for the `ckpt_*` metrics."""

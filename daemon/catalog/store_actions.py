@@ -30,6 +30,8 @@ checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
 artifacts = ARTIFACTS
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
+# What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
+TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED)
 
 
 class Actions:
@@ -82,15 +84,20 @@ class Actions:
         actor: str,
         trash: dict[str, Any] | None = None,
         lease: HeldLease | None = None,
+        was: CheckpointStatus | None = None,
     ) -> tuple[int | None, str]:
         """Claim a checkpoint for a move to the trash (`action="trash"`, `trash`: where its
-        files go) or for a purge, in one transaction: only an unpinned `ok` row can be trashed,
-        only an unpinned `trashed` row purged. The row takes its new status and the audit event
-        is planned before any file moves. Returns (event id, "") or (None, why it was refused).
+        files go) or for a purge, in one transaction: only an unpinned row still of status
+        `was` (`ok`, or an abandoned save's) can be trashed, only an unpinned `trashed` row
+        purged. The row takes its new status and the audit event is planned before any file
+        moves. Returns (event id, "") or (None, why it was refused).
         `lease`: the run's lease, confirmed in the same transaction (LeaseLost if it is gone).
         """
+        was = was or CheckpointStatus.OK
+        if action == "trash" and was not in TRASHABLE:
+            return None, f"a {was.value} checkpoint is never trashed"
         status, new = (
-            (CheckpointStatus.OK, CheckpointStatus.TRASHED)
+            (was, CheckpointStatus.TRASHED)
             if action == "trash"
             else (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
         )
@@ -362,13 +369,17 @@ def _unclaim(conn: Any, checkpoint_id: int, action: str) -> None:
     trashed, purged = CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value
     if action == "trash":
         free_path(conn, checkpoint_id)
+        # A row without a hash (an abandoned save) is never made `ok`: read at the next scan.
+        digest = conn.execute(
+            select(checkpoints.c.hash).where(checkpoints.c.id == checkpoint_id)
+        ).scalar()
         patch_details(
             conn,
             checkpoint_id,
             drop=("trash",),
             only_if_status=trashed,
-            status=CheckpointStatus.OK.value,
-            reason=None,
+            status=(CheckpointStatus.OK if digest else CheckpointStatus.INCOMPLETE).value,
+            reason=None if digest else "left in place: read at the next scan",
         )
     elif action == "purge":
         conn.execute(

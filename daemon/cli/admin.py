@@ -74,6 +74,7 @@ def status(obj: Context, as_json: bool) -> None:
 
         doc = daemons_status([], 0)
         doc["reason"] = f"no catalog at {missing}: no daemon has run with this config"
+        doc["last_save_failed"] = []
         config = obj.config()
     else:
         with obj.catalog() as cat:
@@ -90,6 +91,7 @@ def status(obj: Context, as_json: bool) -> None:
     nodes = _daemon_lines(doc.get("daemons") or [])
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
+        _failed_save_lines(doc["last_save_failed"])
         _disk_lines(doc["disk"])
         _remote_lines(doc.get("remotes") or [])
         for line in nodes:
@@ -106,11 +108,21 @@ def status(obj: Context, as_json: bool) -> None:
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
     )
+    _failed_save_lines(doc["last_save_failed"])
     _disk_lines(doc["disk"])
     _remote_lines(doc.get("remotes") or [])
     for line in nodes:
         echo(line)
     echo(in_use)
+
+
+def _failed_save_lines(saves: list[dict[str, Any]]) -> None:
+    """One line per run whose last save did not complete (keras#23609: it looks finished)."""
+    for save in saves:
+        echo(
+            f"  run {save['run']}: last save did not complete: {save['path']} "
+            f"({save['status']}: {save['reason'] or 'no reason recorded'})"
+        )
 
 
 def _disk_lines(disk: list[dict[str, Any]]) -> None:

@@ -47,7 +47,9 @@ def split(
     state); the original stays as the resume artifact.
 
     Verified (every kept dataset decodes to the source's values) before it is renamed into
-    place as `<stem>.inference<ext>`, and registered in the catalog (`ckpt show` lists it),
+    place as `<stem>.inference<ext>`; a torch `.pt`/`.pth` or Lightning `.ckpt` becomes
+    `<stem>.inference.safetensors` (its model's state dict, written without torch, each
+    tensor's bytes checked), and registered in the catalog (`ckpt show` lists it),
     with its model card beside it (`<stem>.inference` + `.md`, see `ckpt describe`). With
     `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` (of a tf-keras legacy `.h5`:
     `<stem>.legacy-weights.h5`, the save_weights("x.h5") layout) + the card (`<stem>` + `.md`),
@@ -172,7 +174,10 @@ def compress(
     help="Also load each with Keras (tf-keras for Keras 2 files) in a child process "
     "and check its inference artifact predicts identically (needs TensorFlow). The child "
     "loads a private copy, as nobody when run by root, and refuses unloaded a file whose "
-    "stored config has a Lambda layer, a custom object or a function reference.",
+    "stored config has a Lambda layer, a custom object or a function reference. Torch-family "
+    "files (and a Hugging Face folder's weights) load with torch.load(weights_only=True) or "
+    "safetensors in a child (needs torch), their inference .safetensors compared tensor by "
+    "tensor.",
 )
 @click.option(
     "--remote",

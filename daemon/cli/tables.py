@@ -198,7 +198,7 @@ def runs_table(
     for i, r in enumerate(found):
         newest = _in_run(r, r.newest) if r.newest else "-"
         cells.append([r.name, str(r.checkpoints), format_size(r.bytes), newest])
-        after[i] = template_lines(r) + best_lines(r, values, metrics)
+        after[i] = failed_save_lines(r) + template_lines(r) + best_lines(r, values, metrics)
     return cells, root_headings([r.root for r in found]), after
 
 
@@ -206,6 +206,14 @@ def _in_run(r: Run, path: str) -> str:
     """A path of run `r` relative to the run's folder (just the file name, mostly)."""
     folder = r.root if r.name == "." else f"{r.root.rstrip('/')}/{r.name}"
     return relative_path(path, [folder, r.root])
+
+
+def failed_save_lines(r: Run) -> list[str]:
+    """`  last save did not complete: 2.orbax-checkpoint-tmp (abandoned)`, when it did not."""
+    save = r.last_save_failed
+    if save is None:
+        return []
+    return [f"  last save did not complete: {visible(_in_run(r, save['path']))} ({save['status']})"]
 
 
 def template_lines(r: Run) -> list[str]:

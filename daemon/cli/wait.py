@@ -79,7 +79,8 @@ def wait(
             better_than=better_than,
             timeout=seconds,
         )
-    if as_json:
-        emit_json(documents.checkpoint(found))
-    else:
-        echo(found.path)
+        # Printed before the catalog closes: the caller is waiting for this line.
+        if as_json:
+            emit_json(documents.checkpoint(found))
+        else:
+            echo(found.path)

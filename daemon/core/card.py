@@ -151,6 +151,10 @@ def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
     if artifact is not None and artifact["kind"] == "json+h5":
         weights = export_weights_suffix(_format(doc["format"]))
         return f"json+h5 (model config JSON + {weights}, exported from {doc['format']})"
+    if artifact is not None and _torch_split(artifact):
+        return (
+            f"safetensors (inference artifact: the model's state dict, split from {doc['format']})"
+        )
     if artifact is not None:
         return f"{doc['format']} (inference artifact: architecture + weights)"
     kind = doc["kind"]
@@ -295,6 +299,11 @@ def load_line(
             f"import {lib}; model = {lib}.models.model_from_json(open({quoted}).read()); "
             f"model.load_weights({weights})"
         )
+    elif artifact is not None and _torch_split(artifact):
+        line = (
+            f"from safetensors.torch import load_file; model.load_state_dict(load_file({quoted}))"
+            "  # model: built with the same architecture"
+        )
     elif fmt in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         line = f"import {lib}; model = {lib}.models.load_model({quoted})"
     elif fmt in (Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_WEIGHTS_H5):
@@ -315,6 +324,13 @@ def load_line(
         return "-"
     needs_plugin = any(c in (codec or "") for c in PLUGIN_CODECS)
     return f"import hdf5plugin; {line}" if needs_plugin else line
+
+
+def _torch_split(artifact: dict[str, Any]) -> bool:
+    """An inference `.safetensors` a torch `.pt`/`.ckpt` was split into."""
+    return artifact.get("kind") == "inference" and str(artifact.get("path", "")).endswith(
+        ".safetensors"
+    )
 
 
 def _dash(value: Any) -> str:

@@ -203,6 +203,10 @@ class Run:
         unfinished, ok = self.unfinished_mtime_ns, self.newest_mtime_ns
         return unfinished is not None and (ok is None or unfinished > ok)
 
+    # The run's last save, when it did not complete (abandoned or corrupt, after its newest ok
+    # checkpoint): {path, status, reason, mtime_ns}; None when it did.
+    last_save_failed: dict[str, Any] | None = None
+
 
 # ---- work items: what the watcher and the scheduler hand to the service's one worker ----
 

@@ -18,9 +18,10 @@ Semantics:
   looks older than it might be (conservative: at worst it takes a keep_last slot).
 - Always kept: the newest ok checkpoint by that order ("newest"), and also the most recently
   written one if that is another ("newest mtime": a run mixing known and unknown progress
-  keeps both candidates), pinned ones ("pinned"), every non-ok one (its status as the
-  reason: the planner never trashes what it could not read), and those the caller protects
-  with a reason of its own (`Item.protected`: a rewritten file's previous generation).
+  keeps both candidates), pinned ones ("pinned"), every non-ok one but an abandoned save
+  (its status as the reason: the planner never trashes what it could not read), and those the
+  caller protects with a reason of its own (`Item.protected`: a rewritten file's previous
+  generation). An abandoned save takes no rule's slot; it goes with `Item.trash_reason`.
 - `keep_last`, `keep_every` and `keep_within` count training moments, not files
   (`training_moments`): every ok file saved at one epoch (or step) is one moment, so
   `model-008.keras`, `w-08.weights.h5` and `best.h5` of epoch 8 are kept, or not, together, and
@@ -96,6 +97,7 @@ class Item:
     inference_bytes: int | None = None
     protected: str | None = None  # kept whatever the rules say, for this reason
     tier_blocked: str | None = NO_REMOTE  # why it cannot go to the object store (None: it can)
+    trash_reason: str | None = None  # why it goes if nothing keeps it (an abandoned save's)
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,7 @@ def _reasons(
             yield item.id, PROTECTED, "pinned"
         if item.protected:
             yield item.id, PROTECTED, item.protected
-        if item.status != CheckpointStatus.OK:
+        if item.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED):
             yield item.id, PROTECTED, str(item.status)
     newest_first = ok[::-1]  # by mtime: ties in keep_best, periods
     moments = training_moments(ok)
@@ -412,6 +414,7 @@ def _decide(
         )
         return Decision(item.id, item.path, action, (reason,), freed)
     if not tags:
-        return Decision(item.id, item.path, "trash", ("matched no keep rule",), item.size_bytes)
+        why = item.trash_reason or "matched no keep rule"
+        return Decision(item.id, item.path, "trash", (why,), item.size_bytes)
     reasons = tuple(reason for _, reason in tags)
     return Decision(item.id, item.path, "keep", reasons, item.size_bytes)

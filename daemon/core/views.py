@@ -79,7 +79,15 @@ def run_json(r: Run) -> dict[str, Any]:
         "steps_per_epoch": r.steps_per_epoch,
         "evidence": r.evidence,
         "last_save": iso_utc(r.newest_mtime_ns / 1e9) if r.newest_mtime_ns is not None else None,
+        "last_save_failed": failed_save_json(r.last_save_failed) if r.last_save_failed else None,
     }
+
+
+def failed_save_json(save: dict[str, Any]) -> dict[str, Any]:
+    """A run's last save that did not complete: where, its status and why, when written."""
+    at = iso_utc(save["mtime_ns"] / 1e9)
+    shown = {k: save[k] for k in ("path", "status", "reason")}
+    return {**shown, "at": at}
 
 
 def _finite(values: dict[str, float | None]) -> dict[str, float | None]:

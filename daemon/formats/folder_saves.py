@@ -45,12 +45,14 @@ def kind_of(folder: Path) -> Format | None:
     return None
 
 
-def look(folder: Path, root: Path | None = None) -> FolderSave:
+def look(folder: Path, root: Path | None = None, *, writers: bool = True) -> FolderSave:
+    """What `folder` shows; `writers`: also the local processes writing in it (a walk of
+    /proc: the reader child skips it, the indexer looks for itself, `usecases.save_checks`)."""
     kind = kind_of(folder)
     if kind is Format.ORBAX:
-        return _look_orbax(folder, root)
+        return _look_orbax(folder, root, writers)
     if kind is Format.TORCH_DCP:
-        return _look_dcp(folder, root)
+        return _look_dcp(folder, root, writers)
     raise CorruptCheckpoint(f"{folder.name} is neither an Orbax step folder nor a DCP folder")
 
 
@@ -62,7 +64,7 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
     `step` and metrics recorded, when it shows no sign of a save in flight; UnfinishedSave
     naming the signs (the indexer judges incomplete or abandoned), CorruptCheckpoint for a
     broken or hostile metadata file. An unconfirmed sign (no commit marker) rides in a note."""
-    save = look(folder, root)
+    save = look(folder, root, writers=False)
     if save.problem is not None:
         raise CorruptCheckpoint(save.problem)
     if save.seen.unfinished:
@@ -78,9 +80,9 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
     return dataclasses.replace(save.info, recorded=recorded or None, notes=notes)
 
 
-def _look_orbax(folder: Path, root: Path | None) -> FolderSave:
+def _look_orbax(folder: Path, root: Path | None, with_writers: bool) -> FolderSave:
     files, newest = _tree(folder)
-    writers = _writers(folder)
+    writers = _writers(folder) if with_writers else ()
     try:
         step = orbax_step.read_step(folder, root)
     except CorruptCheckpoint as exc:
@@ -105,9 +107,9 @@ def _look_orbax(folder: Path, root: Path | None) -> FolderSave:
     return FolderSave(folder, Format.ORBAX, step.step, info, seen, files, metrics=metrics)
 
 
-def _look_dcp(folder: Path, root: Path | None) -> FolderSave:
+def _look_dcp(folder: Path, root: Path | None, with_writers: bool) -> FolderSave:
     files, newest = _tree(folder)
-    writers = _writers(folder)
+    writers = _writers(folder) if with_writers else ()
     if dcp_folder.METADATA not in files:
         sign = "no .metadata (its coordinator writes it last)"
         seen = SaveObservation((sign,), (), writers, newest)

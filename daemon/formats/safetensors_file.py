@@ -58,7 +58,38 @@ def looks_like(head: bytes, size: int) -> bool:
     return head[MAGIC_BYTES : MAGIC_BYTES + 1] == b"{" and size > MAGIC_BYTES
 
 
+def header_metadata(raw: IO[bytes]) -> dict[str, str] | None:
+    """The header's `__metadata__` (our artifact marker lives there), bounded like `read`."""
+    header, _n, _size = _header(raw)
+    metadata = header.get("__metadata__")
+    return metadata if isinstance(metadata, dict) else None
+
+
 def read(raw: IO[bytes]) -> CheckpointInfo:
+    header, n, size = _header(raw)
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
+    ):
+        raise CorruptCheckpoint("safetensors __metadata__ is not a map of strings")
+    tensors = _tensors(header, size - MAGIC_BYTES - n)
+    layers, n_params, total = torch_state.tensors_info(tensors)
+    recorded: dict[str, Any] = {"epoch": None, "step": None, "metrics": {}}
+    if metadata:
+        recorded["metadata"] = dict(list(metadata.items())[:64])
+    return CheckpointInfo(
+        format=Format.SAFETENSORS,
+        kind=Kind.WEIGHTS,
+        backend="torch" if (metadata or {}).get("format") == "pt" else None,
+        layers=layers,
+        n_params=n_params,
+        weights_bytes=total,
+        recorded=recorded,
+    )
+
+
+def _header(raw: IO[bytes]) -> tuple[dict[str, Any], int, int]:
+    """(the header as JSON, its length N, the file's size), N checked before it is read."""
     size = os.fstat(raw.fileno()).st_size
     raw.seek(0)
     head = raw.read(MAGIC_BYTES)
@@ -81,25 +112,7 @@ def read(raw: IO[bytes]) -> CheckpointInfo:
         raise CorruptCheckpoint(f"safetensors header is not JSON: {exc}") from exc
     if not isinstance(header, dict):
         raise CorruptCheckpoint("safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None)
-    if metadata is not None and not (
-        isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
-    ):
-        raise CorruptCheckpoint("safetensors __metadata__ is not a map of strings")
-    tensors = _tensors(header, size - MAGIC_BYTES - n)
-    layers, n_params, total = torch_state.tensors_info(tensors)
-    recorded: dict[str, Any] = {"epoch": None, "step": None, "metrics": {}}
-    if metadata:
-        recorded["metadata"] = dict(list(metadata.items())[:64])
-    return CheckpointInfo(
-        format=Format.SAFETENSORS,
-        kind=Kind.WEIGHTS,
-        backend="torch" if (metadata or {}).get("format") == "pt" else None,
-        layers=layers,
-        n_params=n_params,
-        weights_bytes=total,
-        recorded=recorded,
-    )
+    return header, n, size
 
 
 def _tensors(header: dict[str, Any], buffer: int) -> list[tuple[str, str, tuple[int, ...], int]]:

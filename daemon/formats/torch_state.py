@@ -51,25 +51,9 @@ def interpret(obj: Any, fmt: Format, scalar: Scalar = no_scalar) -> CheckpointIn
     if walked.opaque:
         names = ", ".join(sorted(walked.opaque)[:8])
         notes.append(f"objects of other classes kept as named placeholders, never run: {names}")
-    top = obj if isinstance(obj, dict) else {}
-    if top and all(isinstance(v, TensorRecord) for v in top.values()):
-        top = {}  # a bare state_dict: its 0-d buffers are not metrics, its keys not counters
+    top = _top(obj)
     optimizers = _optimizers(obj)
-    optimizer_paths = {id(o) for o in optimizers}
-    model = _model_dict(obj)
-    model_tensors = _tensors_of(model) if model is not None else []
-    if model is None and _is_optimizer_state(obj):
-        model_tensors = []  # an optimizer's state alone (`optimizer.pt`)
-    elif model is None:  # no state dict by a known key: every tensor outside optimizer/callbacks
-        skip = {id(v) for k, v in top.items() if _is_training_state(k, v, optimizer_paths)}
-        model_tensors = [
-            (path, t)
-            for path, t in _tensors_of(
-                {k: v for k, v in top.items() if id(v) not in skip and not _scalar_tensor(v)}
-                if top
-                else obj
-            )
-        ]
+    model_tensors = model_tensors_of(obj)
     optimizer = _optimizer_info(optimizers, scalar, top)
     scheduler = _scheduler(top)
     if scheduler is None and {"base_lrs", "last_epoch"} <= set(top):  # a `scheduler.pt` alone
@@ -113,6 +97,34 @@ def interpret(obj: Any, fmt: Format, scalar: Scalar = no_scalar) -> CheckpointIn
         notes=tuple(notes),
         recorded=recorded,
     )
+
+
+def _top(obj: Any) -> dict[Any, Any]:
+    """The top-level dict whose keys are counters and metrics; {} for a bare state_dict (its
+    0-d buffers are not metrics, its keys not counters)."""
+    top = obj if isinstance(obj, dict) else {}
+    return {} if top and all(isinstance(v, TensorRecord) for v in top.values()) else top
+
+
+def model_tensors_of(obj: Any) -> list[tuple[str, TensorRecord]]:
+    """The model's tensors (name, record) of a torch file's top-level object: its state dict
+    by a known key, else every tensor outside optimizer, scheduler and trainer state (what a
+    split keeps; `interpret` counts them as the weights)."""
+    model = _model_dict(obj)
+    if model is not None:
+        return _tensors_of(model)
+    if _is_optimizer_state(obj):
+        return []  # an optimizer's state alone (`optimizer.pt`)
+    top = _top(obj)
+    optimizer_paths = {id(o) for o in _optimizers(obj)}
+    skip = {id(v) for k, v in top.items() if _is_training_state(k, v, optimizer_paths)}
+    kept = {k: v for k, v in top.items() if id(v) not in skip and not _scalar_tensor(v)}
+    return _tensors_of(kept if top else obj)
+
+
+def optimizer_state_of(obj: Any) -> list[dict[str, Any]]:
+    """The optimizer state dicts a torch file's top-level object holds (what a split drops)."""
+    return _optimizers(obj)
 
 
 def tensors_info(

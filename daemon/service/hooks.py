@@ -218,6 +218,8 @@ class Notifications:
         for path, status, reason in new_failures(report):
             if status == CheckpointStatus.CORRUPT.value:
                 self.corrupt(path, reason)
+            elif status == CheckpointStatus.ABANDONED.value:  # once: then it is settled
+                self.save_failed(path, reason)
         if not self.hooks.wanted("new_best"):
             return
         for path in report.indexed:
@@ -254,6 +256,17 @@ class Notifications:
             event("hook_error", level=logging.WARNING, path=path, error=str(exc))
             run = None
         self.hooks.emit("corrupt", path=path, run=run, reason=reason)
+
+    def save_failed(self, path: str, reason: str) -> None:
+        """A folder save judged abandoned: nobody will finish it (orbax#605: nothing else says)."""
+        if not self.hooks.wanted("save_failed"):
+            return
+        try:
+            run: str | None = self.store.get(path).run
+        except Exception as exc:  # a catalog hiccup: the event still goes, without its run
+            event("hook_error", level=logging.WARNING, path=path, error=str(exc))
+            run = None
+        self.hooks.emit("save_failed", path=path, run=run, reason=reason)
 
     def retention(self, path: str, run: str, action: str, reason: str) -> None:
         self.hooks.emit("retention", path=path, run=run, reason=reason, action=action)

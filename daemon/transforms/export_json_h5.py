@@ -35,12 +35,12 @@ from ..fs import fsops, hashing
 from . import bounds, marker
 from .split import (
     _STORE_DROP,
-    _check_unchanged,
     _copy_tree,
     _Drop,
     _expect,
     _refuse_tensorflow,
     _verify_tree,
+    check_unchanged,
     inference_path,
 )
 
@@ -126,9 +126,9 @@ def export(
             hashes = hashing.hash_files([config_temp]), hashing.hash_files([weights_temp])
             sizes = config_temp.stat().st_size, weights_temp.stat().st_size
         except Exception as exc:
-            _check_unchanged(root, source, before, exc)
+            check_unchanged(root, source, before, exc)
             raise
-        _check_unchanged(root, source, before)
+        check_unchanged(root, source, before)
     return ExportResult(source, config_path, weights_path, *sizes, *hashes, before.size, datasets)
 
 

@@ -1,10 +1,11 @@
 """The mark inside every file split writes: ours from the moment it exists, whatever its name.
 
 An HDF5 artifact carries a root attribute `ckpt_daemon_artifact`, a `.keras` one its zip
-comment; both hold JSON `{"kind", "parent", "parent_hash"}`. Keras ignores both (an unknown
-root attribute, a zip comment). Scans skip marked files (never a checkpoint of the run), so an
-artifact interrupted between its rename and its catalog row, copied, or renamed into a run
-never becomes the run's "newest".
+comment, a `.safetensors` one an entry of its header's `__metadata__` (strings only, as the
+format demands); all hold JSON `{"kind", "parent", "parent_hash"}`. Keras ignores the first
+two (an unknown root attribute, a zip comment), safetensors loaders the third. Scans skip
+marked files (never a checkpoint of the run), so an artifact interrupted between its rename
+and its catalog row, copied, or renamed into a run never becomes the run's "newest".
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 
 import h5py
 
-from ..formats import hdf5
+from ..core.errors import CorruptCheckpoint
+from ..formats import hdf5, safetensors_file
 from ..formats.file_detect import ZIP_MAGIC
 
 ATTRIBUTE = "ckpt_daemon_artifact"
@@ -50,8 +52,11 @@ def read(path: Path) -> dict[str, Any] | None:
                 with h5py.File(raw, "r", locking=False) as f:
                     value = f.attrs.get(ATTRIBUTE)
                 found = json.loads(value) if isinstance(value, str | bytes) else None
+            elif safetensors_file.looks_like(head, os.fstat(raw.fileno()).st_size):
+                value = (safetensors_file.header_metadata(raw) or {}).get(ATTRIBUTE)
+                found = json.loads(value) if isinstance(value, str) else None
             else:
                 return None
-    except (OSError, ValueError, zipfile.BadZipFile, AttributeError):
+    except (OSError, ValueError, zipfile.BadZipFile, AttributeError, CorruptCheckpoint):
         return None
     return found if isinstance(found, dict) and "parent" in found else None

@@ -125,9 +125,9 @@ def split(
             datasets = write(source, temp)
             digest, size = hashing.hash_files([temp]), temp.stat().st_size
         except Exception as exc:
-            _check_unchanged(root, source, before, exc)  # a rewrite under us explains the error
+            check_unchanged(root, source, before, exc)  # a rewrite under us explains the error
             raise
-        _check_unchanged(root, source, before)  # the last look, right before the rename
+        check_unchanged(root, source, before)  # the last look, right before the rename
     return SplitResult(source, final, size, digest, before.size, datasets)
 
 
@@ -164,7 +164,7 @@ def _nothing_to_split(source: Path) -> UsageError:
     return UsageError(f"nothing to split: {source} has no optimizer state")
 
 
-def _check_unchanged(
+def check_unchanged(
     root: Path, source: Path, before: FileStat, cause: BaseException | None = None
 ) -> None:
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
@@ -50,11 +50,13 @@ def split_checkpoint(
     model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
     as part of it. `on_progress` hears the checkpoint start (its bytes the total) and finish
     (`split`)."""
-    from ..transforms.split import inference_path, split
+    from ..transforms import torch_split
+    from ..transforms.split import split
     from .describe import card_path, own_card, write_card
 
     c = store.get(ref)
     refuse_torch(c, "split")
+    inference_path = _inference_path(c)
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
     _refuse(c, "split")
@@ -68,14 +70,19 @@ def split_checkpoint(
         if pending:
             _register(store, c.id, "inference", final, 0, None, None)
         try:
-            result = split(
-                root,
-                Path(c.path),
-                out=out,
-                keep_compile=keep_compile,
-                replacing=replacing,
-                source_hash=c.hash,
-            )
+            if c.format in TORCH_SPLITTABLE:  # -> an inference .safetensors, without torch
+                result = torch_split.split(
+                    root, Path(c.path), out=out, replacing=replacing, source_hash=c.hash
+                )
+            else:
+                result = split(
+                    root,
+                    Path(c.path),
+                    out=out,
+                    keep_compile=keep_compile,
+                    replacing=replacing,
+                    source_hash=c.hash,
+                )
         except BaseException:
             if pending:
                 store.forget_artifact(str(final))
@@ -147,6 +154,14 @@ def export_checkpoint(
         )
         write_card(config, store, c, config_path)
     return store.get(str(c.id)), result
+
+
+def _inference_path(c: Checkpoint) -> Any:
+    """The artifact naming of the transform for `c`'s format: a torch zip becomes a
+    `.safetensors` (`transforms.torch_split`), a Keras file a Keras file (`transforms.split`)."""
+    from ..transforms import split, torch_split
+
+    return (torch_split if c.format in TORCH_SPLITTABLE else split).inference_path
 
 
 def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | None:
@@ -299,11 +314,18 @@ def _check_out(root: Path, out: Path | None) -> None:
 
 
 TORCH_FAMILY = (Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING, Format.SAFETENSORS)
+TORCH_SPLITTABLE = (Format.TORCH_ZIP, Format.LIGHTNING)  # -> an inference .safetensors
 _TORCH_REFUSALS = {
-    "split": "a torch-family checkpoint is not split yet (an inference .safetensors of its "
-    "model's state dict is planned, not built)",
-    "compress": "a torch-family file has no lossless compressed form of its own (a compressed "
-    ".safetensors or .pt is no longer one its loader opens)",
+    "split": {
+        Format.TORCH_LEGACY: "a legacy (pre-1.6) torch file is not split (re-save it with a "
+        "current torch: its storages are then a zip's members, copied as they are)",
+        Format.SAFETENSORS: "a safetensors file holds weights only: nothing to split",
+    },
+    "compress": dict.fromkeys(
+        TORCH_FAMILY,
+        "a torch-family file has no lossless compressed form of its own (a compressed "
+        ".safetensors or .pt is no longer one its loader opens)",
+    ),
 }
 # A Hugging Face folder: its inference form (the folder without optimizer.pt, scheduler.pt,
 # rng_state*.pth and trainer state, beside it under a name that is not checkpoint-*) is planned.
@@ -318,8 +340,9 @@ _HF_REFUSALS = {
 def refuse_torch(c: Checkpoint, action: str) -> None:
     """A one-line refusal (exit 2) for what split and compress cannot do to the torch family."""
     done = {"split": "split", "compress": "compressed"}[action]
-    if c.format in TORCH_FAMILY:
-        raise UsageError(f"not {done}: {c.path} is {c.format}: {_TORCH_REFUSALS[action]}")
+    why = _TORCH_REFUSALS[action].get(c.format) if c.format is not None else None
+    if why is not None:
+        raise UsageError(f"not {done}: {c.path} is {c.format}: {why}")
     if c.format == Format.HF_FOLDER:
         raise UsageError(f"not {done}: {c.path} is {c.format}: {_HF_REFUSALS[action]}")
 

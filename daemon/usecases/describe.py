@@ -37,9 +37,10 @@ _MAX_CONFIG_BYTES = 16 << 20
 
 def card_path(artifact: Path) -> Path:
     """The card's name: the artifact's with `.md` for its Keras suffix (`e03.inference.keras`
-    → `e03.inference` + `.md`; an export's `e03.json` → `e03` + `.md`)."""
+    → `e03.inference` + `.md`; an export's `e03.json` → `e03` + `.md`; a torch split's
+    `e03.inference.safetensors` → `e03.inference` + `.md`)."""
     name = artifact.name
-    for suffix in (".weights.h5", ".keras", ".hdf5", ".h5", ".json"):
+    for suffix in (".weights.h5", ".keras", ".hdf5", ".h5", ".json", ".safetensors"):
         if name.endswith(suffix) and name != suffix:
             return artifact.with_name(name[: -len(suffix)] + ".md")
     return artifact.with_name(name + ".md")

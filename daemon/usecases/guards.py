@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..core.errors import NotFound
-from ..core.model import FOLDER_FORMATS, Checkpoint, FileStat, Format
+from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
 from ..fs import fsops
 from ..settings.config import Config
 from . import folder_units
@@ -25,13 +25,18 @@ def located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Pat
     _stat, _digest, files = store.identity(c.id)
     if c.format == Format.TF_CHECKPOINT:
         return root, [path.parent / name for name in files]
+    if c.status == CheckpointStatus.ABANDONED:  # a save's own folder: it goes whole
+        return root, [path]
     if _is_layout_folder(c):
         return root, folder_units.to_move(path, files)
     return root, [path]
 
 
 def _is_layout_folder(c: Checkpoint) -> bool:
-    """A folder checkpoint of `fs.folder_layouts` (SavedModel folders keep their own rules)."""
+    """A folder checkpoint of `fs.folder_layouts` (SavedModel folders keep their own rules),
+    or an abandoned folder save (never read whole, so no format: its files are recorded)."""
+    if c.format is None and c.status == CheckpointStatus.ABANDONED:
+        return True
     return c.format in FOLDER_FORMATS and c.format != Format.SAVED_MODEL
 
 

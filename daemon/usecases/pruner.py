@@ -31,7 +31,7 @@ from ..core.model import Checkpoint, CheckpointStatus
 from ..core.progress import Counter, OnProgress
 from ..fs import fsops
 from ..settings.config import Config
-from . import guards, rail
+from . import guards, rail, save_checks
 from .retention_plan import PruneReport, RunPlan, plan_runs, planner_item, run_checkpoints
 from .settlement import settle_events
 from .trash import parse_older_than, purge, restore
@@ -174,9 +174,14 @@ def trash_decided(
     """Carry out one decision to trash, demote or tier `c` under its run's `lease` (retention's
     and the disk guard's): refused if it is pinned or not `ok` any more; a demotion splits first
     (its inference artifact stays in its place), then the file goes to the trash; a tier act
-    is `usecases.tiering`'s (the local copy trashed only once the remote one verified)."""
-    if c.status != CheckpointStatus.OK or c.pinned:
+    is `usecases.tiering`'s (the local copy trashed only once the remote one verified). An
+    abandoned folder save may go to the trash too, never while a process has a file of it open."""
+    if c.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED) or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    if c.status == CheckpointStatus.ABANDONED:
+        if decision.action != "trash":
+            raise fsops.Refused(f"{c.path} is abandoned: only trashed, never {decision.action}")
+        save_checks.refuse_if_written(Path(c.path))
     if decision.action == "tier":  # up, verified, recorded; only then the local copy trashed
         from .tiering import tier_one
 

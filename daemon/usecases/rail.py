@@ -96,7 +96,7 @@ def trash_checkpoint(
     # The claim confirms the run's lease in its transaction: a prune whose lease was taken
     # over (it was stopped past the expiry) moves nothing more.
     event_id, refused = store.claim(
-        c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease
+        c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease, was=c.status
     )
     if event_id is None:
         raise fsops.Refused(refused)

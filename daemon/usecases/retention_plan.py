@@ -193,6 +193,9 @@ def planner_item(
         inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if can_demote else None,
         protected=protected,
         tier_blocked=blocked,
+        trash_reason=f"abandoned: {c.reason or 'no reason recorded'}"
+        if c.status == CheckpointStatus.ABANDONED
+        else None,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..core.errors import Refused
 from ..core.model import CheckpointInfo, CheckpointStatus, Format
 from ..core.save_verdict import SaveObservation, SaveVerdict, judge
 from ..fs import procfs
@@ -43,6 +44,14 @@ def read_whole(
     if verdict.status is CheckpointStatus.OK:
         return None
     return verdict.status, verdict.reason or verdict.state.value
+
+
+def refuse_if_written(folder: Path) -> None:
+    """Right before an abandoned save is moved: Refused while a local process has one of its
+    files open for writing (its writer came back, or a slow one was never dead)."""
+    held = writers(folder)
+    if held:
+        raise Refused(f"{folder} is being written now ({held[0]}): left where it is")
 
 
 def writers(folder: Path) -> tuple[str, ...]:

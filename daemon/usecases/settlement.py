@@ -57,12 +57,13 @@ def _settle(store: Store, ev: PlannedEvent, dead: bool) -> str | None:
     else:
         why = "the process that planned it ended before it acted"
         if action == "trash" and back:  # claimed, never moved: the checkpoint is where it was
+            # (one without a hash, an abandoned save, is read again, never made `ok`)
             settle(
                 ev.id,
                 "abandoned",
                 checkpoint_id=key,
                 expect=trashed,
-                status=CheckpointStatus.OK,
+                status=CheckpointStatus.OK if row and row.hash else CheckpointStatus.INCOMPLETE,
                 clear_trash=True,
                 reason=why,
             )

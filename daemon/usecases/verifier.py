@@ -102,6 +102,11 @@ def _load(c: Checkpoint) -> Verdict:
     (`children.keras_load_probe`)."""
     from ..children import keras_load_probe
 
+    if c.status != CheckpointStatus.OK and (c.format is None or c.format in TORCH_LOADED):
+        # unreadable: the reader already said what is wrong, no loader is handed it
+        return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
+    if c.format in TORCH_LOADED:
+        return _torch_load(c)
     if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         return Verdict(
             c.id,
@@ -130,6 +135,50 @@ def _load(c: Checkpoint) -> Verdict:
         same,
         f"loads with {library}{user}; inference artifact predicts "
         + ("identically" if same else f"differently (max {result['max_abs_diff']})"),
+    )
+
+
+TORCH_LOADED = frozenset(
+    {Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING, Format.SAFETENSORS, Format.HF_FOLDER}
+)
+_HF_WEIGHTS = ("model*.safetensors", "pytorch_model*.bin")
+
+
+def _torch_load(c: Checkpoint) -> Verdict:
+    """Load with torch in a child (`children.torch_load_probe`: `weights_only=True`, or
+    safetensors; as `nobody` when started as root), and compare its inference artifact's
+    tensors with the checkpoint's. An HF folder: its weight files."""
+    from ..children import torch_load_probe
+
+    paths = [Path(c.path)]
+    if c.format == Format.HF_FOLDER:
+        paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
+    inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
+    artifact = Path(inference[0]) if inference and Path(inference[0]).is_file() else None
+    try:
+        result = torch_load_probe.probe(paths, artifact)
+    except (CkptError, OSError) as exc:
+        return Verdict(c.id, c.path, False, f"load with torch not run: {guards.one_line(exc)}")
+    if "refused" in result:
+        return Verdict(
+            c.id,
+            c.path,
+            False,
+            f"load refused by torch (weights_only), nothing run: {result['refused']}",
+        )
+    if "error" in result:
+        return Verdict(c.id, c.path, False, f"load with torch failed: {result['error']}")
+    done = f"loads with torch, weights_only ({result['tensors']} tensors, as {result['user']})"
+    if result["identical"] is None:
+        return Verdict(c.id, c.path, True, done)
+    same = bool(result["identical"])
+    differs = ", ".join(result.get("differs") or [])
+    return Verdict(
+        c.id,
+        c.path,
+        same,
+        f"{done}; inference artifact holds "
+        + ("identical tensors" if same else f"different tensors: {differs}"),
     )
 
 

@@ -1,20 +1,37 @@
 """Async saves end to end: `ckpt scan` on real Orbax and DCP folders, a writer SIGKILLed
 mid-save (`incomplete`, then `abandoned` after a shortened `completion.abandoned_after`, never
-`ok`, never answered by `latest` or `wait`), a hostile DCP `.metadata` never run."""
+`ok`, never answered by `latest` or `wait`; flagged by `ckpt runs` / `ckpt status`, a
+`save_failed` hook; trashed by retention with its reason, never while a writer holds one of its
+files), a hostile DCP `.metadata` never run; describe and verify of the folders."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
+from ckpt_daemon.api import open_catalog
+from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.cli import documents
+from ckpt_daemon.core.retention import Policy
+from ckpt_daemon.service.hooks import HookRunner, Notifications
+from ckpt_daemon.settings import config as config_module
+from ckpt_daemon.settings.operations import Hook
+from ckpt_daemon.usecases import indexer
+from ckpt_daemon.usecases.describe import render
+from ckpt_daemon.usecases.retention_plan import PruneReport
 from tests.support import Workspace
 from tests.support.async_saves import generate
 from tests.support.browser import web_page
 
 ABANDONED_AFTER_S = 3.0
+KEEP_LAST_1 = Policy(keep_last=1)
 
 
 class _System:
@@ -55,6 +72,14 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
     assert found["evil/step-1"]["status"] == "corrupt"
     assert "posix.system" in found["evil/step-1"]["reason"]
     assert not (outside / "PWNED").exists()
+    # in flight: kept by retention ("incomplete"), not flagged as a failed save
+    tmp_path_text = str(run / "2.orbax-checkpoint-tmp")
+    with open_catalog(str(ws.config)) as cat:
+        assert decisions(cat.plan_prune(["killed"], KEEP_LAST_1))[tmp_path_text] == (
+            "keep",
+            ("incomplete",),
+        )
+        assert {r.name: r for r in cat.runs()}["killed"].last_save_failed is None
     latest = ws.run("latest", "--run", "killed").stdout.strip()
     assert latest.endswith("/killed/1")
     overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
@@ -72,12 +97,104 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
     newest = max(p.stat().st_mtime for p in (run / "2.orbax-checkpoint-tmp").rglob("*"))
     while time.time() < newest + ABANDONED_AFTER_S + 0.5:
         time.sleep(0.2)
-    ws.run("scan", check=False)
+    hooked = scan_with_hooks(ws, tmp_path / "hooks.jsonl")
     killed = rows(ws)["killed/2.orbax-checkpoint-tmp"]
     assert killed["status"] == "abandoned", killed
     assert "did not complete" in killed["reason"] and "no writer" in killed["reason"]
+    assert [(d["event"], d["path"], d["run"]) for d in hooked] == [
+        ("save_failed", tmp_path_text, "killed")
+    ]
+    assert "did not complete" in hooked[0]["reason"]
     overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
     assert overview["killed"]["flags"] == {"abandoned": 1}
     assert overview["killed"]["last_save_unfinished"] is True
     waited = ws.run("wait", "--run", "killed", "--newer-than", "1", "--timeout", "1s", check=False)
     assert waited.returncode == 6  # an abandoned save is never the new checkpoint
+
+    # flagged: the run's last save did not complete (keras#23609), in runs and status
+    table = ws.run("runs").stdout
+    assert "last save did not complete: 2.orbax-checkpoint-tmp (abandoned)" in table
+    status = ws.run("status").stdout  # the fast path's read
+    assert f"run killed: last save did not complete: {tmp_path_text} (abandoned: " in status
+    with open_catalog(str(ws.config)) as cat:
+        flagged = {r["name"]: r for r in documents.runs(cat.runs())}  # `runs --json`'s rows
+        assert flagged["killed"]["last_save_failed"]["path"] == tmp_path_text
+        assert flagged["killed"]["last_save_failed"]["status"] == "abandoned"
+        assert flagged["orbax-sync"]["last_save_failed"] is None
+        assert [(s["run"], s["path"]) for s in cat.status()["last_save_failed"]] == [
+            ("evil", str(hostile)),  # a corrupt save, with nothing ok before it: failed too
+            ("killed", tmp_path_text),
+        ]
+        # Retention trashes it (its own reason) through the rail: never while a writer has one
+        # of its files open (one came back after the scan), never the newest complete one.
+        member = next(p for p in (run / "2.orbax-checkpoint-tmp").rglob("*") if p.is_file())
+        code = f"f = open({str(member)!r}, 'ab'); print('open', flush=True); input()"
+        writer = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert writer.stdout is not None and writer.stdout.readline().strip() == "open"
+            [failure] = cat.prune(["killed"], KEEP_LAST_1).failures
+            assert "being written now" in failure["error"], failure
+            assert f"pid {writer.pid}" in failure["error"]
+            assert (run / "2.orbax-checkpoint-tmp").is_dir()
+        finally:
+            writer.kill()
+            writer.communicate()
+        report = cat.prune(["killed"], KEEP_LAST_1)
+        assert report.failures == [] and report.runs[0].moved is not None
+        action, reasons = decisions(report)[tmp_path_text]
+        assert action == "trash" and reasons[0].startswith("abandoned: save did not complete")
+        assert decisions(report)[str(run / "1")][0] == "keep"
+        assert not (run / "2.orbax-checkpoint-tmp").exists() and (run / "1").is_dir()
+        [trashed] = cat.trash()
+        assert trashed["path"] == tmp_path_text and trashed["reason"].startswith("abandoned")
+        assert cat.get(str(run / "1")).status.value == "ok"
+
+    # describe and verify the folder checkpoints: from their metadata, every file hashed
+    dcp, orbax = ws.root / "dcp" / "step-7", ws.root / "orbax-sync" / "3"
+    with open_catalog(str(ws.config)) as cat:
+        card = json.loads(render(cat.describe(str(dcp)), "json"))
+        assert card["what"]["format"].startswith("torch-dcp")
+        assert card["what"]["resumable"].startswith("yes") and card["epoch"]["step"] == "7"
+        assert card["layers"][0]["shapes"] == "8x4, 8, 3x8, 3"  # Linear(4, 8), Linear(8, 3)
+        card = json.loads(render(cat.describe(str(orbax)), "json"))
+        assert card["what"]["format"].startswith("orbax-step") and card["epoch"]["step"] == "3"
+        assert card["metrics"] == [{"name": "loss", "value": "0.4", "source": "checkpoint"}]
+        verdicts = cat.verify([str(dcp), str(orbax)])
+        assert [(v.ok, v.detail) for v in verdicts] == [(True, "hash matches")] * 2
+        data = dcp / "__0_0.distcp"
+        before = data.stat()
+        with data.open("r+b") as fh:  # bit rot: one byte, same size and mtime
+            first = fh.read(1)
+            fh.seek(0)
+            fh.write(bytes([first[0] ^ 0xFF]))
+        os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+        [rotten] = cat.verify([str(dcp)])
+        assert not rotten.ok and "marked corrupt" in rotten.detail
+
+
+def decisions(report: PruneReport) -> dict[str, tuple[str, tuple[str, ...]]]:
+    return {d.path: (d.action, d.reasons) for rp in report.runs for d in rp.plan.decisions}
+
+
+def scan_with_hooks(ws: Workspace, out: Path) -> list[dict]:
+    """A scan as the service's worker makes it, its report told to a real `save_failed` hook."""
+    config = config_module.load(str(ws.config))
+    store = Store(config.database)
+    writer = f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read() + '\\n')"
+    hook = Hook(("save_failed",), (sys.executable, "-c", writer))
+    runner = HookRunner((hook,), threading.Event())
+    runner.start()
+    try:
+        report = indexer.scan(config, store, actor="test")
+        Notifications(runner, store, lambda: config).scanned(report)
+        deadline = time.monotonic() + 60
+        while runner.ran + runner.failed < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        runner.stopping.set()
+        runner.stop()  # the hook it runs, finished
+        store.close()
+    assert runner.failed == 0 and runner.queue.empty()  # one document, nothing more queued
+    return [json.loads(line) for line in out.read_text().splitlines()]

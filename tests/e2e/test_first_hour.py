@@ -6,7 +6,9 @@ epochs with `ModelCheckpoint("ckpt/model-{epoch:03d}-{val_accuracy:.4f}.keras")`
 and `BackupAndRestore`), laid out `nested` (`exp/ckpt/`, `exp/weights/`, `exp/history.csv`,
 `exp/best.h5`) or `flat` (all in `exp/`), killed by SIGKILL after epoch 7 and resumed in a new
 process: CSVLogger (`append=False`) rewrites `history.csv` from epoch 8 on. `ckpt scan` runs
-after the kill and after the resume, as a user's cron or the daemon would.
+after the kill and after the resume, as a user's cron or the daemon would. One job per
+framework writes both layouts (each into its own root and catalog) in the same `fit()`, and the
+files the tests load are loaded in one child per framework: six TensorFlow processes, not 14.
 
 1. `latest --resumable` names a file that really resumes: loaded in a child with `load_model`,
    its optimizer is the compiled Adam at the iteration the catalog says (Keras 3 drops the
@@ -23,8 +25,8 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,8 @@ class Trained:
     exp: Path
     truth: dict[int, dict[str, Any]]  # epoch -> {"logs": ..., "phase": ...}
     before_resume: list[dict[str, Any]]  # `list --json` after the kill's scan
+    loaded: dict[str, tuple[str, int]] = field(default_factory=dict)  # load_model, done ahead
+    answers: dict[tuple[str, ...], Any] = field(default_factory=dict)  # read-only --json
 
     @property
     def numbered_runs(self) -> list[str]:
@@ -62,7 +66,21 @@ class Trained:
 
     def rows(self) -> list[dict[str, Any]]:
         """The experiment's checkpoints (not the kept versions), by path."""
-        return [r for r in self.ws.json("list", "--run", "exp") if r["version_of"] is None]
+        return [r for r in self.read("list", "--run", "exp") if r["version_of"] is None]
+
+    def read(self, *args: str) -> Any:
+        """`ckpt ARGS --json` of a read-only command, asked once: no test changes the catalog
+        (every prune is a dry run), so each test gets the answer the first one got."""
+        if args not in self.answers:
+            self.answers[args] = self.ws.json(*args)
+        return self.answers[args]
+
+    def loaded_optimizer(self, path: str) -> tuple[str, int]:
+        """What `load_model(path)` in a fresh child gives: loaded ahead with the other files
+        of this framework in one child (`load_ahead`), or now if the path was not foreseen."""
+        if path not in self.loaded:
+            self.loaded |= loaded_optimizers(self.framework, [path])
+        return self.loaded[path]
 
 
 def new_user_workspace(base: Path) -> Workspace:
@@ -75,39 +93,85 @@ def new_user_workspace(base: Path) -> Workspace:
     return ws
 
 
-def train(t_framework: str, layout: str, exp: Path, truth: Path, phase: str) -> None:
-    argv = [sys.executable, str(SCRIPT), t_framework, layout, str(exp), str(truth), phase]
-    done = subprocess.run(
-        argv, env=child_env(), capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S
-    )
+def train_all(exps: dict[str, dict[str, Path]], truths: dict[str, Path], phase: str) -> None:
+    """Each framework's job in its own child, both at once; one `fit()` writes both layouts."""
+    procs = {}
+    for framework, by_layout in exps.items():
+        argv = [sys.executable, str(SCRIPT), framework, str(truths[framework]), phase]
+        argv += [f"{layout}={exp}" for layout, exp in by_layout.items()]
+        procs[framework] = subprocess.Popen(
+            argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     expected = SIGKILL if phase == "first" else 0
-    assert done.returncode == expected, done.stdout + done.stderr[-4000:]
+    try:
+        for framework, proc in procs.items():
+            out, err = proc.communicate(timeout=TRAIN_TIMEOUT_S)
+            assert proc.returncode == expected, f"{framework} {phase}: " + out + err[-4000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def load_ahead(scenarios: list[Trained]) -> None:
+    """The files `latest --resumable` names (and, for Keras 3, the newest it passes over),
+    each framework's loaded in one child: what the tests then check against the catalog."""
+    wanted: dict[str, list[str]] = {}
+    for t in scenarios:
+        doc = t.read("latest", "--run", "exp", "--resumable")
+        wanted.setdefault(t.framework, []).append(doc["path"])
+        wanted[t.framework] += [p["path"] for p in doc.get("passed_over") or []]
+    with ThreadPoolExecutor(len(wanted)) as pool:  # the frameworks' children at once
+        futures = {f: pool.submit(loaded_optimizers, f, paths) for f, paths in wanted.items()}
+        loaded = {framework: future.result() for framework, future in futures.items()}
+    for t in scenarios:
+        t.loaded = dict(loaded[t.framework])
+
+
+@pytest.fixture(scope="module")
+def all_trained(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Trained]:
+    """The four scenarios: per framework one job (killed, then resumed) writing the nested and
+    the flat experiment, each in its own new user's root and catalog, scanned after the kill and
+    after the resume."""
+    workspaces, exps, truths = {}, {}, {}
+    for framework, layout in SCENARIOS:
+        base = tmp_path_factory.mktemp(f"first-hour-{framework}-{layout}")
+        workspaces[framework, layout] = ws = new_user_workspace(base)
+        exps.setdefault(framework, {})[layout] = ws.root / "exp"
+        # The truth lives outside every root.
+        truths[framework] = tmp_path_factory.getbasetemp() / f"first-hour-truth-{framework}"
+    train_all(exps, truths, "first")
+    before = {}
+    for key, ws in workspaces.items():
+        ws.run("scan")
+        before[key] = [r for r in ws.json("list", "--run", "exp") if r["version_of"] is None]
+    train_all(exps, truths, "resume")
+    scenarios = {}
+    for (framework, layout), ws in workspaces.items():
+        ws.run("scan")
+        exp = ws.root / "exp"
+        truth = {
+            int(e): t
+            for e, t in json.loads((truths[framework] / "truth.json").read_text())["epochs"].items()
+        }
+        assert sorted(truth) == list(range(1, EPOCHS + 1))
+        assert {truth[e]["phase"] for e in range(KILLED_AFTER + 1, EPOCHS + 1)} == {"resume"}
+        # The resumed job rewrote the log from the resumed epoch on: epochs 1-7 are gone from it.
+        logged = (exp / "history.csv").read_text().splitlines()[1:]
+        assert [int(line.split(",")[0]) + 1 for line in logged] == list(
+            range(KILLED_AFTER + 1, EPOCHS + 1)
+        )
+        scenarios[framework, layout] = Trained(
+            framework, layout, ws, exp, truth, before[framework, layout]
+        )
+    load_ahead(list(scenarios.values()))
+    return scenarios
 
 
 @pytest.fixture(scope="module", params=SCENARIOS, ids=["-".join(s) for s in SCENARIOS])
-def trained(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Trained]:
-    framework, layout = request.param
-    base = tmp_path_factory.mktemp(f"first-hour-{framework}-{layout}")
-    ws = new_user_workspace(base)
-    exp, truth_dir = ws.root / "exp", base / "truth"  # the truth lives outside the root
-    train(framework, layout, exp, truth_dir, "first")
-    ws.run("scan")
-    before = [r for r in ws.json("list", "--run", "exp") if r["version_of"] is None]
-    train(framework, layout, exp, truth_dir, "resume")
-    ws.run("scan")
-    truth = {
-        int(e): t for e, t in json.loads((truth_dir / "truth.json").read_text())["epochs"].items()
-    }
-    assert sorted(truth) == list(range(1, EPOCHS + 1))
-    assert {truth[e]["phase"] for e in range(KILLED_AFTER + 1, EPOCHS + 1)} == {"resume"}
-    # The resumed job rewrote the log from the resumed epoch on: epochs 1-7 are gone from it.
-    logged = (exp / "history.csv").read_text().splitlines()[1:]
-    assert [int(line.split(",")[0]) + 1 for line in logged] == list(
-        range(KILLED_AFTER + 1, EPOCHS + 1)
-    )
-    yield Trained(framework, layout, ws, exp, truth, before)
+def trained(request: pytest.FixtureRequest, all_trained: dict[tuple[str, str], Trained]) -> Trained:
+    return all_trained[request.param]
 
 
 def epoch_of_name(path: str) -> int | None:
@@ -115,27 +179,31 @@ def epoch_of_name(path: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def loaded_optimizer(framework: str, path: str) -> tuple[str, int]:
-    """(optimizer class, iterations) of `load_model(path)` in a child, as a resuming job has."""
+def loaded_optimizers(framework: str, paths: list[str]) -> dict[str, tuple[str, int]]:
+    """{path: (optimizer class, iterations)} of `load_model(path)`, each path loaded in turn in
+    one child (a new process, as a resuming job is; no fit or save runs in it)."""
     code = (
-        "import os,sys\n"
+        "import json,os,sys\n"
         "os.environ['TF_CPP_MIN_LOG_LEVEL']='3'\n"
         "if sys.argv[1]=='tfkeras':\n"
         "    os.environ['TF_USE_LEGACY_KERAS']='1'; import tf_keras as k\n"
         "else:\n    import keras as k\n"
-        "m=k.models.load_model(sys.argv[2])\n"
-        "print(type(m.optimizer).__name__, int(m.optimizer.iterations.numpy()))\n"
+        "out={}\n"
+        "for path in sys.argv[2:]:\n"
+        "    m=k.models.load_model(path)\n"
+        "    out[path]=[type(m.optimizer).__name__, int(m.optimizer.iterations.numpy())]\n"
+        "print(json.dumps(out))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, framework, path],
+        [sys.executable, "-c", code, framework, *paths],
         env=child_env(),
         capture_output=True,
         text=True,
         timeout=TRAIN_TIMEOUT_S,
         check=True,
     )
-    name, iterations = done.stdout.split()[-2:]
-    return name, int(iterations)
+    found = json.loads(done.stdout.splitlines()[-1])
+    return {path: (name, int(iterations)) for path, (name, iterations) in found.items()}
 
 
 # ---- 1. latest --resumable ---------------------------------------------------------------------
@@ -143,11 +211,11 @@ def loaded_optimizer(framework: str, path: str) -> tuple[str, int]:
 
 def test_latest_resumable_names_a_file_that_really_resumes(trained: Trained) -> None:
     ws = trained.ws
-    doc = ws.json("latest", "--run", "exp", "--resumable")
+    doc = trained.read("latest", "--run", "exp", "--resumable")
     assert doc["resumable"] is True
     assert ws.run("latest", "--run", "exp", "--resumable").stdout.strip() == doc["path"]
     shown = ws.json("show", doc["path"])
-    name, iterations = loaded_optimizer(trained.framework, doc["path"])
+    name, iterations = trained.loaded_optimizer(doc["path"])
     assert (name, iterations) == ("Adam", shown["iterations"]) and iterations > 0, doc
     if trained.framework == "keras3":
         # Epoch 8's .keras was the resumed process's first save (before any best.h5): it keeps
@@ -157,7 +225,7 @@ def test_latest_resumable_names_a_file_that_really_resumes(trained: Trained) -> 
         assert sorted(passed) == [KILLED_AFTER + 2, EPOCHS], doc["passed_over"]
         assert all("RMSprop at iteration 0" in reason for reason in passed.values())
         newest = next(p["path"] for p in doc["passed_over"] if epoch_of_name(p["path"]) == EPOCHS)
-        assert loaded_optimizer("keras3", newest)[0] != "Adam"  # what it would have resumed with
+        assert trained.loaded_optimizer(newest)[0] != "Adam"  # what it would have resumed with
         # One rule everywhere: the card of the passed-over file says no, as its note does.
         card = ws.run("describe", newest).stdout
         assert re.search(r"\| resumable \| no - unreliable", card), card
@@ -182,7 +250,7 @@ def test_the_log_above_the_checkpoint_folders_is_theirs(trained: Trained) -> Non
         found = ws.run("best", "--run", run, "--metric", "val_loss").stdout.strip()
         if trained.layout == "nested":
             assert epoch_of_name(found) == best_epoch, (run, found)
-        history = ws.json("history", "--run", run)
+        history = trained.read("history", "--run", run)
         values = {e["epoch"]: e["values"].get("val_loss") for e in history["epochs"]}
         assert sorted(values) == list(range(1, EPOCHS + 1)), history
         for epoch, value in values.items():
@@ -218,7 +286,7 @@ def test_metrics_recorded_before_the_resume_survive_the_rewritten_log(trained: T
         assert now[path]["metrics"] == before, path  # nothing lost, nothing changed
         assert before["val_loss"] == pytest.approx(truth[epoch]["logs"]["val_loss"], rel=1e-6)
     for run in trained.numbered_runs:
-        history = trained.ws.json("history", "--run", run)
+        history = trained.read("history", "--run", run)
         early = {e["epoch"]: e["values"] for e in history["epochs"] if e["epoch"] <= KILLED_AFTER}
         assert sorted(early) == list(range(1, KILLED_AFTER + 1))
         assert all("val_loss" in v for v in early.values()), early

@@ -1,5 +1,6 @@
 """Folder checkpoints (fs.folder_layouts) on real Hugging Face folders (tests/support/hf_runs.py):
-one catalog entry per folder with its files as members, completeness judged as a whole (a
+one catalog entry per folder with its files as members (`verify --load` loads its weight files
+with torch's weights_only in a child), completeness judged as a whole (a
 missing or short shard: `incomplete` while young, `corrupt` naming it once settled), a folder
 moved to the trash and back as one unit with its own mtime untouched (the Trainer's rotation
 reads it), and a live daemon that indexes a folder whose first files came before its watch.
@@ -64,6 +65,11 @@ def test_each_folder_is_one_checkpoint_with_its_files(workspace: Workspace, hf_r
             assert abs(row["metrics"][metric] - t["metrics"][metric]) < 1e-9, (metric, row)
     for name in ("pretrained", "sharded", "sharded-bin"):
         assert rows[f"{name}/tiny"]["kind"] == "weights"
+    # verify --load: every `.bin` shard through torch.load(weights_only=True), in a torch child
+    verdicts = ws.json("verify", "--load", str(rows["sharded-bin/tiny"]["id"]))
+    loaded = [v for v in verdicts if "loads with torch" in v["detail"]]
+    assert len(loaded) == 1 and all(v["ok"] for v in verdicts), verdicts
+    assert f"({truth['sharded-bin']['n_tensors']} tensors" in loaded[0]["detail"], loaded
     assert "torch" not in sys.modules and "transformers" not in sys.modules
 
 

@@ -6,7 +6,7 @@ The weights file is in the layout `save_weights("x.h5")` writes (`layer_names`, 
 `keras_version` at the root, one group per layer with `weight_names`). The product checks the
 export in its own child; here tf-keras (`model_from_json` + `load_weights`) and Keras 3
 (`load_weights` into the model it loads from the checkpoint, weights zeroed first) each read
-it in a child of the test and must predict bit-identically to the checkpoint.
+it (both in one child of the test) and must predict bit-identically to the checkpoint.
 """
 
 from __future__ import annotations
@@ -28,32 +28,36 @@ CHILD_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "3",
     "CUDA_VISIBLE_DEVICES": "",
 }
-# argv: lib, checkpoint, config.json, weights: prints whether the export predicts identically.
+# argv: checkpoint, config.json, weights, then libs: prints, for each lib, whether the export
+# predicts identically (tf-keras and Keras 3 side by side: TensorFlow starts once for both).
 READS_IT = r"""
 import json, sys, warnings
 import numpy as np
 warnings.simplefilter("ignore")
-lib, checkpoint, config, weights = sys.argv[1:]
-if lib == "tf_keras":
-    import tf_keras as keras
-else:
-    import keras
-x = np.random.default_rng(7).standard_normal((5, 8)).astype("float32")
-reference = keras.models.load_model(checkpoint, compile=False)
-expected = reference.predict(x, verbose=0)
-if lib == "tf_keras":
-    model = keras.models.model_from_json(open(config).read())
-else:  # Keras 3 cannot read a tf-keras config: its own model, weights zeroed, then loaded
-    model = keras.models.load_model(checkpoint, compile=False)
-    model.set_weights([np.zeros_like(w) for w in model.get_weights()])
-model.load_weights(weights)
-print(json.dumps(bool(np.array_equal(expected, model.predict(x, verbose=0)))))
+checkpoint, config, weights = sys.argv[1:4]
+same = {}
+for lib in sys.argv[4:]:
+    if lib == "tf_keras":
+        import tf_keras as keras
+    else:
+        import keras
+    x = np.random.default_rng(7).standard_normal((5, 8)).astype("float32")
+    reference = keras.models.load_model(checkpoint, compile=False)
+    expected = reference.predict(x, verbose=0)
+    if lib == "tf_keras":
+        model = keras.models.model_from_json(open(config).read())
+    else:  # Keras 3 cannot read a tf-keras config: its own model, weights zeroed, then loaded
+        model = keras.models.load_model(checkpoint, compile=False)
+        model.set_weights([np.zeros_like(w) for w in model.get_weights()])
+    model.load_weights(weights)
+    same[lib] = bool(np.array_equal(expected, model.predict(x, verbose=0)))
+print(json.dumps(same))
 """
 
 
-def reads_it(lib: str, checkpoint: Path, config: Path, weights: Path) -> bool:
+def reads_it(checkpoint: Path, config: Path, weights: Path, *libs: str) -> dict[str, bool]:
     done = subprocess.run(
-        [sys.executable, "-c", READS_IT, lib, *map(str, (checkpoint, config, weights))],
+        [sys.executable, "-c", READS_IT, *map(str, (checkpoint, config, weights)), *libs],
         capture_output=True,
         text=True,
         env=CHILD_ENV,
@@ -61,7 +65,8 @@ def reads_it(lib: str, checkpoint: Path, config: Path, weights: Path) -> bool:
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return bool(json.loads(done.stdout.strip().splitlines()[-1]))
+    found: dict[str, bool] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
 
 
 def test_a_tf_keras_h5_exports_as_json_and_legacy_weights(
@@ -85,8 +90,10 @@ def test_a_tf_keras_h5_exports_as_json_and_legacy_weights(
         assert "optimizer_weights" not in dst and "model_weights" not in dst
         for name in dst.attrs["layer_names"]:
             assert "weight_names" in dst[str(name)].attrs
-    assert reads_it("tf_keras", source, config, weights)
-    assert reads_it("keras", source, config, weights)
+    assert reads_it(source, config, weights, "tf_keras", "keras") == {
+        "tf_keras": True,
+        "keras": True,
+    }
     card = ws.run("describe", str(config)).stdout
     assert "model_from_json" in card and "legacy-weights.h5" in card
     listed = {Path(c["path"]).name for c in ws.json("list")}

@@ -5,6 +5,7 @@ the daemon sees a move, never a write-close). torch is never imported by the tes
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests.support.torch_runs import (
     close,
     generate,
     load_truth,
+    split_check,
 )
 
 
@@ -80,21 +82,54 @@ def test_scan_list_show_best_latest_on_torch_files(workspace: Workspace, torch_f
     assert "torch" not in sys.modules
 
 
-def test_split_and_compress_refuse_torch_files_with_a_reason(
+def test_split_torch_files_into_safetensors_verified_by_torch_and_verify_load(
     workspace: Workspace, torch_files: Path
 ) -> None:
+    """`.pt` and Lightning `.ckpt` -> `<stem>.inference.safetensors` written without torch
+    (views, transposes, broadcasts, bf16/float8 copied in the tensor's own order), the
+    original untouched; torch itself (in a child) finds the same tensors; `verify --load`
+    loads both in its own child; what cannot be split or compressed is refused with why."""
     ws = workspace
     _root_with(ws, torch_files)
     ws.run("scan")
     rows = _rows(ws)
-    for name in ("full.pt", "model.safetensors", "last.ckpt"):
-        before = (ws.root / ("pl/ckpts" if name.endswith(".ckpt") else "plain") / name).read_bytes()
-        for verb, word in (("split", "not split yet"), ("compress", "no lossless")):
-            result = ws.run(verb, str(rows[name]["id"]), check=False)
-            assert result.returncode == 2 and word in result.stderr, (name, verb, result)
-        after = (ws.root / ("pl/ckpts" if name.endswith(".ckpt") else "plain") / name).read_bytes()
-        assert after == before
-    assert ws.json("list", "--status", "ok") and len(_rows(ws)) == len(rows)
+    sources = {
+        "full.pt": ws.root / "plain" / "full.pt",
+        "views_full.pt": ws.root / "plain" / "views_full.pt",
+        "last.ckpt": ws.root / "pl" / "ckpts" / "last.ckpt",
+    }
+    before = {name: path.read_bytes() for name, path in sources.items()}
+    pairs = []
+    for name, path in sources.items():
+        result = ws.json("split", str(rows[name]["id"]))
+        artifact = Path(result["artifact"])
+        assert artifact == path.with_name(path.stem + ".inference.safetensors"), result
+        card = artifact.with_name(path.stem + ".inference.md").read_text()  # its model card
+        assert f"load_state_dict(load_file({json.dumps(str(artifact))}))" in card, card
+        pairs.append((path, artifact))
+    assert {name: path.read_bytes() for name, path in sources.items()} == before
+    checked = split_check(pairs)
+    for name, found in checked.items():
+        assert found["names_equal"] and found["differs"] == [], (name, found)
+    plain = load_truth(torch_files / PLAIN_TRUTH)
+    assert checked["views_full.pt"]["n_tensors"] == len(plain["views_full.pt"]["tensors"])
+
+    ws.run("scan")  # the artifacts are ours, never new checkpoints of the run
+    assert set(_rows(ws)) == set(rows)
+    ids = [str(rows[n]["id"]) for n in ("full.pt", "last.ckpt")]
+    verdicts = ws.json("verify", "--load", *ids)
+    loads = [v for v in verdicts if "loads with torch" in v["detail"]]
+    assert len(loads) == 2 and all(v["ok"] for v in verdicts), verdicts
+    assert all("inference artifact holds identical tensors" in v["detail"] for v in loads)
+
+    for verb, name, word in (
+        ("split", "sd.pt", "no optimizer state"),
+        ("split", "legacy.pth", "legacy"),
+        ("compress", "full.pt", "no lossless"),
+    ):
+        result = ws.run(verb, str(rows[name]["id"]), check=False)
+        assert result.returncode == 2 and word in result.stderr, (name, verb, result)
+    assert "torch" not in sys.modules
 
 
 def test_a_live_daemon_indexes_a_lightning_run_as_it_trains(tmp_path: Path) -> None:

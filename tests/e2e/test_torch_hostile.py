@@ -1,6 +1,7 @@
 """Hostile torch-family files (tests/support/hostile_torch.py: a `__reduce__` to `os.system`,
 deep nesting, huge memos, a zip bomb in `data/`, a safetensors header claiming 2^60 bytes)
-through `ckpt scan`, `show`, `serve --once` and a live daemon: nothing runs (the marker file
+through `ckpt scan`, `show`, `serve --once`, `split`, `verify --load` (torch's weights_only in
+a child) and a live daemon: nothing runs (the marker file
 outside the root never appears), nothing dies, every file is recorded with its reason."""
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def test_hostile_torch_files_through_scan_show_and_serve_once(
     check_recorded(ws, built)
     once = ckpt(ws, "serve", "--once")
     assert once.returncode in (0, 3), once.stderr
+    found = rows(ws)
+    evil = [
+        found[str(built[k])]["id"]
+        for k in ("torch_reduce_to_system", "torch_legacy_reduce_to_system")
+    ]
+    split = ckpt(ws, "split", str(evil[0]))
+    assert split.returncode == 2 and "no optimizer state" in split.stderr, split
+    bomb = found[str(built["torch_storage_bomb"])]["id"]
+    loaded = ckpt(ws, "verify", "--load", "--json", *map(str, [*evil, bomb]))
+    assert loaded.returncode == 3, loaded.stderr  # torch's weights_only refused both
+    verdicts = [v for v in json.loads(loaded.stdout) if "load" in v["detail"]]
+    assert len(verdicts) == 3 and not any(v["ok"] for v in verdicts), verdicts
+    assert sum("refused by torch" in v["detail"] for v in verdicts) == 2, verdicts
+    assert sum("posix.system" in v["detail"] for v in verdicts) == 2, verdicts
+    assert any("load: not run (corrupt" in v["detail"] for v in verdicts), verdicts
     assert not (outside / ht.MARKER).exists()
     assert list(outside.iterdir()) == []
 

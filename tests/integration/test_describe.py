@@ -3,9 +3,10 @@
 What the card says is compared with what Keras itself reports for the same file
 (`count_params()`, each layer's `count_params()` and trainable flag, the optimizer's class
 and learning rate, the compiled loss and metrics, input and output shapes): read by the
-test in one child process per library, never by the product. The json+h5 exports are loaded
-in those children too (`model_from_json` + `load_weights`) and must predict bit-identically
-to the full checkpoint. TensorFlow is never imported into this process (nor by describe).
+test in one child process (both libraries, one after the other), never by the product. The
+json+h5 exports are loaded in that child too (`model_from_json` + `load_weights`) and must
+predict bit-identically to the full checkpoint. TensorFlow is never imported into this process
+(nor by describe).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,65 +39,69 @@ CHILD_ENV = {
     "PYTHONPATH": os.pathsep.join([str(REPO), str(SUPPORT)]),
 }
 
-# What Keras reports for each file (and whether each export predicts as its checkpoint).
+# What Keras reports for each file (and whether each export predicts as its checkpoint): one
+# child answers one spec per stdin line (a `TRUTH {...}` line each), tf-keras's and Keras 3's,
+# so TensorFlow starts once for both libraries.
 TRUTH = r"""
 import json, sys, warnings
 import numpy as np
 warnings.simplefilter("ignore")
-spec = json.loads(sys.argv[1])
-if spec["lib"] == "tf_keras":
-    import tf_keras as keras
-else:
-    import keras
-if spec.get("make"):  # a tf-keras `.keras` (the generated fixtures hold only its HDF5 files)
-    import keras_fixtures as kf
-    x, y = kf.make_data()
-    made = kf.build_model(keras, "tfk_zip", kf.LR_TFK)
-    made.fit(x, y, epochs=2, batch_size=kf.BATCH, verbose=0)
-    made.save(spec["make"])
 def names(metrics):
     out = []
     for m in metrics or []:
         out += names(m) if isinstance(m, (list, tuple)) else [m if isinstance(m, str) else m.name]
     return out
-report = {}
-for path in spec["files"]:
-    model = keras.models.load_model(path)
-    lines = []
-    model.summary(print_fn=lambda line, *a, **k: lines.append(line))
-    opt = model.optimizer
-    compiled = getattr(model, "compiled_loss", None)
-    loss = model.loss if not hasattr(model.loss, "name") else model.loss.name
-    if spec["lib"] == "keras":
-        metrics = [m.name for m in model.metrics if m.name not in ("loss", "compile_metrics")]
-        inner = [m for m in model.metrics if m.name == "compile_metrics"]
-        metrics += [n for m in inner for n in names(m.metrics)]
+def answer(spec):
+    if spec["lib"] == "tf_keras":
+      import tf_keras as keras
     else:
-        metrics = names(model.compiled_metrics._user_metrics)
-    report[path] = {
-        "summary": "\n".join(lines),
-        "n_params": int(model.count_params()),
-        "n_trainable": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
-        "layers": [
-            [x.name, type(x).__name__, int(x.count_params()), bool(x.trainable)]
-            for x in model.layers
-        ],
-        "optimizer": type(opt).__name__,
-        "learning_rate": float(np.asarray(opt.learning_rate)),
-        "loss": loss if isinstance(loss, str) else type(loss).__name__,
-        "metrics": metrics,
-        "inputs": [[None if d is None else int(d) for d in t.shape] for t in model.inputs],
-        "outputs": [[None if d is None else int(d) for d in t.shape] for t in model.outputs],
-    }
-exports = {}
-for full, config, weights in spec["exports"]:
-    reference = keras.models.load_model(full, compile=False)
-    model = keras.models.model_from_json(open(config).read())
-    model.load_weights(weights)
-    x = np.random.default_rng(7).standard_normal((5, 8)).astype("float32")
-    same = np.array_equal(reference.predict(x, verbose=0), model.predict(x, verbose=0))
-    exports[full] = bool(same)
-print(json.dumps({"files": report, "exports": exports}))
+      import keras
+    if spec.get("make"):  # a tf-keras `.keras` (the generated fixtures hold only its HDF5 files)
+        import keras_fixtures as kf
+        x, y = kf.make_data()
+        made = kf.build_model(keras, "tfk_zip", kf.LR_TFK)
+        made.fit(x, y, epochs=2, batch_size=kf.BATCH, verbose=0)
+        made.save(spec["make"])
+    report = {}
+    for path in spec["files"]:
+        model = keras.models.load_model(path)
+        lines = []
+        model.summary(print_fn=lambda line, *a, **k: lines.append(line))
+        opt = model.optimizer
+        compiled = getattr(model, "compiled_loss", None)
+        loss = model.loss if not hasattr(model.loss, "name") else model.loss.name
+        if spec["lib"] == "keras":
+            metrics = [m.name for m in model.metrics if m.name not in ("loss", "compile_metrics")]
+            inner = [m for m in model.metrics if m.name == "compile_metrics"]
+            metrics += [n for m in inner for n in names(m.metrics)]
+        else:
+            metrics = names(model.compiled_metrics._user_metrics)
+        report[path] = {
+            "summary": "\n".join(lines),
+            "n_params": int(model.count_params()),
+            "n_trainable": int(sum(int(np.prod(w.shape)) for w in model.trainable_weights)),
+            "layers": [
+                [x.name, type(x).__name__, int(x.count_params()), bool(x.trainable)]
+                for x in model.layers
+            ],
+            "optimizer": type(opt).__name__,
+            "learning_rate": float(np.asarray(opt.learning_rate)),
+            "loss": loss if isinstance(loss, str) else type(loss).__name__,
+            "metrics": metrics,
+            "inputs": [[None if d is None else int(d) for d in t.shape] for t in model.inputs],
+            "outputs": [[None if d is None else int(d) for d in t.shape] for t in model.outputs],
+        }
+    exports = {}
+    for full, config, weights in spec["exports"]:
+        reference = keras.models.load_model(full, compile=False)
+        model = keras.models.model_from_json(open(config).read())
+        model.load_weights(weights)
+        x = np.random.default_rng(7).standard_normal((5, 8)).astype("float32")
+        same = np.array_equal(reference.predict(x, verbose=0), model.predict(x, verbose=0))
+        exports[full] = bool(same)
+    return {"files": report, "exports": exports}
+for line in sys.stdin:
+    print("TRUTH " + json.dumps(answer(json.loads(line))), flush=True)
 """
 
 K3_FILES = ["k3/run_zip/e03-vl1.643.keras", "k3/legacy/full.h5"]
@@ -105,17 +111,48 @@ TFK_FILES = ["tfk/run_h5/weights.02-1.68.hdf5", TFK_ARCHIVE]
 ARCHIVES = ["k3/run_zip/e03-vl1.643.keras", TFK_ARCHIVE]
 
 
-def _child(code: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        env=CHILD_ENV,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip().splitlines()[-1]
+class TruthChild:
+    """The TRUTH script in one child: `ask(spec)` sends it a spec, returns its answer."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TRUTH],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=CHILD_ENV,
+        )
+
+    def ask(self, spec: dict[str, Any], timeout_s: float = 600) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(spec) + "\n")
+        self.proc.stdin.flush()
+        watchdog = threading.Timer(timeout_s, self.proc.kill)  # a hung child ends, and fails
+        watchdog.start()
+        try:
+            for line in iter(self.proc.stdout.readline, ""):  # "": the child ended
+                if line.startswith("TRUTH "):
+                    answer: dict[str, Any] = json.loads(line.removeprefix("TRUTH "))
+                    return answer
+        finally:
+            watchdog.cancel()
+        self.close()
+        raise AssertionError(Path(self.log.name).read_text()[-3000:])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +162,8 @@ def described(
     """A scanned workspace of the generated checkpoints + a tf-keras `.keras` (made by the
     tf-keras truth child, which reports on its files first); the archives exported as json+h5
     by the product (which checks each in its own child); then the Keras 3 truth child, which
-    also loads the Keras 3 export independently. Four TensorFlow processes in all."""
+    also loads the Keras 3 export independently. The two truth children are one process (asked
+    twice), so three TensorFlow processes in all."""
     ws = Workspace(tmp_path_factory.mktemp("describe"))
     for part in COPIED:  # no TF checkpoint or SavedModel: their reader would start TensorFlow
         shutil.copytree(keras_checkpoints / part, ws.root / part)
@@ -137,7 +175,18 @@ def described(
         "files": [str(ws.root / f) for f in TFK_FILES],
         "exports": [],
     }
-    truth = json.loads(_child(TRUTH, json.dumps(tfk)))
+    child = TruthChild(ws.base / "truth-child.log")
+    try:
+        truth = child.ask(tfk)
+        ws, truth, exports = _scanned_and_exported(ws, child, truth)
+    finally:
+        child.close()
+    return ws, truth, exports
+
+
+def _scanned_and_exported(
+    ws: Workspace, child: TruthChild, truth: dict[str, Any]
+) -> tuple[Workspace, dict[str, Any], dict[str, Any]]:
     with open_catalog(str(ws.config)) as cat:
         assert not cat.scan().failed
     exports = {}
@@ -154,7 +203,7 @@ def described(
             if n in K3_FILES
         ],
     }
-    got = json.loads(_child(TRUTH, json.dumps(k3)))
+    got = child.ask(k3)
     truth["files"].update(got["files"])
     truth["exports"].update(got["exports"])
     return ws, truth, exports

@@ -83,21 +83,43 @@ CHILD = textwrap.dedent(
 )
 
 
-@pytest.fixture(scope="module", params=["keras3", "tf_keras"])
-def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp(request.param)
+FLAVOURS = ["keras3", "tf_keras"]
+
+
+@pytest.fixture(scope="module")
+def both_trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both flavours' children at once (each its own process, as ever): one TensorFlow
+    start-up's wait, not two in a row."""
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, request.param, str(root)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    # Keras's TensorBoard callback needs the `tensorboard` package (TensorFlow 2.21 no longer
-    # pulls it in): without it the child fails with TBNotInstalledError, and so does this test.
-    assert done.returncode == 0, done.stderr[-3000:]
-    return root
+    roots = {flavour: tmp_path_factory.mktemp(flavour) for flavour in FLAVOURS}
+    procs = {
+        flavour: subprocess.Popen(
+            [sys.executable, "-c", CHILD, flavour, str(root)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for flavour, root in roots.items()
+    }
+    try:
+        for flavour, proc in procs.items():
+            _out, err = proc.communicate(timeout=600)
+            # Keras's TensorBoard callback needs the `tensorboard` package (TensorFlow 2.21 no
+            # longer pulls it in): without it the child fails with TBNotInstalledError, and so
+            # does this test.
+            assert proc.returncode == 0, f"{flavour}: " + err[-3000:]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return roots
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def trained(request: pytest.FixtureRequest, both_trained: dict[str, Path]) -> Path:
+    return both_trained[request.param]
 
 
 def _truth(root: Path, name: str) -> dict[int, dict[str, float]]:

@@ -9,8 +9,13 @@ everything in the experiment folder itself.
 
 Usage (a child process; the test runs it twice, `first` then `resume`)::
 
-    python3 tests/support/first_hour_training.py keras3|tfkeras nested|flat EXP_DIR TRUTH_DIR \
-        first|resume
+    python3 tests/support/first_hour_training.py keras3|tfkeras TRUTH_DIR first|resume \
+        nested=EXP_DIR [flat=EXP_DIR ...]
+
+One `fit()` writes every layout named (one TensorFlow start-up, not one per layout): each its
+own experiment folder with its own callbacks, all the `.keras` ModelCheckpoints placed before
+any `best.h5` one, so each layout's `.keras` files are saved at the same point of the process
+(before or after its first `best.h5`) as if it were trained alone.
 
 `first` is killed by SIGKILL right after epoch `KILLED_AFTER` ended (its checkpoints, its CSV
 row and BackupAndRestore's state written), as a preempted job is; `resume` is the same script
@@ -47,16 +52,31 @@ def layout_paths(layout: str, exp: Path) -> dict[str, Path]:
     }
 
 
-def main(framework: str, layout: str, exp: Path, truth_dir: Path, phase: str) -> int:
+def backup_class(k: Any) -> type:
+    """BackupAndRestore, one per layout. tf-keras's keeps the last one's state on the model too
+    (`model._training_state`, which it deletes at the end of `fit()`): each instance puts its
+    own back first, so the second one's end of training finds it (Keras 3's keep nothing there)."""
+
+    class Backup(k.callbacks.BackupAndRestore):
+        def on_train_end(self, logs: Any = None) -> None:
+            if hasattr(self, "_training_state") and not hasattr(self.model, "_training_state"):
+                self.model._training_state = self._training_state
+            super().on_train_end(logs)
+
+    return Backup
+
+
+def main(framework: str, truth_dir: Path, phase: str, exps: dict[str, Path]) -> int:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     if framework == "tfkeras":
         os.environ["TF_USE_LEGACY_KERAS"] = "1"
         import tf_keras as k
     else:
         import keras as k
-    paths = layout_paths(layout, exp)
-    for key in ("ckpt", "weights"):
-        paths[key].parent.mkdir(parents=True, exist_ok=True)
+    layouts = [layout_paths(layout, exp) for layout, exp in exps.items()]
+    for paths in layouts:
+        for key in ("ckpt", "weights"):
+            paths[key].parent.mkdir(parents=True, exist_ok=True)
     truth_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(SEED)
     x = rng.normal(size=(96, 8)).astype("float32")
@@ -86,15 +106,17 @@ def main(framework: str, layout: str, exp: Path, truth_dir: Path, phase: str) ->
             if phase == "first" and epoch + 1 == KILLED_AFTER:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    callbacks = [
-        k.callbacks.ModelCheckpoint(str(paths["ckpt"])),
-        k.callbacks.ModelCheckpoint(str(paths["weights"]), save_weights_only=True),
-        k.callbacks.ModelCheckpoint(str(paths["best"]), monitor="val_loss", save_best_only=True),
-        k.callbacks.CSVLogger(str(paths["history"])),
-        k.callbacks.BackupAndRestore(str(paths["backup"])),
-        Truth(),
-        Kill(),
+    callbacks = [k.callbacks.ModelCheckpoint(str(p["ckpt"])) for p in layouts]
+    callbacks += [
+        k.callbacks.ModelCheckpoint(str(p["weights"]), save_weights_only=True) for p in layouts
     ]
+    callbacks += [
+        k.callbacks.ModelCheckpoint(str(p["best"]), monitor="val_loss", save_best_only=True)
+        for p in layouts
+    ]
+    callbacks += [k.callbacks.CSVLogger(str(p["history"])) for p in layouts]
+    callbacks += [backup_class(k)(str(p["backup"])) for p in layouts]
+    callbacks += [Truth(), Kill()]
     model.fit(
         x,
         y,
@@ -110,5 +132,7 @@ def main(framework: str, layout: str, exp: Path, truth_dir: Path, phase: str) ->
 
 
 if __name__ == "__main__":
-    framework, layout, exp, truth_dir, phase = sys.argv[1:6]
-    sys.exit(main(framework, layout, Path(exp), Path(truth_dir), phase))
+    framework, truth_dir, phase = sys.argv[1:4]
+    exps = {layout: Path(exp) for layout, exp in (a.split("=", 1) for a in sys.argv[4:])}
+    assert exps and set(exps) <= {"nested", "flat"}, sys.argv[4:]
+    sys.exit(main(framework, Path(truth_dir), phase, exps))

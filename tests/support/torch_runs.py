@@ -4,7 +4,7 @@ of each taken on the writer's side.
 Usage (always in a child process: the pytest process never imports torch)::
 
     python3 tests/support/torch_runs.py --files OUT       # OUT/plain/..., OUT/plain-truth.json
-    python3 tests/support/torch_runs.py --lightning RUN   # RUN/ckpts/*.ckpt, RUN/logs/..., truth
+    python3 tests/support/torch_runs.py --lightning RUN   # RUN/ckpts/*.ckpt, RUN/logs/, RUN/tb/
 
 The truth is what the frameworks report: the state dicts and optimizers as the writer holds
 them, and each Lightning checkpoint loaded back with `torch.load` in this (trusted) process,
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-VERSION = 3
+VERSION = 5
 PLAIN_TRUTH = "plain-truth.json"
 LIGHTNING_TRUTH = "lightning-truth.json"
 GENERATE_TIMEOUT_S = 900
@@ -144,6 +144,23 @@ def write_files(out: Path) -> None:
     }
     torch.save(views, run / "views.pt")
     truth["views.pt"] = {"format": "torch-zip", "resumable": False, **tensors_truth(views)}
+    # The same views beside an optimizer: what a split must copy in each view's own order (a
+    # slice at an offset, a transpose, a broadcast, a permuted slice, bf16 and float8 bytes).
+    odd = {
+        **views,
+        "bf_t": torch.arange(10).to(torch.bfloat16).view(2, 5).t(),
+        "f8_t": torch.randn(3, 2).to(torch.float8_e4m3fn).t(),
+        "expanded": torch.randn(1, 3).expand(4, 3),
+        "permuted": torch.randn(2, 3, 4).permute(2, 0, 1)[1:],
+        "empty": torch.zeros(0, 3),
+    }
+    torch.save({"model": odd, "optimizer": sgd.state_dict()}, run / "views_full.pt")
+    truth["views_full.pt"] = {
+        "format": "torch-zip",
+        "resumable": False,
+        **tensors_truth(odd),
+        "optimizer": optimizer_truth(sgd.state_dict(), "SGD"),
+    }
 
     torch.save(sd, run / "original.pt")  # its zip prefix stays `original/`
     os.rename(run / "original.pt", run / "renamed.bin")
@@ -167,7 +184,7 @@ def write_lightning(run: Path) -> None:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-    from lightning.pytorch.loggers import CSVLogger
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     class Net(pl.LightningModule):
         def __init__(self, lr: float = 0.01, hidden: int = 8) -> None:
@@ -216,7 +233,8 @@ def write_lightning(run: Path) -> None:
         accelerator="cpu",
         devices=1,
         callbacks=[Logged(), checkpoint],
-        logger=CSVLogger(run, name="logs"),
+        # Both of Lightning's file loggers: logs/version_0/metrics.csv, tb/version_0/events...
+        logger=[CSVLogger(run, name="logs"), TensorBoardLogger(run, name="tb")],
         enable_progress_bar=False,
         enable_model_summary=False,
         log_every_n_steps=1,
@@ -279,6 +297,47 @@ def _write_all(fresh: Path) -> Path:
     return fresh
 
 
+def compare_splits(pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
+    """In this (trusted, torch) process: each inference `.safetensors` loaded with
+    `safetensors.torch.load_file` against its original's model state dict loaded with
+    `torch.load(weights_only=True)`: names, dtypes, shapes and bytes."""
+    import torch
+    from safetensors.torch import load_file
+
+    def raw(t: Any) -> Any:
+        return t.contiguous().reshape(-1).view(torch.uint8)
+
+    out: dict[str, Any] = {}
+    for original, artifact in pairs:
+        ck = torch.load(original, weights_only=True)
+        model = ck.get("state_dict", ck.get("model"))
+        split = load_file(artifact)
+        out[original.name] = {
+            "names_equal": sorted(split) == sorted(model),
+            "differs": [
+                k
+                for k, t in split.items()
+                if k not in model
+                or t.dtype != model[k].dtype
+                or t.shape != model[k].shape
+                or not torch.equal(raw(t), raw(model[k]))
+            ],
+            "n_tensors": len(split),
+        }
+    return out
+
+
+def split_check(pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
+    """`compare_splits` run in a child (the test process never imports torch)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--compare-splits"]
+    cmd += [str(p) for pair in pairs for p in pair]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"torch_runs --compare-splits failed:\n{result.stderr}")
+    return dict(json.loads(result.stdout.splitlines()[-1]))
+
+
 def load_truth(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
@@ -298,5 +357,8 @@ if __name__ == "__main__":
         write_files(target)
     elif what == "--lightning":
         write_lightning(target)
+    elif what == "--compare-splits":
+        paths = [Path(a) for a in sys.argv[2:]]
+        print(json.dumps(compare_splits(list(zip(paths[::2], paths[1::2], strict=True)))))
     else:
         raise SystemExit(f"unknown option {what}")

@@ -98,6 +98,7 @@ PROGRAMS = {
     "children.keras_load_probe",
     "children.config_child",
     "children.json_h5_probe",
+    "children.torch_load_probe",
 }
 
 
@@ -315,6 +316,7 @@ CHECKPOINT_ACTS = {
 # run's lease held, the checkpoint re-checked under it, the act audited).
 WRITERS = {
     "transforms.split": {"split"},
+    "transforms.torch_split": {"split"},
     "transforms.compress": {"compress"},
     "transforms.export_json_h5": {"export"},
     "usecases.describe": {"write_card"},

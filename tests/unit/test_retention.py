@@ -268,6 +268,24 @@ def test_pinned_and_not_ok_are_kept_and_gone_rows_are_not_planned() -> None:
     ]
 
 
+def test_an_abandoned_save_is_trashed_with_its_reason_and_never_takes_a_slot() -> None:
+    why = "save did not complete: Orbax's in-flight name; untouched for 2h with no writer"
+    items = [
+        item(1, at(0), step=1),
+        item(2, at(1), step=2, status="abandoned", trash_reason=f"abandoned: {why}"),
+        item(3, at(2), step=3, status="abandoned", pinned=True),
+        item(4, at(3), step=4, status="incomplete"),  # still being written: never touched
+    ]
+    assert table(plan(items, Policy(keep_last=1))) == [
+        (1, "keep", ("newest", "last #1")),  # the newest complete one, whatever came after
+        (2, "trash", (f"abandoned: {why}",)),
+        (3, "keep", ("pinned",)),
+        (4, "keep", ("incomplete",)),
+    ]
+    alone = plan([item(5, at(0), status="abandoned")], Policy(keep_last=1))
+    assert table(alone) == [(5, "trash", ("matched no keep rule",))]  # nothing ok keeps it
+
+
 def test_a_run_without_ok_checkpoints_keeps_everything_and_an_empty_run_plans_nothing() -> None:
     items = [item(1, at(0), status="incomplete"), item(2, at(1), status="corrupt")]
     assert [d.action for d in plan(items, Policy(keep_last=1)).decisions] == ["keep", "keep"]

@@ -1,0 +1,173 @@
+"""Load torch-family files with torch, in a child process, and compare an inference artifact with
+the checkpoint it was split from: `ckpt verify --load` for `.pt`/`.pth`/`.bin`, Lightning
+`.ckpt`, `.safetensors` and a Hugging Face folder's weight files.
+
+    python -m ckpt_daemon.children.torch_load_probe FILE... [--artifact ARTIFACT]
+
+What it runs, in order (`children.unprivileged`): torch imported; each file copied into the
+private staging folder the parent made; if root, it becomes `nobody`; then each file loaded:
+a safetensors file with `safetensors.torch.load_file` (no pickle at all), anything else with
+`torch.load(weights_only=True)` (torch's own restricted unpickler: a GLOBAL outside its allow-
+list, `os.system` among them, is refused, never called; `TORCH_FORCE_WEIGHTS_ONLY_LOAD` is set
+and its opposite removed, so no environment turns it off). With `--artifact`, the artifact's
+tensors are compared with the checkpoint's model tensors of the same names: dtype, shape and
+bytes. Prints one JSON object: {"loaded": N files, "tensors": T, "identical": true|false|null,
+"differs": [...], "user": "..."} or {"refused": "..."} (weights_only said no) or {"error": "..."}.
+It runs only as a child process: the daemon and the CLI never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import python_module
+from . import unprivileged
+
+TIMEOUT_SECONDS = 300.0
+_MODEL_KEYS = ("state_dict", "model_state_dict", "model", "model_state", "net", "module")
+
+
+def probe(paths: list[Path], artifact: Path | None = None) -> dict[str, Any]:
+    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
+    extra = ["--artifact", str(artifact)] if artifact is not None else []
+    cmd = [*python_module("children.torch_load_probe"), *map(str, paths), *extra]
+    staged = [*paths, *([artifact] if artifact is not None else [])]
+    with unprivileged.staging(staged) as env:
+        env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+        env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
+        try:
+            done = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=TIMEOUT_SECONDS,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+
+
+def _load(torch: Any, path: str) -> Any:
+    if path.endswith(".safetensors"):  # imported by name: the daemon package never imports it
+        return importlib.import_module("safetensors.torch").load_file(path)
+    with open(path, "rb") as f:
+        is_zip = f.read(4) == b"PK\x03\x04"
+    return torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip)
+
+
+def _flat(torch: Any, obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Every tensor under `obj` by its dotted path; each container once (a pickle can share
+    one list a million times over), at most 20 deep."""
+    out: dict[str, Any] = {}
+    seen: set[int] = set()
+    stack: list[tuple[str, Any, int]] = [(prefix, obj, 0)]
+    while stack:
+        path, value, depth = stack.pop()
+        if torch.is_tensor(value):
+            out[path] = value
+            continue
+        if id(value) in seen or depth > 20 or not isinstance(value, dict | list | tuple):
+            continue
+        seen.add(id(value))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in items:
+            stack.append((f"{path}.{key}" if path else str(key), child, depth + 1))
+    return out
+
+
+def _model_tensors(torch: Any, loaded: list[Any], names: set[str]) -> dict[str, Any]:
+    """The checkpoint's tensors the artifact's names refer to: its state dict by a known key
+    (as the split took it), else everything."""
+    for obj in loaded:
+        candidates = [obj[k] for k in _MODEL_KEYS if isinstance(obj, dict) and k in obj]
+        for candidate in [*candidates, obj]:
+            flat = _flat(torch, candidate)
+            if names <= set(flat):
+                return flat
+    merged: dict[str, Any] = {}
+    for obj in loaded:
+        merged |= _flat(torch, obj)
+    return merged
+
+
+def _same(torch: Any, a: Any, b: Any) -> bool:
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return False
+    # Bytes, not values: NaN equals itself, -0.0 stays -0.0, float8 has no torch.equal.
+    return bool(
+        torch.equal(
+            a.contiguous().reshape(-1).view(torch.uint8),
+            b.contiguous().reshape(-1).view(torch.uint8),
+        )
+    )
+
+
+def main(argv: list[str]) -> int:
+    artifact = None
+    if "--artifact" in argv:
+        at = argv.index("--artifact")
+        artifact, argv = argv[at + 1 : at + 2], argv[:at] + argv[at + 2 :]
+    if not argv or artifact == []:
+        print(
+            "usage: python -m ckpt_daemon.children.torch_load_probe FILE... [--artifact A]",
+            file=sys.stderr,
+        )
+        return 2
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    try:
+        torch = importlib.import_module("torch")
+        staged = unprivileged.stage([*argv, *(artifact or [])])
+        user = unprivileged.drop()
+        loaded = []
+        for named, copy in zip(argv, staged, strict=False):
+            try:
+                loaded.append(_load(torch, copy))
+            except pickle.UnpicklingError as exc:
+                reason = str(exc).strip().splitlines()
+                print(json.dumps({"refused": f"{Path(named).name}: {_why(reason)}", "user": user}))
+                return 0
+        result: dict[str, Any] = {
+            "loaded": len(loaded),
+            "tensors": sum(len(_flat(torch, obj)) for obj in loaded),
+            "identical": None,
+            "differs": [],
+            "user": user,
+        }
+        if artifact:
+            split = _flat(torch, _load(torch, staged[-1]))
+            model = _model_tensors(torch, loaded, set(split))
+            differs = [
+                n for n, t in split.items() if n not in model or not _same(torch, t, model[n])
+            ]
+            result["identical"] = not differs and bool(split)
+            result["differs"] = differs[:20]
+            result["artifact_tensors"] = len(split)
+    except Exception as exc:  # the report says why it does not load
+        text = str(exc).strip().splitlines()
+        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
+    print(json.dumps(result))
+    return 0
+
+
+def _why(lines: list[str]) -> str:
+    """torch's refusal, the line that names what it refused."""
+    named = [ln for ln in lines if "GLOBAL" in ln or "Unsupported" in ln]
+    return (named or lines or ["refused"])[0][:300]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
