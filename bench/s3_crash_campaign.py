@@ -226,6 +226,7 @@ class Campaign:
             result.kills += 1
             result.tier_kills += 1
             self.check(result, f"tier kill {result.kills}")
+            self.log(f"tier kill {result.kills} checked: {len(result.problems)} problem(s)")
             if self.rng.random() < 0.3:
                 self.next_start(result)
         for _attempt in range(5):
@@ -248,6 +249,7 @@ class Campaign:
             result.kills += 1
             result.fetch_kills += 1
             self.check(result, f"fetch kill {result.kills}")
+            self.log(f"fetch kill {result.kills} checked: {len(result.problems)} problem(s)")
         for _attempt in range(5):
             if path.exists():
                 break
@@ -279,9 +281,13 @@ class Campaign:
         self.server.stop()
 
 
-def composite(data: bytes, part: int = 16 << 20) -> str:
+def composite(data: bytes, part: int | None = None) -> str:
     """S3's composite SHA-256 of a multipart object cut in `part`-sized parts (the daemon's)."""
     import base64
+
+    from ckpt_daemon.remote.s3 import PART_SIZE, part_size_for
+
+    part = part or part_size_for(len(data), PART_SIZE)
 
     digests = b"".join(
         hashlib.sha256(data[i : i + part]).digest() for i in range(0, max(len(data), 1), part)
@@ -298,8 +304,10 @@ def run_campaign(
     files: int = 3,
     outages: int = 2,
     log: Callable[[str], None] = print,
+    result: Result | None = None,
 ) -> Result:
-    result = Result()
+    """`result`: filled as the campaign goes (so an interrupted one can still say what it saw)."""
+    result = result if result is not None else Result()
     campaign = Campaign(base, size_mb, files, seed, log)
     try:
         paths = list(campaign.files)
@@ -336,8 +344,15 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="ckpt-s3-crash-", dir=args.base) as tmp:
         started = time.monotonic()
-        result = run_campaign(Path(tmp), kills=args.kills, seed=args.seed, size_mb=args.size_mb)
+        result, interrupted = Result(), False
+        try:
+            run_campaign(
+                Path(tmp), kills=args.kills, seed=args.seed, size_mb=args.size_mb, result=result
+            )
+        except KeyboardInterrupt:  # what it saw so far, said as such
+            interrupted = True
     summary = {k: v for k, v in vars(result).items() if k != "problems"}
+    summary["interrupted"] = interrupted
     print(json.dumps({**summary, "seconds": round(time.monotonic() - started)}, indent=2))
     for problem in result.problems[:20]:
         print("PROBLEM", problem)
@@ -346,7 +361,7 @@ def main() -> int:
     (out / "result-s3_crash_campaign.json").write_text(
         json.dumps({**summary, "problems": result.problems}, indent=2)
     )
-    return 0 if result.clean and not result.problems else 1
+    return 0 if result.clean and not result.problems and not interrupted else 1
 
 
 if __name__ == "__main__":

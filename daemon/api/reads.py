@@ -272,10 +272,17 @@ class CatalogReads:
         return disk_usage(self._store)
 
     def trash(self) -> builtins.list[dict[str, Any]]:
-        """Trashed checkpoints: original and trash paths, bytes, when and why."""
+        """Trashed checkpoints: original and trash paths, bytes, when and why; then the remote
+        copies in their stores' trash (`location: remote`, `remote_url`, `trash_url`)."""
         from ..core.views import trashed_json
+        from ..usecases.locations import uses_remote
 
-        return [trashed_json(t) for t in self._store.trashed()]
+        found = [trashed_json(t) for t in self._store.trashed()]
+        if uses_remote(self.config):
+            from ..usecases.remote_trash import trashed
+
+            found += [trashed_json(t) for t in trashed(self.config, self._store)]
+        return found
 
     def log(
         self, run: str | None = None, limit: int | None = None

@@ -4,6 +4,7 @@ case the `ckpt` command runs."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,9 @@ from ..usecases.remote_answers import Answer
 from .acts import CatalogActs, _actor
 
 if TYPE_CHECKING:
+    from ..usecases.remote_trash import GiveUpReport
     from ..usecases.tiering import TierReport
+    from ..usecases.verifier import Verdict
 
 
 class CatalogRemote(CatalogActs):
@@ -55,6 +58,34 @@ class CatalogRemote(CatalogActs):
             self.ref(ref),
             to=Path(to) if to is not None else None,
             actor=actor or _actor(),
+        )
+
+    def trash_remote(
+        self, refs: Sequence[str | int], *, dry_run: bool = False, actor: str | None = None
+    ) -> GiveUpReport:
+        """Give up checkpoints' verified remote copies: each moved under its store's trash
+        prefix (purged after trash.purge_after, `restore` puts it back); never the copy of a
+        pinned, newest, best or last resumable checkpoint (`ckpt trash remote`)."""
+        from ..usecases.remote_trash import give_up
+
+        return give_up(
+            self.config,
+            self._store,
+            [self.ref(r) for r in refs],
+            dry_run=dry_run,
+            actor=actor or _actor(),
+        )
+
+    def verify_remote(
+        self, refs: Sequence[str | int] = (), *, actor: str | None = None
+    ) -> builtins.list[Verdict]:
+        """Read back each verified remote copy (of `refs`; none: all): size, the service's
+        checksum, our metadata hash. One found changed or missing is marked, never trusted
+        again (`ckpt verify --remote`)."""
+        from ..usecases.remote_verify import verify_remote
+
+        return verify_remote(
+            self.config, self._store, [self.ref(r) for r in refs], actor=actor or _actor()
         )
 
     def best_located(

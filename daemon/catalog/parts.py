@@ -354,6 +354,7 @@ class RemoteCopies(Protocol):
         *,
         trash_key: str | None = None,
         url: str | None = None,
+        checksum: str | None = None,
     ) -> None: ...
 
     def set_fetched(self, checkpoint_id: int, stat: FileStat) -> None: ...

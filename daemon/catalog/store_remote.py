@@ -114,7 +114,10 @@ class RemoteRecords:
         *,
         trash_key: str | None = None,
         url: str | None = None,
+        checksum: str | None = None,
     ) -> None:
+        """A copy's new state (`trashed`: at `trash_key`; `verified`: at its URL again, with
+        the `checksum` the service reports of it, when given)."""
         values: dict[str, Any] = {"state": state.value, "reason": reason}
         if state == RemoteState.TRASHED:
             values |= {"trash_key": trash_key, "trashed_at": now_iso()}
@@ -122,6 +125,8 @@ class RemoteRecords:
             values |= {"trash_key": None, "trashed_at": None, "verified_at": now_iso()}
         if url is not None:
             values["url"] = url
+        if checksum is not None:
+            values["checksum"] = checksum
         with self._engine.begin() as conn:
             conn.execute(update(copies).where(copies.c.id == copy_id).values(**values))
 

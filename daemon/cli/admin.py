@@ -93,6 +93,7 @@ def status(obj: Context, as_json: bool) -> None:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
         _failed_save_lines(doc["last_save_failed"])
         _disk_lines(doc["disk"])
+        _remote_lines(doc.get("remotes") or [])
         for line in nodes:
             echo(line)
         echo(in_use)
@@ -109,6 +110,7 @@ def status(obj: Context, as_json: bool) -> None:
     )
     _failed_save_lines(doc["last_save_failed"])
     _disk_lines(doc["disk"])
+    _remote_lines(doc.get("remotes") or [])
     for line in nodes:
         echo(line)
     echo(in_use)
@@ -249,3 +251,15 @@ def check(obj: Context, path: str | None) -> None:
     echo(f"  database: {loaded.database}")
     for root in loaded.roots:
         echo(f"  root: {root.path} (observer {root.observer})")
+
+
+def _remote_lines(remotes: list[dict[str, Any]]) -> None:
+    """Each object store as the daemon's start probed it."""
+    for r in remotes:
+        if r.get("conditional_writes"):
+            echo(f"  remote {r['url']}: conditional writes honoured")
+        else:
+            echo(
+                f"  remote {r['url']}: WARNING: it ignores conditional writes (If-None-Match): "
+                "keep one catalog per key prefix (docs/object-storage.md)"
+            )

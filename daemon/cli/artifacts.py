@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..core.errors import PartialFailure
+from ..core.errors import PartialFailure, UsageError
 from . import documents
 from .context import Context, pass_context
 from .options import json_option
@@ -179,11 +179,19 @@ def compress(
     "safetensors in a child (needs torch), their inference .safetensors compared tensor by "
     "tensor.",
 )
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="Check the remote copies instead (of REFS, or every verified one): each read back "
+    "(HEAD) for its size, the service's checksum and our hash in its metadata. One changed "
+    "or removed behind our back is marked `changed` or `missing` and never trusted again.",
+)
 @json_option("JSON array of verdicts.")
 @pass_context
-def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> None:
+def verify(obj: Context, refs: tuple[str, ...], load: bool, remote: bool, as_json: bool) -> None:
     """Re-hash checkpoints (REFS, or every ok one) and their artifacts; compare with the
-    catalog. Exit 3 if any differs, is missing, or (with --load) does not load or differs.
+    catalog. Exit 3 if any differs, is missing, or (with --load) does not load or differs
+    (with --remote: if a remote copy changed, is missing, or the store cannot be reached).
 
     One line per item as it is checked: id, ok or FAILED, its path relative to its root,
     and what was found.
@@ -194,6 +202,27 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
     from .output import terminal_width, verify_line
 
     width = terminal_width()
+    if remote:
+        if load:
+            raise UsageError("verify: --remote and --load do not go together")
+        with obj.catalog() as cat:
+            verdicts = cat.verify_remote(refs)
+        for v in verdicts if not as_json else ():
+            echo(verify_line(v.id, v.ok, obj.shown(v.path), v.detail, width))
+    else:
+        verdicts = _verify_local(obj, refs, load, as_json, width)
+    if as_json:
+        emit_json(documents.verify(verdicts))
+    failed = [v for v in verdicts if not v.ok]
+    if failed:
+        raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")
+
+
+def _verify_local(
+    obj: Context, refs: tuple[str, ...], load: bool, as_json: bool, width: int | None
+) -> list[Verdict]:
+    from .output import verify_line
+
     with obj.catalog() as cat, _live(cat, "checked", as_json, by_bytes=not load) as work:
 
         def line(v: Verdict) -> None:  # as soon as it is known: --load takes seconds each
@@ -204,11 +233,7 @@ def verify(obj: Context, refs: tuple[str, ...], load: bool, as_json: bool) -> No
         else:  # by id, as the lines have always come
             ids = refs or tuple(str(c.id) for c in cat.list(status="ok", sort="id"))
             verdicts = cat.verify(ids, load=load, on_verdict=line, on_progress=work.update)
-    if as_json:
-        emit_json(documents.verify(verdicts))
-    failed = [v for v in verdicts if not v.ok]
-    if failed:
-        raise PartialFailure(f"verify: {len(failed)} of {len(verdicts)} failed")
+    return verdicts
 
 
 def _live(cat: Any, verb: str, as_json: bool, *, by_bytes: bool = True) -> Any:

@@ -38,6 +38,11 @@ def tier(obj: Context, refs: tuple[str, ...], dry_run: bool, as_json: bool) -> N
         for item in report.items:
             if item.action == "skip":
                 echo(f"skipped {obj.shown(item.path)}: {'; '.join(item.reasons)}")
+            elif item.kept_existing:
+                echo(
+                    f"{verb} {obj.shown(item.path)} -> {item.remote_url} (an identical object "
+                    "was already there: kept as it was, not overwritten, verified)"
+                )
             elif item.done is not False:
                 echo(f"{verb} {obj.shown(item.path)} -> {item.remote_url}")
         for failure in report.failures:
@@ -69,3 +74,38 @@ def fetch(obj: Context, ref: str, to: str | None) -> None:
     with obj.catalog() as cat:
         path = cat.fetch(ref, to=to)
     echo(str(path))
+
+
+@click.command(name="remote")
+@click.argument("refs", nargs=-1, required=True, metavar="REF...")
+@click.option("-n", "--dry-run", is_flag=True, help="Say what would happen; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="The plan and the outcome as JSON.")
+@pass_context
+def trash_remote(obj: Context, refs: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Give up checkpoints' remote copies: each moved under its store's trash prefix.
+
+    A server-side copy under `<prefix>/.ckpt-trash/<batch>/`, read back, recorded, and only
+    then the original key deleted; `ckpt trash list` shows it, `ckpt trash restore REF` puts
+    it back at its key, `ckpt trash purge` deletes it after trash.purge_after. The copy of a
+    pinned checkpoint, or of its run's newest, best (by any metric) or last resumable one, is
+    kept, with the reason. Exit 3 if some failed (their copies untouched).
+
+    \b
+    Example:  ckpt trash remote exp1/e03.keras --dry-run
+    """
+    with obj.catalog() as cat:
+        report = cat.trash_remote(list(refs), dry_run=dry_run)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        verb = "would trash" if dry_run else "trashed"
+        for item in report.items:
+            if item["action"] == "keep":
+                echo(f"kept {obj.shown(item['path'])}'s remote copy: {item['reason']}")
+            elif item.get("done") is not False:
+                moved = f" -> {item['trash_url']}" if item.get("trash_url") else ""
+                echo(f"{verb} remote copy {item['remote_url']}{moved}")
+        for failure in report.failures:
+            echo(f"failed {obj.shown(failure['path'])}: {failure['error']}", err=True)
+    if report.failures:
+        raise PartialFailure(f"trash remote: {len(report.failures)} of {len(report.items)} failed")

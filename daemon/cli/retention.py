@@ -11,6 +11,7 @@ from . import documents
 from .context import MAX_LIMIT, Context, pass_context
 from .options import json_option
 from .output import echo, emit_json, live_work, table
+from .remote import trash_remote
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -207,7 +208,11 @@ def unpin(obj: Context, ref: str) -> None:
 
 @click.group()
 def trash() -> None:
-    """The trash: `ckpt trash list`, `restore REF`, `purge [--older-than DUR]`."""
+    """The trash: `ckpt trash list`, `restore REF`, `purge [--older-than DUR]`, `remote REF...`
+    (remote copies under their store's trash prefix)."""
+
+
+trash.add_command(trash_remote)
 
 
 @trash.command(name="list")
@@ -239,7 +244,7 @@ def trash_list(obj: Context, as_json: bool) -> None:
         [
             [
                 str(t["id"]),
-                obj.shown(t["path"]),
+                obj.shown(t["path"]) + (" (remote copy)" if t.get("location") == "remote" else ""),
                 format_size(t["bytes"]),
                 t.get("at", "-"),
                 t["reason"] or "",

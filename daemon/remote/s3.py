@@ -30,8 +30,9 @@ from ..fs.hashing import StreamHash
 from ..settings.remote import Remote
 from .keys import HASH_METADATA, probe_key
 
-PART_SIZE = 16 << 20
-THREADS = 4  # parts in flight: memory is THREADS x PART_SIZE
+PART_SIZE = 8 << 20  # the smallest part; a file over MAX_PARTS of them gets larger ones
+THREADS = 4  # parts in flight: memory is THREADS x the part size (32 MiB below 70 GiB)
+MAX_PARTS = 9000  # S3 allows 10,000 parts per upload
 READ_CHUNK = 1 << 20
 _RETRYABLE_CODES = {
     "500",
@@ -64,6 +65,7 @@ class Uploaded:
     content_hash: str  # BLAKE3 of the bytes that were sent
     parts: int
     resumed_parts: int
+    existing: bool = False  # an identical object was at the key: kept, not overwritten
 
 
 @dataclass
@@ -222,7 +224,8 @@ class ObjectStore:
         fd = beneath.open_regular(path, root)
         try:
             size = os.fstat(fd).st_size
-            count = max(1, -(-size // self.part_size))
+            part_size = part_size_for(size, self.part_size)
+            count = max(1, -(-size // part_size))
             upload_id, have = self._resumable(key)
             if upload_id is None:
                 upload_id = self.call(
@@ -238,15 +241,18 @@ class ObjectStore:
             resumed = [0]
 
             def send(number: int) -> None:
-                offset = (number - 1) * self.part_size
-                data = os.pread(fd, min(self.part_size, size - offset), offset)
+                offset = (number - 1) * part_size
+                data = os.pread(fd, min(part_size, size - offset), offset)
                 sha = hashlib.sha256(data).digest()
-                md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
                 kept = have.get(number)
+                md5 = None  # only to compare with a killed upload's part (its ETag)
+                if kept is not None and kept[0] == len(data):
+                    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
                 if kept is not None and kept == (len(data), md5):
                     resumed[0] += 1
+                    etag = kept[1]
                 else:
-                    self.call(
+                    answer = self.call(
                         f"upload {key} part {number}",
                         "upload_part",
                         Bucket=self.remote.bucket,
@@ -257,9 +263,10 @@ class ObjectStore:
                         ChecksumAlgorithm="SHA256",
                         ChecksumSHA256=base64.b64encode(sha).decode(),
                     )
+                    etag = str(answer["ETag"]).strip('"')
                     with self._lock:
                         self.counters.uploaded_bytes += len(data)
-                digests[number - 1], etags[number - 1] = sha, md5
+                digests[number - 1], etags[number - 1] = sha, etag
                 if on_part is not None:
                     on_part(len(data))
 
@@ -270,14 +277,16 @@ class ObjectStore:
                 self.abort(key, upload_id)
                 raise RemoteFailed(f"upload {key}: the file changed while it was sent: aborted")
             composite = base64.b64encode(hashlib.sha256(b"".join(digests)).digest()).decode()
-            self._complete(key, upload_id, etags, digests, conditional)
-            return Uploaded(key, size, composite, content_hash, count, resumed[0])
+            existing = self._complete(key, upload_id, etags, digests, conditional)
+            return Uploaded(key, size, composite, content_hash, count, resumed[0], existing)
         finally:
             os.close(fd)
 
     def _complete(
         self, key: str, upload_id: str, etags: list[str], digests: list[bytes], conditional: bool
-    ) -> None:
+    ) -> bool:
+        """Completes the upload; True when `If-None-Match` found an object at the key (the
+        upload aborted, the object left as it was)."""
         from botocore.exceptions import ClientError
 
         parts = [
@@ -299,14 +308,15 @@ class ObjectStore:
                 MultipartUpload={"Parts": parts},
                 **extra,
             )
+            return False
         except RemoteFailed as exc:
             cause = exc.__context__
             if isinstance(cause, ClientError) and code(cause) in ("PreconditionFailed", "412"):
                 self.abort(key, upload_id)  # the key's content is ours already: verified next
-                return
+                return True
             if "PreconditionFailed" in str(exc) or "pre-conditions" in str(exc):
                 self.abort(key, upload_id)
-                return
+                return True
             raise
 
     def _resumable(self, key: str) -> tuple[str | None, dict[int, tuple[int, str]]]:
@@ -353,23 +363,17 @@ class ObjectStore:
             UploadId=upload_id,
         )
 
-    # -- moves and deletes (the remote trash)
-
-    def move(self, key: str, new_key: str) -> None:
-        """Copy `key` to `new_key` (metadata and checksum kept), then delete `key`."""
-        self.call(
-            f"move {key}",
-            "copy_object",
-            Bucket=self.remote.bucket,
-            Key=new_key,
-            CopySource={"Bucket": self.remote.bucket, "Key": key},
-            MetadataDirective="COPY",
-            ChecksumAlgorithm="SHA256",
-        )
-        self.delete(key)
+    # -- deletes (the remote trash; its server-side copies: remote.copies)
 
     def delete(self, key: str) -> None:
         self.call(f"delete {key}", "delete_object", Bucket=self.remote.bucket, Key=key)
+
+
+def part_size_for(size: int, smallest: int) -> int:
+    """The part size of a file of `size` bytes: `smallest`, or larger whole MiBs so that the
+    upload stays under MAX_PARTS parts. The same file always gets the same parts (resumable)."""
+    needed = -(-size // MAX_PARTS)
+    return max(smallest, -(-needed // (1 << 20)) << 20)
 
 
 def _hash_of(fd: int, size: int) -> str:

@@ -61,6 +61,8 @@ def daemon_status(row: Heartbeat | None, checkpoints: int) -> dict[str, Any]:
         "last_index_at": state.get("last_index_at"),
         "jobs": state.get("jobs", {}),
         "last_error": state.get("last_error"),
+        # Each object store as the start probed it: {url, key, conditional_writes, aborted_uploads}
+        "remotes": state.get("remotes", []),
     }
     reason = _why_not_running(row, state)
     if reason:
@@ -99,4 +101,5 @@ def _not_running(reason: str, checkpoints: int) -> dict[str, Any]:
         "last_index_at": None,
         "jobs": {},
         "last_error": None,
+        "remotes": [],
     }

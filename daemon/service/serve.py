@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import threading
 import time
+from dataclasses import asdict
 from typing import Any
 
 from .. import logs
@@ -58,6 +59,7 @@ class Service:
         self.stopping = threading.Event()
         self.reload_requested = threading.Event()
         self.notifier = Notifier()
+        self.remotes: list[dict[str, Any]] = []  # the start's probe of each store, for status
         self._install_signals()
         self.config: Config = config_module.load(config_path, database_override=database)
         logs.setup(self.config.log_level)
@@ -91,7 +93,8 @@ class Service:
             if any(self.config.remote_for(r) for r in self.config.roots):
                 from ..usecases.remote_start import check_remotes
 
-                check_remotes(self.config)  # unreachable or read-only: exit 2, naming the key
+                # Unreachable or read-only: exit 2, naming the key.
+                self.remotes = [asdict(c) for c in check_remotes(self.config)]
             self._remove_stale_temps()
             if once:
                 started_at = iso_utc(time.time())
@@ -161,6 +164,7 @@ class Service:
                 "indexed": len(report.indexed),
                 "last_error": last_error,
                 "heartbeat_seconds": self.config.heartbeat_seconds,
+                "remotes": self.remotes,
             },
             is_live=is_live,
         )
@@ -216,7 +220,7 @@ class Service:
         worker.after_scan = after_scan
         runner.notifications = notifications
         parts = RunningParts(worker, watcher, jobs, runner, hooks, guard)
-        worker.more_state = parts.state
+        worker.more_state = lambda: {**parts.state(), "remotes": self.remotes}
         self._store = store
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
         worker.registered(

@@ -53,6 +53,9 @@ class TierItem:
     remote_url: str | None = None
     done: bool | None = None  # None: a dry run
     resumed_parts: int = 0
+    # The identical object was already at the key (another daemon's or catalog's upload, or
+    # one of ours killed before its record): kept as it was, never overwritten, verified.
+    kept_existing: bool = False
 
 
 @dataclass
@@ -74,6 +77,7 @@ class TierReport:
                     "remote_url": i.remote_url,
                     **({"done": i.done} if i.done is not None else {}),
                     **({"resumed_parts": i.resumed_parts} if i.done else {}),
+                    **({"kept_existing": i.kept_existing} if i.done else {}),
                 }
                 for i in self.items
             ],
@@ -141,7 +145,7 @@ def tier(
         if dry_run or item.action == "skip":
             continue
         try:
-            item.resumed_parts = tier_one(config, store, c, reason=reason, actor=actor)
+            item.resumed_parts = tier_one(config, store, c, reason=reason, actor=actor, item=item)
             item.done = True
         except (CkptError, OSError) as exc:
             item.done = False
@@ -158,11 +162,13 @@ def tier_one(
     reason: str,
     actor: str,
     lease: HeldLease | None = None,
+    item: TierItem | None = None,
 ) -> int:
-    """Upload, verify, record, then trash the local copy. Returns the parts resumed."""
+    """Upload, verify, record, then trash the local copy. Returns the parts resumed (`item`:
+    told whether an identical object was already there)."""
     if lease is None:
         with rail.run_lease(config, store, guards.run_id(store, c), actor) as held:
-            return tier_one(config, store, c, reason=reason, actor=actor, lease=held)
+            return tier_one(config, store, c, reason=reason, actor=actor, lease=held, item=item)
     remote, key = key_of(config, c)
     root, members = guards.located(config, store, c)
     guards.recheck(store, c, root, members)
@@ -180,6 +186,8 @@ def tier_one(
         started = iso_utc(time.time())
         sent = objects.upload(key, members[0], root, c.hash or "", conditional=True)
         verify_uploaded(objects, sent, c)
+        if item is not None:
+            item.kept_existing = sent.existing
         store.record_remote(
             c.id,
             url=url,
@@ -189,7 +197,14 @@ def tier_one(
             content_hash=sent.content_hash,
             uploaded_at=started,
         )
-    event("tiered", path=c.path, url=url, bytes=sent.size, resumed_parts=sent.resumed_parts)
+    event(
+        "tiered",
+        path=c.path,
+        url=url,
+        bytes=sent.size,
+        resumed_parts=sent.resumed_parts,
+        kept_existing=sent.existing,
+    )
     free_local(config, store, c, f"tiered to {url} (verified)", actor, lease)
     return sent.resumed_parts
 

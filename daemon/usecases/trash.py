@@ -17,16 +17,20 @@ from ..core.errors import CkptError, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
 from ..core.units import iso_utc, parse_duration
 from ..settings.config import Config
-from . import guards, rail
+from . import guards, rail, remote_trash
+from .locations import uses_remote
 
 
 def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     """Put the trashed checkpoint `ref` (an id, or the path it had) back at its path."""
     c = store.get(trashed_ref(store, ref))
     info = c.details.get("trash") or {}
-    if c.status != CheckpointStatus.TRASHED or not info.get("paths"):
+    local = c.status == CheckpointStatus.TRASHED and bool(info.get("paths"))
+    remote = remote_trash.restore(config, store, c, actor)  # its copies in the store's trash
+    if not local and not remote:
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
-    rail.restore_trashed(config, store, c, actor)
+    if local:
+        rail.restore_trashed(config, store, c, actor)
     return store.get(str(c.id))
 
 
@@ -40,13 +44,19 @@ def purge(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[TrashedCheckpoint], list[dict[str, Any]]]:
     """Delete trashed checkpoints trashed more than `older_than` seconds ago (never a pinned
-    one). `should_stop` is asked before each item. Returns (purged, failures)."""
+    one), then the remote copies in the stores' trash as old. `should_stop` is asked before
+    each item. Returns (purged, failures)."""
     cutoff = iso_utc(time.time() - older_than)
     trashed = store.trashed(include_pinned=False)
     due = [t for t in trashed if t.trashed_at <= cutoff]
+    remote: tuple[list[TrashedCheckpoint], list[dict[str, Any]]] = ([], [])
+    if uses_remote(config):
+        remote = remote_trash.purge(
+            config, store, cutoff=cutoff, dry_run=dry_run, actor=actor, should_stop=should_stop
+        )
     if dry_run:
-        return due, []
-    purged, failures = [], []
+        return due + remote[0], []
+    purged, failures = list(remote[0]), list(remote[1])
     for item in due:
         if should_stop():
             break

@@ -213,6 +213,7 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
     out["du"] = ws.json("du")
     out["tier"] = ws.json("tier", str(other), "--dry-run")  # no remote here: a skip, with why
+    out["trash remote"] = ws.json("trash", "remote", str(other), "--dry-run")  # kept: no copy
     # A fixed name rewritten in place (its generations kept), then its first one put back.
     fixed = ws.root / "fixed" / "best.hdf5"
     fixed.parent.mkdir()

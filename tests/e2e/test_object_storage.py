@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -193,12 +194,125 @@ def test_serve_refuses_an_unreachable_bucket_and_aborts_stale_uploads(
     ws.run("serve", "--once")
     left = {u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])}
     assert stale["UploadId"] not in left and other["UploadId"] in left  # only under our prefix
+    (probed,) = ws.json("status")["remotes"]  # the start's probe, kept for `ckpt status`
+    assert (probed["url"], probed["conditional_writes"]) == (f"s3://{bucket}/team", True)
+    assert probed["aborted_uploads"] == 1 and probed["key"] == "remote.url"
 
     ws.config.write_text(ws.config.read_text().replace(bucket, "no-such-bucket-here"))
     result = ws.run("serve", "--once", check=False)
     assert result.returncode == 2, result.stderr
     assert "config: remote.url:" in result.stderr and "cannot be reached" in result.stderr
     assert "testing-secret" not in result.stderr + result.stdout
+
+
+def test_remote_trash_is_undoable_keeps_protected_copies_and_verify_remote_marks_changes(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, bucket, client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    names = ("e01-vl1.683.keras", "e02-vl1.663.keras", "e03-vl1.643.keras")
+    e01, e02, e03 = (ws.root / RUN / n for n in names)
+    original = e01.read_bytes()
+    tiered = ws.json("tier", str(e01), str(e02), str(e03))["items"]
+    keys = [i["remote_url"].removeprefix(f"s3://{bucket}/") for i in tiered]
+    ws.run("trash", "purge", "--older-than", "0s")  # remote-only now
+
+    given = ws.json("trash", "remote", str(e01), str(e02), str(e03))
+    assert [(i["action"], i.get("done")) for i in given["items"]] == [
+        ("trash", True),
+        ("trash", True),
+        ("keep", None),
+    ], given
+    assert "newest" in given["items"][2]["reason"]
+    trash_key = given["items"][0]["trash_url"].removeprefix(f"s3://{bucket}/")
+    assert trash_key.startswith("team/.ckpt-trash/") and trash_key.endswith(keys[0][5:])
+    assert keys[0] not in objects(client, bucket) and trash_key in objects(client, bucket)
+    rows = [t for t in ws.json("trash", "list") if t.get("location") == "remote"]
+    assert [(t["path"], t["remote_url"]) for t in rows] == [
+        (str(e01), tiered[0]["remote_url"]),
+        (str(e02), tiered[1]["remote_url"]),
+    ]
+
+    ws.run("trash", "restore", str(rows[0]["id"]))  # copied back to its key, the row verified
+    assert read(s3, bucket, keys[0]) == original and trash_key not in objects(client, bucket)
+    ws.run("trash", "purge", "--older-than", "0s")  # the purge job deletes e02's for good
+    assert objects(client, bucket) == {keys[0], keys[2]}
+
+    # Behind our back: e01's object overwritten, e03's removed.
+    client.put_object(Bucket=bucket, Key=keys[0], Body=b"other bytes")
+    client.delete_object(Bucket=bucket, Key=keys[2])
+    checked = ws.run("verify", "--remote", check=False)
+    assert checked.returncode == 3, checked.stderr
+    assert "remote copy changed" in checked.stdout and "remote copy missing" in checked.stdout
+    refused = ws.run("fetch", str(e01), "--to", str(tmp_path / "x.keras"), check=False)
+    assert refused.returncode == 6 and "no verified remote copy" in refused.stderr  # never again
+
+
+def objects(client: Any, bucket: str) -> set[str]:
+    return {o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
+def read(s3: S3Server, bucket: str, key: str) -> bytes:
+    """The object's bytes (moto reports a server-side copy's composite checksum as a whole
+    object's: boto3's own check of it is left to us, who compare the bytes)."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3.url,
+        region_name="us-east-1",
+        config=Config(response_checksum_validation="when_required"),
+    )
+    return bytes(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def test_two_catalogs_tiering_one_file_to_one_bucket_never_clobber(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    """Two `ckpt tier` processes of two configs and catalogs at once, one object key: the
+    conditional complete keeps the first object (one version in a versioned bucket) and the
+    other is told it was kept, verified, not overwritten."""
+    first, bucket, client = remote_workspace(tmp_path / "a", s3, keras_checkpoints)
+    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    second = Workspace(tmp_path / "b")
+    second.config.write_text(
+        second.config.read_text()
+        + f"remote:\n  url: s3://{bucket}/team\n  endpoint_url: {s3.url}\n  region: us-east-1\n"
+    )
+    shutil.copytree(keras_checkpoints / RUN, second.root / RUN)
+    second.run("scan")
+    name, other = "e02-vl1.663.keras", "e01-vl1.683.keras"
+    original = (first.root / RUN / name).read_bytes()
+    with ThreadPoolExecutor(2) as pool:  # two processes at once, both tiering `name`
+        results = list(
+            pool.map(
+                lambda args: args[0].run("tier", *args[1:], "--json", check=False),
+                [
+                    (first, str(first.root / RUN / name), str(first.root / RUN / other)),
+                    (second, str(second.root / RUN / name)),
+                ],
+            )
+        )
+    done = []
+    for result, ws in zip(results, (first, second), strict=True):
+        if result.returncode == 0:
+            done.append(json.loads(result.stdout)["items"][0])
+            assert not (ws.root / RUN / name).exists()
+        else:  # lost a race on one upload: a clear failure, the local copy untouched
+            assert result.returncode == 3, result.stderr
+            assert json.loads(result.stdout)["failures"], result.stdout
+            assert (ws.root / RUN / name).read_bytes() == original
+    assert done and all(d["done"] for d in done)
+    key = done[0]["remote_url"].removeprefix(f"s3://{bucket}/")
+    versions = client.list_object_versions(Bucket=bucket, Prefix=key).get("Versions", [])
+    assert len(versions) == 1, versions  # never overwritten
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == original
+
+    # One after the other: the second finds the first's object, and says so.
+    told = second.run("tier", str(second.root / RUN / other))
+    assert "an identical object was already there: kept as it was, not overwritten" in told.stdout
+    key = told.stdout.split(" -> ")[1].split()[0].removeprefix(f"s3://{bucket}/")
+    assert len(client.list_object_versions(Bucket=bucket, Prefix=key)["Versions"]) == 1
 
 
 TIERING = """service:

@@ -1,0 +1,171 @@
+"""The remote trash's use cases: giving up remote copies (`ckpt trash remote REF...`, and
+`give_up` for retention), and their rows in `ckpt trash list`, `ckpt trash restore` and
+`ckpt trash purge` (the same commands as the local trash's). The acts are `rail_remote`'s.
+
+A remote copy is never given up when it is the copy of a pinned checkpoint, or of its run's
+newest, best (by any metric it logs) or last resumable checkpoint, judged over what still has
+bytes somewhere (`core.remote_keep`), re-checked under the run's lease right before the move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..catalog.store import Store
+from ..catalog.store_leases import HeldLease
+from ..core.errors import CkptError, Refused
+from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
+from ..core.query import ListQuery
+from ..core.remote import RemoteCopy, RemoteState, verified_copy
+from ..core.remote_keep import why_kept
+from ..remote.keys import TRASH_PREFIX
+from ..settings.config import Config
+from . import guards, rail, rail_remote
+from .tiering import remote_of
+
+
+@dataclass
+class GiveUpReport:
+    dry_run: bool
+    items: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "items": self.items, "failures": self.failures}
+
+
+def protected(store: Store, c: Checkpoint) -> str | None:
+    """Why `c`'s remote copy must stay (`core.remote_keep`), from the catalog as it is now."""
+    run = [r for r in store.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
+    copies = store.remote_copies(r.id for r in run)
+    verified = {x.checkpoint_id for x in copies if x.state == RemoteState.VERIFIED}
+    available = {r.id for r in run if r.status == CheckpointStatus.OK or r.id in verified}
+    return why_kept(c, run, available)
+
+
+def give_up(
+    config: Config,
+    store: Store,
+    refs: list[str],
+    *,
+    dry_run: bool = False,
+    actor: str,
+    reason: str = "by hand (ckpt trash remote)",
+) -> GiveUpReport:
+    report = GiveUpReport(dry_run=dry_run)
+    batch = rail.batch_name("remote")
+    for ref in refs:
+        c = store.get(ref)
+        copy = verified_copy(store.remote_copies([c.id]))
+        kept = "no verified remote copy" if copy is None else protected(store, c)
+        item: dict[str, Any] = {
+            "id": c.id,
+            "path": c.path,
+            "action": "keep" if kept else "trash",
+            "reason": kept or reason,
+            "remote_url": copy.url if copy else None,
+        }
+        report.items.append(item)
+        if dry_run or kept or copy is None:
+            continue
+        try:
+            with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
+                item["trash_url"] = give_up_one(
+                    config, store, c, copy, reason=reason, batch=batch, actor=actor, lease=lease
+                )
+            item["done"] = True
+        except CkptError as exc:
+            item["done"] = False
+            report.failures.append({"id": c.id, "path": c.path, "error": guards.one_line(exc)})
+    return report
+
+
+def give_up_one(
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    copy: RemoteCopy,
+    *,
+    reason: str,
+    batch: str,
+    actor: str,
+    lease: HeldLease,
+) -> str:
+    """One remote copy to the store's trash under the run's `lease` (held by the caller: a
+    retention pass), its protection re-checked first. Returns its trash URL."""
+    lease.check()
+    fresh = store.get(str(c.id))
+    kept = protected(store, fresh)
+    if kept:
+        raise Refused(f"{c.path}: its remote copy is kept: {kept}")
+    return rail_remote.trash_remote_copy(
+        config, store, fresh, copy, reason=reason, batch=batch, actor=actor, lease=lease
+    )
+
+
+def trashed(config: Config, store: Store) -> list[TrashedCheckpoint]:
+    """The remote copies in the store's trash, as `trash list` rows (`location: remote`)."""
+    found = []
+    for copy in store.remote_copies():
+        if copy.state != RemoteState.TRASHED or not copy.trash_key:
+            continue
+        c = store.get(str(copy.checkpoint_id))
+        try:
+            trash_url = remote_of(config, c)[1].object_url(copy.trash_key)
+        except CkptError:  # its root or remote is no longer configured: still listed
+            trash_url = None
+        info: dict[str, Any] = {
+            "paths": [],
+            "members": [],
+            "at": copy.trashed_at or "",
+            "batch": copy.trash_key.split(f"{TRASH_PREFIX}/", 1)[-1].split("/", 1)[0],
+            "location": "remote",
+            "remote_url": copy.url,
+            "trash_url": trash_url,
+            "copy_id": copy.id,
+        }
+        found.append(
+            TrashedCheckpoint(
+                c.id, c.path, c.run, c.root, copy.size_bytes, copy.reason, c.pinned, info
+            )
+        )
+    return found
+
+
+def restore(config: Config, store: Store, c: Checkpoint, actor: str) -> bool:
+    """`c`'s remote copies in the store's trash back at their keys; False if it has none."""
+    mine = [
+        x for x in store.remote_copies([c.id]) if x.state == RemoteState.TRASHED and x.trash_key
+    ]
+    for copy in mine:
+        rail_remote.restore_remote_copy(config, store, c, copy, actor)
+    return bool(mine)
+
+
+def purge(
+    config: Config,
+    store: Store,
+    *,
+    cutoff: str,
+    dry_run: bool,
+    actor: str,
+    should_stop: Callable[[], bool],
+) -> tuple[list[TrashedCheckpoint], list[dict[str, Any]]]:
+    """The remote copies trashed before `cutoff` deleted for good (never a pinned one's)."""
+    due = [t for t in trashed(config, store) if t.trashed_at <= cutoff and not t.pinned]
+    if dry_run:
+        return due, []
+    purged, failures = [], []
+    by_id = {x.id: x for x in store.remote_copies()}
+    for item in due:
+        if should_stop():
+            break
+        try:
+            c = store.get(str(item.id))
+            rail_remote.purge_remote_copy(config, store, c, by_id[item.trash["copy_id"]], actor)
+            purged.append(item)
+        except CkptError as exc:
+            failures.append({"id": item.id, "path": item.path, "error": guards.one_line(exc)})
+    return purged, failures

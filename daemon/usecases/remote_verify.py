@@ -1,0 +1,84 @@
+"""`ckpt verify --remote`: is each verified remote copy still the object we recorded? Each is
+read back (`HEAD` with checksums): its size, the checksum the service reports of it and our
+BLAKE3 in its metadata, against the catalog's record. A copy gone from the store is marked
+`missing`, one with other bytes or metadata `changed` (with the reason and an audit event):
+from then on it is never trusted (listings stop calling it a copy, `ckpt fetch` refuses it,
+its local copy is never freed on its account). A mismatch is reported, never "fixed".
+"""
+
+from __future__ import annotations
+
+from ..catalog.store import Store
+from ..core.errors import CkptError
+from ..core.model import Checkpoint
+from ..core.remote import RemoteCopy, RemoteState
+from ..remote.s3 import RemoteObject
+from ..settings.config import Config
+from . import guards
+from .tiering import object_store, remote_of
+from .verifier import Verdict
+
+
+def differences(
+    found: RemoteObject | None, copy: RemoteCopy, *, checksum: bool = True
+) -> str | None:
+    """What the object `found` under a copy's key has that the recorded copy has not (None:
+    it is the copy). `checksum`: also the service's checksum (a server-side copy, the remote
+    trash's, may carry a checksum of its own)."""
+    if found is None:
+        return "not in the store"
+    problems = []
+    if found.size != copy.size_bytes:
+        problems.append(f"size {found.size}, recorded {copy.size_bytes}")
+    if found.content_hash != copy.content_hash:
+        problems.append(f"metadata hash {found.content_hash}, recorded {copy.content_hash}")
+    if checksum and copy.checksum:
+        reported = f"sha256:{found.sha256}" if found.sha256 else "none"
+        if reported != copy.checksum:
+            problems.append(f"service checksum {reported}, recorded {copy.checksum}")
+    return "; ".join(problems) or None
+
+
+def verify_remote(config: Config, store: Store, refs: list[str], *, actor: str) -> list[Verdict]:
+    """One verdict per verified remote copy of `refs` (ids or paths; none: every copy)."""
+    if refs:
+        wanted = [store.get(ref) for ref in refs]
+        copies = store.remote_copies(c.id for c in wanted)
+        rows = {c.id: c for c in wanted}
+    else:
+        copies = store.remote_copies()
+        rows = {}
+    verdicts = []
+    for copy in copies:
+        if copy.state != RemoteState.VERIFIED:
+            continue
+        c = rows.get(copy.checkpoint_id) or store.get(str(copy.checkpoint_id))
+        verdicts.append(_verify_one(config, store, c, copy, actor))
+    return verdicts
+
+
+def _verify_one(
+    config: Config, store: Store, c: Checkpoint, copy: RemoteCopy, actor: str
+) -> Verdict:
+    try:
+        _root, remote = remote_of(config, c)
+        found = object_store(remote).head(copy.key)
+    except CkptError as exc:  # unreachable: said, nothing marked
+        return Verdict(c.id, c.path, False, f"remote {copy.url}: {guards.one_line(exc)}")
+    problem = differences(found, copy)
+    if problem is None:
+        return Verdict(c.id, c.path, True, f"remote copy matches: {copy.url}")
+    state = RemoteState.MISSING if found is None else RemoteState.CHANGED
+    reason = f"found by verify --remote: {problem}"
+    with store.audited(
+        action="verify-remote",
+        checkpoint_id=c.id,
+        path=c.path,
+        reason=f"{copy.url} {state.value}: {problem}",
+        size=copy.size_bytes,
+        actor=actor,
+    ):
+        store.set_remote_state(copy.id, state, reason)
+    return Verdict(
+        c.id, c.path, False, f"remote copy {state.value} ({problem}): {copy.url}: never trusted"
+    )
