@@ -47,6 +47,15 @@ def document(root: Path, pattern: str, value: Any) -> dict[str, Any]:
         doc["hooks"] = [{"on": ["corrupt"], "command": ["/bin/true"], "timeout": value}]
     elif pattern in ("service.metrics_listen", "service.web_listen"):
         doc["service"] = {leaf: f"127.0.0.1:{value}"}
+    elif pattern == "retention.tier_after" or head == "retention.keep_local":
+        # Tiering needs a remote to tier to, and keep_local.best a keep_best rule to keep.
+        retention: dict[str, Any] = {"keep_last": 3, "keep_best": [{"metric": "val_loss"}]}
+        if leaf == "tier_after":
+            retention[leaf] = value
+        else:
+            retention["keep_local"] = {leaf: value}
+        doc["retention"] = retention
+        doc["remote"] = {"url": "s3://ckpt-bounds/prefix", "endpoint_url": "http://127.0.0.1:9"}
     elif head == "retention":  # with a keep rule: max_bytes alone keeps nothing
         doc[head] = {"keep_last": 3, leaf: value} if leaf != "keep_last" else {leaf: value}
     elif head:

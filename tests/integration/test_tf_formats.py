@@ -413,7 +413,9 @@ def test_reader_equals_what_tensorflow_reports(
     tf_files: Path, keras_checkpoints: Path, tf_reports: dict[str, Any]
 ) -> None:
     paths = _tf_paths(tf_files, keras_checkpoints)
-    assert len(paths) >= 12 and sum(p.is_dir() for p in paths) >= 4
+    # The module's TF files and the generated set's: 11 on a fresh generation (a set cached
+    # by an older generator may hold more); 4 of them SavedModels.
+    assert len(paths) >= 11 and sum(p.is_dir() for p in paths) >= 4
     for path in paths:
         theirs = json.loads(json.dumps(tf_reports[str(path)]))
         if path.is_dir():
