@@ -159,6 +159,10 @@ def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
         return f"{doc['format']} (inference artifact: architecture + weights)"
     kind = doc["kind"]
     shown = {Kind.FULL.value: "full model", "weights": "weights only"}.get(kind or "", kind or "-")
+    if kind == Kind.WEIGHTS.value and doc.get("optimizer_bytes"):
+        # A torch file, a DCP or Orbax folder with optimizer state: no architecture, but far
+        # from "weights only" (it resumes).
+        shown = "weights + optimizer state, no architecture"
     return f"{doc['format'] or '-'} ({shown})"
 
 

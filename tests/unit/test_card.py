@@ -198,3 +198,14 @@ def test_identifiers_grep_as_written_and_line_starts_make_no_blocks() -> None:
     assert "| model | Functional net_a |" in md
     assert "- 1\\. not a list\n- \\# not a heading\n- \\- not an item\n" in md
     assert "- an_identifier note\n" in md
+
+
+def test_weights_with_optimizer_state_are_not_called_weights_only() -> None:
+    """A DCP or Orbax folder, a torch file: no architecture, and the optimizer state it resumes
+    with is named (the card said "weights only")."""
+    folder = card_layouts.text(card.facts(_doc(format="torch-dcp", kind="weights")))
+    assert "torch-dcp (weights + optimizer state, no architecture)" in folder
+    alone = card_layouts.text(
+        card.facts(_doc(format="safetensors", kind="weights", optimizer_bytes=0))
+    )
+    assert "safetensors (weights only)" in alone
