@@ -5,7 +5,8 @@ their predictions on a fixed random input: `ckpt verify --load`.
 
 Before it starts, the parent refuses what the stored configs give away without Keras
 (`children.load_precheck`). What the child runs, in order (`children.unprivileged`): Keras
-imported; each file copied into the private staging folder the parent made; if root, it
+imported; each file copied into the private staging folder the parent made; a `predict` on a
+model of our own (TensorFlow's lazy imports done before the drop); if root, it
 becomes `nobody`; each staged config read (never loaded) and the file refused if loading would
 run its code (a `Lambda` layer, a custom object, a function reference: `core.model_code`);
 then `load_model(compile=False)` (Keras 3: `safe_mode=True`) and `predict` on the fixed input.
@@ -86,6 +87,16 @@ def _predict(keras: Any, path: str, np: Any, inputs: list[Any] | None) -> tuple[
     return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])], feed
 
 
+def _warm(keras: Any, np: Any) -> None:
+    """`predict` once on a model of our own, while still root: TensorFlow imports much of
+    itself lazily (tf.data's ops at the first `predict`), and those imports then run as
+    `nobody`, which on a fresh machine (the package's bytecode being written by other
+    processes) was seen to fail: "cannot import name 'range_op'"."""
+    inputs = keras.Input(shape=(1,))
+    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    model.predict(np.zeros((1, 1), dtype="float32"), verbose=0)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3) or argv[0] not in ("keras", "tf_keras"):
         print(
@@ -101,6 +112,7 @@ def main(argv: list[str]) -> int:
     try:
         keras = importlib.import_module(argv[0])
         staged = unprivileged.stage(argv[1:])
+        _warm(keras, np)
         user = unprivileged.drop()
         refused = [
             f"{named}: {why}"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.support import Workspace
+from tests.support.forked_cli import ckpt_process
 
 pytestmark = pytest.mark.slow
 
@@ -229,11 +230,7 @@ def test_every_command_has_help_with_an_example() -> None:
     from ckpt_daemon.cli.main import all_commands
 
     for name, cmd in all_commands():
-        result = subprocess.run(
-            [sys.executable, "-m", "ckpt_daemon", *name.split(), "--help"],
-            capture_output=True,
-            text=True,
-        )
+        result = ckpt_process([*name.split(), "--help"], timeout=120)
         assert result.returncode == 0, name
         if not hasattr(cmd, "commands"):
             assert "Example" in result.stdout, name

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.forked_cli import ckpt_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,11 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_config_check_exits_2_with_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("roots: [{path: /a, observer: sometimes}]\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "ckpt_daemon", "config", "check", str(bad)],
-        capture_output=True,
-        text=True,
-    )
+    result = ckpt_process(["config", "check", str(bad)], timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "ckpt: error: config: roots[0].observer: 'sometimes' is not one of auto, inotify, polling"
@@ -28,11 +24,7 @@ def test_config_check_exits_2_with_the_key(tmp_path: Path) -> None:
     reference.parent.mkdir()
     shutil.copy2(REPO / "config.yaml", reference)
     (reference.parent / "runs").mkdir()  # its root, ./runs beside it
-    good = subprocess.run(
-        [sys.executable, "-m", "ckpt_daemon", "config", "check", str(reference)],
-        capture_output=True,
-        text=True,
-    )
+    good = ckpt_process(["config", "check", str(reference)], timeout=120)
     assert good.returncode == 0 and good.stdout.startswith("ok: "), good.stderr
 
 
@@ -52,24 +44,10 @@ def test_a_missing_root_is_one_clear_error_in_check_and_serve(tmp_path: Path) ->
         "create it or fix it"
     )
     for args in (("config", "check"), ("serve",), ("serve", "--once")):
-        done = subprocess.run(
-            [sys.executable, "-m", "ckpt_daemon", "--config", str(config), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=home,
-        )
+        done = ckpt_process(["--config", str(config), *args], timeout=120, env=env, cwd=home)
         assert (done.returncode, done.stderr.splitlines()) == (2, [expected]), args
     assert sorted(p.name for p in folder.iterdir()) == ["config.yaml"]  # no catalog made
     (folder / "runs").mkdir()
     for args in (("config", "check"), ("serve", "--once")):
-        done = subprocess.run(
-            [sys.executable, "-m", "ckpt_daemon", "--config", str(config), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=home,
-        )
+        done = ckpt_process(["--config", str(config), *args], timeout=120, env=env, cwd=home)
         assert done.returncode == 0, (args, done.stderr)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from sqlalchemy.engine import make_url
 from ckpt_daemon.catalog import db
 from ckpt_daemon.settings import locations
 from ckpt_daemon.settings.config import shown_url, sqlite_file
+from tests.support.forked_cli import ckpt_process
 
 SYSTEM_CONFIG = Path("/etc/ckpt/config.yaml")
 BUILT_IN = "<built-in default>"
@@ -49,14 +49,7 @@ class Place:
         return self.tmp / f"state-{name}" / "catalog.db"
 
     def ckpt(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "ckpt_daemon", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=self.cwd,
-            env={**self.env, **env},
-        )
+        return ckpt_process(args, timeout=300, cwd=self.cwd, env={**self.env, **env})
 
     def status(self, *args: str, **env: str) -> dict[str, object]:
         done = self.ckpt(*args, "status", "--json", **env)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,14 @@ import pytest
 from tests.support import Daemon, Workspace, service_workspace
 from tests.support import hostile_files as hf
 from tests.support import hostile_torch as ht
+from tests.support.forked_cli import ckpt_process
 
 TORCH_KINDS = {k: v for k, v in hf.KINDS.items() if k.startswith(("torch_", "safetensors_"))}
 HANG_SECONDS = 120
 
 
 def ckpt(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=HANG_SECONDS, cwd=ws.base, check=False
-    )
+    return ckpt_process(["--config", str(ws.config), *args], timeout=HANG_SECONDS, cwd=ws.base)
 
 
 def build(root: Path, outside: Path) -> dict[str, Path]:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import ZIP_FILES, ZIP_RUN, Workspace
+from tests.support.forked_cli import ckpt_process
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +28,7 @@ RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 def run(ws: Workspace, *args: str, code: int | None = 0) -> subprocess.CompletedProcess[str]:
     """`ckpt ARGS` with its output as it was written: `Workspace.run` decodes in text mode,
     which turns a raw CR into a newline and would hide it."""
-    cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
-    done = subprocess.run(cmd, capture_output=True, timeout=300, cwd=ws.base)
+    done = ckpt_process(["--config", str(ws.config), *args], timeout=300, cwd=ws.base, text=False)
     result = subprocess.CompletedProcess(
         args, done.returncode, _decode(done.stdout), _decode(done.stderr)
     )

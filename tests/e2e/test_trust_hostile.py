@@ -20,6 +20,7 @@ import pytest
 
 from tests.support import Daemon, Workspace, service_workspace
 from tests.support import hostile_files as hf
+from tests.support.forked_cli import ckpt_process
 
 H5_CKPT = "tfk/run_h5/weights.01-1.69.hdf5"
 HANG_SECONDS = 120  # far above what any of these reads needs; a hang is a failure, not a wait
@@ -30,6 +31,8 @@ def ckpt(
 ) -> subprocess.CompletedProcess[str]:
     cmd = [*prefix, sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
     try:
+        if not prefix:
+            return ckpt_process(cmd[3:], timeout=timeout, cwd=ws.base)
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, cwd=ws.base, check=False
         )

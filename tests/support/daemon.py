@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .forked_cli import ForkedProcess, ckpt_start
 from .workspace import Workspace
 
 # Every daemon started, so that a test that fails while one runs does not leave it running.
-_STARTED: list[subprocess.Popen[bytes]] = []
+_STARTED: list[subprocess.Popen[bytes] | ForkedProcess] = []
 
 
 def kill_started() -> None:
@@ -44,10 +45,16 @@ class Daemon:
         self.ws = ws
         self.log_path = ws.base / f"serve-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in wait()
-        cmd = [*wrap, sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "serve"]
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env={**os.environ, **(env or {})}
-        )
+        environment = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | ForkedProcess
+        if wrap:
+            cmd = [*wrap, sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "serve"]
+            self.proc = subprocess.Popen(
+                cmd, stdout=self._log, stderr=self._log, cwd=ws.base, env=environment
+            )
+        else:  # forked from the tests' pre-imported CLI (support/forked_cli.py)
+            args = ["--config", str(ws.config), "serve"]
+            self.proc = ckpt_start(args, output=self._log.fileno(), env=environment, cwd=ws.base)
         if not shared:
             _STARTED.append(self.proc)
 

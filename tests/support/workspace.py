@@ -6,9 +6,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from .forked_cli import ckpt_process
 
 TEMPLATES = [
     "e{epoch:02d}-vl{val_loss:.3f}.keras",
@@ -41,12 +42,10 @@ class Workspace:
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """`ckpt --config CONFIG ARGS` in the workspace's folder (or `cwd`)."""
-        cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(self.config), *args]
-        result = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
+        """`ckpt --config CONFIG ARGS` in the workspace's folder (or `cwd`), a process of its
+        own (forked from the tests' pre-imported CLI: support/forked_cli.py)."""
+        result = ckpt_process(
+            ["--config", str(self.config), *args],
             timeout=300,
             env={**os.environ, **(env or {})},
             cwd=cwd or self.base,
