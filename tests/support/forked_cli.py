@@ -56,7 +56,7 @@ def ckpt_process(
     environment (default: ours)."""
     environment = dict(os.environ if env is None else env)
     folder = str(cwd if cwd is not None else os.getcwd())
-    if FRESH:
+    if FRESH or _read_at_start(environment) != _zygote().read_at_start:
         return subprocess.run(
             [sys.executable, "-m", "ckpt_daemon", *args],
             capture_output=True,
@@ -86,7 +86,7 @@ def ckpt_start(
     send_signal, terminate and kill."""
     environment = dict(os.environ if env is None else env)
     folder = str(cwd if cwd is not None else os.getcwd())
-    if FRESH:
+    if FRESH or _read_at_start(environment) != _zygote().read_at_start:
         return subprocess.Popen(
             [sys.executable, "-m", "ckpt_daemon", *args],
             stdin=subprocess.DEVNULL,
@@ -96,6 +96,16 @@ def ckpt_start(
             cwd=folder,
         )
     return _zygote().start(list(args), environment, folder, output)
+
+
+def _read_at_start(env: Mapping[str, str]) -> dict[str, str]:
+    """What an interpreter reads of its environment once, as it starts (sys.path from
+    PYTHONPATH, the flags, the locale of its std streams): a command asked with other values
+    than the zygote started with runs in a fresh interpreter, as a test that shadows a module
+    through PYTHONPATH needs."""
+    return {
+        k: v for k, v in env.items() if k.startswith(("PYTHON", "LC_")) or k in ("LANG", "LANGUAGE")
+    }
 
 
 class ForkedProcess:
@@ -151,6 +161,7 @@ class _Zygote:
     def __init__(self) -> None:
         self._folder = tempfile.mkdtemp(prefix="ckpt-zygote-")
         self.address = os.path.join(self._folder, "socket")
+        self.read_at_start = _read_at_start(os.environ)
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _SERVER, self.address, str(REPO)],
