@@ -139,15 +139,20 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) 
         )
         textfile = base / "textfile" / "ckpt.prom"
         textfile.parent.mkdir()
-        daemon.wait_until(
-            lambda: (
-                ws.run("metrics", "--textfile", str(textfile)).returncode == 0
-                and value(parse(textfile.read_text()), "ckpt_worker_queue_length") == 0
-            ),
-            60,
-            "the heartbeat's queue empty",
-        )
-        text, samples = scrape(port)
+        scraped: list[tuple[str, Any]] = []
+
+        def settled() -> bool:
+            # The heartbeat's queue (the textfile) and the live one (a scrape) both empty at
+            # once: a periodic rescan may queue files again in between, on a busy machine.
+            if ws.run("metrics", "--textfile", str(textfile)).returncode != 0:
+                return False
+            if value(parse(textfile.read_text()), "ckpt_worker_queue_length") != 0:
+                return False
+            scraped[:] = [scrape(port)]
+            return value(scraped[0][1], "ckpt_worker_queue_length") == 0
+
+        daemon.wait_until(settled, 60, "the heartbeat's and the live queue empty")
+        text, samples = scraped[0]
     finally:  # stopped here: the suite kills every daemon still running after each test
         code = daemon.stop()
     assert code == 0, daemon.log
