@@ -7,8 +7,9 @@ head) and filled by bulk inserts: 10 and 100 runs of 1,000 checkpoints, 4 metric
 sparse file per row (cached in bench/out/catalog/, keyed by the schema head). Each page is asked
 N times in turn, round-robin, after one warm-up request each; two figures per page: `cached`
 (the view as it runs: a page already drawn at the catalog's present state is answered again)
-and `drawn` (the page cache off: every request reads the catalog and draws the page: what the
-first visitor after a change waits). Both are checked against the targets.
+and `drawn` (the page cache off, and before each request a real change to the catalog: a
+checkpoint of exp3 pinned or unpinned through the API, not timed: what the first visitor after
+a change waits, while run exp3 trains). Both are checked against the targets.
 
     python3 bench/web_pages.py [--quick] [--repeats N]
 """
@@ -19,12 +20,14 @@ import argparse
 import statistics
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import OUT, Check, report, table
 from catalog_scale import QUICK_RUNS, RUNS, build_catalog
 
 RETENTION = "retention: {keep_last: 20, keep_every: 50, keep_best: {metric: val_loss, n: 5}}\n"
+CHANGED_RUN = "exp3"  # the run the drawn pages' catalog changes are made in
 PAGES_10K = ("/", "/run?run=exp3", "/checkpoint?id=2500", "/disk", "/hosts", "/log")
 
 
@@ -40,8 +43,32 @@ def p95(values: list[float]) -> float:
     )
 
 
+def catalog_change(config: Path) -> Callable[[], None]:
+    """One real change before each drawn request (not timed): a checkpoint of exp3 pinned, then
+    unpinned, through the API on a catalog connection of its own, as another process acts. It
+    moves the audit log and exp3's revision: the run page of exp3 and the overview's summary of
+    exp3 are read again, as when a run trains (the other runs' summaries are the view's kept
+    ones)."""
+    from ckpt_daemon.api import catalog_of
+    from ckpt_daemon.settings import config as config_module
+
+    cat = catalog_of(config_module.load(str(config)))
+    target = cat.history(CHANGED_RUN).checkpoints[0].checkpoint.id
+    pinned = [cat.get(str(target)).pinned]
+
+    def change() -> None:
+        pinned[0] = not pinned[0]
+        cat.pin(target, pinned[0])
+
+    return change
+
+
 def measure(
-    config: Path, pages: tuple[str, ...], repeats: int, cache_seconds: float
+    config: Path,
+    pages: tuple[str, ...],
+    repeats: int,
+    cache_seconds: float,
+    change: Callable[[], None] | None = None,
 ) -> dict[str, list[float]]:
     from ckpt_daemon.api import catalog_of
     from ckpt_daemon.settings import config as config_module
@@ -59,6 +86,8 @@ def measure(
             urllib.request.urlopen(server.url.rstrip("/") + page, timeout=300).read()
         for _ in range(repeats):
             for page in pages:
+                if change is not None:
+                    change()
                 start = time.perf_counter()
                 with urllib.request.urlopen(server.url.rstrip("/") + page, timeout=300) as r:
                     r.read()
@@ -93,7 +122,9 @@ def main() -> int:
         ),
     ):
         cached = measure(config, pages, repeats, cache_seconds=10.0)
-        drawn = measure(config, pages, max(3, repeats // 4), cache_seconds=0.0)
+        drawn = measure(
+            config, pages, max(3, repeats // 4), cache_seconds=0.0, change=catalog_change(config)
+        )
         for page in pages:
             hit, miss = p95(cached[page]) * 1000, p95(drawn[page]) * 1000
             hit50 = statistics.median(cached[page]) * 1000

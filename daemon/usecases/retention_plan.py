@@ -201,6 +201,8 @@ def planner_item(
 
 def tier_blocked(config: Config, c: Checkpoint) -> str | None:
     """Why `c` cannot go to its root's object store now (None: it can; `usecases.tiering`)."""
+    if config.remote is None and not any(r.remote for r in config.roots):
+        return NO_REMOTE  # no object store at all: no path to resolve (1,000 per run page)
     root = config.root_for(Path(c.path))
     if root is None or config.remote_for(root) is None:
         return NO_REMOTE

@@ -125,7 +125,7 @@ class WebApp:
             return _json(200, pages.changes(self.catalog))
         page = self._page(name, params)
         if as_json:
-            return _json(200, page.doc)
+            return _json(200, page.json_doc())
         return self._html(200, page, name, params, state)
 
     def _page(self, name: str, params: Mapping[str, str]) -> pages.Page:

@@ -8,7 +8,7 @@ what exists (the server answers 400 with it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..core.query import default_mode
 from ..core.svg_curve import Curve, curve
 from ..core.usage import usage_json
 from ..core.views import run_json
+from .curve_markers import markers_svg
 
 Doc = dict[str, Any]
 Params = Mapping[str, str]
@@ -36,8 +37,14 @@ GUARD_ACTOR = "daemon:disk-guard"
 class Page:
     template: str
     title: str
-    doc: Doc  # the JSON endpoint's document
+    doc: Doc  # the JSON endpoint's document, or what the HTML shows of it (see `whole`)
     view: dict[str, Any] = field(default_factory=dict)  # what only the HTML needs
+    # The whole JSON document, when the HTML needs only `doc` of it: made for the JSON alone
+    # (a run page's rows of every checkpoint are not drawn: its table shows 100).
+    whole: Callable[[], Doc] | None = None
+
+    def json_doc(self) -> Doc:
+        return self.whole() if self.whole is not None else self.doc
 
 
 def overview(cat: Catalog, params: Params) -> Page:
@@ -102,23 +109,29 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
         {"marked": m, "decision": decided.get(m.checkpoint.id), "marks": marks[m.checkpoint.id]}
         for m in marked[-shown:]
     ]
-    doc = {
-        "history": history_json(history),
-        "prune_plan": plan,
-        "series": series_json(drawn) if drawn else None,
-        "marks": {str(i): v for i, v in marks.items()},
-        "table": {"rows": len(rows), "of": len(marked)},
-    }
+    table = {"rows": len(rows), "of": len(marked)}
+
+    def whole() -> Doc:  # the JSON's: every checkpoint's row, series and marks (not drawn)
+        return {
+            "history": history_json(history),
+            "prune_plan": plan,
+            "series": series_json(drawn) if drawn else None,
+            "marks": {str(i): v for i, v in marks.items()},
+            "table": table,
+        }
+
     chart: Curve | None = curve(drawn) if drawn else None
     view = {
         "run": run,
         "history": history,
         "rows": rows,
         "chart": chart,
+        "markers": markers_svg(chart, marks) if chart else "",
         "metric": metric,
         "more_rows": min(len(marked), 4 * shown) if len(marked) > shown else None,
     }
-    return Page("run.html", f"Run {run}", doc, view)
+    doc = {"prune_plan": plan, "table": table}  # what the HTML shows of the JSON
+    return Page("run.html", f"Run {run}", doc, view, whole)
 
 
 def _view_marks(cat: Catalog, marked: list[MarkedCheckpoint]) -> dict[int, dict[str, Any]]:
