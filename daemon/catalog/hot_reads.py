@@ -174,7 +174,10 @@ class HotReads:
         the runs whose revision did not move since the last call are not read again."""
         codec = self._codec
         with cyclic_gc_paused(), self._reading() as fetch:
-            return read_runs(fetch, codec.local if codec else str, self._json, self._runs_kept)
+            runs, self._runs_kept = read_runs(
+                fetch, codec.local if codec else str, self._json, self._runs_kept
+            )
+        return runs
 
     def count(self) -> int:
         """Checkpoints on disk (any status but missing, removed, trashed, purged)."""

@@ -29,24 +29,26 @@ def read_runs(
     local: Callable[[str], str],
     decode: Callable[[Any], Any],
     kept: Kept | None = None,
-) -> list[Run]:
-    """Every run, ordered by root and name; `local`: a stored path made local, `decode`: a JSON
-    column's value; `kept`: the summaries read before (updated in place), else none."""
-    kept = {} if kept is None else kept
+) -> tuple[list[Run], Kept]:
+    """Every run, ordered by root and name, and the summaries to keep for the next call (a new
+    mapping: `kept` is only read, so two threads never change one); `local`: a stored path made
+    local, `decode`: a JSON column's value; `kept`: the summaries read before, else none."""
+    kept = kept or {}
     listed = [(int(i), int(rev), decode(d) or {}) for i, rev, d in fetch(run_sql.RUN_REVISIONS)]
     stale = [i for i, rev, _d in listed if i not in kept or kept[i][0] != rev]
+    fresh: dict[int, Run] = {}
     if stale:
         # A few runs: their aggregates alone; many (or none kept yet): every run's at once.
         few = stale if len(stale) <= IN_CHUNK and len(stale) < len(listed) else None
         fresh = _summaries(fetch, few, local)
-        revisions = {i: rev for i, rev, _d in listed}
-        for run_id in stale:
-            if run_id in fresh:  # else: a run inserted after its aggregates were read
-                kept[run_id] = (revisions[run_id], fresh[run_id])
-    present = {i for i, _rev, _d in listed}
-    for gone in [i for i in kept if i not in present]:
-        del kept[gone]
-    return [_with_details(kept[i][1], details) for i, _rev, details in listed if i in kept]
+    now: Kept = {}
+    for run_id, revision, _d in listed:
+        if run_id in fresh:
+            now[run_id] = (revision, fresh[run_id])
+        elif run_id in kept and kept[run_id][0] == revision:
+            now[run_id] = kept[run_id]
+    runs = [_with_details(now[i][1], details) for i, _rev, details in listed if i in now]
+    return runs, now
 
 
 def _with_details(r: Run, derived: dict[str, Any]) -> Run:

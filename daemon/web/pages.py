@@ -93,7 +93,7 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
     if metric and metric not in dict(history.metrics):
         history = cat.history(run, [metric, *[m for m, _ in history.metrics if m != metric]])
     try:
-        plan = cat.plan_prune([run]).as_dict()
+        plan = cat.plan_prune([run], history=history).as_dict()  # its rows not read again
     except UsageError as exc:  # no retention configured: nothing would be pruned, and why
         plan = {"dry_run": True, "runs": [], "skipped": [], "failures": [], "none": str(exc)}
     decided = {
