@@ -4,7 +4,8 @@ overview on 100,000 (< 300 ms), over real HTTP to the view's own server (`web.se
 
 The catalogs are bench/catalog_scale.py's, built through the Store (Alembic migrations to
 head) and filled by bulk inserts: 10 and 100 runs of 1,000 checkpoints, 4 metrics each, a
-sparse file per row (cached in bench/out/catalog/, keyed by the schema head). Each page is asked
+sparse file per row (cached in bench/out/catalog/, keyed by the schema head), copied with an
+`indexed` audit event per checkpoint (`-web.db`). Each page is asked
 N times in turn, round-robin, after one warm-up request each; two figures per page: `cached`
 (the view as it runs: a page already drawn at the catalog's present state is answered again)
 and `drawn` (the page cache off, and before each request a real change to the catalog: a
@@ -19,6 +20,8 @@ summary, which it then keeps): shown, not checked.
 from __future__ import annotations
 
 import argparse
+import re
+import sqlite3
 import statistics
 import time
 import urllib.request
@@ -34,8 +37,28 @@ PAGES_10K = ("/", "/run?run=exp3", "/checkpoint?id=2500", "/disk", "/hosts", "/l
 
 
 def config_with_retention(config: Path) -> Path:
+    """bench/catalog_scale.py's catalog, copied once with an audit log of one `indexed` event
+    per checkpoint (as a catalog the daemon filled has: catalog_scale's has none, and the log
+    page and the disk guard's events read the log), and a retention policy."""
+    text = config.read_text()
+    found = re.search(r"database: sqlite:///(\S+)", text)
+    assert found is not None, text
+    source = Path(found[1])
+    copy = source.with_name(source.stem + "-web.db")
+    done = copy.with_suffix(".ok")
+    if not (done.exists() and copy.exists()):
+        for stale in copy.parent.glob(copy.name + "*"):
+            stale.unlink()
+        with sqlite3.connect(source) as reading, sqlite3.connect(copy) as writing:
+            reading.backup(writing)
+            writing.execute(
+                "INSERT INTO events (at, action, state, checkpoint_id, path, bytes, actor)"
+                " SELECT first_seen_at, 'indexed', 'done', id, path, size_bytes,"
+                " 'daemon:indexer' FROM checkpoints ORDER BY id"
+            )
+        done.touch()
     out = config.with_name(config.stem + "-web.yaml")
-    out.write_text(config.read_text() + RETENTION)
+    out.write_text(text.replace(str(source), str(copy)) + RETENTION)
     return out
 
 
@@ -134,7 +157,7 @@ def main() -> int:
         drawn = measure(
             config,
             pages,
-            max(3, repeats // 4),
+            repeats,  # as many as cached: a drawn page costs tens of milliseconds now
             cache_seconds=0.0,
             change=catalog_change(config),
             first=started,

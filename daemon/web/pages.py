@@ -31,6 +31,7 @@ TRASH_ROWS = 200  # the disk page's trash table: its newest
 # Marks only the view shows (`core.history.MARKS` are the CLI's too), with their glyphs.
 VIEW_GLYPHS = {"demoted": "▣", "remote": "☁"}
 GUARD_ACTOR = "daemon:disk-guard"
+GUARD_EVENTS = 50  # the disk page's: the guard's newest acts
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def disk_page(cat: Catalog, params: Params | None = None) -> Page:
 
     shown = _int((params or {}).get("trash"), "trash", TRASH_ROWS, MAX_TABLE_ROWS)
     health = cat.status()
-    guard = [e for e in cat.log(limit=MAX_LOG_LIMIT) if e["actor"] == GUARD_ACTOR][-50:]
+    guard = cat.log(limit=GUARD_EVENTS, actor=GUARD_ACTOR)  # its own, in SQL: not every event
     trash = cat.trash()
     doc = {
         "du": usage_json(cat.du()),
@@ -198,12 +199,8 @@ def hosts_page(cat: Catalog) -> Page:
 def log_page(cat: Catalog, params: Params) -> Page:
     """The audit log (`ckpt log --json`), newest last, filtered by run, action, state, actor."""
     limit = _int(params.get("limit"), "limit", LOG_LIMIT, MAX_LOG_LIMIT)
-    events = cat.log(params.get("run") or None, MAX_LOG_LIMIT)
-    for key in ("action", "state", "actor"):
-        wanted = params.get(key)
-        if wanted:
-            events = [e for e in events if e[key] == wanted]
-    events = events[-limit:]
+    wanted = {k: params.get(k) or None for k in ("action", "state", "actor")}
+    events = cat.log(params.get("run") or None, limit, **wanted)  # filtered in SQL
     filters = {k: params.get(k, "") for k in ("run", "action", "state", "actor")}
     return Page("log.html", "Audit log", {"events": events, "filters": filters, "limit": limit})
 

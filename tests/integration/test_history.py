@@ -121,6 +121,22 @@ def test_a_plan_given_the_runs_history_is_the_plan_that_lists_it(looked: Looked)
         assert looked.cat.plan_prune([run], policy, history=history).as_dict() == listed
 
 
+def test_the_audit_log_filtered_in_sql_is_the_log_filtered(looked: Looked) -> None:
+    """`log(action=, state=, actor=)` (the web view's log and disk pages) answers what filtering
+    the whole log would, newest `limit` last."""
+    every = looked.cat.log()
+    assert {e["action"] for e in every} >= {"indexed", "trash", "pin"}
+    for key in ("action", "state", "actor"):
+        for value in {e[key] for e in every}:
+            wanted = [e for e in every if e[key] == value]
+            assert looked.cat.log(**{key: value}) == wanted
+            assert (
+                looked.cat.log(RUN, 2, **{key: value})
+                == [e for e in wanted if e["run"] == RUN][-2:]
+            )
+    assert looked.cat.log(actor="nobody") == []
+
+
 def test_a_run_is_one_run_and_must_exist(looked: Looked) -> None:
     with pytest.raises(UsageError, match=r"covers 2 runs: best_gaps .*, best_last"):
         looked.cat.history(".")
