@@ -16,6 +16,7 @@ from .reads import CatalogReads
 
 if TYPE_CHECKING:
     from ..core.card import Facts
+    from ..core.history import History
     from ..core.retention import Policy
     from ..transforms.compress import CompressResult
     from ..transforms.export_json_h5 import ExportResult
@@ -29,11 +30,24 @@ class CatalogActs(CatalogReads):
     """The reads and what a script does to checkpoints; the audit names `actor` (default: the
     user and host, as the CLI's)."""
 
-    def plan_prune(self, runs: Sequence[str] = (), policy: Policy | None = None) -> PruneReport:
-        """What `prune` would do, with every decision's reasons; changes nothing."""
+    def plan_prune(
+        self,
+        runs: Sequence[str] = (),
+        policy: Policy | None = None,
+        *,
+        history: History | None = None,
+    ) -> PruneReport:
+        """What `prune` would do, with every decision's reasons; changes nothing. `history`: the
+        `history()` of a run planned, whose rows are then not read again (the web view's run
+        page shows both)."""
         from ..usecases import pruner
 
-        return pruner.plan_runs(self.config, self._store, list(runs) or None, policy)
+        listed = (
+            {(history.root, history.run): [m.checkpoint for m in history.checkpoints]}
+            if history is not None
+            else None
+        )
+        return pruner.plan_runs(self.config, self._store, list(runs) or None, policy, listed=listed)
 
     def prune(
         self,

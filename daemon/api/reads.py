@@ -285,12 +285,20 @@ class CatalogReads:
         return found
 
     def log(
-        self, run: str | None = None, limit: int | None = None
+        self,
+        run: str | None = None,
+        limit: int | None = None,
+        *,
+        action: str | None = None,
+        state: str | None = None,
+        actor: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
-        """The audit events, oldest first (the newest `limit` of them)."""
+        """The audit events, oldest first (the newest `limit` of them); `action`, `state`,
+        `actor`: only the events with that value."""
         from ..core.views import event_json
 
-        return [event_json(e) for e in self._store.audit_log(run, limit)]
+        found = self._store.audit_log(run, limit, action=action, state=state, actor=actor)
+        return [event_json(e) for e in found]
 
     def status(self) -> dict[str, Any]:
         """The daemon's health from its last heartbeat, in the `status --json` shape."""

@@ -3,9 +3,10 @@ back), verified.
 
 Every table is copied parents first, ids kept (events, metrics and artifacts name checkpoints
 by id), in one transaction on the target; PostgreSQL's id sequences are then moved past the
-copied ids, so the next insert does not collide. The copy is verified by each table's row count
-and a checksum of its rows (ordered by primary key, each value in one canonical form whatever
-the backend returns), computed on both sides after the commit. A target with any row in any
+copied ids, so the next insert does not collide; each run's revision (which the triggers moved
+while its checkpoints landed) is set back to the source's. The copy is verified by each table's
+row count and a checksum of its rows (ordered by primary key, each value in one canonical form
+whatever the backend returns), computed on both sides after the commit. A target with any row in any
 table is refused (exit 2): a copy never merges two catalogs.
 """
 
@@ -17,14 +18,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, Table, func, insert, select, text
+from sqlalchemy import Engine, Table, bindparam, func, insert, select, text, update
 
 from ..core.errors import CkptError, UsageError
 from ..core.units import counted
 from . import db
-from .schema import Base
+from .schema import RUNS, Base
 
 BATCH = 2000  # rows per INSERT: bounded memory for a catalog of a million checkpoints
+_SET_REVISION = (
+    update(RUNS).where(RUNS.c.id == bindparam("key")).values(revision=bindparam("revision"))
+)
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,16 @@ def copy_catalog(source_url: str, target_url: str) -> list[TableCopy]:
             source.connect().execution_options(**db.READONLY, **snapshot) as reading,
             target.begin() as writing,
         ):
+            revisions: list[dict[str, Any]] = []
             for table in _tables():
                 for rows in _batches(reading, table):
                     writing.execute(insert(table), rows)
+                    if table is RUNS:
+                        revisions += [{"key": r["id"], "revision": r["revision"]} for r in rows]
+            # The triggers moved each run's revision as its checkpoints and metrics landed: the
+            # source's values again, so that the copy is the source.
+            for start in range(0, len(revisions), BATCH):
+                writing.execute(_SET_REVISION, revisions[start : start + BATCH])
             if writing.dialect.name == "postgresql":
                 _reset_sequences(writing)
         copied = summarize(source)

@@ -23,7 +23,7 @@ from ..core.root_names import PathCodec
 from . import pick, read_sql
 from .read_sql import Dialect, Statement
 from .rows import cyclic_gc_paused, newest_per_node, to_checkpoint
-from .run_summaries import read_runs
+from .run_summaries import Kept, read_runs
 
 # Listings of more rows than these may read every metric value / count every kept version at
 # once rather than by IN lists of their ids / paths.
@@ -46,6 +46,7 @@ class HotReads:
         self._snapshot = snapshot
         self._dialect = dialect
         self._codec = codec if codec else None
+        self._runs_kept: Kept = {}  # every run's summary, read again once its revision moves
 
     @contextmanager
     def _reading(self) -> Iterator[Fetch]:
@@ -169,10 +170,14 @@ class HotReads:
         return pick.first_unchanged(page, details_of, resumable=resumable)
 
     def runs(self) -> builtins.list[Run]:
-        """Every run's summary (`run_summaries`): aggregates, no row per checkpoint."""
+        """Every run's summary (`run_summaries`): aggregates, no row per checkpoint; those of
+        the runs whose revision did not move since the last call are not read again."""
         codec = self._codec
         with cyclic_gc_paused(), self._reading() as fetch:
-            return read_runs(fetch, codec.local if codec else str, self._json)
+            runs, self._runs_kept = read_runs(
+                fetch, codec.local if codec else str, self._json, self._runs_kept
+            )
+        return runs
 
     def count(self) -> int:
         """Checkpoints on disk (any status but missing, removed, trashed, purged)."""

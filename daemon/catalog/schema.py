@@ -102,6 +102,9 @@ class RunRow(Base):
     # What was derived for the run as a whole (usecases.derivation): naming schemes and their
     # evidence, steps per epoch, the signature of the metrics logs read.
     details: Mapped[dict[str, Any] | None] = mapped_column(CatalogJSON)
+    # Moved by the database's triggers on every change to the run's checkpoints or metrics
+    # (migration 0009): a reader keeping a run's summary reads it again once this moves.
+    revision: Mapped[int] = mapped_column(Integer, server_default=text("0"))
 
 
 # A trash record lives until restore or purge, whatever appears at its old path meanwhile: only

@@ -333,8 +333,17 @@ class Actions:
             for r in rows
         ]
 
-    def audit_log(self, run: str | None = None, limit: int | None = None) -> list[AuditEvent]:
-        """The audit events, oldest first (the newest `limit` of them)."""
+    def audit_log(
+        self,
+        run: str | None = None,
+        limit: int | None = None,
+        *,
+        action: str | None = None,
+        state: str | None = None,
+        actor: str | None = None,
+    ) -> list[AuditEvent]:
+        """The audit events, oldest first (the newest `limit` of them); `action`, `state`,
+        `actor`: only those (compared in SQL: no other event is read)."""
         stmt = (
             select(events, runs.c.name.label("run"))
             .join(checkpoints, checkpoints.c.id == events.c.checkpoint_id, isouter=True)
@@ -343,6 +352,9 @@ class Actions:
         )
         if run is not None:
             stmt = stmt.where(in_run(run))  # the run and the runs below it
+        for column, wanted in (("action", action), ("state", state), ("actor", actor)):
+            if wanted is not None:
+                stmt = stmt.where(events.c[column] == wanted)
         if limit is not None:
             stmt = stmt.limit(limit)
         with self._engine.connect().execution_options(**db.READONLY) as conn:

@@ -2,7 +2,8 @@
 
 The same series `ckpt plot` draws (`core.history.series`): the line over every epoch with a
 finite value, one marker per checkpoint at its epoch's value, shaped by its first mark. This
-module only scales them into a box; the template writes the elements (every text escaped)."""
+module only scales them into a box; the view writes the elements (every text escaped: the
+template, and `web.curve_markers` for the markers)."""
 
 from __future__ import annotations
 

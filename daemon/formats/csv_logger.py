@@ -25,18 +25,21 @@ _VERSION = re.compile(r"^version_(\d+)$")
 
 
 def metrics_files(
-    folder: Path, entries: Listing, lister: Callable[[Path], tuple[Listing, bool]]
+    folder: Path,
+    entries: Listing,
+    lister: Callable[[Path], tuple[Listing, bool]],
+    subfolders: Callable[[Path], list[str]],
 ) -> list[tuple[Path, object]]:
     """(path, lstat) of each CSVLogger `metrics.csv` in `folder`'s `version_N/` folders, or one
-    folder below (`lightning_logs/version_N/`, `logs/version_N/`), newest version first."""
+    folder below (`lightning_logs/version_N/`, `logs/version_N/`), newest version first.
+    `subfolders`: the names of a folder's folders (a child is only looked into for
+    `version_N/`: its files are not statted, a sibling run of 1,000 checkpoints costs a listing)."""
     found: list[tuple[int, Path, object]] = []
     children = sorted(n for n, i in entries.items() if i is None)[:MAX_CHILD_FOLDERS]
     for child in [None, *children]:
         base = folder if child is None else folder / child
-        listing = entries if child is None else lister(base)[0]
-        versions = [
-            (int(m[1]), n) for n in listing if listing[n] is None and (m := _VERSION.match(n))
-        ]
+        names = [n for n, i in entries.items() if i is None] if child is None else subfolders(base)
+        versions = [(int(m[1]), n) for n in names if (m := _VERSION.match(n))]
         if child is not None and not versions:
             continue
         for number, name in sorted(versions, reverse=True)[:MAX_VERSIONS]:

@@ -112,8 +112,9 @@ def _csv_logger(
     taken: set[str],
 ) -> list[Candidate]:
     lister = functools.partial(_entries, root=root, notes=notes)
+    subfolders = functools.partial(_subfolders, root=root, notes=notes)
     out = []
-    for path, info in csv_logger.metrics_files(folder, entries, lister):
+    for path, info in csv_logger.metrics_files(folder, entries, lister, subfolders):
         top = path.relative_to(folder).parts[0]
         whose = True if keep is None else keep(top)
         if whose is False or label(path, root) in taken:
@@ -234,6 +235,23 @@ def _entries(folder: Path, root: Path, notes: list[str]) -> tuple[Listing, bool]
     except OSError as exc:
         notes.append(f"{label(folder, root)}: cannot list ({exc.strerror or exc})")
     return out, checkpoints
+
+
+def _subfolders(folder: Path, root: Path, notes: list[str]) -> list[str]:
+    """The names of `folder`'s real folders (not symlinks), from the listing alone (no stat):
+    the entries `_entries` maps to None, with its cap and its notes."""
+    out: list[str] = []
+    try:
+        with os.scandir(folder) as listing:
+            for count, entry in enumerate(listing):
+                if count >= MAX_ENTRIES_PER_FOLDER:
+                    notes.append(f"{label(folder, root)}: over {count} entries, the rest unread")
+                    break
+                if entry.is_dir(follow_symlinks=False):
+                    out.append(entry.name)
+    except OSError as exc:
+        notes.append(f"{label(folder, root)}: cannot list ({exc.strerror or exc})")
+    return out
 
 
 def _configured(

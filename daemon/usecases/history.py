@@ -22,8 +22,9 @@ from ..core.history import (
 from ..core.model import Checkpoint
 from ..core.query import ListQuery
 from ..core.usage import RootUsage, summarize
+from ..formats.run_logs import read_run_logs
 from ..settings.config import Config
-from .derivation import RunRef, covered_logs, run_logs
+from .derivation import covered_logs
 
 
 def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] = ()) -> History:
@@ -79,7 +80,10 @@ def _logged(
     folder = configured.path if run == "." else configured.path / run
     others = [Path(r) / name for _, r, name in store.run_keys() if r == root and name != run]
     try:
-        logs = covered_logs(run_logs(RunRef(configured, folder, run), others).logs, epochs)
+        # read alone, without `run_logs`'s stat signature (what a scan compares, not a page)
+        logs = covered_logs(
+            read_run_logs(folder, configured.path, configured.metrics_files, others), epochs
+        )
     except ValueError as exc:  # the run's folder is not beneath its root any more
         return {}, [f"logs not read: {exc}"]
     by_epoch = {epoch: logs.values_at(epoch) for epoch in logs.by_epoch}

@@ -9,6 +9,7 @@ versions protect, a checkpoint as a planner item (demotable or not).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,10 +106,12 @@ def plan_runs(
     runs: list[str] | None = None,
     override: retention.Policy | None = None,
     now: float | None = None,
+    listed: Mapping[tuple[str, str], Sequence[Checkpoint]] | None = None,
 ) -> PruneReport:
     """`runs`: these runs and the runs below each (`exp` covers `exp/checkpoints`, as `ckpt best
     --run exp` does), each planned on its own, with its own policy; none: every run. `now`:
-    what `tier_after` counts back from (default: the clock)."""
+    what `tier_after` counts back from (default: the clock). `listed`: rows already read, by
+    (root, run): a superset of each such run's own rows (a run's history), not listed again."""
     report = PruneReport(dry_run=True)
     now = time.time() if now is None else now
     scopes = [run_scope(r) for r in runs or ()]
@@ -116,7 +119,8 @@ def plan_runs(
         if scopes and not any(scope.covers(name) for scope in scopes):
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
-        found = run_checkpoints(store, root, name)
+        known = listed.get((root, name)) if listed else None
+        found = run_checkpoints(store, root, name) if known is None else own_rows(known, name)
         previous = {**trainer_best(store, found), **protected_generations(config, found)}
         if policy is None:
             # Kept versions have a policy of their own, so their cost stays bounded.
@@ -146,7 +150,12 @@ def plan_runs(
 
 def run_checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
     """The checkpoints of run `run` itself (a listing's `run` covers the runs below it too)."""
-    found = store.list(ListQuery(run=run, root=root))
+    return own_rows(store.list(ListQuery(run=run, root=root)), run)
+
+
+def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
+    """Of `found` (rows of one root), those of run `run` itself that the planner weighs (the
+    plan orders them by age: the listing's order does not matter)."""
     return [c for c in found if c.run == run and c.status not in _GONE]
 
 
@@ -201,6 +210,8 @@ def planner_item(
 
 def tier_blocked(config: Config, c: Checkpoint) -> str | None:
     """Why `c` cannot go to its root's object store now (None: it can; `usecases.tiering`)."""
+    if config.remote is None and not any(r.remote for r in config.roots):
+        return NO_REMOTE  # no object store at all: no path to resolve (1,000 per run page)
     root = config.root_for(Path(c.path))
     if root is None or config.remote_for(root) is None:
         return NO_REMOTE

@@ -80,6 +80,13 @@ class WebApp:
             self._catalog.close()
             self._catalog = None
 
+    def warm(self) -> None:
+        """Draw the overview once before the first request: every run's summary is read then
+        (100,000 checkpoints: about a second) and kept, so the first visitor does not wait for
+        it; later pages read again only the runs that changed. A failure is the page's: logged,
+        and the first request meets it again."""
+        self.respond("/", {})
+
     def respond(self, path: str, params: Mapping[str, str]) -> Response:
         """The page at `path`; a page already drawn at the catalog's present state (the same
         newest audit event and checkpoint count) is answered again without reading it."""
@@ -125,7 +132,7 @@ class WebApp:
             return _json(200, pages.changes(self.catalog))
         page = self._page(name, params)
         if as_json:
-            return _json(200, page.doc)
+            return _json(200, page.json_doc())
         return self._html(200, page, name, params, state)
 
     def _page(self, name: str, params: Mapping[str, str]) -> pages.Page:

@@ -8,7 +8,7 @@ what exists (the server answers 400 with it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..core.query import default_mode
 from ..core.svg_curve import Curve, curve
 from ..core.usage import usage_json
 from ..core.views import run_json
+from .curve_markers import markers_svg
 
 Doc = dict[str, Any]
 Params = Mapping[str, str]
@@ -30,14 +31,21 @@ TRASH_ROWS = 200  # the disk page's trash table: its newest
 # Marks only the view shows (`core.history.MARKS` are the CLI's too), with their glyphs.
 VIEW_GLYPHS = {"demoted": "▣", "remote": "☁"}
 GUARD_ACTOR = "daemon:disk-guard"
+GUARD_EVENTS = 50  # the disk page's: the guard's newest acts
 
 
 @dataclass(frozen=True)
 class Page:
     template: str
     title: str
-    doc: Doc  # the JSON endpoint's document
+    doc: Doc  # the JSON endpoint's document, or what the HTML shows of it (see `whole`)
     view: dict[str, Any] = field(default_factory=dict)  # what only the HTML needs
+    # The whole JSON document, when the HTML needs only `doc` of it: made for the JSON alone
+    # (a run page's rows of every checkpoint are not drawn: its table shows 100).
+    whole: Callable[[], Doc] | None = None
+
+    def json_doc(self) -> Doc:
+        return self.whole() if self.whole is not None else self.doc
 
 
 def overview(cat: Catalog, params: Params) -> Page:
@@ -86,7 +94,7 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
     if metric and metric not in dict(history.metrics):
         history = cat.history(run, [metric, *[m for m, _ in history.metrics if m != metric]])
     try:
-        plan = cat.plan_prune([run]).as_dict()
+        plan = cat.plan_prune([run], history=history).as_dict()  # its rows not read again
     except UsageError as exc:  # no retention configured: nothing would be pruned, and why
         plan = {"dry_run": True, "runs": [], "skipped": [], "failures": [], "none": str(exc)}
     decided = {
@@ -102,23 +110,29 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
         {"marked": m, "decision": decided.get(m.checkpoint.id), "marks": marks[m.checkpoint.id]}
         for m in marked[-shown:]
     ]
-    doc = {
-        "history": history_json(history),
-        "prune_plan": plan,
-        "series": series_json(drawn) if drawn else None,
-        "marks": {str(i): v for i, v in marks.items()},
-        "table": {"rows": len(rows), "of": len(marked)},
-    }
+    table = {"rows": len(rows), "of": len(marked)}
+
+    def whole() -> Doc:  # the JSON's: every checkpoint's row, series and marks (not drawn)
+        return {
+            "history": history_json(history),
+            "prune_plan": plan,
+            "series": series_json(drawn) if drawn else None,
+            "marks": {str(i): v for i, v in marks.items()},
+            "table": table,
+        }
+
     chart: Curve | None = curve(drawn) if drawn else None
     view = {
         "run": run,
         "history": history,
         "rows": rows,
         "chart": chart,
+        "markers": markers_svg(chart, marks) if chart else "",
         "metric": metric,
         "more_rows": min(len(marked), 4 * shown) if len(marked) > shown else None,
     }
-    return Page("run.html", f"Run {run}", doc, view)
+    doc = {"prune_plan": plan, "table": table}  # what the HTML shows of the JSON
+    return Page("run.html", f"Run {run}", doc, view, whole)
 
 
 def _view_marks(cat: Catalog, marked: list[MarkedCheckpoint]) -> dict[int, dict[str, Any]]:
@@ -159,7 +173,7 @@ def disk_page(cat: Catalog, params: Params | None = None) -> Page:
 
     shown = _int((params or {}).get("trash"), "trash", TRASH_ROWS, MAX_TABLE_ROWS)
     health = cat.status()
-    guard = [e for e in cat.log(limit=MAX_LOG_LIMIT) if e["actor"] == GUARD_ACTOR][-50:]
+    guard = cat.log(limit=GUARD_EVENTS, actor=GUARD_ACTOR)  # its own, in SQL: not every event
     trash = cat.trash()
     doc = {
         "du": usage_json(cat.du()),
@@ -185,12 +199,8 @@ def hosts_page(cat: Catalog) -> Page:
 def log_page(cat: Catalog, params: Params) -> Page:
     """The audit log (`ckpt log --json`), newest last, filtered by run, action, state, actor."""
     limit = _int(params.get("limit"), "limit", LOG_LIMIT, MAX_LOG_LIMIT)
-    events = cat.log(params.get("run") or None, MAX_LOG_LIMIT)
-    for key in ("action", "state", "actor"):
-        wanted = params.get(key)
-        if wanted:
-            events = [e for e in events if e[key] == wanted]
-    events = events[-limit:]
+    wanted = {k: params.get(k) or None for k in ("action", "state", "actor")}
+    events = cat.log(params.get("run") or None, limit, **wanted)  # filtered in SQL
     filters = {k: params.get(k, "") for k in ("run", "action", "state", "actor")}
     return Page("log.html", "Audit log", {"events": events, "filters": filters, "limit": limit})
 

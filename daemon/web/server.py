@@ -64,6 +64,7 @@ class WebServer:
         with contextlib.suppress(OSError):  # not allowed here: at the daemon's priority
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
         try:
+            self.app.warm()
             self._httpd.serve_forever(poll_interval=0.5)
         finally:
             self.app.close()

@@ -24,7 +24,7 @@ from ckpt_daemon.api import Catalog, open_catalog
 from ckpt_daemon.cli import plot_png
 from ckpt_daemon.core.errors import NotFound, UsageError
 from ckpt_daemon.core.history import History, Series, series
-from ckpt_daemon.core.retention import Policy
+from ckpt_daemon.core.retention import KeepBest, Policy
 from ckpt_daemon.core.usage import usage_json
 from tests.support.training_runs import load_truth
 
@@ -107,6 +107,34 @@ def test_every_epoch_has_its_logged_values_and_every_checkpoint_its_marks(looked
         (9, p[9]): ("best", "kept"),
     }
     assert not [r for r in h.rows if r.epoch in (3, 6, 7) and r.checkpoints]
+
+
+def test_a_plan_given_the_runs_history_is_the_plan_that_lists_it(looked: Looked) -> None:
+    """The web view's run page plans with the rows its history read (`plan_prune(history=)`):
+    the same decisions as `ckpt prune --dry-run`, with a version kept in `.ckpt-versions`, a
+    pinned, trashed, missing and split checkpoint among them."""
+    policy = Policy(keep_last=2, keep_best=(KeepBest("val_loss", 1),))
+    for run in (RUN, OTHER):
+        history = looked.cat.history(run)
+        listed = looked.cat.plan_prune([run], policy).as_dict()
+        assert listed["runs"] and listed["runs"][0]["decisions"]
+        assert looked.cat.plan_prune([run], policy, history=history).as_dict() == listed
+
+
+def test_the_audit_log_filtered_in_sql_is_the_log_filtered(looked: Looked) -> None:
+    """`log(action=, state=, actor=)` (the web view's log and disk pages) answers what filtering
+    the whole log would, newest `limit` last."""
+    every = looked.cat.log()
+    assert {e["action"] for e in every} >= {"indexed", "trash", "pin"}
+    for key in ("action", "state", "actor"):
+        for value in {e[key] for e in every}:
+            wanted = [e for e in every if e[key] == value]
+            assert looked.cat.log(**{key: value}) == wanted
+            assert (
+                looked.cat.log(RUN, 2, **{key: value})
+                == [e for e in wanted if e["run"] == RUN][-2:]
+            )
+    assert looked.cat.log(actor="nobody") == []
 
 
 def test_a_run_is_one_run_and_must_exist(looked: Looked) -> None:
