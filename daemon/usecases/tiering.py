@@ -171,7 +171,9 @@ def tier_one(
             return tier_one(config, store, c, reason=reason, actor=actor, lease=held, item=item)
     remote, key = key_of(config, c)
     root, members = guards.located(config, store, c)
-    guards.recheck(store, c, root, members)
+    # The stat here; the bytes are hashed by the upload as it reads them (one pass), and an
+    # upload whose bytes are not the catalog's is aborted before it completes.
+    guards.recheck(store, c, root, members, rehash=False)
     url = remote.object_url(key)
     objects = object_store(remote)
     with store.audited(
@@ -193,7 +195,7 @@ def tier_one(
             url=url,
             endpoint=remote.endpoint_url,
             size_bytes=sent.size,
-            checksum=f"sha256:{sent.sha256}",
+            checksum=sent.checksum,
             content_hash=sent.content_hash,
             uploaded_at=started,
         )
@@ -217,10 +219,10 @@ def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint) -> None
     problems = []
     if found.size != c.size_bytes:
         problems.append(f"size {found.size}, indexed {c.size_bytes}")
-    if found.sha256 is None:
-        problems.append("the service reports no SHA-256 checksum")
-    elif found.sha256 != sent.sha256:
-        problems.append(f"sha256 {found.sha256}, sent {sent.sha256}")
+    if found.checksum is None:
+        problems.append("the service reports no checksum")
+    elif found.checksum != sent.checksum:
+        problems.append(f"service checksum {found.checksum}, sent {sent.checksum}")
     if found.content_hash != c.hash:
         problems.append(f"metadata hash {found.content_hash}, catalog {c.hash}")
     if problems:
