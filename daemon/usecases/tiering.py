@@ -1,8 +1,9 @@
 """The remote tier: `ckpt tier` (and retention's `tier_after`) moves a checkpoint's bytes to the
 object store and only then frees the local disk.
 
-One tier act, under the run's lease: the file re-checked against the catalog (stat and hash),
-streamed up (`remote.s3`: multipart, bounded memory, resumed after a crash), the remote copy
+One tier act, under the run's lease: the file re-checked against the catalog (its stat), streamed
+up (`remote.s3`: multipart, bounded memory, resumed after a crash; the bytes hashed as they are
+read, and the upload aborted before it completes unless they are the catalog's), the remote copy
 verified by reading it back (size, the SHA-256 checksum the service computed from the parts it
 received, our BLAKE3 in its metadata), recorded in the catalog, and only then the local copy
 re-checked once more and moved to the local trash (claimed like a prune's move: a pin committed
