@@ -29,7 +29,7 @@ def part_size_for(size: int, smallest: int) -> int:
 def threads_for(part_size: int, threads: int, smallest: int) -> int:
     """Parts in flight for parts of `part_size`: `threads` at the smallest size, fewer (two at
     least) as parts grow, so the buffers stay within `threads` x `smallest` where they can."""
-    return max(2, min(threads, threads * smallest // part_size))
+    return max(min(2, threads), min(threads, threads * smallest // part_size))
 
 
 def part_digest(data: bytes | bytearray) -> bytes:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import RemoteFailed, UsageError
+from ..core.errors import Refused, RemoteFailed, UsageError
 from ..fs import beneath
 from ..fs.hashing import StreamHash
 from ..settings.remote import Remote
@@ -222,7 +222,7 @@ class ObjectStore:
         """Send the file at `path` (beneath `root`, no symlink followed) as `key`, or keep the
         identical object already there. `content_hash` (the catalog's) goes into the metadata;
         the parts are read once, in order, and hashed as they are read: the bytes sent must hash
-        to it (RemoteFailed otherwise, nothing completed)."""
+        to it (Refused otherwise, nothing completed: the store is not at fault)."""
         fd = beneath.open_regular(path, root)
         try:
             size = os.fstat(fd).st_size
@@ -242,10 +242,11 @@ class ObjectStore:
             digests: list[bytes] = [b""] * count
             etags: list[str] = [""] * count
             resumed = [0]
-            # One buffer per thread, reused part after part: memory is threads x part size.
+            # One buffer per thread, reused part after part: memory is threads x part size (a
+            # file of one part: its size).
             free: queue.Queue[bytearray] = queue.Queue()
             for _ in range(min(threads, count)):
-                free.put(bytearray(part_size))
+                free.put(bytearray(min(part_size, size)))
             failed = threading.Event()
 
             def send(number: int, data: bytearray) -> None:
@@ -279,10 +280,10 @@ class ObjectStore:
                 for future in futures:
                     future.result()
             if sent.value() != content_hash or os.fstat(fd).st_size != size or not all(etags):
-                self.abort(key, upload_id)
-                raise RemoteFailed(
-                    f"upload {key}: the bytes read are not the ones indexed"
-                    " (the file changed before or while it was sent): aborted"
+                self.abort(key, upload_id)  # the local file's doing, not the store's: Refused
+                raise Refused(
+                    f"{path}: the bytes read are not the ones indexed (the file changed before"
+                    f" or while it was sent): the upload of {key} aborted, the file kept"
                 )
             existing = self._complete(key, upload_id, etags, digests, conditional)
             checksum = parts.composite(digests)

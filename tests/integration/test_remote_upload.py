@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_daemon.core.errors import RemoteFailed
+from ckpt_daemon.core.errors import Refused
 from ckpt_daemon.fs.hashing import StreamHash, hash_files
 from ckpt_daemon.remote.parts import (
     PART_SIZE,
@@ -83,7 +83,7 @@ def test_parts_in_flight_shrink_as_parts_grow_so_memory_stays_bounded() -> None:
     assert part_size_for(44 << 30, PART_SIZE) == 6 << 20
     big = part_size_for(1 << 40, PART_SIZE)  # a TiB: 117 MiB parts
     assert big == 117 << 20 and threads_for(big, 8, PART_SIZE) == 2
-    assert threads_for(PART_SIZE, 8, PART_SIZE) == 8
+    assert threads_for(PART_SIZE, 8, PART_SIZE) == 8 and threads_for(big, 1, PART_SIZE) == 1
     assert threads_for(10 << 20, 8, PART_SIZE) == 4  # 40 MiB in flight either way
 
 
@@ -126,7 +126,7 @@ def test_bytes_that_are_not_the_catalogs_are_never_completed(s3: S3Server, big: 
     with open(big, "r+b") as f:  # the last part changed after it was indexed
         f.seek(SIZE - 1)
         f.write(b"\0" if big.read_bytes()[-1:] != b"\0" else b"\1")
-    with pytest.raises(RemoteFailed, match="not the ones indexed"):
+    with pytest.raises(Refused, match="not the ones indexed"):
         objects.upload(key, big, big.parent, indexed, conditional=True)
     assert objects.head(key) is None
     assert not objects.uploads(key)  # aborted, not left to resume
