@@ -285,7 +285,7 @@ def composite(data: bytes, part: int | None = None) -> str:
     """S3's composite SHA-256 of a multipart object cut in `part`-sized parts (the daemon's)."""
     import base64
 
-    from ckpt_daemon.remote.s3 import PART_SIZE, part_size_for
+    from ckpt_daemon.remote.parts import PART_SIZE, part_size_for
 
     part = part or part_size_for(len(data), PART_SIZE)
 

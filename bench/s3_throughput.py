@@ -3,11 +3,11 @@ own plain `upload_file` and `download_file` of the same file, in the same run, o
 server (moto's server mode on loopback, in this process; every client is a child process, so
 each pays its interpreter and imports alike).
 
-`ckpt tier` does more than a plain upload: it re-hashes the file before (the catalog's BLAKE3)
-and after (the bytes sent), sends a SHA-256 per part, reads the copy back and moves the local
-file to the trash; `ckpt fetch` hashes what it writes and fsyncs it. Targets: each >= 0.9x the
-plain transfer's throughput, and the `ckpt` process's peak RSS < 150 MB (ru_maxrss of the
-children, read after each one).
+`ckpt tier` does more than a plain upload: it starts its catalog, hashes the bytes it sends
+(BLAKE3, in the same pass as it reads the parts), sends a SHA-256 per part, reads the copy back,
+records it and moves the local file to the trash; `ckpt fetch` hashes what it writes and fsyncs
+it. Targets: each >= 0.9x the plain transfer's throughput, and the `ckpt` process's peak RSS
+< 150 MB (ru_maxrss of the children, read after each one).
 
 `python3 bench/s3_throughput.py [--size-mb 300] [--repeats 2]`
 """

@@ -48,7 +48,7 @@ class StreamHash:
     def __init__(self) -> None:
         self._hasher = blake3.blake3(max_threads=1)
 
-    def update(self, data: bytes | memoryview) -> None:
+    def update(self, data: bytes | bytearray | memoryview) -> None:
         self._hasher.update(data)
 
     def value(self) -> str:

@@ -1,38 +1,37 @@
 """The only boto3 import (an optional extra: `pip install 'ckpt-daemon[s3]'`), loaded when a
 remote is first used. Credentials are boto3's standard chain; we never read, store or log them.
 
-Uploads are multipart, always: parts of `part_size` read with `pread` by a few threads (memory
-bounded by threads x part size), each sent with the SHA-256 we computed so the service checks
-every part on arrival; the upload is completed with `If-None-Match: *` where the service
-honours it (an object already at the content-stable key is the same bytes: it is verified, not
-overwritten). A killed upload is never completed, so nothing appears under the final key; the
-next upload of the key resumes it (parts whose size and MD5 ETag match are kept) and a daemon's
-start aborts what is left (`stale_uploads`). Every call is retried with exponential backoff on
-connection errors, timeouts, 5xx and SlowDown; what still fails raises `RemoteFailed`.
+Uploads are multipart, always: the parts (`remote.parts`) read once, in order, into reused
+buffers and hashed with our BLAKE3 as they are read, then sent by a few threads (memory bounded
+by threads x part size), each with the SHA-256 we computed so the service checks every part on
+arrival; the upload is completed with `If-None-Match: *` where the service honours it (an object
+already at the content-stable key is the same bytes: it is verified, not overwritten). A killed
+upload is never completed, so nothing appears under the final key; the next upload of the key
+resumes it (parts whose size and MD5 ETag match are kept) and a daemon's start aborts what is
+left (`stale_uploads`). Every call is retried with exponential backoff on connection errors,
+timeouts, 5xx and SlowDown; what still fails raises `RemoteFailed`.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import RemoteFailed, UsageError
+from ..core.errors import Refused, RemoteFailed, UsageError
 from ..fs import beneath
 from ..fs.hashing import StreamHash
 from ..settings.remote import Remote
+from . import parts
 from .keys import HASH_METADATA, probe_key
 
-PART_SIZE = 8 << 20  # the smallest part; a file over MAX_PARTS of them gets larger ones
-THREADS = 4  # parts in flight: memory is THREADS x the part size (32 MiB below 70 GiB)
-MAX_PARTS = 9000  # S3 allows 10,000 parts per upload
 READ_CHUNK = 1 << 20
 _RETRYABLE_CODES = {
     "500",
@@ -52,7 +51,7 @@ _RETRYABLE_CODES = {
 class RemoteObject:
     key: str
     size: int
-    sha256: str | None  # the service's own checksum (composite for multipart), base64
+    checksum: str | None  # the service's own (composite for multipart), `sha256:<base64>`
     content_hash: str | None  # our BLAKE3, from the object's metadata
     etag: str
 
@@ -61,7 +60,7 @@ class RemoteObject:
 class Uploaded:
     key: str
     size: int
-    sha256: str  # the composite checksum the service must report
+    checksum: str  # the composite checksum the service must report, `sha256:<base64>`
     content_hash: str  # BLAKE3 of the bytes that were sent
     parts: int
     resumed_parts: int
@@ -94,8 +93,8 @@ class ObjectStore:
         *,
         attempts: int = 6,
         backoff: float = 0.25,
-        part_size: int = PART_SIZE,
-        threads: int = THREADS,
+        part_size: int = parts.PART_SIZE,
+        threads: int = parts.THREADS,
         timeout: float = 30.0,
     ) -> None:
         boto3 = _boto3()
@@ -116,6 +115,10 @@ class ObjectStore:
                 max_pool_connections=threads + 2,
                 request_checksum_calculation="when_required",
                 response_checksum_validation="when_required",
+                # Over plain http botocore would also hash every body for the signature: each
+                # part's SHA-256 header is signed and checked by the service against the body
+                # already, which is how botocore itself sends parts over https.
+                s3={"payload_signing_enabled": False},
             ),
         )
 
@@ -182,11 +185,10 @@ class ObjectStore:
             found = self.call(f"head {key}", "head_object", **params)
         except Exception:  # a transient fault: the retried call says what it was
             found = self.call(f"head {key}", "head_object", **params)
-        sha = found.get("ChecksumSHA256")
         return RemoteObject(
             key=key,
             size=int(found["ContentLength"]),
-            sha256=sha.split("-", 1)[0] if sha else None,
+            checksum=parts.reported_checksum(found),
             content_hash=found.get("Metadata", {}).get(HASH_METADATA),
             etag=str(found.get("ETag", "")).strip('"'),
         )
@@ -219,13 +221,14 @@ class ObjectStore:
     ) -> Uploaded:
         """Send the file at `path` (beneath `root`, no symlink followed) as `key`, or keep the
         identical object already there. `content_hash` (the catalog's) goes into the metadata;
-        the bytes sent are hashed as they go and must hash to it (RemoteFailed otherwise,
-        nothing completed)."""
+        the parts are read once, in order, and hashed as they are read: the bytes sent must hash
+        to it (Refused otherwise, nothing completed: the store is not at fault)."""
         fd = beneath.open_regular(path, root)
         try:
             size = os.fstat(fd).st_size
-            part_size = part_size_for(size, self.part_size)
+            part_size = parts.part_size_for(size, self.part_size)
             count = max(1, -(-size // part_size))
+            threads = parts.threads_for(part_size, self.threads, self.part_size)
             upload_id, have = self._resumable(key)
             if upload_id is None:
                 upload_id = self.call(
@@ -239,48 +242,72 @@ class ObjectStore:
             digests: list[bytes] = [b""] * count
             etags: list[str] = [""] * count
             resumed = [0]
+            # One buffer per thread, reused part after part: memory is threads x part size (a
+            # file of one part: its size).
+            free: queue.Queue[bytearray] = queue.Queue()
+            for _ in range(min(threads, count)):
+                free.put(bytearray(min(part_size, size)))
+            failed = threading.Event()
 
-            def send(number: int) -> None:
-                offset = (number - 1) * part_size
-                data = os.pread(fd, min(part_size, size - offset), offset)
-                sha = hashlib.sha256(data).digest()
-                kept = have.get(number)
-                md5 = None  # only to compare with a killed upload's part (its ETag)
-                if kept is not None and kept[0] == len(data):
-                    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-                if kept is not None and kept == (len(data), md5):
-                    resumed[0] += 1
-                    etag = kept[1]
-                else:
-                    answer = self.call(
-                        f"upload {key} part {number}",
-                        "upload_part",
-                        Bucket=self.remote.bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        Body=data,
-                        ChecksumAlgorithm="SHA256",
-                        ChecksumSHA256=base64.b64encode(sha).decode(),
-                    )
-                    etag = str(answer["ETag"]).strip('"')
-                    with self._lock:
-                        self.counters.uploaded_bytes += len(data)
-                digests[number - 1], etags[number - 1] = sha, etag
-                if on_part is not None:
-                    on_part(len(data))
+            def send(number: int, data: bytearray) -> None:
+                try:
+                    digest = parts.part_digest(data)
+                    kept = have.get(number)
+                    md5 = None  # only to compare with a killed upload's part (its ETag)
+                    if kept is not None and kept[0] == len(data):
+                        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+                    if kept is not None and kept == (len(data), md5):
+                        resumed[0] += 1
+                        etag = kept[1]
+                    else:
+                        etag = self._send_part(key, upload_id, number, data, digest)
+                    digests[number - 1], etags[number - 1] = digest, etag
+                    if on_part is not None:
+                        on_part(len(data))
+                except BaseException:
+                    failed.set()
+                    raise
+                finally:
+                    free.put(data)
 
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="ckpt-upload") as pool:
-                list(pool.map(send, range(1, count + 1)))
-            sent = _hash_of(fd, size)  # what the parts were cut from, read once more
-            if sent != content_hash or os.fstat(fd).st_size != size:
-                self.abort(key, upload_id)
-                raise RemoteFailed(f"upload {key}: the file changed while it was sent: aborted")
-            composite = base64.b64encode(hashlib.sha256(b"".join(digests)).digest()).decode()
+            sent = StreamHash()  # of exactly the bytes the parts carry, in this one pass
+            with ThreadPoolExecutor(threads, thread_name_prefix="ckpt-upload") as pool:
+                futures: list[Future[None]] = []
+                for number, data in enumerate(parts.read_parts(fd, size, part_size, sent, free), 1):
+                    if failed.is_set():
+                        break  # a part failed after its retries: raised below
+                    futures.append(pool.submit(send, number, data))
+                for future in futures:
+                    future.result()
+            if sent.value() != content_hash or os.fstat(fd).st_size != size or not all(etags):
+                self.abort(key, upload_id)  # the local file's doing, not the store's: Refused
+                raise Refused(
+                    f"{path}: the bytes read are not the ones indexed (the file changed before"
+                    f" or while it was sent): the upload of {key} aborted, the file kept"
+                )
             existing = self._complete(key, upload_id, etags, digests, conditional)
-            return Uploaded(key, size, composite, content_hash, count, resumed[0], existing)
+            checksum = parts.composite(digests)
+            return Uploaded(key, size, checksum, content_hash, count, resumed[0], existing)
         finally:
             os.close(fd)
+
+    def _send_part(
+        self, key: str, upload_id: str, number: int, data: bytearray, digest: bytes
+    ) -> str:
+        answer = self.call(
+            f"upload {key} part {number}",
+            "upload_part",
+            Bucket=self.remote.bucket,
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=data,
+            ChecksumAlgorithm="SHA256",
+            ChecksumSHA256=parts.encoded(digest),
+        )
+        with self._lock:
+            self.counters.uploaded_bytes += len(data)
+        return str(answer["ETag"]).strip('"')
 
     def _complete(
         self, key: str, upload_id: str, etags: list[str], digests: list[bytes], conditional: bool
@@ -289,11 +316,11 @@ class ObjectStore:
         upload aborted, the object left as it was)."""
         from botocore.exceptions import ClientError
 
-        parts = [
+        completed = [
             {
                 "PartNumber": i + 1,
                 "ETag": f'"{etag}"',
-                "ChecksumSHA256": base64.b64encode(d).decode(),
+                "ChecksumSHA256": parts.encoded(d),
             }
             for i, (etag, d) in enumerate(zip(etags, digests, strict=True))
         ]
@@ -305,7 +332,7 @@ class ObjectStore:
                 Bucket=self.remote.bucket,
                 Key=key,
                 UploadId=upload_id,
-                MultipartUpload={"Parts": parts},
+                MultipartUpload={"Parts": completed},
                 **extra,
             )
             return False
@@ -367,24 +394,6 @@ class ObjectStore:
 
     def delete(self, key: str) -> None:
         self.call(f"delete {key}", "delete_object", Bucket=self.remote.bucket, Key=key)
-
-
-def part_size_for(size: int, smallest: int) -> int:
-    """The part size of a file of `size` bytes: `smallest`, or larger whole MiBs so that the
-    upload stays under MAX_PARTS parts. The same file always gets the same parts (resumable)."""
-    needed = -(-size // MAX_PARTS)
-    return max(smallest, -(-needed // (1 << 20)) << 20)
-
-
-def _hash_of(fd: int, size: int) -> str:
-    digest, offset = StreamHash(), 0
-    while offset < size:
-        chunk = os.pread(fd, min(READ_CHUNK * 8, size - offset), offset)
-        if not chunk:
-            break
-        digest.update(chunk)
-        offset += len(chunk)
-    return digest.value()
 
 
 def code(exc: Any) -> str:

@@ -40,8 +40,12 @@ def _is_layout_folder(c: Checkpoint) -> bool:
     return c.format in FOLDER_FORMATS and c.format != Format.SAVED_MODEL
 
 
-def recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> None:
-    """Skip anything whose bytes may differ from what was indexed (and decided on)."""
+def recheck(
+    store: Store, c: Checkpoint, root: Path, members: list[Path], *, rehash: bool = True
+) -> None:
+    """Skip anything whose bytes may differ from what was indexed (and decided on). `rehash`
+    False: the stat only, for an act that hashes every byte it reads itself and refuses before
+    it acts when they differ (the upload of `ckpt tier`)."""
     expected, digest, files = store.identity(c.id)
     if _is_layout_folder(c):  # its recorded files, compared with what is in the folder now
         folder_units.check_unchanged_names(Path(c.path), files, members)
@@ -52,7 +56,8 @@ def recheck(store: Store, c: Checkpoint, root: Path, members: list[Path]) -> Non
             f"{c.path} changed since it was indexed ({_diff(expected, found)}):"
             " skipped; the next scan re-indexes it"
         )
-    if digest and expected.size <= HASH_RECHECK_MAX_BYTES and c.format != Format.SAVED_MODEL:
+    cheap = expected.size <= HASH_RECHECK_MAX_BYTES and c.format != Format.SAVED_MODEL
+    if rehash and digest and cheap:
         from ..fs.hashing import hash_files
 
         if hash_files(members) != digest:

@@ -106,7 +106,7 @@ def restore_remote_copy(
             problem = differences(found, copy, checksum=False)
             if problem is not None:
                 raise Refused(f"{copy.url}: {problem}: its trash copy is kept")
-            checksum = f"sha256:{found.sha256}" if found and found.sha256 else None
+            checksum = found.checksum if found else None
             store.set_remote_state(copy.id, RemoteState.VERIFIED, None, checksum=checksum)
             objects.delete(copy.trash_key)
 

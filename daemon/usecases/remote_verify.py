@@ -33,7 +33,7 @@ def differences(
     if found.content_hash != copy.content_hash:
         problems.append(f"metadata hash {found.content_hash}, recorded {copy.content_hash}")
     if checksum and copy.checksum:
-        reported = f"sha256:{found.sha256}" if found.sha256 else "none"
+        reported = found.checksum or "none"
         if reported != copy.checksum:
             problems.append(f"service checksum {reported}, recorded {copy.checksum}")
     return "; ".join(problems) or None

@@ -1,8 +1,9 @@
 """The remote tier: `ckpt tier` (and retention's `tier_after`) moves a checkpoint's bytes to the
 object store and only then frees the local disk.
 
-One tier act, under the run's lease: the file re-checked against the catalog (stat and hash),
-streamed up (`remote.s3`: multipart, bounded memory, resumed after a crash), the remote copy
+One tier act, under the run's lease: the file re-checked against the catalog (its stat), streamed
+up (`remote.s3`: multipart, bounded memory, resumed after a crash; the bytes hashed as they are
+read, and the upload aborted before it completes unless they are the catalog's), the remote copy
 verified by reading it back (size, the SHA-256 checksum the service computed from the parts it
 received, our BLAKE3 in its metadata), recorded in the catalog, and only then the local copy
 re-checked once more and moved to the local trash (claimed like a prune's move: a pin committed
@@ -171,7 +172,9 @@ def tier_one(
             return tier_one(config, store, c, reason=reason, actor=actor, lease=held, item=item)
     remote, key = key_of(config, c)
     root, members = guards.located(config, store, c)
-    guards.recheck(store, c, root, members)
+    # The stat here; the bytes are hashed by the upload as it reads them (one pass), and an
+    # upload whose bytes are not the catalog's is aborted before it completes.
+    guards.recheck(store, c, root, members, rehash=False)
     url = remote.object_url(key)
     objects = object_store(remote)
     with store.audited(
@@ -193,7 +196,7 @@ def tier_one(
             url=url,
             endpoint=remote.endpoint_url,
             size_bytes=sent.size,
-            checksum=f"sha256:{sent.sha256}",
+            checksum=sent.checksum,
             content_hash=sent.content_hash,
             uploaded_at=started,
         )
@@ -217,10 +220,10 @@ def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint) -> None
     problems = []
     if found.size != c.size_bytes:
         problems.append(f"size {found.size}, indexed {c.size_bytes}")
-    if found.sha256 is None:
-        problems.append("the service reports no SHA-256 checksum")
-    elif found.sha256 != sent.sha256:
-        problems.append(f"sha256 {found.sha256}, sent {sent.sha256}")
+    if found.checksum is None:
+        problems.append("the service reports no checksum")
+    elif found.checksum != sent.checksum:
+        problems.append(f"service checksum {found.checksum}, sent {sent.checksum}")
     if found.content_hash != c.hash:
         problems.append(f"metadata hash {found.content_hash}, catalog {c.hash}")
     if problems:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -157,6 +158,33 @@ def test_a_remote_copy_with_other_bytes_is_never_fetched(
     assert result.returncode == 3, result.stderr
     assert "hash" in result.stderr and not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ckpt-tmp")]
+
+
+def test_other_bytes_under_the_indexed_stat_are_never_sent_nor_freed(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    """Same size, mtime and inode, one byte flipped: the stat check before the upload cannot
+    tell, the upload's own hash of what it reads (one pass) does: aborted before it completes,
+    nothing under the key, no upload left, the file kept where it is, no copy recorded."""
+    ws, bucket, client = remote_workspace(tmp_path, s3, keras_checkpoints)
+    target = ws.root / RUN / "e02-vl1.663.keras"
+    info = target.stat()
+    flipped = bytearray(target.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    with open(target, "r+b") as f:
+        f.write(flipped)
+    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert (target.stat().st_size, target.stat().st_ino) == (info.st_size, info.st_ino)
+
+    result = ws.run("tier", str(target), "--json", check=False)
+    assert result.returncode != 0, result.stdout
+    done = json.loads(result.stdout)
+    assert done["items"][0]["done"] is False
+    assert "not the ones indexed" in done["failures"][0]["error"], done
+    assert target.read_bytes() == flipped  # kept, as it is
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert ws.json("list", "--location", "remote") == []
 
 
 def test_pinned_and_multi_file_checkpoints_are_skipped_with_the_reason(
