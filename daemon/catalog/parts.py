@@ -172,7 +172,15 @@ class Acts(Protocol):
 
     def trashed(self, *, include_pinned: bool = True) -> list[TrashedCheckpoint]: ...
 
-    def audit_log(self, run: str | None = None, limit: int | None = None) -> list[AuditEvent]: ...
+    def audit_log(
+        self,
+        run: str | None = None,
+        limit: int | None = None,
+        *,
+        action: str | None = None,
+        state: str | None = None,
+        actor: str | None = None,
+    ) -> list[AuditEvent]: ...
 
 
 class Recovery(Protocol):
