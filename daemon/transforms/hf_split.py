@@ -18,12 +18,15 @@ it) and never inside the checkpoint (a new file there makes the folder "newest" 
 is checked unchanged at the end.
 
 How: a temp folder beside the final name (`fsclone.new_folder`, `.ckpt-tmp-…`, which discovery
-never enters and `fsops.remove_stale_temps` removes after a crash), each file copied and its
-copy hashed against the source's bytes (hashed before the copy), our marker (`marker.FOLDER_FILE`)
-written, then the copy read as a checkpoint reader reads it (`formats.hf_weights`: safetensors
-headers against their sizes, the index's shards all there, the same parameter count), nothing
-in it but what was planned, the source unchanged (its files and the folder's own mtime), and
-only then the no-clobber rename. The folder takes the checkpoint folder's mode and times.
+never enters and `fsops.remove_stale_temps` removes after a crash), each file copied (the
+source's bytes hashed just before), our marker (`marker.FOLDER_FILE`) written; then nothing in
+it but what was planned, every copy hashed against its source's hash, the copy read as a
+checkpoint reader reads it (`formats.hf_weights`: safetensors headers against their sizes, the
+index's shards all there, the same parameter count), the source unchanged (its files and the
+folder's own mtime), and only then the no-clobber rename. The folder takes the checkpoint
+folder's mode and times. The source's bytes are read twice (hashed, copied), the copy's once
+(hashed file by file against the source and as a whole for the catalog in the same pass);
+written once (not at all when the filesystem clones).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import ArtifactMismatch, CorruptCheckpoint, Refused, UsageError
+from ..core.errors import ArtifactMismatch, CorruptCheckpoint, UsageError
 from ..core.model import FileStat
 from ..formats import hf_weights
 from ..fs import folder_layouts, fsclone, fsops, hashing
@@ -110,27 +113,27 @@ def split(
     source and kept as it is."""
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
-    final = inference_path(source, out)
+    final = inference_path(source, Path(os.path.abspath(out)) if out is not None else None)
     refuse_rotated(root, final)
+    if final.parent.is_relative_to(source):
+        raise UsageError(f"not split into {final.parent}: nothing is written into the checkpoint")
     planned = plan(source)
     expected = hf_weights.read_weights(source, _names(planned.kept), root)
     folder_before = _folder_stat(source)
     before = fsops.current_stat(root, planned.kept)  # also refuses a source outside `root`
     if existing:
         digests = {src.name: hashing.hash_files([src], root) for src in planned.kept}
-        files = verify(root, final, digests, expected.n_params)
+        files, digest = verify(root, final, digests, expected.n_params)
         _check_unchanged(root, planned, before, folder_before)
         size = sum(p.stat().st_size for p in files)
-        return SplitResult(
-            source, final, size, hashing.hash_files(files, root), before.size, len(digests)
-        )
+        return SplitResult(source, final, size, digest, before.size, len(digests))
     mark = marker.encode("inference", source, source_hash)
     with fsclone.new_folder(root, final, like=source) as temp:
         try:
             digests = {src.name: _copy(root, src, temp / src.name) for src in planned.kept}
             fsops.atomic_write(root, temp / marker.FOLDER_FILE, marker.folder_file(mark))
-            files = verify(root, temp, digests, expected.n_params)
-            digest, size = hashing.hash_files(files, root), sum(p.stat().st_size for p in files)
+            files, digest = verify(root, temp, digests, expected.n_params)
+            size = sum(p.stat().st_size for p in files)
         except Exception as exc:
             _check_unchanged(root, planned, before, folder_before, exc)
             raise
@@ -156,40 +159,38 @@ def folder_files(folder: Path) -> list[Path]:
     return sorted(folder_layouts.tree_files(folder))
 
 
-def verify(root: Path, folder: Path, digests: dict[str, str], n_params: int | None) -> list[Path]:
+def verify(
+    root: Path, folder: Path, digests: dict[str, str], n_params: int | None
+) -> tuple[list[Path], str]:
     """The inference folder (or its temp) against its source: exactly the copied files (their
     source's hashes in `digests`, taken from the source's bytes) and our marker, each file
-    re-hashed, read back as a checkpoint reader reads it. Returns its files (what its hash
-    covers)."""
+    re-hashed, read back as a checkpoint reader reads it. Returns its files and the hash of
+    them all (`fs.hashing.hash_artifact`'s, the catalog's), from the same read."""
     files = folder_files(folder)
     names = sorted(p.name for p in files)
     wanted = sorted([*digests, marker.FOLDER_FILE])
     if names != wanted or any(p.parent != folder for p in files):
         raise ArtifactMismatch(f"inference folder holds {names}, not {wanted}")
-    for name, expected in digests.items():
-        if hashing.hash_files([folder / name], root) != expected:
-            raise ArtifactMismatch(f"inference folder: {name} differs from its source")
+    each, whole = hashing.hash_each_and_all(files, root)
+    for path, found in zip(files, each, strict=True):
+        if path.name in digests and found != digests[path.name]:
+            raise ArtifactMismatch(f"inference folder: {path.name} differs from its source")
     try:
-        found = hf_weights.read_weights(folder, frozenset(digests), root)
+        found_weights = hf_weights.read_weights(folder, frozenset(digests), root)
     except CorruptCheckpoint as exc:
         raise ArtifactMismatch(f"inference folder does not read as weights: {exc}") from exc
-    if found.n_params != n_params:
+    if found_weights.n_params != n_params:
         raise ArtifactMismatch(
-            f"inference folder holds {found.n_params} parameters, its source {n_params}"
+            f"inference folder holds {found_weights.n_params} parameters, its source {n_params}"
         )
-    return files
+    return files, whole
 
 
 def _copy(root: Path, src: Path, target: Path) -> str:
-    """`src` copied to `target` (a reflink where possible), refused unless the copy's bytes
-    hash as the source's did just before it was copied; returns that hash."""
+    """`src` copied to `target` (a reflink where possible); returns the hash of the source's
+    bytes, taken just before the copy (`verify` hashes the copy against it)."""
     expected = hashing.hash_files([src], root)
-
-    def same(temp: Path) -> None:
-        if hashing.hash_files([temp], root) != expected:
-            raise Refused(f"{src} changed while being copied: artifact discarded")
-
-    fsclone.clone_new(root, src, target, same)
+    fsclone.clone_new(root, src, target, lambda _temp: None)
     return expected
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,7 @@ def test_split_trainer_folders_into_inference_folders_that_from_pretrained_loads
     assert "torch" not in sys.modules and "transformers" not in sys.modules
 
 
-def test_a_changed_inference_folder_fails_verify_and_is_never_replaced(
+def test_nothing_is_replaced_nor_written_into_a_checkpoint_and_a_changed_copy_fails_verify(
     workspace: Workspace, hf_runs: Path
 ) -> None:
     ws = workspace
@@ -146,6 +147,17 @@ def test_a_changed_inference_folder_fails_verify_and_is_never_replaced(
     assert refused.returncode == 2 and "refused, nothing replaced" in refused.stderr, refused
     assert [p.name for p in (out / "inference-4").iterdir()] == ["notes.txt"]
     assert not [p for p in out.iterdir() if p.name.startswith(".ckpt-tmp-")]
+    into = str(out / "checkpoint-6")  # a new entry there would make it "newest": refused
+    refused = ws.run("split", str(rows["hf/out/checkpoint-4"]["id"]), "--out", into, check=False)
+    assert refused.returncode == 2 and "inside a Trainer checkpoint" in refused.stderr, refused
+    exports = ws.root / "exports"
+    exports.mkdir()
+    elsewhere = ws.json("split", str(rows["hf/out/checkpoint-4"]["id"]), "--out", str(exports))
+    assert elsewhere["artifact"] == str(exports / "inference-4"), elsewhere
+    assert (exports / "inference-4.md").is_file()
+    assert sorted(p.name for p in (out / "checkpoint-6").iterdir()) == sorted(
+        p.name for p in (hf_runs / "trainer" / "out" / "checkpoint-6").iterdir()
+    )
     ident = str(rows["hf/out/checkpoint-6"]["id"])
     artifact = Path(ws.json("split", ident)["artifact"])
     weights = artifact / "model.safetensors"
@@ -249,3 +261,77 @@ def test_retention_demotes_an_hf_folder_to_its_inference_folder(
     assert sorted(p.name for p in (out / "checkpoint-2").iterdir()) == sorted(
         p.name for p in (source / "checkpoint-2").iterdir()
     )
+
+
+def test_a_trashed_checkpoint_takes_its_inference_folder_along_and_back(
+    workspace: Workspace, hf_runs: Path
+) -> None:
+    """Retention's trash moves an HF checkpoint and its inference folder (and card) whole,
+    restore brings all three back, purge deletes them; nothing is left in the run folder."""
+    ws = workspace
+    out = _copy(hf_runs / "trainer-sharded" / "out", ws.root / "hf" / "out")
+    ws.run("scan")
+    ident = str(_rows(ws)["hf/out/checkpoint-2"]["id"])
+    artifact = Path(ws.json("split", ident)["artifact"])
+    split = _state(artifact)
+    ws.run("prune", "--keep-last", "1")
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-4"]
+    ws.run("trash", "restore", ident)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoint-2", "checkpoint-4", "inference-2", "inference-2.md"
+    ]  # fmt: skip
+    assert _state(artifact)["files"] == split["files"]
+    verdicts = ws.json("verify", ident)
+    assert all(v["ok"] for v in verdicts) and len(verdicts) == 3, verdicts
+    ws.run("prune", "--keep-last", "1")
+    purged = ws.json("trash", "purge", "--older-than", "0s")
+    assert purged["purged"], purged
+    assert not (ws.root / ".ckpt-trash").exists() or not any((ws.root / ".ckpt-trash").rglob("*"))
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-4"]
+
+
+def test_a_live_trainer_rotates_only_its_checkpoints_while_the_daemon_splits_them(
+    tmp_path: Path,
+) -> None:
+    """A real Trainer (save_total_limit 2, rotation by mtime) trains into a watched root while
+    the daemon splits each checkpoint on schedule; the Trainer waits for each split before it
+    trains on. Its rotation then deletes exactly the oldest checkpoint and none of the
+    inference folders beside them (that the split never changes a checkpoint folder's mtime is
+    checked directly by the first test of this file)."""
+    ws = service_workspace(tmp_path, extra="artifacts: {split_after: 0s}\n")
+    ws.config.write_text(
+        ws.config.read_text().replace(
+            "schedule:\n  rescan: 0\n", "schedule:\n  rescan: 0\n  artifacts: 1s\n  verify: 0\n"
+        )
+    )
+    daemon = Daemon(ws)
+    daemon.wait_for_log("event=ready")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1")
+    env |= {"TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    script = Path(__file__).resolve().parents[1] / "support" / "hf_runs.py"
+    run = ws.root / "live"
+    done = subprocess.run(
+        [sys.executable, str(script), "--live-trainer", str(run)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    trained = json.loads(done.stdout.splitlines()[-1])
+    assert all(w >= 0 for w in trained["waited"].values()), (trained, daemon.log)
+    assert sorted(trained["waited"]) == ["2", "4", "6"], trained
+    out = run / "out"
+    assert trained["left"] == sorted(
+        ["checkpoint-4", "checkpoint-6", "inference-2", "inference-2.md", "inference-4",
+         "inference-4.md", "inference-6", "inference-6.md"]
+    ), trained  # fmt: skip
+    assert sorted(p.name for p in (out / "inference-2").iterdir()) == [
+        MARKER, "config.json", "model.safetensors"
+    ]  # fmt: skip
+
+    def settled() -> bool:
+        return _rows(ws).get("live/out/checkpoint-2", {}).get("status") == "removed"
+
+    daemon.wait_until(settled, 60, "checkpoint-2 seen removed by the Trainer's rotation")
+    assert daemon.stop() == 0
+    rows = _rows(ws)
+    assert set(rows) == {f"live/out/checkpoint-{n}" for n in (2, 4, 6)}, rows
+    assert "save_total_limit" in rows["live/out/checkpoint-2"]["reason"]

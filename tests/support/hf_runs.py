@@ -265,6 +265,48 @@ def session_hf_runs() -> Path:
     return final
 
 
+def live_trainer(run: Path) -> dict[str, Any]:
+    """A Trainer run into `run/out` (max_steps 6, save_steps 2, save_total_limit 2) that after
+    each save waits (up to 120 s) for the daemon's scheduled split of that checkpoint,
+    `out/inference-<step>/`, before it trains on: the rotation at the third save then runs with
+    inference folders beside its checkpoints, seconds apart by mtime (rotation by mtime)."""
+    import time
+
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class WaitForTheSplit(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.waited: dict[int, float] = {}
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            target = Path(args.output_dir) / f"inference-{state.global_step}" / "config.json"
+            start = time.monotonic()
+            while not target.exists() and time.monotonic() - start < 120:
+                time.sleep(0.2)
+            self.waited[state.global_step] = time.monotonic() - start if target.exists() else -1
+
+    run.mkdir(parents=True, exist_ok=True)
+    os.chdir(run)
+    args = TrainingArguments(
+        output_dir="out",
+        max_steps=MAX_STEPS,
+        save_steps=SAVE_STEPS,
+        save_total_limit=SAVE_TOTAL_LIMIT,
+        logging_steps=1,
+        per_device_train_batch_size=8,
+        use_cpu=True,
+        report_to="none",
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    waiting = WaitForTheSplit()
+    trainer = Trainer(
+        model=_tiny_model(), args=args, train_dataset=_dataset(), callbacks=[waiting]
+    )  # fmt: skip
+    trainer.train()
+    return {"waited": waiting.waited, "left": sorted(p.name for p in (run / "out").iterdir())}
+
+
 def compare_inference(pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
     """Each (checkpoint folder, inference folder) pair through transformers itself: both built
     with `from_pretrained` of the class config.json names, asked the same question (their
@@ -316,7 +358,9 @@ def load_truth(folder: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--compare-inference":
+    if sys.argv[1] == "--live-trainer":
+        print(json.dumps(live_trainer(Path(sys.argv[2]))))
+    elif sys.argv[1] == "--compare-inference":
         paths = [Path(a) for a in sys.argv[2:]]
         print(json.dumps(compare_inference(list(zip(paths[::2], paths[1::2], strict=True)))))
     else:
