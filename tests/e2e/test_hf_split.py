@@ -100,11 +100,17 @@ def test_split_trainer_folders_into_inference_folders_that_from_pretrained_loads
 
     ws.run("scan")  # the inference folders are ours, never new checkpoints
     assert set(_rows(ws)) == set(rows)
+    copied = _copy(out / "inference-6", ws.root / "shared" / "bert")  # by hand: its marker goes too
+    report = ws.json("scan")
+    assert set(_rows(ws)) == set(rows), report
+    skipped = {d["path"]: d["reason"] for d in report["skipped"]}
+    assert skipped[str(copied)] == f"an artifact ckpt derived from {out / 'checkpoint-6'}"
     shown = ws.json("show", str(rows["hf/out/checkpoint-6"]["id"]))
-    kinds = {a["kind"]: a for a in shown["artifacts"]}
-    assert set(kinds) == {"inference", "card"}, shown["artifacts"]
-    assert kinds["inference"]["path"] == str(out / "inference-6")
-    assert kinds["inference"]["bytes"] == results["checkpoint-6"]["bytes"]
+    inference = {a["path"]: a for a in shown["artifacts"] if a["kind"] == "inference"}
+    assert {a["kind"] for a in shown["artifacts"]} == {"inference", "card"}, shown["artifacts"]
+    assert set(inference) == {str(out / "inference-6"), str(copied)}  # the copy, adopted
+    assert inference[str(out / "inference-6")]["bytes"] == results["checkpoint-6"]["bytes"]
+    assert inference[str(copied)]["hash"] == results["checkpoint-6"]["hash"]
     best = ws.json("best", "--metric", "eval_loss", "--run", "hf/out", "--artifact", "inference")
     lowest = min(
         ("checkpoint-4", "checkpoint-6"), key=lambda n: rows[f"hf/out/{n}"]["metrics"]["eval_loss"]
@@ -121,7 +127,7 @@ def test_split_trainer_folders_into_inference_folders_that_from_pretrained_loads
         "BertForSequenceClassification.from_pretrained" in v["detail"]
         for v in loads
     ), loads
-    assert len([v for v in verdicts if "inference artifact hash matches" in v["detail"]]) == 3
+    assert len([v for v in verdicts if "inference artifact hash matches" in v["detail"]]) == 4
 
     again = ws.json("split", str(rows["hf/out/checkpoint-6"]["id"]))  # its own: kept as it is
     assert again["hash"] == results["checkpoint-6"]["hash"], again
