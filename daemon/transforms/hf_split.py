@@ -142,16 +142,18 @@ def split(
 
 
 def refuse_rotated(root: Path, final: Path) -> None:
-    """Never a folder the Trainer's rotation takes, never one inside a Trainer checkpoint
-    (a new entry changes its mtime: the rotation would then keep it and delete the newest)."""
+    """Never a folder the Trainer's rotation takes; never one put into a `checkpoint-*` folder
+    (a new entry changes its mtime: the rotation would then keep it and delete the newest) nor
+    anywhere inside a Trainer checkpoint `checkpoint-<N>` (it would become part of it)."""
     if _ROTATED.match(final.name):
         raise UsageError(f"not split: {final.name} is a name the Trainer's rotation deletes")
-    for part in fsops.relative_parts(root, final)[:-1]:
-        if _ROTATED.match(part):
-            raise UsageError(
-                f"not split into {final.parent}: it is inside a Trainer checkpoint folder "
-                f"({part}), whose mtime the Trainer's save_total_limit rotation reads"
-            )
+    parts = fsops.relative_parts(root, final)[:-1]
+    inside = [p for p in parts if folder_layouts.TRAINER_FOLDER.match(p)]
+    if inside or (parts and _ROTATED.match(parts[-1])):
+        raise UsageError(
+            f"not split into {final.parent}: it is inside a Trainer checkpoint folder "
+            f"({(inside or parts)[-1]}), whose mtime the Trainer's save_total_limit rotation reads"
+        )
 
 
 def folder_files(folder: Path) -> list[Path]:
