@@ -30,6 +30,7 @@ BENCHES = (
     "disk_pressure",
     "version_space",
     "split_bench",
+    "hf_split_bench",
     "describe_bench",
     "compress_bench",
     "crash_campaign",

@@ -84,12 +84,13 @@ def stage(paths: list[str]) -> list[str]:
     return staged
 
 
-def stage_folder(path: str) -> str:
-    """The child's side, before `drop`: a private copy of a folder checkpoint (Orbax step, DCP),
-    its tree kept: regular files and folders only, none followed through a symlink."""
+def stage_folder(path: str, index: int = 0) -> str:
+    """The child's side, before `drop`: a private copy of a folder checkpoint (Orbax step, DCP,
+    an HF folder and its inference folder: `index` keeps two apart), its tree kept: regular
+    files and folders only, none followed through a symlink."""
     folder = os.environ[STAGING_ENV]
     owner = _target()
-    copy = os.path.join(folder, "0-" + os.path.basename(path.rstrip("/")))
+    copy = os.path.join(folder, f"{index}-" + os.path.basename(path.rstrip("/")))
     for dirpath, dirs, files in os.walk(path, followlinks=False):
         target = os.path.normpath(os.path.join(copy, os.path.relpath(dirpath, path)))
         os.mkdir(target, 0o700)

@@ -49,7 +49,10 @@ def split(
     Verified (every kept dataset decodes to the source's values) before it is renamed into
     place as `<stem>.inference<ext>`; a torch `.pt`/`.pth` or Lightning `.ckpt` becomes
     `<stem>.inference.safetensors` (its model's state dict, written without torch, each
-    tensor's bytes checked), and registered in the catalog (`ckpt show` lists it),
+    tensor's bytes checked); a Hugging Face Trainer `checkpoint-N/` becomes `inference-N/`
+    beside it (its files byte for byte, without optimizer, scheduler, RNG and trainer state:
+    `from_pretrained` loads it; never named `checkpoint-*`, which the Trainer rotates away),
+    and registered in the catalog (`ckpt show` lists it),
     with its model card beside it (`<stem>.inference` + `.md`, see `ckpt describe`). With
     `--layout json+h5`: `<stem>.json` + `<stem>.weights.h5` (of a tf-keras legacy `.h5`:
     `<stem>.legacy-weights.h5`, the save_weights("x.h5") layout) + the card (`<stem>` + `.md`),

@@ -134,7 +134,9 @@ def facts(
         metrics=metrics,
         sizes=sizes,
         lineage=_lineage(doc, artifact),
-        load=load_line(path, fmt, doc["keras_version"], artifact, doc.get("codec")),
+        load=load_line(
+            path, fmt, doc["keras_version"], artifact, doc.get("codec"), doc.get("model_class")
+        ),
         # The checkpoint's resume note is not the artifact's (its own line says why not).
         notes=[n for n in doc.get("notes") or [] if not (inference and n.startswith("resume"))],
     )
@@ -154,6 +156,11 @@ def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
     if artifact is not None and _torch_split(artifact):
         return (
             f"safetensors (inference artifact: the model's state dict, split from {doc['format']})"
+        )
+    if artifact is not None and doc["format"] == Format.HF_FOLDER.value:
+        return (
+            "hf-folder (inference folder: config, weights and tokenizer files copied byte for "
+            "byte; no optimizer, scheduler, RNG or trainer state)"
         )
     if artifact is not None:
         return f"{doc['format']} (inference artifact: architecture + weights)"
@@ -292,9 +299,11 @@ def load_line(
     keras_version: str | None,
     artifact: dict[str, Any] | None = None,
     codec: str | None = None,
+    model_class: str | None = None,
 ) -> str:
     """The one line of Python that loads this file (with `import hdf5plugin` first when its
-    codec needs it)."""
+    codec needs it); an HF folder by its `model_class` (config.json's architecture) when that
+    is a plain class name, else by `AutoModel`."""
     lib = "tf_keras" if (keras_version or "").startswith(("1.", "2.")) else "keras"
     quoted = json.dumps(path)
     if artifact is not None and artifact.get("kind") == "json+h5":
@@ -317,7 +326,8 @@ def load_line(
     elif fmt == Format.SAVED_MODEL:
         line = f"import tensorflow as tf; loaded = tf.saved_model.load({quoted})"
     elif fmt == Format.HF_FOLDER:  # the class is config.json's `architectures`
-        line = f"import transformers; model = transformers.AutoModel.from_pretrained({quoted})"
+        named = model_class if (model_class or "").isidentifier() else "AutoModel"
+        line = f"import transformers; model = transformers.{named}.from_pretrained({quoted})"
     elif fmt == Format.SAFETENSORS:
         line = f"from safetensors.torch import load_file; state_dict = load_file({quoted})"
     elif fmt == Format.LIGHTNING:

@@ -44,9 +44,9 @@ Semantics:
   Never the protected ones (newest, pinned, non-ok, best #1 of each metric); if they alone are
   over budget the plan keeps them and says so in `Plan.notes`.
 - Demotion comes first: over budget, checkpoints that can be split (`Item.inference_bytes` set:
-  a full Keras checkpoint with optimizer state) are `demote`d in the same order as above, i.e.
-  replaced by their inference artifact (about a third of the size with Adam), before anything
-  is trashed; only if that is not enough does the budget trash, in that order.
+  a full Keras, torch, Lightning or HF Trainer checkpoint with optimizer state) are `demote`d
+  in the same order as above, i.e. replaced by their inference artifact (about a third of the
+  size with Adam), before anything is trashed; only if that is not enough does it trash.
 - The remote tier (`tier_after`, `keep_local`, and the budget's step between demoting and
   trashing) is `core.tier_plan`'s: the ladder is full -> inference artifact -> remote -> trash.
 - A policy without any keep rule is refused: `max_bytes` alone would trash all but the newest.

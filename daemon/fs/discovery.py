@@ -39,8 +39,9 @@ FILE, TF_CHECKPOINT, SAVED_MODEL = "file", Format.TF_CHECKPOINT.value, Format.SA
 
 
 def is_skipped_dir(name: str) -> bool:
-    """Folders that belong to us, to tools, or to a writer's temporary work, never to a run."""
-    return name in _SKIPPED_DIRS or bool(_TEMP_DIR.search(name))
+    """Folders that belong to us, to tools, or to a writer's temporary work (an inference
+    folder of ours being filled among them), never to a run."""
+    return name in _SKIPPED_DIRS or bool(_TEMP_DIR.search(name)) or name.startswith(TEMP_PREFIX)
 
 
 def is_temp_name(name: str) -> bool:

@@ -209,5 +209,8 @@ def _is_temp(name: str) -> bool:
     return bool(_TEMP.search(name))
 
 
+is_temp_name = _is_temp  # a writer's temp file inside a folder checkpoint (never a member)
+
+
 def _not_temp(files: frozenset[str]) -> frozenset[str]:
     return frozenset(f for f in files if not _is_temp(f))

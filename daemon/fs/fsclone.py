@@ -8,6 +8,10 @@ truncates and rewrites the very same inode, so a link would follow it. The copy 
 file beside its final name, is fsynced and verified by the caller, and only then published
 under a name nothing else holds (`fsswap.publish_new`); a crash leaves only our temp file, which
 `fsops.remove_stale_temps` removes.
+
+`new_folder` is the same for a folder of ours (a Hugging Face inference folder): filled under a
+temp name beside its final one, verified by the caller, given its model's mode and times, and
+renamed to a name nothing holds; on any error it and what we put in it are removed.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Callable, Sequence
-from contextlib import suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
 from . import fsswap, name_limits
-from .fsops import folder_beneath, relative_parts
+from .fsops import entry_stat, folder_beneath, relative_parts, remove_own_temp
 from .temp_names import temp_name
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): linux/fs.h
@@ -83,6 +87,41 @@ def clone_new(
         finally:
             os.close(src)
     return how
+
+
+@contextmanager
+def new_folder(root: Path, final: Path, *, like: Path) -> Iterator[Path]:
+    """A new folder for `final` (below `root`, its parent existing): yields our temp folder
+    beside it (0700, named like our temp files) to fill and verify; when the block ends without
+    error the folder gets the mode and the access/modification times of the folder `like`, is
+    fsynced and renamed to `final`, never replacing anything there (WouldReplace, before and at
+    the rename), and the parent fsynced. On any error the temp folder is removed."""
+    parts, like_parts = relative_parts(root, final), relative_parts(root, like)
+    name_limits.check_fits(final.name, "the folder to write", str(final.parent))
+    temp = temp_name(final, os.urandom(4).hex())
+    with folder_beneath(root, like_parts[:-1]) as like_fd:
+        model = entry_stat(like_fd, like_parts[-1])
+    with folder_beneath(root, parts[:-1]) as fd:
+        if fsswap.identity_at(fd, parts[-1]) is not None:
+            raise WouldReplace(f"{final} exists: refused, nothing replaced")
+        os.mkdir(temp.name, 0o700, dir_fd=fd)
+        try:
+            yield temp
+            folder = os.open(temp.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                os.fsync(folder)
+                os.chmod(folder, stat.S_IMODE(model.st_mode))
+                os.utime(folder, ns=(model.st_atime_ns, model.st_mtime_ns))
+            finally:
+                os.close(folder)
+            try:
+                fsswap.publish_new(fd, temp.name, parts[-1])
+            except FileExistsError:
+                raise WouldReplace(f"{final} exists: refused, nothing replaced") from None
+            os.fsync(fd)
+        except BaseException:
+            remove_own_temp(fd, temp.name)
+            raise
 
 
 def copy_into(root: Path, source: Path, temp: Path) -> str:

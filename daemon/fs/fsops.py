@@ -23,7 +23,7 @@ from ..core.errors import Refused, WouldReplace
 from ..core.model import FileStat
 from . import fsswap, name_limits, procfs
 from .fsswap import Identity
-from .temp_names import stale_temps, temp_name
+from .temp_names import TEMP_PREFIX, stale_temps, temp_name
 
 TRASH_DIR = ".ckpt-trash"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -340,8 +340,18 @@ def remove_stale_temps(root: Path, *, recursive: bool = True) -> list[Path]:
     removed = []
     for path in stale_temps(root, time.time(), recursive=recursive):
         try:
-            path.unlink()
+            with _opened(os.open(path.parent, _DIR_FLAGS)) as fd:
+                remove_own_temp(fd, path.name)
             removed.append(path)
         except FileNotFoundError:
             continue
     return removed
+
+
+def remove_own_temp(dir_fd: int, name: str) -> None:
+    """Remove our temp file, or our temp folder and what we put in it (`temp_names`: only
+    names with our prefix; nothing of anyone else's is ever in them), no link followed."""
+    if not name.startswith(TEMP_PREFIX):
+        raise Refused(f"{name} is not one of our temp names: never removed")
+    with suppress(FileNotFoundError):
+        _remove(dir_fd, name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False))

@@ -41,6 +41,46 @@ def hash_files(paths: Sequence[Path], root: Path | None = None) -> str:
     return f"{ALGORITHM}:{hasher.hexdigest()}"
 
 
+def hash_each_and_all(paths: Sequence[Path], root: Path | None = None) -> tuple[list[str], str]:
+    """Each file's `hash_files([path])` and `hash_files(paths)` of them all, from one read of
+    each file (a verified copy checked file by file and recorded as a whole)."""
+    each = []
+    mode = blake3.blake3.AUTO
+    whole = blake3.blake3(max_threads=mode)
+    view = memoryview(bytearray(CHUNK))
+    for path in paths:
+        with os.fdopen(beneath.open_regular(path, root), "rb", buffering=0) as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            one = blake3.blake3(max_threads=mode if size >= THREADED_FROM else 1)
+            if len(paths) > 1:
+                whole.update(f"{path.name}\0{size}\0".encode())
+            while n := f.readinto(view):
+                one.update(view[:n])
+                whole.update(view[:n])
+        each.append(f"{ALGORITHM}:{one.hexdigest()}")
+    return each, f"{ALGORITHM}:{whole.hexdigest()}"
+
+
+def hash_artifact(path: Path, root: Path | None = None) -> str:
+    """An artifact's hash: a file's `hash_files`; a folder's (a Hugging Face inference folder)
+    that of every regular file in it, sorted (no link followed)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        from .folder_layouts import tree_files
+
+        return hash_files(sorted(tree_files(path)), root)
+    return hash_files([path], root)
+
+
+def artifact_bytes(path: Path) -> int:
+    """An artifact's size: a file's, or the sum of a folder's regular files."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        from .folder_layouts import tree_files
+
+        return sum(os.lstat(p).st_size for p in tree_files(path))
+    return os.lstat(path).st_size
+
+
 class StreamHash:
     """The `hash_files` value of one file's bytes, fed as they stream (an upload, a fetch), so
     what is checked is what went over the wire, not a later read."""

@@ -41,14 +41,20 @@ def temp_prefix() -> str:
 
 
 def stale_temps(root: Path, now: float, *, recursive: bool = True) -> Iterator[Path]:
-    """Our temp files under `root` (or only in it) whose writer is dead, or a day old."""
+    """Our temp files under `root` (or only in it) whose writer is dead, or a day old, and our
+    temp folders (an inference folder being filled, `fsclone.new_folder`) the same way."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        ours = [d for d in dirnames if d.startswith(TEMP_PREFIX)]
         dirnames[:] = (
             []
             if not recursive
-            else [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+            else [
+                d
+                for d in dirnames
+                if not os.path.islink(os.path.join(dirpath, d)) and d not in ours
+            ]
         )
-        for name in filenames:
+        for name in [*filenames, *ours]:
             if not name.startswith(TEMP_PREFIX):
                 continue
             path = Path(dirpath) / name
@@ -56,8 +62,9 @@ def stale_temps(root: Path, now: float, *, recursive: bool = True) -> Iterator[P
                 info = os.lstat(path)
             except OSError:
                 continue
+            kind = stat.S_ISDIR if name in ours else stat.S_ISREG
             # ctime, not mtime: a finished temp already carries the original's (old) mtime.
-            if stat.S_ISREG(info.st_mode) and (
+            if kind(info.st_mode) and (
                 _writer_gone(name) or now - info.st_ctime > STALE_AFTER_SECONDS
             ):
                 yield path

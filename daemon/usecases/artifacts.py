@@ -50,7 +50,7 @@ def split_checkpoint(
     model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
     as part of it. `on_progress` hears the checkpoint start (its bytes the total) and finish
     (`split`)."""
-    from ..transforms import torch_split
+    from ..transforms import hf_split, torch_split
     from ..transforms.split import split
     from .describe import card_path, own_card, write_card
 
@@ -70,7 +70,11 @@ def split_checkpoint(
         if pending:
             _register(store, c.id, "inference", final, 0, None, None)
         try:
-            if c.format in TORCH_SPLITTABLE:  # -> an inference .safetensors, without torch
+            if c.format == Format.HF_FOLDER:  # -> an inference folder beside it
+                result = hf_split.split(
+                    root, Path(c.path), out=out, existing=not pending, source_hash=c.hash
+                )
+            elif c.format in TORCH_SPLITTABLE:  # -> an inference .safetensors, without torch
                 result = torch_split.split(
                     root, Path(c.path), out=out, replacing=replacing, source_hash=c.hash
                 )
@@ -158,16 +162,19 @@ def export_checkpoint(
 
 def _inference_path(c: Checkpoint) -> Any:
     """The artifact naming of the transform for `c`'s format: a torch zip becomes a
-    `.safetensors` (`transforms.torch_split`), a Keras file a Keras file (`transforms.split`)."""
-    from ..transforms import split, torch_split
+    `.safetensors` (`transforms.torch_split`), an HF folder an inference folder
+    (`transforms.hf_split`), a Keras file a Keras file (`transforms.split`)."""
+    from ..transforms import hf_split, split, torch_split
 
+    if c.format == Format.HF_FOLDER:
+        return hf_split.inference_path
     return (torch_split if c.format in TORCH_SPLITTABLE else split).inference_path
 
 
 def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | None:
     """The identity of what is at `final` if it is `c`'s own registered artifact, unchanged;
     None if nothing is there; WouldReplace (exit 2) for anything else."""
-    from ..fs.hashing import hash_files
+    from ..fs.hashing import hash_artifact
     from ..transforms import marker
 
     found = fsops.identity(root, final)
@@ -180,7 +187,7 @@ def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | No
             mark = marker.read(final)
             ours = mark is not None and mark.get("parent") == c.path
         else:
-            ours = hash_files([final]) == expected
+            ours = hash_artifact(final) == expected
         if ours and found.same_file(fsops.identity(root, final)):  # what we hashed is there
             return found
     raise fsops.WouldReplace(
@@ -260,7 +267,7 @@ def adopt(store: Store, path: Path) -> str | None:
     """If `path` carries our artifact marker: make sure the catalog lists it as an artifact of
     its parent, and say why it is not a checkpoint (the indexer skips it); else None."""
     from ..core.errors import NotFound
-    from ..fs.hashing import hash_files
+    from ..fs.hashing import artifact_bytes, hash_artifact
     from ..transforms import marker
 
     mark = marker.read(path)
@@ -272,9 +279,8 @@ def adopt(store: Store, path: Path) -> str | None:
     except NotFound:
         return f"an artifact ckpt derived from {parent} (not in the catalog)"
     if not any(a["path"] == str(path) for a in owner.details.get("artifacts", [])):
-        size = path.stat().st_size
         kind = str(mark.get("kind") or "inference")
-        _register(store, owner.id, kind, path, size, None, hash_files([path]))
+        _register(store, owner.id, kind, path, artifact_bytes(path), None, hash_artifact(path))
     return f"an artifact ckpt derived from {parent}"
 
 
@@ -327,14 +333,11 @@ _TORCH_REFUSALS = {
         ".safetensors or .pt is no longer one its loader opens)",
     ),
 }
-# A Hugging Face folder: its inference form (the folder without optimizer.pt, scheduler.pt,
-# rng_state*.pth and trainer state, beside it under a name that is not checkpoint-*) is planned.
-_HF_REFUSALS = {
-    "split": "a Hugging Face folder is not split yet (an inference folder without its "
-    "optimizer, scheduler, RNG and trainer state is planned, not built)",
-    "compress": "a Hugging Face folder's files have no lossless compressed form that "
-    "from_pretrained still opens",
-}
+# A Hugging Face folder is split into an inference folder (transforms.hf_split), never compressed.
+_TORCH_REFUSALS["compress"][Format.HF_FOLDER] = (
+    "a Hugging Face folder's files have no lossless compressed form that from_pretrained "
+    "still opens"
+)
 
 
 def refuse_torch(c: Checkpoint, action: str) -> None:
@@ -343,12 +346,13 @@ def refuse_torch(c: Checkpoint, action: str) -> None:
     why = _TORCH_REFUSALS[action].get(c.format) if c.format is not None else None
     if why is not None:
         raise UsageError(f"not {done}: {c.path} is {c.format}: {why}")
-    if c.format == Format.HF_FOLDER:
-        raise UsageError(f"not {done}: {c.path} is {c.format}: {_HF_REFUSALS[action]}")
 
 
 SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)
 COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
+# What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer state
+# permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders.
+SPLIT_BY_POLICY = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
 
 
 def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:
@@ -363,7 +367,7 @@ def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], lis
         for c in cold
         if cfg.split_after is not None
         and now - c.mtime >= cfg.split_after
-        and c.format in SPLITTABLE
+        and c.format in SPLIT_BY_POLICY
         and (c.optimizer_bytes or 0) > 0
         and c.id not in split_done
     ]

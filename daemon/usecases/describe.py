@@ -38,7 +38,9 @@ _MAX_CONFIG_BYTES = 16 << 20
 def card_path(artifact: Path) -> Path:
     """The card's name: the artifact's with `.md` for its Keras suffix (`e03.inference.keras`
     → `e03.inference` + `.md`; an export's `e03.json` → `e03` + `.md`; a torch split's
-    `e03.inference.safetensors` → `e03.inference` + `.md`)."""
+    `e03.inference.safetensors` → `e03.inference` + `.md`; an HF inference folder
+    `inference-6/` → `inference-6` + `.md` beside it, never inside: the folder holds only the
+    checkpoint's files)."""
     name = artifact.name
     for suffix in (".weights.h5", ".keras", ".hdf5", ".h5", ".json", ".safetensors"):
         if name.endswith(suffix) and name != suffix:
@@ -74,7 +76,9 @@ def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> P
     text = render(_facts(config, fresh, rows[0]), "md").encode()
     if replacing is None:
         store.add_artifact(c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None)
-    with fsops.rewrite(root, target, like=artifact, replacing=replacing) as temp:
+    # Its times: the artifact's (for an inference folder, its config.json's: a file's times).
+    like = artifact / "config.json" if artifact.is_dir() else artifact
+    with fsops.rewrite(root, target, like=like, replacing=replacing) as temp:
         with open(temp, "wb") as out:  # our own temp, named by fsops.rewrite
             out.write(text)
         digest = hash_files([temp])

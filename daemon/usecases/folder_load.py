@@ -1,7 +1,10 @@
 """`ckpt verify --load` of folder checkpoints: an Orbax step folder restored with jax + orbax, a
 DCP folder with torch (`children.folder_load_probe`: a staged copy, as `nobody` when started as
 root; a DCP `.metadata` naming anything outside DCP's own records is refused, never unpickled
-for real), and the arrays it loaded compared with the weights the catalog indexed."""
+for real), and the arrays it loaded compared with the weights the catalog indexed. A Hugging
+Face folder with its inference folder (`children.hf_load_probe`): both loaded, their tensors
+compared byte for byte, and where transformers is installed both built with `from_pretrained`
+and asked the same question."""
 
 from __future__ import annotations
 
@@ -53,3 +56,28 @@ def _differs(c: Checkpoint, arrays: dict[str, tuple[int, ...]]) -> list[str]:
         elif arrays[name] != shape:
             out.append(f"{name} {'x'.join(map(str, arrays[name]))} (indexed {shape})")
     return out
+
+
+def hf_inference(c: Checkpoint, inference: Path) -> tuple[bool, str]:
+    """(ok, detail) of loading the HF folder `c` and its inference folder in a child."""
+    from ..children import hf_load_probe
+
+    try:
+        result = hf_load_probe.probe(Path(c.path), inference)
+    except (CkptError, OSError) as exc:
+        return False, f"load with torch not run: {guards.one_line(exc)}"
+    if "refused" in result:
+        return False, f"load refused by torch (weights_only), nothing run: {result['refused']}"
+    if "error" in result:
+        return False, f"load failed: {result['error']}"
+    done = f"loads with torch, weights_only ({result['tensors']} tensors, as {result['user']})"
+    if not result["identical"]:
+        differs = ", ".join(result.get("differs") or []) or "no tensors"
+        return False, f"{done}; inference folder holds different tensors: {differs}"
+    done += "; inference folder holds identical tensors"
+    if result.get("predicts") is None:
+        return True, f"{done} (not predicted: {result.get('why_not_predicted')})"
+    how = f"{result['class']}.from_pretrained"
+    if not result["predicts"]:
+        return False, f"{done}, but predicts differently through {how}"
+    return True, f"{done} and predicts identically through {how}"

@@ -19,7 +19,7 @@ from ..catalog.store_claims import Claim
 from ..children import reader_child
 from ..core import completion
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UnfinishedSave, UsageError
-from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
+from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, Format, IndexRecord
 from ..core.progress import Counter, OnProgress
 from ..core.training_metrics import compile_template
 from ..core.units import iso_utc
@@ -38,6 +38,7 @@ from .scan_report import ScanReport, record_outcome
 # Read again only once their bytes change (an abandoned save: nobody writes in it any more).
 _SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT, CheckpointStatus.ABANDONED}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
+_MARKED = (discovery.FILE, Format.HF_FOLDER.value)  # what split writes: files, HF folders
 
 
 def scan(
@@ -329,8 +330,9 @@ class _Scan:
             self._record(cand, text, stat, CheckpointStatus.CORRUPT, reason)
             return True
         # Our own outputs carry a marker; looked for only once the limited child has read the
-        # file within bounds, so the hostile-file rails stand in front of this read too.
-        if cand.family == discovery.FILE and (ours := adopt(self.store, cand.path)) is not None:
+        # file within bounds, so the hostile-file rails stand in front of this read too. An
+        # inference folder (an HF checkpoint's split) carries it as a file inside.
+        if cand.family in _MARKED and (ours := adopt(self.store, cand.path)) is not None:
             self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
             return True
         if save_checks.is_folder_save(cand.family):  # a writer in it, or not confirmed yet

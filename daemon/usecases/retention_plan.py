@@ -23,7 +23,7 @@ from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations
 from ..settings.config import Config
-from .artifacts import SPLITTABLE
+from .artifacts import SPLIT_BY_POLICY
 from .trainer_housekeeping import trainer_best
 
 _GONE = {
@@ -222,4 +222,4 @@ def tier_blocked(config: Config, c: Checkpoint) -> str | None:
 
 def demotable(c: Checkpoint) -> bool:
     """Split into an inference artifact would free its optimizer state."""
-    return c.format in SPLITTABLE and (c.optimizer_bytes or 0) > 0
+    return c.format in SPLIT_BY_POLICY and (c.optimizer_bytes or 0) > 0

@@ -19,7 +19,7 @@ from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat,
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
-from ..fs.hashing import hash_files
+from ..fs.hashing import hash_artifact, hash_files
 from ..settings.config import Config
 from . import folder_load, folder_units, guards
 
@@ -158,6 +158,8 @@ def _torch_load(c: Checkpoint) -> Verdict:
     if c.format == Format.HF_FOLDER:
         paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
     inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
+    if inference and c.format == Format.HF_FOLDER and Path(inference[0]).is_dir():
+        return Verdict(c.id, c.path, *folder_load.hf_inference(c, Path(inference[0])))
     artifact = Path(inference[0]) if inference and Path(inference[0]).is_file() else None
     try:
         result = torch_load_probe.probe(paths, artifact)
@@ -246,7 +248,7 @@ def _stat_diff(expected: FileStat, found: FileStat) -> str:
 def _artifact(c: Checkpoint, artifact: dict[str, object]) -> Verdict:
     path = Path(str(artifact["path"]))
     try:
-        actual = hash_files([path])
+        actual = hash_artifact(path)  # an HF inference folder: every file in it
     except FileNotFoundError:
         return Verdict(c.id, str(path), False, f"{artifact['kind']} artifact missing")
     same = actual == artifact["hash"]

@@ -199,8 +199,10 @@ def test_best_by_eval_loss_and_latest_resumable_falls_back_past_broken_folders(
     assert state["global_step"] == 4 and state["epoch"] == truth["checkpoint-4"]["epoch"]
     assert shown["training_config"]["config"]["model_type"] == "bert"
     card = ws.run("describe", str(rows["hf/out/checkpoint-4"]["id"])).stdout
-    assert "AutoModel.from_pretrained" in card and "resume_from_checkpoint" in card, card
-    for verb in ("split", "compress"):  # refused with the reason, nothing written
-        refused = ws.run(verb, str(rows["hf/out/checkpoint-4"]["id"]), check=False)
-        assert refused.returncode == 2 and "Hugging Face folder" in refused.stderr, refused
+    load = "transformers.BertForSequenceClassification.from_pretrained"  # config's class
+    assert load in card and "resume_from_checkpoint" in card, card
+    refused = ws.run("compress", str(rows["hf/out/checkpoint-4"]["id"]), check=False)
+    assert refused.returncode == 2 and "Hugging Face folder" in refused.stderr, refused
+    refused = ws.run("split", str(rows["hf/out/checkpoint-8"]["id"]), check=False)
+    assert refused.returncode == 2 and "no optimizer state" in refused.stderr, refused
     assert shown["training_config"]["config"]["architectures"] == ["BertForSequenceClassification"]

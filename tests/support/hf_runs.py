@@ -9,6 +9,9 @@ writes::
 
     OUT/trainer/out/checkpoint-N/   a real `Trainer` run (max_steps 6, save_steps 2,
                                     save_total_limit 2, metric_for_best_model eval_accuracy)
+    OUT/trainer-sharded/out/checkpoint-N/  a second run (max_steps 4) whose model saves in
+                                    shards (`save_pretrained(max_shard_size="10KB")`, as a big
+                                    model's does) with its tokenizer (`processing_class`)
     OUT/pretrained/tiny/            `save_pretrained`, one model.safetensors
     OUT/sharded/tiny/               `save_pretrained(max_shard_size="10KB")`: shards + index
     OUT/sharded-bin/tiny/           `pytorch_model-0000k-of-0000n.bin` shards + index, config.json
@@ -78,6 +81,56 @@ def _dataset() -> Any:
             return {"input_ids": self.x[i], "labels": self.y[i]}
 
     return Pairs()
+
+
+def _tokenizer(folder: Path) -> Any:
+    """A real fast tokenizer over the tiny model's 64 ids, from a local vocab (never a
+    download)."""
+    from transformers import BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(59))]
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n")
+    return BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+
+
+def write_sharded_trainer(run: Path) -> dict[str, Any]:
+    """A Trainer whose model's own `save_pretrained` shards (the Trainer calls
+    `self.model.save_pretrained(output_dir, state_dict=...)`; big models shard by default)."""
+    import functools
+
+    from transformers import Trainer, TrainingArguments
+
+    run.mkdir(parents=True, exist_ok=True)
+    os.chdir(run)
+    model = _tiny_model()
+    model.save_pretrained = functools.partial(  # type: ignore[method-assign]
+        type(model).save_pretrained, model, max_shard_size="10KB"
+    )
+    args = TrainingArguments(
+        output_dir="out",
+        max_steps=4,
+        save_steps=SAVE_STEPS,
+        logging_steps=1,
+        per_device_train_batch_size=16,  # 2 steps an epoch: each save at a whole epoch
+        use_cpu=True,
+        report_to="none",
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    trainer = Trainer(
+        model=model, args=args, train_dataset=_dataset(),
+        processing_class=_tokenizer(run / "vocab"),
+    )  # fmt: skip
+    trainer.train()
+    folders = {}
+    for folder in sorted((run / "out").glob("checkpoint-*")):
+        index = json.loads((folder / "model.safetensors.index.json").read_text())
+        folders[folder.name] = {
+            "files": sorted(p.name for p in folder.iterdir()),
+            "shards": sorted(set(index["weight_map"].values())),
+        }
+    return {"output_dir": "out", "folders": folders}
 
 
 def write_trainer(run: Path) -> dict[str, Any]:
@@ -174,6 +227,7 @@ def write_pretrained(out: Path) -> dict[str, Any]:
 def write_all(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     truth = {"trainer": write_trainer(out / "trainer"), **write_pretrained(out)}
+    truth["trainer-sharded"] = write_sharded_trainer(out / "trainer-sharded")
     (out / HF_TRUTH).write_text(json.dumps(truth, indent=1, default=str))
 
 
@@ -211,9 +265,103 @@ def session_hf_runs() -> Path:
     return final
 
 
+def live_trainer(run: Path) -> dict[str, Any]:
+    """A Trainer run into `run/out` (max_steps 6, save_steps 2, save_total_limit 2) that after
+    each save waits (up to 120 s) for the daemon's scheduled split of that checkpoint,
+    `out/inference-<step>/`, before it trains on: the rotation at the third save then runs with
+    inference folders beside its checkpoints, seconds apart by mtime (rotation by mtime)."""
+    import time
+
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class WaitForTheSplit(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.waited: dict[int, float] = {}
+
+        def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            target = Path(args.output_dir) / f"inference-{state.global_step}" / "config.json"
+            start = time.monotonic()
+            while not target.exists() and time.monotonic() - start < 120:
+                time.sleep(0.2)
+            self.waited[state.global_step] = time.monotonic() - start if target.exists() else -1
+
+    run.mkdir(parents=True, exist_ok=True)
+    os.chdir(run)
+    args = TrainingArguments(
+        output_dir="out",
+        max_steps=MAX_STEPS,
+        save_steps=SAVE_STEPS,
+        save_total_limit=SAVE_TOTAL_LIMIT,
+        logging_steps=1,
+        per_device_train_batch_size=8,
+        use_cpu=True,
+        report_to="none",
+        dataloader_num_workers=0,
+        seed=0,
+    )
+    waiting = WaitForTheSplit()
+    trainer = Trainer(
+        model=_tiny_model(), args=args, train_dataset=_dataset(), callbacks=[waiting]
+    )  # fmt: skip
+    trainer.train()
+    return {"waited": waiting.waited, "left": sorted(p.name for p in (run / "out").iterdir())}
+
+
+def compare_inference(pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
+    """Each (checkpoint folder, inference folder) pair through transformers itself: both built
+    with `from_pretrained` of the class config.json names, asked the same question (their
+    logits compared exactly), the tokenizer (if any) loaded from the inference folder, and what
+    the Trainer's own rotation would list in the checkpoint's output_dir."""
+    import torch
+    import transformers
+    from transformers.trainer_utils import get_last_checkpoint, sort_checkpoints
+
+    ids = torch.tensor([[2, 5, 9, 33, 17, 7, 40, 3]])
+    found: dict[str, Any] = {}
+    for checkpoint, inference in pairs:
+        arch = json.loads((inference / "config.json").read_text())["architectures"][0]
+        cls = getattr(transformers, arch)
+        logits = []
+        for folder in (checkpoint, inference):
+            model = cls.from_pretrained(folder, local_files_only=True).eval()
+            with torch.no_grad():
+                logits.append(model(input_ids=ids).logits)
+        tokenizer = None
+        if (inference / "tokenizer.json").exists():
+            tok = transformers.AutoTokenizer.from_pretrained(inference, local_files_only=True)
+            tokenizer = tok("w1 w2 w3")["input_ids"]
+        found[str(inference)] = {
+            "class": arch,
+            "identical": bool(torch.equal(logits[0], logits[1])),
+            "logits": logits[1].tolist(),
+            "tokenized": tokenizer,
+            "rotation_sees": sorted(Path(p).name for p in sort_checkpoints(str(checkpoint.parent))),
+            "last_checkpoint": Path(get_last_checkpoint(str(checkpoint.parent))).name,
+        }
+    return found
+
+
+def inference_check(pairs: list[tuple[Path, Path]]) -> dict[str, Any]:
+    """`compare_inference` run in a child (the test process never imports torch)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", HF_HUB_OFFLINE="1")
+    env |= {"TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--compare-inference"]
+    cmd += [str(p) for pair in pairs for p in pair]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    if result.returncode != 0:
+        raise RuntimeError(f"hf_runs --compare-inference failed:\n{result.stderr[-4000:]}")
+    return dict(json.loads(result.stdout.splitlines()[-1]))
+
+
 def load_truth(folder: Path) -> dict[str, Any]:
     return dict(json.loads((folder / HF_TRUTH).read_text()))
 
 
 if __name__ == "__main__":
-    write_all(Path(sys.argv[1]))
+    if sys.argv[1] == "--live-trainer":
+        print(json.dumps(live_trainer(Path(sys.argv[2]))))
+    elif sys.argv[1] == "--compare-inference":
+        paths = [Path(a) for a in sys.argv[2:]]
+        print(json.dumps(compare_inference(list(zip(paths[::2], paths[1::2], strict=True)))))
+    else:
+        write_all(Path(sys.argv[1]))

@@ -100,6 +100,7 @@ PROGRAMS = {
     "children.json_h5_probe",
     "children.torch_load_probe",
     "children.folder_load_probe",
+    "children.hf_load_probe",
 }
 
 
@@ -310,7 +311,7 @@ RAIL = "usecases.rail"
 CHECKPOINT_ACTS = {
     "fs.fsops": {"move_to_trash", "restore", "purge", "rewrite"},
     "fs.fsswap": {"publish_new", "replace_if_same"},
-    "fs.fsclone": {"clone_new", "copy_into"},
+    "fs.fsclone": {"clone_new", "copy_into", "new_folder"},
     "fs.fsfetch": {"receive"},
 }
 # Writer module -> its entry points: each called only inside the rail's `acting_on` block (the
@@ -318,6 +319,7 @@ CHECKPOINT_ACTS = {
 WRITERS = {
     "transforms.split": {"split"},
     "transforms.torch_split": {"split"},
+    "transforms.hf_split": {"split"},
     "transforms.compress": {"compress"},
     "transforms.export_json_h5": {"export"},
     "usecases.describe": {"write_card"},

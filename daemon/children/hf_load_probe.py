@@ -1,0 +1,155 @@
+"""Load a Hugging Face checkpoint folder and the inference folder split from it, in a child
+process, and compare them: `ckpt verify --load` of an HF folder with an inference folder.
+
+    python -m ckpt_daemon.children.hf_load_probe CHECKPOINT_FOLDER INFERENCE_FOLDER
+
+What it runs, in order (`children.unprivileged`): torch imported (transformers too, if it is
+installed); both folders copied into the private staging folder the parent made; if root, it
+becomes `nobody`; then:
+
+1. every weight file of each folder loaded (`safetensors.torch.load_file`, no pickle; a `.bin`
+   with `torch.load(weights_only=True)`, `TORCH_FORCE_WEIGHTS_ONLY_LOAD` set), and the inference
+   folder's tensors compared with the checkpoint's by name: dtype, shape and bytes;
+2. with transformers: the class config.json names (`architectures[0]`, looked up by name in the
+   `transformers` package only, never the folder's own code: no `trust_remote_code`) built with
+   `from_pretrained(folder, local_files_only=True)` from each folder, in eval mode, and both
+   asked to predict on one fixed input (token ids below the config's `vocab_size`); the outputs
+   compared byte for byte. Without transformers, or for a model that takes no token ids, the
+   tensors' identity is the answer and the JSON says why nothing was predicted.
+
+Prints one JSON object: {"tensors": T, "identical": bool, "differs": [...], "predicts":
+true|false|null, "why_not_predicted": "...", "class": "...", "user": "..."}, or {"refused": ...}
+(weights_only said no), or {"error": ...}. The daemon and the CLI never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import python_module
+from . import unprivileged
+
+TIMEOUT_SECONDS = 600.0
+_PROBE_TOKENS = 8
+
+
+def probe(checkpoint: Path, inference: Path) -> dict[str, Any]:
+    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
+    cmd = [*python_module("children.hf_load_probe"), str(checkpoint), str(inference)]
+    with unprivileged.staging([checkpoint, inference]) as env:
+        env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+        env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
+        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # never the network
+        env |= {"HF_HOME": env[unprivileged.STAGING_ENV], "TOKENIZERS_PARALLELISM": "false"}
+        try:
+            done = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=TIMEOUT_SECONDS,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+
+
+def _weights(torch: Any, folder: str) -> dict[str, Any]:
+    """Every tensor of the folder's weight files, by name."""
+    tensors: dict[str, Any] = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.endswith(".safetensors"):
+            tensors |= importlib.import_module("safetensors.torch").load_file(path)
+        elif name.endswith(".bin") and name.startswith("pytorch_model"):
+            tensors |= torch.load(path, weights_only=True, map_location="cpu")
+    return tensors
+
+
+def _same(torch: Any, a: Any, b: Any) -> bool:
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return False
+    # Bytes, not values: NaN equals itself, -0.0 stays -0.0.
+    return bool(
+        torch.equal(
+            a.contiguous().reshape(-1).view(torch.uint8),
+            b.contiguous().reshape(-1).view(torch.uint8),
+        )
+    )
+
+
+def _predict(torch: Any, checkpoint: str, inference: str) -> dict[str, Any]:
+    """Both folders built by their config's transformers class and asked the same question."""
+    try:
+        transformers = importlib.import_module("transformers")
+    except ImportError:
+        return {"predicts": None, "why_not_predicted": "transformers is not installed"}
+    with open(os.path.join(checkpoint, "config.json"), "rb") as f:
+        config = json.loads(f.read(1 << 20))
+    archs = config.get("architectures") or []
+    name = archs[0] if archs and isinstance(archs[0], str) else ""
+    cls = getattr(transformers, name, None) if name.isidentifier() else None
+    if cls is None or not hasattr(cls, "from_pretrained"):
+        why = f"config.json names {name or 'no class'}, not a transformers class"
+        return {"predicts": None, "why_not_predicted": why}
+    vocab, positions = config.get("vocab_size"), config.get("max_position_embeddings")
+    if not isinstance(vocab, int) or vocab < 2:
+        return {"predicts": None, "why_not_predicted": f"{name} takes no token ids", "class": name}
+    length = min(_PROBE_TOKENS, positions) if isinstance(positions, int) else _PROBE_TOKENS
+    ids = torch.randint(1, vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    outputs = []
+    for folder in (checkpoint, inference):
+        model = cls.from_pretrained(folder, local_files_only=True).eval()
+        with torch.no_grad():
+            out = model(input_ids=ids)
+        logits = getattr(out, "logits", None)
+        outputs.append(logits if logits is not None else out[0])
+    return {"predicts": _same(torch, outputs[0], outputs[1]), "class": name}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m ckpt_daemon.children.hf_load_probe CHECKPOINT INFERENCE")
+        return 2
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    try:
+        torch = importlib.import_module("torch")
+        checkpoint = unprivileged.stage_folder(argv[0], index=0)
+        inference = unprivileged.stage_folder(argv[1], index=1)
+        user = unprivileged.drop()
+        try:
+            source, split = _weights(torch, checkpoint), _weights(torch, inference)
+        except pickle.UnpicklingError as exc:
+            print(json.dumps({"refused": str(exc).strip().splitlines()[0][:300], "user": user}))
+            return 0
+        differs = [n for n, t in split.items() if n not in source or not _same(torch, t, source[n])]
+        differs += [n for n in source if n not in split]
+        result: dict[str, Any] = {
+            "tensors": len(split),
+            "identical": not differs and bool(split),
+            "differs": differs[:20],
+            "user": user,
+            **_predict(torch, checkpoint, inference),
+        }
+    except Exception as exc:  # the report says why it does not load
+        text = str(exc).strip().splitlines()
+        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
