@@ -245,6 +245,33 @@ def test_empty_policy_is_refused(zips: Workspace) -> None:
     assert result.returncode == 2 and "no retention policy" in result.stderr
 
 
+def test_a_split_killed_before_it_finished_does_not_count_as_demoted(zips: Workspace) -> None:
+    """A split killed after registering its artifact (a pending row, no hash) and before the
+    rename leaves no artifact: a demotion then writes one before it trashes the full file."""
+    from ckpt_daemon.catalog.store import Store
+    from ckpt_daemon.settings import config as config_module
+
+    found = rows(zips)
+    oldest = zips.root / RUN / FILES[0]
+    artifact = oldest.with_name(FILES[0].replace(".keras", ".inference.keras"))
+    store = Store(config_module.load(str(zips.config)).database)
+    try:  # what the killed split left in the catalog: its row registered, never finished
+        store.add_artifact(
+            found[FILES[0]]["id"], kind="inference", path=str(artifact), size=0, codec=None,
+            digest=None,
+        )  # fmt: skip
+    finally:
+        store.close()
+    assert not artifact.exists()
+    total = sum(r["size_bytes"] for r in found.values())
+    budget = total - found[FILES[0]]["optimizer_bytes"]  # one demotion: the oldest
+    zips.run("prune", "--run", RUN, "--keep-last", "3", "--max-bytes", str(budget))
+    assert rows(zips)[FILES[0]]["status"] == "trashed"
+    assert artifact.exists(), "the full file was trashed with no inference artifact"
+    shown = zips.json("show", str(oldest))
+    assert [e["action"] for e in shown["events"]][-2:] == ["split", "trash"]
+
+
 def test_over_budget_demotes_to_inference_artifacts_before_trashing(zips: Workspace) -> None:
     total = sum(r["size_bytes"] for r in rows(zips).values())
     budget = total - 2 * rows(zips)[FILES[0]]["optimizer_bytes"]  # needs two demotions
