@@ -231,9 +231,7 @@ class Actions:
             ).scalar()
 
     def ids_with_artifact(self, kind: str) -> set[int]:
-        """The checkpoints with a finished artifact of `kind`: a pending row (no hash yet: a
-        split killed before it finished, e.g. by `artifacts.timeout`) is not one, so the
-        schedule tries again and a demotion writes the artifact before it trashes the file."""
+        """Checkpoints with a finished artifact of `kind` (a pending row: a killed split)."""
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return set(
                 conn.execute(
