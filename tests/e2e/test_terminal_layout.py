@@ -86,16 +86,25 @@ def screenshot(ws: Workspace, socket: str, folder: Path, *args: str) -> str:
     ckpt = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), *args]
     script = f"cd {shlex.quote(str(ws.base))} && {shlex.join(ckpt)}; echo {END}; sleep 600"
     tmux = [TMUX, "-L", socket, "-f", "/dev/null"]
-    subprocess.run(
-        [*tmux, "new-session", "-d", "-s", name, "-x", str(WIDTH), "-y", str(HEIGHT), script],
-        check=True,
-        # COLUMNS/LINES (set by some runners, e.g. pytest-xdist workers) would override the
-        # window's real size, as they do for any program that asks shutil for it.
-        env={
-            **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
-            "TERM": "xterm-256color",
-        },
-    )
+    for attempt in range(5):
+        started = subprocess.run(
+            [*tmux, "new-session", "-d", "-s", name, "-x", str(WIDTH), "-y", str(HEIGHT), script],
+            capture_output=True,
+            text=True,
+            # COLUMNS/LINES (set by some runners, e.g. pytest-xdist workers) would override the
+            # window's real size, as they do for any program that asks shutil for it.
+            env={
+                **{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+                "TERM": "xterm-256color",
+            },
+        )
+        # tmux exits with its last session: a new one can reach a server still exiting (the
+        # previous screenshot's session just killed), "server exited unexpectedly" (seen in
+        # CI); the next attempt starts a new server.
+        if started.returncode == 0 or "server exited unexpectedly" not in started.stderr:
+            break
+        time.sleep(0.2 * (attempt + 1))
+    assert started.returncode == 0, started.stderr
     deadline = time.monotonic() + 180  # a loaded 2-core machine: generous
     try:
         while True:
