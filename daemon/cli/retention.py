@@ -137,6 +137,11 @@ def _print_plan(report: PruneReport, shown: Callable[[str], str]) -> None:
         tiered = [d for d in rp.plan.to_trash() if d.action == "tier"]
         tiered = [d for d in tiered if rp.moved is None or d.id in rp.moved]
         to_store = f" ({len(tiered)} to the object store)" if tiered else ""
+        given_up = len(rp.remote_doomed()) if rp.remote_moved is None else len(rp.remote_moved)
+        if given_up:
+            to_store += (
+                f", {given_up} remote cop{'y' if given_up == 1 else 'ies'} to the store's trash"
+            )
         echo(  # what moved, not what was planned (failures are listed below)
             fitted(
                 f"{rp.run}: {rp.trashed} of {len(rp.plan.decisions)} {verb}{to_store}, "

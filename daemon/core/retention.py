@@ -8,7 +8,9 @@ Semantics:
 
 - Candidates are the run's rows with status ok, incomplete, corrupt or unreadable; missing,
   trashed and purged rows are not in the plan. Rules look at complete (ok) checkpoints only: a
-  file still being written neither takes a keep_last slot nor counts as the best.
+  file still being written neither takes a keep_last slot nor counts as the best. A tiered
+  checkpoint (`Item.where == "remote"`: its bytes only in a verified remote copy) is weighed as
+  an ok one; what the rules drop of it is its remote copy (`trash-remote`, `core.tier_plan`).
 - Order ("newest", "oldest", keep_last, the budget's order) is what a checkpoint *is*, never
   when a file was last touched: `progress_key` = (epoch, step, mtime, id), where an unknown
   epoch or step counts as +infinity. So within a run, epoch 12 is newer than epoch 3 whatever
@@ -63,8 +65,8 @@ from .errors import UsageError
 from .model import CheckpointStatus
 from .moments import Moment, progress_key, training_moments
 from .query import default_mode
-from .tier_plan import NO_REMOTE, KeepLocal, aged, budget_tierable, stays_local
-from .units import format_size
+from .tier_plan import NO_REMOTE, KeepLocal, budget_tierable, placed, stays_local
+from .units import format_duration, format_size
 
 NOT_CANDIDATES = frozenset(
     {
@@ -98,6 +100,7 @@ class Item:
     protected: str | None = None  # kept whatever the rules say, for this reason
     tier_blocked: str | None = NO_REMOTE  # why it cannot go to the object store (None: it can)
     trash_reason: str | None = None  # why it goes if nothing keeps it (an abandoned save's)
+    where: str = "local"  # local | remote (only in the object store: status given as ok) | both
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,9 @@ class Policy:
 class Decision:
     id: int
     path: str
-    action: str  # "keep" | "trash" | "demote" (by its inference artifact) | "tier" (to the store)
+    # "keep" | "trash" | "demote" (by its inference artifact) | "tier" (to the store) |
+    # "trash-remote" (a tiered checkpoint's remote copy to the store's trash)
+    action: str
     reasons: tuple[str, ...]
     size_bytes: int
 
@@ -170,14 +175,6 @@ class Plan:
         """Every decision that removes the full checkpoint from the local disk (trash, demote
         then trash, tier then trash)."""
         return [d for d in self.decisions if d.action in FREEING]
-
-
-def format_duration(seconds: float) -> str:
-    """`2d`, `36h`, `90m`, `45s`: the largest unit that shows the value whole."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:g}s"
 
 
 FREEING = ("trash", "demote", "tier")
@@ -196,17 +193,14 @@ def plan(items: Sequence[Item], policy: Policy, now: float | None = None) -> Pla
     notes: tuple[str, ...] = ()
     rules = [(rule.metric, rule.resolved_mode) for rule in policy.keep_best]
     local = stays_local(candidates, ok, newest(ok), policy.keep_local, rules)
-    if policy.max_bytes is not None:
-        kept = [item for item in ok if tags[item.id]]
+    if policy.max_bytes is not None:  # the local disk's budget: remote-only ones cost nothing
+        kept = [item for item in ok if tags[item.id] and item.where != "remote"]
         over, notes = _trim(kept, tags, policy.max_bytes, local)
-    decisions = tuple(_decide(item, tags[item.id], over.get(item.id)) for item in candidates)
-    if policy.tier_after is not None and now is not None:
-        after, shown = policy.tier_after, format_duration(policy.tier_after)
-        by_id = {item.id: item for item in candidates}
-        decisions = tuple(
-            Decision(d.id, d.path, *aged(d, by_id[d.id], local, after, now, shown), d.size_bytes)
-            for d in decisions
-        )
+    by_id = {item.id: item for item in candidates}
+    decisions = tuple(
+        Decision(d.id, d.path, *placed(d, by_id[d.id], local, policy.tier_after, now), d.size_bytes)
+        for d in (_decide(item, tags[item.id], over.get(item.id)) for item in candidates)
+    )
     freed = sum(d.size_bytes for d in decisions if d.action in FREEING)
     return Plan(decisions=decisions, bytes_freed=freed, notes=notes)
 
@@ -253,12 +247,17 @@ def _age(item: Item) -> tuple[float, int]:
 
 def newest(ok: Sequence[Item]) -> dict[int, str]:
     """{id: reason} of the checkpoints protected as a run's newest among `ok` ones: the
-    furthest along by `progress_key`, and the last written (mtime) if that is another one.
-    The planner and the executor's rail use this same function."""
+    furthest along by `progress_key`, and the last written (mtime) if that is another one;
+    when some are only in the object store, the local ones' newest too (the executor's rail
+    never frees those). The planner and the executor's rail use this same function."""
     if not ok:
         return {}
     found = {max(ok, key=progress_key).id: "newest"}
     found.setdefault(max(ok, key=_age).id, "newest mtime")
+    local = [item for item in ok if item.where != "remote"]  # the executor's rail judges these
+    if local and len(local) < len(ok):
+        found.setdefault(max(local, key=progress_key).id, "newest local")
+        found.setdefault(max(local, key=_age).id, "newest local mtime")
     return found
 
 

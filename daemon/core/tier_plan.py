@@ -14,6 +14,13 @@ The demotion ladder is full -> inference artifact -> remote -> trash:
   the last N training moments (`last`) and the best N of each keep_best metric (`best`).
   One that cannot be tiered (`Item.tier_blocked`: no `remote:` for its root, a multi-file
   format, a kept version, no hash yet) stays where it is; when it was due, the reason says why.
+- Remote retention: a tiered checkpoint (`where == "remote"`: its bytes only in a verified
+  remote copy) is weighed by the rules like a local one, so `keep_last 10` keeps ten in all,
+  local or remote. One they keep stays in the store; one they drop has its remote copy moved
+  to the store's trash (`trash-remote`: undoable until `trash.purge_after`, never the copy of
+  a pinned checkpoint or of its run's newest, best or last resumable one:
+  `core.remote_keep`, re-checked under the lease). A checkpoint with both copies that the
+  rules drop loses its local copy first; from then on it is a remote-only one.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .moments import training_moments
+from .units import format_duration
 
 NO_REMOTE = "no `remote:` configured for its root"
 
@@ -55,6 +63,8 @@ class Tierable(Protocol):
     @property
     def status(self) -> str: ...
     @property
+    def where(self) -> str: ...
+    @property
     def mtime(self) -> float: ...
     @property
     def tier_blocked(self) -> str | None: ...
@@ -79,11 +89,32 @@ class Candidate(Protocol):
     def protected(self) -> str | None: ...
     @property
     def metrics(self) -> Mapping[str, float | None]: ...
+    @property
+    def where(self) -> str: ...
 
 
 def due(item: Tierable, tier_after: float, now: float) -> bool:
-    """Written at least `tier_after` before `now` (inclusive, as keep_within is)."""
-    return item.status == "ok" and item.mtime <= now - tier_after
+    """Written at least `tier_after` before `now` (inclusive, as keep_within is), and local."""
+    return item.status == "ok" and item.where != "remote" and item.mtime <= now - tier_after
+
+
+def placed(
+    decision: Decided,
+    item: Tierable,
+    local: Mapping[int, str],
+    tier_after: float | None,
+    now: float | None,
+) -> tuple[str, tuple[str, ...]]:
+    """(action, reasons) of a decision once where its bytes are is weighed: a remote-only
+    checkpoint kept stays in the store, one dropped has its remote copy trashed; a local one
+    kept may tier (`aged`, when `tier_after` is set and there is a clock)."""
+    if item.where == "remote":
+        if decision.action == "keep":
+            return "keep", (*decision.reasons, "in the object store")
+        return "trash-remote", (*decision.reasons, "its remote copy to the store's trash")
+    if tier_after is None or now is None:
+        return decision.action, decision.reasons
+    return aged(decision, item, local, tier_after, now, format_duration(tier_after))
 
 
 def aged(
@@ -116,6 +147,7 @@ def stays_local(
     """{id: why} of the checkpoints never tiered (module doc). `ok` oldest first (by mtime);
     `newest`: the run's newest ones (`retention.newest`); `best_rules`: (metric, mode) of the
     policy's keep_best rules."""
+    ok = [i for i in ok if i.where != "remote"]  # what stays local is among the local ones
     found: dict[int, list[str]] = {}
     _merge(found, list(newest.items()))
     _merge(found, [(i.id, "pinned") for i in candidates if i.pinned])

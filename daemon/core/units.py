@@ -42,6 +42,14 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+def format_duration(seconds: float) -> str:
+    """`2d`, `36h`, `90m`, `45s`: the largest unit that shows the value whole."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
 def parse_size(value: object) -> int:
     """Bytes from `1024`, `50GB` (powers of 1000) or `50GiB` (powers of 1024)."""
     if isinstance(value, bool):

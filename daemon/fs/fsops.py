@@ -82,7 +82,9 @@ def current_stat(root: Path, members: Sequence[Path]) -> FileStat:
             info = entry_stat(fd, parts[-1])
         if stat.S_ISDIR(info.st_mode):
             tree = _tree_stat(member)
-            size, newest = size + tree.size, max(newest, tree.mtime_ns)
+            # A folder with no file yet (a save killed as it began) is as new as its creation.
+            mtime = tree.mtime_ns or info.st_mtime_ns
+            size, newest = size + tree.size, max(newest, mtime)
         else:
             size, newest = size + info.st_size, max(newest, info.st_mtime_ns)
         inode = info.st_ino if inode is None else inode

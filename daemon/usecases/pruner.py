@@ -29,6 +29,7 @@ from ..core import retention
 from ..core.errors import CkptError, LeaseLost
 from ..core.model import Checkpoint, CheckpointStatus
 from ..core.progress import Counter, OnProgress
+from ..core.remote import Location, location, verified_copy
 from ..fs import fsops
 from ..settings.config import Config
 from . import guards, rail, save_checks
@@ -73,8 +74,8 @@ def prune(
     doomed = [d for rp in report.runs for d in rp.plan.to_trash()]
     counter = Counter(on_progress, len(doomed), sum(d.size_bytes for d in doomed))
     for rp in report.runs:
-        if rp.plan.to_trash():
-            rp.moved = set()
+        if rp.plan.to_trash() or rp.remote_doomed():
+            rp.moved, rp.remote_moved = set(), set()
             if should_stop():
                 break
             try:
@@ -123,6 +124,44 @@ def _execute(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
                 counter.finish(decision.path, "failed", detail=guards.one_line(exc))
+        _give_up_remote(config, store, rp, batch, actor, report, should_stop, lease)
+
+
+def _give_up_remote(
+    config: Config,
+    store: Store,
+    rp: RunPlan,
+    batch: str,
+    actor: str,
+    report: PruneReport,
+    should_stop: Callable[[], bool],
+    lease: HeldLease,
+) -> None:
+    """The remote copies the rules give up, each to the store's trash by the remote trash's own
+    act (`usecases.remote_trash.give_up_one`: its protection re-checked under the lease)."""
+    if not rp.remote_doomed():
+        return
+    from .remote_trash import give_up_one  # boto3 stays unimported until a remote act
+
+    for decision in rp.remote_doomed():
+        if should_stop() or _lost_lease(lease) is not None:
+            return
+        try:
+            c = store.get(str(decision.id))
+            copies = store.remote_copies([c.id])
+            copy = verified_copy(copies)
+            if copy is None or location(c.status, copies) != Location.REMOTE:
+                raise fsops.Refused(f"{c.path}: not a tiered checkpoint now: its copy is kept")
+            reason = "; ".join(decision.reasons)
+            give_up_one(
+                config, store, c, copy, reason=reason, batch=batch, actor=actor, lease=lease
+            )
+            assert rp.remote_moved is not None
+            rp.remote_moved.add(decision.id)
+        except CkptError as exc:
+            report.failures.append(
+                {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
+            )
 
 
 def _lost_lease(lease: HeldLease) -> LeaseLost | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,17 @@ from ..core import retention
 from ..core.errors import NotFound, UsageError
 from ..core.model import Checkpoint, CheckpointStatus
 from ..core.query import ListQuery
+from ..core.remote import RemoteState, location
+from ..core.remote_keep import why_kept
 from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations
 from ..settings.config import Config
 from .artifacts import SPLIT_BY_POLICY
+from .locations import uses_remote
 from .trainer_housekeeping import trainer_best
 
+REMOTE_TRASH = "trash-remote"
 _GONE = {
     CheckpointStatus.MISSING,
     CheckpointStatus.REMOVED,
@@ -42,6 +46,11 @@ class RunPlan:
     policy: str  # where it came from, and what it says
     plan: retention.Plan
     moved: set[int] | None = None  # ids actually moved to the trash (None: nothing was run)
+    remote_moved: set[int] | None = None  # ids whose remote copy went to the store's trash
+
+    def remote_doomed(self) -> list[retention.Decision]:
+        """The tiered checkpoints whose remote copy the rules give up (`trash-remote`)."""
+        return [d for d in self.plan.decisions if d.action == REMOTE_TRASH]
 
     @property
     def bytes_freed(self) -> int:
@@ -49,6 +58,10 @@ class RunPlan:
         if self.moved is None:
             return self.plan.bytes_freed
         return sum(d.size_bytes for d in self.plan.to_trash() if d.id in self.moved)
+
+    def done(self, d: retention.Decision) -> bool:
+        moved = self.remote_moved if d.action == REMOTE_TRASH else self.moved
+        return d.id in (moved or ())
 
     @property
     def trashed(self) -> int:
@@ -79,7 +92,7 @@ class PruneReport:
                             "action": d.action,
                             "reasons": list(d.reasons),
                             "bytes": d.size_bytes,
-                            **({"done": d.id in rp.moved} if rp.moved is not None else {}),
+                            **({"done": rp.done(d)} if rp.moved is not None else {}),
                         }
                         for d in rp.plan.decisions
                     ],
@@ -90,6 +103,9 @@ class PruneReport:
                         for d in rp.plan.decisions
                         if d.action == "tier" and (rp.moved is None or d.id in rp.moved)
                     ),
+                    "remote_trashed": len(rp.remote_doomed())
+                    if rp.remote_moved is None
+                    else len(rp.remote_moved),
                     "notes": list(rp.plan.notes),
                 }
                 for rp in self.runs
@@ -120,8 +136,11 @@ def plan_runs(
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
         known = listed.get((root, name)) if listed else None
-        found = run_checkpoints(store, root, name) if known is None else own_rows(known, name)
+        rows = store.list(ListQuery(run=name, root=root)) if known is None else known
+        found = own_rows(rows, name)
         previous = {**trainer_best(store, found), **protected_generations(config, found)}
+        remote = remote_places(config, store, rows, name)
+        found += [c for c in rows if remote.get(c.id) == "remote"]
         if policy is None:
             # Kept versions have a policy of their own, so their cost stays bounded.
             found = [c for c in found if c.version_of is not None]
@@ -131,6 +150,8 @@ def plan_runs(
                 continue
         items = [
             planner_item(c, demotable(c), previous.get(c.id), tier_blocked(config, c))
+            if c.id not in remote
+            else remote_item(c, remote[c.id], rows, remote, previous.get(c.id), config)
             for c in found
         ]
         if items:
@@ -157,6 +178,45 @@ def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
     """Of `found` (rows of one root), those of run `run` itself that the planner weighs (the
     plan orders them by age: the listing's order does not matter)."""
     return [c for c in found if c.run == run and c.status not in _GONE]
+
+
+def remote_places(
+    config: Config, store: Store, rows: Sequence[Checkpoint], run: str
+) -> dict[int, str]:
+    """id -> `remote` (its bytes only in a verified remote copy: tiered) or `both`, for the
+    rows of run `run` that have a verified remote copy; empty without a `remote:`."""
+    if not uses_remote(config):
+        return {}
+    mine = [c for c in rows if c.run == run and c.version_of is None]
+    verified = {
+        x.checkpoint_id
+        for x in store.remote_copies(c.id for c in mine)
+        if x.state == RemoteState.VERIFIED
+    }
+    places = {c.id: location(c.status, []).value for c in mine if c.id in verified}
+    return {i: "remote" if where == "none" else "both" for i, where in places.items()}
+
+
+def remote_item(
+    c: Checkpoint,
+    where: str,
+    rows: Sequence[Checkpoint],
+    places: Mapping[int, str],
+    protected: str | None,
+    config: Config,
+) -> retention.Item:
+    """`c` with a verified remote copy as the planner sees it. A remote-only one is weighed as
+    ok (its bytes are whole, in the store), protected as the remote trash's act would protect
+    it (`core.remote_keep`: the act re-checks it under the lease), and never tiered again."""
+    if where == "both":
+        item = planner_item(c, demotable(c), protected, tier_blocked(config, c))
+        return replace(item, where="both")
+    alive = {r.id for r in rows if r.status == CheckpointStatus.OK} | set(places)
+    kept = why_kept(c, [r for r in rows if r.run == c.run], alive)
+    if protected is None and kept is not None:
+        protected = f"remote copy kept: {kept}"
+    item = planner_item(c, False, protected, "in the object store already")
+    return replace(item, status=CheckpointStatus.OK.value, where="remote")
 
 
 def protected_generations(config: Config, found: list[Checkpoint]) -> dict[int, str]:

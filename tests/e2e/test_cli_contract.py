@@ -45,7 +45,7 @@ class Choice:
 
 
 LEAF = None
-_TOKEN = re.compile(r"\s*(\.\.\.|[{}\[\],:+|]|[A-Za-z_][\w?]*)")
+_TOKEN = re.compile(r"\s*(\.\.\.|[{}\[\],:+|]|[A-Za-z_][\w?-]*)")
 
 
 class Parser:

@@ -818,3 +818,52 @@ def test_the_ladder_demotes_then_tiers_then_trashes_and_keep_local_stays() -> No
     assert "stays local (keep_local best val_loss #1)" in decided[2].reasons
     assert "not tiered: format x" in decided[3].reasons
     assert plan(items, aged).decisions == plan(items, replace(aged, tier_after=None)).decisions
+
+
+# ---- remote retention: checkpoints whose bytes are only in the object store ----------------------
+
+
+def remote(id: int, mtime: float, **fields: Any) -> Item:
+    return item(id, mtime, where="remote", tier_blocked=None, **fields)
+
+
+def test_remote_ones_take_keep_last_slots_and_those_dropped_trash_their_remote_copy() -> None:
+    items = [remote(1, at(1)), remote(2, at(2)), remote(3, at(3)), item(4, at(4))]
+    assert table(plan(items, Policy(keep_last=3))) == [
+        (1, "trash-remote", ("matched no keep rule", "its remote copy to the store's trash")),
+        (2, "keep", ("last #3", "in the object store")),
+        (3, "keep", ("last #2", "in the object store")),
+        (4, "keep", ("newest", "last #1")),
+    ]
+
+
+def test_the_budget_is_the_local_disks_remote_bytes_cost_it_nothing() -> None:
+    items = [remote(1, at(1), size_bytes=100 * GB), item(2, at(2)), item(3, at(3))]
+    decided = {d.id: d for d in plan(items, Policy(keep_last=3, max_bytes=2 * GB)).decisions}
+    assert [decided[i].action for i in (1, 2, 3)] == ["keep", "keep", "keep"]
+    # Over the local budget by one local file: the older local one goes, never the remote one.
+    tight = {d.id: d for d in plan(items, Policy(keep_last=3, max_bytes=GB)).decisions}
+    assert tight[1].action == "keep" and tight[2].action == "trash" and tight[3].action == "keep"
+
+
+def test_the_newest_local_one_is_protected_when_the_newest_is_remote() -> None:
+    items = [item(1, at(1)), item(2, at(2)), remote(3, at(3))]
+    decided = {d.id: d for d in plan(items, Policy(keep_last=1)).decisions}
+    assert decided[3].action == "keep"
+    assert decided[2].action == "keep" and "newest local" in decided[2].reasons
+    assert decided[1].action == "trash"
+
+
+def test_a_pinned_or_best_remote_one_keeps_its_remote_copy() -> None:
+    vl = {1: 0.1, 2: 0.9, 3: 0.8, 4: 0.7, 5: 0.6}
+    items = [
+        remote(i, at(i), metrics={"val_loss": vl[i]}, pinned=(i == 2)) for i in range(1, 5)
+    ] + [item(5, at(5), metrics={"val_loss": vl[5]})]
+    decided = {
+        d.id: d
+        for d in plan(items, Policy(keep_last=1, keep_best=(KeepBest("val_loss", 1),))).decisions
+    }
+    assert decided[1].action == "keep" and "in the object store" in decided[1].reasons
+    assert decided[2].action == "keep"
+    assert decided[3].action == "trash-remote" and decided[4].action == "trash-remote"
+    assert plan(items, Policy(keep_last=1)).bytes_freed == 0  # a remote copy frees no local disk
