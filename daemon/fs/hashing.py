@@ -35,7 +35,7 @@ def hash_files(paths: Sequence[Path], root: Path | None = None) -> str:
             if len(paths) > 1:
                 size = f.seek(0, 2)
                 f.seek(0)
-                hasher.update(f"{path.name}\0{size}\0".encode())
+                hasher.update(member_prefix(path.name, size))
             while n := f.readinto(view):
                 hasher.update(view[:n])
     return f"{ALGORITHM}:{hasher.hexdigest()}"
@@ -54,7 +54,7 @@ def hash_each_and_all(paths: Sequence[Path], root: Path | None = None) -> tuple[
             f.seek(0)
             one = blake3.blake3(max_threads=mode if size >= THREADED_FROM else 1)
             if len(paths) > 1:
-                whole.update(f"{path.name}\0{size}\0".encode())
+                whole.update(member_prefix(path.name, size))
             while n := f.readinto(view):
                 one.update(view[:n])
                 whole.update(view[:n])
@@ -79,6 +79,13 @@ def artifact_bytes(path: Path) -> int:
 
         return sum(os.lstat(p).st_size for p in tree_files(path))
     return os.lstat(path).st_size
+
+
+def member_prefix(name: str, size: int) -> bytes:
+    """What `hash_files` of several files hashes before each file's bytes: its name (the last
+    part only) and its length. A stream of members (a tar tiered or fetched) feeds a
+    `StreamHash` this, then the bytes, to get the catalog's hash in the same pass."""
+    return f"{name}\0{size}\0".encode()
 
 
 class StreamHash:
