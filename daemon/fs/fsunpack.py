@@ -90,8 +90,9 @@ def receive_tree(
     into `folder` (beneath `root` when given: reached without following a symlink). Returns
     the paths published."""
     opened: AbstractContextManager[int]
-    if root is not None:
-        opened = folder_beneath(root, relative_parts(root, folder))
+    if root is not None:  # the root itself, or a folder below it
+        same = os.path.normpath(folder) == os.path.normpath(root)
+        opened = folder_beneath(root, () if same else relative_parts(root, folder))
     else:
         opened = plain_folder(folder)
     temp = temp_name(folder / names[0].split("/")[0], os.urandom(4).hex()).name

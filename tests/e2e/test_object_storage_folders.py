@@ -119,6 +119,49 @@ def test_a_tf_checkpoint_tiers_as_one_tar_and_comes_back_byte_identical(
     assert client.head_object(Bucket=bucket, Key=key)["ETag"] == etag
     assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
 
+    # The remote trash moves the tar (server-side) and its restore brings it back, verified.
+    ws.run("trash", "purge", "--older-than", "0s")
+    (given,) = ws.json("trash", "remote", str(prefix))["items"]
+    assert (given["action"], given.get("done")) == ("trash", True), given
+    trash_key = given["trash_url"].removeprefix(f"s3://{bucket}/")
+    assert trash_key.endswith("/ckpt-1.tar") and objects(client, bucket) == {trash_key}
+    (listed,) = [t for t in ws.json("trash", "list") if t.get("location") == "remote"]
+    ws.run("trash", "restore", str(listed["id"]))
+    assert objects(client, bucket) == {key}
+    assert "remote copy matches" in ws.run("verify", "--remote", str(prefix)).stdout
+    for m in members:
+        m.unlink(missing_ok=True)
+    assert ws.run("fetch", str(row["id"])).stdout.strip() == str(prefix)
+    assert snapshot(members) == before
+
+
+def objects(client: Any, bucket: str) -> set[str]:
+    return {o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
+def test_a_savedmodel_with_a_nested_folder_comes_back_whole_in_one_rename(
+    tmp_path: Path, s3: S3Server, keras_checkpoints: Path
+) -> None:
+    ws, bucket, client = workspace(tmp_path, s3, {"sm": keras_checkpoints / "k3" / "export"})
+    folder = ws.root / "sm" / "sm"
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert Path("variables/variables.index") in before
+    row = row_of(ws, folder)
+    assert row["format"] == "savedmodel"
+    key = tiered_key(ws, bucket, folder)
+    assert key.endswith("/sm.tar") and not folder.exists()
+    with tarfile.open(fileobj=io.BytesIO(object_bytes(client, bucket, key)), mode="r:") as tar:
+        kinds = {m.name: m.type for m in tar.getmembers()}
+    assert kinds["sm"] == kinds["sm/variables"] == tarfile.DIRTYPE
+    assert {n for n, t in kinds.items() if t == tarfile.REGTYPE} == {f"sm/{p}" for p in before}
+    ws.run("trash", "purge", "--older-than", "0s")
+    assert ws.run("fetch", str(row["id"])).stdout.strip() == str(folder)
+    after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert after == before
+    assert not [p for p in folder.parent.iterdir() if p.name != "sm"]  # no temp left
+    rescan = ws.json("scan")
+    assert rescan["indexed"] == [] and not rescan["failed"], rescan
+
 
 def test_an_hf_folder_tiers_fetches_and_a_swapped_tar_is_refused_and_marked(
     tmp_path: Path, s3: S3Server, hf_runs: Path

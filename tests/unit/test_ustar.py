@@ -183,3 +183,23 @@ def test_sizes_beyond_eight_gib_use_base_256_as_tarfile_reads_them() -> None:
     block = ustar.header(ustar.Entry("ck/big", ustar.Kind.FILE, size), MTIME)
     assert ustar.parse(block) == ustar.Entry("ck/big", ustar.Kind.FILE, size)
     assert tarfile.TarInfo.frombuf(block, "utf-8", "strict").size == size
+
+
+def test_a_folder_that_exists_is_entered_and_only_missing_files_are_put_in(
+    tmp_path: Path,
+) -> None:
+    """A Trainer output_dir moved only its recorded files to the trash: the folder is still
+    there with other files in it; the fetch puts the missing files in, touches nothing else."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    paths = folder_checkpoint(src)
+    data = stream(src, NAMES, 4096)
+    (dst / "ck" / "sub").mkdir(parents=True)
+    (dst / "ck" / "other.json").write_text("{}")
+    size = sum(p.stat().st_size for p in paths)
+    receive_tree(dst, NAMES, [data], expected_hash=hash_files(paths), expected_bytes=size)
+    assert {p.relative_to(dst).as_posix() for p in dst.rglob("*") if p.is_file()} == {
+        *NAMES,
+        "ck/other.json",
+    }
+    assert (dst / "ck" / "other.json").read_text() == "{}"
