@@ -219,3 +219,26 @@ def test_an_hf_folder_tiers_fetches_and_a_swapped_tar_is_refused_and_marked(
     assert checked.returncode == 3 and "remote copy changed" in checked.stdout, checked.stdout
     never = ws.run("fetch", str(row["id"]), "--to", str(other), check=False)
     assert never.returncode == 6 and "no verified remote copy" in never.stderr
+
+
+def test_a_torch_dcp_folder_round_trips_with_its_dot_metadata(
+    tmp_path: Path, s3: S3Server, async_saves: Path
+) -> None:
+    """A real `dcp.save` folder (`.metadata` written last, a `__0_0.distcp`): its tar holds
+    both, and the folder fetched back is the same bytes, indexed as it was (the rescan reads
+    nothing: every member carries the indexed mtime, so `.metadata` is not older than a shard)."""
+    ws, bucket, client = workspace(tmp_path, s3, {"dcp": async_saves / "dcp"})
+    folder = ws.root / "dcp" / "step-7"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert set(before) == {".metadata", "__0_0.distcp"}
+    row = row_of(ws, folder)
+    assert (row["format"], row["status"]) == ("torch-dcp", "ok")
+    key = tiered_key(ws, bucket, folder)
+    with tarfile.open(fileobj=io.BytesIO(object_bytes(client, bucket, key)), mode="r:") as tar:
+        assert sorted(tar.getnames()) == ["step-7", "step-7/.metadata", "step-7/__0_0.distcp"]
+    ws.run("trash", "purge", "--older-than", "0s")
+    assert ws.run("fetch", str(row["id"])).stdout.strip() == str(folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    rescan = ws.json("scan")
+    assert rescan["indexed"] == [] and not rescan["failed"], rescan
+    assert row_of(ws, folder)["status"] == "ok"
