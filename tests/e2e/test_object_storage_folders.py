@@ -1,11 +1,13 @@
 """Checkpoints of several files in the object store, through the CLI against a real S3 API
 server on loopback (moto's server mode): a real TF checkpoint (`prefix.index` + data shard,
-written by TensorFlow in a child) and a real Hugging Face Trainer `checkpoint-N/` folder (written
-by transformers in a child) each tier as ONE deterministic tar object (`<hash16>/<name>.tar`),
-streamed from the files; the local copy goes to the trash only after the copy verified; `ckpt
-fetch` unpacks it back byte for byte (every member compared with a copy taken before); a second
-tier of the same bytes keeps the identical object; a tar swapped behind our back is refused by
-fetch and marked by `ckpt verify --remote`."""
+written by TensorFlow in a child), a real Hugging Face Trainer `checkpoint-N/` folder (written
+by transformers in a child), a SavedModel (nested `variables/`), a torch DCP and an Orbax step
+folder (the session's fixtures) each tier as ONE deterministic tar object
+(`<hash16>/<name>.tar`), streamed from the files; the local copy goes to the trash only after
+the copy verified; `ckpt fetch` unpacks it back byte for byte (every member compared with a copy
+taken before); a second tier of the same bytes keeps the identical object; the remote trash
+moves and restores the tar; a tar swapped behind our back is refused by fetch and marked by
+`ckpt verify --remote`."""
 
 from __future__ import annotations
 
@@ -221,24 +223,39 @@ def test_an_hf_folder_tiers_fetches_and_a_swapped_tar_is_refused_and_marked(
     assert never.returncode == 6 and "no verified remote copy" in never.stderr
 
 
-def test_a_torch_dcp_folder_round_trips_with_its_dot_metadata(
-    tmp_path: Path, s3: S3Server, async_saves: Path
+@pytest.mark.parametrize(
+    ("run", "step", "fmt", "some"),
+    [
+        ("dcp", "step-7", "torch-dcp", {".metadata", "__0_0.distcp"}),
+        ("orbax-sync", "2", "orbax-step", {"_CHECKPOINT_METADATA", "default/_METADATA"}),
+    ],
+)
+def test_dcp_and_orbax_folders_round_trip_through_one_tar(
+    tmp_path: Path, s3: S3Server, async_saves: Path, run: str, step: str, fmt: str, some: set[str]
 ) -> None:
-    """A real `dcp.save` folder (`.metadata` written last, a `__0_0.distcp`): its tar holds
-    both, and the folder fetched back is the same bytes, indexed as it was (the rescan reads
-    nothing: every member carries the indexed mtime, so `.metadata` is not older than a shard)."""
-    ws, bucket, client = workspace(tmp_path, s3, {"dcp": async_saves / "dcp"})
-    folder = ws.root / "dcp" / "step-7"
-    before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    assert set(before) == {".metadata", "__0_0.distcp"}
+    """A real `dcp.save` folder (`.metadata` written last, a `__0_0.distcp`) and a real Orbax
+    step folder (nested items, OCDBT files): the tar holds every file, and the folder fetched
+    back is the same bytes, indexed as it was (the rescan reads nothing: every member carries
+    the indexed mtime, so no completeness check sees a member older than another)."""
+    ws, bucket, client = workspace(tmp_path, s3, {run: async_saves / run})
+    folder = ws.root / run / step
+    before = {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+    assert some <= set(before)
     row = row_of(ws, folder)
-    assert (row["format"], row["status"]) == ("torch-dcp", "ok")
+    assert (row["format"], row["status"]) == (fmt, "ok")
     key = tiered_key(ws, bucket, folder)
+    assert key.endswith(f"/{step}.tar") and not folder.exists()
     with tarfile.open(fileobj=io.BytesIO(object_bytes(client, bucket, key)), mode="r:") as tar:
-        assert sorted(tar.getnames()) == ["step-7", "step-7/.metadata", "step-7/__0_0.distcp"]
+        files = {m.name for m in tar.getmembers() if m.isfile()}
+    assert files == {f"{step}/{name}" for name in before}
     ws.run("trash", "purge", "--older-than", "0s")
     assert ws.run("fetch", str(row["id"])).stdout.strip() == str(folder)
-    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    after = {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
+    assert after == before
     rescan = ws.json("scan")
     assert rescan["indexed"] == [] and not rescan["failed"], rescan
     assert row_of(ws, folder)["status"] == "ok"
