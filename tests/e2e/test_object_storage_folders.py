@@ -259,3 +259,83 @@ def test_dcp_and_orbax_folders_round_trip_through_one_tar(
     rescan = ws.json("scan")
     assert rescan["indexed"] == [] and not rescan["failed"], rescan
     assert row_of(ws, folder)["status"] == "ok"
+
+
+def sharded_folder(folder: Path, shards: int, mib: int) -> None:
+    """A `save_pretrained` folder of `shards` safetensors shards of `mib` MiB each."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True)
+    weight_map = {}
+    for i in range(shards):
+        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        values = np.random.default_rng(i).standard_normal((mib << 18,), np.float32)
+        save_file({f"w{i}": values}, str(folder / name))
+        weight_map[f"w{i}"] = name
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+
+
+def test_a_folder_tier_killed_mid_upload_resumes_the_same_tar_parts(
+    tmp_path: Path, s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL of `ckpt tier` once the service stored one part of the folder's tar and holds
+    the others: nothing under the key, the folder where it was; the next `ckpt tier` streams
+    the same tar again, keeps the stored part (same size and MD5) and completes."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from moto.s3.models import S3Backend
+
+    source = tmp_path / "src" / "model"
+    sharded_folder(source, 3, 5)
+    ws, bucket, client = workspace(tmp_path, s3, {"hf": source.parent})
+    folder = ws.root / "hf" / "model"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert row_of(ws, folder)["format"] == "hf-folder"
+
+    original = S3Backend.upload_part
+    first_stored, release, opened = threading.Event(), threading.Event(), threading.Event()
+    calls = []
+
+    def gated(self: Any, bucket_name: str, multipart_id: str, part_id: int, value: bytes) -> Any:
+        if bucket_name != bucket or opened.is_set():
+            return original(self, bucket_name, multipart_id, part_id, value)
+        calls.append(part_id)
+        if len(calls) == 1:
+            stored = original(self, bucket_name, multipart_id, part_id, value)
+            first_stored.set()
+            return stored
+        release.wait(60)  # held until the kill; then, as the client is gone, never stored
+        raise ConnectionResetError("the client is gone")
+
+    monkeypatch.setattr(S3Backend, "upload_part", gated)
+    cmd = [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "tier", str(folder)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert first_stored.wait(120), "no part reached the service"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert folder.is_dir() and client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+    (left,) = client.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert left["Key"].endswith("/model.tar")
+    kept = client.list_parts(Bucket=bucket, Key=left["Key"], UploadId=left["UploadId"])["Parts"]
+    assert [p["PartNumber"] for p in kept] == [calls[0]]  # the one part the service stored
+    opened.set()
+
+    again = ws.json("tier", str(folder))["items"][0]
+    assert again["done"] is True and again["resumed_parts"] >= 1, again
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert not folder.exists()
+    ws.run("trash", "purge", "--older-than", "0s")
+    ws.run("fetch", str(folder))
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
