@@ -89,6 +89,8 @@ def receive_tree(
     """Unpack the tar `chunks` of the files `names` (relative to `folder`, the catalog's order)
     into `folder` (beneath `root` when given: reached without following a symlink). Returns
     the paths published."""
+    if not names:
+        raise BadArchive(f"{folder}: no member files recorded: nothing to unpack")
     opened: AbstractContextManager[int]
     if root is not None:  # the root itself, or a folder below it
         same = os.path.normpath(folder) == os.path.normpath(root)

@@ -238,6 +238,8 @@ def _upload_archive(
     the indexed one), generated as it is sent; verified as a file is, its expected size the
     tar's (headers and padding around the indexed bytes)."""
     expected, _digest, files = store.identity(c.id)
+    if not files:
+        raise fsops.Refused(f"{c.path}: no member files recorded: the next scan re-indexes it")
     source = TarSource(c.path, Path(c.path).parent, files, root, expected.mtime_ns // 10**9)
     try:
         if source.data_bytes != c.size_bytes:
