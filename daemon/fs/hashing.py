@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 import blake3
@@ -20,18 +19,22 @@ def hash_files(paths: Sequence[Path], root: Path | None = None) -> str:
     """`blake3:<hex>` of one file's bytes; for several files, of each name, length and bytes.
 
     Each file is opened as `fs.beneath` does (regular files only, no symlink followed;
-    beneath `root` when given), so a FIFO or a link swapped in is refused, never read.
+    beneath `root` when given), so a FIFO or a link swapped in is refused, never read. One
+    file is open at a time, so a folder of thousands of files (a DCP save of many ranks) stays
+    under any limit on open files.
     """
-    with ExitStack() as stack:
-        files = [
-            stack.enter_context(os.fdopen(beneath.open_regular(path, root), "rb", buffering=0))
-            for path in paths
-        ]
-        # Threads only pay off on large inputs; small files would just start idle threads.
-        big = sum(os.fstat(f.fileno()).st_size for f in files) >= THREADED_FROM
-        hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
-        view = memoryview(bytearray(CHUNK))
-        for path, f in zip(paths, files, strict=True):
+    total = 0
+    for path in paths:
+        fd = beneath.open_regular(path, root)
+        try:
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    # Threads only pay off on large inputs; small files would just start idle threads.
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if total >= THREADED_FROM else 1)
+    view = memoryview(bytearray(CHUNK))
+    for path in paths:
+        with os.fdopen(beneath.open_regular(path, root), "rb", buffering=0) as f:
             if len(paths) > 1:
                 size = f.seek(0, 2)
                 f.seek(0)

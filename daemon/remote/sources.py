@@ -65,29 +65,29 @@ class FileSource:
 
 class TarSource:
     """The tar of `names` (relative to `folder`, in this order; opened beneath `root`, no
-    symlink followed, regular files only) with every header's mtime `mtime` (seconds)."""
+    symlink followed, regular files only) with every header's mtime `mtime` (seconds).
+
+    One member is open at a time (a folder of thousands of files stays far below any limit on
+    open files): each is opened for its size when the source is made, then again when the
+    parts reach its bytes, its size checked against the first (`changed`). A header is built
+    when the parts reach it, so memory does not grow with the members' count beyond their
+    names and sizes."""
 
     def __init__(
         self, label: str, folder: Path, names: Sequence[str], root: Path, mtime: int
     ) -> None:
-        self.label, self.names = label, list(names)
-        self.fds: list[int] = []
-        try:
-            for name in names:
-                self.fds.append(beneath.open_regular(folder / name, root))
-            self.sizes = [os.fstat(fd).st_size for fd in self.fds]
-            self.entries = ustar.entries(names, self.sizes)
-        except BaseException:
-            self.close()
-            raise
+        self.label, self.names, self.mtime = label, list(names), mtime
+        self._folder, self._root = folder, root
+        self.sizes = [self._size_of(name) for name in self.names]
+        self.entries = ustar.entries(self.names, self.sizes)
         self.data_bytes = sum(self.sizes)
         self._hash = StreamHash()
         self._several = len(names) > 1
-        # The segments, back to back: (start, header bytes | index of a file, length).
-        self.segments: list[tuple[int, bytes | int, int]] = []
+        # The segments, back to back: (start, -1 - entry index: its header | file index, length).
+        self.segments: list[tuple[int, int, int]] = []
         at, index = 0, 0
-        for entry in self.entries:
-            self.segments.append((at, ustar.header(entry, mtime), ustar.BLOCK))
+        for number, entry in enumerate(self.entries):
+            self.segments.append((at, -1 - number, ustar.BLOCK))
             at += ustar.BLOCK
             if entry.kind is ustar.Kind.FILE:
                 self.segments.append((at, index, entry.size))
@@ -96,6 +96,25 @@ class TarSource:
         self.size = at + len(ustar.END)
         self._at = 0  # the segment the next read starts in
         self._next = 0  # one pass, in order: what the hash has seen
+        self._open: tuple[int, int] | None = None  # (file index, fd)
+        self._changed = False
+
+    def _size_of(self, name: str) -> int:
+        fd = beneath.open_regular(self._folder / name, self._root)
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def _fd(self, index: int) -> int:
+        if self._open is not None and self._open[0] == index:
+            return self._open[1]
+        self.close()
+        fd = beneath.open_regular(self._folder / self.names[index], self._root)
+        self._open = (index, fd)
+        if os.fstat(fd).st_size != self.sizes[index]:
+            self._changed = True
+        return fd
 
     def read_into(self, view: memoryview, offset: int) -> int:
         if offset != self._next:
@@ -108,14 +127,16 @@ class TarSource:
                 view[pos - offset : start - offset] = bytes(start - pos)
                 pos = start
             hi = min(start + length, end)
-            if isinstance(what, bytes):
-                view[pos - offset : hi - offset] = what[pos - start : hi - start]
+            if what < 0:
+                header = ustar.header(self.entries[-1 - what], self.mtime)
+                view[pos - offset : hi - offset] = header[pos - start : hi - start]
             else:
                 if pos == start and self._several:  # the member's first byte: its name first
                     self._hash.update(member_prefix(self.names[what].rsplit("/", 1)[-1], length))
-                got = self._pread(self.fds[what], view[pos - offset : hi - offset], pos - start)
+                got = self._pread(self._fd(what), view[pos - offset : hi - offset], pos - start)
                 self._hash.update(view[pos - offset : pos - offset + got])
                 if got < hi - pos:  # the file shrank while it was sent: the hash says so
+                    self._changed = True
                     self._next = pos + got
                     return pos + got - offset
             pos = hi
@@ -137,10 +158,12 @@ class TarSource:
         return self._hash.value()
 
     def changed(self) -> bool:
-        return any(
-            os.fstat(fd).st_size != size for fd, size in zip(self.fds, self.sizes, strict=True)
-        )
+        """A member whose size differed when its bytes were read, or that is shorter now."""
+        if self._open is not None and os.fstat(self._open[1]).st_size != self.sizes[self._open[0]]:
+            return True
+        return self._changed
 
     def close(self) -> None:
-        while self.fds:
-            os.close(self.fds.pop())
+        if self._open is not None:
+            os.close(self._open[1])
+            self._open = None

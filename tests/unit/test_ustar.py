@@ -203,3 +203,23 @@ def test_a_folder_that_exists_is_entered_and_only_missing_files_are_put_in(
         "ck/other.json",
     }
     assert (dst / "ck" / "other.json").read_text() == "{}"
+
+
+def test_one_member_is_open_at_a_time_so_thousands_of_files_stream(tmp_path: Path) -> None:
+    """A DCP folder of many ranks: 600 members stream under a limit of 64 more open files than
+    the process has now (every member held open at once would hit EMFILE)."""
+    import resource
+
+    names = [f"ck/__{i}_0.distcp" for i in range(600)]
+    (tmp_path / "ck").mkdir()
+    for i, name in enumerate(names):
+        (tmp_path / name).write_bytes(b"%d" % i * (i % 7))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 64, hard))
+    try:
+        data = stream(tmp_path, names, 1 << 16)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        assert [m.name for m in tar.getmembers() if m.isfile()] == names
