@@ -7,12 +7,12 @@ in: memory bounded by a chunk) into our temp folder in the destination folder (a
 temp the next start removes). Only regular files and folders are unpacked, each created new
 (`O_EXCL`, `O_NOFOLLOW`, beneath descriptors of folders we made), under exactly the names the
 catalog recorded, in its order, each once; a link, a device, an absolute or `..` name, a
-duplicate, an unknown name, more bytes than were indexed, anything after the end: refused, the
-temp removed, nothing published. The members are hashed as they are written, as the indexer
-hashed them (`fs.hashing.hash_files`); then fsynced, given the indexed mtime, and each top
-entry renamed into place with `renameat2(NOREPLACE)`: a name that exists (a file, or a folder
-where the archive has a file) is never replaced, and a folder that exists is entered, its
-missing members put in. A refusal mid-way moves what was published back out.
+duplicate, an unknown name, more bytes than were indexed, more than a record's zeros after the
+end: refused, the temp removed, nothing published. The members are hashed as they are
+written, as the indexer hashed them (`fs.hashing.hash_files`); then fsynced, given the indexed
+mtime, and each top entry renamed into place with `renameat2(NOREPLACE)`: a name that exists
+(a file, or a folder where the archive has a file) is never replaced, and a folder that exists
+is entered, its missing members put in. A refusal mid-way moves what was published back out.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .hashing import StreamHash, member_prefix
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_RECORD = 10240  # zeros a tar writer may pad its archive with after the end, at most
 
 
 class _Blocks:
@@ -68,9 +69,11 @@ class _Blocks:
             left -= len(take)
             yield take
 
-    def rest_is_zeros(self) -> bool:
+    def rest_is_zeros(self, limit: int) -> bool:
+        """Whether what is left is at most `limit` zero bytes (a tar writer's record padding)."""
         while self._fill():
-            if any(self._buf):
+            limit -= len(self._buf)
+            if limit < 0 or any(self._buf):
                 return False
             self._buf = memoryview(b"")
         return True
@@ -147,7 +150,7 @@ def _unpack(
                 os.fsync(out)
         for _ in blocks.pieces(ustar.padding(entry.size)):
             pass
-    if blocks.exactly(ustar.BLOCK) != bytes(ustar.BLOCK) or not blocks.rest_is_zeros():
+    if blocks.exactly(ustar.BLOCK) != bytes(ustar.BLOCK) or not blocks.rest_is_zeros(_RECORD):
         raise BadArchive("bytes after the archive's end")
     if index != len(names):
         raise BadArchive(f"{len(names) - index} of the checkpoint's files missing in the archive")

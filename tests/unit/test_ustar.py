@@ -156,6 +156,7 @@ def test_duplicates_unknown_names_tampered_bytes_and_trailing_data_are_refused(
     refused(good, ["ck/other", *NAMES[1:]], BadArchive, "next file")
     refused(good, NAMES[:3], BadArchive, "next file")  # one more file than the catalog's
     refused(good + b"\x01", NAMES, BadArchive, "after the archive's end")
+    refused(good + bytes(20_000), NAMES, BadArchive, "after the archive's end")  # unbounded
     refused(good[: len(good) // 2], NAMES, BadArchive, "ends inside")
     flipped = bytearray(good)
     flipped[ustar.BLOCK * 2 + 10] ^= 0xFF  # a byte of the first file's data
