@@ -21,10 +21,11 @@ def tier(obj: Context, refs: tuple[str, ...], dry_run: bool, as_json: bool) -> N
     Each one is uploaded (multipart; an upload a killed command left is resumed), verified by
     reading the copy back (its size, the SHA-256 checksum the service computed, our BLAKE3 in
     its metadata) and recorded; only then is the local copy re-checked and moved to the trash
-    (`ckpt trash restore` brings it back, `ckpt fetch` too, after the purge). Pinned, not-ok
-    and multi-file (TF checkpoint, SavedModel) checkpoints are skipped, with the reason.
-    Credentials come from the standard AWS chain. Exit 3 if some failed (their local copies
-    untouched).
+    (`ckpt trash restore` brings it back, `ckpt fetch` too, after the purge). A checkpoint of
+    several files (a TF checkpoint, a SavedModel, HF, Orbax or DCP folder) goes as one tar
+    object (`<name>.tar`), generated as it is sent. Pinned and not-ok checkpoints are skipped,
+    with the reason. Credentials come from the standard AWS chain. Exit 3 if some failed
+    (their local copies untouched).
 
     \b
     Example:  ckpt tier exp1/e03.keras exp1/e04.keras --dry-run
@@ -65,8 +66,11 @@ def fetch(obj: Context, ref: str, to: str | None) -> None:
 
     To its own path: from the local trash if it is still there, else streamed from the store,
     checked against the catalog's hash and renamed into place (never over an existing file);
-    its row is `ok` again. With --to, a new file elsewhere; the catalog is unchanged. Exit 6
-    if it has no verified remote copy.
+    its row is `ok` again. A tar object (a checkpoint of several files) is unpacked safely
+    (regular files and folders under their recorded names only) into a temp folder, checked
+    against the catalog's hash and renamed into place. With --to, a new file elsewhere (for
+    several files: into an existing folder); the catalog is unchanged. Exit 6 if it has no
+    verified remote copy.
 
     \b
     Example:  python resume.py --from "$(ckpt fetch exp1/e03.keras)"

@@ -123,6 +123,12 @@ class HashMismatch(Refused):
     published."""
 
 
+class BadArchive(Refused):
+    """A tar object (a checkpoint of several files, tiered) we will not write or unpack: a
+    link, a device, an absolute or escaping name, a duplicate, a broken header (`core.ustar`):
+    nothing was published."""
+
+
 class RemoteFailed(CkptError):
     """The object store did not do what was asked (unreachable after the retries, refused,
     or its copy is not the bytes indexed): nothing local was freed."""

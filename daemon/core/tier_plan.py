@@ -12,8 +12,8 @@ The demotion ladder is full -> inference artifact -> remote -> trash:
   and the last written), pinned ones, every one that is not `ok`, those the caller protects
   (`Item.protected`: a previous generation of a rewritten file), and what `keep_local` keeps:
   the last N training moments (`last`) and the best N of each keep_best metric (`best`).
-  One that cannot be tiered (`Item.tier_blocked`: no `remote:` for its root, a multi-file
-  format, a kept version, no hash yet) stays where it is; when it was due, the reason says why.
+  One that cannot be tiered (`Item.tier_blocked`: no `remote:` for its root, a kept version,
+  no hash yet) stays where it is; when it was due, the reason says why.
 - Remote retention: a tiered checkpoint (`where == "remote"`: its bytes only in a verified
   remote copy) is weighed by the rules like a local one, so `keep_last 10` keeps ten in all,
   local or remote. One they keep stays in the store; one they drop has its remote copy moved

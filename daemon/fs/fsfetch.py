@@ -38,7 +38,7 @@ def receive(
         opened = folder_beneath(root, parts[:-1])
     else:
         parts = (final.name,)
-        opened = _plain_folder(final.parent)
+        opened = plain_folder(final.parent)
     temp = temp_name(final, os.urandom(4).hex()).name
     with opened as fd:
         if _exists(fd, parts[-1]):
@@ -80,7 +80,7 @@ def _exists(fd: int, name: str) -> bool:
     return True
 
 
-class _plain_folder:
+class plain_folder:
     """A descriptor of a folder outside the roots (`ckpt fetch --to`), no symlink at its end."""
 
     def __init__(self, folder: Path) -> None:

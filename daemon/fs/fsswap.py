@@ -94,6 +94,29 @@ def publish_new(dir_fd: int, temp: str, name: str) -> None:
     os.unlink(temp, dir_fd=dir_fd)
 
 
+def move_new(src_fd: int, old: str, dst_fd: int, new: str) -> bool:
+    """Move `old` (in folder `src_fd`) to the name `new` in folder `dst_fd`, a file or a
+    folder; False, nothing moved, if anything is (or appears) at `new`
+    (`renameat2(RENAME_NOREPLACE)`; where unsupported, a check right before a plain rename)."""
+    fn = _libc_renameat2()
+    if fn is not None:
+        if fn(src_fd, os.fsencode(old), dst_fd, os.fsencode(new), RENAME_NOREPLACE) == 0:
+            return True
+        import ctypes
+
+        code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            return False
+        if code not in _UNSUPPORTED:
+            raise OSError(code, os.strerror(code), new)
+    try:
+        os.stat(new, dir_fd=dst_fd, follow_symlinks=False)
+        return False
+    except FileNotFoundError:
+        os.rename(old, new, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        return True
+
+
 def replace_if_same(
     dir_fd: int, temp: str, name: str, expected: Identity, writers: Writers
 ) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 
 import blake3
@@ -20,22 +19,26 @@ def hash_files(paths: Sequence[Path], root: Path | None = None) -> str:
     """`blake3:<hex>` of one file's bytes; for several files, of each name, length and bytes.
 
     Each file is opened as `fs.beneath` does (regular files only, no symlink followed;
-    beneath `root` when given), so a FIFO or a link swapped in is refused, never read.
+    beneath `root` when given), so a FIFO or a link swapped in is refused, never read. One
+    file is open at a time, so a folder of thousands of files (a DCP save of many ranks) stays
+    under any limit on open files.
     """
-    with ExitStack() as stack:
-        files = [
-            stack.enter_context(os.fdopen(beneath.open_regular(path, root), "rb", buffering=0))
-            for path in paths
-        ]
-        # Threads only pay off on large inputs; small files would just start idle threads.
-        big = sum(os.fstat(f.fileno()).st_size for f in files) >= THREADED_FROM
-        hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if big else 1)
-        view = memoryview(bytearray(CHUNK))
-        for path, f in zip(paths, files, strict=True):
+    total = 0
+    for path in paths:
+        fd = beneath.open_regular(path, root)
+        try:
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    # Threads only pay off on large inputs; small files would just start idle threads.
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO if total >= THREADED_FROM else 1)
+    view = memoryview(bytearray(CHUNK))
+    for path in paths:
+        with os.fdopen(beneath.open_regular(path, root), "rb", buffering=0) as f:
             if len(paths) > 1:
                 size = f.seek(0, 2)
                 f.seek(0)
-                hasher.update(f"{path.name}\0{size}\0".encode())
+                hasher.update(member_prefix(path.name, size))
             while n := f.readinto(view):
                 hasher.update(view[:n])
     return f"{ALGORITHM}:{hasher.hexdigest()}"
@@ -54,7 +57,7 @@ def hash_each_and_all(paths: Sequence[Path], root: Path | None = None) -> tuple[
             f.seek(0)
             one = blake3.blake3(max_threads=mode if size >= THREADED_FROM else 1)
             if len(paths) > 1:
-                whole.update(f"{path.name}\0{size}\0".encode())
+                whole.update(member_prefix(path.name, size))
             while n := f.readinto(view):
                 one.update(view[:n])
                 whole.update(view[:n])
@@ -79,6 +82,13 @@ def artifact_bytes(path: Path) -> int:
 
         return sum(os.lstat(p).st_size for p in tree_files(path))
     return os.lstat(path).st_size
+
+
+def member_prefix(name: str, size: int) -> bytes:
+    """What `hash_files` of several files hashes before each file's bytes: its name (the last
+    part only) and its length. A stream of members (a tar tiered or fetched) feeds a
+    `StreamHash` this, then the bytes, to get the catalog's hash in the same pass."""
+    return f"{name}\0{size}\0".encode()
 
 
 class StreamHash:

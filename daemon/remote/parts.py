@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import queue
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..fs.hashing import StreamHash
+if TYPE_CHECKING:
+    from .sources import Source
 
 PART_SIZE = 5 << 20  # S3's smallest part; a file over MAX_PARTS of them gets larger ones
 THREADS = 8  # parts in flight at PART_SIZE: 40 MiB of buffers
@@ -54,24 +54,21 @@ def reported_checksum(found: dict[str, Any]) -> str | None:
     return f"sha256:{str(value).split('-', 1)[0]}" if value else None
 
 
-def read_parts(
-    fd: int, size: int, part_size: int, sent: StreamHash, free: queue.Queue[bytearray]
-) -> Iterator[bytearray]:
-    """Part 1, 2, ... of the open file, read in order once, each into a buffer taken from
-    `free` (waiting for one: its sender puts it back once the part is answered, so memory stays
-    at the buffers given, allocated once), and fed to `sent` as it is read, so `sent` ends as
-    the hash of exactly the bytes the parts carry. A short read (the file cut while it is sent)
-    ends the parts early: their hash cannot match."""
+def read_parts(source: Source, part_size: int, free: queue.Queue[bytearray]) -> Iterator[bytearray]:
+    """Part 1, 2, ... of `source` (`remote.sources`: a file, or a tar generated from a
+    checkpoint's files), read in order once, each into a buffer taken from `free` (waiting for
+    one: its sender puts it back once the part is answered, so memory stays at the buffers
+    given, allocated once); the source hashes what it hands out as it goes, so its hash ends as
+    that of exactly the bytes the parts carry. A short read (a file cut while it is sent) ends
+    the parts early: their hash cannot match."""
+    size = source.size
     for offset in range(0, max(size, 1), part_size):
         wanted = min(part_size, size - offset)
         buffer = free.get()
         with memoryview(buffer) as view:
-            got = 0
-            while got < wanted and (n := os.preadv(fd, [view[got:wanted]], offset + got)):
-                got += n
+            got = source.read_into(view[:wanted], offset)
         if got < len(buffer):
             del buffer[got:]  # the last part's: never given to a full part again
-        sent.update(buffer)
         yield buffer
         if got < wanted:
             return

@@ -15,7 +15,6 @@ timeouts, 5xx and SlowDown; what still fails raises `RemoteFailed`.
 from __future__ import annotations
 
 import hashlib
-import os
 import queue
 import threading
 import time
@@ -26,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Refused, RemoteFailed, UsageError
-from ..fs import beneath
-from ..fs.hashing import StreamHash
 from ..settings.remote import Remote
 from . import parts
 from .keys import HASH_METADATA, probe_key
+from .sources import FileSource, Source
 
 READ_CHUNK = 1 << 20
 _RETRYABLE_CODES = {
@@ -219,77 +217,91 @@ class ObjectStore:
         conditional: bool,
         on_part: Callable[[int], None] | None = None,
     ) -> Uploaded:
-        """Send the file at `path` (beneath `root`, no symlink followed) as `key`, or keep the
-        identical object already there. `content_hash` (the catalog's) goes into the metadata;
-        the parts are read once, in order, and hashed as they are read: the bytes sent must hash
-        to it (Refused otherwise, nothing completed: the store is not at fault)."""
-        fd = beneath.open_regular(path, root)
+        """The file at `path` (beneath `root`, no symlink followed) as `key`: `upload_source`."""
+        source = FileSource(path, root)
         try:
-            size = os.fstat(fd).st_size
-            part_size = parts.part_size_for(size, self.part_size)
-            count = max(1, -(-size // part_size))
-            threads = parts.threads_for(part_size, self.threads, self.part_size)
-            upload_id, have = self._resumable(key)
-            if upload_id is None:
-                upload_id = self.call(
-                    f"upload {key}",
-                    "create_multipart_upload",
-                    Bucket=self.remote.bucket,
-                    Key=key,
-                    ChecksumAlgorithm="SHA256",
-                    Metadata={HASH_METADATA: content_hash},
-                )["UploadId"]
-            digests: list[bytes] = [b""] * count
-            etags: list[str] = [""] * count
-            resumed = [0]
-            # One buffer per thread, reused part after part: memory is threads x part size (a
-            # file of one part: its size).
-            free: queue.Queue[bytearray] = queue.Queue()
-            for _ in range(min(threads, count)):
-                free.put(bytearray(min(part_size, size)))
-            failed = threading.Event()
-
-            def send(number: int, data: bytearray) -> None:
-                try:
-                    digest = parts.part_digest(data)
-                    kept = have.get(number)
-                    md5 = None  # only to compare with a killed upload's part (its ETag)
-                    if kept is not None and kept[0] == len(data):
-                        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-                    if kept is not None and kept == (len(data), md5):
-                        resumed[0] += 1
-                        etag = kept[1]
-                    else:
-                        etag = self._send_part(key, upload_id, number, data, digest)
-                    digests[number - 1], etags[number - 1] = digest, etag
-                    if on_part is not None:
-                        on_part(len(data))
-                except BaseException:
-                    failed.set()
-                    raise
-                finally:
-                    free.put(data)
-
-            sent = StreamHash()  # of exactly the bytes the parts carry, in this one pass
-            with ThreadPoolExecutor(threads, thread_name_prefix="ckpt-upload") as pool:
-                futures: list[Future[None]] = []
-                for number, data in enumerate(parts.read_parts(fd, size, part_size, sent, free), 1):
-                    if failed.is_set():
-                        break  # a part failed after its retries: raised below
-                    futures.append(pool.submit(send, number, data))
-                for future in futures:
-                    future.result()
-            if sent.value() != content_hash or os.fstat(fd).st_size != size or not all(etags):
-                self.abort(key, upload_id)  # the local file's doing, not the store's: Refused
-                raise Refused(
-                    f"{path}: the bytes read are not the ones indexed (the file changed before"
-                    f" or while it was sent): the upload of {key} aborted, the file kept"
-                )
-            existing = self._complete(key, upload_id, etags, digests, conditional)
-            checksum = parts.composite(digests)
-            return Uploaded(key, size, checksum, content_hash, count, resumed[0], existing)
+            return self.upload_source(
+                key, source, content_hash, conditional=conditional, on_part=on_part
+            )
         finally:
-            os.close(fd)
+            source.close()
+
+    def upload_source(
+        self,
+        key: str,
+        source: Source,
+        content_hash: str,
+        *,
+        conditional: bool,
+        on_part: Callable[[int], None] | None = None,
+    ) -> Uploaded:
+        """Send `source` (a file, or the tar of a checkpoint's files) as `key`, or keep the
+        identical object already there. `content_hash` (the catalog's) goes into the metadata;
+        the parts are read once, in order, and the source hashes them as they are read: they
+        must hash to it (Refused otherwise, nothing completed: the store is not at fault). A
+        source streams the same bytes every time, so a killed upload's parts are resumed."""
+        size = source.size
+        part_size = parts.part_size_for(size, self.part_size)
+        count = max(1, -(-size // part_size))
+        threads = parts.threads_for(part_size, self.threads, self.part_size)
+        upload_id, have = self._resumable(key)
+        if upload_id is None:
+            upload_id = self.call(
+                f"upload {key}",
+                "create_multipart_upload",
+                Bucket=self.remote.bucket,
+                Key=key,
+                ChecksumAlgorithm="SHA256",
+                Metadata={HASH_METADATA: content_hash},
+            )["UploadId"]
+        digests: list[bytes] = [b""] * count
+        etags: list[str] = [""] * count
+        resumed = [0]
+        # One buffer per thread, reused part after part: memory is threads x part size (a
+        # file of one part: its size).
+        free: queue.Queue[bytearray] = queue.Queue()
+        for _ in range(min(threads, count)):
+            free.put(bytearray(min(part_size, size)))
+        failed = threading.Event()
+
+        def send(number: int, data: bytearray) -> None:
+            try:
+                digest = parts.part_digest(data)
+                kept = have.get(number)
+                md5 = None  # only to compare with a killed upload's part (its ETag)
+                if kept is not None and kept[0] == len(data):
+                    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+                if kept is not None and kept == (len(data), md5):
+                    resumed[0] += 1
+                    etag = kept[1]
+                else:
+                    etag = self._send_part(key, upload_id, number, data, digest)
+                digests[number - 1], etags[number - 1] = digest, etag
+                if on_part is not None:
+                    on_part(len(data))
+            except BaseException:
+                failed.set()
+                raise
+            finally:
+                free.put(data)
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="ckpt-upload") as pool:
+            futures: list[Future[None]] = []
+            for number, data in enumerate(parts.read_parts(source, part_size, free), 1):
+                if failed.is_set():
+                    break  # a part failed after its retries: raised below
+                futures.append(pool.submit(send, number, data))
+            for future in futures:
+                future.result()
+        if source.content_hash() != content_hash or source.changed() or not all(etags):
+            self.abort(key, upload_id)  # the local file's doing, not the store's: Refused
+            raise Refused(
+                f"{source.label}: the bytes read are not the ones indexed (changed before"
+                f" or while it was sent): the upload of {key} aborted, the files kept"
+            )
+        existing = self._complete(key, upload_id, etags, digests, conditional)
+        checksum = parts.composite(digests)
+        return Uploaded(key, size, checksum, content_hash, count, resumed[0], existing)
 
     def _send_part(
         self, key: str, upload_id: str, number: int, data: bytearray, digest: bytes

@@ -5,7 +5,9 @@ network: a restore), else streamed from the store beneath its root into our temp
 against the catalog's hash, given the indexed mtime and renamed into place only if nothing took
 the name meanwhile (`fs.fsfetch`); the row is `ok` again with the new file's identity, under the
 run's lease, audited. To `--to PATH` (a file, or a folder to put it in): a new file, never
-replacing one; the catalog is unchanged.
+replacing one; the catalog is unchanged. A tar object (a checkpoint of several files) is
+unpacked by `fs.fsunpack` under the recorded names, checked against the catalog's hash and
+renamed into place; with `--to`, into an existing folder.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus
 from ..settings.config import Config
 from . import rail, trash
-from .tiering import object_store, remote_of, require_copy
+from .tiering import is_archive, object_store, remote_of, require_copy
 
 _AT_PATH = {CheckpointStatus.OK, CheckpointStatus.INCOMPLETE, CheckpointStatus.CORRUPT}
 
@@ -39,18 +41,26 @@ def fetch(config: Config, store: Store, ref: str, *, to: Path | None, actor: str
     copy = require_copy(store, c)
     _root, remote = remote_of(config, c)
     chunks = object_store(remote).download(copy.key)
-    rail.receive_checkpoint(config, store, c, chunks, actor, copy.url)
+    rail.receive_checkpoint(config, store, c, chunks, actor, copy.url, archive=is_archive(c))
     return Path(c.path)
 
 
 def _fetch_to(config: Config, store: Store, c: Checkpoint, to: Path) -> Path:
     target = Path(os.path.abspath(to))
-    if target.is_dir():
-        target = target / Path(c.path).name
     if c.status in _AT_PATH:
         raise UsageError(f"{c.path} is on the local disk: copy it (fetch is from the store)")
     copy = require_copy(store, c)
     _root, remote = remote_of(config, c)
+    if is_archive(c):  # its files, under their recorded names, into the folder `to`
+        if not target.is_dir():
+            raise UsageError(f"--to {to}: a checkpoint of several files goes into a folder")
+        expected, _digest, files = store.identity(c.id)
+        chunks = object_store(remote).download(copy.key)
+        hash_ = c.hash or copy.content_hash
+        rail.receive_copy(config, target, chunks, hash_, files=files, size=expected.size)
+        return target / Path(c.path).name
+    if target.is_dir():
+        target = target / Path(c.path).name
     chunks = object_store(remote).download(copy.key)
     rail.receive_copy(config, target, chunks, c.hash or copy.content_hash)
     return target

@@ -50,6 +50,8 @@ def recheck(
     if _is_layout_folder(c):  # its recorded files, compared with what is in the folder now
         folder_units.check_unchanged_names(Path(c.path), files, members)
         members = folder_units.member_files(Path(c.path), files)
+    elif c.format == Format.SAVED_MODEL and files:  # indexed by its files (the first's inode)
+        members = folder_units.member_files(Path(c.path), files)
     found = fsops.current_stat(root, members)
     if found != expected:
         raise fsops.Refused(

@@ -32,7 +32,7 @@ from ..core.errors import Refused
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format, TrashedCheckpoint
 from ..core.units import iso_utc
 from ..formats import tf_state
-from ..fs import fsclone, fsfetch, fsops
+from ..fs import fsclone, fsfetch, fsops, fsunpack
 from ..fs.hashing import hash_files
 from ..settings.config import Config, RootConfig
 from . import guards, trash_found
@@ -279,12 +279,19 @@ def put_version_back(
 
 
 def receive_checkpoint(
-    config: Config, store: Store, c: Checkpoint, chunks: Iterable[bytes], actor: str, source: str
+    config: Config,
+    store: Store,
+    c: Checkpoint,
+    chunks: Iterable[bytes],
+    actor: str,
+    source: str,
+    *,
+    archive: bool = False,
 ) -> None:
     """A trashed or purged checkpoint's bytes streamed back (`ckpt fetch`, from `source`) to
     its own path, under its run's lease, audited (`fetch`): checked against the catalog's hash
-    and published without replacing anything (`fs.fsfetch`); the row `ok` again with the new
-    file's identity."""
+    and published without replacing anything (`fs.fsfetch`; `archive`: the tar of its files,
+    unpacked by `fs.fsunpack`); the row `ok` again with the new files' identity."""
     root = guards.configured_root(config, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed fetches
     with (
@@ -299,19 +306,50 @@ def receive_checkpoint(
             lease=lease,
         ),
     ):
-        expected, digest, _files = store.identity(c.id)
-        info = fsfetch.receive(
-            Path(c.path), chunks, expected_hash=digest or "", root=root, mtime_ns=expected.mtime_ns
-        )
+        expected, digest, files = store.identity(c.id)
+        if archive:
+            folder = Path(c.path).parent
+            fsunpack.receive_tree(
+                folder,
+                files,
+                chunks,
+                expected_hash=digest or "",
+                expected_bytes=expected.size,
+                root=root,
+                mtime_ns=expected.mtime_ns,
+            )
+            stat = fsops.current_stat(root, [folder / name for name in files])
+        else:
+            info = fsfetch.receive(
+                Path(c.path),
+                chunks,
+                expected_hash=digest or "",
+                root=root,
+                mtime_ns=expected.mtime_ns,
+            )
+            stat = FileStat(info.st_size, info.st_mtime_ns, info.st_ino)
         store.set_status(c.id, CheckpointStatus.OK, None, clear_trash=True)
-        store.set_fetched(c.id, FileStat(info.st_size, info.st_mtime_ns, info.st_ino))
+        store.set_fetched(c.id, stat)
 
 
-def receive_copy(config: Config, target: Path, chunks: Iterable[bytes], expected_hash: str) -> None:
+def receive_copy(
+    config: Config,
+    target: Path,
+    chunks: Iterable[bytes],
+    expected_hash: str,
+    *,
+    files: list[str] | None = None,
+    size: int = 0,
+) -> None:
     """A checkpoint's bytes streamed to a new file of the user's (`ckpt fetch --to`): checked
     against the catalog's hash, never over an existing file; beneath its root when inside one.
+    `files`: the tar of these recorded files (`size` bytes), unpacked into the folder `target`.
     No catalog row changes, so no lease."""
     inside = config.root_for(target)
-    fsfetch.receive(
-        target, chunks, expected_hash=expected_hash, root=inside.path if inside else None
-    )
+    root = inside.path if inside else None
+    if files is not None:
+        fsunpack.receive_tree(
+            target, files, chunks, expected_hash=expected_hash, expected_bytes=size, root=root
+        )
+        return
+    fsfetch.receive(target, chunks, expected_hash=expected_hash, root=root)

@@ -9,6 +9,11 @@ received, our BLAKE3 in its metadata), recorded in the catalog, and only then th
 re-checked once more and moved to the local trash (claimed like a prune's move: a pin committed
 first keeps it; purged after `trash.purge_after`). Anything that fails before the record leaves
 the local copy where it was; a remote copy that does not verify is never recorded.
+
+A checkpoint of several files (a TF checkpoint, every folder format) goes as one tar object
+(`<name>.tar`, `remote.sources.TarSource`): generated from its recorded files as the parts are
+read, deterministic (so resumed and idempotent like a file's), hashed as the catalog hashed the
+files; its copy's size is the tar's.
 """
 
 from __future__ import annotations
@@ -22,20 +27,29 @@ from typing import Any
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..core.errors import CkptError, NotFound, RemoteFailed, UsageError
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, Format
 from ..core.remote import RemoteCopy, location, verified_copy
 from ..core.units import iso_utc
 from ..fs import fsops
 from ..logs import event
 from ..remote.keys import object_key
 from ..remote.s3 import ObjectStore, Uploaded
+from ..remote.sources import TarSource
 from ..settings.config import Config, RootConfig
 from ..settings.remote import Remote
 from . import guards, rail
 from .settlement import settle_events
 
-# One object per checkpoint: the formats that are one regular file.
-SINGLE_FILE = set(Format) - {Format.TF_CHECKPOINT, Format.SAVED_MODEL}
+# One object per checkpoint: a regular file as itself; a checkpoint of several files (a TF
+# checkpoint's prefix files, every folder format) as one tar of them (`core.ustar`), generated
+# as it is sent and unpacked as it is fetched.
+SEVERAL_FILES = frozenset({Format.TF_CHECKPOINT} | FOLDER_FORMATS)
+ARCHIVE_SUFFIX = ".tar"
+
+
+def is_archive(c: Checkpoint) -> bool:
+    """Whether `c`'s remote copy is the tar of its files (not the file itself)."""
+    return c.format in SEVERAL_FILES
 
 
 @cache
@@ -101,6 +115,8 @@ def key_of(config: Config, c: Checkpoint) -> tuple[Remote, str]:
     if not c.hash:
         raise fsops.Refused(f"{c.path} has no content hash yet: the next scan reads it")
     relative = fsops.relative_parts(root.path, Path(c.path))
+    if is_archive(c):
+        relative = (*relative[:-1], relative[-1] + ARCHIVE_SUFFIX)
     return remote, object_key(remote, root.remote_name, relative, c.hash)
 
 
@@ -115,8 +131,8 @@ def why_not(config: Config, c: Checkpoint) -> str | None:
         return "it is pinned (kept local)"
     if c.version_of is not None:
         return "it is a kept version"
-    if c.format not in SINGLE_FILE:
-        return f"format {c.format.value if c.format else '?'}: only single-file checkpoints tier"
+    if c.format is None:
+        return "no format recorded"
     if not c.hash:
         return "no content hash yet (the next scan reads it)"
     return None
@@ -187,8 +203,11 @@ def tier_one(
         lease=lease,
     ):
         started = iso_utc(time.time())
-        sent = objects.upload(key, members[0], root, c.hash or "", conditional=True)
-        verify_uploaded(objects, sent, c)
+        if is_archive(c):
+            sent = _upload_archive(store, objects, key, c, root)
+        else:
+            sent = objects.upload(key, members[0], root, c.hash or "", conditional=True)
+            verify_uploaded(objects, sent, c, c.size_bytes)
         if item is not None:
             item.kept_existing = sent.existing
         store.record_remote(
@@ -212,14 +231,35 @@ def tier_one(
     return sent.resumed_parts
 
 
-def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint) -> None:
-    """The object under the key, read back: the service's size and checksum, our hash."""
+def _upload_archive(
+    store: Store, objects: ObjectStore, key: str, c: Checkpoint, root: Path
+) -> Uploaded:
+    """The tar of `c`'s recorded files (their recorded order and names, every header's mtime
+    the indexed one), generated as it is sent; verified as a file is, its expected size the
+    tar's (headers and padding around the indexed bytes)."""
+    expected, _digest, files = store.identity(c.id)
+    if not files:
+        raise fsops.Refused(f"{c.path}: no member files recorded: the next scan re-indexes it")
+    source = TarSource(c.path, Path(c.path).parent, files, root, expected.mtime_ns // 10**9)
+    try:
+        if source.data_bytes != c.size_bytes:
+            raise fsops.Refused(f"{c.path}: {source.data_bytes} bytes, indexed {c.size_bytes}")
+        sent = objects.upload_source(key, source, c.hash or "", conditional=True)
+    finally:
+        source.close()
+    verify_uploaded(objects, sent, c, source.size)
+    return sent
+
+
+def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint, size: int) -> None:
+    """The object under the key, read back: the service's size (`size`: the file's, or the
+    tar's) and checksum, our hash."""
     found = objects.head(sent.key)
     if found is None:
         raise RemoteFailed(f"{sent.key}: not in the store after its upload completed")
     problems = []
-    if found.size != c.size_bytes:
-        problems.append(f"size {found.size}, indexed {c.size_bytes}")
+    if found.size != size or sent.size != size:
+        problems.append(f"size {found.size}, expected {size}")
     if found.checksum is None:
         problems.append("the service reports no checksum")
     elif found.checksum != sent.checksum:

@@ -187,7 +187,7 @@ def test_other_bytes_under_the_indexed_stat_are_never_sent_nor_freed(
     assert ws.json("list", "--location", "remote") == []
 
 
-def test_pinned_and_multi_file_checkpoints_are_skipped_with_the_reason(
+def test_pinned_checkpoints_are_skipped_with_the_reason(
     tmp_path: Path, s3: S3Server, keras_checkpoints: Path
 ) -> None:
     ws, _bucket, _client = remote_workspace(tmp_path, s3, keras_checkpoints)

@@ -6,15 +6,17 @@ Parts here are the smallest S3 takes (5 MiB), so a 12 MiB file makes three."""
 
 from __future__ import annotations
 
+import io
 import os
 import queue
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ckpt_daemon.core.errors import Refused
-from ckpt_daemon.fs.hashing import StreamHash, hash_files
+from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.remote.parts import (
     PART_SIZE,
     composite,
@@ -24,6 +26,7 @@ from ckpt_daemon.remote.parts import (
     threads_for,
 )
 from ckpt_daemon.remote.s3 import ObjectStore
+from ckpt_daemon.remote.sources import FileSource, TarSource
 from ckpt_daemon.settings.remote import Remote
 from tests.support.s3_server import CREDENTIALS, S3Server
 
@@ -63,17 +66,17 @@ def test_parts_are_read_once_in_order_into_the_buffers_given(big: Path) -> None:
     buffers = [bytearray(PART), bytearray(PART)]
     for buffer in buffers:
         free.put(buffer)
-    sent, seen, ids = StreamHash(), bytearray(), set()
-    fd = os.open(big, os.O_RDONLY)
+    seen, ids = bytearray(), set()
+    source = FileSource(big, big.parent)
     try:
-        for part in read_parts(fd, SIZE, PART, sent, free):
+        for part in read_parts(source, PART, free):
             seen += part
             ids.add(id(part))
             free.put(part)  # answered: its buffer serves a later part
     finally:
-        os.close(fd)
+        source.close()
     assert bytes(seen) == big.read_bytes()
-    assert sent.value() == hash_files([big])
+    assert source.content_hash() == hash_files([big])
     assert ids <= {id(b) for b in buffers}
     assert part_size_for(SIZE, PART_SIZE) == PART_SIZE
 
@@ -130,3 +133,62 @@ def test_bytes_that_are_not_the_catalogs_are_never_completed(s3: S3Server, big: 
         objects.upload(key, big, big.parent, indexed, conditional=True)
     assert objects.head(key) is None
     assert not objects.uploads(key)  # aborted, not left to resume
+
+
+def tar_of(folder: Path) -> tuple[TarSource, list[str]]:
+    names = ["ck/a.bin", "ck/sub/b.bin", "ck/c.bin"]
+    for name, size in zip(names, (7 << 20, 3 << 20, 2 << 20 | 77), strict=True):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(os.urandom(size))
+    return TarSource("ck", folder, names, folder, 1_700_000_000), names
+
+
+def test_a_tar_of_several_files_is_streamed_resumed_and_read_back_whole(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """The tar is generated as the parts are read (never on disk): a killed upload's first part
+    (the same bytes: the stream is deterministic) is kept, the object is the tar tarfile reads,
+    and its parts carried the catalog's hash of the members."""
+    objects, key = store_for(s3), "t/d/ck.tar"
+    source, names = tar_of(tmp_path)
+    indexed = hash_files([tmp_path / n for n in names])
+    first = bytearray(PART)
+    probe = TarSource("ck", tmp_path, names, tmp_path, 1_700_000_000)
+    try:
+        assert probe.read_into(memoryview(first), 0) == PART
+    finally:
+        probe.close()
+    upload_id = objects.client.create_multipart_upload(  # as a killed `ckpt tier` began it
+        Bucket="uploads", Key=key, ChecksumAlgorithm="SHA256", Metadata={"ckpt-hash": indexed}
+    )["UploadId"]
+    objects.client.upload_part(
+        Bucket="uploads", Key=key, UploadId=upload_id, PartNumber=1, Body=bytes(first)
+    )
+    try:
+        sent = objects.upload_source(key, source, indexed, conditional=True)
+    finally:
+        source.close()
+    assert (sent.parts, sent.resumed_parts, sent.size) == (3, 1, source.size)
+    body = objects.client.get_object(Bucket="uploads", Key=key)["Body"].read()
+    assert len(body) == source.size and body[:PART] == bytes(first)
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
+        for name in names:
+            member = tar.extractfile(name)
+            assert member is not None and member.read() == (tmp_path / name).read_bytes()
+    found = objects.head(key)
+    assert found is not None and found.checksum == sent.checksum
+    assert found.content_hash == indexed
+
+
+def test_a_tar_whose_member_changed_is_never_completed(s3: S3Server, tmp_path: Path) -> None:
+    objects, key = store_for(s3), "t/e/ck.tar"
+    source, names = tar_of(tmp_path)
+    indexed = hash_files([tmp_path / n for n in names])
+    with open(tmp_path / names[1], "r+b") as f:  # same size, one byte other than indexed
+        f.write(b"\0" if (tmp_path / names[1]).read_bytes()[:1] != b"\0" else b"\1")
+    try:
+        with pytest.raises(Refused, match="not the ones indexed"):
+            objects.upload_source(key, source, indexed, conditional=True)
+    finally:
+        source.close()
+    assert objects.head(key) is None and not objects.uploads(key)

@@ -90,8 +90,9 @@ MUTATING_CALLS = {"remove", "unlink", "rename", "replace", "rmtree", "rmdir", "m
 # Path methods that change files whatever the receiver is called (str.replace is not one).
 PATH_MUTATORS = {"unlink", "rmdir", "write_bytes", "write_text", "symlink_to", "hardlink_to"}
 # fsswap: the renameat2 half of fsops; fsclone: its copying half (kept versions); fsfetch: its
-# receiving half (a file streamed back from the object store)
-MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone", "fs.fsfetch"}
+# receiving half (a file streamed back from the object store); fsunpack: its unpacking half (a
+# tar object of several files streamed back)
+MUTATORS = {"fs.fsops", "fs.fsswap", "fs.fsclone", "fs.fsfetch", "fs.fsunpack"}
 # Programs run with `python -m`: they talk to their parent on stdout and exit with a code.
 PROGRAMS = {
     "__main__",
@@ -310,9 +311,10 @@ def test_the_rules_know_every_layer() -> None:
 RAIL = "usecases.rail"
 CHECKPOINT_ACTS = {
     "fs.fsops": {"move_to_trash", "restore", "purge", "rewrite"},
-    "fs.fsswap": {"publish_new", "replace_if_same"},
+    "fs.fsswap": {"publish_new", "replace_if_same", "move_new"},
     "fs.fsclone": {"clone_new", "copy_into", "new_folder"},
     "fs.fsfetch": {"receive"},
+    "fs.fsunpack": {"receive_tree"},
 }
 # Writer module -> its entry points: each called only inside the rail's `acting_on` block (the
 # run's lease held, the checkpoint re-checked under it, the act audited).
