@@ -136,6 +136,9 @@ class Campaign:
         proc.stderr.close()
         return landed
 
+    def present(self, path: Path) -> bool:
+        return path.exists()
+
     def fetch_temps(self) -> bool:
         return any(p.name.startswith(".ckpt-tmp") for p in (self.root / "exp").iterdir())
 
@@ -219,7 +222,7 @@ class Campaign:
 
     def tier_round(self, path: Path, result: Result, kills: int) -> None:
         for _ in range(kills):
-            if not path.exists():
+            if not self.present(path):
                 break
             if not self.killed("tier", "tier", str(path)):
                 continue
@@ -230,7 +233,7 @@ class Campaign:
             if self.rng.random() < 0.3:
                 self.next_start(result)
         for _attempt in range(5):
-            if not path.exists():
+            if not self.present(path):
                 break
             done = self.timed("tier", "tier", str(path), "--json")
             if done.returncode == 0:
@@ -242,7 +245,7 @@ class Campaign:
     def fetch_round(self, path: Path, result: Result, kills: int) -> None:
         self.ckpt("trash", "purge", "--older-than", "0s")
         for _ in range(kills):
-            if path.exists():
+            if self.present(path):
                 break
             if not self.killed("fetch", "fetch", str(path)):
                 continue
@@ -251,7 +254,7 @@ class Campaign:
             self.check(result, f"fetch kill {result.kills}")
             self.log(f"fetch kill {result.kills} checked: {len(result.problems)} problem(s)")
         for _attempt in range(5):
-            if path.exists():
+            if self.present(path):
                 break
             self.timed("fetch", "fetch", str(path))
         self.check(result, f"fetch of {path.name} done", read=True)
@@ -305,10 +308,12 @@ def run_campaign(
     outages: int = 2,
     log: Callable[[str], None] = print,
     result: Result | None = None,
+    make: Callable[..., Campaign] = Campaign,
 ) -> Result:
-    """`result`: filled as the campaign goes (so an interrupted one can still say what it saw)."""
+    """`result`: filled as the campaign goes (so an interrupted one can still say what it saw);
+    `make(base, size_mb, files, seed, log)`: the campaign (bench/s3_crash_folders.py's)."""
     result = result if result is not None else Result()
-    campaign = Campaign(base, size_mb, files, seed, log)
+    campaign = make(base, size_mb, files, seed, log)
     try:
         paths = list(campaign.files)
         per_round = max(1, kills // (2 * max(1, len(paths))))
@@ -316,7 +321,7 @@ def run_campaign(
         while result.kills < kills:
             path = paths[n % len(paths)]
             n += 1
-            if path.exists():
+            if campaign.present(path):
                 if result.outages < outages:
                     campaign.outage(path, result, back_after=1.0 if result.outages % 2 else None)
                 campaign.tier_round(path, result, per_round)
