@@ -79,6 +79,9 @@ class _Blocks:
         return True
 
 
+_PIECE = 1 << 20  # the bytes compared at a time
+
+
 def receive_tree(
     folder: Path,
     names: Sequence[str],
@@ -103,8 +106,7 @@ def receive_tree(
     temp = temp_name(folder / names[0].split("/")[0], os.urandom(4).hex()).name
     with opened as fd:
         for name in names:  # before a byte is fetched (the renames check again)
-            if os.path.lexists(folder / name):
-                raise WouldReplace(f"{folder / name} exists: never replaced (move it away)")
+            _refuse_early(folder / name)
         os.mkdir(temp, 0o700, dir_fd=fd)
         try:
             with _opened(os.open(temp, _DIR, dir_fd=fd)) as tfd:
@@ -218,9 +220,45 @@ def _merge(
             held.append(os.open(name, _DIR, dir_fd=dst))
             _merge(held[-2], held[-1], where / name, done, held)
             continue
+        if there is not None and _same_file_bytes(src, dst, name, info, there):
+            continue  # published by a fetch killed before its last rename: kept as it is
         if there is not None or not move_new(src, name, dst, name):
             raise WouldReplace(f"{where / name} exists: never replaced (move it away)")
         done.append((src, dst, name, where / name))
+
+
+def _refuse_early(path: Path) -> None:
+    """Refuse before fetching a byte when `path` is something that can never be a member's
+    verified bytes. A regular file there may be one a killed fetch published before its last
+    rename: the publish compares it with the verified member and keeps it only if identical."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise WouldReplace(f"{path} exists: never replaced (move it away)")
+
+
+def _same_file_bytes(
+    src: int, dst: int, name: str, info: os.stat_result, there: os.stat_result
+) -> bool:
+    """Whether the regular file `name` in `dst` holds exactly the bytes of the verified one in
+    `src` (read without following a link, in bounded pieces)."""
+    if not (stat.S_ISREG(info.st_mode) and stat.S_ISREG(there.st_mode)):
+        return False
+    if info.st_size != there.st_size:
+        return False
+    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with (
+        _opened(os.open(name, flags, dir_fd=src)) as a,
+        _opened(os.open(name, flags, dir_fd=dst)) as b,
+    ):
+        while True:
+            left, right = os.read(a, _PIECE), os.read(b, _PIECE)
+            if left != right:
+                return False
+            if not left:
+                return True
 
 
 @contextmanager

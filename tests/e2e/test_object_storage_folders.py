@@ -191,8 +191,15 @@ def test_an_hf_folder_tiers_fetches_and_a_swapped_tar_is_refused_and_marked(
         if p.is_file()
     }
     assert got == before
-    again = ws.run("fetch", str(row["id"]), "--to", str(elsewhere), check=False)
-    assert again.returncode == 2 and "never replaced" in again.stderr  # nothing replaced
+    # Again: what is there is the same bytes, kept as it is (a retry is idempotent); a member
+    # with other bytes is never replaced.
+    again = ws.run("fetch", str(row["id"]), "--to", str(elsewhere)).stdout.strip()
+    assert again == str(elsewhere / "checkpoint-4")
+    edited = next(p for p in sorted((elsewhere / "checkpoint-4").rglob("*")) if p.is_file())
+    edited.write_bytes(b"edited by hand")
+    refused = ws.run("fetch", str(row["id"]), "--to", str(elsewhere), check=False)
+    assert refused.returncode == 2 and "never replaced" in refused.stderr
+    assert edited.read_bytes() == b"edited by hand"
 
     # From the store to its own path (the local trash purged): one rename of the whole folder.
     ws.run("trash", "purge", "--older-than", "0s")

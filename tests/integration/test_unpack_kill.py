@@ -4,7 +4,8 @@ did not land in the window): when the checkpoint's folder exists at fetch time, 
 renamed in on its own, so the folder is left half there, and the next fetch refuses it
 (WouldReplace on the member already published). A folder checkpoint tiered whole is gone at
 fetch time (one rename, atomic); by reading, a TF checkpoint's members go into its run's folder,
-which exists (not run here). Known bug: strict xfail until fixed."""
+which exists (not run here). The next fetch keeps a published member only when its bytes are
+the verified member's, and refuses one with other bytes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_daemon.core.errors import WouldReplace
 from ckpt_daemon.fs import fsops, fsunpack
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.remote.sources import TarSource
@@ -32,7 +34,6 @@ def _tar(src: Path) -> tuple[bytes, str, int]:
     return bytes(buf), hash_files([src / n for n in NAMES]), sum(source.sizes)
 
 
-@pytest.mark.xfail(strict=True, reason="a fetch killed mid-publish leaves a half folder")
 def test_fetch_killed_between_renames_is_completed_by_the_next(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "dest").mkdir()
@@ -59,3 +60,18 @@ def test_fetch_killed_between_renames_is_completed_by_the_next(tmp_path: Path) -
     fsops.remove_stale_temps(dest, recursive=False)  # what the next `ckpt fetch` does first
     fsunpack.receive_tree(dest, NAMES, [data], expected_hash=digest, expected_bytes=size)
     assert sorted(p.name for p in dest.iterdir()) == NAMES
+
+
+def test_a_member_there_with_other_bytes_is_never_replaced(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dest").mkdir()
+    data, digest, size = _tar(tmp_path / "src")
+    dest = tmp_path / "dest"
+    (dest / "a.bin").write_bytes(b"someone else's")
+    with pytest.raises(WouldReplace):
+        fsunpack.receive_tree(dest, NAMES, [data], expected_hash=digest, expected_bytes=size)
+    assert (dest / "a.bin").read_bytes() == b"someone else's"
+    assert sorted(p.name for p in dest.iterdir()) == ["a.bin"]  # nothing else published
+    os.symlink(tmp_path / "src" / "b.bin", dest / "b.bin")  # a link: refused before a fetch
+    with pytest.raises(WouldReplace):
+        fsunpack.receive_tree(dest, NAMES, [iter(())], expected_hash=digest, expected_bytes=size)

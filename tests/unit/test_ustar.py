@@ -78,9 +78,14 @@ def test_a_round_trip_publishes_the_same_bytes_with_the_indexed_mtime(tmp_path: 
         assert (dst / name).read_bytes() == path.read_bytes()
         assert (dst / name).stat().st_mtime_ns == 5 * 10**18
     assert sorted(p.name for p in dst.iterdir()) == ["ck"]
-    # A second fetch to the same place never replaces what is there.
+    # A second fetch to the same place keeps what is there when it is the same bytes (a fetch
+    # killed before its last rename) and never replaces other bytes.
+    assert receive_tree(dst, NAMES, chunks, expected_hash=indexed, expected_bytes=size) == []
+    changed = dst / NAMES[-1]
+    changed.write_bytes(changed.read_bytes()[::-1])
     with pytest.raises(WouldReplace):
         receive_tree(dst, NAMES, chunks, expected_hash=indexed, expected_bytes=size)
+    assert changed.read_bytes() == paths[-1].read_bytes()[::-1]
 
 
 def test_tf_checkpoint_members_go_beside_each_other(tmp_path: Path) -> None:
