@@ -268,22 +268,35 @@ def test_dcp_and_orbax_folders_round_trip_through_one_tar(
     assert row_of(ws, folder)["status"] == "ok"
 
 
+SHARDS = """
+import json, sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+folder, shards, mib = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+folder.mkdir(parents=True)
+weight_map = {}
+for i in range(shards):
+    name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+    values = np.random.default_rng(i).standard_normal((mib << 18,), np.float32)
+    save_file({f"w{i}": values}, str(folder / name))
+    weight_map[f"w{i}"] = name
+(folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+(folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+"""
+
+
 def sharded_folder(folder: Path, shards: int, mib: int) -> None:
-    """A `save_pretrained` folder of `shards` safetensors shards of `mib` MiB each."""
-    import json
+    """A `save_pretrained` folder of `shards` safetensors shards of `mib` MiB each, written by
+    the safetensors library in a child: the test process never imports it (test_torch_readers
+    checks that the pytest worker has neither torch nor safetensors in sys.modules)."""
+    import subprocess
+    import sys
 
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True)
-    weight_map = {}
-    for i in range(shards):
-        name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        values = np.random.default_rng(i).standard_normal((mib << 18,), np.float32)
-        save_file({f"w{i}": values}, str(folder / name))
-        weight_map[f"w{i}"] = name
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    args = [sys.executable, "-c", SHARDS, str(folder), str(shards), str(mib)]
+    subprocess.run(args, check=True)
 
 
 def test_a_folder_tier_killed_mid_upload_resumes_the_same_tar_parts(
