@@ -248,11 +248,14 @@ def _same_file_bytes(
         return False
     if info.st_size != there.st_size:
         return False
-    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    # Non-blocking: a FIFO swapped in after the stat must not hang the open; checked again.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     with (
         _opened(os.open(name, flags, dir_fd=src)) as a,
         _opened(os.open(name, flags, dir_fd=dst)) as b,
     ):
+        if not stat.S_ISREG(os.fstat(b).st_mode):
+            return False
         while True:
             left, right = os.read(a, _PIECE), os.read(b, _PIECE)
             if left != right:
