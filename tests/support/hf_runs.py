@@ -267,8 +267,10 @@ def session_hf_runs() -> Path:
 
 def live_trainer(run: Path) -> dict[str, Any]:
     """A Trainer run into `run/out` (max_steps 6, save_steps 2, save_total_limit 2) that after
-    each save waits (up to 120 s) for the daemon's scheduled split of that checkpoint,
-    `out/inference-<step>/`, before it trains on: the rotation at the third save then runs with
+    each save waits (up to 120 s) for the daemon's scheduled split of that checkpoint to finish,
+    `out/inference-<step>/` and then its card `out/inference-<step>.md` (written after the
+    folder's rename: waiting for the folder alone left the last card unwritten when the run
+    listed `out/`), before it trains on: the rotation at the third save then runs with
     inference folders beside its checkpoints, seconds apart by mtime (rotation by mtime)."""
     import time
 
@@ -279,7 +281,8 @@ def live_trainer(run: Path) -> dict[str, Any]:
             self.waited: dict[int, float] = {}
 
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            target = Path(args.output_dir) / f"inference-{state.global_step}" / "config.json"
+            # The card is the split's last file (written once the folder is renamed in place).
+            target = Path(args.output_dir) / f"inference-{state.global_step}.md"
             start = time.monotonic()
             while not target.exists() and time.monotonic() - start < 120:
                 time.sleep(0.2)
