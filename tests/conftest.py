@@ -9,7 +9,6 @@ to reuse one generated set across runs (it is generated there once, if the direc
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,14 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile("ckpt")
     if not hasattr(config, "workerinput"):  # once, in the controller, before any worker starts
         compile_once()
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (pyproject's addopts): one worker more than the machine has cores. A whole run
-    on 2 cores with 2 workers kept the cores busy only 62-67% of its wall time (CPU time over
-    2 x wall: tests wait on daemons, polls and the shared fixtures' lock), so a third worker
-    runs in that idle time; the timing-tolerant tests were made to pass at load 7-8."""
-    return (os.cpu_count() or 1) + 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
