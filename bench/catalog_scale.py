@@ -3,9 +3,10 @@
 The fixture (cached in bench/out/catalog/) is an SQLite catalog created at head by
 `ckpt_daemon.catalog.store.Store` (Alembic), filled with SQLAlchemy Core bulk inserts (not the
 product path): runs, checkpoints and 4 metrics each (loss, val_loss, accuracy, val_accuracy).
-Every command runs as a fresh process, interleaved with the baselines, N times; medians. Also
-checked: `ckpt list` and `ckpt best` import neither h5py nor TensorFlow; and where `list --json`
-spends its time.
+Every command runs as a fresh process, interleaved with the baselines, N times; medians. One
+baseline is `list --json`'s floor on this machine: a bare process that reads the same rows and
+metric values with sqlite3 and writes them with json.dumps (FLOOR). Also checked: `ckpt list`
+and `ckpt best` import neither h5py nor TensorFlow; and where `list --json` spends its time.
 
     python3 bench/catalog_scale.py [--quick] [--repeats N] [--profile]
 """
@@ -50,6 +51,38 @@ atexit.register(_report)
 sys.argv = ["ckpt", *sys.argv[1:]]
 from ckpt_daemon.cli.main import main
 main()
+"""
+
+# The floor of `list --json` on this machine, measured in the same run: a bare process that
+# reads the same rows and metric values with the standard library's sqlite3 (no ckpt_daemon, no
+# Checkpoint values, no paths converted, no version counts) and writes each row's dict with
+# json.dumps. What `list --json` does beyond this is ours.
+FLOOR = r"""
+import json, sqlite3, sys
+db = sys.argv[1]
+con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+con.execute("BEGIN")
+columns = ("id", "path", "run", "root", "format", "kind", "status", "reason", "size_bytes",
+           "mtime_ns", "inode", "hash", "indexed_at", "epoch", "step", "weights_bytes",
+           "optimizer_bytes", "optimizer", "n_params", "pinned", "generation", "version_of")
+rows = con.execute(
+    "SELECT c.id, c.path, r.name, r.root, c.format, c.kind, c.status, c.reason, c.size_bytes, "
+    "c.mtime_ns, c.inode, c.hash, c.indexed_at, c.epoch, c.step, c.weights_bytes, "
+    "c.optimizer_bytes, c.optimizer, c.n_params, c.pinned, c.generation, c.version_of "
+    "FROM checkpoints c JOIN runs r ON r.id = c.run_id ORDER BY c.mtime_ns").fetchall()
+metrics = {}
+for cid, name, value in con.execute(
+        "SELECT checkpoint_id, name, value FROM metrics ORDER BY checkpoint_id, name"):
+    metrics.setdefault(cid, {})[name] = value
+out = sys.stdout
+out.write("[")
+sep = "\n"
+for row in rows:
+    doc = dict(zip(columns, row))
+    doc["metrics"] = metrics.get(row[0], {})
+    out.write(sep + json.dumps(doc))
+    sep = ",\n"
+out.write("\n]\n")
 """
 
 PHASES = r"""
@@ -242,8 +275,11 @@ def main() -> int:
     # What a user types: `ckpt` on PATH may be a pyenv shim (PATH inside pyenv hides it).
     shims = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser() / "shims" / "ckpt"
     shim = str(shims) if shims.exists() else shutil.which("ckpt")
+    db_name = Path(cfg).name.replace("config-", "catalog-", 1)
+    db = str(Path(cfg).with_name(db_name).with_suffix(".db"))
     commands = {
         "python -c pass": [PYTHON, "-c", "pass"],
+        "floor: sqlite3 + json.dumps": [PYTHON, "-c", FLOOR, db],
         "python -c 'import sqlalchemy'": [PYTHON, "-c", "import sqlalchemy"],
         "ckpt --help": [ckpt, "--help"],
         "ckpt list --json": [ckpt, "--config", cfg, "list", "--json"],
@@ -303,8 +339,10 @@ def main() -> int:
     heavy = sorted({m for found in loaded.values() for m in ("h5py", "tensorflow") if found[m]})
 
     list_s, best_s = med["ckpt list --json"], med["ckpt best --metric val_loss"]
+    floor_s = med["floor: sqlite3 + json.dumps"]
     checks = [
         Check("ckpt list --json wall", list_s, "< 2", "s", list_s < 2),
+        Check("ckpt list --json / floor", list_s / floor_s, "< 1.5", "x", list_s / floor_s < 1.5),
         Check("ckpt best --metric val_loss wall", best_s, "< 0.3", "s", best_s < 0.3),
         Check("list/best import h5py or tensorflow", len(heavy), "== 0", "modules", not heavy),
     ]
@@ -316,6 +354,7 @@ def main() -> int:
         "medians": med,
         "ratio_to_python": {k: v / base for k, v in med.items()},
         "ratio_to_import_sqlalchemy": {k: v / base_sa for k, v in med.items()},
+        "list_json_to_floor": list_s / floor_s,
         "list_phases": phases,
         "modules": loaded,
     }

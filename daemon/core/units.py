@@ -3,6 +3,7 @@ times, and floats without float32 noise (`0.001`). Pure."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import struct
@@ -94,10 +95,23 @@ def format_size(n: int | None) -> str:
 
 
 def iso_utc(epoch_seconds: float) -> str:
-    """ISO 8601 UTC with milliseconds and a Z: the one time format of the catalog and JSON."""
+    """ISO 8601 UTC with milliseconds and a Z: the one time format of the catalog and JSON.
+
+    A listing writes 100,000 of these: the date is formatted once per day (`_utc_date`), the
+    time of day by arithmetic (the same text as `strftime` of `gmtime`: a UTC day has 86,400
+    seconds, and floor division keeps times before 1970 on the right day)."""
     whole = int(epoch_seconds // 1)
     millis = int((epoch_seconds - whole) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+    day, second = divmod(whole, 86400)
+    hour, second = divmod(second, 3600)
+    minute, second = divmod(second, 60)
+    return f"{_utc_date(day)}T{hour:02d}:{minute:02d}:{second:02d}.{millis:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_date(day: int) -> str:
+    """`YYYY-MM-DD` of the UTC day `day` days after 1970-01-01."""
+    return time.strftime("%Y-%m-%d", time.gmtime(day * 86400))
 
 
 def shortest_float(value: float) -> str:
