@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,26 +39,12 @@ _LIBRARIES = {"orbax": ("jax", "orbax.checkpoint"), "dcp": ("torch",)}
 def probe(kind: str, folder: Path) -> dict[str, Any]:
     """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
     cmd = [*python_module("children.folder_load_probe"), kind, str(folder)]
-    with unprivileged.staging([folder]) as env:
-        env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-        env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
+
+    def settings(env: dict[str, str]) -> None:
+        unprivileged.torch_weights_only(env)
         env |= {"JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
-        try:
-            done = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=TIMEOUT_SECONDS,
-                env=env,
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        return dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
-        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+
+    return unprivileged.run_probe(cmd, [folder], TIMEOUT_SECONDS, settings)
 
 
 def _orbax(modules: dict[str, Any], staged: str) -> dict[str, list[int]]:

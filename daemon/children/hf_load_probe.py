@@ -28,7 +28,6 @@ import importlib
 import json
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,27 +42,13 @@ _PROBE_TOKENS = 8
 def probe(checkpoint: Path, inference: Path) -> dict[str, Any]:
     """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
     cmd = [*python_module("children.hf_load_probe"), str(checkpoint), str(inference)]
-    with unprivileged.staging([checkpoint, inference]) as env:
-        env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-        env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
+
+    def settings(env: dict[str, str]) -> None:
+        unprivileged.torch_weights_only(env)
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # never the network
         env |= {"HF_HOME": env[unprivileged.STAGING_ENV], "TOKENIZERS_PARALLELISM": "false"}
-        try:
-            done = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=TIMEOUT_SECONDS,
-                env=env,
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        return dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
-        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+
+    return unprivileged.run_probe(cmd, [checkpoint, inference], TIMEOUT_SECONDS, settings)
 
 
 def _weights(torch: Any, folder: str) -> dict[str, Any]:

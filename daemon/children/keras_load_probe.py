@@ -22,7 +22,6 @@ import contextlib
 import importlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,23 +39,7 @@ def probe(library: str, paths: list[Path]) -> dict[str, Any]:
     if refused:  # what the child would refuse, found without importing Keras
         return {"refused": refused}
     cmd = [*python_module("children.keras_load_probe"), library, *map(str, paths)]
-    with unprivileged.staging(paths) as env:
-        try:
-            done = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=TIMEOUT_SECONDS,
-                env=env,
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        return dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
-        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+    return unprivileged.run_probe(cmd, paths, TIMEOUT_SECONDS)
 
 
 def load(keras: Any, path: str) -> Any:

@@ -22,7 +22,6 @@ import importlib
 import json
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,25 +38,7 @@ def probe(paths: list[Path], artifact: Path | None = None) -> dict[str, Any]:
     extra = ["--artifact", str(artifact)] if artifact is not None else []
     cmd = [*python_module("children.torch_load_probe"), *map(str, paths), *extra]
     staged = [*paths, *([artifact] if artifact is not None else [])]
-    with unprivileged.staging(staged) as env:
-        env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-        env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
-        try:
-            done = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=TIMEOUT_SECONDS,
-                env=env,
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"timed out after {TIMEOUT_SECONDS:g} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        return dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
-        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+    return unprivileged.run_probe(cmd, staged, TIMEOUT_SECONDS, unprivileged.torch_weights_only)
 
 
 def _load(torch: Any, path: str) -> Any:

@@ -13,14 +13,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import UsageError
 
@@ -39,6 +42,43 @@ def staging(paths: list[Path]) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=base) as folder:
         os.chmod(folder, 0o700)
         yield {**os.environ, STAGING_ENV: folder, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def run_probe(
+    cmd: list[str],
+    paths: list[Path],
+    timeout: float,
+    settings: Callable[[dict[str, str]], None] | None = None,
+) -> dict[str, Any]:
+    """The parent's side of a load probe: `cmd` run with a staging folder for `paths` (its
+    environment adjusted by `settings`), no stdin, killed after `timeout` seconds. The child's
+    last JSON line, or {"error": ...} when it gave none (died, timed out, printed no JSON)."""
+    with staging(paths) as env:
+        if settings is not None:
+            settings(env)
+        try:
+            done = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:g} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        return dict(json.loads(lines[-1]))
+    except (IndexError, ValueError):
+        return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+
+
+def torch_weights_only(env: dict[str, str]) -> None:
+    """A torch child's environment: `torch.load` weights-only whatever the caller's environment
+    said (a user's TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD would let a pickle run code), one thread."""
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
 
 
 def _bytes(path: Path) -> int:

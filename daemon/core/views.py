@@ -93,8 +93,9 @@ def failed_save_json(save: dict[str, Any]) -> dict[str, Any]:
 def _finite(values: dict[str, float | None]) -> dict[str, float | None]:
     """JSON has no NaN or Infinity: a metric the run logged as one is null (text shows `null`
     too, see text.metric_text; the catalog stores it as NULL)."""
+    every: Any = values.values()  # a None among them raises TypeError in sum
     try:  # the common case, every value a finite number, in one C-level pass (100,000 rows)
-        if math.isfinite(sum(values.values())):
+        if math.isfinite(sum(every)):
             return dict(values)
     except TypeError:  # a None among them
         pass
