@@ -233,6 +233,32 @@ def test_serve_refuses_an_unreachable_bucket_and_aborts_stale_uploads(
     assert "testing-secret" not in result.stderr + result.stdout
 
 
+def test_a_store_that_ignores_conditional_writes_is_found_at_start_and_still_tiers(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    """A real S3 API server that accepts `If-None-Match: *` and ignores it (moto behind a layer
+    that drops the header): the start's probe finds it out and says so (a warning in the log,
+    `conditional_writes: false` in `status`), and one catalog still tiers and fetches there."""
+    ignoring = S3Server(ignore_conditional_writes=True)
+    try:
+        ws, bucket, client = remote_workspace(tmp_path, ignoring, keras_checkpoints)
+        started = ws.run("serve", "--once")
+        assert "remote_conditional_writes_ignored" in started.stderr, started.stderr
+        (probed,) = ws.json("status")["remotes"]
+        assert (probed["url"], probed["conditional_writes"]) == (f"s3://{bucket}/team", False)
+        target = ws.root / RUN / "e01-vl1.683.keras"
+        original = target.read_bytes()
+        (item,) = ws.json("tier", str(target))["items"]
+        assert item["done"] and not target.exists(), item
+        key = item["remote_url"].removeprefix(f"s3://{bucket}/")
+        assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == original
+        ws.run("trash", "purge", "--older-than", "0s")
+        ws.run("fetch", str(target))
+        assert target.read_bytes() == original
+    finally:
+        ignoring.stop()
+
+
 def test_remote_trash_is_undoable_keeps_protected_copies_and_verify_remote_marks_changes(
     tmp_path: Path, s3: S3Server, keras_checkpoints: Path
 ) -> None:

@@ -24,11 +24,14 @@ def free_port() -> int:
 
 
 class S3Server:
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
+    """`ignore_conditional_writes`: moto behind a WSGI layer that drops the `If-None-Match`
+    header before moto sees it, as an S3-compatible service that accepts the header and ignores
+    it does (docs/object-storage.md, "Stores that ignore conditional writes")."""
 
+    def __init__(self, *, ignore_conditional_writes: bool = False) -> None:
         self.port = free_port()
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.ignore_conditional_writes = ignore_conditional_writes
+        self._server = _moto_server(self.port, ignore_conditional_writes)
         self.running = False
         self.start()
 
@@ -37,10 +40,8 @@ class S3Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        from moto.server import ThreadedMotoServer
-
         if not self.running:
-            self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+            self._server = _moto_server(self.port, self.ignore_conditional_writes)
             self._server.start()
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -67,3 +68,26 @@ class S3Server:
         client = self.client()
         client.create_bucket(Bucket=name)
         return client
+
+
+def _moto_server(port: int, ignore_conditional_writes: bool) -> Any:
+    from moto.server import ThreadedMotoServer
+
+    if not ignore_conditional_writes:
+        return ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    class IgnoringIfNoneMatch(ThreadedMotoServer):  # type: ignore[misc]
+        def _server_entry(self) -> None:  # ThreadedMotoServer's, the app wrapped
+            app = DomainDispatcherApplication(create_backend_app)
+
+            def ignoring(environ: dict[str, Any], start_response: Any) -> Any:
+                environ.pop("HTTP_IF_NONE_MATCH", None)
+                return app(environ, start_response)
+
+            self._server = make_server(self._ip_address, self._port, ignoring, True)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return IgnoringIfNoneMatch(ip_address="127.0.0.1", port=port, verbose=False)
