@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import Workspace
+from tests.support import Workspace, forked_python
 from tests.support.first_hour_training import EPOCHS, KILLED_AFTER
 from tests.support.training_runs import child_env
 
@@ -99,7 +99,7 @@ def train_all(exps: dict[str, dict[str, Path]], truths: dict[str, Path], phase: 
     for framework, by_layout in exps.items():
         argv = [sys.executable, str(SCRIPT), framework, str(truths[framework]), phase]
         argv += [f"{layout}={exp}" for layout, exp in by_layout.items()]
-        procs[framework] = subprocess.Popen(
+        procs[framework] = forked_python.popen(
             argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
     expected = SIGKILL if phase == "first" else 0
@@ -194,10 +194,9 @@ def loaded_optimizers(framework: str, paths: list[str]) -> dict[str, tuple[str, 
         "    out[path]=[type(m.optimizer).__name__, int(m.optimizer.iterations.numpy())]\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run(
+    done = forked_python.run(
         [sys.executable, "-c", code, framework, *paths],
         env=child_env(),
-        capture_output=True,
         text=True,
         timeout=TRAIN_TIMEOUT_S,
         check=True,

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import h5py
 
+from tests.support import forked_python
 from tests.support.workspace import Workspace
 
 TFK_H5 = "tfk/run_h5/weights.01-1.69.hdf5"
@@ -56,13 +56,11 @@ print(json.dumps(same))
 
 
 def reads_it(checkpoint: Path, config: Path, weights: Path, *libs: str) -> dict[str, bool]:
-    done = subprocess.run(
+    done = forked_python.run(
         [sys.executable, "-c", READS_IT, *map(str, (checkpoint, config, weights)), *libs],
-        capture_output=True,
         text=True,
         env=CHILD_ENV,
         timeout=600,
-        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found: dict[str, bool] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_daemon.core.views import checkpoint_json
-from tests.support import ZIP_RUN, Workspace, zip_run
+from tests.support import ZIP_RUN, Workspace, forked_python, zip_run
 
 pytestmark = pytest.mark.slow
 
@@ -124,9 +124,8 @@ def test_the_docs_recipe_resumes_training(scanned: Workspace) -> None:
     row = scanned.json("latest", "--run", "k3/run_zip", "--resumable")
     prefix = latest(scanned, "--run", "k3/tfckpt", "--resumable").stdout.strip()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
-    done = subprocess.run(
+    done = forked_python.run(
         [sys.executable, "-c", RESUME, keras_path, str(row["epoch"]), prefix, str(REPO)],
-        capture_output=True,
         text=True,
         timeout=600,
         env=env,

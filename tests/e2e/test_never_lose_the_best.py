@@ -13,7 +13,6 @@ loaded in one child (five TensorFlow processes, not six)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support import Daemon, Workspace
+from tests.support import Daemon, Workspace, forked_python
 from tests.support.training_runs import child_env
 
 pytestmark = pytest.mark.slow
@@ -46,9 +45,7 @@ def shipped_config_workspace(base: Path) -> Workspace:
 def train(framework: str, ws: Workspace, run: str, truth: Path, phase: str) -> str:
     argv = [sys.executable, str(SCRIPT), framework, str(ws.root / run)]
     argv += [str(ws.root / ".ckpt-versions" / run), str(truth), phase]
-    done = subprocess.run(
-        argv, env=child_env(), capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S
-    )
+    done = forked_python.run(argv, env=child_env(), text=True, timeout=TRAIN_TIMEOUT_S)
     expected = 3 if phase == "first" else 0
     assert done.returncode == expected, done.stdout + done.stderr
     return done.stdout
@@ -84,7 +81,7 @@ def predictions(wanted: list[tuple[str, Path, Path]]) -> dict[Path, np.ndarray]:
     for framework, path, probe in wanted:
         outs[path] = path.parent.parent / f"pred-{path.name}.npy"
         argv += [framework, str(path), str(probe), str(outs[path])]
-    subprocess.run(
+    forked_python.run(
         [sys.executable, "-c", code, *argv], env=child_env(), check=True, timeout=TRAIN_TIMEOUT_S
     )
     return {path: np.load(out) for path, out in outs.items()}

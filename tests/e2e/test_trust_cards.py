@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from typing import Any
 
 import pytest
 from markdown_it import MarkdownIt
 
-from tests.support import Workspace
+from tests.support import Workspace, forked_python
 
 pytestmark = pytest.mark.slow
 LAYERS = ["in_put", "hidden_a", "_private_", "a.b-c>d"]  # TensorFlow allows [A-Za-z0-9_.>-]
@@ -57,9 +56,8 @@ def card(tmp_path_factory: pytest.TempPathFactory) -> str:
     run.mkdir()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
     env.pop("TF_USE_LEGACY_KERAS", None)
-    done = subprocess.run(
+    done = forked_python.run(
         [sys.executable, "-c", TRAIN, str(run), METRIC, *LAYERS],
-        capture_output=True,
         text=True,
         timeout=600,
         env=env,

@@ -32,6 +32,7 @@ from ckpt_daemon.fs import fsops, temp_names
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.transforms import chunk_codecs, h5_copy
 from ckpt_daemon.transforms import compress as cz
+from tests.support import forked_python
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -177,7 +178,7 @@ def run_children(argvs: list[list[str]], timeout: float = 300) -> list[str]:
     """Run this file's child modes at once (two cores); their stdouts. argv[0]: what to import
     first ("keras" or "tf_keras")."""
     procs = [
-        subprocess.Popen(
+        forked_python.popen(
             [sys.executable, "-c", CHILD, *argv],
             env=CHILD_ENV,
             cwd=REPO,

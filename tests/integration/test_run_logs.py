@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_daemon.formats.run_logs import RunLogs, logs_signature, read_run_logs
-from tests.support import keras_csv
+from tests.support import forked_python, keras_csv
 
 PATTERNS = ["training.log", "*.csv", "metrics.json"]
 
@@ -93,7 +93,7 @@ def both_trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     roots = {flavour: tmp_path_factory.mktemp(flavour) for flavour in FLAVOURS}
     procs = {
-        flavour: subprocess.Popen(
+        flavour: forked_python.popen(
             [sys.executable, "-c", CHILD, flavour, str(root)],
             env=env,
             stdout=subprocess.PIPE,

@@ -29,6 +29,7 @@ from ckpt_daemon.core.errors import UsageError
 from ckpt_daemon.fs import fsops, temp_names
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.transforms.split import ArtifactMismatch, SplitResult, inference_path, split
+from tests.support import forked_python
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = REPO / "tests" / "support"  # keras_fixtures, imported by the children
@@ -158,9 +159,8 @@ def compile_config(path: Path) -> Any:
 
 
 def run_child(code: str, *args: str, timeout: float = 300) -> str:
-    done = subprocess.run(
+    done = forked_python.run(
         [sys.executable, "-c", code, *args],
-        capture_output=True,
         text=True,
         env=CHILD_ENV,
         timeout=timeout,
@@ -216,7 +216,7 @@ def _load_all(s: Splits) -> None:
     procs = {}
     for lib, jobs in batches.items():  # both libraries at once: one TF import per core
         spec = {"lib": lib, "jobs": jobs, "npz": str(s.root / f"{lib}.npz")}
-        procs[lib] = subprocess.Popen(
+        procs[lib] = forked_python.popen(
             [sys.executable, "-c", LOADER, json.dumps(spec)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -26,7 +26,7 @@ from ckpt_daemon.core.errors import CorruptCheckpoint, ReadProblem, UnreadableCh
 from ckpt_daemon.core.model import CheckpointInfo, Format, Kind
 from ckpt_daemon.core.protowire import crc32c
 from ckpt_daemon.formats import savedmodel, tensor_bundle, tf_checkpoint, tf_protos, tf_variables
-from tests.support import tf_truth
+from tests.support import forked_python, tf_truth
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -116,10 +116,9 @@ def tf_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     # Two cores at least on CI: both generators at once halve the fixture time.
     procs = [
-        subprocess.Popen(
+        forked_python.popen(
             [sys.executable, "-c", script, str(out)],
             env=env,
-            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -337,7 +336,7 @@ def test_not_a_savedmodel(tmp_path: Path) -> None:
 
 
 def _run_python(code: str) -> dict[str, Any]:
-    done = subprocess.run(
+    done = subprocess.run(  # a new interpreter: what a read imports is checked here
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=REPO,
         capture_output=True,

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -162,15 +161,15 @@ def cache_key() -> str:
 
 def generate(kind: str, out: Path, backend: str | None = None) -> Path:
     """Run this script in a child (`--keras-orbax`, `--orbax`, `--dcp`) writing into `out`."""
+    from tests.support import forked_python  # here: this file also runs as a script
+
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env |= {"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
     if backend:
         env["KERAS_BACKEND"] = backend
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), f"--{kind}", str(out)]
-    result = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, env=env
-    )
+    result = forked_python.run(cmd, text=True, timeout=GENERATE_TIMEOUT_S, env=env)
     if result.returncode != 0 and kind != "orbax-killed":
         raise RuntimeError(f"async_saves --{kind} failed:\n{result.stdout}\n{result.stderr}")
     return out

@@ -6,8 +6,6 @@ from the folder named by ``CKPT_TEST_FIXTURES`` (generated there once, if it is 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,19 +18,14 @@ FIXTURES_ENV = "CKPT_TEST_FIXTURES"
 
 
 def generate(out: Path) -> Path:
-    """Run the generator into `out`; fail the session with its output if it fails."""
-    cmd = [sys.executable, str(GENERATOR), str(out)]
-    try:
-        subprocess.run(cmd, check=True, timeout=GENERATE_TIMEOUT_S, capture_output=True, text=True)
-        return out
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        error = exc
-    streams = (("stdout", error.stdout), ("stderr", error.stderr))
-    output = "\n".join(
-        f"--- {name} ---\n{text if isinstance(text, str) else (text or b'').decode()}"
-        for name, text in streams
-    )
-    pytest.fail(f"fixture generation failed: {error}\n{output}", pytrace=False)
+    """Run the generator into `out` (its two children forked from `forked_python`'s zygote);
+    fail the session if it fails (the children's output is the test's)."""
+    from .keras_fixtures import run_children
+
+    code = run_children(out)
+    if code != 0:
+        pytest.fail(f"fixture generation failed: keras_fixtures exited {code}", pytrace=False)
+    return out
 
 
 def checkpoints_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -158,13 +158,19 @@ class ForkedProcess:
 
 
 class _Zygote:
-    def __init__(self) -> None:
+    """The server; `program`: "cli" (the package imported, each request a `ckpt` command), or
+    a comma-separated list of modules to import first, each request a Python script or `-c`
+    program (tests/support/forked_python.py); `env`: its environment."""
+
+    def __init__(self, program: str = "cli", env: Mapping[str, str] | None = None) -> None:
         self._folder = tempfile.mkdtemp(prefix="ckpt-zygote-")
         self.address = os.path.join(self._folder, "socket")
-        self.read_at_start = _read_at_start(os.environ)
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        self.read_at_start = _read_at_start(os.environ if env is None else env)
+        self.cli = program == "cli"
+        if env is None:
+            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVER, self.address, str(REPO)],
+            [sys.executable, "-c", _SERVER, self.address, str(REPO), program],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             env=env,
@@ -173,7 +179,7 @@ class _Zygote:
         deadline = time.monotonic() + 120
         while not os.path.exists(self.address):
             if self._proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the CLI zygote did not start (exit {self._proc.poll()})")
+                raise RuntimeError(f"the zygote did not start (exit {self._proc.poll()})")
             time.sleep(0.01)
         atexit.register(self.stop)
 
@@ -199,12 +205,18 @@ class _Zygote:
         return conn
 
     def start(self, args: list[str], env: dict[str, str], cwd: str, output: int) -> ForkedProcess:
-        argv = [sys.executable, "-m", "ckpt_daemon", *args]
         stdin = os.open(os.devnull, os.O_RDONLY)
         try:
-            conn = self._send(args, env, cwd, [stdin, output, output])
+            return self.start_with(args, env, cwd, [stdin, output, output])
         finally:
             os.close(stdin)
+
+    def start_with(
+        self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]
+    ) -> ForkedProcess:
+        """A process forked for `args` with these stdin, stdout, stderr (ours stay open)."""
+        argv = [sys.executable, "-m", "ckpt_daemon", *args] if self.cli else [sys.executable, *args]
+        conn = self._send(args, env, cwd, fds)
         received = b""
         while b"\n" not in received:  # the pid's line; the status may follow in the same read
             data = conn.recv(64)
@@ -223,7 +235,7 @@ class _Zygote:
         timeout: float | None,
         text_input: str | None,
     ) -> subprocess.CompletedProcess[bytes]:
-        argv = [sys.executable, "-m", "ckpt_daemon", *args]
+        argv = [sys.executable, "-m", "ckpt_daemon", *args] if self.cli else [sys.executable, *args]
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -320,13 +332,38 @@ def _zygote() -> _Zygote:
 # The zygote: imports the package, then forks a waiter per connection (run with -c).
 _SERVER = r"""
 import ctypes, importlib, io, json, os, pkgutil, signal, socket, struct, sys, traceback
-address, repo = sys.argv[1], sys.argv[2]
+address, repo, program = sys.argv[1], sys.argv[2], sys.argv[3]
 ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: go when the tests go
-import ckpt_daemon
-from ckpt_daemon.cli import main as cli_main
-for info in pkgutil.walk_packages(ckpt_daemon.__path__, "ckpt_daemon."):
-    if not info.name.startswith(("ckpt_daemon.children", "ckpt_daemon.__main__")):
-        importlib.import_module(info.name)
+if program == "cli":
+    import ckpt_daemon
+    from ckpt_daemon.cli import main as cli_main
+    for info in pkgutil.walk_packages(ckpt_daemon.__path__, "ckpt_daemon."):
+        if not info.name.startswith(("ckpt_daemon.children", "ckpt_daemon.__main__")):
+            importlib.import_module(info.name)
+
+    def run(args):
+        sys.argv = [os.path.join(repo, "daemon", "__main__.py"), *args]
+        cli_main.main(args)
+else:
+    import random, runpy
+    for name in program.split(","):
+        importlib.import_module(name)
+
+    def run(args):
+        # What `python ARGS` does: a script, or -c CODE; randomness seeded anew, as in a
+        # new interpreter (every fork would otherwise draw the zygote's same numbers).
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        if args[0] == "-c":
+            sys.argv = ["-c", *args[2:]]
+            sys.path[0] = ""
+            code = compile(args[1], "<string>", "exec")
+            exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        else:
+            sys.argv = list(args)
+            sys.path[0] = os.path.dirname(os.path.abspath(args[0]))
+            runpy.run_path(args[0], run_name="__main__")
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters are reaped by the kernel
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(address + ".new")
@@ -365,10 +402,9 @@ def command(request, fds):
     sys.stdin = sys.__stdin__ = stream(0, "r", "strict", False)
     sys.stdout = sys.__stdout__ = stream(1, "w", "strict", os.isatty(1))
     sys.stderr = sys.__stderr__ = stream(2, "w", "backslashreplace", True)
-    sys.argv = [os.path.join(repo, "daemon", "__main__.py"), *request["args"]]
     code = 0
     try:
-        cli_main.main(request["args"])
+        run(request["args"])
     except SystemExit as exc:
         if exc.code is None:
             code = 0

@@ -19,7 +19,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -251,6 +250,8 @@ def tfkeras_child(out: Path) -> None:
 
 
 def run_children(out: Path) -> int:
+    from tests.support import forked_python  # here: this file also runs as a script
+
     for name in OWNED:  # start clean, so reruns never mix old and new checkpoints
         p = out / name
         if p.is_dir():
@@ -261,7 +262,7 @@ def run_children(out: Path) -> int:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
     env.pop("TF_USE_LEGACY_KERAS", None)
     procs = [
-        subprocess.Popen([sys.executable, __file__, flag, str(out)], env=env)
+        forked_python.popen([sys.executable, __file__, flag, str(out)], env=env)
         for flag in ("--keras3", "--tfkeras")
     ]
     codes = [p.wait() for p in procs]

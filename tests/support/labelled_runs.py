@@ -106,10 +106,12 @@ def framework_child(framework: str, out: Path) -> None:
 
 def generate(out: Path) -> dict[str, dict]:
     """Both frameworks' runs, in parallel children, into `out`; the merged truth."""
+    from tests.support import forked_python  # here: this file also runs as a script
+
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
     env.pop("TF_USE_LEGACY_KERAS", None)
     procs = [
-        subprocess.Popen(
+        forked_python.popen(
             [sys.executable, __file__, f"--{name}", str(out)],
             env=env,
             stdout=subprocess.PIPE,

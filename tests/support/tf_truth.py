@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,12 +26,12 @@ MAX_SCALARS = 64
 
 def truth_for(paths: list[Path]) -> dict[str, Any]:
     """TF's report for each path (checkpoint prefix or SavedModel folder), keyed by str(path)."""
+    from tests.support import forked_python  # here: this file also runs as a script
+
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run(
+    done = forked_python.run(
         [sys.executable, __file__, *map(str, paths)],
         env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
         text=True,
         timeout=600,
         check=False,

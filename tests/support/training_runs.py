@@ -357,10 +357,12 @@ def live_command(run_dir: Path, truth_path: Path, sleep_s: float = 1.5, epochs: 
 
 def generate(out: Path) -> float:
     """Both children, in parallel, into a fresh `out`; returns the wall time in seconds."""
+    from tests.support import forked_python  # here: this file also runs as a script
+
     started = time.monotonic()
     out.mkdir(parents=True)
     procs = [
-        subprocess.Popen(
+        forked_python.popen(
             [sys.executable, __file__, f"--{name}", str(out)],
             env=child_env(),
             stdout=subprocess.PIPE,
