@@ -13,7 +13,9 @@ wheel (test_cli, test_packaging, bench/), the daemon's own start-up under system
 Each command gets two processes: a waiter forked by the zygote, which forks the command, sends
 its pid, waits for it and sends how it ended (an exit code, or minus the signal that killed it).
 The zygote itself never waits, so commands run side by side (the race tests start several at
-once). `CKPT_TEST_FRESH_CLI=1` runs every command in a fresh interpreter instead.
+once). `CKPT_TEST_FRESH_CLI=1` runs every command in a fresh interpreter instead. The same
+server (zygote_server.py), given a module list instead of "cli", forks the suite's TensorFlow
+programs (forked_python.py).
 """
 
 from __future__ import annotations
