@@ -100,14 +100,18 @@ def lease_row(url: str, run_id: int) -> tuple[str, int] | None:
 @pytest.mark.parametrize("catalog_url", ["sqlite"], indirect=True)
 def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, int]) -> None:
     url, store, run_id = catalog
-    holder = start_holder(url, run_id, steps=1, step_seconds=8 * TTL)
+    # 2 s, renewed every 0.5 s: a renewer starved for a second on a loaded 2-core machine (the
+    # holder's SQLite write waiting behind ours) once lost a 1 s lease here. The one call still
+    # runs 8 s, and the lease is still tried long past its own duration.
+    ttl = 2 * TTL
+    holder = start_holder(url, run_id, steps=1, step_seconds=4 * ttl, ttl=ttl)
     try:
         started = time.monotonic()
         tries = 0
-        while time.monotonic() - started < 4 * TTL:  # long past the lease's own duration
-            time.sleep(TTL / 2)
+        while time.monotonic() - started < 3 * ttl:  # long past the lease's own duration
+            time.sleep(ttl / 2)
             with pytest.raises(LeaseHeld, match="holder pid"):
-                store.acquire_lease(run_id, f"second pid {os.getpid()}", TTL)
+                store.acquire_lease(run_id, f"second pid {os.getpid()}", ttl)
             tries += 1
         assert tries >= 4
         out, err = holder.communicate(timeout=30)
