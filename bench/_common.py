@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -24,6 +24,55 @@ CHILD_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "3",
     "CUDA_VISIBLE_DEVICES": "",
 }
+
+
+class Process(Protocol):
+    """What the campaigns use of a started command (a Popen, or a forked one in the tests)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, number: int) -> None: ...
+
+
+class Launcher:
+    """How a campaign runs `python -m ckpt_daemon ARGS`: each command a fresh interpreter, as
+    a user runs it. The test suite's small campaigns pass one that forks the commands from a
+    pre-imported interpreter instead (tests/support/forked_cli.py: the same code, without the
+    second of imports each command would spend)."""
+
+    def run(
+        self, args: Sequence[str], *, env: dict[str, str], cwd: Path | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """The command to its end; stdin /dev/null, stdout and stderr captured as text."""
+        return subprocess.run(
+            [PYTHON, "-m", "ckpt_daemon", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def start(
+        self, args: Sequence[str], *, env: dict[str, str], cwd: Path | None, stderr: int
+    ) -> Process:
+        """The command started in a process group of its own (its pid the group's id), stdin
+        and stdout /dev/null, stderr into the file descriptor `stderr`: a handle with Popen's
+        pid, poll, wait(timeout) and send_signal."""
+        return subprocess.Popen(
+            [PYTHON, "-m", "ckpt_daemon", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
 
 @dataclass

@@ -64,7 +64,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
 
-from _common import CHILD_ENV, OUT, PYTHON, REPO, Check, machine, report, table
+from _common import (
+    CHILD_ENV,
+    OUT,
+    PYTHON,
+    REPO,
+    Check,
+    Launcher,
+    Process,
+    machine,
+    report,
+    table,
+)
 from _crash_checks import (
     ARTIFACT_MARK,
     TRASH_DIR,
@@ -147,7 +158,8 @@ class Ckpt:
 class Workspace:
     """A root, a config naming it (conftest's templates), a catalog, and a pristine copy."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, launcher: Launcher) -> None:
+        self.launcher = launcher
         self.base = base
         self.root = base / "runs"
         self.state = base / "state"
@@ -162,17 +174,11 @@ class Workspace:
         self.last_event = 0
 
     def args(self, *args: str) -> list[str]:
-        return [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
+        return ["--config", str(self.config), *args]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.args(*args),
-            capture_output=True,
-            text=True,
-            timeout=CMD_TIMEOUT,
-            env=CHILD_ENV,
-            cwd=self.base,
-            stdin=subprocess.DEVNULL,
+        return self.launcher.run(
+            self.args(*args), env=CHILD_ENV, cwd=self.base, timeout=CMD_TIMEOUT
         )
 
     def must(self, *args: str) -> str:
@@ -181,17 +187,11 @@ class Workspace:
             raise SystemExit(f"ckpt {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
         return done.stdout
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, *args: str) -> Process:
         """A command in its own process group (so that the whole group can be killed)."""
         with open(self.log, "ab") as log:
-            return subprocess.Popen(
-                self.args(*args),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=CHILD_ENV,
-                cwd=self.base,
-                start_new_session=True,
+            return self.launcher.start(
+                self.args(*args), env=CHILD_ENV, cwd=self.base, stderr=log.fileno()
             )
 
     def snapshot(self) -> None:
@@ -283,11 +283,13 @@ def _copy_db(source: Path, target: Path) -> None:
     dst.close()
 
 
-def build(base: Path, fixtures: Path, runs: tuple[str, ...]) -> tuple[Workspace, dict[int, Ckpt]]:
+def build(
+    base: Path, fixtures: Path, runs: tuple[str, ...], launcher: Launcher
+) -> tuple[Workspace, dict[int, Ckpt]]:
     """The pristine workspace and the ground truth of every checkpoint in it."""
     if base.exists():
         shutil.rmtree(base)
-    ws = Workspace(base)
+    ws = Workspace(base, launcher)
     ws.root.mkdir(parents=True)
     templates = "".join(f'\n      - "{RUNS[r][0]}"' for r in runs)
     ws.config.write_text(
@@ -721,15 +723,17 @@ def run_campaign(
     next_command: str = "scan",
     repeats: int | None = None,
     log: Callable[[str], None] = print,
+    launcher: Launcher | None = None,
 ) -> Campaign:
     """`anchor`: "start" kills `delay` s after the command's start, drawn in [0, 1.2 x its
     duration]; "write" kills `delay` s after its first catalog write (seen by polling), drawn
     in [0, 1.2 x (duration - first write)]: most of a short command's life is the interpreter
     starting and importing, so "start" alone rarely hits the acting; "both" alternates, per
-    kind, one round of trials each."""
+    kind, one round of trials each. `launcher`: how each `ckpt` command runs (default: a fresh
+    interpreter, as a user runs it)."""
     start = time.perf_counter()
     rng = Random(seed)
-    ws, truth = build(base, fixtures, QUICK_RUNS if quick else tuple(RUNS))
+    ws, truth = build(base, fixtures, QUICK_RUNS if quick else tuple(RUNS), launcher or Launcher())
     # --quick: one timing round, no warm-up (the kill delays are drawn from those medians;
     # the top-up trials aim earlier when a kind finished before its kill).
     timing = measure(ws, truth, rng, repeats or (1 if quick else 3), warm_up=not quick)

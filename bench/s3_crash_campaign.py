@@ -41,6 +41,8 @@ REPO = BENCH.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from _common import Launcher  # noqa: E402
+
 from tests.support.s3_server import CREDENTIALS, S3Server  # noqa: E402
 
 PYTHON = sys.executable
@@ -67,7 +69,18 @@ class Result:
 
 
 class Campaign:
-    def __init__(self, base: Path, size_mb: int, files: int, seed: int, log: Callable[[str], None]):
+    launcher = Launcher()  # how each `ckpt` command runs: a fresh interpreter by default
+
+    def __init__(
+        self,
+        base: Path,
+        size_mb: int,
+        files: int,
+        seed: int,
+        log: Callable[[str], None],
+        launcher: Launcher | None = None,
+    ) -> None:
+        self.launcher = launcher or self.launcher
         self.base, self.rng, self.log = base, Random(seed), log
         self.root = base / "runs"
         (self.root / "exp").mkdir(parents=True)
@@ -102,8 +115,8 @@ class Campaign:
         return path
 
     def ckpt(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        cmd = [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=600)
+        cmd = ["--config", str(self.config), *args]
+        done = self.launcher.run(cmd, env=self.env, cwd=None, timeout=600)
         if check and done.returncode != 0:
             raise AssertionError(f"ckpt {' '.join(args)}: {done.returncode}\n{done.stderr}")
         return done
@@ -112,11 +125,10 @@ class Campaign:
         """`ckpt ARGS` SIGKILLed: mostly at a random moment once its transfer began (a
         multipart upload listed, a fetch's temp file there), else at a random moment of its
         expected duration. Returns whether the kill landed (the command had not ended)."""
-        cmd = [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
+        cmd = ["--config", str(self.config), *args]
         started = time.monotonic()
-        proc = subprocess.Popen(
-            cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        with open(os.devnull, "wb") as devnull:
+            proc = self.launcher.start(cmd, env=self.env, cwd=None, stderr=devnull.fileno())
         if self.rng.random() < 0.75:
             began = self.uploads if what == "tier" else self.fetch_temps
             while proc.poll() is None and not began() and time.monotonic() - started < 120:
@@ -127,13 +139,12 @@ class Campaign:
         try:
             proc.wait(timeout=delay)
             self.durations[what] = 0.7 * self.durations[what] + 0.3 * (time.monotonic() - started)
+            self.transfer = max(0.02, 0.7 * self.transfer)  # it ended first: aim earlier
             landed = False
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             landed = True
-        assert proc.stderr is not None
-        proc.stderr.close()
         return landed
 
     def present(self, path: Path) -> bool:
@@ -262,17 +273,19 @@ class Campaign:
     def outage(self, path: Path, result: Result, *, back_after: float | None) -> None:
         """The server stopped mid-upload (started again after `back_after` s, or not until the
         tier has failed): the upload is retried, local space never freed unverified."""
-        cmd = [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), "tier", str(path)]
-        proc = subprocess.Popen(
-            cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        cmd = ["--config", str(self.config), "tier", str(path)]
+        errors = open(self.base / f"outage-{result.outages}.err", "w+b")  # noqa: SIM115
+        proc = self.launcher.start(cmd, env=self.env, cwd=None, stderr=errors.fileno())
         time.sleep(self.rng.uniform(0.3, 0.9) * self.durations["tier"])
         self.server.stop()
         result.outages += 1
         if back_after is not None:
             time.sleep(back_after)
             self.server.start()
-        _out, err = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
+        errors.close()
         if back_after is None:
             self.server.start()
         if proc.returncode not in (0, 3):
@@ -309,16 +322,23 @@ def run_campaign(
     log: Callable[[str], None] = print,
     result: Result | None = None,
     make: Callable[..., Campaign] = Campaign,
+    launcher: Launcher | None = None,
 ) -> Result:
     """`result`: filled as the campaign goes (so an interrupted one can still say what it saw);
-    `make(base, size_mb, files, seed, log)`: the campaign (bench/s3_crash_folders.py's)."""
+    `make(base, size_mb, files, seed, log)`: the campaign (bench/s3_crash_folders.py's);
+    `launcher`: how each `ckpt` command runs (default: a fresh interpreter)."""
     result = result if result is not None else Result()
-    campaign = make(base, size_mb, files, seed, log)
+    more = {"launcher": launcher} if launcher is not None else {}
+    campaign = make(base, size_mb, files, seed, log, **more)
     try:
         paths = list(campaign.files)
         per_round = max(1, kills // (2 * max(1, len(paths))))
         n = 0
-        while result.kills < kills:
+        # Until `kills` kills, and both kinds killed at least once: a fast machine may finish
+        # a short transfer before the kill of its round (the next aim earlier).
+        while (result.kills < kills or not (result.tier_kills and result.fetch_kills)) and n < (
+            10 * kills + 20
+        ):
             path = paths[n % len(paths)]
             n += 1
             if campaign.present(path):

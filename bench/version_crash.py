@@ -60,7 +60,7 @@ from random import Random
 
 import h5py
 import numpy as np
-from _common import CHILD_ENV, OUT, PYTHON, Check, machine, report, table
+from _common import CHILD_ENV, OUT, PYTHON, Check, Launcher, machine, report, table
 from _crash_checks import TEMP_PREFIX, temps, trash_files
 
 from ckpt_daemon.fs.hashing import hash_files
@@ -85,6 +85,7 @@ class Workspace:
     written: int = 0
     excused: set[int] = field(default_factory=set)  # overwritten by the trainer before kept
     lost: set[int] = field(default_factory=set)  # found lost (counted once each)
+    launcher: Launcher = field(default_factory=Launcher)  # how `ckpt` commands run
 
     @property
     def root(self) -> Path:
@@ -135,9 +136,8 @@ class Workspace:
         return [PYTHON, "-m", "ckpt_daemon", "--config", str(self.config), *args]
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(*args), env=CHILD_ENV, capture_output=True, text=True, timeout=600
-        )
+        command = ["--config", str(self.config), *args]
+        return self.launcher.run(command, env=CHILD_ENV, cwd=None, timeout=600)
 
 
 _SHAS: dict[tuple[str, int, int, int, int], str] = {}
@@ -238,9 +238,8 @@ class Daemon:
     def __init__(self, ws: Workspace) -> None:
         self.log_path = ws.base / "serve.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in kill()/stop()
-        self.proc = subprocess.Popen(
-            ws.argv("serve"), stdout=self._log, stderr=self._log, env=CHILD_ENV
-        )
+        command = ["--config", str(ws.config), "serve"]
+        self.proc = ws.launcher.start(command, env=CHILD_ENV, cwd=None, stderr=self._log.fileno())
 
     def ready(self) -> None:
         deadline = time.monotonic() + START_DEADLINE
@@ -297,9 +296,11 @@ def first_temp(ws: Workspace, n: int, deadline: float) -> float | None:
     return None
 
 
-def capture_act(base: Path, kills: int, rng: Random, floats: int, log: Log) -> Act:
+def capture_act(
+    base: Path, kills: int, rng: Random, floats: int, log: Log, launcher: Launcher
+) -> Act:
     act, started = Act("capture"), time.monotonic()
-    ws = Workspace(base / "capture", floats)
+    ws = Workspace(base / "capture", floats, launcher=launcher)
     ws.base.mkdir(parents=True)
     ws.create(settle=0.2)
     daemon = Daemon(ws)
@@ -444,12 +445,18 @@ def first_write_after(ws: Workspace, proc: Proc, before: int) -> float | None:
 
 
 def restore_act(
-    base: Path, kills: int, rng: Random, floats: int, log: Log, fork: bool = True
+    base: Path,
+    kills: int,
+    rng: Random,
+    floats: int,
+    log: Log,
+    fork: bool = True,
+    launcher: Launcher | None = None,
 ) -> Act:
     act, started = Act("restore" if fork else "restore (cli)"), time.monotonic()
     if fork:
         _preload()
-    ws = Workspace(base / "restore", floats)
+    ws = Workspace(base / "restore", floats, launcher=launcher or Launcher())
     ws.base.mkdir(parents=True)
     ws.create(settle=0)
     for _ in range(3):
@@ -532,13 +539,17 @@ def run_campaign(
     floats: int,
     log: Log,
     fork: bool = True,
+    launcher: Launcher | None = None,
 ) -> list[Act]:
+    """`launcher`: how the capture act's daemon and commands run (default: fresh
+    interpreters); `fork`: the restore act's commands forked from this process (the bench's
+    `--cli` runs them as fresh interpreters)."""
     rng = Random(seed)
     done = []
     if "capture" in acts:
-        done.append(capture_act(base, kills, rng, floats, log))
+        done.append(capture_act(base, kills, rng, floats, log, launcher or Launcher()))
     if "restore" in acts:
-        done.append(restore_act(base, kills, rng, floats // 2, log, fork))
+        done.append(restore_act(base, kills, rng, floats // 2, log, fork, launcher))
     return done
 
 

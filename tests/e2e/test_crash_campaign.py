@@ -13,6 +13,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.forked_cli import ForkedCommands
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 KILLS = 10  # six kinds, each killed at least once (top-up trials); 300 in the bench
 
@@ -36,6 +38,7 @@ def test_sigkills_leave_nothing_broken_after_the_next_command(
         quick=True,
         anchor="write",
         log=lambda _line: None,
+        launcher=ForkedCommands(),  # forked, not fresh interpreters (the bench's default)
     )
     assert campaign.kills >= KILLS
     killed_kinds = {t.plan.kind for t in campaign.trials if t.killed}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import Workspace
-from tests.support.forked_cli import FRESH, ckpt_process, ckpt_start
+from tests.support.forked_cli import FRESH, ForkedCommands, ckpt_process, ckpt_start
 
 
 def fresh(args: list[str], cwd: Path, **kw: str) -> subprocess.CompletedProcess[str]:
@@ -112,4 +112,39 @@ def test_commands_run_side_by_side(workspace: Workspace) -> None:
         assert waiting.poll() is None, log.read_text()  # still blocked in its wait
     finally:
         waiting.kill()
+    assert waiting.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_the_campaigns_commands_start_with_their_environment_in_a_group_of_their_own(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """ForkedCommands (the bench campaigns' launcher in the suite): a command whose environment
+    sets PYTHONPATH runs with it from its start (here a `matplotlib` that fails to import:
+    `ckpt plot` says so), and a started command leads a process group of its own, which the
+    campaigns kill whole."""
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    path = os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])
+    config = ["--config", str(workspace.config)]
+    commands = ForkedCommands()
+    done = commands.run(
+        [*config, "plot", "--run", "exp1", "--metric", "val_loss", "-o", "out.png"],
+        env={**os.environ, "PYTHONPATH": path},
+        cwd=workspace.base,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "needs matplotlib" in done.stderr, done.stderr
+    with open(workspace.base / "wait.log", "wb") as log:
+        waiting = commands.start(
+            [*config, "wait", "--run", "nothing", "--timeout", "10m"],
+            env=dict(os.environ),
+            cwd=workspace.base,
+            stderr=log.fileno(),
+        )
+    try:
+        assert os.getpgid(waiting.pid) == waiting.pid == os.getsid(waiting.pid)
+        assert waiting.poll() is None
+    finally:
+        os.killpg(waiting.pid, signal.SIGKILL)
     assert waiting.wait(timeout=60) == -signal.SIGKILL

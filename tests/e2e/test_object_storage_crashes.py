@@ -13,6 +13,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.forked_cli import ForkedCommands
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 KILLS = 4  # with one outage: about 3-5 min on a loaded 2-core machine
 
@@ -26,7 +28,14 @@ def _campaign_module() -> ModuleType:
 @pytest.mark.slow
 def test_kills_and_outages_during_tier_and_fetch_lose_nothing(tmp_path: Path) -> None:
     result = _campaign_module().run_campaign(
-        tmp_path, kills=KILLS, seed=7, size_mb=24, files=2, outages=1, log=lambda _line: None
+        tmp_path,
+        kills=KILLS,
+        seed=7,
+        size_mb=24,
+        files=2,
+        outages=1,
+        log=lambda _line: None,
+        launcher=ForkedCommands(),  # forked, not fresh interpreters (the bench's default)
     )
     assert result.kills >= KILLS and result.tier_kills and result.fetch_kills
     assert result.outages == 1

@@ -14,6 +14,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.forked_cli import ForkedCommands
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 KILLS = 10  # per act; 100 in the bench
 
@@ -34,6 +36,7 @@ def test_sigkills_of_capture_and_restore_lose_nothing(tmp_path: Path) -> None:
         acts=("capture", "restore"),
         floats=campaign.QUICK_FLOATS,
         log=lambda _line: None,
+        launcher=ForkedCommands(),  # the daemon forked, not a fresh interpreter each start
     )
     assert [a.name for a in acts] == ["capture", "restore"]
     for act in acts:

@@ -194,12 +194,13 @@ class _Zygote:
         os.rmdir(self._folder)
 
     def _send(
-        self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]
+        self, args: list[str], env: dict[str, str], cwd: str, fds: list[int], session: bool = False
     ) -> socket.socket:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.address)
-            request = json.dumps({"args": args, "env": env, "cwd": cwd}).encode()
+            asked = {"args": args, "env": env, "cwd": cwd, "session": session}
+            request = json.dumps(asked).encode()
             socket.send_fds(conn, [_HEADER.pack(len(request)) + request], fds)
         except BaseException:
             conn.close()
@@ -214,11 +215,12 @@ class _Zygote:
             os.close(stdin)
 
     def start_with(
-        self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]
+        self, args: list[str], env: dict[str, str], cwd: str, fds: list[int], session: bool = False
     ) -> ForkedProcess:
-        """A process forked for `args` with these stdin, stdout, stderr (ours stay open)."""
+        """A process forked for `args` with these stdin, stdout, stderr (ours stay open);
+        `session`: in a new session and process group of its own (its pid the group's id)."""
         argv = [sys.executable, "-m", "ckpt_daemon", *args] if self.cli else [sys.executable, *args]
-        conn = self._send(args, env, cwd, fds)
+        conn = self._send(args, env, cwd, fds, session)
         received = b""
         while b"\n" not in received:  # the pid's line; the status may follow in the same read
             data = conn.recv(64)
@@ -329,6 +331,72 @@ def _zygote() -> _Zygote:
     if pid not in _ZYGOTES:
         _ZYGOTES[pid] = _Zygote()
     return _ZYGOTES[pid]
+
+
+class ForkedCommands:
+    """The bench campaigns' `Launcher` (bench/_common.py), each command forked from the CLI
+    zygote started with the command's environment, for their small runs in the suite
+    (test_crash_campaign and the like): the same commands, kills and checks, without an
+    interpreter start each. `CKPT_TEST_FRESH_CLI=1`: fresh interpreters, as the bench runs."""
+
+    def run(
+        self, args: Sequence[str], *, env: dict[str, str], cwd: Path | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        folder = str(cwd if cwd is not None else os.getcwd())
+        if FRESH:
+            return subprocess.run(
+                [sys.executable, "-m", "ckpt_daemon", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+                cwd=folder,
+                stdin=subprocess.DEVNULL,
+            )
+        done: subprocess.CompletedProcess[Any] = cli_zygote_for(env).run(
+            list(args), dict(env), folder, timeout, None
+        )
+        done.stdout, done.stderr = _text(done.stdout), _text(done.stderr)
+        return done
+
+    def start(
+        self, args: Sequence[str], *, env: dict[str, str], cwd: Path | None, stderr: int
+    ) -> ForkedProcess | subprocess.Popen[bytes]:
+        folder = str(cwd if cwd is not None else os.getcwd())
+        if FRESH:
+            return subprocess.Popen(
+                [sys.executable, "-m", "ckpt_daemon", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+                cwd=folder,
+                start_new_session=True,
+            )
+        stdin, stdout = os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY)
+        try:
+            return cli_zygote_for(env).start_with(
+                list(args), dict(env), folder, [stdin, stdout, stderr], session=True
+            )
+        finally:
+            os.close(stdin)
+            os.close(stdout)
+
+
+_STARTED_WITH: dict[tuple[int, tuple[tuple[str, str], ...]], _Zygote] = {}
+
+
+def cli_zygote_for(env: Mapping[str, str]) -> _Zygote:
+    """The CLI zygote of this test process whose interpreter started with what `env` sets at
+    start (PYTHONPATH, flags, locale): ours, or one started with `env` the first time it is
+    asked for (the bench's campaigns run their commands with PYTHONPATH=<repository>)."""
+    key = tuple(sorted(_read_at_start(env).items()))
+    if dict(key) == _zygote().read_at_start:
+        return _zygote()
+    slot = (os.getpid(), key)
+    if slot not in _STARTED_WITH:
+        _STARTED_WITH[slot] = _Zygote(env={**env, "OMP_NUM_THREADS": "1"})
+    return _STARTED_WITH[slot]
 
 
 # The zygote's program (tests/support/zygote_server.py), run with -c.

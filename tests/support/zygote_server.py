@@ -27,6 +27,11 @@ if program == "cli":
     for info in pkgutil.walk_packages(ckpt_daemon.__path__, "ckpt_daemon."):
         if not info.name.startswith(("ckpt_daemon.children", "ckpt_daemon.__main__")):
             importlib.import_module(info.name)
+    # Alembic too: most tests' first command makes a new catalog, which Alembic migrates (its
+    # import is 0.3 s of CPU here, in every fork). What a command imports is checked in fresh
+    # interpreters (tests/README.md), never in a fork.
+    for name in ("alembic.command", "alembic.config", "alembic.runtime.migration"):
+        importlib.import_module(name)
 
     def run(args):
         sys.argv = [os.path.join(repo, "daemon", "__main__.py"), *args]
@@ -128,14 +133,24 @@ def command(request, fds):
 
 def waiter(conn, request, fds):
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # A command asked to lead a session of its own (Popen's start_new_session) has one before
+    # its pid is sent: a caller may kill its process group at once.
+    grouped, in_group = os.pipe()
     pid = os.fork()
     if pid == 0:
         conn.close()
+        os.close(grouped)
         try:
+            if request.get("session"):
+                os.setsid()
+            os.close(in_group)
             command(request, fds)
         except BaseException:
             traceback.print_exc()
             os._exit(70)
+    os.close(in_group)
+    os.read(grouped, 1)  # end of file: the child is in its group (or gone)
+    os.close(grouped)
     for fd in fds:
         os.close(fd)
     conn.sendall(b"%d\n" % pid)
