@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import forked_python
 from tests.support import hostile_models as hm
 from tests.support.workspace import Workspace
 
@@ -50,11 +51,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     ws = Workspace(tmp_path_factory.mktemp("hostile_models"))
     folder = ws.root / "run"
     for lib in hm.LIBS:
-        made = subprocess.run(
+        made = forked_python.run(
             [sys.executable, str(SUPPORT / "hostile_models.py"), lib, str(folder), str(marker)],
             env=CHILD_ENV,
-            capture_output=True,
-            text=True,
             timeout=600,
         )
         assert made.returncode == 0, made.stderr[-3000:]

@@ -1,6 +1,7 @@
 """Hostile Keras models, written by real Keras 3 and tf-keras: code that runs when loaded.
 
-Usage (a child process: the only test code besides keras_fixtures.py that imports Keras):
+Usage (a child process, forked by tests/support/forked_python.py from an interpreter that has
+imported both libraries: the only test code besides keras_fixtures.py that imports Keras):
 
     python3 tests/support/hostile_models.py keras|tf_keras OUT_DIR MARKER
 
@@ -35,11 +36,17 @@ MODULE = "hostile_layers"
 
 _MODULE_SOURCE = '''"""Imported by a loader that follows a checkpoint's config: each import, call or
 activation appends to the marker file."""
+import os
 import sys
 
 MARKER = {marker!r}
 open(MARKER, "a").write("imported " + __name__ + "\\n")
-k = sys.modules.get("tf_keras") or __import__("keras")
+# The generator names its library (it may run forked from a process that imported both); a
+# loader has imported the one it loads with.
+LIB = os.environ.get("HOSTILE_LAYERS_KERAS") or (
+    "tf_keras" if "tf_keras" in sys.modules else "keras"
+)
+k = __import__(LIB)
 
 
 def marker_activation(x):
@@ -90,6 +97,7 @@ def main(argv: list[str]) -> int:
     if not module.exists():
         module.write_text(_MODULE_SOURCE.format(marker=marker))
     sys.path.insert(0, str(out))
+    os.environ["HOSTILE_LAYERS_KERAS"] = lib
     import importlib
     import warnings
 
