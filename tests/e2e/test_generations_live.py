@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import Daemon, Workspace
+from tests.support import Daemon, Workspace, forked_python
 from tests.support.training_runs import child_env, live_command
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def test_each_live_generation_of_best_and_last_gets_the_epoch_it_was_written_at(
     daemon = Daemon(ws)
     daemon.wait_for_log("event=ready")
     run_dir, truth_path = ws.root / "live", tmp_path / "live-truth.json"  # truth outside root
-    train = subprocess.Popen(
+    train = forked_python.popen(  # from the TensorFlow zygote: no import of its own
         live_command(run_dir, truth_path, PAUSE_S, EPOCHS),
         env=child_env(),
         stdout=subprocess.PIPE,

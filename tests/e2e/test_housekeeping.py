@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ckpt_daemon.core.housekeeping import BACKUP_STATE, REMOVED_BACKUP, ROTATED
-from tests.support import Workspace
+from tests.support import Workspace, forked_python
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ class Trainer:
         self.control = control
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
         env.pop("TF_USE_LEGACY_KERAS", None)
-        self.proc = subprocess.Popen(
+        self.proc = forked_python.popen(  # from the TensorFlow zygote: no import of its own
             [sys.executable, "-c", program, args[0], str(control), str(run), *args[1:]],
             env=env,
             stdout=subprocess.PIPE,

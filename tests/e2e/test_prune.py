@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ZIP_FILES, ZIP_RUN, Workspace, zip_run
+from tests.support import ZIP_FILES, ZIP_RUN, Workspace, forked_python, zip_run
 from tests.support.browser import web_page
 
 pytestmark = pytest.mark.slow
@@ -180,11 +180,9 @@ def test_tf_checkpoint_sets_move_as_a_unit_and_the_state_file_stays_valid(
         "print(list(state.all_model_checkpoint_paths))\n"
         "tf.train.load_checkpoint(tf.train.latest_checkpoint(sys.argv[1]))\n"
     )
-    out = subprocess.run(
+    out = forked_python.run(  # from the TensorFlow zygote: no import of its own
         [sys.executable, "-c", check, str(workspace.root / "tf")],
         check=True,
-        capture_output=True,
-        text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     ).stdout.splitlines()
     assert out[-2] == str(workspace.root / "tf" / "ckpt-2")
