@@ -39,6 +39,9 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     "completion.abandoned_after": (
         Bound("duration", 1, 30 * DAY, why="a save in flight judged abandoned at once"),
     ),
+    "completion.read_timeout": (
+        Bound("duration", 1, HOUR, why="a sound read on a busy disk takes seconds"),
+    ),
     **{f"schedule.{job}": (_JOB,) for job in ("rescan", "retention", "purge", "verify")},
     "schedule.artifacts": (_JOB,),
     # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.

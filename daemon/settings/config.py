@@ -15,7 +15,6 @@ from urllib.parse import unquote
 
 from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
-from ..core.model import JobName
 from ..core.retention import Policy
 from .bounds import bounded as _number
 from .locations import BUILT_IN, find_config_file
@@ -27,6 +26,7 @@ from .policies import RunRule
 from .policies import policy as _policy
 from .policies import run_rules as _run_rules
 from .remote import Remote, parse_remote
+from .schedule import Schedule, parse_schedule
 from .tier_checks import check_remotes
 from .values import choice as _choice
 from .values import mapping as _mapping
@@ -78,22 +78,6 @@ class Artifacts:
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """Seconds between runs of each background job (one field per `JobName`); 0 turns a job
-    off."""
-
-    rescan: float = 600.0
-    retention: float = 900.0
-    purge: float = 21600.0
-    verify: float = 86400.0
-    artifacts: float = 1800.0
-    misfire_grace: float = 300.0
-
-    def every(self, job: JobName) -> float:
-        return float(getattr(self, job.value))
-
-
-@dataclass(frozen=True)
 class Config:
     source: str  # the file it came from, or BUILT_IN ("<built-in default>")
     database: str
@@ -124,6 +108,9 @@ class Config:
     # `completion.abandoned_after`: an unfinished folder save untouched this long, with no
     # writer, is `abandoned` (core.save_verdict)
     abandoned_after_seconds: float = 3600.0
+    # `completion.read_timeout`: one file's or folder's metadata read by the reader child; then
+    # the child is killed and the checkpoint recorded corrupt (a hung NFS read, a parser loop)
+    read_timeout_seconds: float = 30.0
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -196,7 +183,7 @@ def _read(path: Path) -> str:
         raise ConfigError("(file)", f"{path}: {exc}") from exc
 
 
-COMPLETION_KEYS = {"settle_seconds", "min_age_seconds", "abandoned_after"}
+COMPLETION_KEYS = {"settle_seconds", "min_age_seconds", "abandoned_after", "read_timeout"}
 SERVICE_KEYS = {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"}
 
 
@@ -230,7 +217,10 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         abandoned_after_seconds=_number(
             completion.get("abandoned_after", "1h"), "completion.abandoned_after"
         ),
-        schedule=_schedule(raw.get("schedule", {})),
+        read_timeout_seconds=_number(
+            completion.get("read_timeout", "30s"), "completion.read_timeout"
+        ),
+        schedule=parse_schedule(raw.get("schedule", {})),
         heartbeat_seconds=_number(service.get("heartbeat", 10), "service.heartbeat"),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
@@ -281,21 +271,6 @@ ROOT_KEYS = {
     "min_free",
     "remote",
 }
-SCHEDULE_KEYS = {job.value for job in JobName} | {"misfire_grace"}
-
-
-def _schedule(value: Any) -> Schedule:
-    raw = _mapping(value, "schedule", SCHEDULE_KEYS)
-    default = Schedule()
-    every = {
-        job.value: _number(raw.get(job, default.every(job)), f"schedule.{job}") for job in JobName
-    }
-    return Schedule(
-        **every,
-        misfire_grace=_number(
-            raw.get("misfire_grace", default.misfire_grace), "schedule.misfire_grace"
-        ),
-    )
 
 
 def _roots(value: Any, base: Path, state_dir: Path) -> tuple[RootConfig, ...]:

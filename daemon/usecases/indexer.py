@@ -286,13 +286,13 @@ class _Scan:
 
         try:
             if cand.family == discovery.FILE:  # untrusted bytes: read by a limited child
-                info = reader_child.read(cand.path, self.root.path)
+                info = self._read_metadata(cand.path)
             elif cand.family == discovery.TF_CHECKPOINT:  # file checks here, TF in its child
                 info = tf_checkpoint.read(cand.path)
             elif cand.family == discovery.SAVED_MODEL:
                 info = savedmodel.read(cand.path)
             else:  # a folder checkpoint (fs.folder_layouts): its files are untrusted bytes too
-                info = reader_child.read(cand.path, self.root.path)
+                info = self._read_metadata(cand.path)
             digest = hash_files(cand.members, self.root.path)
             if discovery.stat_members(cand.members) != stat:
                 raise NotReady("changed while it was being read")
@@ -342,6 +342,11 @@ class _Scan:
                 return True
         self._record(cand, text, stat, CheckpointStatus.OK, None, info=info, digest=digest)
         return True
+
+    def _read_metadata(self, path: Path) -> CheckpointInfo:
+        """A file's or folder checkpoint's metadata, read by the reader child (untrusted bytes:
+        a limited process, killed after `completion.read_timeout`)."""
+        return reader_child.read(path, self.root.path, self.config.read_timeout_seconds)
 
     def _record(
         self,
