@@ -18,7 +18,7 @@ from ckpt_daemon.api import open_catalog
 from ckpt_daemon.core.model import Format, Job, JobName, Rescan
 from ckpt_daemon.service.jobs import Jobs
 from ckpt_daemon.settings import config as config_module
-from ckpt_daemon.settings.config import SCHEDULE_KEYS, Schedule
+from ckpt_daemon.settings.schedule import SCHEDULE_KEYS, Schedule
 
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 PACKAGE = REPO / "daemon"
