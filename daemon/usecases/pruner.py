@@ -26,7 +26,7 @@ from pathlib import Path
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..core import retention
-from ..core.errors import CkptError, LeaseLost
+from ..core.errors import CkptError, LeaseLost, NotFound
 from ..core.model import Checkpoint, CheckpointStatus
 from ..core.progress import Counter, OnProgress
 from ..core.remote import Location, location, verified_copy
@@ -79,7 +79,7 @@ def prune(
             if should_stop():
                 break
             try:
-                _execute(config, store, rp, batch, actor, report, should_stop, counter)
+                _execute(config, store, rp, batch, actor, report, should_stop, counter, override)
             except fsops.Refused as exc:  # a whole run refused: say so, go on with the others
                 report.failures.append({"id": None, "path": rp.run, "error": str(exc)})
     return report
@@ -94,12 +94,18 @@ def _execute(
     report: PruneReport,
     should_stop: Callable[[], bool],
     counter: Counter,
+    override: retention.Policy | None,
 ) -> None:
     # The lease is renewed while the run is pruned (a demotion's split may take long); a lease
     # lost meanwhile (this process stopped past its expiry, another took the run) stops it.
     with rail.run_lease(config, store, rp.run_id, actor) as lease:
         fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
         current = {c.id: c for c in run_checkpoints(store, rp.root, rp.run)}
+        if any(d.id not in current for d in rp.plan.to_trash()):
+            # Planned before the lease, on rows another process has trashed since (a second
+            # prune of the run that held the lease first): the plan is made again on the rows
+            # as they are now, under the lease, rather than carried out on a past state.
+            rp.plan = _planned_again(config, store, rp, override)
         _refuse_unsafe_plan(rp, current)
         for decision in rp.plan.to_trash():
             if should_stop():
@@ -162,6 +168,19 @@ def _give_up_remote(
             report.failures.append(
                 {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
             )
+
+
+def _planned_again(
+    config: Config, store: Store, rp: RunPlan, override: retention.Policy | None
+) -> retention.Plan:
+    """The plan of run `rp` made again from the catalog as it is now (no decision: nothing
+    left of it to weigh)."""
+    try:
+        again = plan_runs(config, store, [rp.run], override).runs
+    except NotFound:  # every row of the run gone meanwhile
+        again = []
+    same = [p for p in again if (p.run_id, p.root) == (rp.run_id, rp.root)]
+    return same[0].plan if same else retention.Plan(decisions=(), bytes_freed=0)
 
 
 def _lost_lease(lease: HeldLease) -> LeaseLost | None:

@@ -78,6 +78,9 @@ class Catalog:
         conninfo = url.replace("postgresql+psycopg://", "postgresql://")
         self.conn = psycopg.connect(conninfo, autocommit=True)
 
+    def close(self) -> None:
+        self.conn.close()
+
     def rows(self, sql: str) -> list[Any]:
         return self.conn.execute(sql.encode()).fetchall()
 
@@ -102,7 +105,7 @@ def kill_mid_prune(daemons: dict[str, Daemon], catalog: Catalog, deadline: float
             d.signal(signal.SIGSTOP)
             if catalog.held_lease(d.proc.pid) == held:
                 d.signal(signal.SIGKILL)
-                d.proc.wait()
+                d.wait()  # reaped, its log closed
                 return {"node": node, "run_id": held[0], "token": held[1], "expires": held[2]}
             d.signal(signal.SIGCONT)
         time.sleep(0.005)
@@ -110,7 +113,7 @@ def kill_mid_prune(daemons: dict[str, Daemon], catalog: Catalog, deadline: float
 
 
 def test_three_daemons_one_share_one_catalog_and_one_killed_mid_prune(
-    tmp_path: Path, postgres: Any
+    tmp_path: Path, postgres: Any, request: pytest.FixtureRequest
 ) -> None:
     needs_namespaces()
     url = postgres.fresh_url()
@@ -124,6 +127,7 @@ def test_three_daemons_one_share_one_catalog_and_one_killed_mid_prune(
     for d in daemons.values():
         d.wait_for_log("event=ready", timeout=120)
     catalog = Catalog(url)
+    request.addfinalizer(catalog.close)
     stop = tmp_path / "stop-training"
     job = subprocess.Popen(
         [sys.executable, str(TRAINING), str(share / "job"), str(stop), "0.6"],
@@ -152,6 +156,8 @@ def test_three_daemons_one_share_one_catalog_and_one_killed_mid_prune(
         if job.poll() is None:
             job.kill()
             job.wait()
+        if job.stderr is not None:
+            job.stderr.close()
 
     seen: dict[str, Any] = {}
 

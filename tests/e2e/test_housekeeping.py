@@ -107,6 +107,7 @@ class Trainer:
             stderr=subprocess.PIPE,
             text=True,
         )
+        self._output: str | None = None
 
     def wait(self, n: int) -> None:
         deadline = time.monotonic() + STEP_TIMEOUT_S
@@ -124,13 +125,19 @@ class Trainer:
         assert code == 0, self.output()
 
     def output(self) -> str:
-        out, err = self.proc.communicate(timeout=60) if self.proc.poll() is not None else ("", "")
-        return f"{out}\n{err[-3000:]}"
+        """What it wrote, once it ended (read to the end once: its pipes are then closed)."""
+        if self.proc.poll() is None:
+            return "\n"
+        if self._output is None:
+            out, err = self.proc.communicate(timeout=60)
+            self._output = f"{out}\n{err[-3000:]}"
+        return self._output
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=60)
+        self.output()  # its pipes closed
 
 
 def scan(ws: Workspace) -> Any:

@@ -154,11 +154,15 @@ def piped_load(ws: Workspace, ids: list[str]) -> Iterator[Piped]:
             lines.put((line, proc.poll() is None))
         lines.put(None)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     yield Piped(proc, lines)
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+    reader.join(timeout=DEADLINE)  # at the pipe's end: not closed under a reading thread
+    assert proc.stdout is not None
+    proc.stdout.close()
 
 
 def test_verify_load_lines_stream_into_a_pipe(piped_load: Piped, ids: list[str]) -> None:

@@ -310,6 +310,7 @@ def test_compress_refuses_a_file_open_for_writing_and_the_save_survives(
     finally:
         trainer.stdin.close()
         trainer.wait(timeout=60)
+        trainer.stdout.close()
     assert refused.returncode == 3, refused.stderr
     assert f"open for writing by pid {trainer.pid}" in refused.stderr
     assert target.read_bytes() == new.read_bytes()  # the trainer's save holds the name

@@ -604,6 +604,7 @@ def crash_runs(original: Path, folder: Path, codec: str, runs: int, seed: int) -
     finally:
         forker.stdin.close()
         forker.wait(timeout=60)
+        forker.stdout.close()
     return outcomes
 
 

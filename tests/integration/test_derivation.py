@@ -4,7 +4,10 @@ new ones."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.catalog.store_runs import Derivation
@@ -42,18 +45,20 @@ def _record(store: Store, root: Path, name: str, digest: str, iterations: int, m
     return store.record(rec, actor_name="test", at=AT)
 
 
-def _setup(tmp_path: Path, url: str) -> tuple[Store, RunRef]:
+@pytest.fixture
+def store_and_run(tmp_path: Path, catalog_url: str) -> Iterator[tuple[Store, RunRef]]:
     root = tmp_path / "runs"
     (root / "run").mkdir(parents=True)
     rows = [{"epoch": e, "loss": 1.0 / (e + 1), "val_loss": 2.0 / (e + 1)} for e in range(4)]
     (root / "run" / "training.log").write_text(keras_csv(rows), newline="")
-    store = Store(url)
+    store = Store(catalog_url)
     config = RootConfig(root, "inotify", 30.0, (), ("training.log",), None)
-    return store, RunRef(config, root / "run", "run")
+    yield store, RunRef(config, root / "run", "run")
+    store.close()
 
 
-def test_generations_are_kept_and_each_gets_its_epoch(tmp_path: Path, catalog_url: str) -> None:
-    store, run = _setup(tmp_path, catalog_url)
+def test_generations_are_kept_and_each_gets_its_epoch(store_and_run: tuple[Store, RunRef]) -> None:
+    store, run = store_and_run
     for epoch in (1, 2, 3):  # last.keras rewritten at each epoch end, seen each time
         ckpt = _record(store, run.root.path, "last.keras", f"g{epoch}", 5 * epoch, 1000 * epoch)
     _record(store, run.root.path, "model.04.keras", "m4", 20, 4000)
@@ -70,9 +75,9 @@ def test_generations_are_kept_and_each_gets_its_epoch(tmp_path: Path, catalog_ur
 
 
 def test_values_derived_for_old_bytes_never_land_on_new_ones(
-    tmp_path: Path, catalog_url: str
+    store_and_run: tuple[Store, RunRef],
 ) -> None:
-    store, run = _setup(tmp_path, catalog_url)
+    store, run = store_and_run
     ckpt = _record(store, run.root.path, "best.keras", "old", 10, 2000)
     stale = Derivation(ckpt, "old", 2000, 2, None, (), {"epoch_source": "stale"})
     _record(store, run.root.path, "best.keras", "new", 15, 3000)  # a new generation meanwhile
@@ -84,8 +89,8 @@ def test_values_derived_for_old_bytes_never_land_on_new_ones(
     assert store.get(str(ckpt)).epoch == 3
 
 
-def test_our_own_rewrite_keeps_the_generation(tmp_path: Path, catalog_url: str) -> None:
-    store, run = _setup(tmp_path, catalog_url)
+def test_our_own_rewrite_keeps_the_generation(store_and_run: tuple[Store, RunRef]) -> None:
+    store, run = store_and_run
     ckpt = _record(store, run.root.path, "model.02.keras", "raw", 10, 2000)
     store.record_rewrite(ckpt, stat=FileStat(80, 2000, 8), digest="zstd", codec="zstd")
     generations = store.get(str(ckpt)).details["generations"]
@@ -93,13 +98,13 @@ def test_our_own_rewrite_keeps_the_generation(tmp_path: Path, catalog_url: str) 
 
 
 def test_a_rewritten_log_never_erases_a_generations_metrics(
-    tmp_path: Path, catalog_url: str
+    store_and_run: tuple[Store, RunRef],
 ) -> None:
     """Issue 21: a resumed job's CSVLogger (append=False) rewrites the log from the resumed epoch
     on. What each checkpoint's generation recorded stays; a later log that disagrees about an
     epoch is a new generation of the log: the checkpoint keeps the values it was written with,
     with a note; new bytes of the file take the log as it is."""
-    store, run = _setup(tmp_path, catalog_url)  # epochs 1-4: val_loss 2/e
+    store, run = store_and_run  # epochs 1-4: val_loss 2/e
     for epoch in (1, 2, 3):
         _record(store, run.root.path, f"model.{epoch:02d}.keras", f"m{epoch}", 5 * epoch, epoch)
     refresh_run(store, run, [], other_runs=(), at=AT)

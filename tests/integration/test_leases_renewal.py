@@ -83,7 +83,10 @@ def start_holder(
         text=True,
     )
     assert holder.stdout is not None
-    assert holder.stdout.readline().strip() == "held", holder.stderr.read() if holder.stderr else ""
+    if holder.stdout.readline().strip() != "held":
+        with holder:  # its pipes closed, it reaped
+            holder.kill()
+            raise AssertionError(holder.stderr.read() if holder.stderr else "")
     return holder
 
 
@@ -116,7 +119,8 @@ def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, 
         assert tries >= 4
         out, err = holder.communicate(timeout=30)
     finally:
-        holder.kill()
+        with holder:  # its pipes closed, it reaped
+            holder.kill()
     assert holder.returncode == 0, err
     assert out.split() == ["step", "0", "done"]
     assert lease_row(url, run_id) is None  # released at the end
@@ -142,7 +146,8 @@ def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
         os.kill(holder.pid, signal.SIGCONT)
         out, err = holder.communicate(timeout=30)
     finally:
-        holder.kill()
+        with holder:  # its pipes closed, it reaped
+            holder.kill()
     assert holder.returncode == 4, err
     lines = out.splitlines()
     assert lines[-1].startswith("lost ") and "no longer ours" in lines[-1], out
@@ -154,9 +159,9 @@ def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
 
 def test_a_killed_holders_lease_is_free_at_once(catalog: tuple[str, Store, int]) -> None:
     url, store, run_id = catalog
-    holder = start_holder(url, run_id, steps=1, step_seconds=60)
-    holder.kill()
-    holder.wait(timeout=30)
+    with start_holder(url, run_id, steps=1, step_seconds=60) as holder:  # its pipes closed
+        holder.kill()
+        holder.wait(timeout=30)
     _token, taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
     assert taken_from is not None and taken_from[1] == holder.pid
 
@@ -235,7 +240,8 @@ def test_racers_for_a_new_lease_one_takes_it(catalog: tuple[str, Store, int]) ->
         results = [racer.communicate(timeout=120) for racer in racers]
     finally:
         for racer in racers:
-            racer.kill()
+            with racer:  # its pipes closed, it reaped
+                racer.kill()
     assert all(r.returncode == 0 for r in racers), [err for _out, err in results]
     assert sorted(out.strip() for out, _err in results) == ["held", "held", "held", "took"]
     row = lease_row(url, run_id)

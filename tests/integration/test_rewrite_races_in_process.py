@@ -89,6 +89,7 @@ def test_a_writer_is_seen_whatever_path_it_opened_the_file_by(tmp_path: Path) ->
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
+        holder.stdout.close()
     assert (real / "ckpt.h5").read_bytes() == b"old weights"
     assert [p.name for p in real.iterdir()] == ["ckpt.h5"]
 

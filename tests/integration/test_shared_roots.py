@@ -109,8 +109,12 @@ def test_naming_a_root_later_keeps_its_rows_and_their_history(
 
     config_named, _ = host(tmp_path, catalog_url, "a", name="shared")
     # Any command opening the catalog with the name adopts the old rows, once.
-    assert open_store(config_named).adopted["shared"] > 0
-    assert open_store(config_named).adopted == {}
+    store = open_store(config_named)
+    assert store.adopted["shared"] > 0
+    store.close()
+    store = open_store(config_named)
+    assert store.adopted == {}
+    store.close()
     paths = {r[0] for r in sql(catalog_url, "SELECT path FROM checkpoints")}
     assert paths == {f"@shared/job/{n}" for n in ZIP_FILES}
     assert {r[0] for r in sql(catalog_url, "SELECT path FROM events")} <= paths | {"@shared/job"}

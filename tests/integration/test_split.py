@@ -481,9 +481,10 @@ class SplitServer:
         return seconds
 
     def close(self) -> None:
-        assert self.proc.stdin is not None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
         assert self.proc.wait(timeout=60) == 0
+        self.proc.stdout.close()
 
 
 def _reference(server: SplitServer, source: Path) -> tuple[str, float]:

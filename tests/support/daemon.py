@@ -15,16 +15,17 @@ from .forked_cli import ForkedProcess, ckpt_start
 from .workspace import Workspace
 
 # Every daemon started, so that a test that fails while one runs does not leave it running.
-_STARTED: list[subprocess.Popen[bytes] | ForkedProcess] = []
+_STARTED: list[Daemon] = []
 
 
 def kill_started() -> None:
-    """Kill (and reap) every daemon started so far that still runs."""
+    """Kill (and reap) every daemon started so far that still runs; close every one's log
+    (a daemon a test killed and reaped itself has it open still)."""
     while _STARTED:
-        proc = _STARTED.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        daemon = _STARTED.pop()
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+        daemon.wait()
 
 
 class Daemon:
@@ -56,7 +57,7 @@ class Daemon:
             args = ["--config", str(ws.config), "serve"]
             self.proc = ckpt_start(args, output=self._log.fileno(), env=environment, cwd=ws.base)
         if not shared:
-            _STARTED.append(self.proc)
+            _STARTED.append(self)
 
     @property
     def log(self) -> str:
