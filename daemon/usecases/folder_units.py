@@ -23,7 +23,8 @@ def to_move(folder: Path, files: list[str]) -> list[Path]:
     """What trash and restore rename: the folder itself, or only its files."""
     nested = any(len(Path(name).parts) > 2 for name in files)
     try:
-        has_subfolders = any(e.is_dir(follow_symlinks=False) for e in os.scandir(folder))
+        with os.scandir(folder) as entries:  # `any` stops early: the descriptor closed now
+            has_subfolders = any(e.is_dir(follow_symlinks=False) for e in entries)
     except OSError:
         has_subfolders = False  # gone: the recheck says so
     return [folder] if nested or not has_subfolders else member_files(folder, files)
