@@ -45,6 +45,14 @@ class Counter:
         self.total, self.total_bytes = total, total_bytes
         self.done = self.bytes = 0
 
+    def resize(self, items: int, size: int) -> None:
+        """The work planned grew (or shrank, negative) by `items` of `size` bytes in all: a
+        plan made again."""
+        if self.total is not None:
+            self.total += items
+        if self.total_bytes is not None:
+            self.total_bytes += size
+
     def start(self, item: str) -> None:
         if self.on_progress is not None:
             self.on_progress(Progress(item, self.done, self.total, self.bytes, self.total_bytes))

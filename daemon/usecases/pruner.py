@@ -105,7 +105,11 @@ def _execute(
             # Planned before the lease, on rows another process has trashed since (a second
             # prune of the run that held the lease first): the plan is made again on the rows
             # as they are now, under the lease, rather than carried out on a past state.
+            was = rp.plan.to_trash()
             rp.plan = _planned_again(config, store, rp, override)
+            now = rp.plan.to_trash()
+            size = sum(d.size_bytes for d in now) - sum(d.size_bytes for d in was)
+            counter.resize(len(now) - len(was), size)
         _refuse_unsafe_plan(rp, current)
         for decision in rp.plan.to_trash():
             if should_stop():

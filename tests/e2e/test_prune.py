@@ -239,14 +239,17 @@ def test_two_processes_pruning_one_run_one_exits_4(zips: Workspace) -> None:
     assert all(e["state"] == "done" for e in trash_events)
 
 
+@pytest.mark.parametrize("other_keeps", [1, 2])
 def test_a_prune_planned_before_another_one_trashed_its_files_plans_again_under_the_lease(
-    zips: Workspace,
+    zips: Workspace, other_keeps: int
 ) -> None:
     """The second of two prunes planned before the first took the run's lease: under the
-    lease it finds the files it planned to trash already trashed, plans again on the rows as
-    they are now (nothing left to trash), and reports no failure (it was exit 3: a KeyError
-    per vanished row, seen once in a run of test_two_processes_pruning_one_run_one_exits_4)."""
+    lease it finds files it planned to trash already trashed, plans again on the rows as they
+    are now (what the other left: nothing, or one more), moves only that, counts its progress
+    against that, and reports no failure (it was exit 3: a KeyError per vanished row, seen once
+    in a run of test_two_processes_pruning_one_run_one_exits_4)."""
     from ckpt_daemon.catalog.store import Store
+    from ckpt_daemon.core.progress import Progress
     from ckpt_daemon.core.retention import Policy
     from ckpt_daemon.settings import config as config_module
     from ckpt_daemon.usecases import pruner
@@ -254,26 +257,30 @@ def test_a_prune_planned_before_another_one_trashed_its_files_plans_again_under_
     config = config_module.load(str(zips.config))
     store = Store(config.database, named_roots=config.named_roots())
     first: list[subprocess.CompletedProcess[str]] = []
+    heard: list[Progress] = []
 
     def meanwhile() -> bool:  # asked once the plan is made, before the run's lease is taken
-        if not first:
-            first.append(prune(zips))  # another process prunes the run: it trashes 2 of 3
+        if not first:  # another process prunes the run first, keeping 1 or 2 of the 3
+            first.append(zips.run("prune", "--run", RUN, "--keep-last", str(other_keeps)))
         return False
 
     try:
         report = pruner.prune(
             config, store, runs=[RUN], override=Policy(keep_last=1), actor="second",
-            should_stop=meanwhile,
+            should_stop=meanwhile, on_progress=heard.append,
         )  # fmt: skip
     finally:
         store.close()
     assert first and first[0].returncode == 0, first
     assert report.failures == [] and report.lease_lost == [], report.failures
     [planned] = report.runs
-    assert planned.plan.to_trash() == [] and planned.moved == set()
-    assert [d.action for d in planned.plan.decisions] == ["keep"]
+    left = [Path(d.path).name for d in planned.plan.to_trash()]
+    assert left == FILES[1:other_keeps]  # the first trashed the oldest 3 - other_keeps
+    assert planned.moved == {d.id for d in planned.plan.to_trash()}
+    assert [(p.done, p.total) for p in heard if p.outcome] == [(1, 1)] * len(left)
     trash_events = [e for e in zips.json("log", "--run", RUN) if e["action"] == "trash"]
-    assert len(trash_events) == 2 and all(e["actor"] != "second" for e in trash_events)
+    by_second = [Path(e["path"]).name for e in trash_events if e["actor"] == "second"]
+    assert len(trash_events) == 2 and by_second == left
     assert sorted(r["status"] for r in rows(zips).values()) == ["ok", "trashed", "trashed"]
 
 
