@@ -214,8 +214,15 @@ def _tree_files(folder: Path) -> Iterator[Path]:
                 yield path
 
 
-def stat_members(members: tuple[Path, ...]) -> FileStat:
-    """Size summed, newest mtime, and the first member's inode. Raises FileNotFoundError."""
+def stat_members(members: tuple[Path, ...], folder: Path | None = None) -> FileStat:
+    """Size summed, newest mtime, and the first member's inode. Raises FileNotFoundError.
+    A `folder` checkpoint with no file yet (a save killed as it began) is as new as the folder
+    itself, with its inode (as `fsops.current_stat` reads such a folder), not of 1970."""
+    if not members and folder is not None:
+        st = os.stat(folder, follow_symlinks=False)
+        if not stat_module.S_ISDIR(st.st_mode):
+            raise FileNotFoundError(f"{folder} is not a folder")
+        return FileStat(size=0, mtime_ns=st.st_mtime_ns, inode=st.st_ino)
     size = 0
     newest = 0
     inode: int | None = None

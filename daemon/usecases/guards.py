@@ -49,7 +49,8 @@ def recheck(
     expected, digest, files = store.identity(c.id)
     if _is_layout_folder(c):  # its recorded files, compared with what is in the folder now
         folder_units.check_unchanged_names(Path(c.path), files, members)
-        members = folder_units.member_files(Path(c.path), files)
+        # No file recorded (a save killed as it began): the folder itself, as it was indexed.
+        members = folder_units.member_files(Path(c.path), files) if files else [Path(c.path)]
     elif c.format == Format.SAVED_MODEL and files:  # indexed by its files (the first's inode)
         members = folder_units.member_files(Path(c.path), files)
     found = fsops.current_stat(root, members)

@@ -240,7 +240,7 @@ class _Scan:
     def _visit(self, cand: discovery.Candidate, text: str, valid_name: bool) -> bool:
         """Index or skip one candidate; False if it vanished meanwhile (then it is missing)."""
         try:
-            stat = discovery.stat_members(cand.members)
+            stat = discovery.stat_members(cand.members, cand.path)
         except OSError:
             return False
         known = self.known.get(text)
@@ -294,7 +294,7 @@ class _Scan:
             else:  # a folder checkpoint (fs.folder_layouts): its files are untrusted bytes too
                 info = self._read_metadata(cand.path)
             digest = hash_files(cand.members, self.root.path)
-            if discovery.stat_members(cand.members) != stat:
+            if discovery.stat_members(cand.members, cand.path) != stat:
                 raise NotReady("changed while it was being read")
         except NotACheckpoint as exc:
             if text in self.known:  # it was a checkpoint: say what it became, keep the row
@@ -311,7 +311,7 @@ class _Scan:
             return True
         except ReadProblem as exc:
             try:  # judged by the bytes read, not by a stat taken before a trainer's new save
-                now = discovery.stat_members(cand.members)
+                now = discovery.stat_members(cand.members, cand.path)
             except OSError:
                 return False
             if now != stat:

@@ -189,6 +189,40 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
         assert not rotten.ok and "marked corrupt" in rotten.detail
 
 
+def test_a_save_killed_as_it_began_is_as_new_as_its_folder(
+    workspace: Workspace, async_saves: Path
+) -> None:
+    """An Orbax step folder killed before its first file (an empty `.orbax-checkpoint-tmp`,
+    seen once as a CI run's killed save) is dated by the folder, not 1970: it is the run's last
+    save, flagged as unfinished, abandoned in time and trashed by retention through the rail
+    (whose re-check reads the empty folder as the indexer recorded it)."""
+    ws = workspace
+    plain = ws.config.read_text()
+    run = ws.root / "began"
+    shutil.copytree(async_saves / "orbax-sync" / "2", run / "2")  # a complete step, its mtimes
+    began = run / "3.orbax-checkpoint-tmp"
+    began.mkdir()  # killed as it began: no file yet
+    ws.run("scan", check=False)
+    found = rows(ws)["began/3.orbax-checkpoint-tmp"]
+    assert found["status"] == "incomplete", found
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(began.stat().st_mtime))
+    assert found["mtime"].startswith(when), (found["mtime"], when)  # was 1970-01-01T00:00:00
+    overview = {r["name"]: r for r in web_page(ws.config, "/api/runs")[1]["runs"]}
+    assert overview["began"]["last_save_unfinished"] is True
+
+    short = f"completion:\n  abandoned_after: {ABANDONED_AFTER_S:g}s\n"
+    ws.config.write_text(plain.replace("completion:\n", short))
+    while time.time() < began.stat().st_mtime + ABANDONED_AFTER_S + 0.5:
+        time.sleep(0.2)
+    ws.run("scan", check=False)
+    assert rows(ws)["began/3.orbax-checkpoint-tmp"]["status"] == "abandoned"
+    with open_catalog(str(ws.config)) as cat:
+        report = cat.prune(["began"], KEEP_LAST_1)
+    assert report.failures == [], report.failures
+    assert decisions(report)[str(began)][0] == "trash"
+    assert not began.exists() and (run / "2").is_dir()
+
+
 def decisions(report: PruneReport) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {d.path: (d.action, d.reasons) for rp in report.runs for d in rp.plan.decisions}
 

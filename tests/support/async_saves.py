@@ -147,10 +147,14 @@ def write_orbax_killed(out: Path) -> None:
     manager.wait_until_finished()
     state["params"]["w"] = state["params"]["w"] * 2
     manager.save(2, args=ocp.args.StandardSave(state))
-    # The background thread makes the tmp folder: a kill before it exists leaves nothing to
-    # see (seen on a fresh, quiet machine), so wait for it, then kill mid-write.
+    # The background thread makes the tmp folder, then writes into it: a kill before its first
+    # file leaves nothing to see (seen on a fresh, quiet machine) or an empty folder (once in a
+    # CI run; test_async_saves covers that case with a folder of its own), so wait for a file in
+    # it, then kill mid-write.
     deadline = time.monotonic() + 60
-    while not any(out.glob("2.orbax-checkpoint-tmp*")) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not any(
+        p.is_file() for tmp in out.glob("2.orbax-checkpoint-tmp*") for p in tmp.rglob("*")
+    ):
         time.sleep(0.0005)
     os.kill(os.getpid(), signal.SIGKILL)
 
