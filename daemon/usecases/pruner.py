@@ -101,10 +101,17 @@ def _execute(
     with rail.run_lease(config, store, rp.run_id, actor) as lease:
         fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
         current = {c.id: c for c in run_checkpoints(store, rp.root, rp.run)}
-        if any(d.id not in current for d in rp.plan.to_trash()):
-            # Planned before the lease, on rows another process has trashed since (a second
-            # prune of the run that held the lease first): the plan is made again on the rows
-            # as they are now, under the lease, rather than carried out on a past state.
+        vanished = [d for d in rp.plan.to_trash() if d.id not in current]
+        if vanished:
+            # Rows gone since the plan: either this process was stopped past its lease and
+            # the one that took the run moved them (then that is said, exit 4, even if
+            # nothing would be left to move), or another prune of the run held the lease
+            # before this one took it: then the plan is made again on the rows as they are
+            # now, under the lease, rather than carried out on a past state.
+            lost = _lost_lease(lease)
+            if lost is not None:
+                _report_lost(report, rp, vanished[0], lost, counter)
+                return
             was = rp.plan.to_trash()
             rp.plan = _planned_again(config, store, rp, override)
             now = rp.plan.to_trash()
