@@ -50,6 +50,35 @@ def lease_of(db: Path, pid: int) -> bool:
     return bool(rows)
 
 
+def write_locked(db: Path) -> bool:
+    """Whether a transaction holds the catalog's write lock now (SQLite's: one writer)."""
+    conn = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+        return True
+    finally:
+        conn.close()
+
+
+def stop_between_transactions(pid: int, db: Path) -> None:
+    """SIGSTOP `pid`, at a moment it holds no write transaction: a process stopped inside
+    one holds SQLite's write lock, and then no other process writes the catalog at all (a
+    trait of SQLite, not the race under test), so node-b's prune would fail on `database is
+    locked` after the busy timeout (30 s) instead of taking the expired lease."""
+    for _ in range(1000):
+        os.kill(pid, signal.SIGSTOP)
+        if not write_locked(db):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.002)
+    raise AssertionError("the prune held the catalog's write lock at every try")
+
+
 def test_a_prune_that_lost_its_lease_says_so_once_with_the_holder(
     tmp_path: Path, keras_checkpoints: Path
 ) -> None:
@@ -76,7 +105,7 @@ def test_a_prune_that_lost_its_lease_says_so_once_with_the_holder(
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline, "the prune never took the run's lease"
             time.sleep(0.005)
-        os.kill(first.pid, signal.SIGSTOP)  # alive, so its lease is free only once expired
+        stop_between_transactions(first.pid, db)  # alive: its lease is free once expired
         left = len(list(run.glob("*.keras")))
         assert left > 2, f"the prune was not caught midway ({left} files left)"
         while True:  # node-b's prune: refused (exit 4) until node-a's lease has expired
