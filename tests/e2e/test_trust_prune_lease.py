@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import Workspace
+from tests.support.sqlite_locks import stop_between_transactions
 
 FILES = 200  # enough moves that the prune is caught midway even on an idle machine
 TTL = 4  # the shortest lease the config allows
@@ -48,35 +49,6 @@ def lease_of(db: Path, pid: int) -> bool:
     except sqlite3.OperationalError:  # not created yet, or busy: look again
         return False
     return bool(rows)
-
-
-def write_locked(db: Path) -> bool:
-    """Whether a transaction holds the catalog's write lock now (SQLite's: one writer)."""
-    conn = sqlite3.connect(db, timeout=0, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError as exc:
-        if "locked" not in str(exc) and "busy" not in str(exc):
-            raise
-        return True
-    finally:
-        conn.close()
-
-
-def stop_between_transactions(pid: int, db: Path) -> None:
-    """SIGSTOP `pid`, at a moment it holds no write transaction: a process stopped inside
-    one holds SQLite's write lock, and then no other process writes the catalog at all (a
-    trait of SQLite, not the race under test), so node-b's prune would fail on `database is
-    locked` after the busy timeout (30 s) instead of taking the expired lease."""
-    for _ in range(1000):
-        os.kill(pid, signal.SIGSTOP)
-        if not write_locked(db):
-            return
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.002)
-    raise AssertionError("the prune held the catalog's write lock at every try")
 
 
 def test_a_prune_that_lost_its_lease_says_so_once_with_the_holder(
