@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.daemon import Daemon, service_workspace
-from tests.support.sqlite_locks import stop_between_transactions
+from tests.support.pausing import stop_between_transactions
 from tests.support.workspace import ZIP_FILES, ZIP_RUN, Workspace
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -104,8 +104,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) 
         # Paused while the compress swaps the file and records its new bytes, so the worker
         # never reads the file in between (it would index the new bytes itself: a 5th event).
         # Stopped between its transactions: stopped holding SQLite's write lock (a heartbeat
-        # each second), it would block the compress's writes (tests/support/sqlite_locks.py).
-        stop_between_transactions(daemon.proc.pid, ws.base / "state" / "catalog.db")
+        # each second), it would block the compress's writes (tests/support/pausing.py).
+        stop_between_transactions(daemon.proc.pid, f"sqlite:///{ws.base / 'state' / 'catalog.db'}")
         try:
             compressed = ws.json("compress", str(legacy / "full.h5"))
         finally:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import Workspace
-from tests.support.sqlite_locks import stop_between_transactions
+from tests.support.pausing import stop_between_transactions
 
 FILES = 200  # enough moves that the prune is caught midway even on an idle machine
 TTL = 4  # the shortest lease the config allows
@@ -77,7 +77,9 @@ def test_a_prune_that_lost_its_lease_says_so_once_with_the_holder(
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline, "the prune never took the run's lease"
             time.sleep(0.005)
-        stop_between_transactions(first.pid, db)  # alive: its lease is free once expired
+        stop_between_transactions(
+            first.pid, f"sqlite:///{db}"
+        )  # alive: its lease is free once expired
         left = len(list(run.glob("*.keras")))
         assert left > 2, f"the prune was not caught midway ({left} files left)"
         while True:  # node-b's prune: refused (exit 4) until node-a's lease has expired

@@ -24,6 +24,7 @@ from ckpt_daemon.core.errors import LeaseHeld, LeaseLost
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
 from ckpt_daemon.core.query import ListQuery
 from tests.support.catalogs import sql
+from tests.support.pausing import stop_between_transactions
 
 TTL = 1.0
 
@@ -136,7 +137,7 @@ def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().split() == ["step", "0"]
-        os.kill(holder.pid, signal.SIGSTOP)  # alive, so not free at once: free once expired
+        stop_between_transactions(holder.pid, url)  # alive: not free at once, once expired
         with pytest.raises(LeaseHeld):
             store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
         time.sleep(ttl + 0.5)
