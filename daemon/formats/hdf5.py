@@ -52,7 +52,7 @@ def find_superblock(head: bytes) -> int | None:
 
 
 def stored_eof(head: bytes, offset: int) -> int | None:
-    """The end-of-file address the superblock records (v0-v3), or None if unparseable."""
+    """The end-of-file address the superblock records (v0-v3), or None if unparsable."""
     sb = head[offset:]
     if len(sb) < 16:
         return None
