@@ -1,4 +1,5 @@
-"""docs/architecture.md stays the map of the code, and no comment points outside the repository.
+"""docs/architecture.md stays the map of the code (its module map generated from the docstrings),
+and no comment points outside the repository.
 
 The module map must name every module of the package (and nothing that does not exist), the
 layer table every layer folder, and the import matrix must be the one the architecture test
@@ -159,3 +160,14 @@ def test_the_pointer_check_finds_what_it_looks_for(tmp_path: Path) -> None:
         "ARCHITECTURE.md",
         "shared/design/keras-formats.md",
     ]
+
+
+def test_the_module_map_is_generated_from_the_docstrings() -> None:
+    """The map is the modules' own first docstring paragraphs (tests/support/module_map.py):
+    a module whose docstring changed, or a new one, fails here until the map is rewritten."""
+    from tests.support import module_map
+
+    page = DOC.read_text()
+    assert module_map.rendered(page) == page, (
+        "docs/architecture.md's module map is stale: run `python3 -m tests.support.module_map`"
+    )
