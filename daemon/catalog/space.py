@@ -1,0 +1,79 @@
+"""Whether a catalog error is its disk being full: the one state the service waits out (it
+resumes when space returns) rather than dies of (issue 40: `ckpt serve` with its catalog on a
+full filesystem exited 1 at start, and systemd restarted it into the same).
+
+SQLite says "database or disk is full" when a page cannot be written, and "disk I/O error"
+when it cannot grow its WAL index (`-shm`) or journal: the latter counts as full only while the
+catalog's filesystem has (almost) no free space, so a real I/O error is still one. PostgreSQL
+says SQLSTATE 53100 (disk_full) when its server's disk is full."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from .db import is_sqlite, sqlite_path
+
+NEARLY_FULL_BYTES = 1 << 20  # less free than this, an SQLite I/O error is a lack of space
+PG_DISK_FULL = "53100"
+
+
+def disk_full(exc: BaseException, url: str) -> str | None:
+    """A one-line reason when `exc` (or an error it was raised from) is the catalog's disk out
+    of space, else None."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        reason = _reason(error, url)
+        if reason is not None:
+            return reason
+        error = getattr(error, "orig", None) or error.__cause__ or error.__context__
+    return None
+
+
+def nearly_full(url: str) -> str | None:
+    """Why the SQLite catalog's disk is (all but) full now, measured: less than
+    `NEARLY_FULL_BYTES` free. None otherwise, and for a server's catalog."""
+    free = free_bytes(url)
+    if free is None or free >= NEARLY_FULL_BYTES:
+        return None
+    return _full(sqlite_path(url), free)
+
+
+def free_bytes(url: str) -> int | None:
+    """Free bytes (for unprivileged users) on the SQLite catalog's filesystem; None for a
+    server's catalog or where it cannot be measured."""
+    path = sqlite_path(url) if is_sqlite(url) else None
+    if path is None:
+        return None
+    return _free(path.parent)
+
+
+def _reason(error: BaseException, url: str) -> str | None:
+    if getattr(error, "sqlstate", None) == PG_DISK_FULL:
+        return f"the catalog's database server has no space left ({str(error).splitlines()[0]})"
+    if not isinstance(error, sqlite3.OperationalError):
+        return None
+    text = str(error)
+    free = free_bytes(url)
+    where = sqlite_path(url)
+    if "database or disk is full" in text:
+        return _full(where, free)
+    if "disk I/O error" in text and free is not None and free < NEARLY_FULL_BYTES:
+        return _full(where, free)
+    return None
+
+
+def _full(path: Path | None, free: int | None) -> str:
+    left = "" if free is None else f", {free} bytes free"
+    return f"no space left on the catalog's disk ({path.parent if path else 'its folder'}{left})"
+
+
+def _free(folder: Path) -> int | None:
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
