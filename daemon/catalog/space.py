@@ -13,56 +13,51 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .db import is_sqlite, sqlite_path
-
 NEARLY_FULL_BYTES = 1 << 20  # less free than this, an SQLite I/O error is a lack of space
 PG_DISK_FULL = "53100"
 
 
-def disk_full(exc: BaseException, url: str) -> str | None:
+def disk_full(exc: BaseException, catalog_file: Path | None) -> str | None:
     """A one-line reason when `exc` (or an error it was raised from) is the catalog's disk out
-    of space, else None."""
+    of space, else None. `catalog_file`: the SQLite catalog's file (`settings.config.
+    sqlite_file`; None for a server's catalog). No SQLAlchemy here: `ckpt status` imports it."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        reason = _reason(error, url)
+        reason = _reason(error, catalog_file)
         if reason is not None:
             return reason
         error = getattr(error, "orig", None) or error.__cause__ or error.__context__
     return None
 
 
-def nearly_full(url: str) -> str | None:
+def nearly_full(catalog_file: Path | None) -> str | None:
     """Why the SQLite catalog's disk is (all but) full now, measured: less than
     `NEARLY_FULL_BYTES` free. None otherwise, and for a server's catalog."""
-    free = free_bytes(url)
+    free = free_bytes(catalog_file)
     if free is None or free >= NEARLY_FULL_BYTES:
         return None
-    return _full(sqlite_path(url), free)
+    return _full(catalog_file, free)
 
 
-def free_bytes(url: str) -> int | None:
+def free_bytes(catalog_file: Path | None) -> int | None:
     """Free bytes (for unprivileged users) on the SQLite catalog's filesystem; None for a
     server's catalog or where it cannot be measured."""
-    path = sqlite_path(url) if is_sqlite(url) else None
-    if path is None:
-        return None
-    return _free(path.parent)
+    return None if catalog_file is None else _free(catalog_file.parent)
 
 
-def _reason(error: BaseException, url: str) -> str | None:
+def _reason(error: BaseException, catalog_file: Path | None) -> str | None:
     if getattr(error, "sqlstate", None) == PG_DISK_FULL:
         return f"the catalog's database server has no space left ({str(error).splitlines()[0]})"
     if not isinstance(error, sqlite3.OperationalError):
         return None
     text = str(error)
-    free = free_bytes(url)
-    where = sqlite_path(url)
+    free = free_bytes(catalog_file)
     if "database or disk is full" in text:
-        return _full(where, free)
+        return _full(catalog_file, free)
     if "disk I/O error" in text and free is not None and free < NEARLY_FULL_BYTES:
-        return _full(where, free)
+        return _full(catalog_file, free)
     return None
 
 

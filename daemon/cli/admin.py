@@ -128,15 +128,16 @@ def _catalog_status(obj: Context) -> tuple[dict[str, Any], Any]:
     room for its `-shm` file), the catalog read as a file."""
     from ..api import catalog_as_file
     from ..catalog.space import disk_full, nearly_full
+    from ..settings.config import sqlite_file
 
     try:
         with obj.catalog() as cat:
             doc, config = cat.status(), cat.config
-        doc["catalog_disk_full"] = nearly_full(config.database)
+        doc["catalog_disk_full"] = nearly_full(sqlite_file(config.database))
         return doc, config
     except Exception as exc:
         config = obj.config()
-        reason = disk_full(exc, config.database)
+        reason = disk_full(exc, sqlite_file(config.database))
         frozen = catalog_as_file(config) if reason is not None else None
         if frozen is None:
             raise

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from ..catalog.space import disk_full
 from ..logs import event
+from ..settings.config import sqlite_file
 
 RETRY_SECONDS = 5.0
 T = TypeVar("T")
@@ -29,7 +30,7 @@ class CatalogFull:
     """Whether the catalog at `url` is out of space now (`reason`), as the service last found."""
 
     def __init__(self, url: str, tell: Callable[[str], object] = lambda _status: None) -> None:
-        self.url = url
+        self.file = sqlite_file(url)  # None: a server's catalog
         self.tell = tell  # systemd's STATUS= (and, at start, more time to start)
         self.reason: str | None = None
         self._since = 0.0
@@ -42,7 +43,7 @@ class CatalogFull:
     def check(self, exc: BaseException, during: str) -> bool:
         """Whether `exc` is the catalog's disk being full: then the state is entered (logged
         the first time) and True; else False, the caller's error as before."""
-        reason = disk_full(exc, self.url)
+        reason = disk_full(exc, self.file)
         if reason is None:
             return False
         with self._lock:

@@ -65,11 +65,14 @@ class Service:
         self.config: Config = config_module.load(config_path, database_override=database)
         logs.setup(self.config.log_level)
         self.catalog_full = CatalogFull(self.config.database, self._waiting_for_space)
+        self._ready = False
 
     def _waiting_for_space(self, status: str) -> None:
-        """systemd: why nothing happens, and (at start) time enough for the next try."""
-        extend = f"EXTEND_TIMEOUT_USEC={int(4 * RETRY_SECONDS * 1_000_000)}"
-        self.notifier.send(extend, f"STATUS={status}")
+        """systemd: why nothing happens, and (before READY=1) time enough for the next try."""
+        fields = [f"STATUS={status}"]
+        if not self._ready:
+            fields.append(f"EXTEND_TIMEOUT_USEC={int(4 * RETRY_SECONDS * 1_000_000)}")
+        self.notifier.send(*fields)
 
     def _install_signals(self) -> None:
         def stop(signum: int, _frame: Any) -> None:
@@ -87,15 +90,20 @@ class Service:
             sqlite=sqlite3.sqlite_version,
             roots=",".join(str(r.path) for r in self.config.roots),
         )
-        opened = self.catalog_full.attempt(
-            "opening the catalog",
-            lambda: Store(
+
+        def open_store() -> Store:
+            return Store(
                 self.config.database,
                 may_migrate=True,
                 named_roots=self.config.named_roots(),
                 node=self.config.node_name,
-            ),
-            self.stopping,
+            )
+
+        # `--once` (cron) fails at once; the service waits for space on the catalog's disk.
+        opened = (
+            open_store()
+            if once
+            else self.catalog_full.attempt("opening the catalog", open_store, self.stopping)
         )
         if opened is None:  # stopped while waiting for space
             event("stopping")
@@ -272,6 +280,7 @@ class Service:
             guard.start()
             jobs.start(self.config)
             self.notifier.ready(parts.status_line())
+            self._ready = True
             event("ready", pid=os.getpid())
             self._main_loop(parts)
         finally:

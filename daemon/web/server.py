@@ -53,6 +53,7 @@ class WebServer:
         self.token = read_token(view)
         self.app = WebApp(open_catalog)
         self.drawing = threading.Lock()  # one page at a time: one catalog connection, one cache
+        self.request_deadline, self.response_timeout = request_deadline, response_timeout
         self._httpd = connections.BoundedServer(
             (view.listen.host, view.listen.port),
             _handler(self),
@@ -129,11 +130,11 @@ def _handler(server: WebServer) -> type[BaseHTTPRequestHandler]:
         def setup(self) -> None:
             super().setup()
             self.rfile.close()  # read within the request's deadline instead, however slowly
-            self.rfile = connections.reader(self.connection, server._httpd.request_deadline)
+            self.rfile = connections.reader(self.connection, server.request_deadline)
 
         def parse_request(self) -> bool:
             parsed = super().parse_request()  # the request line read, the headers here
-            self.connection.settimeout(server._httpd.response_timeout)  # sendall: in all
+            self.connection.settimeout(server.response_timeout)  # sendall: in all
             return parsed
 
         def do_GET(self) -> None:

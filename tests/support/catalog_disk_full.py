@@ -59,7 +59,8 @@ def driver(out: Path, fixtures: Path) -> None:
     state, run = out / "state", out / "runs" / "job"
     state.mkdir(parents=True)
     run.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_MB}m", "tmpfs", str(state)], check=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={FS_MB}m", "tmpfs", str(state)]
+    subprocess.run(mount, check=True)
     config = out / "config.yaml"
     config.write_text(
         f"state_dir: {state}\nroots:\n  - path: {out / 'runs'}\n"
@@ -98,7 +99,8 @@ def driver(out: Path, fixtures: Path) -> None:
 
         fill(state)  # full again while it runs
         shutil.copy2(fixtures / RUN / FILES[2], saved[2])
-        wait(lambda: log_text(out).count("event=catalog_disk_full") >= 2, "full while running", daemon)
+        again = lambda: log_text(out).count("event=catalog_disk_full") >= 2  # noqa: E731
+        wait(again, "full while running", daemon)
         status = ckpt(config, "status", "--json")
         results["while_running"] = {
             "alive": daemon.poll() is None,
