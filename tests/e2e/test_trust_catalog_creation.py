@@ -5,6 +5,7 @@ every later command asked for `ckpt db upgrade` (exit 5), the service restarting
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -24,21 +25,30 @@ KILLS = 16
 WAL_AT_HEAD = 300_000  # about what the WAL holds once every migration is written (bytes)
 
 
-def kill_while_creating(ws: Workspace, rng: random.Random) -> int:
-    """`ckpt scan` on a new catalog, SIGKILLed at a random moment: when its WAL first holds at
-    least a random number of bytes (somewhere in the migrations, whatever the machine's speed),
-    or after a random delay, whichever comes first. Its exit status (-9 when the kill landed)."""
-    wal = ws.base / "state" / "catalog.db-wal"
+def kill_while_creating(ws: Workspace, rng: random.Random, *, by_wal: bool) -> int:
+    """`ckpt scan` on a new catalog, SIGKILLed at a random moment of the creation: `by_wal`,
+    once its WAL holds at least a random number of bytes (somewhere in the migrations, whatever
+    the machine's speed: where the catalog was committed migration by migration); else a random
+    delay after the catalog file appeared (anywhere in its one transaction, as it is now). Its
+    exit status (-9 when the kill landed)."""
+    catalog = ws.base / "state" / "catalog.db"
+    wal = catalog.with_name("catalog.db-wal")
     threshold = rng.randrange(1, WAL_AT_HEAD)
-    deadline = time.monotonic() + rng.uniform(0.0, 0.4)
+    delay = float("inf") if by_wal else rng.uniform(0.0, 0.15)
+    appeared: float | None = None
     with open(os.devnull, "wb") as null:
         command = ckpt_start(["--config", str(ws.config), "scan"], output=null.fileno())
-    while command.poll() is None and time.monotonic() < deadline:
+    while command.poll() is None:
+        if appeared is None and catalog.exists():
+            appeared = time.monotonic()
+        if appeared is not None and time.monotonic() - appeared >= delay:
+            break
         try:
             if wal.stat().st_size >= threshold:
                 break
         except FileNotFoundError:
             pass
+        time.sleep(0.0005)  # a look each half millisecond: the command keeps its CPU
     command.kill()
     return command.wait()
 
@@ -47,12 +57,11 @@ def revision(ws: Workspace) -> str | None:
     path = ws.base / "state" / "catalog.db"
     if not path.exists():
         return None
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         if "alembic_version" not in tables:
             return None
         row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-    conn.close()
     return row[0] if row else None
 
 
@@ -62,14 +71,14 @@ def test_a_command_killed_while_it_creates_the_catalog_leaves_one_the_next_comma
     ws = Workspace(tmp_path)
     rng = random.Random(40_8)
     killed, left = 0, []
-    for _ in range(KILLS):
+    for n in range(KILLS):
         shutil.rmtree(ws.base / "state", ignore_errors=True)
-        killed += kill_while_creating(ws, rng) == -9
+        killed += kill_while_creating(ws, rng, by_wal=n % 2 == 0) == -9
         left.append(revision(ws))
         done = ws.run("scan", check=False)  # the next command: it creates the catalog, or uses it
         assert done.returncode == 0, (left, done.stderr)
         assert revision(ws) == "0009"
-        assert ws.json("list") == []
+    assert ws.json("list") == []  # and any other command
     assert killed >= KILLS // 2, "the kills must land while the command runs"
     # the catalog was never seen half made: empty (the next command made it) or at head
     assert set(left) <= {None, "0009"}, left
