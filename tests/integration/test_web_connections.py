@@ -23,7 +23,7 @@ from ckpt_daemon.settings.operations import Listen
 from ckpt_daemon.settings.web_view import WebView
 from ckpt_daemon.web.server import WebServer
 
-DEADLINE = 1.5  # the request's deadline in these tests (10 s in the service)
+DEADLINE = 2.5  # the request's deadline in these tests (10 s in the service)
 BOUND = 6
 
 
