@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.store import Store
-from ..core.disk_guard import GuardPlan
+from ..core.disk_guard import ACTIONS, GuardPlan
 from ..core.units import format_size, iso_utc
 from ..logs import event
 from ..settings.config import Config
@@ -45,9 +45,7 @@ class Episode:
     free_at_start: int
     threshold: int
     freed: int = 0
-    acts: dict[str, int] = field(
-        default_factory=lambda: {"purge": 0, "demote": 0, "tier": 0, "trash": 0}
-    )
+    acts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
     failures: int = 0
     stuck_at: float | None = None  # monotonic time of the last pass that could not free enough
     above_since: float | None = None  # monotonic time free space got back above min_free
