@@ -31,7 +31,8 @@ artifacts = ARTIFACTS
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 # What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
-TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED)
+# A standby version (a copy of what its file holds now) is trashed only by the disk guard.
+TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)
 
 
 class Actions:

@@ -162,7 +162,7 @@ def protections(run: RunFacts) -> dict[int, str]:
     for item in run.items:
         if item.pinned:
             add(item.id, "pinned")
-        if item.status != CheckpointStatus.OK:
+        if item.status != CheckpointStatus.OK and not _spare(item):
             add(item.id, f"{item.status}: never touched")
         if item.protected and not is_copy(item):  # a copy's only orders it among ours
             add(item.id, item.protected)
@@ -183,6 +183,11 @@ def protections(run: RunFacts) -> dict[int, str]:
 def is_copy(item: retention.Item) -> bool:
     """A kept version (`.ckpt-versions/`): a copy of ours, not a file a trainer wrote there."""
     return is_version_path(item.path)
+
+
+def _spare(item: retention.Item) -> bool:
+    """A standby kept copy: a copy of ours holding what its file holds now."""
+    return is_copy(item) and item.status == CheckpointStatus.STANDBY
 
 
 def best_metrics(keep_best: Iterable[retention.KeepBest], logged: Iterable[str]) -> tuple:
@@ -223,12 +228,17 @@ def plan(
             (item, run.name)
             for run in runs
             for item in run.items
-            if is_copy(item) and item.id not in protected and item.status == CheckpointStatus.OK
+            if is_copy(item)
+            and item.id not in protected
+            and (item.status == CheckpointStatus.OK or _spare(item))
         ),
-        key=lambda pair: (pair[0].protected is not None, pair[0].mtime, pair[0].id),
+        # Standby copies last: each is what its file holds now, the way back after a worse
+        # rewrite (keras#17012), and the newest a trainer's next save would otherwise lose.
+        key=lambda pair: (_spare(pair[0]), pair[0].protected is not None, pair[0].mtime),
     )
     for item, run_name in copies:
-        why = f"{_COPY}{f' ({item.protected})' if item.protected else ''}: trashed and purged"
+        kept = "standby: what its file holds now" if _spare(item) else item.protected
+        why = f"{_COPY}{f' ({kept})' if kept else ''}: trashed and purged"
         plan.add("trash", item.id, item.path, run_name, item.size_bytes, why)
     for own in sorted((o for o in ours if o.kind == "artifact"), key=lambda o: o.path):
         plan.add("remove", own.id, own.path, None, own.bytes, _ARTIFACT)

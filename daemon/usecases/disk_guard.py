@@ -59,6 +59,7 @@ class Relief:
     done: list[Step] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     free_after: int = 0
+    starved: bool = False  # a catalog write failed for lack of space (usecases.catalog_room)
 
     @property
     def freed(self) -> int:
@@ -206,10 +207,18 @@ def relieve(
         try:
             act(config, store, step, batch, actor)
             relief.done.append(step)
-        except (CkptError, OSError, KeyError) as exc:
+        except Exception as exc:
+            if not isinstance(exc, (CkptError, OSError, KeyError)):
+                from ..catalog import db
+
+                if not db.out_of_space(exc):
+                    raise
+                relief.starved = True  # the catalog's disk is full: the caller gives it room
             relief.failures.append(
                 {"id": step.id, "path": step.path, "error": guards.one_line(exc)}
             )
+            if relief.starved:
+                break
             if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
                 tiering = False
                 relief.plan = plan_for(config, store, fs, tiering=False)
@@ -237,8 +246,10 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
             raise fsops.Refused(f"{c.path} is {c.status.value} now: its artifact is kept")
         rail.remove_artifact(config, store, c, Path(step.path), reason=step.reason, actor=actor)
         return
-    # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone.
-    if c.status != CheckpointStatus.OK or c.pinned:
+    # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone
+    # (a kept copy may be standby: it holds what its file holds).
+    spare = c.version_of is not None and c.status == CheckpointStatus.STANDBY
+    if (c.status != CheckpointStatus.OK and not spare) or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
     # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now
     # (a kept copy is no training moment: never the newest, and it goes whole, first).
@@ -266,9 +277,11 @@ def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, a
 
 
 def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) -> RunFacts:
+    from ..core.query import ListQuery
     from ..core.tier_plan import NO_REMOTE
     from .retention_plan import (
         demotable,
+        own_rows,
         planner_item,
         protected_generations,
         run_checkpoints,
@@ -295,6 +308,11 @@ def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) ->
         )
         for c in found
     )
+    # Standby copies (what their file holds now: listed as the file) are ours to free too.
+    standby = own_rows(
+        store.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)), name
+    )
+    items += tuple(planner_item(c, False) for c in standby if c.version_of is not None)
     kept_by: dict[int, str] = {}
     if policy is not None and items:
         decided = retention.plan(items, policy).decisions

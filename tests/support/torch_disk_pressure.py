@@ -43,7 +43,7 @@ SETTLE_S = 30  # after the loop: the service back above min_free (else reported,
 FULL_EPOCHS = 8  # --full: the epochs before the filler takes the rest of the disk
 
 
-def train(run_dir: Path, epochs: int) -> None:
+def train(run_dir: Path, epochs: int, pause: float = PAUSE_S) -> None:
     """The user's loop. Records each epoch's val_loss and the free space after its saves."""
     import torch
 
@@ -84,8 +84,8 @@ def train(run_dir: Path, epochs: int) -> None:
             log.flush()
             st = os.statvfs(run_dir)
             truth.append({"epoch": epoch, "val_loss": val_loss, "free": st.f_bavail * st.f_frsize})
-            (run_dir.parent / "truth.json").write_text(json.dumps(truth))
-            time.sleep(PAUSE_S)
+            (run_dir.parent.parent / "truth.json")  # outside the root.write_text(json.dumps(truth))
+            time.sleep(pause)
 
 
 def _mount(out: Path) -> Path:
@@ -95,9 +95,9 @@ def _mount(out: Path) -> Path:
     return disk
 
 
-def _loop(disk: Path, epochs: int) -> subprocess.CompletedProcess[str]:
+def _loop(disk: Path, epochs: int, pause: float = PAUSE_S) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, __file__, "--train", str(disk / "runs" / "exp"), str(epochs)],
+        [sys.executable, __file__, "--train", str(disk / "runs" / "exp"), str(epochs), str(pause)],
         capture_output=True,
         text=True,
         timeout=DEADLINE_S,
@@ -115,8 +115,8 @@ def _free(path: Path) -> int:
 
 def control(out: Path) -> None:
     disk = _mount(out)
-    job = _loop(disk, EPOCHS)
-    truth = disk / "runs" / "truth.json"
+    job = _loop(disk, EPOCHS, pause=0.0)  # nobody to wait for
+    truth = disk / "truth.json"
     results = {
         "job": {"returncode": job.returncode, "output": job.stdout + job.stderr},
         "truth": json.loads(truth.read_text()) if truth.exists() else [],
@@ -178,7 +178,7 @@ def driver(out: Path, *, fill: bool = False) -> None:
             serve.kill()
             serve.wait()
         log.close()
-        truth = disk / "runs" / "truth.json"
+        truth = disk / "truth.json"
         results["truth"] = json.loads(truth.read_text()) if truth.exists() else []
         results["serve_returncode"] = serve.returncode
         results["serve_log"] = log_path.read_text()
@@ -234,7 +234,7 @@ def _wait(condition: Any, what: str, *, deadline: float = 0.0) -> bool:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--train":
-        train(Path(sys.argv[2]), int(sys.argv[3]))
+        train(Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
     elif sys.argv[1] == "--control":
         control(Path(sys.argv[2]))
     elif sys.argv[1] == "--full":
