@@ -95,9 +95,8 @@ def check_copy(
         why = None if free >= size else f"free {format_size(free)} < the copy {format_size(size)}"
     if why is None:
         return
-    event(
-        "copy_refused", level=logging.WARNING, path=str(target), what=what, reason=why, actor=actor
-    )
+    # Info: the refusal is the caller's error (one line, exit 3) and its audit event.
+    event("copy_refused", level=logging.INFO, path=str(target), what=what, reason=why, actor=actor)
     raise Refused(f"refused: {what} {target} not written: {why}")
 
 

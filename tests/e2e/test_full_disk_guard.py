@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import ZIP_RUN, Workspace, rewritten_best, zip_run
 from tests.support import torch_disk_pressure as bed
 
 pytestmark = pytest.mark.slow
@@ -133,3 +134,32 @@ def test_the_guard_frees_bytes_with_its_catalog_on_the_full_disk(full) -> None:
     newest = f"runs/exp/ckpt_epoch{bed.FULL_EPOCHS - 1:03d}.pt"
     for name in (newest, "runs/exp/last.pt", "runs/exp/best.pt"):
         assert full["files"].get(name) == full["before_fill"]["files"][name], name
+
+
+def test_every_copy_we_write_checks_min_free_first(
+    workspace: Workspace, keras_checkpoints: Path
+) -> None:
+    """A split's artifact, a compressed rewrite and a restored version are copies of ours: with
+    less free than their size plus `min_free` (99% here: never met) each is refused with one
+    line, exit 3, nothing written; the refusal is in `ckpt log`."""
+    ws = zip_run(workspace, keras_checkpoints, ("tfk/run_h5/weights.01-1.69.hdf5", "tfk.hdf5"))
+    best = rewritten_best(ws, keras_checkpoints)  # its earlier generations kept (room then)
+    before = {p: p.read_bytes() for p in (best, ws.root / ZIP_RUN / "tfk.hdf5")}
+    ws.config.write_text(ws.config.read_text() + "min_free: 99%\n")
+    h5 = str(ws.root / ZIP_RUN / "tfk.hdf5")
+    for argv, what in (
+        (["split", h5], "the inference artifact"),
+        (["compress", h5], "the compressed copy"),
+        (["restore", str(best), "--version", "1"], "the restored version"),
+    ):
+        done = ws.run(*argv, check=False)
+        assert done.returncode == 3, (argv, done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr
+        assert f"refused: {what} " in lines[0] and " not written: free " in lines[0], lines
+        assert "+ min_free " in lines[0] and "(99%)" in lines[0], lines
+    assert {p: p.read_bytes() for p in before} == before
+    assert not list((ws.root / ZIP_RUN).glob("*.inference.*"))
+    failed = [e for e in ws.json("log") if e["state"] == "failed"]
+    assert {e["action"] for e in failed} == {"split", "compress"}, failed
+    assert all("+ min_free " in e["reason"] for e in failed), failed
