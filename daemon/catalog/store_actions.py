@@ -31,8 +31,7 @@ artifacts = ARTIFACTS
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 # What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
-# A standby version (a copy of what its file holds now) is trashed only by the disk guard.
-TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)
+TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)  # guard
 
 
 class Actions:
