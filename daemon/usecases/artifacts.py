@@ -141,6 +141,8 @@ def export_checkpoint(
             (card_path(config_path), "its model card"),
         )
         own_card(root, c, card_path(config_path))
+        weights = c.size_bytes - (c.optimizer_bytes or 0)
+        check_copy(config, store, weights_path, weights, "the json+h5 export", actor=actor)
         for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
             if fsops.identity(root, path) is not None:
                 raise fsops.WouldReplace(
