@@ -30,7 +30,8 @@ Our own bytes go first, whole, before any checkpoint of the user's is touched:
 
 Within steps 5 to 7 the oldest go first, by mtime across runs (the runs on one filesystem have
 no common epoch), then id. Never in any plan (`protections`): a run's newest checkpoint (by
-progress, and the last written; kept copies never count as newest), pinned ones, every one that
+progress, and the last written) and every file of its newest training moment (kept copies never
+count), pinned ones, every one that
 is not `ok` (incomplete, corrupt, unreadable: still being written, or not understood), the best
 of each keep_best metric of the run's policy and of its monitored metric (val_loss by default),
 a run's last resumable one, and those the caller protects with a reason of its own
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 
 from . import retention
 from .model import CheckpointStatus
+from .moments import training_moments
 from .query import default_mode
 from .units import format_size
 from .versions import is_version_path
@@ -159,6 +161,11 @@ def protections(run: RunFacts) -> dict[int, str]:
     files = [item for item in ok if not is_copy(item)]
     for item_id, reason in retention.newest(files).items():  # a copy is no training moment
         add(item_id, reason)
+    moments = training_moments(files)
+    if moments:  # every file of it: `ckpt_epoch007.pt` beside `last.pt` and `best.pt` of epoch 7
+        for saved in moments[0].items:
+            if saved.id not in found:
+                add(saved.id, "newest training moment")
     for item in run.items:
         if item.pinned:
             add(item.id, "pinned")

@@ -367,3 +367,16 @@ def test_every_copy_leaves_min_free_or_the_reserve() -> None:
     why = space_reserve.capture_refusal(12_500_000, 900_000, 12 * MB, "min_free 12.0 MB")
     assert why == "free 12.5 MB < the copy 900.0 kB + min_free 12.0 MB"
     assert space_reserve.capture_refusal(13 * MB, 900_000, 12 * MB, "min_free 12.0 MB") is None
+
+
+def test_every_file_of_the_newest_training_moment_is_kept() -> None:
+    """`ckpt_epoch007.pt`, `last.pt` and `best.pt` all saved at epoch 7: the last written of
+    them was the only "newest", and the guard demoted the epoch file under pressure."""
+    epoch7 = [
+        item(7, epoch=7, inference_bytes=3 * MB),
+        Item(id=8, path="/r/run/last.pt", status="ok", mtime=1008.0, size_bytes=10 * MB, epoch=7),
+        Item(id=9, path="/r/run/best.pt", status="ok", mtime=1009.0, size_bytes=10 * MB, epoch=7),
+    ]
+    plan = disk_guard.plan(5 * MB, 1000 * MB, [run(item(6, inference_bytes=3 * MB), *epoch7)])
+    assert acts(plan) == [("demote", 6)]
+    assert plan.protected[7] == "newest training moment"
