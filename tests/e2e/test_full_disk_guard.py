@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import ZIP_RUN, Workspace, rewritten_best, zip_run
+from tests.support import ZIP_FILES, ZIP_RUN, Workspace, rewritten_best, zip_run
 from tests.support import torch_disk_pressure as bed
+from tests.support.s3_server import CREDENTIALS, S3Server
 
 pytestmark = pytest.mark.slow
 MB = 1_000_000
@@ -169,3 +170,31 @@ def test_every_copy_we_write_checks_min_free_first(
     failed = [e for e in ws.json("log") if e["state"] == "failed"]
     assert {e["action"] for e in failed} == {"split", "compress"}, failed
     assert all("+ min_free " in e["reason"] for e in failed), failed
+
+
+def test_a_fetch_from_the_object_store_checks_min_free_first(
+    tmp_path: Path, keras_checkpoints: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ckpt fetch` of a tiered checkpoint (its local copy purged) streams a new file: with less
+    free than its size plus `min_free` it is refused with one line, nothing downloaded."""
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    server = S3Server()
+    try:
+        server.bucket("ckpt-test-guard")
+        ws = zip_run(Workspace(tmp_path), keras_checkpoints)
+        remote = f"remote:\n  url: s3://ckpt-test-guard/team\n  endpoint_url: {server.url}\n"
+        ws.config.write_text(ws.config.read_text() + remote + "  region: us-east-1\n")
+        target = ws.root / ZIP_RUN / ZIP_FILES[0]
+        ws.run("tier", str(target))
+        ws.run("trash", "purge", "--older-than", "0s")
+        ws.config.write_text(ws.config.read_text() + "min_free: 99%\n")
+        done = ws.run("fetch", str(target), check=False)
+        assert done.returncode == 3, (done.stdout, done.stderr)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"ckpt: error: refused: the fetched copy {target} not written: ")
+        assert "+ min_free " in line and "(99%)" in line, line
+        assert not target.exists()
+    finally:
+        server.stop()
