@@ -8,7 +8,7 @@ epochs instead of freeing them (each version's split claimed one artifact name) 
 ended with 0 bytes free; with the catalog on a disk filled to its last byte every act began with
 a catalog write that failed ("database or disk is full") and nothing was freed. Three runs for
 the module: the loop alone (the control), under the service, and under the service with the
-disk filled by another program (about 45 s in all)."""
+disk filled by another program (about 50 s in all on a quiet machine)."""
 
 from __future__ import annotations
 
