@@ -371,3 +371,13 @@ def _backup_sqlite(url: str) -> Path | None:
 
 if __name__ == "__main__":  # `_upgrade_in_child`: python -m ckpt_daemon.catalog.db upgrade URL
     upgrade(sys.argv[2])
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """A catalog write that failed for lack of disk space (SQLite's SQLITE_FULL, "database or
+    disk is full"; PostgreSQL's disk_full, 53100), wrapped by SQLAlchemy or not: the disk guard
+    then gives its catalog the room it kept (`usecases.catalog_room`) and tries again."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return True
+    return getattr(orig, "sqlstate", None) == "53100" or "database or disk is full" in str(exc)
