@@ -121,7 +121,9 @@ def export_checkpoint(
     library = "tf_keras" if version.startswith(("1.", "2.")) else "keras"
 
     def check(config_temp: Path, weights_temp: Path) -> None:
-        json_h5_probe.check(library, Path(c.path), config_temp, weights_temp)
+        json_h5_probe.check(
+            library, Path(c.path), config_temp, weights_temp, mode=config.load_sandbox
+        )
 
     _refuse(c, "split")
     with rail.acting_on(config, store, c, "split", actor) as (root, _members):
