@@ -86,7 +86,8 @@ def test_purge_keeps_the_last_copy_when_its_object_is_gone(
     assert failed.startswith(f"failed: {shown}: not purged, the local copy is the last one:")
     assert "remote copy missing (not in the store)" in failed, failed
     assert local_copy.exists(), "the last copy anywhere stays"
-    assert f"purged: {Path(kept).relative_to(ws.root)}" in done.stdout  # its object is there: purged as before
+    # its object is there: purged as before
+    assert f"purged: {Path(kept).relative_to(ws.root)}" in done.stdout
     assert location(ws, gone) == "none"  # not `remote` any more: the trash holds it
     assert gone in {t["path"] for t in ws.json("trash", "list")}
     events = [e for e in ws.json("log") if e["action"] == "verify-remote"]
