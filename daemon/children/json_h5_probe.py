@@ -9,7 +9,8 @@ Before anything is loaded, as `keras_load_probe` does (`children.unprivileged`):
 staged privately in the sandbox (`children.sandbox`: no network, no write outside that folder),
 and both configs (the checkpoint's, and the JSON with its compile config: `model_from_json`
 compiles) refused if loading would run the file's code. Prints one JSON object: {"identical":
-true|false, "max_abs_diff": float, "outputs": N}, {"refused": [...]} or {"error": "..."}. Only
+true|false, "max_abs_diff": float, "outputs": N, "sandbox": "..."}, {"refused": [...]} or
+{"error": "..."}. Only
 ever a child: the daemon and the CLI never import Keras.
 """
 
@@ -80,12 +81,13 @@ def main(argv: list[str]) -> int:
     try:
         keras = importlib.import_module(argv[0])
         checkpoint, config, weights = unprivileged.stage(argv[1:])
+        confined = unprivileged.confinement()
         refused = [f"{argv[1]}: {why}" for why in unprivileged.refusals(keras, checkpoint)]
         refused += [
             f"{argv[2]}: {why}" for why in unprivileged.refusals(keras, config, with_compile=True)
         ]
         if refused:
-            print(json.dumps({"refused": refused}))
+            print(json.dumps({"refused": refused, "sandbox": confined}))
             return 0
         full = load(keras, checkpoint)
         feed = _inputs(full, np)
@@ -94,6 +96,7 @@ def main(argv: list[str]) -> int:
         model.load_weights(weights)
         got = _outputs(model, feed, np)
         result: dict[str, Any] = {
+            "sandbox": confined,
             "outputs": len(got),
             "identical": len(got) == len(expected)
             and all(np.array_equal(a, b) for a, b in zip(expected, got, strict=False)),

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import stat
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Refused, UsageError
+from ..logs import event
 from . import sandbox
 
 STAGING_ENV = "CKPT_LOAD_STAGING"
@@ -87,6 +89,9 @@ def run_probe(
             f"not loaded: this kernel cannot sandbox the load child ({result['unsandboxed']});"
             " `load_sandbox: warn` in the config loads without the missing layer"
         )
+    confined = str(result.get("sandbox") or "")
+    if confined.startswith("NOT SANDBOXED"):  # `load_sandbox: warn`: said loudly, every time
+        event("load_unsandboxed", level=logging.WARNING, probe=cmd[-1], detail=confined)
     return result
 
 

@@ -198,3 +198,4 @@ def test_without_user_namespaces_require_refuses_and_warn_says_so(
     assert "loads with torch, weights_only (1 tensors, NOT SANDBOXED (no user and network" in (
         warned.stdout
     ), warned.stdout
+    assert "load_unsandboxed" in warned.stderr, warned.stderr  # and a logged warning each time
