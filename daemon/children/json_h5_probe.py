@@ -35,9 +35,10 @@ TIMEOUT_SECONDS = 600.0
 
 def check(
     library: str, checkpoint: Path, config: Path, weights: Path, *, mode: str = "require"
-) -> None:
+) -> str:
     """The parent's side: raise ArtifactMismatch unless the export predicts identically
-    (`mode`: `load_sandbox`; Refused where the sandbox is required and missing)."""
+    (`mode`: `load_sandbox`; Refused where the sandbox is required and missing). Returns what
+    the child ran under (`unprivileged.confinement`)."""
     refused = load_precheck.refusals([checkpoint, config], with_compile=True)
     if refused:  # what the child would refuse, found without importing Keras
         reasons = "; ".join(refused)
@@ -58,6 +59,7 @@ def check(
             f"json+h5 export predicts differently from {checkpoint} "
             f"(max abs diff {result['max_abs_diff']})"
         )
+    return str(result.get("sandbox") or "")
 
 
 def _outputs(model: Any, feed: list[Any], np: Any) -> list[Any]:

@@ -37,6 +37,7 @@ import sys
 DESCRIPTION_ENV = "CKPT_LOAD_SANDBOX"
 MODES = ("require", "warn")
 CONFINED = "sandboxed: no network, writes only to its temp folder"
+UNSANDBOXED = "NOT SANDBOXED"  # `load_sandbox: warn`, a layer missing: "NOT SANDBOXED (why)"
 LANDLOCK_MIN_ABI = 3
 
 _CLONE_NEWUSER = 0x10000000
@@ -212,7 +213,7 @@ def main(argv: list[str]) -> int:
     if missing and mode == "require":
         print(json.dumps({"unsandboxed": "; ".join(missing)}))
         return 0
-    os.environ[DESCRIPTION_ENV] = f"NOT SANDBOXED ({'; '.join(missing)})" if missing else CONFINED
+    os.environ[DESCRIPTION_ENV] = f"{UNSANDBOXED} ({'; '.join(missing)})" if missing else CONFINED
     os.execv(cmd[0], cmd)
     return 1  # not reached
 

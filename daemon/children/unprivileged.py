@@ -9,13 +9,13 @@
 3. It reads each staged config and refuses what would run the file's code (`core.model_code`).
 
 `confinement` names what the child runs under, for its answer ("sandboxed: ...", or, where
-`load_sandbox: warn` let it run without a layer the kernel lacks, "NOT SANDBOXED (...)").
+`load_sandbox: warn` let it run without a layer the kernel lacks, "NOT SANDBOXED (...)": the
+use cases log a `load_unsandboxed` warning for each such load).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import stat
@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import Refused, UsageError
-from ..logs import event
 from . import sandbox
 
 STAGING_ENV = "CKPT_LOAD_STAGING"
@@ -89,15 +88,12 @@ def run_probe(
             f"not loaded: this kernel cannot sandbox the load child ({result['unsandboxed']});"
             " `load_sandbox: warn` in the config loads without the missing layer"
         )
-    confined = str(result.get("sandbox") or "")
-    if confined.startswith("NOT SANDBOXED"):  # `load_sandbox: warn`: said loudly, every time
-        event("load_unsandboxed", level=logging.WARNING, probe=cmd[-1], detail=confined)
     return result
 
 
 def confinement() -> str:
     """The child's side: what it runs under, as the launcher said."""
-    return os.environ.get(sandbox.DESCRIPTION_ENV) or "NOT SANDBOXED (not started by ckpt)"
+    return os.environ.get(sandbox.DESCRIPTION_ENV) or f"{sandbox.UNSANDBOXED} (not started by ckpt)"
 
 
 def torch_weights_only(env: dict[str, str]) -> None:

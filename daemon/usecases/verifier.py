@@ -9,17 +9,20 @@ and retention stop treating it as ok; it is worth a human's look.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..catalog.store import Store
+from ..children.sandbox import UNSANDBOXED
 from ..core.errors import CkptError
 from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_artifact, hash_files
+from ..logs import event
 from ..settings.config import Config
 from . import folder_load, folder_units, guards
 
@@ -92,7 +95,10 @@ def _verdicts(
     for a in full.details.get("artifacts", []):
         note(_artifact(c, a))
     if load:
-        note(_load(full, config.load_sandbox))
+        loaded = _load(full, config.load_sandbox)
+        if UNSANDBOXED in loaded.detail:  # `load_sandbox: warn`: said every time
+            event("load_unsandboxed", level=logging.WARNING, path=c.path, detail=loaded.detail)
+        note(loaded)
     return found
 
 
