@@ -244,6 +244,7 @@ class JobName(enum.StrEnum):
     PURGE = "purge"  # empty the trash of what is older than `trash.purge_after`
     VERIFY = "verify"  # re-hash every ok checkpoint
     ARTIFACTS = "artifacts"  # split and compress cold checkpoints
+    REMOTE_VERIFY = "remote_verify"  # read back a sample of the verified remote copies
 
 
 @dataclass(frozen=True)

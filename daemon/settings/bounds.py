@@ -44,6 +44,8 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     ),
     **{f"schedule.{job}": (_JOB,) for job in ("rescan", "retention", "purge", "verify")},
     "schedule.artifacts": (_JOB,),
+    "schedule.remote_verify": (_JOB,),
+    "schedule.remote_sample": (Bound("count", 1, 100_000),),
     # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
     "schedule.misfire_grace": (Bound("duration", 1, DAY),),
     "service.heartbeat": (

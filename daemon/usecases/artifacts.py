@@ -10,12 +10,14 @@ checkpoint).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
+from ..children.sandbox import UNSANDBOXED
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.progress import Counter, OnProgress
@@ -128,7 +130,11 @@ def export_checkpoint(
     library = "tf_keras" if version.startswith(("1.", "2.")) else "keras"
 
     def check(config_temp: Path, weights_temp: Path) -> None:
-        json_h5_probe.check(library, Path(c.path), config_temp, weights_temp)
+        confined = json_h5_probe.check(
+            library, Path(c.path), config_temp, weights_temp, mode=config.load_sandbox
+        )
+        if confined.startswith(UNSANDBOXED):  # `load_sandbox: warn`: said every time
+            event("load_unsandboxed", level=logging.WARNING, path=c.path, detail=confined)
 
     _refuse(c, "split")
     with rail.acting_on(config, store, c, "split", actor) as (root, _members):

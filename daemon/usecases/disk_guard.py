@@ -267,12 +267,16 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
 
 def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
     """Purge a trashed checkpoint before its grace period, on the rail, `reason` in its audit
-    event; refused if it is no longer in the trash or is pinned."""
-    from . import rail
+    event; refused if it is no longer in the trash or is pinned, or if its remote copy, read
+    back now, is not there to stand for it (`trash.remote_gone`)."""
+    from . import rail, trash
 
     item = next((t for t in store.trashed(include_pinned=False) if t.id == checkpoint_id), None)
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
+    kept = trash.remote_gone(config, store, checkpoint_id, actor)
+    if kept is not None:  # its remote copy is gone or other bytes: the last copy stays
+        raise fsops.Refused(kept)
     rail.purge_trashed(config, store, item, actor, reason=reason)
 
 
