@@ -60,7 +60,8 @@ def wait(
     `.orbax-checkpoint-tmp` folder, a DCP folder without its `.metadata`), an abandoned one or
     a file still being written never answers. It wakes on the catalog's change (PostgreSQL
     LISTEN/NOTIFY, so a daemon on another host sharing the catalog wakes it; inotify on an
-    SQLite catalog file), not a busy poll. Exit 6 at the timeout.
+    SQLite catalog file), not a busy poll. Exit 6 at the timeout; exit 2 at once (one line
+    saying which) when its SQLite catalog file is deleted, replaced or overwritten meanwhile.
 
     \b
     Example:  while ck=$(ckpt wait --run exp1 --after "$ck" --timeout 2h); do
