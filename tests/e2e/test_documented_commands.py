@@ -244,7 +244,6 @@ def test_every_documented_command_runs_without_a_crash(
     shown = [*docs.from_pages(), *docs.from_help()]
     ran: set[tuple[str, ...]] = set()
     problems = [p for s in order(shown) for p in run_shown(s, ws, env, ran)]
-    print(len(took), sum(took.values()), sorted(took.items(), key=lambda kv: -kv[1])[:16])
     assert not problems, "\n\n".join(problems)
     # What was run covers every command and the pages' long-running ones.
     from ckpt_daemon.cli.main import all_commands
