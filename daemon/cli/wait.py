@@ -24,7 +24,7 @@ from .output import echo, emit_json
     "--after",
     metavar="REF",
     help="A checkpoint past this one (a path or catalog id): further along, or at the same "
-    "point and written later.",
+    "point and written later. Empty (a loop's first `--after \"$ck\"`): as if not given.",
 )
 @click.option("--metric", help="Only a checkpoint that has this metric.")
 @click.option(
@@ -75,7 +75,8 @@ def wait(
         found = cat.wait(
             run,
             newer_than=newer_than,
-            after=after,
+            # The example's loop passes "$ck", empty before its first answer: nothing seen yet.
+            after=after or None,
             metric=metric,
             better_than=better_than,
             timeout=seconds,

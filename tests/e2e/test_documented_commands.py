@@ -8,8 +8,8 @@ it, in a workspace whose runs have the names the pages use (`exp1`, `exp2`, `dem
 store on loopback for the object-storage commands. A command may fail as documented (exit 2, 3,
 4, 5, 6: a synopsis' placeholder, a file an earlier command trashed), never as a crash: exit 1,
 "unexpected error", a traceback or a signal. The long-running ones are stopped once they do
-their job: `ckpt serve` once ready, `ckpt web` once it served the overview, `ckpt wait` once it
-waits (Ctrl-C, exit 130). The programs beside `ckpt` (pip, systemctl, ...) are not run: each is
+their job: `ckpt serve` once ready, `ckpt web` once it served the overview; `ckpt wait` answers
+a save made while it waits. The programs beside `ckpt` (pip, systemctl, ...) are not run: each is
 in `NOT_RUN` with why. Commands that change the workspace's files (prune, tier, trash purge,
 restore) run after the others, so that the others see every file."""
 
@@ -37,6 +37,7 @@ from tests.support.workspace import ZIP_FILES, ZIP_RUN, Workspace, rewritten_bes
 GENEROUS_S = 60.0  # a loaded 2-core machine
 took: dict[str, float] = {}  # seconds per command run (printed by the test: the slowest)
 served: list[str] = []  # the `ckpt web` commands whose overview page was fetched
+woke: dict[str, str] = {}  # the `ckpt wait` commands that answered a new save: what they said
 # Exits a documented command may end with: ok, usage/config, partial, lease, schema, not found.
 DOCUMENTED_EXITS = {0, 2, 3, 4, 5, 6}
 # Paths the pages show on a server, mapped into the workspace (names from docs/service.md).
@@ -160,15 +161,20 @@ def run_long(argv: list[str], ws: Workspace, env: dict[str, str]) -> tuple[int |
                     assert "exp1" in html and "demo" in html, html[:500]  # the runs overview
                     served.append(" ".join(argv))
                     proc.send_signal(signal.SIGINT)
-            elif _until(lambda: _waiting(proc.pid), proc):  # wait: armed, then Ctrl-C
-                proc.send_signal(signal.SIGINT)
+            elif _until(lambda: _waiting(proc.pid), proc) and "--run" in argv:
+                # wait: a new checkpoint of its run saved and scanned: it answers with it.
+                run = argv[argv.index("--run") + 1]
+                new = ws.root / run / f"e{10 + len(woke):02d}.keras"
+                shutil.copy2(ws.root / "demo" / ZIP_FILES[2], new)
+                new.touch()
+                ckpt_process(["scan"], env=env, cwd=ws.base, timeout=GENEROUS_S)
+                if proc.wait(timeout=GENEROUS_S) == 0:
+                    woke[" ".join(argv)] = _output_of(output).strip().splitlines()[-1]
             code = proc.wait(timeout=GENEROUS_S)
         finally:
             proc.kill()
             proc.wait()
         said = _output_of(output)
-    if code == 130 and command == "wait":
-        code = 0  # Ctrl-C: the documented end of a wait the test stopped
     return code, said
 
 
@@ -212,11 +218,12 @@ def run_shown(
         if argv is not None and docs.is_ckpt_command(argv):
             one(argv)
         return problems
+    text = re.sub(r"\$[a-z_][a-z0-9_]*", "", shown.text)  # a shell variable not set yet: empty
     outputs = {}
-    for inner in docs.substitutions(shown.text):
+    for inner in docs.substitutions(text):
         if "..." not in inner:
             outputs[inner] = one(shlex.split(inner))
-    line = re.sub(r"\$[a-z_][a-z0-9_]*", "", docs.substitute(shown.text, outputs))
+    line = docs.substitute(text, outputs)
     for words in docs.commands(line):
         if words[0] == "ckpt":
             if docs.is_ckpt_command(words):
@@ -255,7 +262,10 @@ def test_every_documented_command_runs_without_a_crash(
     # `ckpt web --listen 127.0.0.1:PORT` served the overview (plain `ckpt web` too, unless
     # another process holds its default port 9465: then it says so, exit 2).
     assert "ckpt web --listen 127.0.0.1:0" in served, served
-    assert any(argv[:2] == ("ckpt", "wait") and "--after" in argv for argv in ran)
+    # The loop of `ckpt wait --help` waits on its first turn (its "$ck" still empty) and
+    # answers the next save (it used to exit 6 at once: "no checkpoint ''", ending the loop).
+    said = woke.get("ckpt wait --run exp1 --after  --timeout 2h")
+    assert said == str(ws.root / "exp1" / "e10.keras"), woke
     # The remembered config went to the workspace's HOME, never the user's.
     remembered = ws.base / "home" / ".local" / "state" / "ckpt" / "serve-config"
     assert remembered.read_text().strip() == str(ws.config)
