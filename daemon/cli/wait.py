@@ -24,7 +24,7 @@ from .output import echo, emit_json
     "--after",
     metavar="REF",
     help="A checkpoint past this one (a path or catalog id): further along, or at the same "
-    "point and written later. Empty (a loop's first `--after \"$ck\"`): as if not given.",
+    'point and written later. Empty (a loop\'s first `--after "$ck"`): as if not given.',
 )
 @click.option("--metric", help="Only a checkpoint that has this metric.")
 @click.option(
