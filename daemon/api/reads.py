@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -236,7 +236,6 @@ class CatalogReads:
         after `timeout` seconds; `recheck`: a look every so many seconds even without a change
         (an event lost). `ckpt wait` is this call."""
         from ..catalog import db
-        from ..core.wait_match import WaitFor
         from ..service import catalog_wait
 
         if newer_than is not None and after is not None:
@@ -246,7 +245,29 @@ class CatalogReads:
         url = self.config.database
         sqlite_file = db.sqlite_path(url) if db.is_sqlite(url) else None
         check = catalog_wait.SqliteFileCheck(sqlite_file) if sqlite_file else lambda: None
-        waker = catalog_wait.waker_for(url, sqlite_file)
+        try:
+            found = (newer_than, after, metric, better_than, mode)
+            return self._wait(run, found, timeout, recheck, check)
+        except Exception:
+            check()  # a read failed because the catalog went away meanwhile: say that
+            raise
+
+    def _wait(
+        self,
+        run: str,
+        wanted_of: tuple[int | None, str | int | None, str | None, float | None, str | None],
+        timeout: float,
+        recheck: float,
+        check: Callable[[], None],
+    ) -> Checkpoint:
+        """`wait` on its catalog, `check()` before each look (`catalog_wait.wait_for`)."""
+        from ..catalog import db
+        from ..core.wait_match import WaitFor
+        from ..service import catalog_wait
+
+        newer_than, after, metric, better_than, mode = wanted_of
+        url = self.config.database
+        waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
 
         def rows() -> builtins.list[Checkpoint]:
             return self.list(run=run, status=CheckpointStatus.OK.value)
