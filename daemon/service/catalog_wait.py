@@ -44,6 +44,7 @@ FOLLOW_STEP_S = 0.01
 class _SqliteWaker:
     def __init__(self, path: Path) -> None:
         names = {path.name, f"{path.name}-wal"}
+        self._path = path
         self._files = watcher.FileChanges(path.parent, names)
         self._counter = change_feed.SqliteCounter(path)
 
@@ -51,6 +52,8 @@ class _SqliteWaker:
         deadline = time.monotonic() + timeout_s
         while True:
             touched = self._files.wait(deadline - time.monotonic())
+            if touched and not self._path.exists():
+                return True  # the catalog deleted: a look now says so (`SqliteFileCheck`)
             if self._counter.changed():
                 return True
             if not touched or time.monotonic() >= deadline:
