@@ -28,7 +28,9 @@ def serve(obj: Context, once: bool) -> None:
     """Run the service: watch roots, index checkpoints once complete, run scheduled jobs.
 
     Runs in the foreground (systemd's Type=notify does the daemonizing); logs one line per
-    event to stderr. SIGHUP reloads the config, SIGTERM stops it.
+    event to stderr. SIGHUP reloads the config, SIGTERM stops it. On a ./config.yaml found in
+    its working folder, it writes that file's path to ~/.local/state/ckpt/serve-config
+    ($XDG_STATE_HOME/ckpt/): `ckpt` in any other folder then finds this daemon's catalog.
 
     \b
     Example:  ckpt --config /etc/ckpt/config.yaml serve

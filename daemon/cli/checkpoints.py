@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # `ckpt list`'s text columns without --columns (named here: --help says it without loading
 # the table code).
-DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,versions,metrics"
+DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,location,versions,metrics"
 
 
 @click.command()
@@ -139,7 +139,7 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     "--columns",
     metavar="A,B,...",
     help="Text columns, in this order: id, path, run, epoch, step, size, format, kind, "
-    "optimizer, status, mtime, a metric name, or `metrics` (the --metrics columns). "
+    "optimizer, status, location, mtime, a metric name, or `metrics` (the --metrics columns). "
     f"Default: {DEFAULT_LIST_COLUMNS}.",
 )
 @click.option(
@@ -174,7 +174,8 @@ def list_command(
 ) -> None:
     """List catalogued checkpoints: the checkpoints themselves, each rewritten file with the
     count of its kept versions (VERSIONS; `--versions` lists them as rows), without the rows of
-    files trashed, purged or removed by their trainer (`--status trashed` lists those).
+    files trashed, purged or removed by their trainer (`--status trashed` lists those), except
+    checkpoints tiered to the object store: LOCATION says `remote` (their bytes are there).
 
     Paths are relative to their root (they start with the run's folder; every command takes
     them back as REF from any folder); a listing over several roots has a `root PATH` line
@@ -202,14 +203,14 @@ def list_command(
             every_row=every_row,
             location=location,
         )
-        places = cat.locations(rows) if as_json else {}
+        places = cat.locations(rows)
     if as_json:
         emit_json_rows(documents.list_rows(rows, places))
         return
     from .tables import grouped_by_root, list_table
 
     header, cells, headings = list_table(
-        grouped_by_root(rows), columns, metrics, default=DEFAULT_LIST_COLUMNS
+        grouped_by_root(rows), columns, metrics, default=DEFAULT_LIST_COLUMNS, places=places
     )
     table(header, cells, before=headings)
 

@@ -7,7 +7,7 @@ The layout itself (widths, alignment, fitting a terminal) is core.table's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ LIST_COLUMNS: dict[str, Column] = {
     "kind": Column("KIND"),
     "optimizer": Column("OPTIMIZER", cut="right", min_width=9),
     "status": Column("STATUS"),
+    "location": Column("LOCATION"),  # empty where the bytes are at the path (`local`)
     "mtime": Column("MTIME"),
     "versions": Column("VERSIONS", align="right"),  # kept versions folded under the file
 }
@@ -51,10 +52,16 @@ def chosen_metrics(present: Sequence[str], metrics: str | None) -> list[str]:
 
 
 def list_table(
-    rows: Sequence[Checkpoint], columns: str | None, metrics: str | None, *, default: str
+    rows: Sequence[Checkpoint],
+    columns: str | None,
+    metrics: str | None,
+    *,
+    default: str,
+    places: Mapping[int, tuple[str, str | None]] | None = None,
 ) -> tuple[list[Column], list[list[str]], dict[int, list[str]]]:
     """The columns, cells and root headings of `ckpt list` for `--columns` / `--metrics`
-    (`default`: the columns without --columns)."""
+    (`default`: the columns without --columns; `places`: each row's location, as
+    `Catalog.locations` gives it)."""
     present = sorted({name for c in rows for name in c.metrics})
     wanted = _column_names(columns or default, present, rows)
     unknown = [m for m in chosen_metrics(present, metrics) if m not in present]
@@ -79,7 +86,7 @@ def list_table(
                 base = replace(base, min_width=_path_floor(rows))
             header.append(replace(base, keep=base.keep or explicit))
             for row, c in zip(cells, rows, strict=True):
-                row.append(_cell(c, name))
+                row.append(_cell(c, name, places or {}))
         else:  # a metric named in --columns
             header.append(Column(name, align="right", keep=True, drop_last=True))
             for row, cell in zip(cells, _metric_cells(rows, name), strict=True):
@@ -113,7 +120,7 @@ def _column_names(columns: str, present: Sequence[str], rows: Sequence[Checkpoin
     return names
 
 
-def _cell(c: Checkpoint, name: str) -> str:
+def _cell(c: Checkpoint, name: str, places: Mapping[int, tuple[str, str | None]]) -> str:
     if name == "id":
         return str(c.id)
     if name == "path":
@@ -134,6 +141,9 @@ def _cell(c: Checkpoint, name: str) -> str:
         return c.optimizer or ""
     if name == "status":
         return c.status.value + (REASON_FLAG if c.reason else "")
+    if name == "location":  # the bytes at the path need no word; elsewhere they do
+        place = places.get(c.id, ("local", None))[0]
+        return "" if place == "local" else place
     if name == "mtime":
         return short_time(iso_utc(c.mtime))
     if name == "versions":

@@ -39,6 +39,7 @@ SLOWEST_FIRST = (
     "integration/test_catalog.py",
     "e2e/test_postgres_catalog.py",
     "e2e/test_docs_site.py",
+    "e2e/test_documented_commands.py",
 )
 
 
