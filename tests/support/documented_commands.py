@@ -47,6 +47,7 @@ NOT_RUN = {
     ".ci/system-packages": "installs Debian packages: CI's own first step",
     "ruff": "the lint step of the README's test line: CI runs it",
     "mypy": "the type check of the README's test line: CI runs it",
+    "codespell": "the spell check of the README's test line: CI runs it",
     "mkdocs": "builds the docs site: test_docs_site builds it",
     "while": "the shell loop of `ckpt wait`'s example: its `ckpt wait` runs",
     "do": "the shell loop of `ckpt wait`'s example: its body is the user's script",
