@@ -18,6 +18,7 @@ CSV row and the checkpoint at the same epoch end, in the callbacks' order), else
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -381,7 +382,19 @@ def _metrics(
     if step_key is not None and (step is not None or epoch is None) and logged.by_step:
         from_logs = dict(logged.by_step.get(step_key, {})) | from_logs
     for name, value in from_logs.items():
-        merged.setdefault(name, value)
+        own = merged.setdefault(name, value)
+        both_nan = math.isnan(own.value) and math.isnan(value.value)
+        if (
+            own is not value
+            and not both_nan
+            and not math.isclose(own.value, value.value, rel_tol=1e-6)
+        ):
+            # The file's own value is the truth of its moment; a log that says otherwise at
+            # this epoch is said, never taken (nor shifted to another epoch to fit).
+            notes.append(
+                f"{value.source} {name} {value.value:.6g} at this epoch disagrees with the "
+                f"{own.source}'s {own.value:.6g}: the {own.source}'s is used"
+            )
     for name, text in m.name_metrics.items():
         best = merged.get(name)
         if best is None:
