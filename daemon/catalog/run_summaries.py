@@ -58,6 +58,7 @@ def _with_details(r: Run, derived: dict[str, Any]) -> Run:
         naming=list(derived.get("naming") or []),
         steps_per_epoch=derived.get("steps_per_epoch"),
         evidence=list(derived.get("evidence") or []),
+        log_alignment=derived.get("log_alignment"),
     )
 
 

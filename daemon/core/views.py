@@ -80,6 +80,7 @@ def run_json(r: Run) -> dict[str, Any]:
         "naming": r.naming,
         "steps_per_epoch": r.steps_per_epoch,
         "evidence": r.evidence,
+        "log_alignment": r.log_alignment,
         "last_save": iso_utc(r.newest_mtime_ns / 1e9) if r.newest_mtime_ns is not None else None,
         "last_save_failed": failed_save_json(r.last_save_failed) if r.last_save_failed else None,
     }
