@@ -97,8 +97,6 @@ def align(streams: Sequence[Stream], members: Sequence[Evidence]) -> Alignment:
     by_epoch = [s for s in streams if s.kind == "epochs"]
     by_step = [s.source for s in streams if s.kind == "steps" and _reads_epochs(s, epochs, steps)]
     readable = [*by_epoch, *(s for s in streams if s.source in by_step)]
-    if not readable:
-        return Alignment(KERAS_RULE, (), "")
     scores = {offset: _score(readable, members, offset) for offset in (0, 1)}
     (agree0, against0), (agree1, against1) = scores[0][:2], scores[1][:2]
     offset, reason = _decide(members, agree0, against0, agree1, against1, scores)

@@ -116,7 +116,7 @@ def refresh_run(
     members = [_member(r, naming, _or_recorded(sidecars[r.id], r)) for r in rows]
     alignment = align(logs.streams(), [_evidence(r, m) for r, m in zip(rows, members, strict=True)])
     logs = logs.aligned(alignment)
-    logged = _logged(logs)
+    logged = dataclasses.replace(_logged(logs), first_epoch=alignment.offset)
     result = derive_run(members, logged)
     offset = alignment.offset
     derived = {r.id: _with_recorded(r, result.members[r.id], offset) for r in rows}

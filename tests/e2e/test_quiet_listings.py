@@ -64,5 +64,7 @@ def test_best_and_latest_prefer_the_epoch_file_to_last_ckpt(ws: Workspace) -> No
         assert said is not None and said["path"].endswith("/last.ckpt"), found
         assert name in said["why"] and f"epoch {found['epoch']}" in said["why"], said
         assert ws.run(*args, "--run", "pl").stdout.strip() == found["path"]
+    pl = next(r for r in ws.json("runs") if r["name"].startswith("pl"))
+    assert Path(pl["best"]["val_loss"]).name.startswith("epoch="), pl["best"]  # not last.ckpt
     # A winner that is not rewritten says nothing was passed over.
     assert ws.json("best", "--metric", "eval_loss", "--run", "hf")["preferred_over"] is None

@@ -41,7 +41,7 @@ def train(run: Path, logs: set[str], truth_dir: Path) -> None:
     torch.manual_seed(0)
     run.mkdir(parents=True, exist_ok=True)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)  # its state counts the steps
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
     writer = SummaryWriter(str(run / "tb")) if "tb" in logs else None

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-VERSION = 6
+VERSION = 7
 PLAIN_TRUTH = "plain-truth.json"
 LIGHTNING_TRUTH = "lightning-truth.json"
 GENERATE_TIMEOUT_S = 900

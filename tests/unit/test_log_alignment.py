@@ -28,7 +28,9 @@ def test_torch_files_count_from_zero_keras_files_by_epochs_done() -> None:
     assert align([csv], [_ckpt(1, "keras-v3-zip"), _ckpt(2, "keras-v3-zip")]).offset == KERAS_RULE
     assert align([csv], [_ckpt(0, "hf-folder")]).offset == 0  # epoch 0: not a count of epochs done
     assert align([csv], [_ckpt(1, "hf-folder")]).offset == KERAS_RULE
-    assert align([], [_ckpt(1)]) == Alignment(KERAS_RULE, (), "")  # nothing to line up
+    # Without logs too: optimizer iterations count epochs done from the first epoch's number.
+    assert align([], [_ckpt(1)]).offset == 0
+    assert align([], [_ckpt(1, "keras-v3-zip")]) == Alignment(KERAS_RULE, (), "")
 
 
 def test_a_disagreeing_value_is_a_note_at_the_chosen_row() -> None:
