@@ -47,7 +47,9 @@ def test_an_hf_run_lists_in_100_columns_with_eval_loss(ws: Workspace) -> None:
 
 
 def test_runs_names_a_best_only_for_metrics_with_a_direction(ws: Workspace) -> None:
-    best_lines = [line for line in ws.run("runs").stdout.splitlines() if "best " in line]
+    best_lines = [  # `  best FILE: NAME VALUE, ...`: the metrics' part
+        line.split(": ", 1)[1] for line in ws.run("runs").stdout.splitlines() if "best " in line
+    ]
     assert best_lines and any("eval_loss" in line for line in best_lines), best_lines
     assert not any(word in line for line in best_lines for word in UNDIRECTED), best_lines
     hf = next(r for r in ws.json("runs") if r["name"].startswith("hf"))
