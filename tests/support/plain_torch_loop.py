@@ -35,6 +35,9 @@ VAL_LOSS = [0.9, 0.7, 0.3, 0.8, 0.5]
 
 
 def train(run: Path, logs: set[str], truth_dir: Path) -> None:
+    # As on most PyTorch users' machines, without TensorFlow: tensorboard then writes its
+    # events with its own stub instead of importing TensorFlow (~10 CPU s here).
+    sys.modules.setdefault("tensorflow", None)  # type: ignore[arg-type]
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
