@@ -127,8 +127,12 @@ def _decide(
 
 def _reads_epochs(stream: Stream, epochs: set[int], steps: set[int]) -> bool:
     """Whether a plain TensorBoard stream's steps are epochs: they meet more of the checkpoints'
-    epochs (either way of counting) than of their global steps."""
+    epochs (either way of counting) than of their global steps, and do not run far past the
+    last epoch (a loop logging every batch by global step, with no step in its files, meets
+    the small epoch numbers too)."""
     keys = set(stream.rows)
+    if not keys or not epochs or max(keys) > 2 * max(epochs) + 2:
+        return False
     as_epochs = max(len(epochs & keys), len(epochs & {k + 1 for k in keys}))
     return as_epochs > len(steps & keys)
 

@@ -42,6 +42,11 @@ def test_an_hf_run_lists_in_100_columns_with_eval_loss(ws: Workspace) -> None:
     assert not any("/" in name for name in header[1:] if name != "PATH"), header
     every = ws.run("list", "--run", "hf", "--metrics", "all").stdout.splitlines()[0].split()
     assert {"eval/runtime", "learning_rate", "train/total_flos"} <= set(every), every
+    # HF's TensorBoard copies, keyed by global step, sit at the checkpoint of that step.
+    for row in ws.json("list", "--run", "hf"):
+        metrics = row["metrics"]
+        assert metrics["train/loss"] == pytest.approx(metrics["loss"], rel=1e-6), row
+        assert metrics["eval/loss"] == pytest.approx(metrics["eval_loss"], rel=1e-6), row
     typo = ws.run("list", "--run", "hf", "--metrics", "eval_los", check=False)
     assert typo.returncode == 2 and "eval_loss" in typo.stderr, typo.stderr
 

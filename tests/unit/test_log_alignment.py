@@ -50,6 +50,9 @@ def test_a_plain_tensorboard_stream_is_read_by_what_its_steps_meet() -> None:
     by_step = Stream("tensorboard:tb", "steps", {4: {"eval/loss": 0.9}, 8: {"eval/loss": 0.7}})
     hf = [Evidence("checkpoint-8", "hf-folder", 1, 8, {}), Evidence("c16", "hf-folder", 2, 16, {})]
     assert align([by_step], hf).epoch_streams == ()
+    # A loop logging every batch by global step, its files (SGD) recording no step.
+    batches = Stream("tensorboard:tb", "steps", {s: {"Loss/train": 1.0} for s in range(1, 21)})
+    assert align([batches], [_ckpt(e) for e in range(5)]).epoch_streams == ()
 
 
 def test_an_alignment_round_trips_through_the_runs_details() -> None:
