@@ -145,7 +145,9 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
 @click.option(
     "--metrics",
     metavar="M1,M2",
-    help="The metric columns (default: every metric in the listing, val_X after X).",
+    help="The metric columns, val_X after X (default: the metrics checkpoints are chosen by: "
+    "losses, accuracies, scores, and those retention's keep_best names; `all`: every metric "
+    "in the listing, learning rates and runtimes too).",
 )
 @click.option(
     "--location",
@@ -209,8 +211,14 @@ def list_command(
         return
     from .tables import grouped_by_root, list_table
 
+    monitored = _monitored(obj.config())
     header, cells, headings = list_table(
-        grouped_by_root(rows), columns, metrics, default=DEFAULT_LIST_COLUMNS, places=places
+        grouped_by_root(rows),
+        columns,
+        metrics,
+        default=DEFAULT_LIST_COLUMNS,
+        places=places,
+        monitored=monitored,
     )
     table(header, cells, before=headings)
 
@@ -308,7 +316,8 @@ def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:
 @click.option(
     "--metrics",
     metavar="M1,M2",
-    help="Which metrics' best checkpoints to show (default: every metric of the run).",
+    help="Which metrics' best checkpoints to show (default: those with a direction: losses, "
+    "accuracies, scores; `all`: every metric of the run).",
 )
 @json_option("JSON array of run objects.")
 @pass_context
@@ -333,6 +342,12 @@ def runs(obj: Context, metrics: str | None, as_json: bool) -> None:
         values = _best_values(cat, found)
     cells, before, after = runs_table(found, values, metrics)
     table(RUN_COLUMNS, cells, before=before, after=after)
+
+
+def _monitored(config: Any) -> set[str]:
+    """The metrics retention keeps the best checkpoints by, in any policy of the config."""
+    policies = [config.retention, *(r.retention for r in (*config.run_rules, *config.roots))]
+    return {b.metric for p in policies if p is not None for b in p.keep_best}
 
 
 def _best_values(cat: Any, found: list[Any]) -> dict[str, dict[str, float | None]]:

@@ -7,11 +7,12 @@ The layout itself (widths, alignment, fitting a terminal) is core.table's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
+from ..core.metric_names import default_metrics
 from ..core.table import HARD_FLOOR, Column, number_cells
 from ..core.text import metric_text, relative_path, visible
 from ..core.units import format_size, iso_utc, short_time
@@ -44,9 +45,17 @@ def metric_order(names: Sequence[str]) -> list[str]:
     return sorted(set(names), key=lambda n: (n.removeprefix("val_"), n.startswith("val_")))
 
 
-def chosen_metrics(present: Sequence[str], metrics: str | None) -> list[str]:
-    """`--metrics a,b` (in that order), or every metric in the listing."""
+ALL_METRICS = "all"
+
+
+def chosen_metrics(
+    present: Sequence[str], metrics: str | None, monitored: Collection[str] = ()
+) -> list[str]:
+    """`--metrics a,b` (in that order), `--metrics all` (every metric in the listing), or the
+    ones people choose checkpoints by (`core.metric_names.default_metrics`)."""
     if metrics is None:
+        return metric_order(default_metrics(present, monitored))
+    if metrics.strip() == ALL_METRICS:
         return metric_order(present)
     return [name.strip() for name in metrics.split(",") if name.strip()]
 
@@ -58,13 +67,14 @@ def list_table(
     *,
     default: str,
     places: Mapping[int, tuple[str, str | None]] | None = None,
+    monitored: Collection[str] = (),
 ) -> tuple[list[Column], list[list[str]], dict[int, list[str]]]:
     """The columns, cells and root headings of `ckpt list` for `--columns` / `--metrics`
     (`default`: the columns without --columns; `places`: each row's location, as
-    `Catalog.locations` gives it)."""
+    `Catalog.locations` gives it; `monitored`: metrics always shown)."""
     present = sorted({name for c in rows for name in c.metrics})
     wanted = _column_names(columns or default, present, rows)
-    unknown = [m for m in chosen_metrics(present, metrics) if m not in present]
+    unknown = [m for m in chosen_metrics(present, metrics, monitored) if m not in present]
     if unknown and rows:  # as --columns: with no rows, no metric is known
         shown = ", ".join(metric_order(present)) or "none"
         raise UsageError(
@@ -75,7 +85,7 @@ def list_table(
     cells: list[list[str]] = [[] for _ in rows]
     for name in wanted:
         if name == "metrics":
-            for metric in chosen_metrics(present, metrics):
+            for metric in chosen_metrics(present, metrics, monitored):
                 header.append(Column(metric, align="right", keep=explicit, drop_last=True))
                 for row, cell in zip(cells, _metric_cells(rows, metric), strict=True):
                     row.append(cell)

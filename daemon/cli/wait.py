@@ -83,6 +83,6 @@ def wait(
         )
         # Printed before the catalog closes: the caller is waiting for this line.
         if as_json:
-            emit_json(documents.checkpoint(found))
+            emit_json(documents.waited(found))
         else:
             echo(found.path)
