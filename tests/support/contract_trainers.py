@@ -285,14 +285,23 @@ def lightning_loop(spec: dict[str, Any], rep: Reporter) -> None:
             return [opt], [lam]
 
     class Reporting(ModelCheckpoint):
+        def on_validation_end(self, trainer: Any, module: Any) -> None:
+            super().on_validation_end(trainer, module)
+            self.report(trainer)
+
         def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-            """Lightning 2.6 saves here when a validation loop runs inside the epoch."""
             super().on_train_epoch_end(trainer, module)
+            self.report(trainer)
+
+        def report(self, trainer: Any) -> None:
+            """Once per save, right after Lightning's own (at the end of validation or of the
+            epoch, by version and settings): when `last.ckpt` was just written."""
             if trainer.sanity_checking or not self.last_model_path:
                 return
-            if reported and reported[-1] == trainer.global_step:
+            mtime = os.stat(self.last_model_path).st_mtime_ns
+            if reported and reported[-1] == mtime:
                 return
-            reported.append(trainer.global_step)
+            reported.append(mtime)
             held = [*self.best_k_models, self.last_model_path]
             rel = [rep.rel(p) for p in held if p]
             newest = rep.rel(self.last_model_path)

@@ -50,7 +50,16 @@ from .contract_trainers import METRIC, digest
 REPO = Path(__file__).resolve().parents[2]
 RUN = "job"
 COPIES = ".ckpt-versions"
-CATCH_UP_S = 60.0
+CATCH_UP_S = 20.0
+WAIT_S = 10  # `ckpt wait` for a save the service indexes in ~1 s
+# What each trainer's zygote imports once (TensorBoard's writer is not: with TensorFlow
+# installed it imports it, which the torch loop avoids).
+PRELOAD = {
+    "torch": "torch",
+    "hf": "torch,transformers,transformers.trainer",
+    "lightning": "torch,lightning.pytorch",
+    "keras": "tensorflow,keras",
+}
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 
 
@@ -130,6 +139,8 @@ class Driver:
         self.records: list[dict[str, Any]] = []
         self.log_seen = 0  # audit events already judged
         self.daemon: Any = None
+        self.zygote: Any = None  # the trainers' (forked_cli._Zygote with PRELOAD's modules)
+        self.zygote_env: dict[str, str] = {}
         self.phase = 0
         self.t0 = time.monotonic()
         self.biggest = 0  # the run's biggest checkpoint seen (I6's default budget)
@@ -153,6 +164,8 @@ class Driver:
             self.final_check()
         finally:
             self.daemon.stop()
+            if self.zygote is not None:
+                self.zygote.stop()
             self.outcome.seconds = round(time.monotonic() - start, 1)
         return self.outcome
 
@@ -178,13 +191,14 @@ class Driver:
     def trainer(
         self, record: Path, *, lockstep: bool, resume: str | None
     ) -> tuple[int, str]:
-        proc = self.start_trainer(record, lockstep=lockstep, resume=resume)
-        output, _ = proc.communicate(timeout=600)
-        return proc.returncode, output
+        proc, log = self.start_trainer(record, lockstep=lockstep, resume=resume)
+        return proc.wait(timeout=600), log.read_text()
 
     def start_trainer(
         self, record: Path, *, lockstep: bool, resume: str | None
-    ) -> subprocess.Popen[str]:
+    ) -> tuple[Any, Path]:
+        """The trainer, forked from a zygote that imported its framework once (the control run,
+        the first run and the resumed one pay for one import); its output in a log file."""
         self.phase += 1
         self.mark(f"trainer phase {self.phase}")
         spec = {
@@ -202,22 +216,26 @@ class Driver:
         (self.out / "acks").mkdir(exist_ok=True)
         path = self.out / f"trainer-{self.phase}.json"
         path.write_text(json.dumps(spec))
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"}
-        env.pop("TF_USE_LEGACY_KERAS", None)
-        return subprocess.Popen(
-            [sys.executable, contract_trainers.__file__, str(path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=self.out,
-        )
+        log = self.out / f"trainer-{self.phase}.log"
+        argv = [contract_trainers.__file__, str(path)]
+        if self.zygote is None:
+            from .forked_cli import _Zygote
+
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
+                   "KERAS_BACKEND": "tensorflow"}  # fmt: skip
+            env.pop("TF_USE_LEGACY_KERAS", None)
+            self.zygote_env = env
+            self.zygote = _Zygote(PRELOAD[self.s.trainer], env)
+        with open(os.devnull) as stdin, open(log, "w") as out:
+            fds = [stdin.fileno(), out.fileno(), out.fileno()]
+            proc = self.zygote.start_with(argv, self.zygote_env, str(self.out), fds)
+        return proc, log
 
     def train(self) -> None:
         record = self.out / "record.jsonl"
         resume: str | None = None
         while True:
-            proc = self.start_trainer(record, lockstep=True, resume=resume)
+            proc, log = self.start_trainer(record, lockstep=True, resume=resume)
             killed = False
             while proc.poll() is None:
                 new = self.read_records(record)
@@ -234,14 +252,14 @@ class Driver:
                     killed = True
                     break
                 (self.out / "acks" / f"ack-{self.records[-1]['save']}").touch()
-            output, _ = proc.communicate(timeout=600)
-            (self.out / f"trainer-{self.phase}.log").write_text(output)
-            self.outcome.trainer_exits.append(proc.returncode)
+            code = proc.wait(timeout=600)
+            output = log.read_text()
+            self.outcome.trainer_exits.append(code)
             for rec in self.read_records(record):  # saved just before it ended
                 self.check(rec)
                 self.outcome.saves += 1
             if not killed:
-                self.judge_exit(proc.returncode, output)
+                self.judge_exit(code, output)
                 return
             self.outcome.kills += 1
             answer = self.cli_json("latest", "--run", RUN, "--resumable")
@@ -384,7 +402,7 @@ class Driver:
         before, started = len(self.outcome.violations), time.monotonic()
         prior = [r["step"] for r in self.records if r["moment"] < rec["moment"]]
         waited = self.cli_json(
-            "wait", "--run", RUN, "--newer-than", str(max(prior, default=0)), "--timeout", "30s"
+            "wait", "--run", RUN, "--newer-than", str(max(prior, default=0)), "--timeout", f"{WAIT_S}s"
         )
         latest = self.catch_up(rec)
         self.outcome.checks += 1
@@ -473,7 +491,7 @@ class Driver:
         wpath = waited.get("path") if isinstance(waited, dict) else None
         wfound = self.which(wpath)
         if wpath is None:
-            self.violate("I5", f"`wait` answered nothing for epoch {rec['epoch']} in 30 s")
+            self.violate("I5", f"`wait` answered nothing for epoch {rec['epoch']} in {WAIT_S} s")
         elif wfound is not None and wfound["copy"]:
             self.violate("I5", f"`wait` answered our copy {wfound['unit']}")
         elif wfound is not None and wfound["moment"] != rec["moment"]:
@@ -486,9 +504,8 @@ class Driver:
         if audit:
             self.log_seen = max([self.log_seen, *(e.get("id", 0) for e in audit)])
         for e in new:
-            if e["action"] in ("trash", "split", "purge") and str(e.get("actor", "")).startswith(
-                "daemon"
-            ):
+            # A purge follows its trash (judged then); a split demotes the file it names.
+            if e["action"] in ("trash", "split") and str(e.get("actor", "")).startswith("daemon"):
                 self.judge_reason(e.get("path", ""), "trash", [str(e.get("reason", ""))], e)
         if not self.s.policy:
             return
