@@ -30,7 +30,7 @@ from dataclasses import asdict
 from _common import OUT, REPO, Check, machine, report, table
 
 sys.path.insert(0, str(REPO))
-from tests.support import trainer_contract as tc  # noqa: E402
+from tests.support import trainer_contract as tc
 
 WORK = OUT / "trainer_contract"
 # A checkpoint's size (MB) at the widths the disk scenarios use, measured on these trainers:
@@ -99,16 +99,42 @@ def main() -> int:
         for v in o.violations:
             by_invariant[v["invariant"]] += 1
             distinct[(v["invariant"], s.trainer, normalized(v["detail"]))] += 1
-        rows.append([i, s.trainer, s.epochs, json.dumps(s.policy), s.fs_mb or "-",
-                     s.min_free or "-", s.kill_after or "-", o.saves, len(o.violations),
-                     f"{o.seconds:.0f}"])  # fmt: skip
+        rows.append(
+            [
+                i,
+                s.trainer,
+                s.epochs,
+                json.dumps(s.policy),
+                s.fs_mb or "-",
+                s.min_free or "-",
+                s.kill_after or "-",
+                o.saves,
+                len(o.violations),
+                f"{o.seconds:.0f}",
+            ]
+        )
         print(f"run {i}: {rows[-1]} {dict(o.by_invariant())}", flush=True)
     print()
-    table(["run", "trainer", "epochs", "policy", "fs MB", "min_free", "kill", "saves",
-           "violations", "s"], rows)  # fmt: skip
-    print(f"\nseed {args.seed}: {totals['runs']} runs, {totals['saves']} saves, "
-          f"{totals['kills']} kills, {totals['checks']} checks, "
-          f"{time.monotonic() - start:.0f} s")  # fmt: skip
+    table(
+        [
+            "run",
+            "trainer",
+            "epochs",
+            "policy",
+            "fs MB",
+            "min_free",
+            "kill",
+            "saves",
+            "violations",
+            "s",
+        ],
+        rows,
+    )
+    print(
+        f"\nseed {args.seed}: {totals['runs']} runs, {totals['saves']} saves, "
+        f"{totals['kills']} kills, {totals['checks']} checks, "
+        f"{time.monotonic() - start:.0f} s"
+    )
     print("violations by invariant:", {i: by_invariant[i] for i in tc.INVARIANTS})
     for (inv, trainer, detail), n in sorted(distinct.items()):
         print(f"  {inv} {trainer:9} x{n}: {detail}")
@@ -123,8 +149,11 @@ def main() -> int:
         Check("invariant violations", total, "== 0", "checks", total == 0),
         Check("runs that did not finish", len(errors), "== 0", "runs", not errors),
     ]
-    facts = {"machine": machine(), **totals, **{f"violations_{k}": by_invariant[k] for k in
-             tc.INVARIANTS}}  # fmt: skip
+    facts = {
+        "machine": machine(),
+        **totals,
+        **{f"violations_{k}": by_invariant[k] for k in tc.INVARIANTS},
+    }
     return report("trainer_contract_campaign", checks, facts)
 
 

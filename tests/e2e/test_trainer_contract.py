@@ -41,8 +41,9 @@ SCENARIOS = {
         kill_after=3,
     ),
     # save_top_k 2 + save_last; the user's policy keeps one moment.
-    "lightning": tc.Scenario(trainer="lightning", epochs=5, size=64, policy={"keep_last": 1},
-                             kill_after=3),  # fmt: skip
+    "lightning": tc.Scenario(
+        trainer="lightning", epochs=6, size=64, policy={"keep_last": 1}, kill_after=3
+    ),
     # Epoch files + best.keras (save_best_only) + BackupAndRestore, no policy: versions only
     # (after the resume ModelCheckpoint forgets its best: keras#17012).
     "keras": tc.Scenario(trainer="keras", epochs=5, size=32, kill_after=3),

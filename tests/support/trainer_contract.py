@@ -151,7 +151,9 @@ class Driver:
         start = time.monotonic()
         if self.s.fs_mb:
             size = f"size={self.s.fs_mb}m"
-            subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(self.root)], check=True)
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(self.root)], check=True
+            )
             self.outcome.control_exit, _ = self.control()
         self.configure()
         from .daemon import Daemon
@@ -180,17 +182,17 @@ class Driver:
         lines = self.ws.config.read_text().splitlines()
         text = "\n".join(lines) + "\n"
         if self.s.min_free:
-            text = text.replace(f"  - path: {self.root}\n", f"  - path: {self.root}\n"
-                                f"    min_free: {self.s.min_free}\n")  # fmt: skip
+            text = text.replace(
+                f"  - path: {self.root}\n",
+                f"  - path: {self.root}\n    min_free: {self.s.min_free}\n",
+            )
         text = text.replace("settle_seconds: 0", "settle_seconds: 1\n  min_age_seconds: 0.2")
         text += "service:\n  heartbeat: 1s\nschedule:\n  rescan: 0\n"
         if self.s.policy:
             text += "  retention: 1s\nretention: " + json.dumps(self.s.policy) + "\n"
         self.ws.config.write_text(text + self.s.extra_config)
 
-    def trainer(
-        self, record: Path, *, lockstep: bool, resume: str | None
-    ) -> tuple[int, str]:
+    def trainer(self, record: Path, *, lockstep: bool, resume: str | None) -> tuple[int, str]:
         proc, log = self.start_trainer(record, lockstep=lockstep, resume=resume)
         return proc.wait(timeout=600), log.read_text()
 
@@ -221,8 +223,12 @@ class Driver:
         if self.zygote is None:
             from .forked_cli import _Zygote
 
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3",
-                   "KERAS_BACKEND": "tensorflow"}  # fmt: skip
+            env = {
+                **os.environ,
+                "OMP_NUM_THREADS": "1",
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "KERAS_BACKEND": "tensorflow",
+            }
             env.pop("TF_USE_LEGACY_KERAS", None)
             self.zygote_env = env
             self.zygote = _Zygote(PRELOAD[self.s.trainer], env)
@@ -282,8 +288,12 @@ class Driver:
         control = self.outcome.control_exit
         if code != 0 and nospace and control == 0:
             last = output.strip().splitlines()[-1:] or [""]
-            self.violate("I1", f"the trainer died of a full disk (exit {code}: {last[0][:200]}),"
-                         " the control run without the service finished", files=self.disk())  # fmt: skip
+            self.violate(
+                "I1",
+                f"the trainer died of a full disk (exit {code}: {last[0][:200]}),"
+                " the control run without the service finished",
+                files=self.disk(),
+            )
         elif code != 0:
             self.violate("I1", f"the trainer exited {code}: {output[-400:]}")
 
@@ -344,7 +354,7 @@ class Driver:
     # -- the truth --------------------------------------------------------------------------
 
     def moments(self) -> dict[Any, dict[str, Any]]:
-        """The trainer's saves by training moment (a moment saved again after a resume: its last)."""
+        """The trainer's saves by training moment (one saved again after a resume: its last)."""
         by: dict[Any, dict[str, Any]] = {}
         for rec in self.records:
             by[rec["moment"]] = rec
@@ -392,9 +402,14 @@ class Driver:
     def violate(self, invariant: str, detail: str, **extra: Any) -> None:
         save = self.records[-1]["save"] if self.records else 0
         self.outcome.violations.append(
-            {"invariant": invariant, "trainer": self.s.trainer, "save": save, "detail": detail,
-             **extra}
-        )  # fmt: skip
+            {
+                "invariant": invariant,
+                "trainer": self.s.trainer,
+                "save": save,
+                "detail": detail,
+                **extra,
+            }
+        )
 
     # -- the checks -------------------------------------------------------------------------
 
@@ -402,7 +417,13 @@ class Driver:
         before, started = len(self.outcome.violations), time.monotonic()
         prior = [r["step"] for r in self.records if r["moment"] < rec["moment"]]
         waited = self.cli_json(
-            "wait", "--run", RUN, "--newer-than", str(max(prior, default=0)), "--timeout", f"{WAIT_S}s"
+            "wait",
+            "--run",
+            RUN,
+            "--newer-than",
+            str(max(prior, default=0)),
+            "--timeout",
+            f"{WAIT_S}s",
         )
         latest = self.catch_up(rec)
         self.outcome.checks += 1
@@ -420,8 +441,11 @@ class Driver:
             self.check({**self.records[-1], "phase": -1})
 
     def gone(self, unit: str, audit: list[dict[str, Any]]) -> str:
-        acts = [f"{e['action']} by {e.get('actor')}: {e.get('reason')}" for e in audit
-                if e.get("path", "").endswith(unit) and e["action"] in ("trash", "split", "purge")]  # fmt: skip
+        acts = [
+            f"{e['action']} by {e.get('actor')}: {e.get('reason')}"
+            for e in audit
+            if e.get("path", "").endswith(unit) and e["action"] in ("trash", "split", "purge")
+        ]
         return "; ".join(acts[-2:]) or "no audit entry"
 
     def check_files(self, rec: dict[str, Any], audit: list[dict[str, Any]]) -> None:
@@ -433,8 +457,10 @@ class Driver:
         for unit, why in must.items():
             p = self.root / unit
             if not p.exists():
-                self.violate("I2", f"{unit} ({why}, epoch {newest['epoch']}) is gone: "
-                             f"{self.gone(unit, audit)}")  # fmt: skip
+                self.violate(
+                    "I2",
+                    f"{unit} ({why}, epoch {newest['epoch']}) is gone: {self.gone(unit, audit)}",
+                )
             elif digest(p) != newest["holds"].get(unit):
                 self.violate("I2", f"{unit} ({why}) no longer holds what the trainer wrote")
         best = self.best_value()
@@ -443,17 +469,25 @@ class Driver:
         moments = self.moments()
         best_recs = [r for r in moments.values() if r.get("metric") == best]
         live = {
-            u: sha for r in best_recs for u in r["wrote"]
+            u: sha
+            for r in best_recs
+            for u in r["wrote"]
             if (sha := r["holds"].get(u)) and newest["holds"].get(u) == sha
-        }  # fmt: skip
+        }
         if not live:
             return  # the trainer itself let go of its best (rotated or rewrote it)
-        kept = [u for u, sha in live.items() if (self.root / u).exists()
-                and digest(self.root / u) == sha]  # fmt: skip
+        kept = [
+            u
+            for u, sha in live.items()
+            if (self.root / u).exists() and digest(self.root / u) == sha
+        ]
         if not kept:
             names = ", ".join(f"{u} ({self.gone(u, audit)})" for u in live)
-            self.violate("I3", f"the best {self.s.metric} {best:.4g} (epoch "
-                         f"{best_recs[0]['epoch']}) is kept nowhere: {names}")  # fmt: skip
+            self.violate(
+                "I3",
+                f"the best {self.s.metric} {best:.4g} (epoch "
+                f"{best_recs[0]['epoch']}) is kept nowhere: {names}",
+            )
 
     def check_answers(self, rec: dict[str, Any], latest: Any, waited: Any) -> None:
         """I5."""
@@ -465,27 +499,41 @@ class Driver:
         elif found is None:
             self.violate("I5", f"`latest --resumable` answered {path}, no save of the trainer")
         elif found["copy"]:
-            self.violate("I5", f"`latest --resumable` answered our copy {found['unit']} "
-                         f"(epoch {found['epoch']})")  # fmt: skip
+            self.violate(
+                "I5",
+                f"`latest --resumable` answered our copy {found['unit']} (epoch {found['epoch']})",
+            )
         elif found["moment"] != newest["moment"]:
-            self.violate("I5", f"`latest --resumable` answered {found['unit']} (epoch "
-                         f"{found['epoch']}), the trainer's last is epoch {newest['epoch']} "
-                         f"({newest['last']})")  # fmt: skip
+            self.violate(
+                "I5",
+                f"`latest --resumable` answered {found['unit']} (epoch "
+                f"{found['epoch']}), the trainer's last is epoch {newest['epoch']} "
+                f"({newest['last']})",
+            )
         best = self.best_value()
         answer = self.cli_json("best", "--metric", self.s.metric, "--run", RUN)
         bpath = answer.get("path") if isinstance(answer, dict) else None
         bfound = self.which(bpath)
         trainer_best = newest.get("best")
         if best is not None and bfound is None:
-            self.violate("I5", f"`best --metric {self.s.metric}` answered {bpath}, no save of "
-                         f"the trainer (its best: {trainer_best}, {best:.4g})")  # fmt: skip
+            self.violate(
+                "I5",
+                f"`best --metric {self.s.metric}` answered {bpath}, no save of "
+                f"the trainer (its best: {trainer_best}, {best:.4g})",
+            )
         elif bfound is not None and bfound["copy"]:
-            self.violate("I5", f"`best` answered our copy {bfound['unit']} (epoch "
-                         f"{bfound['epoch']}); the trainer's best is {trainer_best}")  # fmt: skip
+            self.violate(
+                "I5",
+                f"`best` answered our copy {bfound['unit']} (epoch "
+                f"{bfound['epoch']}); the trainer's best is {trainer_best}",
+            )
         elif bfound is not None and best is not None and bfound["metric"] != best:
-            self.violate("I5", f"`best` answered {bfound['unit']} ({self.s.metric} "
-                         f"{bfound['metric']:.4g}), the trainer's best is {best:.4g} "
-                         f"({trainer_best})")  # fmt: skip
+            self.violate(
+                "I5",
+                f"`best` answered {bfound['unit']} ({self.s.metric} "
+                f"{bfound['metric']:.4g}), the trainer's best is {best:.4g} "
+                f"({trainer_best})",
+            )
         if rec["phase"] < 0:
             return
         wpath = waited.get("path") if isinstance(waited, dict) else None
@@ -495,8 +543,11 @@ class Driver:
         elif wfound is not None and wfound["copy"]:
             self.violate("I5", f"`wait` answered our copy {wfound['unit']}")
         elif wfound is not None and wfound["moment"] != rec["moment"]:
-            self.violate("I5", f"`wait` answered {wfound['unit']} (epoch {wfound['epoch']}), "
-                         f"the trainer had just saved epoch {rec['epoch']}")  # fmt: skip
+            self.violate(
+                "I5",
+                f"`wait` answered {wfound['unit']} (epoch {wfound['epoch']}), "
+                f"the trainer had just saved epoch {rec['epoch']}",
+            )
 
     def check_reasons(self, rec: dict[str, Any], audit: list[dict[str, Any]]) -> None:
         """I4: the audit log's new acts and a dry-run plan of the policy."""
@@ -529,9 +580,16 @@ class Driver:
         for reason in reasons:
             if len(self.outcome.violations) > before:
                 return  # one false reason per decision is enough
-            if reason.startswith("newest") and "mtime" not in reason and rec["moment"] != moments[-1]:
-                self.violate("I4", f"{where}: says {said!r}, the newest is epoch "
-                             f"{self.records[-1]['epoch']}", entry=entry)  # fmt: skip
+            if (
+                reason.startswith("newest")
+                and "mtime" not in reason
+                and rec["moment"] != moments[-1]
+            ):
+                self.violate(
+                    "I4",
+                    f"{where}: says {said!r}, the newest is epoch {self.records[-1]['epoch']}",
+                    entry=entry,
+                )
             m = re.match(r"last #(\d+)", reason)
             if m and rec["moment"] not in moments[-int(m.group(1)) :]:
                 self.violate("I4", f"{where}: says {said!r}", entry=entry)
@@ -542,7 +600,11 @@ class Driver:
                 if rec["moment"] == moments[-1]:
                     self.violate("I4", f"{where}: says {said!r} of the newest moment", entry=entry)
                 best = self.best_value()
-                if "matched no keep rule" in reason and rec.get("metric") == best and self.keeps_best():
+                if (
+                    "matched no keep rule" in reason
+                    and rec.get("metric") == best
+                    and self.keeps_best()
+                ):
                     self.violate("I4", f"{where}: says {said!r} of the best", entry=entry)
 
     def keeps_best(self) -> bool:
@@ -564,12 +626,19 @@ class Driver:
         budget = self.s.budget_bytes or 2 * self.biggest
         if used > budget:
             n = len([p for p in ours.rglob("*") if p.is_file()])
-            self.violate("I6", f"{COPIES} holds {used} bytes in {n} files, over the budget of "
-                         f"{budget} (two of the run's biggest checkpoints)")  # fmt: skip
+            self.violate(
+                "I6",
+                f"{COPIES} holds {used} bytes in {n} files, over the budget of "
+                f"{budget} (two of the run's biggest checkpoints)",
+            )
 
 
 def _size(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+    return (
+        sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        if p.is_dir()
+        else p.stat().st_size
+    )
 
 
 def _epoch_seconds(iso: str) -> float:
