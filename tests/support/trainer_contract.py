@@ -98,6 +98,7 @@ class Outcome:
     seconds: float = 0.0
     check_seconds: float = 0.0
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    trainer_tails: list[str] = field(default_factory=list)  # each phase's last lines
     error: str | None = None
 
     def by_invariant(self) -> dict[str, int]:
@@ -261,6 +262,8 @@ class Driver:
             code = proc.wait(timeout=600)
             output = log.read_text()
             self.outcome.trainer_exits.append(code)
+            self.mark(f"trainer phase {self.phase} exited {code}")
+            self.outcome.trainer_tails.append(_tail(output))
             for rec in self.read_records(record):  # saved just before it ended
                 self.check(rec)
                 self.outcome.saves += 1
@@ -270,6 +273,7 @@ class Driver:
             self.outcome.kills += 1
             answer = self.cli_json("latest", "--run", RUN, "--resumable")
             resume = answer.get("path") if isinstance(answer, dict) else None
+            self.mark(f"resume from {resume}")
             if resume is None:
                 self.violate("I5", "after the kill `latest --resumable` answered nothing")
                 return
@@ -631,6 +635,13 @@ class Driver:
                 f"{COPIES} holds {used} bytes in {n} files, over the budget of "
                 f"{budget} (two of the run's biggest checkpoints)",
             )
+
+
+def _tail(output: str, lines: int = 12) -> str:
+    """A trainer's last lines of output, without the frameworks' warnings and progress bars."""
+    noise = ("warn", "\r", "%|", "tip:", "litlogger")
+    kept = [x for x in output.splitlines() if x.strip() and not any(n in x.lower() for n in noise)]
+    return "\n".join(kept[-lines:])
 
 
 def _size(p: Path) -> int:
