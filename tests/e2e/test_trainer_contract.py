@@ -61,14 +61,14 @@ def test_the_trainers_contract_holds_at_every_save(name: str, tmp_path: Path, pr
     scenario = SCENARIOS[name]
     outcome = tc.run(scenario, tmp_path / name)
     assert outcome.error is None, outcome.error
-    # The harness really drove the trainer: every save checked, the kill and the resume done.
     drove = f"{outcome.trainer_exits} {outcome.timeline}\n" + "\n---\n".join(outcome.trainer_tails)
+    assert not outcome.violations, _explain(outcome) + "\n" + drove
+    # The harness really drove the trainer: every save checked, the kill and the resume done.
     assert outcome.saves == scenario.epochs, drove
     assert outcome.kills == 1 and outcome.trainer_exits[-1] == 0, drove
     assert outcome.checks == outcome.saves + 1, drove
     if scenario.fs_mb:
         assert outcome.control_exit == 0, "the control run must fit the disk without us"
-    assert not outcome.violations, _explain(outcome)
 
 
 def _explain(outcome: tc.Outcome) -> str:
