@@ -312,7 +312,10 @@ def lightning_loop(spec: dict[str, Any], rep: Reporter) -> None:
             epoch, by version and settings): when `last.ckpt` was just written."""
             if trainer.sanity_checking or not self.last_model_path:
                 return
-            mtime = os.stat(self.last_model_path).st_mtime_ns
+            try:
+                mtime = os.stat(self.last_model_path).st_mtime_ns
+            except FileNotFoundError:  # gone since its save (not by Lightning): no new save
+                return
             if reported and reported[-1] == mtime:
                 return
             reported.append(mtime)
