@@ -60,7 +60,7 @@ def draw(rng: random.Random, trainers: list[str]) -> tc.Scenario:
         s.size = width
         need = mb * (epochs + 3)  # the epoch files, and last/best
         s.fs_mb = max(4, int(need * rng.uniform(0.9, 1.6)) + 2)
-        s.min_free = f"{max(1, int(s.fs_mb * rng.uniform(0.1, 0.3)))}MB"
+        s.min_free = f"{max(2, int(s.fs_mb * rng.uniform(0.1, 0.3)))}MB"  # at least 1 MiB
     if rng.random() < 0.6:
         s.kill_after = rng.randint(1, epochs - 1)
     return s
