@@ -595,7 +595,7 @@ class Driver:
                     entry=entry,
                 )
             m = re.match(r"last #(\d+)", reason)
-            if m and rec["moment"] not in moments[-int(m.group(1)) :]:
+            if m and rec["moment"] not in self.held_moments()[-int(m.group(1)) :]:
                 self.violate("I4", f"{where}: says {said!r}", entry=entry)
             m = re.match(r"best (\S+) #(\d+) \(([-+0-9.e]+)", reason)
             if m and rec.get("metric") is not None and not _close(float(m.group(3)), rec["metric"]):
@@ -610,6 +610,18 @@ class Driver:
                     and self.keeps_best()
                 ):
                     self.violate("I4", f"{where}: says {said!r} of the best", entry=entry)
+
+    def held_moments(self) -> list[Any]:
+        """The moments the trainer still holds a file of (HF's and Lightning's rotations drop
+        some): what `last #k` ranks."""
+        newest = self.records[-1]["holds"]
+        return sorted(
+            {
+                r["moment"]
+                for r in self.moments().values()
+                if any(newest.get(u) == r["holds"].get(u) for u in r["wrote"])
+            }
+        )
 
     def keeps_best(self) -> bool:
         return bool((self.s.policy or {}).get("keep_best"))
