@@ -51,6 +51,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = "job"
 COPIES = ".ckpt-versions"
 CATCH_UP_S = 20.0
+CLI_TIMEOUT_S = 60.0
 WAIT_S = 10  # `ckpt wait` for a save the service indexes in ~1 s
 # What each trainer's zygote imports once (TensorBoard's writer is not: with TensorFlow
 # installed it imports it, which the torch loop avoids).
@@ -108,7 +109,7 @@ class Outcome:
         return [v for v in self.violations if v["invariant"] == invariant]
 
 
-def run(scenario: Scenario, out: Path, timeout: float = 900) -> Outcome:
+def run(scenario: Scenario, out: Path, timeout: float = 600) -> Outcome:
     """The scenario in a driver process of its own (in a private mount namespace when it has a
     filesystem size); its outcome."""
     out.mkdir(parents=True, exist_ok=True)
@@ -116,12 +117,24 @@ def run(scenario: Scenario, out: Path, timeout: float = 900) -> Outcome:
     argv = [sys.executable, "-m", "tests.support.trainer_contract", str(out / "scenario.json")]
     if scenario.fs_mb:
         argv = ["unshare", "-m", "--propagation", "private", *argv]
-    done = subprocess.run(
-        [*argv, str(out)], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    # A session of its own: a driver past its timeout goes with its service and trainers.
+    proc = subprocess.Popen(
+        [*argv, str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        start_new_session=True,
     )
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        stderr = f"the scenario did not end in {timeout:.0f} s\n{stderr}"
     found = out / "outcome.json"
     if not found.exists():
-        return Outcome(asdict(scenario), error=f"driver exited {done.returncode}\n{done.stderr}")
+        return Outcome(asdict(scenario), error=f"driver exited {proc.returncode}\n{stderr}")
     doc = json.loads(found.read_text())
     return Outcome(**doc)
 
@@ -304,7 +317,12 @@ class Driver:
     # -- catching up ----------------------------------------------------------------------
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.ws.run(*args, check=False)
+        """A `ckpt` command (forked from the driver's CLI zygote); one that hangs a minute is
+        a finding of its own, said in the outcome's error."""
+        from .forked_cli import ckpt_process
+
+        argv = ["--config", str(self.ws.config), *args]
+        return ckpt_process(argv, timeout=CLI_TIMEOUT_S, env=dict(os.environ), cwd=self.out)
 
     def cli_json(self, *args: str) -> Any:
         done = self.cli(*args, "--json")
