@@ -255,6 +255,12 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     help="When the best is only in the object store (`remote:`), bring it back first "
     "(`ckpt fetch`) and print its local path.",
 )
+@click.option(
+    "--versions",
+    is_flag=True,
+    help="Our kept copies of rewritten files (.ckpt-versions) may be the answer too (without "
+    "it, only the trainers' own checkpoints are).",
+)
 @json_option(
     "The checkpoint's row + `artifact`, `location` and `remote_url` as JSON (with --artifact, "
     "`path` is the artifact's)."
@@ -267,6 +273,7 @@ def best(
     run: str | None,
     artifact: str | None,
     fetch: bool,
+    versions: bool,
     as_json: bool,
 ) -> None:
     """The best `ok` checkpoint by a metric. Prints its absolute path alone, for scripts (exit
@@ -280,7 +287,7 @@ def best(
     Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"
     """
     with obj.catalog() as cat:
-        answer = cat.best_located(metric, mode, run, fetch=fetch)
+        answer = cat.best_located(metric, mode, run, fetch=fetch, versions=versions)
         found = answer.checkpoint
         chosen = _artifact(cat.get(found.id), artifact) if artifact else None
     for skipped in found.details.get("skipped") or []:
