@@ -20,6 +20,9 @@ from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
 CAPTURE_SKIPPED = "capture-skipped"  # the audit action of a generation not kept for space
+# The audit action of a generation not copied because its content is a checkpoint kept at
+# another path (`last.pt` beside `ckpt_epoch007.pt`), or a rolling pointer's (issue 39).
+NOT_COPIED = "version-not-copied"
 # Columns a version takes from the row of the file it keeps, as that row is when it is kept.
 _COPIED = (
     "run_id",
@@ -294,7 +297,14 @@ class VersionRecords:
             return set(rows)
 
     def record_capture_skipped(
-        self, checkpoint_id: int, generation: int, path: str, reason: str, size: int, actor: str
+        self,
+        checkpoint_id: int,
+        generation: int,
+        path: str,
+        reason: str,
+        size: int,
+        actor: str,
+        action: str = CAPTURE_SKIPPED,
     ) -> bool:
         """A generation of `path` not kept for lack of space (usecases.versions): an audit
         event `capture-skipped` (`ckpt log`, `ckpt_capture_skipped_total`), once per generation
@@ -303,7 +313,7 @@ class VersionRecords:
         with self._engine.begin() as conn:
             seen = conn.execute(
                 select(EVENTS.c.id)
-                .where(EVENTS.c.action == CAPTURE_SKIPPED, EVENTS.c.checkpoint_id == checkpoint_id)
+                .where(EVENTS.c.action == action, EVENTS.c.checkpoint_id == checkpoint_id)
                 .where(EVENTS.c.reason.startswith(head, autoescape=True))
                 .limit(1)
             ).first()
@@ -311,7 +321,7 @@ class VersionRecords:
                 return False
             record_event(
                 conn,
-                action=CAPTURE_SKIPPED,
+                action=action,
                 checkpoint_id=checkpoint_id,
                 path=path,
                 reason=head + reason,
