@@ -29,8 +29,9 @@ Semantics:
   `model-008.keras`, `w-08.weights.h5` and `best.h5` of epoch 8 are kept, or not, together, and
   the reason says how many files the moment holds ("last #1 (epoch 8: 3 files)").
 - Keep rules are a union: a checkpoint survives if any rule keeps it. `keep_last N`; `keep_best`
-  per metric (ties: newer mtime, then higher id; a checkpoint without the metric, or with NaN, is
-  kept with "no <metric>: kept" unless `keep_missing=False`); `keep_every N` on the epoch, or on
+  per metric (ties: the trainer's own file, then newer mtime, then higher id; a checkpoint
+  without the metric, or with NaN, is kept with "no <metric>: kept" unless
+  `keep_missing=False`); `keep_every N` on the epoch, or on
   the step when there is no epoch; `keep_within D`; `keep_hourly/daily/weekly N`: for each of the
   last N UTC hours/days/ISO weeks that hold ok checkpoints, the newest one of that period. Unlike
   borg, periodic rules do not skip periods already kept by another rule, and there is no
@@ -272,7 +273,7 @@ def _reasons(
         if item.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED):
             yield item.id, PROTECTED, str(item.status)
     newest_first = ok[::-1]  # by mtime: ties in keep_best, periods
-    moments = training_moments(ok)
+    moments = training_moments([item for item in ok if not item.copy])  # copies: no moment
     if policy.keep_last is not None:
         for rank, moment in enumerate(moments[: policy.keep_last], start=1):
             yield from moment.reasons(RANKED, f"last #{rank}")
@@ -302,8 +303,10 @@ def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, 
                 yield item.id, RANKED, f"no {rule.metric}: kept"
         else:
             valued.append((value, item))
-    # A stable sort of a newest-first list: equal values keep the newer checkpoint first.
-    valued.sort(key=lambda pair: sign * pair[0])
+    # A stable sort of a newest-first list: equal values keep the newer checkpoint first; but
+    # first the trainer's own file (`best.pt` beside the `ckpt_epoch001.pt` it was saved with,
+    # often in the same clock tick): it is kept anyway, so the tie costs no second file.
+    valued.sort(key=lambda pair: (sign * pair[0], pair[1].trainer_file is None))
     for rank, (value, item) in enumerate(valued[: rule.n], start=1):
         tier = PROTECTED if rank == 1 else RANKED
         yield item.id, tier, f"best {rule.metric} #{rank} ({value:.4g})"

@@ -881,3 +881,67 @@ def test_a_pinned_or_best_remote_one_keeps_its_remote_copy() -> None:
     assert decided[2].action == "keep"
     assert decided[3].action == "trash-remote" and decided[4].action == "trash-remote"
     assert plan(items, Policy(keep_last=1)).bytes_freed == 0  # a remote copy frees no local disk
+
+
+# ---- issue 39: retention counts training moments, never what a trainer resumes from -----------
+
+
+def test_a_copy_is_never_newest_nor_a_training_moment() -> None:
+    """A kept copy with no epoch sorted after every dated checkpoint: `keep_last 1` kept it as
+    "newest; last #1" and trashed the real newest epoch. Copies are planned apart."""
+    items = [item(1, at(1), epoch=1), item(2, at(2), epoch=2), item(3, at(3), copy=True)]
+    assert table(plan(items, Policy(keep_last=1))) == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "keep", ("newest", "last #1")),
+        (3, "trash", ("matched no keep rule",)),  # the versions' own policy keeps copies
+    ]
+
+
+def test_an_unknown_epoch_is_placed_by_its_save_time_never_newest() -> None:
+    items = [item(1, at(1), epoch=1), item(2, at(2)), item(3, at(3), epoch=2)]
+    result = table(plan(items, Policy(keep_last=1)))
+    assert result == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "trash", ("matched no keep rule",)),  # saved between epochs 1 and 2
+        (3, "keep", ("newest", "last #1")),
+    ]
+    late = [item(1, at(1), epoch=1), item(2, at(2), epoch=2), item(3, at(3))]
+    assert table(plan(late, Policy(keep_last=1))) == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "keep", ("newest", "last #1")),
+        (3, "keep", ("newest mtime",)),  # the last save, whatever it is: kept, not "newest"
+    ]
+
+
+def test_the_newest_resumable_and_the_trainers_own_files_are_never_trashed() -> None:
+    """HF: checkpoint-64 (resumable) beside a later weights-only export; a plain loop's
+    `last.pt`/`best.pt`: kept whatever the rules say, with the reason."""
+    last = "the trainer's last file (last.pt: it rewrites it at every save)"
+    items = [
+        item(1, at(1), epoch=1, resumable=True, trainer_file=last),
+        item(2, at(2), epoch=2, resumable=True),
+        item(3, at(3), epoch=3),  # weights only: not resumable
+    ]
+    assert table(plan(items, Policy(keep_last=1))) == [
+        (1, "keep", (last,)),
+        (2, "keep", ("newest resumable",)),
+        (3, "keep", ("newest", "last #1")),
+    ]
+
+
+def test_every_file_of_the_newest_moment_is_kept_and_ties_prefer_the_trainers_file() -> None:
+    best = "the trainer's best file (best.pt: it rewrites it with each better model)"
+    items = [
+        item(1, at(1), epoch=1, metrics={"val_loss": 0.5}),  # ckpt_epoch001.pt
+        item(2, at(1), epoch=1, metrics={"val_loss": 0.5}, trainer_file=best),  # same tick
+        item(3, at(2), epoch=2, metrics={"val_loss": 0.7}),
+        item(4, at(2), epoch=2, metrics={"val_loss": 0.7}),
+    ]
+    result = table(plan(items, Policy(keep_best=(KeepBest("val_loss", 1),))))
+    moment = "newest training moment (epoch 2: 2 files)"
+    assert result == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "keep", (best, "best val_loss #1 (0.5)")),
+        (3, "keep", (moment,)),
+        (4, "keep", ("newest",)),
+    ]
