@@ -28,6 +28,9 @@ from .disk_guard import MinFree
 from .units import format_size
 
 DEFAULT_RESERVE = MinFree(percent=5.0)
+# All our kept copies on a filesystem together: a quarter of the space they may use (free space
+# plus what they hold), and always within the reserve's rule (issue 39).
+DEFAULT_BUDGET = MinFree(percent=25.0)
 STEPS = ("version_trash", "old_version", "trash")
 _LABELS = {
     "version_trash": ("version in the trash purged", "versions in the trash purged"),
@@ -50,6 +53,24 @@ def capture_refusal(free: int, size: int, reserve: int) -> str | None:
     return (
         f"free {format_size(free)} < the copy {format_size(size)} + reserve "
         f"{format_size(reserve)} (what a trainer's next save may need)"
+    )
+
+
+def budget_bytes(budget: MinFree, free: int, kept: int) -> int:
+    """`versions.budget` in bytes: a size, or a percentage of the space our copies may use on
+    the filesystem (its free space plus the `kept` bytes they hold already, so the budget does
+    not shrink as they fill it)."""
+    return budget.threshold(free + kept)
+
+
+def budget_refusal(kept: int, size: int, budget: int) -> str | None:
+    """Why one more copy of `size` bytes must not be kept beside `kept` bytes of copies, or
+    None if all of them stay within `budget`."""
+    if kept + size <= budget:
+        return None
+    return (
+        f"our kept copies {format_size(kept)} + this one {format_size(size)} > "
+        f"versions.budget {format_size(budget)}"
     )
 
 

@@ -197,9 +197,9 @@ def _beats_every(row: Checkpoint, siblings: list[Checkpoint]) -> bool:
     """The generation's val_loss (else loss) is better than every other checkpoint's of the
     run (lower; missing elsewhere counts as beaten): what keras#17012 would lose."""
     metric = next((m for m in ("val_loss", "loss") if row.metrics.get(m) is not None), None)
-    if metric is None:
+    value = row.metrics.get(metric) if metric is not None else None
+    if metric is None or value is None:
         return False
-    value = row.metrics[metric]
     others = [c.metrics.get(metric) for c in siblings]
     return all(v is None or value < v for v in others)
 
@@ -218,6 +218,8 @@ def _skipped_for_space(
         config, store, root, source.stat.size, actor=actor
     ):
         why = space_reserve.capture_refusal(config, store, root, source.stat.size)
+    if why is None:
+        why = space_reserve.budget_refusal(config, store, root, source.stat.size, actor=actor)
     if why is None:
         return False
     first = store.record_capture_skipped(

@@ -143,7 +143,7 @@ def test_the_trainers_own_files_are_named_last_or_best(name: str, role: str | No
 
 
 def torch_like_zip(stem: str, serialization_id: str, weights: bytes = b"w" * 64) -> io.BytesIO:
-    """What `torch.save` writes (torch-formats.md 1.1): members under the file's stem, a random
+    """What `torch.save` writes (formats/torch_zip.py): members under the file's stem, a random
     serialization id per save."""
     raw = io.BytesIO()
     with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as archive:
