@@ -130,6 +130,9 @@ def test_kept_copies_are_never_answers_nor_training_moments(
     copies = [r for r in ws.json("list", "--versions") if r["version_of"]]
     assert copies, "the rewritten best.keras has kept generations"
     # `best` answers the trainers' own checkpoints; a copy only with --versions.
+    plain = ws.run("best", "--metric", "val_loss", "--run", "job")
+    assert plain.stdout.strip() == str(best), plain.stdout
+    assert "a kept copy is better: " in plain.stderr  # said, never answered
     answer = ws.run("best", "--metric", "val_loss").stdout.strip()
     assert ".ckpt-versions" not in answer, answer
     with_copies = ws.run("best", "--metric", "val_loss", "--versions").stdout.strip()
