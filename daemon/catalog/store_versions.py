@@ -98,6 +98,10 @@ def sync_standby(conn: Any, path: str) -> None:
     )
 
 
+def _first_int(*values: Any) -> int | None:
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
+
+
 class VersionRecords:
     """The catalog's side of kept versions (mixed into `Store`: uses its engine)."""
 
@@ -180,9 +184,16 @@ class VersionRecords:
             if not same:
                 seen = [g for g in generations if isinstance(g, dict)]
                 entry = next((g for g in seen if g.get("hash") == source.hash), {})
+                # What that generation's file recorded of itself (a torch dict's epoch, step,
+                # val_loss), not what the file's row holds of its newer bytes (issue 39).
+                recorded = entry.get("recorded")
+                details.pop("recorded", None)
+                if isinstance(recorded, dict):
+                    details["recorded"] = recorded
+                own = recorded if isinstance(recorded, dict) else {}
                 values.update(
-                    epoch=entry.get("epoch"),
-                    step=entry.get("step"),
+                    epoch=_first_int(entry.get("epoch"), own.get("epoch")),
+                    step=_first_int(entry.get("step"), own.get("step")),
                     iterations=entry.get("iterations"),
                     metrics_at=None,  # derived again: its metrics are its epoch's
                 )
