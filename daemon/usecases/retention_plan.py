@@ -158,11 +158,8 @@ def plan_runs(
         plans = [retention.plan(items, policy, now)] if items and policy is not None else []
         kept_copies = versions_policy(config, copies)
         if copies:
-            plans.append(
-                retention.plan(
-                    [planner_item(c, False, previous.get(c.id)) for c in copies], kept_copies
-                )
-            )
+            items = [planner_item(c, False, previous.get(c.id)) for c in copies]
+            plans.append(_of_copies(retention.plan(items, kept_copies)))
         if plans:
             described = (
                 f"{source}: {policy.describe()}; versions: {kept_copies.describe()}"
@@ -180,6 +177,20 @@ def plan_runs(
             "`retention:` in the config"
         )
     return report
+
+
+def _of_copies(plan: retention.Plan) -> retention.Plan:
+    """The versions' plan, its rules' reasons said to be theirs ("kept copies: best val_loss
+    #1"), never to be read as the run's own best or last."""
+
+    def said(reason: str) -> str:
+        return reason if reason.startswith("previous generation") else f"kept copies: {reason}"
+
+    decisions = tuple(
+        replace(d, reasons=tuple(said(r) for r in d.reasons)) if d.action == "keep" else d
+        for d in plan.decisions
+    )
+    return replace(plan, decisions=decisions)
 
 
 def _merged(plans: Sequence[retention.Plan], rows: Sequence[Checkpoint]) -> retention.Plan:
