@@ -6,6 +6,7 @@ keeps that true in the same transaction as every change of the file's row."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,19 @@ def sync_standby(conn: Any, path: str) -> None:
     )
 
 
+def _recorded_metrics(recorded: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """(name, value, source) of the metrics a generation's file recorded of itself (a torch
+    dict's val_loss), as derivation takes them (`source` "checkpoint")."""
+    found = recorded.get("metrics")
+    if not isinstance(found, dict):
+        return []
+    return [
+        (str(k), float(v), "checkpoint")
+        for k, v in found.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+
+
 def _first_int(*values: Any) -> int | None:
     return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
 
@@ -181,6 +195,7 @@ class VersionRecords:
             generations = details.pop("generations", None) or []
             values: dict[str, Any] = {name: row._mapping[name] for name in _COPIED}
             same = row.hash == source.hash
+            own: dict[str, Any] = {}
             if not same:
                 seen = [g for g in generations if isinstance(g, dict)]
                 entry = next((g for g in seen if g.get("hash") == source.hash), {})
@@ -221,7 +236,7 @@ class VersionRecords:
                     )
                 ).all()
                 if same
-                else []
+                else _recorded_metrics(own)
             )
             if copied:
                 conn.execute(

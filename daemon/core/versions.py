@@ -25,7 +25,7 @@ _SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".he5", ".h5")
 _VERSION_NAME = re.compile(
     r"(?P<stem>.+)\.v(?P<generation>[0-9]{1,9})(?P<suffix>(?i:"
     + "|".join(re.escape(s) for s in _SUFFIXES)
-    + r"))",
+    + r"))?",  # none: a name Keras keys no loader on (`best.pt` is kept as `best.pt.v2`)
     re.DOTALL,  # a name may hold any character but "/" and NUL
 )
 
@@ -109,7 +109,7 @@ def original_parts(parts: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
     found = _VERSION_NAME.fullmatch(parts[-1])
     if found is None:
         return None
-    name = found["stem"] + found["suffix"]
+    name = found["stem"] + (found["suffix"] or "")
     return (*parts[1:-1], name), int(found["generation"])
 
 

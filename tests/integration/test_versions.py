@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,39 @@ def test_a_generation_after_the_file_was_caught_empty_is_still_kept(
     assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "standby")]
     assert Path(kept[1].path).read_bytes() == best.read_bytes()
     store.close()
+
+
+def test_a_torch_version_found_after_a_crash_carries_its_generations_own_epoch(
+    tmp_path: Path,
+) -> None:
+    """A copy of `best.pt` (kept as `best.pt.v1`: no Keras suffix) that got its name but not
+    its row before a crash, found once the file was rewritten: adopted (it was trashed as
+    unknown), with the epoch and val_loss its own bytes recorded (issue 39), so `restore
+    --epoch 0` finds it."""
+    import subprocess
+    import sys
+
+    ws, gate = Workspace(tmp_path), tmp_path / "gate"
+    gate.mkdir()
+    run = ws.root / "loop"
+    loop = Path(__file__).resolve().parents[1] / "support" / "torch_loop.py"
+    with subprocess.Popen([sys.executable, str(loop), str(run), "2", "--gate", str(gate)]) as job:
+        for epoch in (0, 1):
+            deadline = time.monotonic() + 300
+            while not (gate / f"saved-{epoch}").exists() and job.poll() is None:
+                assert time.monotonic() < deadline, "the loop did not save"
+                time.sleep(0.05)
+            ws.run("scan")
+            if epoch == 0:
+                first = (run / "best.pt").read_bytes()  # generation 1: epoch 0, val_loss 1.0
+            (gate / f"go-{epoch}").touch()
+        assert job.wait(timeout=120) == 0
+    kept = ws.root / ".ckpt-versions" / "loop" / "best.pt.v1"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(first)  # our copy, its row lost in the crash
+    ws.run("scan")  # the reconcile at its start adopts it
+    [row] = [r for r in ws.json("list", "--versions") if r["version_of"]]
+    assert row["path"] == str(kept) and row["version_of"] == str(run / "best.pt")
+    assert (row["epoch"], row["metrics"].get("val_loss")) == (0, 1.0), row
+    ws.run("restore", str(run / "best.pt"), "--epoch", "0")
+    assert (run / "best.pt").read_bytes() == first

@@ -6,20 +6,20 @@ versions of the rewritten files would fill the filesystem.
 (DIR: the generated Keras checkpoints, default `$CKPT_TEST_FIXTURES`) must run in a
 private mount namespace (`unshare -m --propagation private`, as root). It mounts a tmpfs of
 `--fs-mb` over OUT/root and starts `ckpt serve` (the catalog in OUT/state, outside the tmpfs).
-The job (`--train`) trains a Keras 3 model whose `.keras` (with Adam's slots) is about
-`--width`**2 * 12 bytes, with `ModelCheckpoint("best.h5", save_best_only=True)`,
+The job (`--train`) trains a Keras 3 model whose `.keras` (with Adam's slots) is about `--width`**2
+* 12 bytes, with `ModelCheckpoint("best.h5", save_best_only=True)`,
 `ModelCheckpoint("model.keras")` each epoch (a fixed name, not a rolling pointer such as
-`last.keras`, whose generations are not copied since issue 39) and a CSVLogger, in two halves: after the first the
-driver runs `ckpt prune` (the versions' own policy, as the retention job would: some versions go
-to the trash) and puts two numbered checkpoints of another run in the trash (`ckpt prune
---keep-last 1 --run other`); then the second half (its last two epochs worse: best.h5 stays,
-model.keras is rewritten), and a last save of a new file (`final.keras`, the trainer's "next
-save" the issue saw fail); then `ckpt prune` again. The trainer records the free space it has
-after each epoch (its saves done, our copies made meanwhile). A thread samples statvfs every 5
-ms meanwhile: the floor free space reached. Then the self-cleanup rounds: each writes a blob that
-leaves 4 kB free (another job's data), and waits until the service has freed what it frees of
-its own. OUT/results.json holds the job's outcome, the floor, `ckpt du`, `log`, `list`,
-`metrics`, the files on the tmpfs (and their bytes), and the service's log.
+`last.keras`, whose generations are not copied since issue 39) and a CSVLogger, in two halves:
+after the first the driver runs `ckpt prune` (the versions' own policy, as the retention job would:
+some versions go to the trash) and puts two numbered checkpoints of another run in the trash (`ckpt
+prune --keep-last 1 --run other`); then the second half (its last two epochs worse: best.h5 stays,
+model.keras is rewritten), and a last save of a new file (`final.keras`, the trainer's "next save"
+the issue saw fail); then `ckpt prune` again. The trainer records the free space it has after each
+epoch (its saves done, our copies made meanwhile). A thread samples statvfs every 5 ms meanwhile:
+the floor free space reached. Then the self-cleanup rounds: each writes a blob that leaves 4 kB
+free (another job's data), and waits until the service has freed what it frees of its own.
+OUT/results.json holds the job's outcome, the floor, `ckpt du`, `log`, `list`, `metrics`, the files
+on the tmpfs (and their bytes), and the service's log.
 """
 
 from __future__ import annotations
