@@ -152,26 +152,38 @@ class CatalogReads:
             for c in found
         ]
 
-    def best(self, metric: str, mode: str | None = None, run: str | None = None) -> Checkpoint:
+    def best(
+        self,
+        metric: str,
+        mode: str | None = None,
+        run: str | None = None,
+        *,
+        versions: bool = False,
+    ) -> Checkpoint:
         """The `ok` checkpoint with the best value of `metric` (mode as Keras's "auto") whose
         files are unchanged since indexed (a changed one is skipped for the next). UsageError
-        when no checkpoint in the catalog has `metric` (a typo), naming the metrics there."""
+        when no checkpoint in the catalog has `metric` (a typo), naming the metrics there.
+        Our kept copies of rewritten files (`.ckpt-versions`) are answers only with
+        `versions`: they are no training moment of their own."""
         source = self._reads or self._store
         try:
-            return source.best(metric, mode or default_mode(metric), run)
+            return source.best(metric, mode or default_mode(metric), run, versions=versions)
         except NotFound:
             self.check_metric("--metric", metric)
             raise
 
-    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
+    def latest(
+        self, run: str | None = None, resumable: bool = False, *, versions: bool = False
+    ) -> Checkpoint:
         """The newest `ok` checkpoint of `run` (and the runs below it): the most training
         progress (optimizer iterations, then epoch, step, mtime). `resumable`: only one that can
         resume training (optimizer state that its loader restores: `core.resume`). Its files are
         stat'ed first: one changed since indexed is skipped for the next. `details` holds
         `resumable`, `resume_reason`, `keras_version`, `iterations` and `skipped` (changed
         candidates passed over). Without `run` the catalog must hold one run with ok
-        checkpoints (else UsageError). NotFound when there is none."""
-        return (self._reads or self._store).latest(run, resumable)
+        checkpoints (else UsageError). NotFound when there is none. Our kept copies of
+        rewritten files are answers only with `versions`."""
+        return (self._reads or self._store).latest(run, resumable, versions=versions)
 
     def metric_names(self) -> set[str]:
         """Every metric name any checkpoint in the catalog has."""
@@ -270,7 +282,9 @@ class CatalogReads:
         waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
 
         def rows() -> builtins.list[Checkpoint]:
-            return self.list(run=run, status=CheckpointStatus.OK.value)
+            # A copy we keep of a rewritten file is no new save of the trainer's (issue 39).
+            found = self.list(run=run, status=CheckpointStatus.OK.value)
+            return [c for c in found if c.version_of is None]
 
         try:
             seen = frozenset((c.id, c.generation) for c in rows())

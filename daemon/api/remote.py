@@ -95,6 +95,7 @@ class CatalogRemote(CatalogActs):
         run: str | None = None,
         *,
         fetch: bool = False,
+        versions: bool = False,
     ) -> Answer:
         """`best`, where a checkpoint whose bytes are only in the object store can be the answer
         (`location` `remote`, its `remote_url`); `fetch`: such an answer is brought back first
@@ -104,18 +105,23 @@ class CatalogRemote(CatalogActs):
 
         chosen = mode or default_mode(metric)
         return self._located(
-            lambda: self.best(metric, chosen, run),
+            lambda: self.best(metric, chosen, run, versions=versions),
             lambda store, local: remote_answers.best(store, local, metric, chosen, run),
             fetch,
         )
 
     def latest_located(
-        self, run: str | None = None, resumable: bool = False, *, fetch: bool = False
+        self,
+        run: str | None = None,
+        resumable: bool = False,
+        *,
+        fetch: bool = False,
+        versions: bool = False,
     ) -> Answer:
         """`latest`, where a checkpoint only in the object store can be the answer, further
         along than every local one (`ckpt latest --fetch`); as `best_located`."""
         return self._located(
-            lambda: self.latest(run, resumable),
+            lambda: self.latest(run, resumable, versions=versions),
             lambda store, local: remote_answers.latest(store, local, run, resumable),
             fetch,
         )

@@ -125,9 +125,12 @@ class HotReads:
         with self._reading() as fetch:
             return bool(fetch(read_sql.has_metric(name)))
 
-    def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
-        """The `ok` checkpoint with the best finite `metric` whose files are unchanged (`pick`)."""
-        statement = read_sql.best(metric, mode, run, self._dialect)
+    def best(
+        self, metric: str, mode: str, run: str | None = None, *, versions: bool = False
+    ) -> Checkpoint:
+        """The `ok` checkpoint with the best finite `metric` whose files are unchanged (`pick`);
+        a kept copy of a rewritten file only with `versions`."""
+        statement = read_sql.best(metric, mode, run, self._dialect, versions)
         where = f" in run {run!r}" if run else ""
         with self._reading() as fetch:
             outcome = self._pick(fetch, statement)
@@ -136,7 +139,9 @@ class HotReads:
             found = _complete(fetch, outcome)
             return self._stable(fetch, found, statement, found.metrics.get(metric))
 
-    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
+    def latest(
+        self, run: str | None = None, resumable: bool = False, *, versions: bool = False
+    ) -> Checkpoint:
         """The newest `ok` checkpoint (the most training progress: optimizer iterations, then
         epoch, step, mtime, id) whose files are unchanged; with `resumable`, of those that can
         resume training (`core.resume`). Without `run`, the catalog must hold one run with ok
@@ -145,12 +150,12 @@ class HotReads:
         with self._reading() as fetch:
             if run is None:
                 pick.one_run([row[0] for row in fetch(read_sql.RUNS_WITH_OK)])
-            statement = read_sql.latest(run, resumable, self._dialect)
+            statement = read_sql.latest(run, resumable, self._dialect, versions)
             outcome = self._pick(fetch, statement, resumable=resumable)
             if outcome.row is None:
                 newest = None
                 if resumable:
-                    every_ok = read_sql.latest(run, False, self._dialect)
+                    every_ok = read_sql.latest(run, False, self._dialect, versions)
                     found = self._local_rows(fetch(read_sql.page(every_ok, 0, 1)))
                     newest = found[0] if found else None
                 raise pick.not_found(outcome, f"ok checkpoint{where}", newest)

@@ -65,6 +65,9 @@ def sightings(
         "epoch": None,
         "step": None,
     }
+    recorded = rec.info.recorded if rec.info else None
+    if isinstance(recorded, dict) and recorded:  # the generation's own epoch, step, metrics:
+        entry["recorded"] = recorded  # what its kept copy carries (store_versions.add_version)
     return [*seen, entry][-MAX_GENERATIONS:]
 
 

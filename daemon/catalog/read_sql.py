@@ -172,14 +172,19 @@ def listing(query: ListQuery, dialect: Dialect, stored: Callable[[str], str]) ->
     return sql, params
 
 
-def best(metric: str, mode: str, run: str | None, dialect: Dialect) -> Statement:
-    """`best`'s candidates, best first: `ok` rows with a finite `metric`."""
+def best(
+    metric: str, mode: str, run: str | None, dialect: Dialect, versions: bool = False
+) -> Statement:
+    """`best`'s candidates, best first: `ok` rows with a finite `metric` (our kept copies of
+    rewritten files only with `versions`: they are no training moment of their own)."""
     sql = (
         f"SELECT {CANDIDATE_COLUMNS} {FROM} JOIN metrics ON metrics.checkpoint_id = "
         f"checkpoints.id AND metrics.name = ? WHERE checkpoints.status = ? AND "
         f"metrics.value {FINITE}"
     )
     params: list[Any] = [metric, OK, *FINITE_BOUNDS]
+    if not versions:
+        sql += " AND checkpoints.version_of IS NULL"
     if run is not None:
         condition, bounds = in_run(run, dialect)
         sql += f" AND {condition}"
@@ -189,11 +194,13 @@ def best(metric: str, mode: str, run: str | None, dialect: Dialect) -> Statement
     return sql, params
 
 
-def latest(run: str | None, resumable: bool, dialect: Dialect) -> Statement:
+def latest(run: str | None, resumable: bool, dialect: Dialect, versions: bool = False) -> Statement:
     """`latest`'s candidates, newest first: `ok` rows (with `resumable`, those `core.resume` may
-    call resumable)."""
+    call resumable; our kept copies only with `versions`)."""
     sql = f"SELECT {CANDIDATE_COLUMNS} {FROM} WHERE checkpoints.status = ?"
     params: list[Any] = [OK]
+    if not versions:
+        sql += " AND checkpoints.version_of IS NULL"
     if run is not None:
         condition, bounds = in_run(run, dialect)
         sql += f" AND {condition}"

@@ -21,6 +21,9 @@ FLAGGED = (
 # the run's newest ok checkpoint.
 UNFINISHED = (CheckpointStatus.INCOMPLETE.value, CheckpointStatus.ABANDONED.value)
 RunIds = Sequence[int] | None
+# A run's figures (count, bytes, newest, bests) are its training's: our kept copies of rewritten
+# files are no checkpoint of it (issue 39: "CHECKPOINTS 22" for 10 files); `ckpt du` counts them.
+NOT_A_COPY = "checkpoints.version_of IS NULL"
 
 # Every run in the overview's order, its revision (moved by the database's triggers on any change
 # to its checkpoints or metrics: migration 0009) and what was derived for it.
@@ -41,7 +44,8 @@ def run_totals(runs: RunIds) -> Statement:
         "SELECT runs.id, runs.root, runs.name, count(checkpoints.id),"
         " coalesce(sum(checkpoints.size_bytes), 0), max(checkpoints.mtime_ns)"
         " FROM runs LEFT OUTER JOIN checkpoints ON checkpoints.run_id = runs.id"
-        f" AND checkpoints.status = ? WHERE 1 = 1{among} GROUP BY runs.id, runs.root, runs.name",
+        f" AND checkpoints.status = ? AND {NOT_A_COPY} WHERE 1 = 1{among}"
+        " GROUP BY runs.id, runs.root, runs.name",
         [OK, *ids],
     )
 
@@ -53,9 +57,10 @@ def run_newest(runs: RunIds) -> Statement:
     outer, _ = _among("checkpoints.run_id", runs)
     return (
         "SELECT checkpoints.run_id, checkpoints.id, checkpoints.path FROM checkpoints JOIN"
-        f" (SELECT run_id, max(mtime_ns) AS newest FROM checkpoints WHERE status = ?{inner}"
-        " GROUP BY run_id) AS last ON last.run_id = checkpoints.run_id"
-        f" AND last.newest = checkpoints.mtime_ns WHERE checkpoints.status = ?{outer}",
+        " (SELECT run_id, max(mtime_ns) AS newest FROM checkpoints WHERE status = ?"
+        f" AND {NOT_A_COPY}{inner} GROUP BY run_id) AS last ON last.run_id = checkpoints.run_id"
+        " AND last.newest = checkpoints.mtime_ns WHERE checkpoints.status = ?"
+        f" AND {NOT_A_COPY}{outer}",
         [OK, *ids, OK, *ids],
     )
 
@@ -68,7 +73,7 @@ def run_metric_ranges(runs: RunIds) -> Statement:
     return (
         "SELECT checkpoints.run_id, metrics.name, min(metrics.value), max(metrics.value)"
         " FROM checkpoints CROSS JOIN metrics WHERE metrics.checkpoint_id = checkpoints.id"
-        f" AND checkpoints.status = ?{among} AND metrics.value {FINITE}"
+        f" AND checkpoints.status = ? AND {NOT_A_COPY}{among} AND metrics.value {FINITE}"
         " GROUP BY checkpoints.run_id, metrics.name",
         [OK, *ids, *FINITE_BOUNDS],
     )
@@ -93,6 +98,6 @@ def metric_holders(name: str, values: Sequence[float]) -> Statement:
         "SELECT checkpoints.run_id, metrics.value, checkpoints.id, checkpoints.path,"
         " checkpoints.mtime_ns FROM metrics JOIN checkpoints ON checkpoints.id ="
         " metrics.checkpoint_id WHERE metrics.name = ? AND checkpoints.status = ? AND"
-        f" metrics.value IN ({', '.join('?' * len(values))})",
+        f" {NOT_A_COPY} AND metrics.value IN ({', '.join('?' * len(values))})",
         [name, OK, *values],
     )

@@ -298,11 +298,15 @@ class Store(
     def has_metric(self, name: str) -> bool:
         return self._hot.has_metric(name)
 
-    def best(self, metric: str, mode: str, run: str | None = None) -> Checkpoint:
-        return self._hot.best(metric, mode, run)
+    def best(
+        self, metric: str, mode: str, run: str | None = None, *, versions: bool = False
+    ) -> Checkpoint:
+        return self._hot.best(metric, mode, run, versions=versions)
 
-    def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
-        return self._hot.latest(run, resumable)
+    def latest(
+        self, run: str | None = None, resumable: bool = False, *, versions: bool = False
+    ) -> Checkpoint:
+        return self._hot.latest(run, resumable, versions=versions)
 
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""

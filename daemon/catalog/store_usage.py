@@ -109,3 +109,18 @@ class UsageReads:
         )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return [(int(r[0]), str(r[1]), int(r[2] or 0)) for r in conn.execute(stmt)]
+
+    def kept_copies_bytes(self, roots: Iterable[str]) -> int:
+        """The bytes of the kept copies of rewritten files in `roots` (versions and standby
+        copies at their paths): what `versions.budget` bounds (core.space_reserve)."""
+        wanted = list(roots)
+        if not wanted:
+            return 0
+        stmt = (
+            select(func.coalesce(func.sum(checkpoints.c.size_bytes), 0))
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root.in_(wanted), checkpoints.c.version_of.is_not(None))
+            .where(checkpoints.c.status.in_(_AT_PATH))
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return int(conn.execute(stmt).scalar() or 0)

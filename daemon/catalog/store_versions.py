@@ -6,6 +6,7 @@ keeps that true in the same transaction as every change of the file's row."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,9 @@ from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
 CAPTURE_SKIPPED = "capture-skipped"  # the audit action of a generation not kept for space
+# The audit action of a generation not copied because its content is a checkpoint kept at
+# another path (`last.pt` beside `ckpt_epoch007.pt`), or a rolling pointer's (issue 39).
+NOT_COPIED = "version-not-copied"
 # Columns a version takes from the row of the file it keeps, as that row is when it is kept.
 _COPIED = (
     "run_id",
@@ -93,6 +97,23 @@ def sync_standby(conn: Any, path: str) -> None:
         .where(mine, checkpoints.c.status == OK, checkpoints.c.hash == current)
         .values(status=STANDBY)
     )
+
+
+def _recorded_metrics(recorded: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """(name, value, source) of the metrics a generation's file recorded of itself (a torch
+    dict's val_loss), as derivation takes them (`source` "checkpoint")."""
+    found = recorded.get("metrics")
+    if not isinstance(found, dict):
+        return []
+    return [
+        (str(k), float(v), "checkpoint")
+        for k, v in found.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+
+
+def _first_int(*values: Any) -> int | None:
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
 class VersionRecords:
@@ -174,12 +195,20 @@ class VersionRecords:
             generations = details.pop("generations", None) or []
             values: dict[str, Any] = {name: row._mapping[name] for name in _COPIED}
             same = row.hash == source.hash
+            own: dict[str, Any] = {}
             if not same:
                 seen = [g for g in generations if isinstance(g, dict)]
                 entry = next((g for g in seen if g.get("hash") == source.hash), {})
+                # What that generation's file recorded of itself (a torch dict's epoch, step,
+                # val_loss), not what the file's row holds of its newer bytes (issue 39).
+                recorded = entry.get("recorded")
+                details.pop("recorded", None)
+                if isinstance(recorded, dict):
+                    details["recorded"] = recorded
+                own = recorded if isinstance(recorded, dict) else {}
                 values.update(
-                    epoch=entry.get("epoch"),
-                    step=entry.get("step"),
+                    epoch=_first_int(entry.get("epoch"), own.get("epoch")),
+                    step=_first_int(entry.get("step"), own.get("step")),
                     iterations=entry.get("iterations"),
                     metrics_at=None,  # derived again: its metrics are its epoch's
                 )
@@ -207,7 +236,7 @@ class VersionRecords:
                     )
                 ).all()
                 if same
-                else []
+                else _recorded_metrics(own)
             )
             if copied:
                 conn.execute(
@@ -294,7 +323,14 @@ class VersionRecords:
             return set(rows)
 
     def record_capture_skipped(
-        self, checkpoint_id: int, generation: int, path: str, reason: str, size: int, actor: str
+        self,
+        checkpoint_id: int,
+        generation: int,
+        path: str,
+        reason: str,
+        size: int,
+        actor: str,
+        action: str = CAPTURE_SKIPPED,
     ) -> bool:
         """A generation of `path` not kept for lack of space (usecases.versions): an audit
         event `capture-skipped` (`ckpt log`, `ckpt_capture_skipped_total`), once per generation
@@ -303,7 +339,7 @@ class VersionRecords:
         with self._engine.begin() as conn:
             seen = conn.execute(
                 select(EVENTS.c.id)
-                .where(EVENTS.c.action == CAPTURE_SKIPPED, EVENTS.c.checkpoint_id == checkpoint_id)
+                .where(EVENTS.c.action == action, EVENTS.c.checkpoint_id == checkpoint_id)
                 .where(EVENTS.c.reason.startswith(head, autoescape=True))
                 .limit(1)
             ).first()
@@ -311,7 +347,7 @@ class VersionRecords:
                 return False
             record_event(
                 conn,
-                action=CAPTURE_SKIPPED,
+                action=action,
                 checkpoint_id=checkpoint_id,
                 path=path,
                 reason=head + reason,

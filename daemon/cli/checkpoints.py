@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..core.errors import NotFound, PartialFailure
+from ..core.errors import CkptError, NotFound, PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
 from .options import json_option
@@ -264,6 +264,12 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     help="When the best is only in the object store (`remote:`), bring it back first "
     "(`ckpt fetch`) and print its local path.",
 )
+@click.option(
+    "--versions",
+    is_flag=True,
+    help="Our kept copies of rewritten files (.ckpt-versions) may be the answer too (without "
+    "it, only the trainers' own checkpoints are).",
+)
 @json_option(
     "The checkpoint's row + `artifact`, `location` and `remote_url` as JSON (with --artifact, "
     "`path` is the artifact's)."
@@ -276,6 +282,7 @@ def best(
     run: str | None,
     artifact: str | None,
     fetch: bool,
+    versions: bool,
     as_json: bool,
 ) -> None:
     """The best `ok` checkpoint by a metric. Prints its absolute path alone, for scripts (exit
@@ -289,11 +296,14 @@ def best(
     Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"
     """
     with obj.catalog() as cat:
-        answer = cat.best_located(metric, mode, run, fetch=fetch)
+        answer = cat.best_located(metric, mode, run, fetch=fetch, versions=versions)
         found = answer.checkpoint
+        better = None if versions else _better_copy(cat, metric, mode, run, found)
         chosen = _artifact(cat.get(found.id), artifact) if artifact else None
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)
+    if better is not None:
+        echo(f"ckpt: a kept copy is better: {better} (ckpt best --versions)", err=True)
     if as_json:
         doc = documents.best(found, chosen)
         emit_json({**doc, "location": answer.location, "remote_url": answer.remote_url})
@@ -301,6 +311,22 @@ def best(
         echo(chosen["path"])
     else:
         echo(answer.remote_url if answer.remote_url and answer.location == "remote" else found.path)
+
+
+def _better_copy(
+    cat: Any, metric: str, mode: str | None, run: str | None, found: Checkpoint
+) -> str | None:
+    """The path of a kept copy of a rewritten file better than `found` (keras#17012: a resumed
+    run overwrote the real best), said on stderr: the answer stays a trainer's checkpoint."""
+    try:
+        with_copies = cat.best(metric, mode, run, versions=True)
+    except CkptError:
+        return None
+    if with_copies.version_of is None or with_copies.id == found.id:
+        return None
+    if with_copies.metrics.get(metric) == found.metrics.get(metric):
+        return None  # as good, not better
+    return str(with_copies.path)
 
 
 def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:

@@ -32,13 +32,21 @@ from .output import echo, emit_json
     help="When the newest is only in the object store (`remote:`), bring it back first "
     "(`ckpt fetch`) and print its local path: resuming from the store in one command.",
 )
+@click.option(
+    "--versions",
+    is_flag=True,
+    help="Our kept copies of rewritten files (.ckpt-versions) may be the answer too (without "
+    "it, only the trainers' own checkpoints are).",
+)
 @json_option(
     "The checkpoint's row + `resumable`, `resume_reason`, `passed_over` (newer "
     "checkpoints --resumable passed over, each with its path and reason), `location` and "
     "`remote_url` as JSON."
 )
 @pass_context
-def latest(obj: Context, run: str | None, resumable: bool, fetch: bool, as_json: bool) -> None:
+def latest(
+    obj: Context, run: str | None, resumable: bool, fetch: bool, versions: bool, as_json: bool
+) -> None:
     """The newest `ok` checkpoint of a run. Prints its path alone (exit 6 if none).
 
     Newest is the most training progress: optimizer iterations, then epoch, then step, then
@@ -53,7 +61,7 @@ def latest(obj: Context, run: str | None, resumable: bool, fetch: bool, as_json:
     Example:  python train.py --resume-from "$(ckpt latest --run exp1 --resumable --fetch)"
     """
     with obj.catalog() as cat:
-        answer = cat.latest_located(run, resumable, fetch=fetch)
+        answer = cat.latest_located(run, resumable, fetch=fetch, versions=versions)
         found = answer.checkpoint
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)

@@ -32,7 +32,12 @@ class Saved(Protocol):
 
 def progress_key(item: Saved) -> tuple[float, float, float, int]:
     """How far along its run a checkpoint is: epoch, step, then mtime and id; an unknown epoch
-    or step sorts after every known one (never older than it might be): `core.retention`."""
+    or step sorts after every known one (never older than it might be). A checkpoint with
+    neither that `core.retention` placed by its save time (`placed`: the epoch and step of the
+    furthest along known checkpoint written before it) sorts just before that one's moment."""
+    placed = getattr(item, "placed", None)
+    if placed is not None and item.epoch is None and item.step is None:
+        return (placed[0], placed[1], -math.inf, item.id)
     epoch = math.inf if item.epoch is None else item.epoch
     step = math.inf if item.step is None else item.step
     return (epoch, step, item.mtime, item.id)

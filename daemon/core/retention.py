@@ -29,8 +29,9 @@ Semantics:
   `model-008.keras`, `w-08.weights.h5` and `best.h5` of epoch 8 are kept, or not, together, and
   the reason says how many files the moment holds ("last #1 (epoch 8: 3 files)").
 - Keep rules are a union: a checkpoint survives if any rule keeps it. `keep_last N`; `keep_best`
-  per metric (ties: newer mtime, then higher id; a checkpoint without the metric, or with NaN, is
-  kept with "no <metric>: kept" unless `keep_missing=False`); `keep_every N` on the epoch, or on
+  per metric (ties: the trainer's own file, then newer mtime, then higher id; a checkpoint
+  without the metric, or with NaN, is kept with "no <metric>: kept" unless
+  `keep_missing=False`); `keep_every N` on the epoch, or on
   the step when there is no epoch; `keep_within D`; `keep_hourly/daily/weekly N`: for each of the
   last N UTC hours/days/ISO weeks that hold ok checkpoints, the newest one of that period. Unlike
   borg, periodic rules do not skip periods already kept by another rule, and there is no
@@ -64,6 +65,7 @@ from datetime import UTC, datetime
 from .errors import UsageError
 from .model import CheckpointStatus
 from .moments import Moment, progress_key, training_moments
+from .newest import newest, placed_by_save_time
 from .query import default_mode
 from .tier_plan import NO_REMOTE, KeepLocal, budget_tierable, placed, stays_local
 from .units import format_duration, format_size
@@ -101,6 +103,17 @@ class Item:
     tier_blocked: str | None = NO_REMOTE  # why it cannot go to the object store (None: it can)
     trash_reason: str | None = None  # why it goes if nothing keeps it (an abandoned save's)
     where: str = "local"  # local | remote (only in the object store: status given as ok) | both
+    # Training can resume from it (`core.resume`): the newest such one is never trashed.
+    resumable: bool = False
+    # Why its trainer will save to it again (a rolling pointer such as `last.pt`, Lightning's
+    # `last.ckpt`): never trashed while it is the trainer's file. None: no such file.
+    trainer_file: str | None = None
+    # A kept copy of a rewritten file (`.ckpt-versions`): never a training moment, never
+    # "newest"; planned by the versions' own policy (`usecases.retention_plan`).
+    copy: bool = False
+    # (epoch, step) this checkpoint of unknown progress is placed at by its save time
+    # (`placed_by_save_time`); None: not placed (its epoch or step is known, or none is).
+    placed: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,7 @@ def plan(items: Sequence[Item], policy: Policy, now: float | None = None) -> Pla
     """One decision per candidate checkpoint of one run, oldest first. See the module doc.
     `now`: the time `tier_after` counts back from (None: no checkpoint tiers by age)."""
     _validate(policy)
-    candidates = sorted(_candidates(items), key=_age)
+    candidates = sorted(placed_by_save_time(_candidates(items)), key=_age)
     ok = [item for item in candidates if item.status == CheckpointStatus.OK]
     tags: dict[int, list[tuple[int, str]]] = {item.id: [] for item in candidates}
     for item_id, tier, reason in _reasons(candidates, ok, policy):
@@ -245,22 +258,6 @@ def _age(item: Item) -> tuple[float, int]:
     return (item.mtime, item.id)
 
 
-def newest(ok: Sequence[Item]) -> dict[int, str]:
-    """{id: reason} of the checkpoints protected as a run's newest among `ok` ones: the
-    furthest along by `progress_key`, and the last written (mtime) if that is another one;
-    when some are only in the object store, the local ones' newest too (the executor's rail
-    never frees those). The planner and the executor's rail use this same function."""
-    if not ok:
-        return {}
-    found = {max(ok, key=progress_key).id: "newest"}
-    found.setdefault(max(ok, key=_age).id, "newest mtime")
-    local = [item for item in ok if item.where != "remote"]  # the executor's rail judges these
-    if local and len(local) < len(ok):
-        found.setdefault(max(local, key=progress_key).id, "newest local")
-        found.setdefault(max(local, key=_age).id, "newest local mtime")
-    return found
-
-
 def _reasons(
     candidates: list[Item], ok: list[Item], policy: Policy
 ) -> Iterator[tuple[int, int, str]]:
@@ -276,7 +273,7 @@ def _reasons(
         if item.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED):
             yield item.id, PROTECTED, str(item.status)
     newest_first = ok[::-1]  # by mtime: ties in keep_best, periods
-    moments = training_moments(ok)
+    moments = training_moments([item for item in ok if not item.copy])  # copies: no moment
     if policy.keep_last is not None:
         for rank, moment in enumerate(moments[: policy.keep_last], start=1):
             yield from moment.reasons(RANKED, f"last #{rank}")
@@ -306,8 +303,10 @@ def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, 
                 yield item.id, RANKED, f"no {rule.metric}: kept"
         else:
             valued.append((value, item))
-    # A stable sort of a newest-first list: equal values keep the newer checkpoint first.
-    valued.sort(key=lambda pair: sign * pair[0])
+    # A stable sort of a newest-first list: equal values keep the newer checkpoint first; but
+    # first the trainer's own file (`best.pt` beside the `ckpt_epoch001.pt` it was saved with,
+    # often in the same clock tick): it is kept anyway, so the tie costs no second file.
+    valued.sort(key=lambda pair: (sign * pair[0], pair[1].trainer_file is None))
     for rank, (value, item) in enumerate(valued[: rule.n], start=1):
         tier = PROTECTED if rank == 1 else RANKED
         yield item.id, tier, f"best {rule.metric} #{rank} ({value:.4g})"

@@ -30,6 +30,9 @@ from .disk_guard import MinFree
 from .units import format_size
 
 DEFAULT_RESERVE = MinFree(percent=5.0)
+# All our kept copies on a filesystem together: a quarter of the space they may use (free space
+# plus what they hold), and always within the reserve's rule (issue 39).
+DEFAULT_BUDGET = MinFree(percent=25.0)
 STEPS = ("version_trash", "old_version", "trash")
 _LABELS = {
     "version_trash": ("version in the trash purged", "versions in the trash purged"),
@@ -62,6 +65,24 @@ def room_to_keep(reserve: int, min_free: int | None, min_free_as: str = "") -> t
         shown = f" ({min_free_as})" if min_free_as else ""
         return min_free, f"min_free {format_size(min_free)}{shown}"
     return reserve, ""
+
+
+def budget_bytes(budget: MinFree, free: int, kept: int) -> int:
+    """`versions.budget` in bytes: a size, or a percentage of the space our copies may use on
+    the filesystem (its free space plus the `kept` bytes they hold already, so the budget does
+    not shrink as they fill it)."""
+    return budget.threshold(free + kept)
+
+
+def budget_refusal(kept: int, size: int, budget: int) -> str | None:
+    """Why one more copy of `size` bytes must not be kept beside `kept` bytes of copies, or
+    None if all of them stay within `budget`."""
+    if kept + size <= budget:
+        return None
+    return (
+        f"our kept copies {format_size(kept)} + this one {format_size(size)} > "
+        f"versions.budget {format_size(budget)}"
+    )
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ _SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".he5", ".h5")
 _VERSION_NAME = re.compile(
     r"(?P<stem>.+)\.v(?P<generation>[0-9]{1,9})(?P<suffix>(?i:"
     + "|".join(re.escape(s) for s in _SUFFIXES)
-    + r"))",
+    + r"))?",  # none: a name Keras keys no loader on (`best.pt` is kept as `best.pt.v2`)
     re.DOTALL,  # a name may hold any character but "/" and NUL
 )
 
@@ -46,6 +46,43 @@ def is_fixed_name(name: str) -> bool:
     its `training_metadata.json` is there), kept only if it is seen rewritten."""
     stem, _suffix = split_suffix(name)
     return name != KERAS_WEIGHTS and not any(ch.isdigit() for ch in stem)
+
+
+_ROLLING_WORDS = ("last", "latest")
+_BEST_WORDS = ("best",)
+
+
+def _stem_words(name: str) -> list[str]:
+    """The lower-case words of a file name before its first dot (`model_last-v1.ckpt`:
+    model, last, v1)."""
+    stem = name.split(".", 1)[0].lower()
+    return [w for w in re.split(r"[^a-z0-9]+", stem) if w]
+
+
+def is_rolling_pointer(name: str) -> bool:
+    """A name a trainer rewrites at every save to point at its newest state (`last.pt`,
+    `latest.pth`, Lightning's `last.ckpt` and `last-v1.ckpt`, `model_last.h5`): each of its
+    generations is the newest training moment when written, which the trainer (or an epoch
+    file beside it) saves anyway. Keras BackupAndRestore's `latest.weights.h5` is its own
+    state, not a pointer (`is_fixed_name`)."""
+    words = _stem_words(name)
+    return name != KERAS_WEIGHTS and any(w in _ROLLING_WORDS for w in words)
+
+
+def is_best_like(name: str) -> bool:
+    """A name a trainer rewrites only with a better model (`best.pt`, `model_best.h5`,
+    `best.keras`): what a resumed Keras run overwrites with a worse one (keras#17012)."""
+    return any(w.startswith(_BEST_WORDS) for w in _stem_words(name))
+
+
+def trainer_file(name: str) -> str | None:
+    """Why the file `name` is its trainer's own (a pointer it saves to again and a user's
+    script loads by name), or None: retention and the disk guard never trash one."""
+    if is_best_like(name) and is_fixed_name(name):
+        return f"the trainer's best file ({name}: it rewrites it with each better model)"
+    if is_rolling_pointer(name):
+        return f"the trainer's last file ({name}: it rewrites it at every save)"
+    return None
 
 
 def should_capture(mode: str, name: str, generation: int) -> bool:
@@ -72,7 +109,7 @@ def original_parts(parts: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
     found = _VERSION_NAME.fullmatch(parts[-1])
     if found is None:
         return None
-    name = found["stem"] + found["suffix"]
+    name = found["stem"] + (found["suffix"] or "")
     return (*parts[1:-1], name), int(found["generation"])
 
 

@@ -151,3 +151,38 @@ def read_legacy(raw: IO[bytes]) -> CheckpointInfo:
             f"legacy torch file of {size} bytes, its storages need {at} (truncated or extended)"
         )
     return torch_state.interpret(obj, Format.TORCH_LEGACY)
+
+
+SERIALIZATION_ID = ".data/serialization_id"  # random per save: no part of the content
+
+
+def content_identity(raw: IO[bytes]) -> str | None:
+    """What a `torch.save` zip holds, whatever file it was saved to: a digest of its members'
+    names below the record prefix (the file's stem at save time), CRC-32s and sizes, read from
+    the central directory alone (nothing decompressed, nothing unpickled), without
+    `.data/serialization_id`. Two saves of the same dict to `last.pt` and `ckpt_epoch007.pt`
+    differ in bytes and agree here. None when it cannot say: not a torch zip, or saved without
+    CRC-32s (`torch.serialization.set_crc32_options(False)`: sizes alone prove nothing)."""
+    import hashlib
+
+    try:
+        with zipfile.ZipFile(raw) as archive:
+            member = pickle_member(archive)
+            if member is None:
+                return None
+            prefix = member[: -len(PICKLE_MEMBER)]
+            entries = sorted(
+                (info.filename[len(prefix) :], info.CRC, info.file_size)
+                for info in archive.infolist()
+                if info.filename.startswith(prefix)
+            )
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+    digest = hashlib.sha256()
+    for name, crc, size in entries:
+        if name == SERIALIZATION_ID:
+            continue
+        if size and not crc:
+            return None
+        digest.update(f"{name}\0{crc:08x}\0{size}\n".encode())
+    return "torch-content:" + digest.hexdigest()

@@ -70,6 +70,11 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
         Bound("size", 2**20, MAX_SIZE, why="a reserve below 1 MiB leaves a trainer nothing"),
         Bound("percent", 0.01, 99, why="of the filesystem"),
     ),
+    # All our kept copies of a filesystem together (core.space_reserve.budget_bytes).
+    "versions.budget": (
+        Bound("size", 0, MAX_SIZE, why="0: no copy is ever kept"),
+        Bound("percent", 0.01, 99, why="of the space our copies may use"),
+    ),
     **{f"retention.{k}": (_COUNT,) for k in ("keep_last", "keep_every", "keep_hourly")},
     **{f"retention.{k}": (_COUNT,) for k in ("keep_daily", "keep_weekly", "keep_best[].n")},
     "retention.keep_within": (Bound("duration", 1, MAX_DURATION),),

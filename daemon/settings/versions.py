@@ -7,11 +7,11 @@ from typing import Any
 
 from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
-from ..core.space_reserve import DEFAULT_RESERVE
+from ..core.space_reserve import DEFAULT_BUDGET, DEFAULT_RESERVE
 from ..core.versions import CAPTURE_MODES
 from .values import choice, count, mapping, min_free
 
-VERSIONS_KEYS = {"capture", "keep_previous", "metric", "reserve"}
+VERSIONS_KEYS = {"budget", "capture", "keep_previous", "metric", "reserve"}
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class Versions:
     # Free space our copies always leave to the trainers (core.space_reserve), at least the
     # biggest checkpoint of the filesystem.
     reserve: MinFree = DEFAULT_RESERVE
+    # All kept copies of a filesystem together: a size, or a percentage of the space they may
+    # use (free space plus their own bytes); the oldest, least valuable ones give way first.
+    budget: MinFree = DEFAULT_BUDGET
 
 
 def parse_versions(value: Any) -> Versions:
@@ -34,4 +37,6 @@ def parse_versions(value: Any) -> Versions:
     if metric is not None and (not isinstance(metric, str) or not metric.strip()):
         raise ConfigError("versions.metric", "expected a metric name, e.g. val_loss")
     reserve = min_free(raw["reserve"], "versions.reserve") if "reserve" in raw else DEFAULT_RESERVE
-    return Versions(capture, 1 if keep_previous is None else keep_previous, metric, reserve)
+    budget = min_free(raw["budget"], "versions.budget") if "budget" in raw else DEFAULT_BUDGET
+    previous = 1 if keep_previous is None else keep_previous
+    return Versions(capture, previous, metric, reserve, budget)

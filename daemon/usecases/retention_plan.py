@@ -17,13 +17,14 @@ from typing import Any
 from ..catalog.store import Store
 from ..core import retention
 from ..core.errors import NotFound, UsageError
-from ..core.model import Checkpoint, CheckpointStatus
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.query import ListQuery
 from ..core.remote import RemoteState, location
 from ..core.remote_keep import why_kept
+from ..core.resume import resumability
 from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
-from ..core.versions import Kept, previous_generations
+from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
 from .artifacts import SPLIT_BY_POLICY
 from .locations import uses_remote
@@ -141,24 +142,33 @@ def plan_runs(
         previous = {**trainer_best(store, found), **protected_generations(config, found)}
         remote = remote_places(config, store, rows, name)
         found += [c for c in rows if remote.get(c.id) == "remote"]
-        if policy is None:
-            # Kept versions have a policy of their own, so their cost stays bounded.
-            found = [c for c in found if c.version_of is not None]
-            policy, source = versions_policy(config, found), "versions"
-            if not found:
-                report.skipped.append({"run": name, "reason": "no retention policy configured"})
-                continue
+        # Our kept copies are never training moments: the run's policy weighs the trainer's
+        # checkpoints, and the copies have a policy of their own, so their cost stays bounded.
+        copies = [c for c in found if c.version_of is not None]
+        found = [c for c in found if c.version_of is None] if policy is not None else []
+        if policy is None and not copies:
+            report.skipped.append({"run": name, "reason": "no retention policy configured"})
+            continue
         items = [
             planner_item(c, demotable(c), previous.get(c.id), tier_blocked(config, c))
             if c.id not in remote
             else remote_item(c, remote[c.id], rows, remote, previous.get(c.id), config)
             for c in found
         ]
-        if items:
-            described = f"{source}: {policy.describe()}"
-            report.runs.append(
-                RunPlan(root, name, run_id, described, retention.plan(items, policy, now))
+        plans = [retention.plan(items, policy, now)] if items and policy is not None else []
+        kept_copies = versions_policy(config, copies)
+        if copies:
+            items = [planner_item(c, False, previous.get(c.id)) for c in copies]
+            plans.append(_of_copies(retention.plan(items, kept_copies)))
+        if plans:
+            described = (
+                f"{source}: {policy.describe()}; versions: {kept_copies.describe()}"
+                if policy is not None and copies
+                else f"{source}: {policy.describe()}"
+                if policy is not None
+                else f"versions: {kept_copies.describe()}"
             )
+            report.runs.append(RunPlan(root, name, run_id, described, _merged(plans, rows)))
     if runs and not report.runs and not report.skipped:
         raise NotFound(f"no run named {', '.join(runs)} in the catalog")
     if report.skipped and not report.runs and not config.has_retention():
@@ -167,6 +177,34 @@ def plan_runs(
             "`retention:` in the config"
         )
     return report
+
+
+def _of_copies(plan: retention.Plan) -> retention.Plan:
+    """The versions' plan, its rules' reasons said to be theirs ("kept copies: best val_loss
+    #1"), never to be read as the run's own best or last."""
+
+    def said(reason: str) -> str:
+        return reason if reason.startswith("previous generation") else f"kept copies: {reason}"
+
+    decisions = tuple(
+        replace(d, reasons=tuple(said(r) for r in d.reasons)) if d.action == "keep" else d
+        for d in plan.decisions
+    )
+    return replace(plan, decisions=decisions)
+
+
+def _merged(plans: Sequence[retention.Plan], rows: Sequence[Checkpoint]) -> retention.Plan:
+    """The plans of a run's checkpoints and of its kept copies as one, in the order the files
+    were written (as each plan is)."""
+    if len(plans) == 1:
+        return plans[0]
+    age = {c.id: (c.mtime, c.id) for c in rows}
+    decisions = sorted((d for p in plans for d in p.decisions), key=lambda d: age[d.id])
+    return retention.Plan(
+        decisions=tuple(decisions),
+        bytes_freed=sum(p.bytes_freed for p in plans),
+        notes=tuple(n for p in plans for n in p.notes),
+    )
 
 
 def run_checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
@@ -265,7 +303,19 @@ def planner_item(
         trash_reason=f"abandoned: {c.reason or 'no reason recorded'}"
         if c.status == CheckpointStatus.ABANDONED
         else None,
+        resumable=c.version_of is None and may_resume(c),
+        trainer_file=None if c.version_of is not None else trainer_file(Path(c.path).name),
+        copy=c.version_of is not None,
     )
+
+
+def may_resume(c: Checkpoint) -> bool:
+    """Training can resume from `c` (`core.resume`, as `ckpt latest --resumable` judges a
+    listed row). A legacy `.h5` with optimizer state counts (the listing does not carry the
+    Keras version that decides it): protecting one too many is the safe side."""
+    verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
+    legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
+    return verdict.resumable or legacy
 
 
 def tier_blocked(config: Config, c: Checkpoint) -> str | None:

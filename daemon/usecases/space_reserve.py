@@ -44,6 +44,41 @@ class ReserveRelief:
         return sum(step.frees for step in self.done)
 
 
+def budget_refusal(
+    config: Config, store: Store, root: RootConfig, size: int, *, actor: str
+) -> str | None:
+    """Why a copy of `size` bytes into `root` would take our copies beyond `versions.budget`
+    (None: it fits). Over it, kept versions older than their file's previous generation give
+    way first (the best one of each file last: `old_version`, trashed and purged), oldest
+    first, until the new copy fits; if that is not enough, the reason."""
+    fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
+    if fs is None:
+        return None
+
+    def why() -> str | None:
+        free = disk_guard.usage(fs.roots[0]).free
+        kept = store.kept_copies_bytes(fs.roots)
+        budget = space_reserve.budget_bytes(config.versions.budget, free, kept)
+        return space_reserve.budget_refusal(kept, size, budget)
+
+    refusal = why()
+    if refusal is None:
+        return None
+    free = disk_guard.usage(fs.roots[0]).free
+    kept = store.kept_copies_bytes(fs.roots)
+    excess = kept + size - space_reserve.budget_bytes(config.versions.budget, free, kept)
+    relieve(  # measured by free space: each old version given up frees its bytes
+        config,
+        store,
+        fs,
+        free + excess,
+        actor=actor,
+        only=("old_version",),
+        goal="the free space at which a new copy fits versions.budget",
+    )
+    return why()
+
+
 def make_room(config: Config, store: Store, root: RootConfig, size: int, *, actor: str) -> int:
     """Before a capture of `size` bytes is skipped: versions in the trash (retention let them
     go) are purged, oldest trashed first, until the copy fits with the reserve left over.

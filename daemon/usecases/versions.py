@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..catalog.store import Store
-from ..catalog.store_versions import Source
+from ..catalog.store_versions import NOT_COPIED, Source
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
-from ..core.model import Checkpoint, CheckpointStatus, FileStat
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
 from ..fs import fsops, name_limits, temp_names
 from ..fs.hashing import hash_files
 from ..logs import event
@@ -60,6 +60,8 @@ def capture(
     original = Path(source.path)
     mode = mode or config.versions.capture
     if not force and not naming.should_capture(mode, original.name, source.generation):
+        return None
+    if not force and _not_worth_a_copy(store, root, source, actor):
         return None
     target = root.path.joinpath(
         *naming.version_parts(fsops.relative_parts(root.path, original), source.generation)
@@ -100,6 +102,109 @@ def capture(
     return str(target)
 
 
+def _not_worth_a_copy(store: Store, root: RootConfig, source: Source, actor: str) -> bool:
+    """A version costs only what it saves (issue 39): a generation whose content is a
+    checkpoint kept at another path (`last.pt` beside `ckpt_epoch007.pt`: the same tensors and
+    structure, `same_content`) is recorded as that checkpoint, with no copy; a rolling
+    pointer's generation (`last.pt`, `latest.pth`: the newest training moment when written) is
+    not copied unless its metric beats every checkpoint of the run. Audited once per
+    generation (`version-not-copied`)."""
+    from .retention_plan import run_checkpoints
+
+    row = store.get(str(source.id))
+    siblings = [
+        c
+        for c in run_checkpoints(store, row.root, row.run)
+        if c.version_of is None and c.path != source.path and c.status == CheckpointStatus.OK
+    ]
+    same = same_content(root, source, siblings)
+    if same is not None:
+        why = f"its content is {same} (the same tensors and structure): not copied"
+    elif naming.is_rolling_pointer(Path(source.path).name) and not _beats_every(row, siblings):
+        why = "a rolling pointer (rewritten at every save) whose metric beats no kept checkpoint"
+    else:
+        return False
+    if store.record_capture_skipped(
+        source.id, source.generation, source.path, why, 0, actor, action=NOT_COPIED
+    ):
+        event("version_not_copied", path=source.path, generation=source.generation, reason=why)
+    return True
+
+
+def same_content(root: RootConfig, source: Source, siblings: list[Checkpoint]) -> str | None:
+    """The path of a checkpoint among `siblings` (ok, of the source's run) holding what the
+    source's generation holds: the same bytes, or for `torch.save` zips the same content
+    (`torch_zip.content_identity`, read from each file as it is on disk now, the source's
+    only while it is still the generation indexed). None: no such one, or it cannot say."""
+    for c in siblings:
+        if c.hash is not None and c.hash == source.hash:
+            return c.path
+    if not source.path.endswith(_TORCH_SUFFIXES):
+        return None
+    mine = _content(root, Path(source.path), source.stat)
+    if mine is None:
+        return None
+    for path in _torch_beside(source.path, siblings):
+        if _content(root, Path(path), None) == mine:
+            return path
+    return None
+
+
+_TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".tar")
+_LOOKED_AT = 16  # torch files beside the source read for their content, newest first
+
+
+def _torch_beside(path: str, siblings: list[Checkpoint]) -> list[str]:
+    """The run's torch zips, and the torch files in the source's folder the catalog has not
+    indexed yet (a trainer's epoch file saved just before, the scan not there yet), newest
+    first: the likeliest to hold the same content."""
+    found = {c.path: c.mtime for c in siblings if c.format == Format.TORCH_ZIP}
+    folder = os.path.dirname(path)
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                full = os.path.join(folder, entry.name)
+                if (
+                    full != path
+                    and entry.name.endswith(_TORCH_SUFFIXES)
+                    and entry.is_file(follow_symlinks=False)
+                ):
+                    found.setdefault(full, entry.stat(follow_symlinks=False).st_mtime)
+    except OSError:
+        pass
+    return sorted(found, key=lambda p: found[p], reverse=True)[:_LOOKED_AT]
+
+
+def _content(root: RootConfig, path: Path, expected: FileStat | None) -> str | None:
+    """The content identity of the torch zip at `path` (None: unknown), read beneath the root
+    (never through a planted symlink); with `expected`, only if the file is still that."""
+    from ..formats import torch_zip
+    from ..fs import beneath
+
+    try:
+        fd = beneath.open_regular(path, root.path)
+    except (Refused, OSError):
+        return None
+    with os.fdopen(fd, "rb") as raw:
+        info = os.fstat(raw.fileno())
+        if expected is not None and FileStat(info.st_size, info.st_mtime_ns, info.st_ino) != (
+            expected
+        ):
+            return None  # rewritten since indexed: the copy path judges it (hash check)
+        return torch_zip.content_identity(raw)
+
+
+def _beats_every(row: Checkpoint, siblings: list[Checkpoint]) -> bool:
+    """The generation's val_loss (else loss) is better than every other checkpoint's of the
+    run (lower; missing elsewhere counts as beaten): what keras#17012 would lose."""
+    metric = next((m for m in ("val_loss", "loss") if row.metrics.get(m) is not None), None)
+    value = row.metrics.get(metric) if metric is not None else None
+    if metric is None or value is None:
+        return False
+    others = [c.metrics.get(metric) for c in siblings]
+    return all(v is None or value < v for v in others)
+
+
 def _skipped_for_space(
     config: Config, store: Store, root: RootConfig, source: Source, actor: str
 ) -> bool:
@@ -115,6 +220,8 @@ def _skipped_for_space(
         config, store, root, source.stat.size, actor=actor
     ):
         why = copy_room.capture_refusal(config, store, root, source.stat.size)
+    if why is None:
+        why = space_reserve.budget_refusal(config, store, root, source.stat.size, actor=actor)
     if why is None:
         return False
     first = store.record_capture_skipped(

@@ -133,7 +133,7 @@ def preempted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Preempted]:
     jobs = {f: preempted_job(f, tmp_path_factory.mktemp(f"best-{f}")) for f in FRAMEWORKS}
     wanted = []
     for framework, job in jobs.items():
-        found = job.ws.run("best", "--metric", "val_loss", "--run", RUN, check=False)
+        found = job.ws.run("best", "--metric", "val_loss", "--run", RUN, "--versions", check=False)
         if found.returncode == 0 and Path(found.stdout.strip()).is_file():
             wanted.append((framework, Path(found.stdout.strip()), job.truth_dir / "probe.npy"))
     predicted = predictions(wanted) if wanted else {}
@@ -164,11 +164,15 @@ def test_the_best_survives_a_preempted_save_best_only_run(
     assert by_generation[3]["current"] and doc["epoch"] == 5
     assert [g["epoch"] for g in doc["generations"]] == written
 
-    # The real best, as a real file with the epoch-2 bytes, predicting as the epoch-2 model did.
-    found = ws.run("best", "--metric", "val_loss", "--run", run).stdout.strip()
+    # The real best, as a real file with the epoch-2 bytes, predicting as the epoch-2 model did;
+    # a kept copy is an answer when asked (`--versions`, issue 39), and plain `best` says so.
+    plain = ws.run("best", "--metric", "val_loss", "--run", run)
+    assert plain.stdout.strip() == str(best)
+    assert f"a kept copy is better: {by_generation[2]['path']}" in plain.stderr
+    found = ws.run("best", "--metric", "val_loss", "--run", run, "--versions").stdout.strip()
     assert found == by_generation[2]["path"] and ".ckpt-versions" in found
     assert Path(found).read_bytes() == (truth_dir / f"gen-epoch2{suffix}").read_bytes()
-    row = ws.json("best", "--metric", "val_loss", "--run", run)
+    row = ws.json("best", "--metric", "val_loss", "--run", run, "--versions")
     assert (row["version_of"], row["epoch"]) == (str(best), 2)
     expected = np.load(truth_dir / "pred-epoch2.npy")
     if Path(found) not in job.predicted:  # not the file loaded ahead: load this one now

@@ -1,6 +1,6 @@
 """Issue 20, item 2, for real: our copies never take the space a trainer needs.
 
-A real Keras 3 job (`best.h5` with save_best_only, `last.keras` each epoch, then a new
+A real Keras 3 job (`best.h5` with save_best_only, `model.keras` each epoch, then a new
 `final.keras`) on a 10 MB tmpfs in a private mount namespace, under `ckpt serve` with the
 shipped config (only its root and state folder moved: no `min_free`), where every generation
 kept would fill the filesystem (tests/support/version_space.py). Halfway, `ckpt prune` (the
@@ -107,7 +107,7 @@ def test_our_bytes_go_first_in_the_documented_order_and_nothing_of_the_users(res
     assert order == sorted(order), [(e["action"], e["path"]) for e in acts]
     assert {1, 3} <= set(order), order  # versions in the trash first, the other trash last
     # Step 2 in between whenever a version was kept that is no previous generation (the best
-    # one, which the job makes an old generation of last.keras; unit tests cover the rest).
+    # one, which the job makes an old generation of model.keras; unit tests cover the rest).
     status = {r["path"]: r["status"] for r in results["list"]}
     olds = [
         d
@@ -120,14 +120,14 @@ def test_our_bytes_go_first_in_the_documented_order_and_nothing_of_the_users(res
     assert (2 in order) == bool(olds), (order, olds)
     # Only ours: versions and the trash; every checkpoint a trainer wrote is where it was.
     files = results["files"]
-    for name in ("run/best.h5", "run/last.keras", "run/final.keras", "other/e02-vl1.663.keras"):
+    for name in ("run/best.h5", "run/model.keras", "run/final.keras", "other/e02-vl1.663.keras"):
         assert name in files, sorted(files)
     touched = {e["path"] for e in acts}
     assert all("/.ckpt-versions/" in p or "other/e01" in p for p in touched), touched
     # The previous generation of each rewritten file is still kept.
     kept = [r for r in results["list"] if r["version_of"] and r["status"] in ("ok", "standby")]
     of = {Path(r["version_of"]).name for r in kept}
-    assert {"best.h5", "last.keras"} <= of, kept
+    assert {"best.h5", "model.keras"} <= of, kept
     # When nothing of ours is left, the service says so and deletes nothing of the users'.
     last = results["rounds"][-1]
     assert not last["freed"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def test_each_generation_is_kept_and_standby_while_the_file_holds_it(
     ]  # the standby copy is the file itself: listed once
     by_gen = {c.generation: c for c in listed if c.version_of}
     assert (by_gen[2].epoch, by_gen[2].metrics["val_loss"]) == (2, 0.4)
-    assert store.best("val_loss", "min", "job").path == kept[1].path
+    # A kept copy is no training moment: an answer only when asked (issue 39).
+    assert store.best("val_loss", "min", "job").path == str(best)
+    assert store.best("val_loss", "min", "job", versions=True).path == kept[1].path
 
     best.unlink()  # the trainer deleted it: its standby copy is a version now
     indexer.scan(config, store, actor="test")
@@ -95,9 +98,9 @@ def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
         decisions["best.v2.keras"][0] == "keep"
         and "best val_loss #1" in decisions["best.v2.keras"][1][0]
     )
-    assert decisions["best.v4.keras"] == (
+    assert decisions["best.v4.keras"] == (  # a copy is never "newest" (issue 39)
         "keep",
-        ("newest", "previous generation of best.keras (v4)"),
+        ("previous generation of best.keras (v4)",),
     )
     assert decisions["best.v1.keras"][0] == decisions["best.v3.keras"][0] == "trash"
     pruner.prune(config, store, actor="test")
@@ -202,3 +205,39 @@ def test_a_generation_after_the_file_was_caught_empty_is_still_kept(
     assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "standby")]
     assert Path(kept[1].path).read_bytes() == best.read_bytes()
     store.close()
+
+
+def test_a_torch_version_found_after_a_crash_carries_its_generations_own_epoch(
+    tmp_path: Path,
+) -> None:
+    """A copy of `best.pt` (kept as `best.pt.v1`: no Keras suffix) that got its name but not
+    its row before a crash, found once the file was rewritten: adopted (it was trashed as
+    unknown), with the epoch and val_loss its own bytes recorded (issue 39), so `restore
+    --epoch 0` finds it."""
+    import subprocess
+    import sys
+
+    ws, gate = Workspace(tmp_path), tmp_path / "gate"
+    gate.mkdir()
+    run = ws.root / "loop"
+    loop = Path(__file__).resolve().parents[1] / "support" / "torch_loop.py"
+    with subprocess.Popen([sys.executable, str(loop), str(run), "2", "--gate", str(gate)]) as job:
+        for epoch in (0, 1):
+            deadline = time.monotonic() + 300
+            while not (gate / f"saved-{epoch}").exists() and job.poll() is None:
+                assert time.monotonic() < deadline, "the loop did not save"
+                time.sleep(0.05)
+            ws.run("scan")
+            if epoch == 0:
+                first = (run / "best.pt").read_bytes()  # generation 1: epoch 0, val_loss 1.0
+            (gate / f"go-{epoch}").touch()
+        assert job.wait(timeout=120) == 0
+    kept = ws.root / ".ckpt-versions" / "loop" / "best.pt.v1"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_bytes(first)  # our copy, its row lost in the crash
+    ws.run("scan")  # the reconcile at its start adopts it
+    [row] = [r for r in ws.json("list", "--versions") if r["version_of"]]
+    assert row["path"] == str(kept) and row["version_of"] == str(run / "best.pt")
+    assert (row["epoch"], row["metrics"].get("val_loss")) == (0, 1.0), row
+    ws.run("restore", str(run / "best.pt"), "--epoch", "0")
+    assert (run / "best.pt").read_bytes() == first

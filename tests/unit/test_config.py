@@ -160,8 +160,8 @@ NUMERIC_FIELDS = {
     ("Hook", "timeout"): "hooks[].timeout",
     ("Listen", "port"): "service.metrics_listen service.web_listen",
     # the top-level one, each root's, and the reserve of our own copies
-    ("MinFree", "bytes"): "min_free roots[].min_free versions.reserve",
-    ("MinFree", "percent"): "min_free roots[].min_free versions.reserve",
+    ("MinFree", "bytes"): "min_free roots[].min_free versions.reserve versions.budget",
+    ("MinFree", "percent"): "min_free roots[].min_free versions.reserve versions.budget",
 }
 
 

@@ -20,6 +20,7 @@ from ckpt_daemon.core.retention import (
     Plan,
     Policy,
     format_duration,
+    placed_by_save_time,
     plan,
     training_moments,
 )
@@ -157,8 +158,10 @@ def test_keep_every_uses_the_epoch_and_falls_back_to_the_step() -> None:
         (1, "keep", ("every 10 epochs",)),
         (2, "trash", ("matched no keep rule",)),
         (3, "keep", ("every 10 steps",)),
-        (4, "trash", ("matched no keep rule",)),
-        (5, "keep", ("newest",)),  # no epoch nor step: never older than it might be
+        (4, "keep", ("newest",)),
+        # No epoch nor step: placed by its save time (after step 3001), never newest for being
+        # unknown (issue 39); the rule cannot say, so nothing keeps it.
+        (5, "trash", ("matched no keep rule",)),
         (6, "keep", ("every 10 epochs",)),
         (7, "keep", ("newest mtime",)),
     ]
@@ -363,9 +366,9 @@ def test_budget_trashes_loose_keeps_oldest_first_then_ranked_ones_never_protecte
 
 def test_budget_counts_a_keep_for_a_missing_metric_as_ranked() -> None:
     items = [
-        item(1, at(0), metrics={}),  # kept by keep_best for want of val_loss: second phase
+        item(1, at(0), epoch=5, metrics={}),  # kept by keep_best for want of val_loss: second
         item(2, at(1), epoch=10, metrics={"val_loss": 0.5}),  # kept by keep_every only: first
-        item(3, at(2), metrics={"val_loss": 0.4}),
+        item(3, at(2), epoch=11, metrics={"val_loss": 0.4}),
     ]
     policy = Policy(keep_best=(KeepBest("val_loss", 1),), keep_every=10, max_bytes=2 * GB)
     assert table(plan(items, policy)) == [
@@ -591,12 +594,18 @@ def protected_ids(items: list[Item], policy: Policy) -> set[int]:
     if ok:  # the last written, and the furthest along (an unknown epoch/step counts as +inf)
         ids.add(max(ok, key=lambda i: (i.mtime, i.id)).id)
         inf = math.inf
+        # One with neither epoch nor step is placed by its save time (issue 39): the furthest
+        # along is one with either, when the run has any.
+        known = [i for i in ok if i.epoch is not None or i.step is not None] or ok
         progress = [
-            (inf if i.epoch is None else i.epoch, inf if i.step is None else i.step) for i in ok
+            (inf if i.epoch is None else i.epoch, inf if i.step is None else i.step) for i in known
         ]
         ids.add(
-            max(zip(progress, ok, strict=True), key=lambda p: (*p[0], p[1].mtime, p[1].id))[1].id
+            max(zip(progress, known, strict=True), key=lambda p: (*p[0], p[1].mtime, p[1].id))[1].id
         )
+        # And every file of the newest training moment (issue 39; moments as core.moments has
+        # them, checked on their own above).
+        ids |= {i.id for i in training_moments(placed_by_save_time(ok))[0].items}
     for rule in policy.keep_best:
         sign = -1 if (rule.mode or default_mode(rule.metric)) == "max" else 1
         valued = [(v, i) for i in ok if (v := i.metrics.get(rule.metric)) is not None]
@@ -732,7 +741,9 @@ def test_keep_last_keeps_every_file_of_the_last_epochs() -> None:
     assert set(result) == {16, 17, 18, 19, 20, 21, 99}
     assert result[16] == result[17] == ("last #3 (epoch 8: 2 files)",)
     assert result[99] == ("newest", "last #1 (epoch 10: 3 files)")
-    assert result[20] == ("last #1 (epoch 10: 3 files)",)
+    # Every file of the newest training moment is protected (issue 39), and says so.
+    moment = "newest training moment (epoch 10: 3 files)"
+    assert result[20] == (moment, "last #1 (epoch 10: 3 files)")
 
 
 def test_keep_every_and_within_keep_whole_epochs_and_say_so() -> None:
@@ -750,17 +761,20 @@ def test_keep_every_and_within_keep_whole_epochs_and_say_so() -> None:
     assert within[18] == ("within 3601s of newest (epoch 9: 2 files)",)
 
 
-def test_a_step_less_file_joins_its_epochs_last_step_and_unknown_progress_stands_alone() -> None:
+def test_a_step_less_file_joins_its_epochs_last_step_and_unknown_progress_is_placed_by_time() -> (
+    None
+):
     items = [
         item(1, at(1), epoch=1, step=3),
         item(2, at(2), epoch=1),  # epoch end, no step: the moment of step 3
         item(3, at(3), epoch=2, step=4),  # mid-epoch 2
         item(4, at(4), epoch=2, step=6),
-        item(5, at(5)),  # nothing known: a moment of its own, furthest along
+        item(5, at(5)),  # nothing known: a moment of its own, placed by its save time (issue 39)
         item(6, at(6)),
     ]
     result = kept(plan(items, Policy(keep_last=2)))
-    assert set(result) == {5, 6}
+    assert set(result) == {4, 6}  # epoch 2 step 6 is newest; 6 the newest mtime and last #2
+    assert result[4][0] == "newest"
     result = kept(plan(items, Policy(keep_last=4)))
     assert set(result) == {3, 4, 5, 6}
     result = kept(plan(items, Policy(keep_last=5)))
@@ -771,7 +785,7 @@ def test_a_step_less_file_joins_its_epochs_last_step_and_unknown_progress_stands
 @given(runs, st.integers(1, 6))
 def test_keep_last_keeps_whole_moments_and_exactly_n_of_them(items: list[Item], n: int) -> None:
     ok = [i for i in items if i.status == "ok"]
-    moments = training_moments(ok)
+    moments = training_moments(placed_by_save_time(ok))
     result = kept(plan(items, Policy(keep_last=n)))
     by_last = {i for i, reasons in result.items() if any(r.startswith("last #") for r in reasons)}
     for moment in moments:
@@ -867,3 +881,67 @@ def test_a_pinned_or_best_remote_one_keeps_its_remote_copy() -> None:
     assert decided[2].action == "keep"
     assert decided[3].action == "trash-remote" and decided[4].action == "trash-remote"
     assert plan(items, Policy(keep_last=1)).bytes_freed == 0  # a remote copy frees no local disk
+
+
+# ---- issue 39: retention counts training moments, never what a trainer resumes from -----------
+
+
+def test_a_copy_is_never_newest_nor_a_training_moment() -> None:
+    """A kept copy with no epoch sorted after every dated checkpoint: `keep_last 1` kept it as
+    "newest; last #1" and trashed the real newest epoch. Copies are planned apart."""
+    items = [item(1, at(1), epoch=1), item(2, at(2), epoch=2), item(3, at(3), copy=True)]
+    assert table(plan(items, Policy(keep_last=1))) == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "keep", ("newest", "last #1")),
+        (3, "trash", ("matched no keep rule",)),  # the versions' own policy keeps copies
+    ]
+
+
+def test_an_unknown_epoch_is_placed_by_its_save_time_never_newest() -> None:
+    items = [item(1, at(1), epoch=1), item(2, at(2)), item(3, at(3), epoch=2)]
+    result = table(plan(items, Policy(keep_last=1)))
+    assert result == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "trash", ("matched no keep rule",)),  # saved between epochs 1 and 2
+        (3, "keep", ("newest", "last #1")),
+    ]
+    late = [item(1, at(1), epoch=1), item(2, at(2), epoch=2), item(3, at(3))]
+    assert table(plan(late, Policy(keep_last=1))) == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "keep", ("newest", "last #1")),
+        (3, "keep", ("newest mtime",)),  # the last save, whatever it is: kept, not "newest"
+    ]
+
+
+def test_the_newest_resumable_and_the_trainers_own_files_are_never_trashed() -> None:
+    """HF: checkpoint-64 (resumable) beside a later weights-only export; a plain loop's
+    `last.pt`/`best.pt`: kept whatever the rules say, with the reason."""
+    last = "the trainer's last file (last.pt: it rewrites it at every save)"
+    items = [
+        item(1, at(1), epoch=1, resumable=True, trainer_file=last),
+        item(2, at(2), epoch=2, resumable=True),
+        item(3, at(3), epoch=3),  # weights only: not resumable
+    ]
+    assert table(plan(items, Policy(keep_last=1))) == [
+        (1, "keep", (last,)),
+        (2, "keep", ("newest resumable",)),
+        (3, "keep", ("newest", "last #1")),
+    ]
+
+
+def test_every_file_of_the_newest_moment_is_kept_and_ties_prefer_the_trainers_file() -> None:
+    best = "the trainer's best file (best.pt: it rewrites it with each better model)"
+    items = [
+        item(1, at(1), epoch=1, metrics={"val_loss": 0.5}),  # ckpt_epoch001.pt
+        item(2, at(1), epoch=1, metrics={"val_loss": 0.5}, trainer_file=best),  # same tick
+        item(3, at(2), epoch=2, metrics={"val_loss": 0.7}),
+        item(4, at(2), epoch=2, metrics={"val_loss": 0.7}),
+    ]
+    result = table(plan(items, Policy(keep_best=(KeepBest("val_loss", 1),))))
+    moment = "newest training moment (epoch 2: 2 files)"
+    assert result == [
+        (1, "trash", ("matched no keep rule",)),
+        (2, "keep", (best, "best val_loss #1 (0.5)")),
+        (3, "keep", (moment,)),
+        (4, "keep", ("newest",)),
+    ]

@@ -10,8 +10,11 @@ import pytest
 from ckpt_daemon.core.disk_guard import MinFree
 from ckpt_daemon.core.errors import ConfigError
 from ckpt_daemon.core.space_reserve import (
+    DEFAULT_BUDGET,
     DEFAULT_RESERVE,
     Ours,
+    budget_bytes,
+    budget_refusal,
     capture_refusal,
     plan,
     reserve_bytes,
@@ -92,4 +95,26 @@ def test_versions_reserve_is_read_and_checked() -> None:
         with pytest.raises(ConfigError) as info:
             config.parse(base + f"versions: {{reserve: '{bad}'}}\n", base=Path("/srv"), source="t")
         assert info.value.key == "versions.reserve"
+        assert reason in info.value.reason, info.value.reason
+
+
+def test_the_budget_of_our_copies_is_a_share_of_the_space_they_may_use() -> None:
+    """Issue 39: all kept copies of a filesystem together stay within `versions.budget` (a
+    share of its free space plus their own bytes, so it does not shrink as they fill it)."""
+    assert budget_bytes(DEFAULT_BUDGET, 60 * MB, 20 * MB) == 20 * MB  # 25% of 80 MB
+    assert budget_bytes(MinFree(bytes=5 * MB), 60 * MB, 20 * MB) == 5 * MB
+    assert budget_refusal(10 * MB, 10 * MB, 20 * MB) is None
+    why = budget_refusal(15 * MB, 10 * MB, 20 * MB)
+    assert why is not None and "versions.budget 20.0 MB" in why
+
+
+def test_versions_budget_is_read_and_checked() -> None:
+    base = "roots: [{path: /a}]\n"
+    assert config.parse(base, base=Path("/srv"), source="t").versions.budget == DEFAULT_BUDGET
+    got = config.parse(base + "versions: {budget: 1GB}\n", base=Path("/srv"), source="t")
+    assert got.versions.budget == MinFree(bytes=1_000_000_000)
+    for bad, reason in (("lots", "size"), ("150%", "between 0.01% and 99%")):
+        with pytest.raises(ConfigError) as info:
+            config.parse(base + f"versions: {{budget: '{bad}'}}\n", base=Path("/srv"), source="t")
+        assert info.value.key == "versions.budget"
         assert reason in info.value.reason, info.value.reason

@@ -3,6 +3,9 @@ protects."""
 
 from __future__ import annotations
 
+import io
+import zipfile
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,12 +14,15 @@ from ckpt_daemon.core.versions import (
     VERSIONS_DIR,
     Kept,
     is_fixed_name,
+    is_rolling_pointer,
     original_parts,
     previous_generations,
     should_capture,
     split_suffix,
+    trainer_file,
     version_parts,
 )
+from ckpt_daemon.formats.torch_zip import content_identity
 
 
 @pytest.mark.parametrize(
@@ -107,3 +113,54 @@ def test_the_newest_kept_generations_of_each_file_are_protected() -> None:
         4: "previous generation of last.keras (v9)",
     }
     assert set(previous_generations(kept, 2)) == {2, 3, 4}
+
+
+# ---- issue 39: versions that cost only what they save --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        ("last.pt", "last"),
+        ("latest.pth", "last"),
+        ("last-v1.ckpt", "last"),  # Lightning's save_last when last.ckpt exists
+        ("model_last.h5", "last"),
+        ("best.pt", "best"),
+        ("model_best.h5", "best"),
+        ("best.keras", "best"),
+        ("ckpt_epoch003.pt", None),
+        ("latest.weights.h5", None),  # Keras BackupAndRestore's state, not a pointer
+        ("blast.pt", None),
+        ("epoch=3-step=8.ckpt", None),
+    ],
+)
+def test_the_trainers_own_files_are_named_last_or_best(name: str, role: str | None) -> None:
+    why = trainer_file(name)
+    assert (why is None) == (role is None)
+    if role is not None:
+        assert f"trainer's {role} file ({name}" in str(why)
+    assert is_rolling_pointer(name) == (role == "last")
+
+
+def torch_like_zip(stem: str, serialization_id: str, weights: bytes = b"w" * 64) -> io.BytesIO:
+    """What `torch.save` writes (formats/torch_zip.py): members under the file's stem, a random
+    serialization id per save."""
+    raw = io.BytesIO()
+    with zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(f"{stem}/data.pkl", b"\x80\x02}q\x00.")
+        archive.writestr(f"{stem}/byteorder", b"little")
+        archive.writestr(f"{stem}/data/0", weights)
+        archive.writestr(f"{stem}/version", b"3\n")
+        archive.writestr(f"{stem}/.data/serialization_id", serialization_id.encode())
+    raw.seek(0)
+    return raw
+
+
+def test_the_content_of_a_torch_zip_ignores_its_stem_and_serialization_id() -> None:
+    epoch_file = torch_like_zip("ckpt_epoch007", "1111")
+    last = torch_like_zip("last", "2222")
+    assert epoch_file.getvalue() != last.getvalue()  # the bytes differ
+    same = content_identity(epoch_file)
+    assert same is not None and same == content_identity(last)
+    assert content_identity(torch_like_zip("last", "3333", b"x" * 64)) != same
+    assert content_identity(io.BytesIO(b"not a zip")) is None
