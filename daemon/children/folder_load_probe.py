@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
             data = Path(staged, dcp_folder.METADATA).read_bytes()
             foreign = dcp_folder.foreign_globals(data)
             if foreign:
-                refused = f".metadata names {', '.join(foreign[:5])}"
+                refused = f".metadata names {', '.join(foreign[:5])}"  # as the parent says
                 print(json.dumps({"refused": refused, "user": user}))
                 return 0
             arrays = _dcp(modules, staged)
