@@ -89,7 +89,7 @@ def read_folder(folder: Path, root: Path | None = None) -> DcpFolder:
         raise CorruptCheckpoint("no .metadata yet: the coordinator writes it last") from None
     with os.fdopen(fd, "rb") as fh:
         mtime_ns = os.fstat(fh.fileno()).st_mtime_ns
-        data = fh.read(pickle_safe.MAX_PICKLE_BYTES + 1)
+        data = beneath.read_at_most(fh, pickle_safe.MAX_PICKLE_BYTES + 1)
     record, ops = pickle_safe.read(data)
     if not isinstance(record, pickle_safe.Opaque) or record.global_name != _METADATA_CLASS:
         raise CorruptCheckpoint(f".metadata is not a DCP Metadata record ({_describe(ops)})")

@@ -63,6 +63,8 @@ def _read_file(raw: BinaryIO, foreign: bool = False) -> CheckpointInfo:
             archive = zipfile.ZipFile(raw)
         except zipfile.BadZipFile as exc:
             raise CorruptCheckpoint(f"zip archive without a central directory: {exc}") from exc
+        except UnicodeDecodeError as exc:  # a member name flagged UTF-8 that is not
+            raise CorruptCheckpoint(f"zip archive with a member name not UTF-8: {exc}") from exc
         with archive:
             if torch_zip.is_torch_zip(archive):
                 return torch_zip.read_zip(archive, raw)

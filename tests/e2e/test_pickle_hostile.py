@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.support import Workspace, forked_python
 from tests.support import hostile_dcp as hd
@@ -40,12 +44,20 @@ def _subset(corpus: dict[str, bytes]) -> dict[str, bytes]:
     }
 
 
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A folder outside every root that anyone may write, the load child's user (`nobody`)
+    included: a command run there leaves its marker (in pytest's 0700 tmp_path it could not,
+    and a run command would go unseen)."""
+    with tempfile.TemporaryDirectory(prefix="ckpt-outside-") as folder:
+        os.chmod(folder, 0o777)
+        yield Path(folder)
+
+
 def test_hostile_pickles_never_run_and_honest_dcp_folders_load(
-    workspace: Workspace, tmp_path: Path
+    workspace: Workspace, outside: Path
 ) -> None:
     ws = workspace
-    outside = tmp_path / "outside"
-    outside.mkdir()
     marker = outside / hp.MARKER
     _write_dcp(ws.root / "dcp", marker)
     corpus = ws.root / "corpus"
