@@ -11,14 +11,18 @@ member. The daemon never calls this: the modules it imports are the child's (tor
 
 from __future__ import annotations
 
+import _compat_pickle
 import enum
 import importlib
 import io
 import pickle
+import zipfile
 from typing import Any
 
 from ..core.errors import CorruptCheckpoint
 from . import pickle_ops
+
+_LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")  # as formats.torch_zip
 
 
 class Refused(CorruptCheckpoint):
@@ -68,3 +72,33 @@ class _Unpickler(pickle.Unpickler):
         ):
             return cls[name]
         raise Refused(f"getattr({qualified}, {name!r}): refused, nothing of it run")
+
+
+def torch_file_refusals(path: str, allowed: set[str]) -> list[str]:
+    """Why a torch file (a zip's `data.pkl`, a legacy file's pickles) may not go to
+    `torch.load(weights_only=True)`, judged from its opcodes against torch's own allow-list
+    (`allowed`, read from the torch of the child): the same rule as every pickle path, before
+    torch's unpickler sees a byte. [] for a file that is neither (torch says what it is)."""
+    names = set(allowed)
+    for (old_module, old_name), (module, name) in _compat_pickle.NAME_MAPPING.items():
+        if f"{module}.{name}" in allowed:  # protocol 2 writes `__builtin__.set`
+            names.add(f"{old_module}.{old_name}")
+    for old_module, module in _compat_pickle.IMPORT_MAPPING.items():
+        names |= {old_module + n[len(module) :] for n in allowed if n.startswith(module + ".")}
+    refused: list[str] = []
+    for data in _pickles(path):
+        refused += refusals(data, frozenset(names), frozenset())
+    return refused
+
+
+def _pickles(path: str) -> list[bytes]:
+    with open(path, "rb") as fh:
+        head = fh.read(len(_LEGACY_MAGIC))
+        if head.startswith(b"PK"):
+            with zipfile.ZipFile(fh) as archive:
+                found = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+                return [archive.read(n) for n in found[:1]]
+        if head == _LEGACY_MAGIC:
+            fh.seek(0)
+            return pickle_ops.split_stream(fh.read(pickle_ops.MAX_PICKLE_BYTES), 5)
+    return []

@@ -7,13 +7,15 @@ the corpus (tests/support/hostile_pickles.py: 98 pickles, each runs a command un
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from ckpt_daemon.core.errors import CorruptCheckpoint
 from ckpt_daemon.core.model import Format
-from ckpt_daemon.formats import dcp_folder, pickle_ops, pickle_safe, torch_state
+from ckpt_daemon.formats import dcp_folder, pickle_allowed, pickle_ops, pickle_safe, torch_state
 from tests.support import hostile_pickles as hp
+from tests.support import hostile_torch as ht
 
 CORPUS = hp.corpus(f"/nonexistent/{hp.MARKER}")
 # What one item of the corpus names: the command itself, or the import that reaches it.
@@ -167,3 +169,21 @@ def test_huge_ints_and_shared_tuple_keys_become_bounded_text() -> None:
     data += b"\x85K\x01\x85\x89Nt" + b"R."
     record = pickle_safe.load(data)
     assert isinstance(record, pickle_safe.TensorRecord) and record.shape == (0,)
+
+
+def test_the_torch_load_children_judge_a_file_by_the_same_opcodes(tmp_path: Path) -> None:
+    """`verify --load` of a torch file: its pickles checked against torch's own weights_only
+    list (given here as the child reads it from torch) before `torch.load` sees a byte."""
+    allowed = {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "builtins.set"}
+    allowed |= {"torch.FloatStorage"}
+    honest = tmp_path / "ok.pt"
+    ht.torch_zip(honest, ht.tensor_pickle({"w": ("FloatStorage", "0", 4)}), {"0": bytes(16)})
+    assert pickle_allowed.torch_file_refusals(str(honest), allowed) == []
+    as_protocol_2 = tmp_path / "set.pt"  # `__builtin__.set`: builtins.set under its old name
+    ht.torch_zip(as_protocol_2, b"\x80\x02c__builtin__\nset\n]\x85R.")
+    assert pickle_allowed.torch_file_refusals(str(as_protocol_2), allowed) == []
+    for name, data in {"hidden": hp.hidden("set_member", "global_reduce", "/x")}.items():
+        evil = ht.torch_zip(tmp_path / f"{name}.pt", data)
+        assert "posix.system" in pickle_allowed.torch_file_refusals(str(evil), allowed)
+    legacy = ht.legacy_reduce_to_system(tmp_path, tmp_path)
+    assert "posix.system" in pickle_allowed.torch_file_refusals(str(legacy), allowed)
