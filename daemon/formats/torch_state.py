@@ -243,7 +243,8 @@ def _optimizer_info(
     if len(optimizers) > 1:
         config["n_optimizers"] = len(optimizers)
     first_lr = groups[0].get("lr") if groups else None
-    iterations = int(steps[0]) if steps else None
+    # a step of NaN or inf (the bytes of a storage: found by fuzzing) counts nothing
+    iterations = int(steps[0]) if steps and math.isfinite(steps[0]) else None
     global_step = top.get("global_step")
     if iterations is None and isinstance(global_step, int) and LIGHTNING_KEY in top:
         iterations = global_step

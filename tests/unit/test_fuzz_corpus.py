@@ -23,9 +23,9 @@ def test_every_reader_keeps_its_budget_on_the_corpus_and_its_mutations(
 ) -> None:
     seeds = ft.seeds(target)
     assert seeds, f"tests/fuzz_corpus/{target}/ is empty"
-    rng = random.Random(f"fuzz-{target}")  # the same inputs every run
     findings = []
     for name, seed in seeds.items():
+        rng = random.Random(f"fuzz-{target}-{name}")  # the same inputs every run, a seed's own
         inputs = [seed]
         for _ in range(MUTATIONS):
             inputs.append(ft.mutate(inputs[rng.randrange(len(inputs))], rng))
