@@ -42,6 +42,27 @@ _HASHING = frozenset({"collections.OrderedDict"}) | {
 }
 _CAP = 1 << 62
 _FILL = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS"})
+_SPECIAL = (
+    _UNICODE | _EXT | {"GLOBAL", "MARK", "EMPTY_TUPLE", "GET", "BINGET", "LONG_BINGET", "STOP"}
+)
+# Opcodes that take nothing and push one plain value (BININT, NONE, EMPTY_DICT, BINBYTES...).
+_PLAIN = frozenset(
+    op.name
+    for op in pickletools.opcodes
+    if not op.stack_before and len(op.stack_after) == 1 and op.name not in _SPECIAL
+)
+# Each other opcode's stack effect: (items below its MARK it takes, or -1 without a MARK;
+# values it takes without a MARK; values it pushes).
+_SHAPES = {
+    op.name: (
+        op.stack_before.index(pickletools.markobject)
+        if pickletools.markobject in op.stack_before
+        else -1,
+        len(op.stack_before),
+        len(op.stack_after),
+    )
+    for op in pickletools.opcodes
+}
 
 
 class Sym:
@@ -89,6 +110,9 @@ def scan(data: bytes) -> Ops:
             count += 1
             if count > MAX_OPS:
                 raise CorruptCheckpoint(f"pickle of more than {MAX_OPS} operations: refused")
+            if opcode.name in _PLAIN:  # most opcodes: a number, None, an empty container
+                stack.append(Sym("value"))
+                continue
             if opcode.name == "STOP":
                 top = stack[-1] if stack else _MARK
                 ops.top_call = str(top.what) if top.kind == "call" else None
@@ -178,13 +202,14 @@ def _step(
 def _generic(stack: list[Sym], opcode: pickletools.OpcodeInfo) -> None:
     """Every other opcode by its declared stack effect; the keys and members it hashes (dict
     keys, set members) checked for their cost first; its results are plain values."""
-    before, name = opcode.stack_before, opcode.name
+    name = opcode.name
+    below_mark, taken, pushed = _SHAPES[name]
     below: list[Sym] = []
-    if pickletools.markobject in before:
+    if below_mark >= 0:
         items = _pop_mark(stack)
-        below = [_pop(stack) for _ in range(before.index(pickletools.markobject))][::-1]
+        below = [_pop(stack) for _ in range(below_mark)][::-1]
     else:
-        items = [_pop(stack) for _ in before][::-1]
+        items = [_pop(stack) for _ in range(taken)][::-1]
     if name in ("SETITEM", "SETITEMS", "DICT"):
         _hashed(items[1::2] if name == "SETITEM" else items[0::2])
     elif name in ("ADDITEMS", "FROZENSET"):
@@ -195,7 +220,7 @@ def _generic(stack: list[Sym], opcode: pickletools.OpcodeInfo) -> None:
             target.holds(item)
         stack.append(target)
         return
-    for _ in opcode.stack_after:
+    for _ in range(pushed):
         stack.append(Sym("value"))
         if name in ("LIST", "DICT"):
             for item in items:
