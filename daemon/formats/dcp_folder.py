@@ -130,6 +130,10 @@ DCP_GLOBALS = frozenset(
 ENUMS = frozenset({"torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING"})
 ALLOWED = DCP_GLOBALS | {pickle_ops.GETATTR, "torch.Size", "torch.serialization._get_layout"}
 ALLOWED |= {f"torch.{dtype}" for dtype in pickle_safe.ITEM_SIZES}
+# Inert containers and values a planner's `planner_data` may hold (the old check let every
+# global `pickle_safe` makes a record of through; these are the ones a real unpickler may build)
+ALLOWED |= {"collections.OrderedDict", "torch.device", "_codecs.encode"}
+ALLOWED |= {f"builtins.{name}" for name in ("set", "frozenset", "complex")}
 
 
 def foreign_globals(data: bytes) -> list[str]:
