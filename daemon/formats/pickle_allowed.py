@@ -20,6 +20,7 @@ import zipfile
 from typing import Any
 
 from ..core.errors import CorruptCheckpoint
+from ..fs import beneath
 from . import pickle_ops
 
 _LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")  # as formats.torch_zip
@@ -100,5 +101,5 @@ def _pickles(path: str) -> list[bytes]:
                 return [archive.read(n) for n in found[:1]]
         if head == _LEGACY_MAGIC:
             fh.seek(0)
-            return pickle_ops.split_stream(fh.read(pickle_ops.MAX_PICKLE_BYTES), 5)
+            return pickle_ops.split_stream(beneath.read_at_most(fh, pickle_ops.MAX_PICKLE_BYTES), 5)
     return []
