@@ -222,7 +222,7 @@ def _needed(storage: Any) -> dict[str, int]:
         length = fields.get("length")
         if not isinstance(name, str) or not isinstance(offset, int) or not isinstance(length, int):
             continue
-        if "/" in name or name in ("", ".", ".."):
+        if "/" in name or "\0" in name or name in ("", ".", ".."):  # NUL: found by fuzzing
             raise CorruptCheckpoint(f".metadata names a data file outside its folder: {name!r}")
         needed[name] = max(needed.get(name, 0), offset + length)
     return needed

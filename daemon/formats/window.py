@@ -150,15 +150,9 @@ def read_member(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
     try:
         with archive.open(info) as member:
             data = member.read(limit + 1)
-    except (
-        zipfile.BadZipFile,
-        EOFError,
-        zlib.error,
-        UnicodeDecodeError,
-        NotImplementedError,
-    ) as exc:
-        # a bad local header (its name not UTF-8, its version or method), CRC or stream: each
-        # found by fuzzing (tests/fuzz_corpus)
+    except (zipfile.BadZipFile, EOFError, zlib.error, ValueError, NotImplementedError) as exc:
+        # a bad local header (its name not UTF-8, an offset past 2**63, its version or method),
+        # CRC or stream: each found by fuzzing (tests/fuzz_corpus)
         raise CorruptCheckpoint(f"{name} in the archive cannot be read: {exc}") from exc
     except OSError as exc:
         if exc.errno != errno.EINVAL:
@@ -192,5 +186,5 @@ def open_member(archive: zipfile.ZipFile, raw: IO[bytes], name: str) -> Iterator
             return
         with archive.open(info) as member:
             yield io.BufferedReader(_Stream(member), buffer_size=1 << 16)
-    except (zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as exc:
+    except (zipfile.BadZipFile, EOFError, zlib.error, ValueError, NotImplementedError) as exc:
         raise CorruptCheckpoint(f"{name} in the archive cannot be decompressed: {exc}") from exc
