@@ -10,10 +10,11 @@ checked is what is loaded; all of it in the sandbox (`children.sandbox`: no netw
 outside that folder); then:
 - Orbax: each item folder holding `_METADATA` (not `metrics`, not Keras' `model_config`)
   restored with `orbax.checkpoint.PyTreeCheckpointer().restore` on the CPU;
-- DCP: the staged `.metadata` read again through `formats.pickle_safe` and refused when it
-  names a global outside `dcp_folder.DCP_GLOBALS` (so the plain `pickle.load` that DCP's reader
-  runs can only build DCP's own records), then `dcp_to_torch_save` (one process, no process
-  group) into the staging folder and `torch.load(weights_only=True)` of the result.
+- DCP: the staged `.metadata` judged from its opcodes and refused when it names or calls a
+  global outside `dcp_folder.ALLOWED` (`dcp_folder.foreign_globals`); else built by
+  `dcp_folder.load_metadata` (an unpickler that imports only those) and handed to DCP's reader,
+  which never unpickles it itself; then the folder loaded as `dcp_to_torch_save` does (one
+  process, no process group; DCP reads non-tensor values with `torch.load(weights_only=True)`).
 Prints one JSON object: {"arrays": {name: shape}, "sandbox": "..."}, {"refused": "..."},
 {"missing": "jax/orbax"} (not importable here) or {"error": "..."}.
 It runs only as a child process: the daemon and the CLI never import jax or torch.
@@ -74,10 +75,26 @@ def _dcp(modules: dict[str, Any], staged: str) -> dict[str, list[int]]:
     from .torch_load_probe import _flat
 
     torch = modules["torch"]
-    utils = importlib.import_module("torch.distributed.checkpoint.format_utils")
-    out = os.path.join(os.environ[unprivileged.STAGING_ENV], "loaded.pt")
-    utils.dcp_to_torch_save(staged, out)
-    state = torch.load(out, weights_only=True, map_location="cpu")
+    filesystem = importlib.import_module("torch.distributed.checkpoint.filesystem")
+    planner = importlib.import_module("torch.distributed.checkpoint.default_planner")
+    loader = importlib.import_module("torch.distributed.checkpoint.state_dict_loader")
+    data = Path(staged, dcp_folder.METADATA).read_bytes()
+
+    class Reader(filesystem.FileSystemReader):  # type: ignore[name-defined]
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            metadata: Any = dcp_folder.load_metadata(data)  # never DCP's own `pickle.load`
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = filesystem.StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    state: dict[str, Any] = {}
+    loader._load_state_dict(
+        state,
+        storage_reader=Reader(staged),
+        planner=planner._EmptyStateDictLoadPlanner(),
+        no_dist=True,
+    )
     return {name: [int(d) for d in t.shape] for name, t in _flat(torch, state).items()}
 
 
@@ -100,7 +117,7 @@ def main(argv: list[str]) -> int:
             data = Path(staged, dcp_folder.METADATA).read_bytes()
             foreign = dcp_folder.foreign_globals(data)
             if foreign:
-                refused = f".metadata names {', '.join(foreign[:5])}"
+                refused = f".metadata names {', '.join(foreign[:5])}"  # as the parent says
                 print(json.dumps({"refused": refused, "sandbox": confined}))
                 return 0
             arrays = _dcp(modules, staged)

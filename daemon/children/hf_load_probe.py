@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import python_module
-from . import unprivileged
+from ..formats import pickle_allowed
+from . import torch_load_probe, unprivileged
 
 TIMEOUT_SECONDS = 600.0
 _PROBE_TOKENS = 8
@@ -62,6 +63,10 @@ def _weights(torch: Any, folder: str) -> dict[str, Any]:
         if name.endswith(".safetensors"):
             tensors |= importlib.import_module("safetensors.torch").load_file(path)
         elif name.endswith(".bin") and name.startswith("pytorch_model"):
+            allowed = torch_load_probe.weights_only_globals(torch)
+            refused = pickle_allowed.torch_file_refusals(path, allowed)
+            if refused:  # judged from its opcodes, before torch's unpickler sees a byte
+                raise pickle.UnpicklingError(f"{name} names {', '.join(refused[:5])}: refused")
             tensors |= torch.load(path, weights_only=True, map_location="cpu")
     return tensors
 

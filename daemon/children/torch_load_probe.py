@@ -9,8 +9,10 @@ private staging folder the parent made, in the sandbox (`children.sandbox`: no n
 outside that folder); then each file loaded: a safetensors file with
 `safetensors.torch.load_file` (no pickle at all), anything else with
 `torch.load(weights_only=True)` (torch's own restricted unpickler: a GLOBAL outside its allow-
-list, `os.system` among them, is refused, never called; `TORCH_FORCE_WEIGHTS_ONLY_LOAD` is set
-and its opposite removed, so no environment turns it off). With `--artifact`, the artifact's
+list, `os.system` among them, is refused, never called; the same list is checked first against
+the file's opcodes, `formats.pickle_allowed.torch_file_refusals`, as on every pickle path;
+`TORCH_FORCE_WEIGHTS_ONLY_LOAD` is set and its opposite removed, so no environment turns it
+off). With `--artifact`, the artifact's
 tensors are compared with the checkpoint's model tensors of the same names: dtype, shape and
 bytes. Prints one JSON object: {"loaded": N files, "tensors": T, "identical": true|false|null,
 "differs": [...], "sandbox": "..."} or {"refused": "..."} (weights_only said no) or {"error":
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import python_module
+from ..formats import pickle_allowed
 from . import unprivileged
 
 TIMEOUT_SECONDS = 300.0
@@ -50,9 +53,20 @@ def probe(
 def _load(torch: Any, path: str) -> Any:
     if path.endswith(".safetensors"):  # imported by name: the daemon package never imports it
         return importlib.import_module("safetensors.torch").load_file(path)
+    refused = pickle_allowed.torch_file_refusals(path, weights_only_globals(torch))
+    if refused:  # judged from its opcodes, before torch's unpickler sees a byte
+        raise pickle.UnpicklingError(f"names {', '.join(refused[:5])}: refused from its opcodes")
     with open(path, "rb") as f:
         is_zip = f.read(4) == b"PK\x03\x04"
     return torch.load(path, weights_only=True, map_location="cpu", mmap=is_zip)
+
+
+def weights_only_globals(torch: Any) -> set[str]:
+    """The globals torch's `weights_only` unpickler accepts here (its own list and any added
+    with `torch.serialization.add_safe_globals`)."""
+    unpickler = importlib.import_module("torch._weights_only_unpickler")
+    names = set(unpickler._get_allowed_globals())
+    return names | set(unpickler._get_user_allowed_globals())
 
 
 def _flat(torch: Any, obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -3,7 +3,9 @@
 `.metadata` is a pickle (protocol 4) that DCP's own reader loads with plain `pickle.load`: a
 crafted one runs code in `dcp.load`. Here it goes through `pickle_safe` only, where every global
 is an inert record: the Metadata record, its `state_dict_metadata` (flattened keys: shapes,
-dtypes, chunks) and `storage_data` (which data file holds which byte range of each key).
+dtypes, chunks) and `storage_data` (which data file holds which byte range of each key). The
+load child never lets DCP unpickle it: it builds the Metadata itself (`pickle_allowed`, the
+globals of `ALLOWED` only, judged from the opcodes first: `foreign_globals`) and hands it over.
 
 The coordinator writes `.metadata` last (`.metadata.tmp` renamed), so a folder without it is a
 save in flight or a dead one. A present `.metadata` is not enough: a re-save into the same
@@ -23,7 +25,7 @@ from typing import Any
 from ..core.errors import CorruptCheckpoint
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 from ..fs import beneath
-from . import pickle_safe
+from . import pickle_allowed, pickle_ops, pickle_safe
 
 METADATA = ".metadata"
 DATA_FILE = re.compile(r"^__\d+_\d+\.distcp$")
@@ -59,6 +61,7 @@ class DcpFolder:
     metadata_mtime_ns: int
     version: str | None
     problems: tuple[str, ...] = field(default=())  # why the folder is not a complete save
+    foreign: tuple[str, ...] = field(default=())  # what `verify --load` refuses to unpickle
 
     @property
     def storage_files(self) -> tuple[str, ...]:
@@ -86,10 +89,10 @@ def read_folder(folder: Path, root: Path | None = None) -> DcpFolder:
         raise CorruptCheckpoint("no .metadata yet: the coordinator writes it last") from None
     with os.fdopen(fd, "rb") as fh:
         mtime_ns = os.fstat(fh.fileno()).st_mtime_ns
-        data = fh.read(pickle_safe.MAX_PICKLE_BYTES + 1)
-    record = pickle_safe.load(data)
+        data = beneath.read_at_most(fh, pickle_safe.MAX_PICKLE_BYTES + 1)
+    record, ops = pickle_safe.read(data)
     if not isinstance(record, pickle_safe.Opaque) or record.global_name != _METADATA_CLASS:
-        raise CorruptCheckpoint(f".metadata is not a DCP Metadata record ({_describe(record)})")
+        raise CorruptCheckpoint(f".metadata is not a DCP Metadata record ({_describe(ops)})")
     state = record.state if isinstance(record.state, dict) else {}
     tensors, values = _entries(state.get("state_dict_metadata"))
     needed = _needed(state.get("storage_data"))
@@ -102,12 +105,13 @@ def read_folder(folder: Path, root: Path | None = None) -> DcpFolder:
         mtime_ns,
         version if isinstance(version, str) else None,
         tuple(problems),
+        tuple(pickle_ops.refusals(ops, ALLOWED, ENUMS)),
     )
 
 
-# The globals a `.metadata` written by `dcp.save` names beyond `pickle_safe`'s own records: its
-# dataclasses, an enum and a path. Anything else (`posix.system`) means the real unpickler that
-# `dcp.load` runs would call something we never meant it to.
+# The globals a `.metadata` written by `dcp.save` names: its dataclasses, an enum, a path, and
+# torch's dtypes, `Size` and layout lookup. Anything else (`posix.system`) means the real
+# unpickler would call something we never meant it to: the load child refuses the folder.
 DCP_GLOBALS = frozenset(
     {
         _METADATA_CLASS,
@@ -122,26 +126,33 @@ DCP_GLOBALS = frozenset(
         "pathlib.PosixPath",
     }
 )
+# Python 3.11.0-3.11.3 (Debian 12's 3.11.2) pickles an enum member as `getattr(Enum, 'NAME')`.
+ENUMS = frozenset({"torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING"})
+ALLOWED = DCP_GLOBALS | {pickle_ops.GETATTR, "torch.Size", "torch.serialization._get_layout"}
+ALLOWED |= {f"torch.{dtype}" for dtype in pickle_safe.ITEM_SIZES}
+# Inert containers and values a planner's `planner_data` may hold (the old check let every
+# global `pickle_safe` makes a record of through; these are the ones a real unpickler may build)
+ALLOWED |= {"collections.OrderedDict", "torch.device", "_codecs.encode"}
+ALLOWED |= {f"builtins.{name}" for name in ("set", "frozenset", "complex")}
 
 
 def foreign_globals(data: bytes) -> list[str]:
-    """The globals a `.metadata` pickle names outside `pickle_safe`'s records and DCP_GLOBALS
-    (read through `pickle_safe`, nothing run); [] when a real unpickler may load it."""
-    try:
-        record = pickle_safe.load(data)
-    except CorruptCheckpoint as exc:
-        return [f"not a readable pickle ({exc})"]
-    walked = pickle_safe.walk(record)
-    if walked.too_deep or walked.too_many:
-        return ["a structure too deep or too large to check"]
-    names = set(walked.opaque)
-    if isinstance(record, pickle_safe.Opaque):
-        names.add(record.global_name)
-    return sorted(names - DCP_GLOBALS)
+    """What a `.metadata` pickle names or calls outside ALLOWED, from its opcodes (nothing
+    built, nothing run); [] when the load child may build it (`pickle_allowed.load`)."""
+    return pickle_allowed.refusals(data, ALLOWED, ENUMS)
+
+
+def load_metadata(data: bytes) -> object:
+    """The real DCP Metadata of `data`, for a load child with torch imported (see module doc)."""
+    return pickle_allowed.load(data, ALLOWED, ENUMS)
 
 
 def info_of(dcp: DcpFolder) -> CheckpointInfo:
     """The folder as a catalog entry: model tensors, optimizer state apart, bytes from dtypes."""
+    notes = [f"DCP {dcp.version or '?'}: {len(dcp.needed)} data file(s)"]
+    if dcp.foreign:
+        foreign = ", ".join(dcp.foreign[:5])
+        notes.append(f".metadata names {foreign}: never run (verify --load refuses it)")
     model = [t for t in dcp.tensors if not t.key.startswith(_OPTIMIZER_PREFIXES)]
     optimizer = [t for t in dcp.tensors if t.key.startswith(_OPTIMIZER_PREFIXES)]
     layer = Layer(
@@ -164,7 +175,7 @@ def info_of(dcp: DcpFolder) -> CheckpointInfo:
         n_params=layer.n_params,
         weights_bytes=sum(t.nbytes for t in model),
         optimizer=opt,
-        notes=(f"DCP {dcp.version or '?'}: {len(dcp.needed)} data file(s)",),
+        notes=tuple(notes),
     )
 
 
@@ -211,7 +222,7 @@ def _needed(storage: Any) -> dict[str, int]:
         length = fields.get("length")
         if not isinstance(name, str) or not isinstance(offset, int) or not isinstance(length, int):
             continue
-        if "/" in name or name in ("", ".", ".."):
+        if "/" in name or "\0" in name or name in ("", ".", ".."):  # NUL: found by fuzzing
             raise CorruptCheckpoint(f".metadata names a data file outside its folder: {name!r}")
         needed[name] = max(needed.get(name, 0), offset + length)
     return needed
@@ -232,17 +243,20 @@ def _problems(folder: Path, needed: dict[str, int], metadata_mtime_ns: int) -> l
     return problems
 
 
-def _describe(record: Any) -> str:
-    walked = pickle_safe.walk(record)
-    names = sorted(walked.opaque)
-    if isinstance(record, pickle_safe.Opaque):
-        names = sorted({record.global_name, *names})
+def _describe(ops: pickle_ops.Ops) -> str:
+    names = pickle_safe.placeholders(ops)
+    if ops.top_call:
+        return f"it is a call of {ops.top_call}, never run"
     if names:
         return "it names " + ", ".join(names[:5])
-    return f"it holds a {type(record).__name__}"
+    return "it holds no Metadata"
 
 
 def _ints(values: Any) -> tuple[int, ...]:
     if not isinstance(values, tuple | list):
         return ()
-    return tuple(v for v in values[:64] if isinstance(v, int) and not isinstance(v, bool))
+    return tuple(
+        v
+        for v in values[:64]
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63
+    )

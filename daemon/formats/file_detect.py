@@ -63,6 +63,10 @@ def _read_file(raw: BinaryIO, foreign: bool = False) -> CheckpointInfo:
             archive = zipfile.ZipFile(raw)
         except zipfile.BadZipFile as exc:
             raise CorruptCheckpoint(f"zip archive without a central directory: {exc}") from exc
+        except ValueError as exc:  # a member name flagged UTF-8 that is not, an offset past 2**63
+            raise CorruptCheckpoint(f"zip archive zipfile cannot read: {exc}") from exc
+        except NotImplementedError as exc:  # "zip file version 9.6": found by fuzzing
+            raise CorruptCheckpoint(f"zip archive zipfile cannot read: {exc}") from exc
         with archive:
             if torch_zip.is_torch_zip(archive):
                 return torch_zip.read_zip(archive, raw)

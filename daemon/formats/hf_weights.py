@@ -60,7 +60,9 @@ def read_json(path: Path, root: Path | None, limit: int = MAX_INDEX_BYTES) -> di
         raise CorruptCheckpoint(f"{path.name} is larger than {limit} bytes: refused unread")
     try:
         value = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except RecursionError:  # the JSON decoder recurses once a level: ~1,000 at most
+        raise CorruptCheckpoint(f"{path.name} is JSON nested too deep to read: refused") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise CorruptCheckpoint(f"{path.name} is not JSON (truncated?): {exc}") from None
     if not isinstance(value, dict):
         raise CorruptCheckpoint(f"{path.name} is not a JSON object")
@@ -74,6 +76,8 @@ def read_weights(folder: Path, names: frozenset[str], root: Path | None) -> Weig
         return _sharded(folder, index, names, root)
     single = next((n for n in SINGLE_FILES if n in names), None)
     if single is None:
+        for name in (*INDEX_FILES, *SINGLE_FILES):
+            _refuse_link(folder, name)
         raise CorruptCheckpoint(
             "no weights file (model.safetensors, pytorch_model.bin or a sharded index): "
             "not written yet, or removed"
@@ -97,6 +101,8 @@ def _sharded(folder: Path, index: str, names: frozenset[str], root: Path | None)
             raise CorruptCheckpoint(f"{index}: tensor {tensor} names shard {shard!r}: refused")
         by_shard.setdefault(shard, set()).add(str(tensor))
     missing = sorted(s for s in by_shard if s not in names)
+    for shard in missing:
+        _refuse_link(folder, shard)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise CorruptCheckpoint(
@@ -120,6 +126,14 @@ def _sharded(folder: Path, index: str, names: frozenset[str], root: Path | None)
             f"{index} says total_size {total:,} B, the shards' tensors hold {weights.nbytes:,} B"
         )
     return weights
+
+
+def _refuse_link(folder: Path, name: str) -> None:
+    """A weights file the folder's listing left out because it is a symlink (or a FIFO...):
+    say so, rather than "missing"."""
+    what = beneath.not_regular(folder / name)
+    if what not in (None, "missing"):
+        raise CorruptCheckpoint(f"{name} is {what}: refused, never followed or read")
 
 
 def _listed_cap() -> int:

@@ -100,7 +100,10 @@ def _read_text(path: Path, label: str, notes: list[str], root: Path | None) -> s
 def _load_json(text: str, label: str, notes: list[str]) -> object:
     try:
         obj: object = json.loads(text)
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        notes.append(f"{label}: JSON nested too deep to read, ignored")
+        return None
+    except ValueError as exc:
         notes.append(f"{label}: invalid JSON ({str(exc).splitlines()[0][:80]}), ignored")
         return None
     return obj

@@ -28,7 +28,13 @@ def archive_config(path: Path, root: Path | None = None) -> bytes:
         try:
             with zipfile.ZipFile(raw) as archive:
                 return read_member(archive, CONFIG_MEMBER, MAX_JSON_BYTES)
-        except (KeyError, zipfile.BadZipFile, EOFError) as exc:
+        except (
+            KeyError,
+            zipfile.BadZipFile,
+            EOFError,
+            UnicodeDecodeError,
+            NotImplementedError,
+        ) as exc:
             raise CorruptCheckpoint(f"{path}: no readable {CONFIG_MEMBER}: {exc}") from exc
 
 

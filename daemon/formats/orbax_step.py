@@ -219,7 +219,9 @@ def _json(path: Path, root: Path | None) -> Any:
         raise CorruptCheckpoint(f"{path.name} holds more than {MAX_JSON_BYTES} bytes")
     try:
         return json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except RecursionError:  # the JSON decoder recurses once a level: ~1,000 at most
+        raise CorruptCheckpoint(f"{path.name} is JSON nested too deep to read: refused") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise CorruptCheckpoint(f"{path.name} is not JSON: {exc}") from exc
 
 

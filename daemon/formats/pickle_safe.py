@@ -9,28 +9,32 @@ placeholder that remembers its name and does nothing. Nothing is imported, no at
 module is looked up. Storages come through `persistent_load`, which returns a `StorageRef`
 descriptor: their bytes are never read here.
 
-Bounded before the C unpickler sees a byte: the pickle's size, and one pass of
-`pickletools.genops` (pure Python: it only decodes opcodes) counts the opcodes and the memo
-entries and refuses a memo index beyond the bound (the C unpickler would grow its memo array to
-any index: 4 bytes of `LONG_BINPUT` could ask for 32 GB). Nesting is bounded where it matters,
-in `walk`, which never recurses and visits a bounded number of nodes (a structure shared
-through the memo a million times over is not walked a million times).
+Judged before the C unpickler sees a byte, by `pickle_ops.scan` (one pass of
+`pickletools.genops`, which only decodes opcodes): the pickle's size, its opcode count, its
+memo (the C unpickler would grow its memo array to any index: 4 bytes of `LONG_BINPUT` could ask
+for 32 GB), and every global it names and calls, wherever the result would land: `read` returns
+them with the object, exact, so no caller judges a pickle by what the walk of the built object
+happens to reach. Nesting is bounded where it matters, in `walk`, which never recurses and
+visits a bounded number of nodes (a structure shared through the memo a million times over is
+not walked a million times).
+
+No state outlives one read: the placeholder class of each global name is made per unpickler,
+so a file naming 10,000 globals changes nothing for the next file.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
-import pickletools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import CorruptCheckpoint
+from . import pickle_ops
+from .pickle_ops import MAX_MEMO, MAX_OPS, MAX_PICKLE_BYTES, Ops
 
-MAX_PICKLE_BYTES = 64 << 20  # a Lightning .ckpt of a 7B model pickles ~1 MB of structure
-MAX_OPS = 2_000_000  # ~80,000 tensors; pure-Python opcode decoding: ~2 s per million here
-MAX_MEMO = 1_000_000
+__all__ = ["MAX_MEMO", "MAX_OPS", "MAX_PICKLE_BYTES", "Ops"]
 MAX_DEPTH = 200  # state dicts nest < 10 deep
 MAX_NODES = 2_000_000
 
@@ -83,7 +87,6 @@ ITEM_SIZES = {
 }
 _DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64"}
 _DTYPE_ALIASES |= {"int": "int32", "short": "int16", "cfloat": "complex64"}
-_MEMO_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
 
 
 class DtypeName(str):
@@ -156,6 +159,7 @@ class Opaque:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Opaque:
         obj = super().__new__(cls)
+        obj.global_name = cls.global_name
         obj.args = args[:64]
         obj.state = None  # NEWOBJ never calls __init__: everything is set here
         obj.items = {}
@@ -165,7 +169,9 @@ class Opaque:
         pass
 
     def __call__(self, *args: Any, **kwargs: Any) -> Opaque:
-        return _opaque_class(f"{self.global_name}()")(*args)
+        called = Opaque(*args)  # a call of a call: the base class, named on the instance
+        called.global_name = f"{self.global_name}()"
+        return called
 
     def __setstate__(self, state: Any) -> None:
         self.state = state
@@ -182,18 +188,11 @@ class Opaque:
             self.append(value)
 
 
-_OPAQUE_CLASSES: dict[str, type[Opaque]] = {}
-
-
-def _opaque_class(name: str) -> type[Opaque]:
-    """A class of its own per global name (NEWOBJ needs a type): inert like every Opaque."""
-    cls = _OPAQUE_CLASSES.get(name)
-    if cls is None:
-        if len(_OPAQUE_CLASSES) > 10_000:
-            return Opaque
-        cls = type("Opaque", (Opaque,), {"global_name": name})
-        _OPAQUE_CLASSES[name] = cls
-    return cls
+def _opaque(name: str, *args: Any) -> Opaque:
+    """An inert instance named `name` (what an allowed function makes of arguments it refuses)."""
+    obj = Opaque(*args)
+    obj.global_name = name
+    return obj
 
 
 def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *rest: Any) -> Any:
@@ -214,13 +213,13 @@ def _codecs_encode(text: Any, encoding: Any = "utf-8", *_: Any) -> Any:
     """How protocol 2 stores `bytes`: `_codecs.encode('\\x00...', 'latin1')`."""
     if isinstance(text, str) and encoding in ("latin1", "latin-1", "utf-8", "utf8", "ascii"):
         return text.encode("latin-1" if encoding.startswith("latin") else encoding, "replace")
-    return _opaque_class("_codecs.encode")(text)
+    return _opaque("_codecs.encode", text)
 
 
 def _complex(real: Any = 0.0, imag: Any = 0.0) -> Any:
     if isinstance(real, int | float) and isinstance(imag, int | float):
         return complex(real, imag)
-    return _opaque_class("builtins.complex")(real, imag)
+    return _opaque("builtins.complex", real, imag)
 
 
 def _container(kind: type) -> Any:
@@ -230,7 +229,7 @@ def _container(kind: type) -> Any:
                 return kind(items)
             except TypeError:  # an unhashable element
                 return list(items)
-        return _opaque_class(kind.__name__)(items)
+        return _opaque(kind.__name__, items)
 
     return build
 
@@ -258,7 +257,7 @@ for _module in ("builtins", "__builtin__"):
 
 
 def resolve_global(module: str, name: str) -> Any:
-    """What GLOBAL `module name` means here: ours if allowed, else an inert placeholder."""
+    """What GLOBAL `module name` means here if it is one of our records, else None."""
     allowed = _ALLOWED.get((module, name))
     if allowed is not None:
         return allowed
@@ -266,48 +265,51 @@ def resolve_global(module: str, name: str) -> Any:
         return StorageClass(STORAGE_DTYPES[name])
     if module == "torch" and (name in ITEM_SIZES or name in _DTYPE_ALIASES):
         return DtypeName(_DTYPE_ALIASES.get(name, name))
-    return _opaque_class(f"{module}.{name}")
+    return None
+
+
+def is_record(name: str) -> bool:
+    """Whether the global `module.name` becomes one of our records (not a placeholder)."""
+    module, _, attr = name.rpartition(".")
+    return resolve_global(module, attr) is not None
 
 
 class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self._classes: dict[str, type[Opaque]] = {}  # this read's only: see the module doc
+
     def find_class(self, module: str, name: str) -> Any:
-        return resolve_global(str(module), str(name))
+        found = resolve_global(str(module), str(name))
+        if found is not None:
+            return found
+        key = f"{module}.{name}"
+        cls = self._classes.get(key)
+        if cls is None:  # a class per name (NEWOBJ needs a type); `scan` bounds their number
+            cls = self._classes[key] = type("Opaque", (Opaque,), {"global_name": key})
+        return cls
 
     def persistent_load(self, pid: Any) -> Any:
         # ('storage', storage class, key, location, numel) (+ view metadata in legacy files)
         if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage":
             kind, key, location, numel = pid[1], pid[2], pid[3], pid[4]
             dtype = str(kind) if isinstance(kind, StorageClass) else "uint8"
-            return StorageRef(str(key), dtype, _int(numel), str(location))
-        return _opaque_class("persistent id")(pid)
+            return StorageRef(text(key), dtype, _int(numel), text(location))
+        return _opaque("persistent id", pid)
 
 
-def check_ops(data: bytes) -> None:
-    """Refuse a pickle that is too big or would build too much, before it is unpickled."""
-    if len(data) > MAX_PICKLE_BYTES:
-        raise CorruptCheckpoint(
-            f"pickle of {len(data)} bytes (more than {MAX_PICKLE_BYTES}): refused unread"
-        )
-    ops = memo = 0
+def check_ops(data: bytes) -> Ops:
+    """What `data`'s opcodes name and call (`pickle_ops.scan`): refused when too big, too long
+    or not resolvable exactly, before it is unpickled."""
+    return pickle_ops.scan(data)
+
+
+def read(data: bytes) -> tuple[Any, Ops]:
+    """The object `data` pickles, with every global inert (see the module doc), and what its
+    opcodes name and call."""
+    ops = check_ops(data)
     try:
-        for opcode, arg, _pos in pickletools.genops(data):
-            ops += 1
-            if ops > MAX_OPS:
-                raise CorruptCheckpoint(f"pickle of more than {MAX_OPS} operations: refused")
-            if opcode.name in _MEMO_OPS:
-                memo += 1
-                index = arg if isinstance(arg, int) else memo
-                if memo > MAX_MEMO or index > MAX_MEMO:
-                    raise CorruptCheckpoint(f"pickle memo of more than {MAX_MEMO} entries: refused")
-    except ValueError as exc:
-        raise CorruptCheckpoint(f"not a valid pickle: {exc}") from exc
-
-
-def load(data: bytes) -> Any:
-    """The object `data` pickles, with every global inert (see the module doc)."""
-    check_ops(data)
-    try:
-        return _Unpickler(io.BytesIO(data)).load()
+        return _Unpickler(io.BytesIO(data)).load(), ops
     except CorruptCheckpoint:
         raise
     except MemoryError:
@@ -316,23 +318,14 @@ def load(data: bytes) -> Any:
         raise CorruptCheckpoint(f"pickle does not load: {type(exc).__name__}: {exc}") from exc
 
 
-def split_stream(data: bytes, count: int) -> list[bytes]:
-    """The first `count` pickles written one after the other in `data` (a legacy torch file)."""
-    out: list[bytes] = []
-    stream = io.BytesIO(data)
-    try:
-        while len(out) < count and stream.tell() < len(data):
-            start, end = stream.tell(), None
-            for opcode, _arg, pos in pickletools.genops(stream):
-                if opcode.name == "STOP":
-                    end = (pos or 0) + 1
-            if end is None:
-                raise CorruptCheckpoint("pickle stream ends without STOP")
-            out.append(data[start:end])
-            stream.seek(end)
-    except ValueError as exc:
-        raise CorruptCheckpoint(f"not a valid pickle stream: {exc}") from exc
-    return out
+def load(data: bytes) -> Any:
+    """The object `data` pickles, with every global inert (see the module doc)."""
+    return read(data)[0]
+
+
+def placeholders(ops: Ops) -> list[str]:
+    """The globals `data` names that become placeholders here (not our records), sorted."""
+    return sorted(n for n in ops.globals if not is_record(n))
 
 
 @dataclass
@@ -373,7 +366,7 @@ def walk(obj: Any, prefix: str = "") -> Walked:
             out.too_deep = True
             continue
         for key, child in reversed(children):
-            stack.append((f"{path}.{key}" if path else str(key), child, depth + 1))
+            stack.append((f"{path}.{text(key)}" if path else text(key), child, depth + 1))
     return out
 
 
@@ -389,8 +382,26 @@ def _children(value: Any) -> Iterator[tuple[Any, Any]]:
         yield from value.items.items()
 
 
+def text(key: Any) -> str:
+    """A key or name of the pickle as text, at a bounded cost: `str` of a tuple of shared
+    tuples would unfold it (2**40 parts from 200 bytes), of a huge int is refused by Python."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool | float | DtypeName) or key is None:
+        return str(key)
+    if isinstance(key, int):
+        return str(key) if -(1 << 63) <= key < 1 << 63 else f"<int of {key.bit_length()} bits>"
+    if isinstance(key, bytes):
+        return key[:200].decode("latin-1")
+    return f"<{type(key).__name__}>"
+
+
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """An int of the pickle, 0 unless it fits 64 bits (a shape of huge ints is no tensor's:
+    bounded before any product of them is computed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63:
+        return value
+    return 0
 
 
 def _ints(values: Any) -> tuple[int, ...]:

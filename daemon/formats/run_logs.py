@@ -266,9 +266,10 @@ class _Reader:
         try:
             fd = beneath.open_regular(cand.path, self.root)
             with os.fdopen(fd, "rb") as fh:
-                data = fh.read(SNIFF_BYTES if cand.kind == "sniff" else limit + 1)
+                first = SNIFF_BYTES if cand.kind == "sniff" else limit + 1
+                data = beneath.read_at_most(fh, first)  # a buffer sized by the file, not limit
                 if cand.kind == "sniff" and csv_log_separator(data, len(data) < SNIFF_BYTES):
-                    data += fh.read(limit + 1 - len(data))
+                    data += beneath.read_at_most(fh, limit + 1 - len(data))
                 elif cand.kind == "sniff":
                     self.budget -= len(data)
                     return None

@@ -3,7 +3,8 @@
 Only the header is read, and only once N is known to be sane: at most 100,000,000 bytes (the
 reference reader's own bound) and within the file. The header must then describe the file
 exactly as the reference reader (`safe_open`, 0.8) demands: every tensor's offsets inside the
-buffer, its byte count that of its dtype and shape, the tensors tiling the buffer with no gap,
+buffer, its byte count that of its dtype and shape (at most 1,024 dimensions, the product bounded
+as it is computed), the tensors tiling the buffer with no gap,
 and the last one ending at the file's end (a truncated file keeps a valid header: only this
 catches it; a safetensors writer renames its temp file into place, so a short file is broken).
 """
@@ -11,7 +12,6 @@ catches it; a safetensors writer renames its temp file into place, so a short fi
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 from typing import IO, Any
@@ -22,6 +22,7 @@ from . import torch_state
 
 MAGIC_BYTES = 8
 MAX_HEADER_BYTES = 100_000_000
+MAX_DIMS = 1024  # a model tensor has < 10 dimensions
 DTYPE_SIZES = {
     "F64": 8,
     "F32": 4,
@@ -108,7 +109,9 @@ def _header(raw: IO[bytes]) -> tuple[dict[str, Any], int, int]:
     text = raw.read(n)
     try:
         header = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise CorruptCheckpoint("safetensors header nested too deep: refused") from None
+    except (UnicodeDecodeError, ValueError) as exc:
         raise CorruptCheckpoint(f"safetensors header is not JSON: {exc}") from exc
     if not isinstance(header, dict):
         raise CorruptCheckpoint("safetensors header is not a JSON object")
@@ -128,8 +131,12 @@ def _tensors(header: dict[str, Any], buffer: int) -> list[tuple[str, str, tuple[
             raise CorruptCheckpoint(f"safetensors tensor {name}: shape {shape!r} is not a list")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))):
             raise CorruptCheckpoint(f"safetensors tensor {name}: bad data_offsets {offsets!r}")
+        if len(shape) > MAX_DIMS:
+            raise CorruptCheckpoint(
+                f"safetensors tensor {name}: {len(shape)} dimensions (more than {MAX_DIMS})"
+            )
         begin, end = offsets
-        nbytes = math.prod(shape) * DTYPE_SIZES[dtype]
+        nbytes = _numel(shape) * DTYPE_SIZES[dtype]
         if end < begin or end - begin != nbytes:
             raise CorruptCheckpoint(
                 f"safetensors tensor {name}: {dtype}{shape} needs {nbytes} bytes, "
@@ -150,6 +157,17 @@ def _tensors(header: dict[str, Any], buffer: int) -> list[tuple[str, str, tuple[
             f"safetensors tensors cover {at} bytes, the file holds {buffer} ({state})"
         )
     return out
+
+
+def _numel(shape: list[int]) -> int:
+    """The product of `shape`, refused as soon as a running product passes 2**63 (50,000
+    dims of 2**61 would make `math.prod` multiply numbers of millions of digits: minutes)."""
+    n = 1
+    for dim in shape:
+        n *= dim
+        if n >= 1 << 63:
+            raise CorruptCheckpoint(f"safetensors shape of more than 2**63 elements: {shape[:8]}")
+    return n
 
 
 def _is_count(value: Any) -> bool:

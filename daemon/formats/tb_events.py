@@ -125,7 +125,7 @@ def read_event_file(
     Raises what `beneath.open_regular` raises (OSError, fsops.Refused)."""
     fd = beneath.open_regular(path, root)
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
+        data = beneath.read_at_most(fh, limit + 1)
     result = decode_events(data[:limit], label)
     if len(data) > limit:
         cut = (f"{label}: larger than {limit} bytes, only the records before that read",)

@@ -9,6 +9,7 @@ inferred from the param_groups and state keys, and marked inferred.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -32,8 +33,11 @@ def no_scalar(_tensor: TensorRecord) -> float | None:
     return None
 
 
-def interpret(obj: Any, fmt: Format, scalar: Scalar = no_scalar) -> CheckpointInfo:
-    """The CheckpointInfo of a torch file whose top-level object is `obj`."""
+def interpret(
+    obj: Any, fmt: Format, scalar: Scalar = no_scalar, named: Iterable[str] = ()
+) -> CheckpointInfo:
+    """The CheckpointInfo of a torch file whose top-level object is `obj`; `named`: the globals
+    its opcodes name that became placeholders (exact: `pickle_safe.placeholders`)."""
     notes: list[str] = []
     if isinstance(obj, dict) and LIGHTNING_KEY in obj:
         fmt = Format.LIGHTNING
@@ -48,8 +52,9 @@ def interpret(obj: Any, fmt: Format, scalar: Scalar = no_scalar) -> CheckpointIn
             f"pickle of more than {pickle_safe.MAX_NODES} objects (shared references "
             "counted each time): refused"
         )
-    if walked.opaque:
-        names = ", ".join(sorted(walked.opaque)[:8])
+    opaque = set(walked.opaque) | set(named)
+    if opaque:
+        names = ", ".join(sorted(opaque)[:8])
         notes.append(f"objects of other classes kept as named placeholders, never run: {names}")
     top = _top(obj)
     optimizers = _optimizers(obj)
@@ -238,7 +243,8 @@ def _optimizer_info(
     if len(optimizers) > 1:
         config["n_optimizers"] = len(optimizers)
     first_lr = groups[0].get("lr") if groups else None
-    iterations = int(steps[0]) if steps else None
+    # a step of NaN or inf (the bytes of a storage: found by fuzzing) counts nothing
+    iterations = int(steps[0]) if steps and math.isfinite(steps[0]) else None
     global_step = top.get("global_step")
     if iterations is None and isinstance(global_step, int) and LIGHTNING_KEY in top:
         iterations = global_step
@@ -373,9 +379,21 @@ def _lightning_scores(
     return out
 
 
+MAX_PLAIN_NODES = 10_000  # a JSON copy for the catalog: hyper-parameters are < 1,000 values
+
+
 def plain(value: Any, depth: int = 0) -> Any:
-    """A JSON-ready copy of an unpickled value: inert records described, never expanded far."""
-    if depth > 12:
+    """A JSON-ready copy of an unpickled value: inert records described, never expanded far.
+    At most 12 deep, 200 items a container and MAX_PLAIN_NODES values in all: a structure of
+    shared references (a DAG the memo makes from a few KB) is copied within that budget, not
+    as the tree it unfolds to (200**6 values)."""
+    budget = [MAX_PLAIN_NODES]
+    return _plain(value, depth, budget)
+
+
+def _plain(value: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if depth > 12 or budget[0] < 0:
         return "..."
     if value is None or isinstance(value, bool | int | str):
         return value
@@ -388,8 +406,8 @@ def plain(value: Any, depth: int = 0) -> Any:
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
     if isinstance(value, dict):
-        items = list(value.items())[:200]
-        return {str(k): plain(v, depth + 1) for k, v in items}
+        items = list(itertools.islice(value.items(), 200))
+        return {str(k): _plain(v, depth + 1, budget) for k, v in items}
     if isinstance(value, list | tuple | set | frozenset):
-        return [plain(v, depth + 1) for v in list(value)[:200]]
+        return [_plain(v, depth + 1, budget) for v in itertools.islice(value, 200)]
     return f"<{type(value).__name__}>"

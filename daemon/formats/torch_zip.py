@@ -21,7 +21,7 @@ from typing import IO
 
 from ..core.errors import CorruptCheckpoint
 from ..core.model import CheckpointInfo, Format
-from . import pickle_safe, torch_state, window
+from . import pickle_ops, pickle_safe, torch_state, window
 from .pickle_safe import TensorRecord
 
 PICKLE_MEMBER = "data.pkl"
@@ -48,12 +48,29 @@ def read_zip(archive: zipfile.ZipFile, raw: IO[bytes]) -> CheckpointInfo:
         raise CorruptCheckpoint("a zip archive that is neither a Keras nor a torch archive")
     prefix = member[: -len(PICKLE_MEMBER)]
     data = window.read_member(archive, member, pickle_safe.MAX_PICKLE_BYTES)
-    obj = pickle_safe.load(data)
+    obj, ops = pickle_safe.read(data)
     walked = pickle_safe.walk(obj)
+    _refuse_one_call(obj, ops, walked)
     _check_storages(archive, prefix, walked.tensors)
     reader = _ZipScalars(archive, raw, prefix)
-    info = torch_state.interpret(obj, Format.TORCH_ZIP, reader.read)
-    return info
+    named = pickle_safe.placeholders(ops)
+    return torch_state.interpret(obj, Format.TORCH_ZIP, reader.read, named)
+
+
+def _refuse_one_call(obj: object, ops: pickle_safe.Ops, walked: pickle_safe.Walked) -> None:
+    """A pickle whose whole value is one call (`posix.system(...)`), given no state and
+    holding no tensor, is no checkpoint: corrupt, with the call named (never made)."""
+    if (
+        ops.top_call
+        and isinstance(obj, pickle_safe.Opaque)
+        and obj.state is None
+        and not obj.items
+        and not walked.tensors
+    ):
+        raise CorruptCheckpoint(
+            f"its pickle is one call of {ops.top_call} holding no tensor: not a checkpoint "
+            "(the call is never made)"
+        )
 
 
 def _check_storages(
@@ -120,7 +137,7 @@ def read_legacy(raw: IO[bytes]) -> CheckpointInfo:
         raw.seek(0)
         head = raw.read(min(size, limit))
         try:
-            pickles = pickle_safe.split_stream(head, 5)
+            pickles = pickle_ops.split_stream(head, 5)
         except CorruptCheckpoint:
             if len(head) == size or limit == pickle_safe.MAX_PICKLE_BYTES:
                 raise
@@ -134,11 +151,13 @@ def read_legacy(raw: IO[bytes]) -> CheckpointInfo:
         )
     if pickle_safe.load(pickles[1]) != 1001:
         raise CorruptCheckpoint("legacy torch file of an unknown protocol version")
-    obj = pickle_safe.load(pickles[3])
+    obj, ops = pickle_safe.read(pickles[3])
     keys = pickle_safe.load(pickles[4])
     if not isinstance(keys, list):
         raise CorruptCheckpoint("legacy torch file without its list of storages")
-    tensors = pickle_safe.walk(obj).tensors
+    walked = pickle_safe.walk(obj)
+    _refuse_one_call(obj, ops, walked)
+    tensors = walked.tensors
     refs = {t.storage.key: t.storage for _, t in tensors if t.storage is not None}
     at = sum(len(p) for p in pickles)
     for key in keys:
@@ -150,7 +169,7 @@ def read_legacy(raw: IO[bytes]) -> CheckpointInfo:
         raise CorruptCheckpoint(
             f"legacy torch file of {size} bytes, its storages need {at} (truncated or extended)"
         )
-    return torch_state.interpret(obj, Format.TORCH_LEGACY)
+    return torch_state.interpret(obj, Format.TORCH_LEGACY, named=pickle_safe.placeholders(ops))
 
 
 SERIALIZATION_ID = ".data/serialization_id"  # random per save: no part of the content

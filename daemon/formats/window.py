@@ -7,6 +7,7 @@ the stream (16.5 s instead of 0.38 s on a 308 MB archive).
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import struct
@@ -146,8 +147,18 @@ def read_member(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
     """The bytes of a small member (config.json), never more than `limit` whatever it claims."""
     info = archive.getinfo(name)
     check_expansion(info, limit)
-    with archive.open(info) as member:
-        data = member.read(limit + 1)
+    try:
+        with archive.open(info) as member:
+            data = member.read(limit + 1)
+    except (zipfile.BadZipFile, EOFError, zlib.error, ValueError, NotImplementedError) as exc:
+        # a bad local header (its name not UTF-8, an offset past 2**63, its version or method),
+        # CRC or stream: each found by fuzzing (tests/fuzz_corpus)
+        raise CorruptCheckpoint(f"{name} in the archive cannot be read: {exc}") from exc
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        # a header offset before the file's start: zipfile seeks there
+        raise CorruptCheckpoint(f"{name} in the archive starts before the file") from exc
     if len(data) > limit or len(data) != info.file_size:
         raise CorruptCheckpoint(f"{name} in the archive does not hold its declared size")
     return data
@@ -175,5 +186,5 @@ def open_member(archive: zipfile.ZipFile, raw: IO[bytes], name: str) -> Iterator
             return
         with archive.open(info) as member:
             yield io.BufferedReader(_Stream(member), buffer_size=1 << 16)
-    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+    except (zipfile.BadZipFile, EOFError, zlib.error, ValueError, NotImplementedError) as exc:
         raise CorruptCheckpoint(f"{name} in the archive cannot be decompressed: {exc}") from exc

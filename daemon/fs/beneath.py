@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from ..core.errors import NotARegularFile
 from .fsops import folder_beneath, relative_parts
@@ -74,8 +75,22 @@ def read_bounded(path: Path, limit: int, root: Path | None = None) -> bytes | No
     """At most `limit` bytes of `path`, or None if it holds more (nothing more is read)."""
     fd = open_regular(path, root)
     with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
+        data = read_at_most(fh, limit + 1)
     return None if len(data) > limit else data
+
+
+def read_at_most(fh: BinaryIO, count: int) -> bytes:
+    """Up to `count` bytes of the open regular file `fh`, from where it stands: `fh.read(count)`
+    sizes its buffer by `count` before reading (64 MiB for a 30-byte JSON); this, by the file's
+    size (more only if it grows meanwhile, still at most `count`)."""
+    first = min(count, max(os.fstat(fh.fileno()).st_size - fh.tell(), 0) + 1)
+    data = fh.read(first)
+    while first <= len(data) < count:  # it had one byte more than its size: it grew
+        more = fh.read(min(count - len(data), 1 << 20))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def _open(target: str, path: Path, *, dir_fd: int | None) -> int:

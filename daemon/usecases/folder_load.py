@@ -1,10 +1,11 @@
 """`ckpt verify --load` of folder checkpoints: an Orbax step folder restored with jax + orbax, a
 DCP folder with torch (`children.folder_load_probe`: a staged copy, in `children.sandbox`; a
-DCP `.metadata` naming anything outside DCP's own records is refused, never unpickled for
-real), and the arrays it loaded compared with the weights the catalog indexed. A Hugging
-Face folder with its inference folder (`children.hf_load_probe`): both loaded, their tensors
-compared byte for byte, and where transformers is installed both built with `from_pretrained`
-and asked the same question."""
+DCP `.metadata` naming or calling anything outside DCP's allow-list is refused from its
+opcodes, here before any child starts and again in the child on its copy; the child builds the
+Metadata itself and hands it to DCP, which never unpickles it), and the arrays it loaded
+compared with the weights the catalog indexed. A Hugging Face folder with its inference folder
+(`children.hf_load_probe`): both loaded, their tensors compared byte for byte, and where
+transformers is installed both built with `from_pretrained` and asked the same question."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from ..core.errors import CkptError
 from ..core.model import Checkpoint, Format
+from ..formats import dcp_folder, pickle_ops
+from ..fs import beneath
 from . import guards
 
 LIBRARIES = {Format.ORBAX: ("orbax", "orbax"), Format.TORCH_DCP: ("dcp", "torch")}
@@ -22,6 +25,9 @@ def load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     from ..children import folder_load_probe
 
     kind, library = LIBRARIES.get(c.format, ("", "")) if c.format else ("", "")
+    foreign = _dcp_foreign(Path(c.path)) if kind == "dcp" else []
+    if foreign:  # judged from the opcodes here, no child started; the child judges its copy too
+        return False, f"load refused, nothing of the file run: .metadata names {_names(foreign)}"
     try:
         result = folder_load_probe.probe(kind, Path(c.path), mode=mode)
     except (CkptError, OSError) as exc:
@@ -38,6 +44,20 @@ def load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     if differs:
         return False, f"{done}; differs from the catalog: {', '.join(differs[:5])}"
     return True, f"{done}; the {len(_indexed(c))} indexed weights' shapes match"
+
+
+def _dcp_foreign(folder: Path) -> list[str]:
+    """What a DCP folder's `.metadata` names or calls outside DCP's allow-list (its opcodes
+    only: nothing built); [] when unreadable here (the child says why)."""
+    try:
+        data = beneath.read_bounded(folder / dcp_folder.METADATA, pickle_ops.MAX_PICKLE_BYTES)
+    except (CkptError, OSError):
+        return []
+    return [] if data is None else dcp_folder.foreign_globals(data)
+
+
+def _names(foreign: list[str]) -> str:
+    return ", ".join(foreign[:5]) + (f" (and {len(foreign) - 5} more)" if len(foreign) > 5 else "")
 
 
 def _indexed(c: Checkpoint) -> dict[str, tuple[int, ...]]:

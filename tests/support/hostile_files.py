@@ -286,6 +286,8 @@ KINDS: dict[str, Hostile] = {
     # torch-family files (hostile_torch.py): pickles are read by an unpickler that runs nothing
     "torch_reduce_to_system": Hostile(ht.reduce_to_system, "ok", ""),
     "torch_legacy_reduce_to_system": Hostile(ht.legacy_reduce_to_system, "ok", ""),
+    "torch_one_call": Hostile(ht.one_call, "corrupt", "one call of posix.system"),
+    "torch_legacy_one_call": Hostile(ht.legacy_one_call, "corrupt", "one call of posix.system"),
     "torch_plain_pickle": Hostile(ht.plain_pickle, "corrupt", "neither"),
     "torch_deep_pickle": Hostile(ht.deep_pickle, "corrupt", "nested"),
     "torch_shared_pickle": Hostile(ht.shared_pickle, "ok", ""),

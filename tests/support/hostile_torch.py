@@ -67,13 +67,29 @@ def reduce_to_system(folder: Path, outside: Path) -> Path:
 
 
 def legacy_reduce_to_system(folder: Path, outside: Path) -> Path:
-    """The pre-1.6 stream (magic, protocol, sys info, object, keys) whose object runs a command."""
-    path = folder / "evil_legacy.pth"
+    """The pre-1.6 stream (magic, protocol, sys info, object, keys) whose object, a dict, holds
+    a value that runs a command."""
+    evil = b"\x80\x02}" + _text("evil") + system_call(f"touch {outside / MARKER}") + b"s."
+    return _legacy(folder / "evil_legacy.pth", evil)
+
+
+def _legacy(path: Path, obj_pickle: bytes) -> Path:
     header = [LEGACY_MAGIC, 1001, {"protocol_version": 1001, "little_endian": True}]
-    evil = b"\x80\x02" + system_call(f"touch {outside / MARKER}") + b"."
-    parts = [*(pickle.dumps(p, protocol=2) for p in header), evil, pickle.dumps([], protocol=2)]
-    path.write_bytes(b"".join(parts))
+    parts = [*(pickle.dumps(p, protocol=2) for p in header), obj_pickle]
+    path.write_bytes(b"".join([*parts, pickle.dumps([], protocol=2)]))
     return path
+
+
+def one_call(folder: Path, outside: Path) -> Path:
+    """A torch zip whose whole pickle is one `os.system(...)`: no state dict, no tensor."""
+    data = b"\x80\x02" + system_call(f"touch {outside / MARKER}") + b"."
+    return torch_zip(folder / "one_call.pt", data)
+
+
+def legacy_one_call(folder: Path, outside: Path) -> Path:
+    """The legacy stream whose object pickle is one `os.system(...)`."""
+    data = b"\x80\x02" + system_call(f"touch {outside / MARKER}") + b"."
+    return _legacy(folder / "one_call_legacy.pth", data)
 
 
 def plain_pickle(folder: Path, outside: Path) -> Path:
