@@ -27,6 +27,7 @@ from ..core.versions import Kept, previous_generations
 from ..settings.config import Config
 from .artifacts import SPLIT_BY_POLICY
 from .locations import uses_remote
+from .pipeline import awaiting_stages
 from .trainer_housekeeping import trainer_best
 
 REMOTE_TRASH = "trash-remote"
@@ -148,6 +149,7 @@ def plan_runs(
             if not found:
                 report.skipped.append({"run": name, "reason": "no retention policy configured"})
                 continue
+        previous = {**awaiting_stages(config, store, found, policy), **previous}
         items = [
             planner_item(c, demotable(c), previous.get(c.id), tier_blocked(config, c))
             if c.id not in remote
