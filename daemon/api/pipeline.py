@@ -4,6 +4,8 @@ recorded as the service records it."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 
 from ..catalog.store_stage_jobs import StageJob
@@ -74,7 +76,8 @@ class CatalogPipeline(CatalogRemote):
             only_from=("pending", "done", "failed", "cancelled"),
             why="run by hand",
         )
-        claimed = queue.claim_one(job.id, f"cli:{self.config.node_name}", self.config.lease_seconds)
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        claimed = queue.claim_one(job.id, holder, self.config.lease_seconds)
         if claimed is None:
             raise UsageError(f"job {job.id} of {stage.name} was taken by another process meanwhile")
         run_and_record(self._store, self.config, stage, claimed, threading.Event())

@@ -18,12 +18,14 @@ from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..core.pipeline import OPEN_STATES
+from ..fs import procfs
 from . import change_feed, db
 from .audit import iso
 from .schema import CHECKPOINTS, METRICS, STAGE_JOBS
 
 jobs, checkpoints, metrics = STAGE_JOBS, CHECKPOINTS, METRICS
 OUTPUT_MAX = 16_384  # the tail of a job's output kept in the catalog
+EXPIRED = "1970-01-01T00:00:00.000Z"  # a lease set to this is free
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,30 @@ class StageJobs:
             if done.rowcount != 1:
                 return None
             return self._read(conn, jobs.c.id == job_id)[0]
+
+    def free_dead_holders(self, host: str) -> int:
+        """Running jobs whose holder was a process of this host that is gone (a daemon
+        SIGKILLed, its child killed with it): free at once, as a run's lease is, rather than
+        when their lease expires. Returns how many."""
+        with self._engine.begin() as conn:
+            held = conn.execute(
+                select(jobs.c.id, jobs.c.holder).where(
+                    jobs.c.state == "running", jobs.c.holder.startswith(f"{host}:")
+                )
+            ).all()
+            dead = [
+                job_id
+                for job_id, holder in held
+                if holder.rsplit(":", 1)[1].isdigit()
+                and not procfs.pid_alive(int(holder.rsplit(":", 1)[1]))
+            ]
+            if dead:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id.in_(dead), jobs.c.state == "running")
+                    .values(expires_at=EXPIRED)
+                )
+            return len(dead)
 
     def renew(self, job: StageJob, ttl_seconds: float) -> bool:
         """Push the job's lease forward; False once it is not ours (its token moved on)."""

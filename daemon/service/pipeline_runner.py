@@ -73,6 +73,7 @@ class PipelineRunner(threading.Thread):
         queue = self._store.stage_jobs
         make_jobs(self._store, config.pipeline, self._seen)
         queue.cancel_gone()
+        queue.free_dead_holders(socket.gethostname())
         self._attempts = [t for t in self._attempts if t.is_alive()]
         for stage in runnable_here(config.pipeline, config.labels):
             with self._lock:
