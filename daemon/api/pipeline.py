@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from typing import TYPE_CHECKING
 
-from ..catalog.store_stage_jobs import StageJob
 from ..core.errors import NotFound, UsageError
 from ..core.pipeline import STATES, Stage
 from .remote import CatalogRemote
+
+if TYPE_CHECKING:
+    from ..catalog.store_stage_jobs import StageJob
 
 
 class CatalogPipeline(CatalogRemote):

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.pipeline import OPEN_STATES
 from ..fs import procfs
@@ -24,6 +25,8 @@ from .audit import iso
 from .schema import CHECKPOINTS, METRICS, STAGE_JOBS
 
 jobs, checkpoints, metrics = STAGE_JOBS, CHECKPOINTS, METRICS
+# What a pass over the queue may meet on a busy, locked or full catalog: the caller tries again.
+QUEUE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError,)
 OUTPUT_MAX = 16_384  # the tail of a job's output kept in the catalog
 EXPIRED = "1970-01-01T00:00:00.000Z"  # a lease set to this is free
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ BUILT_IN_ARGV = {
     "tier": ("tier", "{path}", "--json"),
 }
 PLACEHOLDERS = ("path", "run", "epoch", "step", "format", "id", "stage", "artifact")
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
 STATES = ("pending", "running", "done", "failed", "cancelled")
 OPEN_STATES = ("pending", "running")
 MAX_METRICS = 256  # a stage's result line: more metrics than this is refused, not truncated
@@ -91,7 +93,9 @@ def argv_for(
     (`ckpt_command`, e.g. `python -m ckpt_daemon`), each placeholder filled from the row."""
     values = {**placeholder_values(stage, checkpoint), "artifact": artifact}
     template = stage.command or BUILT_IN_ARGV[stage.uses or ""]
-    filled = [arg.format_map(values) for arg in template]
+    # Only our own `{name}`s are filled: any other brace stays as written (a `python -c` with
+    # a JSON literal, a shell-less awk program).
+    filled = [PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), a) for a in template]
     return filled if stage.command else [*ckpt_command, *filled]
 
 

@@ -15,10 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from ..catalog.store import Store
-from ..catalog.store_stage_jobs import StageJob
+from ..catalog.store_stage_jobs import QUEUE_ERRORS, StageJob
 from ..core.errors import NotFound
 from ..core.pipeline import Stage
 from ..logs import event
@@ -63,7 +61,7 @@ class PipelineRunner(threading.Thread):
                 continue
             try:
                 self._pass(config)
-            except SQLAlchemyError as exc:  # a busy or full catalog: the next pass tries again
+            except QUEUE_ERRORS as exc:  # a busy or full catalog: the next pass tries again
                 self.failures += 1
                 event("pipeline_error", level=logging.WARNING, error=str(exc).splitlines()[0])
         for attempt in self._attempts:
@@ -101,7 +99,7 @@ class PipelineRunner(threading.Thread):
                     path=job.path,
                     run=job.run,
                     job=job.id,
-                    error=failed.error if failed else None,
+                    reason=failed.error if failed else None,
                 )
         except Exception as exc:  # one job's trouble never stops the others or the thread
             self.failures += 1

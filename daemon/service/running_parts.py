@@ -54,6 +54,7 @@ class RunningParts:
                 "job": self.runner.failures,
                 "scheduler": sum(self.jobs.errors.values()),
                 "hook": self.hooks.failed,
+                "stage": self.pipeline.failures if self.pipeline is not None else 0,
             },
             heartbeat_time=self.worker.last_beat_time,
             remote=exporter.remote_counters(self.runner.config),
