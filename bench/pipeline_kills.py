@@ -32,13 +32,14 @@ ckpt, log = sys.argv[1], sys.argv[2]
 lock = f"{log}.{ckpt}.lock"
 try:
     holder = int(open(lock).read())
-    os.kill(holder, 0)
-    open(log, "a").write(f"OVERLAP {ckpt} {holder} {os.getpid()}\n")
+    state = open(f"/proc/{holder}/stat").read().rsplit(")", 1)[1].split()[0]
+    if state not in ("Z", "X"):  # a killed probe not reaped yet is no overlap
+        open(log, "a").write(f"OVERLAP {ckpt} {holder} {os.getpid()}\n")
 except (FileNotFoundError, ValueError, ProcessLookupError):
     pass
 open(lock, "w").write(str(os.getpid()))
 open(log, "a").write(f"start {ckpt} {os.getpid()}\n")
-time.sleep(random.uniform(0.1, 0.8))
+time.sleep(random.uniform(0.5, 4.0))
 open(log, "a").write(f"end {ckpt} {os.getpid()}\n")
 os.remove(lock)
 print(json.dumps({"metrics": {"runs": 1}}))
@@ -79,6 +80,16 @@ def jobs(launcher: Launcher, config: Path, base: Path) -> list[dict]:
     return json.loads(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
 
 
+def _starts(log: Path) -> int:
+    return log.read_text().count("start ") if log.exists() else 0
+
+
+def _wait_for_a_start(log: Path, count: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _starts(log) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def run_campaign(
     base: Path, *, kills: int, checkpoints: int, seed: int, launcher: Launcher | None = None
 ) -> dict:
@@ -94,7 +105,13 @@ def run_campaign(
     with open(base / "serve.log", "ab") as serve_log:
         while killed < kills:
             daemon = launcher.start(args, env=dict(os.environ), cwd=base, stderr=serve_log.fileno())
-            time.sleep(rng.uniform(0.3, 2.5))
+            # Killed while a stage runs: once the next probe has started, a random moment later
+            # (before, during or after its sleep); or at a random moment of its start-up.
+            if rng.random() < 0.8:
+                _wait_for_a_start(log, _starts(log) + 1, timeout=60)
+                time.sleep(rng.uniform(0.0, 1.5))
+            else:
+                time.sleep(rng.uniform(0.1, 1.5))
             if daemon.poll() is None:
                 os.killpg(daemon.pid, signal.SIGKILL)
                 killed += 1
@@ -114,8 +131,11 @@ def run_campaign(
     for line in lines:
         if line.startswith("end "):
             ends[line.split()[1]] = ends.get(line.split()[1], 0) + 1
+    starts = {line.split()[2] for line in lines if line.startswith("start ")}
+    finished = {line.split()[2] for line in lines if line.startswith("end ")}
     return {
         "kills": killed,
+        "stages_killed_mid_run": len(starts - finished),
         "checkpoints": checkpoints,
         "jobs": len(found),
         "done": sum(1 for j in found if j["state"] == "done"),
