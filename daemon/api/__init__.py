@@ -52,6 +52,16 @@ def catalog_of(config: Config, *, may_migrate: bool = False) -> Catalog:
     return Catalog(config, store)
 
 
+def catalog_as_file(config: Config) -> Catalog | None:
+    """The SQLite catalog of `config` read as a file (no lock, no write-ahead log), for `ckpt
+    status` when its disk is too full to open it as usual; None if it is not one at head."""
+    from ..catalog.sqlite_reads import SqliteReads
+    from ..core.root_names import PathCodec
+
+    reads = SqliteReads.open(config.database, PathCodec(config.named_roots()), as_file=True)
+    return None if reads is None else Catalog(config, reads=reads)
+
+
 def _fast_reads(config: Config) -> DbapiReads | None:
     """The SQLAlchemy-free reads of a local SQLite file or a plain PostgreSQL URL at the schema
     head (paths of named roots converted as the Store does), else None."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -100,12 +100,23 @@ class CatalogReads:
         (each file's `versions_kept` counts them; `versions=True` lists them as rows too).
         `every_row`: versions and the rows of files no longer on disk too (all but standby).
         `location`: only checkpoints whose bytes are there (local, remote, both, none), every
-        row considered (a tiered checkpoint's local copy is in the trash)."""
+        row considered (a tiered checkpoint's local copy is in the trash). With a `remote:`,
+        the checkpoints only in the object store (tiered) are listed too: a checkpoint whose
+        verified copy is in the store is still a checkpoint (`locations` says where)."""
         if location is not None:
             from ..usecases.locations import filtered
 
             every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
             return filtered(self._store, every, location, limit)
+        if status is None and not every_row:
+            from ..usecases.locations import uses_remote
+
+            if uses_remote(self.config):
+                from ..usecases.locations import with_tiered
+
+                every = self.list(run, where, sort, desc, None, format, None, kind, versions, True)
+                rows = [c for c in every if versions or c.version_of is None]
+                return with_tiered(self._store, rows, limit)
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,
@@ -225,13 +236,36 @@ class CatalogReads:
         after `timeout` seconds; `recheck`: a look every so many seconds even without a change
         (an event lost). `ckpt wait` is this call."""
         from ..catalog import db
-        from ..core.wait_match import WaitFor
         from ..service import catalog_wait
 
         if newer_than is not None and after is not None:
             raise UsageError("--newer-than and --after: give one of them")
         if better_than is not None and metric is None:
             raise UsageError("--better-than needs --metric")
+        url = self.config.database
+        sqlite_file = db.sqlite_path(url) if db.is_sqlite(url) else None
+        check = catalog_wait.SqliteFileCheck(sqlite_file) if sqlite_file else lambda: None
+        try:
+            found = (newer_than, after, metric, better_than, mode)
+            return self._wait(run, found, timeout, recheck, check)
+        except Exception:
+            check()  # a read failed because the catalog went away meanwhile: say that
+            raise
+
+    def _wait(
+        self,
+        run: str,
+        wanted_of: tuple[int | None, str | int | None, str | None, float | None, str | None],
+        timeout: float,
+        recheck: float,
+        check: Callable[[], None],
+    ) -> Checkpoint:
+        """`wait` on its catalog, `check()` before each look (`catalog_wait.wait_for`)."""
+        from ..catalog import db
+        from ..core.wait_match import WaitFor
+        from ..service import catalog_wait
+
+        newer_than, after, metric, better_than, mode = wanted_of
         url = self.config.database
         waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
 
@@ -252,10 +286,19 @@ class CatalogReads:
         except BaseException:
             waker.close()
             raise
-        return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck)
+        return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck, check)
 
     def runs(self) -> builtins.list[Run]:
-        return self._store.runs()
+        """Each run: its checkpoints' count and bytes on the local disk, its newest and its best
+        per metric (with a `remote:`, a checkpoint only in the object store can be either)."""
+        from ..usecases.locations import uses_remote
+
+        found = self._store.runs()
+        if not uses_remote(self.config):
+            return found
+        from ..usecases import remote_answers
+
+        return remote_answers.runs(self._store, found)
 
     def history(self, run: str, metrics: Sequence[str] = ()) -> History:
         """A run's metrics per epoch (its logs and its checkpoints) with every checkpoint

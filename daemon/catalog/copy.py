@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, Table, bindparam, func, insert, select, text, update
+from sqlalchemy.exc import OperationalError
 
-from ..core.errors import CkptError, UsageError
+from ..core.errors import CatalogUnreachable, CkptError, UsageError
 from ..core.units import counted
 from . import db
 from .schema import RUNS, Base
@@ -46,6 +47,8 @@ def copy_catalog(source_url: str, target_url: str) -> list[TableCopy]:
         raise UsageError(f"the source catalog {path} does not exist: nothing to copy")
     source, target = db.make_engine(source_url), db.make_engine(target_url)
     try:
+        _reached(source, "source")
+        _reached(target, "target")
         if db.current_revision(source) is None:
             raise UsageError("the source catalog is empty (no schema): nothing to copy")
         db.ensure_schema(source_url, source)  # behind head: SchemaBehind, `ckpt db upgrade`
@@ -125,6 +128,26 @@ def _counts(engine: Engine) -> dict[str, int]:
             t.name: int(conn.execute(select(func.count()).select_from(t)).scalar() or 0)
             for t in _tables()
         }
+
+
+def _reached(engine: Engine, which: str) -> None:
+    """CatalogUnreachable, one line naming the server, for a database that does not answer (an
+    unknown host, a refused connection or login), as every other command says it. SQLite
+    files are checked by `ensure_schema` (a path it cannot open is a config error)."""
+    if engine.url.get_backend_name() == "sqlite":
+        return
+    try:
+        with engine.connect():
+            pass
+    except OperationalError as exc:
+        url = engine.url
+        where = (
+            f"database {url.database or '?'} on {url.host or url.query.get('host') or 'localhost'}"
+        )
+        detail = " ".join(str(exc.orig).split())
+        raise CatalogUnreachable(
+            f"cannot connect to the {which} catalog ({where}): {detail}"
+        ) from None
 
 
 def _same_database(source: Engine, target: Engine) -> bool:

@@ -31,6 +31,7 @@ from ..fs import mounts
 SCHEMA_HEAD = "0010"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
+MIGRATION_LOCK = 0x636B7074  # "ckpt": PostgreSQL's advisory lock key while migrating
 
 
 def is_sqlite(url: str) -> bool:
@@ -253,7 +254,7 @@ def ensure_schema(url: str, engine: Engine, *, may_migrate: bool = False) -> Non
         raise
     if revision == SCHEMA_HEAD:
         return
-    if revision is not None and not may_migrate:
+    if revision is not None and not may_migrate and not _left_half_made(engine, revision):
         raise SchemaBehind(
             f"catalog schema is at {revision}, this ckpt needs {SCHEMA_HEAD}: run `ckpt db upgrade`"
         )
@@ -288,21 +289,47 @@ def downgrade(url: str, revision: str) -> None:
 
 
 def _alembic(engine: Engine, verb: str, revision: str, *, check_foreign_keys: bool = False) -> None:
-    """Run an Alembic command on a dedicated connection of `engine` (foreign keys off)."""
+    """Run an Alembic command on a dedicated connection of `engine` (foreign keys off), every
+    step in ONE transaction: Alembic alone commits after each migration on SQLite (it deems its
+    DDL non-transactional; SQLite's is transactional), so a process killed while it created a
+    catalog left it at some middle revision, and every later command asked for `ckpt db
+    upgrade`. Now a kill leaves the catalog as it was (empty: the next command creates it), or
+    at the target. The transaction starts by taking the catalog's write lock (SQLite's `BEGIN
+    IMMEDIATE`; on PostgreSQL an advisory lock of the transaction), and Alembic reads the
+    revision under it: two commands creating one catalog at once run one after the other, and
+    the second finds nothing left to do."""
     from alembic import command
 
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             config = _alembic_config()
-            config.attributes["connection"] = conn
+            config.attributes["connection"] = conn  # in a transaction: Alembic commits nothing
             getattr(command, verb)(config, revision)
-            conn.commit()
             if check_foreign_keys:
                 broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-                if broken:
+                if broken:  # raised inside the transaction: rolled back, the catalog as it was
                     raise CkptError(f"migration left {len(broken)} rows with broken foreign keys")
     finally:
         engine.dispose()
+
+
+def _left_half_made(engine: Engine, revision: str) -> bool:
+    """A catalog at one of our revisions before head without a single row (beyond its revision):
+    one that an older ckpt was creating when it was killed (it committed each migration alone),
+    or never used. Nothing in it can be harmed by migrating, so any command finishes it instead
+    of asking for `ckpt db upgrade`. (Revisions are numbered 0001, 0002, ...: one outside that
+    range is not ours to finish.)"""
+    if not (revision.isdigit() and "0001" <= revision < SCHEMA_HEAD):
+        return False
+    with engine.connect().execution_options(**READONLY) as conn:
+        tables = [t for t in inspect(conn).get_table_names() if t != "alembic_version"]
+        for table in tables:
+            quoted = conn.dialect.identifier_preparer.quote(table)
+            if conn.execute(text(f"SELECT 1 FROM {quoted} LIMIT 1")).first() is not None:
+                return False
+    return True
 
 
 def _alembic_config() -> Any:
@@ -344,3 +371,13 @@ def _backup_sqlite(url: str) -> Path | None:
 
 if __name__ == "__main__":  # `_upgrade_in_child`: python -m ckpt_daemon.catalog.db upgrade URL
     upgrade(sys.argv[2])
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """A catalog write that failed for lack of disk space (SQLite's SQLITE_FULL, "database or
+    disk is full"; PostgreSQL's disk_full, 53100), wrapped by SQLAlchemy or not: the disk guard
+    then gives its catalog the room it kept (`usecases.catalog_room`) and tries again."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return True
+    return getattr(orig, "sqlstate", None) == "53100" or "database or disk is full" in str(exc)

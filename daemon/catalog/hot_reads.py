@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ..core.model import Checkpoint, Heartbeat, Run
+from ..core.moments import preferred_over, rewritten_in_place
 from ..core.query import ListQuery
 from ..core.root_names import PathCodec
 from . import pick, read_sql
@@ -132,7 +133,8 @@ class HotReads:
             outcome = self._pick(fetch, statement)
             if outcome.row is None:
                 raise pick.not_found(outcome, f"ok checkpoint{where} has metric {metric!r}")
-            return _complete(fetch, outcome)
+            found = _complete(fetch, outcome)
+            return self._stable(fetch, found, statement, found.metrics.get(metric))
 
     def latest(self, run: str | None = None, resumable: bool = False) -> Checkpoint:
         """The newest `ok` checkpoint (the most training progress: optimizer iterations, then
@@ -152,12 +154,49 @@ class HotReads:
                     found = self._local_rows(fetch(read_sql.page(every_ok, 0, 1)))
                     newest = found[0] if found else None
                 raise pick.not_found(outcome, f"ok checkpoint{where}", newest)
-            return _complete(fetch, outcome)
+            winner = _complete(fetch, outcome)
+            return self._stable(fetch, winner, statement, None, resumable=resumable)
+
+    def _stable(
+        self,
+        fetch: Fetch,
+        found: Checkpoint,
+        statement: Statement,
+        value: float | None,
+        *,
+        resumable: bool = False,
+    ) -> Checkpoint:
+        """`found`, or where it is a file its trainer rewrites (`last.ckpt`, `best.pt`), the
+        first unchanged file of the same moment (epoch, step; `value` of the metric) that is
+        not: the answer a script still finds there a moment later (`preferred_over` says it)."""
+        name = found.path.rsplit("/", 1)[-1]
+        moment = (found.epoch, found.step)
+        if not rewritten_in_place(name, found.generation) or moment == (None, None):
+            return found
+        twins = read_sql.same_moment(statement, found.epoch, found.step, value)
+        rows = [
+            row
+            for row in self._local_rows(fetch(twins))
+            if row[0] != found.id and not pick.rewritten(row)
+        ]
+
+        def page(offset: int, _limit: int) -> builtins.list[Sequence[Any]]:
+            return rows if offset == 0 else []
+
+        outcome = pick.first_unchanged(page, self._details_of(fetch), resumable=resumable)
+        if outcome.row is None:
+            return found
+        stable = _complete(fetch, outcome)
+        said = preferred_over(stable.path, found.path, found.epoch, found.step)
+        return dataclasses.replace(stable, details={**stable.details, "preferred_over": said})
 
     def _pick(self, fetch: Fetch, statement: Statement, *, resumable: bool = False) -> pick.Outcome:
         def page(offset: int, limit: int) -> builtins.list[Sequence[Any]]:
             return self._local_rows(fetch(read_sql.page(statement, offset, limit)))
 
+        return pick.first_unchanged(page, self._details_of(fetch), resumable=resumable)
+
+    def _details_of(self, fetch: Fetch) -> Callable[[int], dict[str, Any]]:
         def details_of(checkpoint_id: int) -> dict[str, Any]:
             rows = fetch(read_sql.details_of(checkpoint_id))
             details = self._json(rows[0][0]) if rows else None
@@ -167,7 +206,7 @@ class HotReads:
             files = [str(f) for f in files] if isinstance(files, builtins.list) else []
             return {**details, "files": files}
 
-        return pick.first_unchanged(page, details_of, resumable=resumable)
+        return details_of
 
     def runs(self) -> builtins.list[Run]:
         """Every run's summary (`run_summaries`): aggregates, no row per checkpoint; those of

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core.errors import CkptError, NotFound, UsageError
 from ..core.model import FOLDER_FORMATS, Checkpoint, FileStat, Format
+from ..core.moments import rewritten_in_place
 from ..core.resume import Resumability, optimizer_config_lost, resumability
 from ..fs import fsops
 from .rows import LISTING_COLUMNS, to_checkpoint
@@ -93,6 +94,11 @@ def _rows(pages: Callable[[int, int], Sequence[Row]]) -> Iterator[Row]:
         if len(page) < size:
             return
         offset, size = offset + size, size * 2
+
+
+def rewritten(row: Row) -> bool:
+    """Whether the candidate's file is one its trainer rewrites (`core.moments`)."""
+    return rewritten_in_place(str(row[_AT["path"]]).rsplit("/", 1)[-1], row[_AT["generation"]] or 1)
 
 
 def one_run(names: Sequence[str]) -> None:

@@ -204,6 +204,26 @@ def latest(run: str | None, resumable: bool, dialect: Dialect) -> Statement:
     return f"{sql} ORDER BY {_NEWEST_FIRST}", params
 
 
+def same_moment(
+    statement: Statement, epoch: int | None, step: int | None, value: float | None = None
+) -> Statement:
+    """`best`'s or `latest`'s candidates narrowed to one training moment (its epoch and step,
+    and for `best` the same metric value): the files a winner ties with, in the same order."""
+    sql, params = statement
+    head, _, order = sql.rpartition(" ORDER BY ")
+    extra: list[Any] = []
+    for column, known in (("epoch", epoch), ("step", step)):
+        head += f" AND checkpoints.{column} " + ("IS NULL" if known is None else "= ?")
+        extra += [] if known is None else [known]
+    if value is not None:
+        head += " AND metrics.value = ?"
+        extra.append(value)
+    return f"{head} ORDER BY {order} LIMIT {MOMENT_FILES}", [*params, *extra]
+
+
+MOMENT_FILES = 16  # files of one moment looked at for a stable twin
+
+
 def page(statement: Statement, offset: int, limit: int) -> Statement:
     sql, params = statement
     return f"{sql} LIMIT ? OFFSET ?", [*params, limit, offset]

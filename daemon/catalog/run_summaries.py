@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..core.model import Run
+from ..core.moments import rewritten_in_place
 from ..core.query import default_mode
 from . import run_sql
 from .read_sql import IN_CHUNK, Statement
@@ -58,6 +59,7 @@ def _with_details(r: Run, derived: dict[str, Any]) -> Run:
         naming=list(derived.get("naming") or []),
         steps_per_epoch=derived.get("steps_per_epoch"),
         evidence=list(derived.get("evidence") or []),
+        log_alignment=derived.get("log_alignment"),
     )
 
 
@@ -98,14 +100,16 @@ def _bests(
     fetch: Fetch, runs: run_sql.RunIds
 ) -> tuple[dict[int, dict[str, str]], dict[int, dict[str, float]]]:
     """Per run, per metric: the best value and the path of the checkpoint holding it (of two
-    holding it, the newest by mtime, then by id)."""
+    holding it, one its trainer does not rewrite, `last.ckpt` and `best.pt` are: the file a
+    script still finds there (`core.moments`); then the newest by mtime, then by id)."""
     values: dict[int, dict[str, float]] = {}
     wanted: dict[str, set[float]] = {}
     for run_id, name, low, high in fetch(run_sql.run_metric_ranges(runs)):
         value = float(low if default_mode(name) == "min" else high)
         values.setdefault(run_id, {})[name] = value
         wanted.setdefault(name, set()).add(value)
-    holder: dict[tuple[int, str], tuple[int, int, str]] = {}  # (run, metric) -> (mtime, id, path)
+    # (run, metric) -> (stable, mtime, id, path)
+    holder: dict[tuple[int, str], tuple[bool, int, int, str]] = {}
     for name, targets in wanted.items():
         for chunk in _chunks(sorted(targets)):
             for run_id, value, checkpoint_id, path, mtime in fetch(
@@ -113,11 +117,13 @@ def _bests(
             ):
                 if values.get(run_id, {}).get(name) != value:
                     continue  # another run's best value, not this run's
-                key, candidate = (run_id, name), (int(mtime), int(checkpoint_id), path)
-                if key not in holder or candidate[:2] > holder[key][:2]:
+                stable = not rewritten_in_place(str(path).rsplit("/", 1)[-1], 1)
+                key = (run_id, name)
+                candidate = (stable, int(mtime), int(checkpoint_id), path)
+                if key not in holder or candidate[:3] > holder[key][:3]:
                     holder[key] = candidate
     paths: dict[int, dict[str, str]] = {}
-    for (run_id, name), (_mtime, _id, path) in holder.items():
+    for (run_id, name), (_stable, _mtime, _id, path) in holder.items():
         paths.setdefault(run_id, {})[name] = path
     return paths, values
 

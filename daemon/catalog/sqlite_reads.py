@@ -23,9 +23,15 @@ class SqliteReads(DbapiReads):
     """Read-only queries on one SQLite catalog file; `open` says whether it can serve them."""
 
     @classmethod
-    def open(cls, url: str, codec: PathCodec | None = None) -> SqliteReads | None:
+    def open(
+        cls, url: str, codec: PathCodec | None = None, *, as_file: bool = False
+    ) -> SqliteReads | None:
         """A reader for `url` if it is a local SQLite catalog at the schema head, else None.
-        `codec`: the config's named roots (their paths are stored relative to the name)."""
+        `codec`: the config's named roots (their paths are stored relative to the name).
+        `as_file`: the main file read as it is, without locks, shared memory or write-ahead log
+        (SQLite's `immutable`): what `ckpt status` reads when the catalog's disk is too full for
+        SQLite to make its `-shm` file; what a writer committed since the last checkpoint of
+        the log is not seen."""
         match = _PLAIN_SQLITE_URL.match(url)
         if match is None:
             return None
@@ -34,7 +40,7 @@ class SqliteReads(DbapiReads):
             return None
         try:
             connection = sqlite3.connect(
-                f"{path.absolute().as_uri()}?mode=rw",
+                f"{path.absolute().as_uri()}?{'mode=ro&immutable=1' if as_file else 'mode=rw'}",
                 uri=True,
                 timeout=BUSY_TIMEOUT_S,
                 isolation_level=None,

@@ -31,7 +31,7 @@ artifacts = ARTIFACTS
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 # What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
-TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED)
+TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)  # guard
 
 
 class Actions:

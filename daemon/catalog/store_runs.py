@@ -41,6 +41,7 @@ class RunMember:
     metrics_at: str | None
     details: dict[str, Any]
     metrics: dict[str, tuple[float | None, str]] = field(default_factory=dict)
+    format: str = ""
 
 
 class RunRecords:
@@ -63,6 +64,7 @@ class RunRecords:
                     checkpoints.c.step,
                     checkpoints.c.metrics_at,
                     checkpoints.c.details,
+                    checkpoints.c.format,
                 )
                 .join(runs, runs.c.id == checkpoints.c.run_id)
                 .where(runs.c.root == root, runs.c.name == run)
@@ -91,6 +93,7 @@ class RunRecords:
                 r.metrics_at,
                 dict(r.details or {}),
                 values.get(r.id, {}),
+                r.format or "",
             )
             for r in rows
         ]

@@ -91,3 +91,21 @@ class UsageReads:
         )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return int(conn.execute(stmt).scalar() or 0)
+
+    def spare_artifacts(self, roots: Iterable[str]) -> list[tuple[int, str, int]]:
+        """(checkpoint id, path, bytes) of our finished artifacts beside a checkpoint that is
+        `ok` at its path in `roots`: a second copy of its weights (the disk guard's step 3).
+        Not a compressed one (that is the checkpoint itself), nor a pending one."""
+        wanted = list(roots)
+        if not wanted:
+            return []
+        stmt = (
+            select(artifacts.c.checkpoint_id, artifacts.c.path, artifacts.c.bytes)
+            .join(checkpoints, checkpoints.c.id == artifacts.c.checkpoint_id)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root.in_(wanted), checkpoints.c.status == CheckpointStatus.OK.value)
+            .where(artifacts.c.kind != _IN_PLACE, artifacts.c.hash.is_not(None))
+            .order_by(artifacts.c.path)
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            return [(int(r[0]), str(r[1]), int(r[2] or 0)) for r in conn.execute(stmt)]

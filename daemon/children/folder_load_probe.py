@@ -6,14 +6,15 @@
 
 What it runs, in order (`children.unprivileged`): the libraries imported; the folder copied into
 the private staging folder the parent made (`stage_folder`: no symlink followed), so what is
-checked is what is loaded; if root, it becomes `nobody`; then:
+checked is what is loaded; all of it in the sandbox (`children.sandbox`: no network, no write
+outside that folder); then:
 - Orbax: each item folder holding `_METADATA` (not `metrics`, not Keras' `model_config`)
   restored with `orbax.checkpoint.PyTreeCheckpointer().restore` on the CPU;
 - DCP: the staged `.metadata` read again through `formats.pickle_safe` and refused when it
   names a global outside `dcp_folder.DCP_GLOBALS` (so the plain `pickle.load` that DCP's reader
   runs can only build DCP's own records), then `dcp_to_torch_save` (one process, no process
   group) into the staging folder and `torch.load(weights_only=True)` of the result.
-Prints one JSON object: {"arrays": {name: shape}, "user": "..."}, {"refused": "..."},
+Prints one JSON object: {"arrays": {name: shape}, "sandbox": "..."}, {"refused": "..."},
 {"missing": "jax/orbax"} (not importable here) or {"error": "..."}.
 It runs only as a child process: the daemon and the CLI never import jax or torch.
 """
@@ -36,15 +37,16 @@ _NOT_TREES = (orbax_step.METRICS_ITEM, "model_config")
 _LIBRARIES = {"orbax": ("jax", "orbax.checkpoint"), "dcp": ("torch",)}
 
 
-def probe(kind: str, folder: Path) -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
+def probe(kind: str, folder: Path, *, mode: str = "require") -> dict[str, Any]:
+    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
+    (`mode`: `load_sandbox`)."""
     cmd = [*python_module("children.folder_load_probe"), kind, str(folder)]
 
     def settings(env: dict[str, str]) -> None:
         unprivileged.torch_weights_only(env)
         env |= {"JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
 
-    return unprivileged.run_probe(cmd, [folder], TIMEOUT_SECONDS, settings)
+    return unprivileged.run_probe(cmd, [folder], TIMEOUT_SECONDS, settings, mode=mode)
 
 
 def _orbax(modules: dict[str, Any], staged: str) -> dict[str, list[int]]:
@@ -93,18 +95,18 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         staged = unprivileged.stage_folder(folder)
-        user = unprivileged.drop()
+        confined = unprivileged.confinement()
         if kind == "dcp":
             data = Path(staged, dcp_folder.METADATA).read_bytes()
             foreign = dcp_folder.foreign_globals(data)
             if foreign:
                 refused = f".metadata names {', '.join(foreign[:5])}"
-                print(json.dumps({"refused": refused, "user": user}))
+                print(json.dumps({"refused": refused, "sandbox": confined}))
                 return 0
             arrays = _dcp(modules, staged)
         else:
             arrays = _orbax(modules, staged)
-        result: dict[str, Any] = {"arrays": arrays, "user": user}
+        result: dict[str, Any] = {"arrays": arrays, "sandbox": confined}
     except Exception as exc:  # the report says why it does not load
         text = str(exc).strip().splitlines()
         result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}

@@ -4,8 +4,8 @@ process, and compare them: `ckpt verify --load` of an HF folder with an inferenc
     python -m ckpt_daemon.children.hf_load_probe CHECKPOINT_FOLDER INFERENCE_FOLDER
 
 What it runs, in order (`children.unprivileged`): torch imported (transformers too, if it is
-installed); both folders copied into the private staging folder the parent made; if root, it
-becomes `nobody`; then:
+installed); both folders copied into the private staging folder the parent made, in the sandbox
+(`children.sandbox`: no network, no write outside that folder); then:
 
 1. every weight file of each folder loaded (`safetensors.torch.load_file`, no pickle; a `.bin`
    with `torch.load(weights_only=True)`, `TORCH_FORCE_WEIGHTS_ONLY_LOAD` set), and the inference
@@ -18,7 +18,7 @@ becomes `nobody`; then:
    tensors' identity is the answer and the JSON says why nothing was predicted.
 
 Prints one JSON object: {"tensors": T, "identical": bool, "differs": [...], "predicts":
-true|false|null, "why_not_predicted": "...", "class": "...", "user": "..."}, or {"refused": ...}
+true|false|null, "why_not_predicted": "...", "class": "...", "sandbox": "..."}, or {"refused": ...}
 (weights_only said no), or {"error": ...}. The daemon and the CLI never import torch.
 """
 
@@ -39,8 +39,9 @@ TIMEOUT_SECONDS = 600.0
 _PROBE_TOKENS = 8
 
 
-def probe(checkpoint: Path, inference: Path) -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
+def probe(checkpoint: Path, inference: Path, *, mode: str = "require") -> dict[str, Any]:
+    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
+    (`mode`: `load_sandbox`)."""
     cmd = [*python_module("children.hf_load_probe"), str(checkpoint), str(inference)]
 
     def settings(env: dict[str, str]) -> None:
@@ -48,7 +49,9 @@ def probe(checkpoint: Path, inference: Path) -> dict[str, Any]:
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # never the network
         env |= {"HF_HOME": env[unprivileged.STAGING_ENV], "TOKENIZERS_PARALLELISM": "false"}
 
-    return unprivileged.run_probe(cmd, [checkpoint, inference], TIMEOUT_SECONDS, settings)
+    return unprivileged.run_probe(
+        cmd, [checkpoint, inference], TIMEOUT_SECONDS, settings, mode=mode
+    )
 
 
 def _weights(torch: Any, folder: str) -> dict[str, Any]:
@@ -114,11 +117,13 @@ def main(argv: list[str]) -> int:
         torch = importlib.import_module("torch")
         checkpoint = unprivileged.stage_folder(argv[0], index=0)
         inference = unprivileged.stage_folder(argv[1], index=1)
-        user = unprivileged.drop()
+        confined = unprivileged.confinement()
         try:
             source, split = _weights(torch, checkpoint), _weights(torch, inference)
         except pickle.UnpicklingError as exc:
-            print(json.dumps({"refused": str(exc).strip().splitlines()[0][:300], "user": user}))
+            print(
+                json.dumps({"refused": str(exc).strip().splitlines()[0][:300], "sandbox": confined})
+            )
             return 0
         differs = [n for n, t in split.items() if n not in source or not _same(torch, t, source[n])]
         differs += [n for n in source if n not in split]
@@ -126,7 +131,7 @@ def main(argv: list[str]) -> int:
             "tensors": len(split),
             "identical": not differs and bool(split),
             "differs": differs[:20],
-            "user": user,
+            "sandbox": confined,
             **_predict(torch, checkpoint, inference),
         }
     except Exception as exc:  # the report says why it does not load

@@ -6,11 +6,12 @@ bit-identically to the full checkpoint (`load_model`), on the fixed random input
     python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT CONFIG.json WEIGHTS
 
 Before anything is loaded, as `keras_load_probe` does (`children.unprivileged`): the three files
-staged privately, root dropped to `nobody`, and both configs (the checkpoint's, and the JSON
-with its compile config: `model_from_json` compiles) refused if loading would run the file's
-code. Prints one JSON object: {"identical": true|false, "max_abs_diff": float, "outputs": N},
-{"refused": [...]} or {"error": "..."}. Only ever a child: the daemon and the CLI never import
-Keras.
+staged privately in the sandbox (`children.sandbox`: no network, no write outside that folder),
+and both configs (the checkpoint's, and the JSON with its compile config: `model_from_json`
+compiles) refused if loading would run the file's code. Prints one JSON object: {"identical":
+true|false, "max_abs_diff": float, "outputs": N, "sandbox": "..."}, {"refused": [...]} or
+{"error": "..."}. Only
+ever a child: the daemon and the CLI never import Keras.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import contextlib
 import importlib
 import json
 import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -33,8 +33,12 @@ from .keras_load_probe import _inputs, load
 TIMEOUT_SECONDS = 600.0
 
 
-def check(library: str, checkpoint: Path, config: Path, weights: Path) -> None:
-    """The parent's side: raise ArtifactMismatch unless the export predicts identically."""
+def check(
+    library: str, checkpoint: Path, config: Path, weights: Path, *, mode: str = "require"
+) -> str:
+    """The parent's side: raise ArtifactMismatch unless the export predicts identically
+    (`mode`: `load_sandbox`; Refused where the sandbox is required and missing). Returns what
+    the child ran under (`unprivileged.confinement`)."""
     refused = load_precheck.refusals([checkpoint, config], with_compile=True)
     if refused:  # what the child would refuse, found without importing Keras
         reasons = "; ".join(refused)
@@ -44,20 +48,7 @@ def check(library: str, checkpoint: Path, config: Path, weights: Path) -> None:
         library,
         *map(str, (checkpoint, config, weights)),
     ]
-    with unprivileged.staging([checkpoint, config, weights]) as env:
-        done = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            timeout=TIMEOUT_SECONDS,
-            env=env,
-        )
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        result = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        result = {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+    result = unprivileged.run_probe(cmd, [checkpoint, config, weights], TIMEOUT_SECONDS, mode=mode)
     if "refused" in result:
         reasons = "; ".join(str(r) for r in result["refused"])
         raise ArtifactMismatch(f"json+h5 export not checked: load refused, nothing run: {reasons}")
@@ -68,6 +59,7 @@ def check(library: str, checkpoint: Path, config: Path, weights: Path) -> None:
             f"json+h5 export predicts differently from {checkpoint} "
             f"(max abs diff {result['max_abs_diff']})"
         )
+    return str(result.get("sandbox") or "")
 
 
 def _outputs(model: Any, feed: list[Any], np: Any) -> list[Any]:
@@ -91,13 +83,13 @@ def main(argv: list[str]) -> int:
     try:
         keras = importlib.import_module(argv[0])
         checkpoint, config, weights = unprivileged.stage(argv[1:])
-        unprivileged.drop()
+        confined = unprivileged.confinement()
         refused = [f"{argv[1]}: {why}" for why in unprivileged.refusals(keras, checkpoint)]
         refused += [
             f"{argv[2]}: {why}" for why in unprivileged.refusals(keras, config, with_compile=True)
         ]
         if refused:
-            print(json.dumps({"refused": refused}))
+            print(json.dumps({"refused": refused, "sandbox": confined}))
             return 0
         full = load(keras, checkpoint)
         feed = _inputs(full, np)
@@ -106,6 +98,7 @@ def main(argv: list[str]) -> int:
         model.load_weights(weights)
         got = _outputs(model, feed, np)
         result: dict[str, Any] = {
+            "sandbox": confined,
             "outputs": len(got),
             "identical": len(got) == len(expected)
             and all(np.array_equal(a, b) for a, b in zip(expected, got, strict=False)),

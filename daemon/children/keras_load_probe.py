@@ -5,14 +5,13 @@ their predictions on a fixed random input: `ckpt verify --load`.
 
 Before it starts, the parent refuses what the stored configs give away without Keras
 (`children.load_precheck`). What the child runs, in order (`children.unprivileged`): Keras
-imported; each file copied into the private staging folder the parent made; a `predict` on a
-model of our own (TensorFlow's lazy imports done before the drop); if root, it
-becomes `nobody`; each staged config read (never loaded) and the file refused if loading would
-run its code (a `Lambda` layer, a custom object, a function reference: `core.model_code`);
-then `load_model(compile=False)` (Keras 3: `safe_mode=True`) and `predict` on the fixed input.
-Prints one JSON object: {"loaded": true, "outputs": N, "identical": true|false|null,
-"max_abs_diff": float|null, "user": "nobody, uid 65534"}, {"refused": ["layer 'f' (Lambda):
-...", ...], "user": ...} or {"error": "..."}. It
+imported; each file copied into the private staging folder the parent made, in the sandbox
+(`children.sandbox`: no network, no write outside that folder); each staged config read (never
+loaded) and the file refused if loading would run its code (a `Lambda` layer, a custom object, a
+function reference: `core.model_code`); then `load_model(compile=False)` (Keras 3:
+`safe_mode=True`) and `predict` on the fixed input. Prints one JSON object: {"loaded": true,
+"outputs": N, "identical": true|false|null, "max_abs_diff": float|null, "sandbox": "sandboxed:
+..."}, {"refused": ["layer 'f' (Lambda): ...", ...], "sandbox": ...} or {"error": "..."}. It
 runs only as a child process: the daemon and the CLI never import Keras themselves.
 """
 
@@ -32,14 +31,14 @@ from . import load_precheck, unprivileged
 TIMEOUT_SECONDS = 600.0
 
 
-def probe(library: str, paths: list[Path]) -> dict[str, Any]:
+def probe(library: str, paths: list[Path], *, mode: str = "require") -> dict[str, Any]:
     """The parent's side: the child's JSON answer for `paths` (a checkpoint, maybe its
-    inference artifact), or {"error": ...} when it died without one."""
+    inference artifact), or {"error": ...} when it died without one (`mode`: `load_sandbox`)."""
     refused = load_precheck.refusals(paths)
     if refused:  # what the child would refuse, found without importing Keras
         return {"refused": refused}
     cmd = [*python_module("children.keras_load_probe"), library, *map(str, paths)]
-    return unprivileged.run_probe(cmd, paths, TIMEOUT_SECONDS)
+    return unprivileged.run_probe(cmd, paths, TIMEOUT_SECONDS, mode=mode)
 
 
 def load(keras: Any, path: str) -> Any:
@@ -70,16 +69,6 @@ def _predict(keras: Any, path: str, np: Any, inputs: list[Any] | None) -> tuple[
     return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])], feed
 
 
-def _warm(keras: Any, np: Any) -> None:
-    """`predict` once on a model of our own, while still root: TensorFlow imports much of
-    itself lazily (tf.data's ops at the first `predict`), and those imports then run as
-    `nobody`, which on a fresh machine (the package's bytecode being written by other
-    processes) was seen to fail: "cannot import name 'range_op'"."""
-    inputs = keras.Input(shape=(1,))
-    model = keras.Model(inputs, keras.layers.Dense(1)(inputs))
-    model.predict(np.zeros((1, 1), dtype="float32"), verbose=0)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3) or argv[0] not in ("keras", "tf_keras"):
         print(
@@ -95,15 +84,14 @@ def main(argv: list[str]) -> int:
     try:
         keras = importlib.import_module(argv[0])
         staged = unprivileged.stage(argv[1:])
-        _warm(keras, np)
-        user = unprivileged.drop()
+        confined = unprivileged.confinement()
         refused = [
             f"{named}: {why}"
             for named, copy in zip(argv[1:], staged, strict=True)
             for why in unprivileged.refusals(keras, copy)
         ]
         if refused:
-            print(json.dumps({"refused": refused, "user": user}))
+            print(json.dumps({"refused": refused, "sandbox": confined}))
             return 0
         first, feed = _predict(keras, staged[0], np, None)
         result: dict[str, Any] = {
@@ -111,7 +99,7 @@ def main(argv: list[str]) -> int:
             "outputs": len(first),
             "identical": None,
             "max_abs_diff": None,
-            "user": user,
+            "sandbox": confined,
         }
         if len(staged) == 2:
             second, _feed = _predict(keras, staged[1], np, feed)

@@ -5,15 +5,16 @@ the checkpoint it was split from: `ckpt verify --load` for `.pt`/`.pth`/`.bin`, 
     python -m ckpt_daemon.children.torch_load_probe FILE... [--artifact ARTIFACT]
 
 What it runs, in order (`children.unprivileged`): torch imported; each file copied into the
-private staging folder the parent made; if root, it becomes `nobody`; then each file loaded:
-a safetensors file with `safetensors.torch.load_file` (no pickle at all), anything else with
+private staging folder the parent made, in the sandbox (`children.sandbox`: no network, no write
+outside that folder); then each file loaded: a safetensors file with
+`safetensors.torch.load_file` (no pickle at all), anything else with
 `torch.load(weights_only=True)` (torch's own restricted unpickler: a GLOBAL outside its allow-
 list, `os.system` among them, is refused, never called; `TORCH_FORCE_WEIGHTS_ONLY_LOAD` is set
 and its opposite removed, so no environment turns it off). With `--artifact`, the artifact's
 tensors are compared with the checkpoint's model tensors of the same names: dtype, shape and
 bytes. Prints one JSON object: {"loaded": N files, "tensors": T, "identical": true|false|null,
-"differs": [...], "user": "..."} or {"refused": "..."} (weights_only said no) or {"error": "..."}.
-It runs only as a child process: the daemon and the CLI never import torch.
+"differs": [...], "sandbox": "..."} or {"refused": "..."} (weights_only said no) or {"error":
+"..."}. It runs only as a child process: the daemon and the CLI never import torch.
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ TIMEOUT_SECONDS = 300.0
 _MODEL_KEYS = ("state_dict", "model_state_dict", "model", "model_state", "net", "module")
 
 
-def probe(paths: list[Path], artifact: Path | None = None) -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none."""
+def probe(
+    paths: list[Path], artifact: Path | None = None, *, mode: str = "require"
+) -> dict[str, Any]:
+    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
+    (`mode`: `load_sandbox`)."""
     extra = ["--artifact", str(artifact)] if artifact is not None else []
     cmd = [*python_module("children.torch_load_probe"), *map(str, paths), *extra]
     staged = [*paths, *([artifact] if artifact is not None else [])]
-    return unprivileged.run_probe(cmd, staged, TIMEOUT_SECONDS, unprivileged.torch_weights_only)
+    return unprivileged.run_probe(
+        cmd, staged, TIMEOUT_SECONDS, unprivileged.torch_weights_only, mode=mode
+    )
 
 
 def _load(torch: Any, path: str) -> Any:
@@ -112,21 +118,25 @@ def main(argv: list[str]) -> int:
     try:
         torch = importlib.import_module("torch")
         staged = unprivileged.stage([*argv, *(artifact or [])])
-        user = unprivileged.drop()
+        confined = unprivileged.confinement()
         loaded = []
         for named, copy in zip(argv, staged, strict=False):
             try:
                 loaded.append(_load(torch, copy))
             except pickle.UnpicklingError as exc:
                 reason = str(exc).strip().splitlines()
-                print(json.dumps({"refused": f"{Path(named).name}: {_why(reason)}", "user": user}))
+                print(
+                    json.dumps(
+                        {"refused": f"{Path(named).name}: {_why(reason)}", "sandbox": confined}
+                    )
+                )
                 return 0
         result: dict[str, Any] = {
             "loaded": len(loaded),
             "tensors": sum(len(_flat(torch, obj)) for obj in loaded),
             "identical": None,
             "differs": [],
-            "user": user,
+            "sandbox": confined,
         }
         if artifact:
             split = _flat(torch, _load(torch, staged[-1]))

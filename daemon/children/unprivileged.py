@@ -1,21 +1,22 @@
-"""What every child that loads a model with Keras does before it loads anything.
+"""What every child that loads a model does before it loads anything.
 
 1. The parent makes a private staging folder (`staging`: in /dev/shm when it has room, so the
-   copies take RAM, never the disk a trainer writes to) and names it in `STAGING_ENV`.
+   copies take RAM, never the disk a trainer writes to) and starts the child through the
+   sandbox launcher (`children.sandbox`: no network, no write outside that folder; `run_probe`).
 2. The child, its libraries imported, copies each file it will load into that folder (`stage`:
    opened without following a symlink), so what it checks is what it loads: a file rewritten
    meanwhile in the root changes nothing.
-3. Run as root (CI, a system service), it becomes `nobody` (`drop`: setgroups, setgid, setuid,
-   then a check that root cannot be regained): whatever a load would run, it runs without our
-   privileges, unable to write outside the staging folder and the world-writable ones.
-4. It reads each staged config and refuses what would run the file's code (`core.model_code`).
+3. It reads each staged config and refuses what would run the file's code (`core.model_code`).
+
+`confinement` names what the child runs under, for its answer ("sandboxed: ...", or, where
+`load_sandbox: warn` let it run without a layer the kernel lacks, "NOT SANDBOXED (...)": the
+use cases log a `load_unsandboxed` warning for each such load).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -25,23 +26,29 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import UsageError
+from ..core.errors import Refused, UsageError
+from . import sandbox
 
 STAGING_ENV = "CKPT_LOAD_STAGING"
-USER = "nobody"
-_NOBODY_ID = 65534  # when the system has no `nobody` entry
 _SHM = Path("/dev/shm")
 _TMP_MARGIN = 1 << 30  # left free on a temp folder that is a disk
 
 
 @contextmanager
 def staging(paths: list[Path]) -> Iterator[dict[str, str]]:
-    """The parent's side: the child's environment with a fresh staging folder, removed after."""
+    """The parent's side: the child's environment with a fresh staging folder, removed after
+    (its home and temp folder too: the only place it can write)."""
     need = sum(_bytes(p) for p in paths)
     base = _staging_base(need)
     with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=base) as folder:
         os.chmod(folder, 0o700)
-        yield {**os.environ, STAGING_ENV: folder, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        yield {
+            **os.environ,
+            STAGING_ENV: folder,
+            "HOME": folder,
+            "TMPDIR": folder,
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+        }
 
 
 def run_probe(
@@ -49,16 +56,20 @@ def run_probe(
     paths: list[Path],
     timeout: float,
     settings: Callable[[dict[str, str]], None] | None = None,
+    *,
+    mode: str = "require",
 ) -> dict[str, Any]:
-    """The parent's side of a load probe: `cmd` run with a staging folder for `paths` (its
-    environment adjusted by `settings`), no stdin, killed after `timeout` seconds. The child's
-    last JSON line, or {"error": ...} when it gave none (died, timed out, printed no JSON)."""
+    """The parent's side of a load probe: `cmd` run in the sandbox (`mode`: `load_sandbox`)
+    with a staging folder for `paths` (its environment adjusted by `settings`), no stdin,
+    killed after `timeout` seconds. The child's last JSON line, or {"error": ...} when it gave
+    none (died, timed out, printed no JSON). Refused (not run) when the kernel lacks a layer
+    of the sandbox and `mode` is `require`."""
     with staging(paths) as env:
         if settings is not None:
             settings(env)
         try:
             done = subprocess.run(
-                cmd,
+                sandbox.command(mode, env[STAGING_ENV], cmd),
                 capture_output=True,
                 text=True,
                 stdin=subprocess.DEVNULL,
@@ -69,9 +80,20 @@ def run_probe(
             return {"error": f"timed out after {timeout:g} s"}
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
     try:
-        return dict(json.loads(lines[-1]))
+        result = dict(json.loads(lines[-1]))
     except (IndexError, ValueError):
         return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
+    if "unsandboxed" in result:
+        raise Refused(
+            f"not loaded: this kernel cannot sandbox the load child ({result['unsandboxed']});"
+            " `load_sandbox: warn` in the config loads without the missing layer"
+        )
+    return result
+
+
+def confinement() -> str:
+    """The child's side: what it runs under, as the launcher said."""
+    return os.environ.get(sandbox.DESCRIPTION_ENV) or f"{sandbox.UNSANDBOXED} (not started by ckpt)"
 
 
 def torch_weights_only(env: dict[str, str]) -> None:
@@ -105,10 +127,9 @@ def _staging_base(need: int) -> str:
 
 
 def stage(paths: list[str]) -> list[str]:
-    """The child's side, before `drop`: a private copy of each file (its suffix kept: Keras
-    dispatches on it), readable by the user the child becomes."""
+    """The child's side: a private copy of each file (its suffix kept: Keras dispatches on
+    it)."""
     folder = os.environ[STAGING_ENV]
-    owner = _target()
     staged = []
     for i, path in enumerate(paths):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -116,20 +137,15 @@ def stage(paths: list[str]) -> list[str]:
         with os.fdopen(fd, "rb") as src, open(copy, "xb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.chmod(copy, 0o400)
-        if owner is not None:
-            os.chown(copy, *owner)
         staged.append(copy)
-    if owner is not None:
-        os.chown(folder, *owner)
     return staged
 
 
 def stage_folder(path: str, index: int = 0) -> str:
-    """The child's side, before `drop`: a private copy of a folder checkpoint (Orbax step, DCP,
-    an HF folder and its inference folder: `index` keeps two apart), its tree kept: regular
-    files and folders only, none followed through a symlink."""
+    """The child's side: a private copy of a folder checkpoint (Orbax step, DCP, an HF folder
+    and its inference folder: `index` keeps two apart), its tree kept: regular files and
+    folders only, none followed through a symlink."""
     folder = os.environ[STAGING_ENV]
-    owner = _target()
     copy = os.path.join(folder, f"{index}-" + os.path.basename(path.rstrip("/")))
     for dirpath, dirs, files in os.walk(path, followlinks=False):
         target = os.path.normpath(os.path.join(copy, os.path.relpath(dirpath, path)))
@@ -146,47 +162,7 @@ def stage_folder(path: str, index: int = 0) -> str:
                     continue
                 with open(os.path.join(target, name), "xb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
-    for dirpath, _dirs, files in os.walk(copy):
-        for name in [*files, "."]:
-            if owner is not None:
-                os.chown(os.path.join(dirpath, name), *owner)
-    if owner is not None:
-        os.chown(folder, *owner)
     return copy
-
-
-def drop() -> str:
-    """Become `nobody` if we are root; who the child runs as ("nobody, uid 65534")."""
-    owner = _target()
-    if owner is not None:
-        uid, gid = owner
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
-        try:
-            os.setuid(0)
-        except PermissionError:
-            pass
-        else:
-            raise RuntimeError("still able to become root after dropping privileges")
-        os.environ["HOME"] = os.environ[STAGING_ENV]
-    uid = os.getuid()
-    try:
-        name = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        name = "?"
-    return f"{name}, uid {uid}"
-
-
-def _target() -> tuple[int, int] | None:
-    """(uid, gid) of `nobody` when we are root, else None (we already run unprivileged)."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        entry = pwd.getpwnam(USER)
-    except KeyError:
-        return _NOBODY_ID, _NOBODY_ID
-    return entry.pw_uid, entry.pw_gid
 
 
 def refusals(keras: object, path: str, *, with_compile: bool = False) -> list[str]:

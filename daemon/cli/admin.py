@@ -28,7 +28,9 @@ def serve(obj: Context, once: bool) -> None:
     """Run the service: watch roots, index checkpoints once complete, run scheduled jobs.
 
     Runs in the foreground (systemd's Type=notify does the daemonizing); logs one line per
-    event to stderr. SIGHUP reloads the config, SIGTERM stops it.
+    event to stderr. SIGHUP reloads the config, SIGTERM stops it. On a ./config.yaml found in
+    its working folder, it writes that file's path to ~/.local/state/ckpt/serve-config
+    ($XDG_STATE_HOME/ckpt/): `ckpt` in any other folder then finds this daemon's catalog.
 
     \b
     Example:  ckpt --config /etc/ckpt/config.yaml serve
@@ -77,17 +79,23 @@ def status(obj: Context, as_json: bool) -> None:
         doc["last_save_failed"] = []
         config = obj.config()
     else:
-        with obj.catalog() as cat:
-            doc, config = cat.status(), cat.config
+        doc, config = _catalog_status(obj)
     # Which config and catalog were asked: from another folder, `not running` may only
     # mean "not this catalog".
     doc.update(config=config.source, catalog=shown_url(config.database))
     # Free space measured now; the guard's state as the daemon last reported it.
     doc["disk"] = disk_status(config, doc["disk"], running=bool(doc["running"]))
+    doc.setdefault("catalog_disk_full", None)
     if as_json:
         emit_json(documents.status(doc))
         return
     in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
+    if doc["catalog_disk_full"]:
+        echo(
+            f"{doc['catalog_disk_full']}: nothing can be recorded, heartbeats "
+            "included (a daemon waits for space, event=catalog_disk_full in its log, and "
+            "resumes by itself)"
+        )
     nodes = _daemon_lines(doc.get("daemons") or [])
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
@@ -114,6 +122,31 @@ def status(obj: Context, as_json: bool) -> None:
     for line in nodes:
         echo(line)
     echo(in_use)
+
+
+def _catalog_status(obj: Context) -> tuple[dict[str, Any], Any]:
+    """The status document from the catalog, with why its disk is full (`catalog_disk_full`:
+    less than 1 MiB free), when it is; when it is too full for SQLite to open the catalog (no
+    room for its `-shm` file), the catalog read as a file."""
+    from ..api import catalog_as_file
+    from ..catalog.space import disk_full, nearly_full
+    from ..settings.config import sqlite_file
+
+    try:
+        with obj.catalog() as cat:
+            doc, config = cat.status(), cat.config
+        doc["catalog_disk_full"] = nearly_full(sqlite_file(config.database))
+        return doc, config
+    except Exception as exc:
+        config = obj.config()
+        reason = disk_full(exc, sqlite_file(config.database))
+        frozen = catalog_as_file(config) if reason is not None else None
+        if frozen is None:
+            raise
+        with frozen:
+            doc = frozen.status()
+        doc["catalog_disk_full"] = reason
+        return doc, config
 
 
 def _failed_save_lines(saves: list[dict[str, Any]]) -> None:

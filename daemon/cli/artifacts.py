@@ -176,7 +176,8 @@ def compress(
     is_flag=True,
     help="Also load each with Keras (tf-keras for Keras 2 files) in a child process "
     "and check its inference artifact predicts identically (needs TensorFlow). The child "
-    "loads a private copy, as nobody when run by root, and refuses unloaded a file whose "
+    "loads a private copy in a sandbox (no network, no write outside its temp folder: "
+    "load_sandbox) and refuses unloaded a file whose "
     "stored config has a Lambda layer, a custom object or a function reference. Torch-family "
     "files (and a Hugging Face folder's weights) load with torch.load(weights_only=True) or "
     "safetensors in a child (needs torch), their inference .safetensors compared tensor by "

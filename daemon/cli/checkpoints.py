@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # `ckpt list`'s text columns without --columns (named here: --help says it without loading
 # the table code).
-DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,versions,metrics"
+DEFAULT_LIST_COLUMNS = "id,path,epoch,step,size,status,location,versions,metrics"
 
 
 @click.command()
@@ -139,13 +139,15 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     "--columns",
     metavar="A,B,...",
     help="Text columns, in this order: id, path, run, epoch, step, size, format, kind, "
-    "optimizer, status, mtime, a metric name, or `metrics` (the --metrics columns). "
+    "optimizer, status, location, mtime, a metric name, or `metrics` (the --metrics columns). "
     f"Default: {DEFAULT_LIST_COLUMNS}.",
 )
 @click.option(
     "--metrics",
     metavar="M1,M2",
-    help="The metric columns (default: every metric in the listing, val_X after X).",
+    help="The metric columns, val_X after X (default: the metrics checkpoints are chosen by: "
+    "losses, accuracies, scores, and those retention's keep_best names; `all`: every metric "
+    "in the listing, learning rates and runtimes too).",
 )
 @click.option(
     "--location",
@@ -174,7 +176,8 @@ def list_command(
 ) -> None:
     """List catalogued checkpoints: the checkpoints themselves, each rewritten file with the
     count of its kept versions (VERSIONS; `--versions` lists them as rows), without the rows of
-    files trashed, purged or removed by their trainer (`--status trashed` lists those).
+    files trashed, purged or removed by their trainer (`--status trashed` lists those), except
+    checkpoints tiered to the object store: LOCATION says `remote` (their bytes are there).
 
     Paths are relative to their root (they start with the run's folder; every command takes
     them back as REF from any folder); a listing over several roots has a `root PATH` line
@@ -202,14 +205,20 @@ def list_command(
             every_row=every_row,
             location=location,
         )
-        places = cat.locations(rows) if as_json else {}
+        places = cat.locations(rows)
     if as_json:
         emit_json_rows(documents.list_rows(rows, places))
         return
     from .tables import grouped_by_root, list_table
 
+    monitored = _monitored(obj.config())
     header, cells, headings = list_table(
-        grouped_by_root(rows), columns, metrics, default=DEFAULT_LIST_COLUMNS
+        grouped_by_root(rows),
+        columns,
+        metrics,
+        default=DEFAULT_LIST_COLUMNS,
+        places=places,
+        monitored=monitored,
     )
     table(header, cells, before=headings)
 
@@ -307,7 +316,8 @@ def _artifact(found: Checkpoint, kind: str) -> dict[str, Any]:
 @click.option(
     "--metrics",
     metavar="M1,M2",
-    help="Which metrics' best checkpoints to show (default: every metric of the run).",
+    help="Which metrics' best checkpoints to show (default: those with a direction: losses, "
+    "accuracies, scores; `all`: every metric of the run).",
 )
 @json_option("JSON array of run objects.")
 @pass_context
@@ -332,6 +342,12 @@ def runs(obj: Context, metrics: str | None, as_json: bool) -> None:
         values = _best_values(cat, found)
     cells, before, after = runs_table(found, values, metrics)
     table(RUN_COLUMNS, cells, before=before, after=after)
+
+
+def _monitored(config: Any) -> set[str]:
+    """The metrics retention keeps the best checkpoints by, in any policy of the config."""
+    policies = [config.retention, *(r.retention for r in (*config.run_rules, *config.roots))]
+    return {b.metric for p in policies if p is not None for b in p.keep_best}
 
 
 def _best_values(cat: Any, found: list[Any]) -> dict[str, dict[str, float | None]]:

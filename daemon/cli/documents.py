@@ -48,6 +48,9 @@ def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
     artifact, `path` is the artifact's (what the text output prints: what a script loads) and
     `artifact.checkpoint` the checkpoint's; the row's other fields are the checkpoint's."""
     doc = checkpoint_json(found)
+    # A file its trainer rewrites (last.ckpt, best.pt) passed over for the stable file of the
+    # same moment: {path, why}; None when the answer is the winner itself.
+    doc["preferred_over"] = found.details.get("preferred_over")
     if artifact is None:
         doc["artifact"] = None
         return doc
@@ -59,6 +62,13 @@ def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
     return doc
 
 
+def waited(found: Checkpoint) -> Doc:
+    """`ckpt wait --json`: the row + `preferred_over` (as `best --json`'s)."""
+    doc = checkpoint(found)
+    doc["preferred_over"] = found.details.get("preferred_over")
+    return doc
+
+
 def latest(found: Checkpoint) -> Doc:
     """`ckpt latest --json`: the row + whether training can resume from it, and why."""
     doc = checkpoint_json(found)
@@ -66,6 +76,7 @@ def latest(found: Checkpoint) -> Doc:
     doc["resume_reason"] = str(found.details.get("resume_reason") or "")
     # With --resumable: the newer candidates that cannot resume, and why (empty: none).
     doc["passed_over"] = [dict(p) for p in found.details.get("passed_over") or []]
+    doc["preferred_over"] = found.details.get("preferred_over")  # as `best --json`'s
     return doc
 
 

@@ -19,6 +19,7 @@ from .output import echo
 __all__ = ["all_commands", "main", "main_group", "run"]
 
 INTERRUPTED = 130
+BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -34,6 +35,10 @@ def run(args: list[str]) -> int:
         ctx = main_group.make_context("ckpt", list(args))
         with ctx:
             main_group.invoke(ctx)
+        sys.stdout.flush()  # a reader gone is found here, not by the interpreter's last flush
+    except BrokenPipeError:  # `ckpt list | head`: the reader has what it wanted
+        _stdout_to_devnull()
+        return BROKEN_PIPE
     except click.exceptions.Exit as exc:  # --help, --version
         return exc.exit_code
     except (click.exceptions.Abort, KeyboardInterrupt, EOFError):
@@ -55,6 +60,20 @@ def run(args: list[str]) -> int:
         echo(f"ckpt: unexpected error: {type(exc).__name__}: {exc}", err=True)
         return 1
     return 0
+
+
+def _stdout_to_devnull() -> None:
+    """What is still buffered for a closed pipe goes nowhere, quietly: Python's own flush at
+    exit would otherwise print "Exception ignored ... BrokenPipeError" (its documented recipe,
+    `signal` module's "Note on SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no stdout file descriptor to replace
+        pass
 
 
 def _debug(ctx: click.Context | None) -> bool:

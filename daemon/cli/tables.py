@@ -7,11 +7,12 @@ The layout itself (widths, alignment, fitting a terminal) is core.table's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
+from ..core.metric_names import default_metrics
 from ..core.table import HARD_FLOOR, Column, number_cells
 from ..core.text import metric_text, relative_path, visible
 from ..core.units import format_size, iso_utc, short_time
@@ -31,6 +32,7 @@ LIST_COLUMNS: dict[str, Column] = {
     "kind": Column("KIND"),
     "optimizer": Column("OPTIMIZER", cut="right", min_width=9),
     "status": Column("STATUS"),
+    "location": Column("LOCATION"),  # empty where the bytes are at the path (`local`)
     "mtime": Column("MTIME"),
     "versions": Column("VERSIONS", align="right"),  # kept versions folded under the file
 }
@@ -43,21 +45,36 @@ def metric_order(names: Sequence[str]) -> list[str]:
     return sorted(set(names), key=lambda n: (n.removeprefix("val_"), n.startswith("val_")))
 
 
-def chosen_metrics(present: Sequence[str], metrics: str | None) -> list[str]:
-    """`--metrics a,b` (in that order), or every metric in the listing."""
+ALL_METRICS = "all"
+
+
+def chosen_metrics(
+    present: Sequence[str], metrics: str | None, monitored: Collection[str] = ()
+) -> list[str]:
+    """`--metrics a,b` (in that order), `--metrics all` (every metric in the listing), or the
+    ones people choose checkpoints by (`core.metric_names.default_metrics`)."""
     if metrics is None:
+        return metric_order(default_metrics(present, monitored))
+    if metrics.strip() == ALL_METRICS:
         return metric_order(present)
     return [name.strip() for name in metrics.split(",") if name.strip()]
 
 
 def list_table(
-    rows: Sequence[Checkpoint], columns: str | None, metrics: str | None, *, default: str
+    rows: Sequence[Checkpoint],
+    columns: str | None,
+    metrics: str | None,
+    *,
+    default: str,
+    places: Mapping[int, tuple[str, str | None]] | None = None,
+    monitored: Collection[str] = (),
 ) -> tuple[list[Column], list[list[str]], dict[int, list[str]]]:
     """The columns, cells and root headings of `ckpt list` for `--columns` / `--metrics`
-    (`default`: the columns without --columns)."""
+    (`default`: the columns without --columns; `places`: each row's location, as
+    `Catalog.locations` gives it; `monitored`: metrics always shown)."""
     present = sorted({name for c in rows for name in c.metrics})
     wanted = _column_names(columns or default, present, rows)
-    unknown = [m for m in chosen_metrics(present, metrics) if m not in present]
+    unknown = [m for m in chosen_metrics(present, metrics, monitored) if m not in present]
     if unknown and rows:  # as --columns: with no rows, no metric is known
         shown = ", ".join(metric_order(present)) or "none"
         raise UsageError(
@@ -68,7 +85,7 @@ def list_table(
     cells: list[list[str]] = [[] for _ in rows]
     for name in wanted:
         if name == "metrics":
-            for metric in chosen_metrics(present, metrics):
+            for metric in chosen_metrics(present, metrics, monitored):
                 header.append(Column(metric, align="right", keep=explicit, drop_last=True))
                 for row, cell in zip(cells, _metric_cells(rows, metric), strict=True):
                     row.append(cell)
@@ -79,7 +96,7 @@ def list_table(
                 base = replace(base, min_width=_path_floor(rows))
             header.append(replace(base, keep=base.keep or explicit))
             for row, c in zip(cells, rows, strict=True):
-                row.append(_cell(c, name))
+                row.append(_cell(c, name, places or {}))
         else:  # a metric named in --columns
             header.append(Column(name, align="right", keep=True, drop_last=True))
             for row, cell in zip(cells, _metric_cells(rows, name), strict=True):
@@ -113,7 +130,7 @@ def _column_names(columns: str, present: Sequence[str], rows: Sequence[Checkpoin
     return names
 
 
-def _cell(c: Checkpoint, name: str) -> str:
+def _cell(c: Checkpoint, name: str, places: Mapping[int, tuple[str, str | None]]) -> str:
     if name == "id":
         return str(c.id)
     if name == "path":
@@ -134,6 +151,9 @@ def _cell(c: Checkpoint, name: str) -> str:
         return c.optimizer or ""
     if name == "status":
         return c.status.value + (REASON_FLAG if c.reason else "")
+    if name == "location":  # the bytes at the path need no word; elsewhere they do
+        place = places.get(c.id, ("local", None))[0]
+        return "" if place == "local" else place
     if name == "mtime":
         return short_time(iso_utc(c.mtime))
     if name == "versions":

@@ -24,7 +24,7 @@ from .output import echo, emit_json
     "--after",
     metavar="REF",
     help="A checkpoint past this one (a path or catalog id): further along, or at the same "
-    "point and written later.",
+    'point and written later. Empty (a loop\'s first `--after "$ck"`): as if not given.',
 )
 @click.option("--metric", help="Only a checkpoint that has this metric.")
 @click.option(
@@ -60,7 +60,8 @@ def wait(
     `.orbax-checkpoint-tmp` folder, a DCP folder without its `.metadata`), an abandoned one or
     a file still being written never answers. It wakes on the catalog's change (PostgreSQL
     LISTEN/NOTIFY, so a daemon on another host sharing the catalog wakes it; inotify on an
-    SQLite catalog file), not a busy poll. Exit 6 at the timeout.
+    SQLite catalog file), not a busy poll. Exit 6 at the timeout; exit 2 at once (one line
+    saying which) when its SQLite catalog file is deleted, replaced or overwritten meanwhile.
 
     \b
     Example:  while ck=$(ckpt wait --run exp1 --after "$ck" --timeout 2h); do
@@ -74,13 +75,14 @@ def wait(
         found = cat.wait(
             run,
             newer_than=newer_than,
-            after=after,
+            # The example's loop passes "$ck", empty before its first answer: nothing seen yet.
+            after=after or None,
             metric=metric,
             better_than=better_than,
             timeout=seconds,
         )
         # Printed before the catalog closes: the caller is waiting for this line.
         if as_json:
-            emit_json(documents.checkpoint(found))
+            emit_json(documents.waited(found))
         else:
             echo(found.path)

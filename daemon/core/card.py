@@ -85,10 +85,14 @@ def facts(
     n, trainable = doc["n_params"], doc["n_trainable_params"]
     optimizer_bytes = 0 if inference else doc["optimizer_bytes"]
     inputs, outputs = ports(model_config)
+    keras_family = fmt in KERAS_FAMILY  # a torch or HF file has no Keras version to show
     what = [
         ("format", _format_text(doc, artifact)),
-        ("keras", doc["keras_version"] or "-"),
-        ("backend", doc["backend"] or "-"),
+        *[
+            (name, doc[key] or "-")
+            for name, key in (("keras", "keras_version"), ("backend", "backend"))
+            if keras_family or doc[key]
+        ],
         ("model", f"{doc['model_class'] or '-'} {doc['model_name'] or ''}".rstrip()),
         (
             "resumable",
@@ -140,6 +144,20 @@ def facts(
         # The checkpoint's resume note is not the artifact's (its own line says why not).
         notes=[n for n in doc.get("notes") or [] if not (inference and n.startswith("resume"))],
     )
+
+
+# The formats Keras or TensorFlow write: their card says the Keras version and backend ("-"
+# when unknown); any other format's only when it records one.
+KERAS_FAMILY = frozenset(
+    {
+        Format.KERAS_ZIP,
+        Format.KERAS_WEIGHTS_H5,
+        Format.KERAS_LEGACY_H5,
+        Format.KERAS_LEGACY_WEIGHTS_H5,
+        Format.TF_CHECKPOINT,
+        Format.SAVED_MODEL,
+    }
+)
 
 
 def _format(value: str | None) -> Format | None:

@@ -18,6 +18,7 @@ CSV row and the checkpoint at the same epoch end, in the callbacks' order), else
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -99,6 +100,10 @@ class Logged:
     by_step: Mapping[int, Mapping[str, MetricValue]] = field(default_factory=dict)
     epochs: int = 0  # the highest logged epoch (0: no epoch log)
     mtime_ns: int = 0  # the last write of an epoch log
+    # The number of the first epoch in the run's checkpoints: 1 as Keras names files (epochs
+    # done), 0 as a PyTorch loop or Lightning counts (core.log_alignment): epochs done at a
+    # checkpoint of epoch E is E + 1 - first_epoch, what its optimizer iterations count.
+    first_epoch: int = 1
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,7 @@ def derive_run(members: Sequence[Member], logged: Logged) -> RunDerivation:
             anchors.append((m.mtime_ns, ints["epoch"]))
             if m.hash:
                 by_hash.setdefault(m.hash, (ints["epoch"], m.name))
-    known = _Known(by_hash, logged_steps, spe, Timeline.of(anchors))
+    known = _Known(by_hash, logged_steps, spe, Timeline.of(anchors), logged.first_epoch)
     out = {m.id: _derive(m, own[m.id], known, logged) for m in members}
     return RunDerivation(out, spe, tuple(evidence))
 
@@ -161,6 +166,7 @@ class _Known:
     logged_steps: Mapping[int, int]  # global step -> the epoch the log says ended there
     spe: int | None
     anchors: Timeline  # the files that name their epochs, by mtime
+    first_epoch: int = 1  # Logged.first_epoch
 
 
 def optimizer_reset(members: Sequence[Member]) -> str | None:
@@ -276,8 +282,9 @@ def _pairs(
     for m in members:
         ints = own[m.id][0]
         epoch = ints.get("epoch")
-        if m.iterations and epoch and MID_EPOCH not in ints:
-            pairs.append(_Pair(m.iterations, epoch, epoch, f"{m.name}: epoch {epoch}"))
+        done = None if epoch is None else epoch + 1 - logged.first_epoch
+        if m.iterations and done and done > 0 and MID_EPOCH not in ints:
+            pairs.append(_Pair(m.iterations, done, done, f"{m.name}: epoch {epoch}"))
         if MID_EPOCH in ints or ("step" in ints and epoch is None):
             continue  # saved every N steps: maybe mid-epoch, so no epoch bounds from the log
         for s in m.history:
@@ -358,7 +365,7 @@ def _epoch_from_run(
         return known.logged_steps[iterations], f"the log's epoch ending at step {iterations}"
     spe = known.spe
     if spe and iterations and iterations % spe == 0:
-        epoch = iterations // spe
+        epoch = iterations // spe - 1 + known.first_epoch
         if fits_in_time(epoch, mtime_ns, known.anchors):
             return epoch, f"optimizer iterations ({iterations} / {spe} steps per epoch)"
     return None, None
@@ -381,7 +388,19 @@ def _metrics(
     if step_key is not None and (step is not None or epoch is None) and logged.by_step:
         from_logs = dict(logged.by_step.get(step_key, {})) | from_logs
     for name, value in from_logs.items():
-        merged.setdefault(name, value)
+        own = merged.setdefault(name, value)
+        both_nan = math.isnan(own.value) and math.isnan(value.value)
+        if (
+            own is not value
+            and not both_nan
+            and not math.isclose(own.value, value.value, rel_tol=1e-6)
+        ):
+            # The file's own value is the truth of its moment; a log that says otherwise at
+            # this epoch is said, never taken (nor shifted to another epoch to fit).
+            notes.append(
+                f"{value.source} {name} {value.value:.6g} at this epoch disagrees with the "
+                f"{own.source}'s {own.value:.6g}: the {own.source}'s is used"
+            )
     for name, text in m.name_metrics.items():
         best = merged.get(name)
         if best is None:

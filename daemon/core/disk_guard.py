@@ -1,31 +1,43 @@
 """The disk-pressure guard's decision: what to free, in which order, and why. Pure.
 
 When a filesystem's free space falls below its `min_free`, `plan()` lists the acts that bring it
-back above, in this documented order, each with its reason, stopping as soon as enough is freed:
+back above, in this documented order, each with its reason, stopping as soon as enough is freed.
+Our own bytes go first, whole, before any checkpoint of the user's is touched:
 
-1. purge the trash, oldest trashed first (a trash on the same filesystem frees nothing until it
-   is purged; a pinned checkpoint in the trash is never purged);
-2. tier: with object storage (`remote:`, reachable), the oldest checkpoints that no rule
+1. our leftovers: temp files and partial copies of ours whose writer is gone (`ours`, kind
+   "temp"), removed;
+2. kept copies (`.ckpt-versions/`): versions in the trash purged, then the kept versions at their
+   path trashed and purged, oldest first: first those nothing asks to keep, then the previous
+   generations `versions.keep_previous` keeps (a copy is never the only way back to what a
+   trainer resumes from: that is at its path). Never demoted or tiered: a copy goes whole. Never
+   a pinned one, nor one that holds the run's best by a kept metric when no file at its path
+   is as good (the keras#17012 case versions exist for);
+3. our artifacts (`ours`, kind "artifact": a split's inference file or folder) whose checkpoint
+   is still `ok` at its path (the artifact is then a second copy of its weights), removed;
+4. the rest of the trash, oldest trashed first, purged (a trash on the same filesystem frees
+   nothing until it is purged; a pinned checkpoint in the trash is never purged);
+5. tier: with object storage (`remote:`, reachable), the oldest checkpoints that no rule
    protects and that can be tiered (`Item.tier_blocked` None) go to the store (uploaded,
    verified, recorded), then their local copy is trashed and purged: their bytes stay whole,
    so this comes before anything that trashes a checkpoint without a remote copy;
-3. demote: split a full checkpoint into its inference artifact, then the full file goes to the
+6. demote: split a full checkpoint into its inference artifact, then the full file goes to the
    trash and is purged (a usable model stays); only while the artifact itself fits in what is
    free at that moment;
-4. the oldest checkpoints that no rule protects and that were not tiered: to the trash, then
+7. the oldest checkpoints that no rule protects and that were not tiered: to the trash, then
    purged; first those that no retention rule keeps (the next retention pass would trash them
    anyway), then those kept only by a rule such as keep_last or keep_every (the reason names
    the rule overridden).
 
-Within steps 2 to 4 the oldest go first, by mtime across runs (the runs on one filesystem have
+Within steps 5 to 7 the oldest go first, by mtime across runs (the runs on one filesystem have
 no common epoch), then id. Never in any plan (`protections`): a run's newest checkpoint (by
-progress, and the last written), pinned ones, every one that is not `ok` (incomplete, corrupt,
-unreadable: still being written, or not understood), the best of each keep_best metric of the
-run's policy and of its monitored metric (val_loss by default), a run's last resumable one, and
-those the caller protects with a reason of its own (`Item.protected`: a version kept as the
-previous generation of a rewritten file, the best version). When the plan cannot free enough it
-says so, with what is holding the space: the biggest protected checkpoints and their reasons,
-and the bytes of the filesystem that the catalog does not know (other files).
+progress, and the last written) and every file of its newest training moment (kept copies never
+count), pinned ones, every one that
+is not `ok` (incomplete, corrupt, unreadable: still being written, or not understood), the best
+of each keep_best metric of the run's policy and of its monitored metric (val_loss by default),
+a run's last resumable one, and those the caller protects with a reason of its own
+(`Item.protected`; for a kept copy that reason only orders it within step 2). When the plan
+cannot free enough it says so, with what is holding the space: the biggest protected checkpoints
+and their reasons, and the bytes of the filesystem that the catalog does not know (other files).
 """
 
 from __future__ import annotations
@@ -36,8 +48,10 @@ from dataclasses import dataclass, field
 
 from . import retention
 from .model import CheckpointStatus
+from .moments import training_moments
 from .query import default_mode
 from .units import format_size
+from .versions import is_version_path
 
 HOLDING_SHOWN = 5  # how many of the biggest protected checkpoints "cannot free" names
 
@@ -83,8 +97,25 @@ class TrashEntry:
 
 
 @dataclass(frozen=True)
+class OwnFile:
+    """A file of ours that is no checkpoint: a leftover temp (`kind` "temp", `id` 0) or a
+    split's artifact whose checkpoint is `ok` at its path (`kind` "artifact", `id` that
+    checkpoint's)."""
+
+    kind: str
+    id: int
+    path: str
+    bytes: int
+
+
+# "remove" (a leftover temp or an artifact of ours) | "purge" (a trashed one) | "demote" |
+# "tier" | "trash" (then purged)
+ACTIONS = ("remove", "purge", "demote", "tier", "trash")
+
+
+@dataclass(frozen=True)
 class Step:
-    action: str  # "purge" (a trashed one) | "demote" | "tier" | "trash" (then purged)
+    action: str  # one of ACTIONS
     id: int
     path: str
     run: str | None
@@ -127,22 +158,43 @@ def protections(run: RunFacts) -> dict[int, str]:
         found.setdefault(item_id, []).append(reason)
 
     ok = [item for item in run.items if item.status == CheckpointStatus.OK]
-    for item_id, reason in retention.newest(ok).items():
+    files = [item for item in ok if not is_copy(item)]
+    for item_id, reason in retention.newest(files).items():  # a copy is no training moment
         add(item_id, reason)
+    moments = training_moments(files)
+    if moments:  # every file of it: `ckpt_epoch007.pt` beside `last.pt` and `best.pt` of epoch 7
+        for saved in moments[0].items:
+            if saved.id not in found:
+                add(saved.id, "newest training moment")
     for item in run.items:
         if item.pinned:
             add(item.id, "pinned")
-        if item.status != CheckpointStatus.OK:
+        if item.status != CheckpointStatus.OK and not _spare(item):
             add(item.id, f"{item.status}: never touched")
-        if item.protected:
+        if item.protected and not is_copy(item):  # a copy's only orders it among ours
             add(item.id, item.protected)
+    copies = [item for item in ok if is_copy(item)]
     for metric, mode in run.best_metrics:
-        best = _best(ok, metric, mode)
+        best = _best(files, metric, mode)
         if best is not None:
             add(best.id, f"best {metric}")
+        # A kept copy better than every file at its path holds the only copy of the best.
+        best_copy = _best(copies, metric, mode)
+        if best_copy is not None and (best is None or _better(best_copy, best, metric, mode)):
+            add(best_copy.id, f"best {metric} (only this kept copy holds it)")
     if run.last_resumable is not None:
         add(run.last_resumable, "last resumable")
     return {item_id: ", ".join(reasons) for item_id, reasons in found.items()}
+
+
+def is_copy(item: retention.Item) -> bool:
+    """A kept version (`.ckpt-versions/`): a copy of ours, not a file a trainer wrote there."""
+    return is_version_path(item.path)
+
+
+def _spare(item: retention.Item) -> bool:
+    """A standby kept copy: a copy of ours holding what its file holds now."""
+    return is_copy(item) and item.status == CheckpointStatus.STANDBY
 
 
 def best_metrics(keep_best: Iterable[retention.KeepBest], logged: Iterable[str]) -> tuple:
@@ -161,36 +213,51 @@ def plan(
     trash: Sequence[TrashEntry] = (),
     *,
     other_bytes: int = 0,
+    ours: Sequence[OwnFile] = (),
 ) -> GuardPlan:
     """The acts that bring `free` back to at least `threshold`, in the documented order.
-    `other_bytes`: what the filesystem holds that the catalog does not know (for "cannot free")."""
+    `other_bytes`: what the filesystem holds that the catalog does not know (for "cannot free");
+    `ours`: our leftover temps and the artifacts of checkpoints still at their path."""
     protected: dict[int, str] = {}
     for run in runs:
         protected.update(protections(run))
-    steps: list[Step] = []
-    now = free
+    plan = _Planner(free, threshold)
+    for own in sorted((o for o in ours if o.kind == "temp"), key=lambda o: o.path):
+        plan.add("remove", own.id, own.path, None, own.bytes, "a leftover temp file of ours")
+    # Our kept copies, whole: those in the trash, then those nothing keeps, then the previous
+    # generations (oldest first in each).
+    copies_trashed = [t for t in trash if is_version_path(t.path)]
+    for entry in sorted(copies_trashed, key=lambda t: (t.trashed_at, t.id)):
+        if not entry.pinned:
+            plan.add("purge", entry.id, entry.path, None, entry.bytes, _COPY_TRASHED)
+    copies = sorted(
+        (
+            (item, run.name)
+            for run in runs
+            for item in run.items
+            if is_copy(item)
+            and item.id not in protected
+            and (item.status == CheckpointStatus.OK or _spare(item))
+        ),
+        # Standby copies last: each is what its file holds now, the way back after a worse
+        # rewrite (keras#17012), and the newest a trainer's next save would otherwise lose.
+        key=lambda pair: (_spare(pair[0]), pair[0].protected is not None, pair[0].mtime),
+    )
+    for item, run_name in copies:
+        kept = "standby: what its file holds now" if _spare(item) else item.protected
+        why = f"{_COPY}{f' ({kept})' if kept else ''}: trashed and purged"
+        plan.add("trash", item.id, item.path, run_name, item.size_bytes, why)
+    for own in sorted((o for o in ours if o.kind == "artifact"), key=lambda o: o.path):
+        plan.add("remove", own.id, own.path, None, own.bytes, _ARTIFACT)
     for entry in sorted(trash, key=lambda t: (t.trashed_at, t.id)):
-        if now >= threshold:
-            break
-        if entry.pinned or entry.bytes <= 0:
-            continue
-        steps.append(
-            Step(
-                "purge",
-                entry.id,
-                entry.path,
-                None,
-                entry.bytes,
-                _why(now, threshold, "purged from the trash (oldest trashed first)"),
-            )
-        )
-        now += entry.bytes
+        if not entry.pinned and not is_version_path(entry.path):
+            plan.add("purge", entry.id, entry.path, None, entry.bytes, _TRASHED)
     movable = sorted(
         (
             (item, run.name)
             for run in runs
             for item in run.items
-            if item.id not in protected and item.status == CheckpointStatus.OK
+            if item.id not in protected and item.status == CheckpointStatus.OK and not is_copy(item)
         ),
         key=lambda pair: (pair[0].mtime, pair[0].id),
     )
@@ -198,46 +265,54 @@ def plan(
     # that has no remote copy loses them (the demoted one its optimizer state).
     demoted: set[int] = set()  # tiered or demoted: not trashed after
     for item, run_name in movable:
-        if now >= threshold:
-            break
-        if item.size_bytes <= 0 or item.tier_blocked is not None:
-            continue
-        why = _why(now, threshold, "tiered to the object store (verified), local copy purged")
-        steps.append(Step("tier", item.id, item.path, run_name, item.size_bytes, why))
-        demoted.add(item.id)
-        now += item.size_bytes
+        if item.tier_blocked is None:
+            why = "tiered to the object store (verified), local copy purged"
+            if plan.add("tier", item.id, item.path, run_name, item.size_bytes, why):
+                demoted.add(item.id)
     for item, run_name in movable:
-        if now >= threshold:
-            break
         artifact = item.inference_bytes
         saves = item.size_bytes - (artifact or 0)
-        if item.id in demoted or artifact is None or saves <= 0 or artifact >= now:
+        if item.id in demoted or artifact is None or saves <= 0 or artifact >= plan.now:
             continue  # tiered, not splittable, nothing to gain, or its artifact would not fit
         reason = "demoted to its inference artifact (split), the full file trashed and purged"
-        steps.append(
-            Step("demote", item.id, item.path, run_name, saves, _why(now, threshold, reason))
-        )
-        demoted.add(item.id)
-        now += saves
+        if plan.add("demote", item.id, item.path, run_name, saves, reason):
+            demoted.add(item.id)
     kept_by = {item_id: rules for run in runs for item_id, rules in run.kept_by.items()}
     # Those no retention rule keeps go first (the next retention pass would trash them anyway).
     for item, run_name in sorted(movable, key=lambda pair: pair[0].id in kept_by):
-        if now >= threshold:
-            break
-        if item.id in demoted or item.size_bytes <= 0:
+        if item.id in demoted:
             continue
         rules = kept_by.get(item.id)
         which = f"kept only by {rules}" if rules else "no retention rule keeps it"
         reason = f"oldest checkpoint no protection covers ({which}): trashed and purged"
-        steps.append(
-            Step(
-                "trash", item.id, item.path, run_name, item.size_bytes, _why(now, threshold, reason)
-            )
-        )
-        now += item.size_bytes
-    enough = now >= threshold
+        plan.add("trash", item.id, item.path, run_name, item.size_bytes, reason)
+    enough = plan.now >= threshold
     holding = () if enough else _holding(runs, protected, trash, other_bytes)
-    return GuardPlan(free, threshold, tuple(steps), now, enough, holding, protected)
+    return GuardPlan(free, threshold, tuple(plan.steps), plan.now, enough, holding, protected)
+
+
+_COPY = "a kept copy of ours (.ckpt-versions): our copies go first, whole"
+_COPY_TRASHED = "a kept copy of ours in the trash, purged (our copies go first)"
+_ARTIFACT = (
+    "an artifact of ours whose checkpoint is whole at its path (a second copy of its weights)"
+)
+_TRASHED = "purged from the trash (oldest trashed first)"
+
+
+class _Planner:
+    """The steps so far and the free space they would reach."""
+
+    def __init__(self, free: int, threshold: int) -> None:
+        self.now, self.threshold = free, threshold
+        self.steps: list[Step] = []
+
+    def add(self, action: str, id_: int, path: str, run: str | None, frees: int, what: str) -> bool:
+        """Plan this act if still short of the threshold and it frees something."""
+        if self.now >= self.threshold or frees <= 0:
+            return False
+        self.steps.append(Step(action, id_, path, run, frees, _why(self.now, self.threshold, what)))
+        self.now += frees
+        return True
 
 
 def _why(free: int, threshold: int, what: str) -> str:
@@ -251,6 +326,13 @@ def _best(ok: Sequence[retention.Item], metric: str, mode: str) -> retention.Ite
     sign = 1.0 if mode == "min" else -1.0
     # Ties: the newer one (retention's keep_best order), so both agree on which is the best.
     return min(valued, key=lambda pair: (sign * pair[0], -pair[1].mtime, -pair[1].id))[1]
+
+
+def _better(a: retention.Item, b: retention.Item, metric: str, mode: str) -> bool:
+    """`a` strictly better than `b` by `metric`."""
+    va, vb = _value(a, metric), _value(b, metric)
+    assert va is not None and vb is not None
+    return va < vb if mode == "min" else va > vb
 
 
 def _value(item: retention.Item, metric: str) -> float | None:
@@ -287,7 +369,7 @@ def _holding(
 
 
 def _counts(steps: Iterable[Step]) -> dict[str, int]:
-    counts = {"purge": 0, "demote": 0, "tier": 0, "trash": 0}
+    counts = dict.fromkeys(ACTIONS, 0)
     for step in steps:
         counts[step.action] += 1
     return counts

@@ -17,6 +17,7 @@ EXIT_CODES: dict[int, str] = {
     5: "catalog schema behind (run `ckpt db upgrade`)",
     6: "not found",
     130: "interrupted (Ctrl-C)",
+    141: "output closed early (the reader of a pipe left, as `head` does); nothing said",
 }
 
 

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .metric_names import has_direction
 from .model import Checkpoint, CheckpointStatus
+from .moments import rewritten_in_place
 from .query import default_mode
 from .table import Column, number_cells
 from .text import relative_path
@@ -102,13 +104,15 @@ def chosen_metrics(
     monitored: Sequence[str] = (),
 ) -> list[str]:
     """`--metric` as asked; else the run's monitored metrics (its keep_best) and val_loss and
-    loss where the run has them; else its first metric by name (none: an empty list)."""
+    loss where the run has them; else its first metric by name with a direction (a loss, an
+    accuracy: `core.metric_names`), else its first (none: an empty list)."""
     if asked:
         return list(dict.fromkeys(asked))
     present = {name for values in logged.values() for name in values}
     present |= {name for c in rows for name in c.metrics}
     found = [m for m in (*monitored, *DEFAULT_METRICS) if m in present]
-    return list(dict.fromkeys(found)) or sorted(present)[:1]
+    directed = sorted(name for name in present if has_direction(name))
+    return list(dict.fromkeys(found)) or (directed or sorted(present))[:1]
 
 
 def best_checkpoint(rows: Sequence[Checkpoint], metric: str, mode: str) -> Checkpoint | None:
@@ -121,7 +125,16 @@ def best_checkpoint(rows: Sequence[Checkpoint], metric: str, mode: str) -> Check
     ]
     if not candidates:
         return None
-    return min(candidates, key=lambda c: (sign * float(c.metrics[metric] or 0), -c.mtime, -c.id))
+    # Ties: a file its trainer does not rewrite (as `ckpt best` answers), then the newest.
+    return min(
+        candidates,
+        key=lambda c: (
+            sign * float(c.metrics[metric] or 0),
+            rewritten_in_place(c.path.rsplit("/", 1)[-1], c.generation),
+            -c.mtime,
+            -c.id,
+        ),
+    )
 
 
 def marks_of(c: Checkpoint, best_for: Sequence[str]) -> tuple[str, ...]:

@@ -190,6 +190,8 @@ class Run:
     naming: list[dict[str, Any]] = field(default_factory=list)
     steps_per_epoch: int | None = None  # learned from optimizer iterations, when unambiguous
     evidence: list[str] = field(default_factory=list)  # how steps_per_epoch was (not) learned
+    # Which checkpoint a 0-based log row is (core.log_alignment): {offset, epoch_streams, why}
+    log_alignment: dict[str, Any] | None = None
     newest_mtime_ns: int | None = None  # the newest ok checkpoint's mtime: the run's last save
     best_values: dict[str, float] = field(default_factory=dict)  # metric -> the best's value
     # {status: count} of the statuses that flag a run (incomplete, abandoned, corrupt, ...)
@@ -244,6 +246,7 @@ class JobName(enum.StrEnum):
     PURGE = "purge"  # empty the trash of what is older than `trash.purge_after`
     VERIFY = "verify"  # re-hash every ok checkpoint
     ARTIFACTS = "artifacts"  # split and compress cold checkpoints
+    REMOTE_VERIFY = "remote_verify"  # read back a sample of the verified remote copies
 
 
 @dataclass(frozen=True)

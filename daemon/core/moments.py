@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from posixpath import basename
 from typing import Protocol
+
+from .versions import is_fixed_name
 
 
 class Saved(Protocol):
@@ -84,3 +87,25 @@ def training_moments(ok: Sequence[Saved]) -> list[Moment]:
 
 def _step_of(items: list[Saved]) -> int | None:
     return max((item.step for item in items if item.step is not None), default=None)
+
+
+def rewritten_in_place(name: str, generation: int) -> bool:
+    """Whether the file a checkpoint is at gets rewritten by its trainer (Lightning's
+    `last.ckpt`, a loop's `best.pt`: a name without a number, `core.versions.is_fixed_name`;
+    or any file seen rewritten): an answer naming it may be other bytes a moment later."""
+    return generation > 1 or is_fixed_name(name)
+
+
+def preferred_over(
+    stable: str, rewritten: str, epoch: int | None, step: int | None
+) -> dict[str, str]:
+    """What `best`, `latest` and `wait` say (`--json`: `preferred_over`) when they answer the
+    stable file of a moment rather than the rewritten one that holds the same."""
+    at = ", ".join(
+        f"{what} {value}" for what, value in (("epoch", epoch), ("step", step)) if value is not None
+    )
+    return {
+        "path": rewritten,
+        "why": f"{basename(rewritten)} is rewritten by its trainer; {basename(stable)} holds the "
+        f"same moment ({at}) and stays",
+    }

@@ -27,9 +27,9 @@ def show_text(doc: dict[str, Any]) -> str:
     ]
     if doc.get("reason"):
         lines.append(f"  reason: {doc['reason']}")
+    framework = "".join(f", {k} {what[k]}" for k in ("keras", "backend") if k in what)
     lines += [
-        f"  format {doc['format'] or '-'} ({doc['kind'] or '-'}), "
-        f"keras {what['keras']}, backend {what['backend']}",
+        f"  format {doc['format'] or '-'} ({doc['kind'] or '-'}){framework}",
         f"  model {what['model']}",
         f"  size {sizes['file']}: weights {sizes['weights']}, "
         f"optimizer state {sizes['optimizer state']}",

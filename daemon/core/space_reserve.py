@@ -5,8 +5,10 @@ filesystem; default 5%) and the biggest checkpoint its trainers wrote, as catalo
 trainer's next save may need that much again: a new numbered file, or a rewrite while our copy
 of another file fills the space its truncation just freed).
 
-- A capture (a kept version of a rewritten file) needs free space of at least the file's size
-  plus the reserve; short of it, versions in the trash (which retention already let go) are
+- Every copy we write (a kept version of a rewritten file, a split's artifact, a compressed
+  rewrite, a fetch, a restored version) needs free space of at least its size plus the
+  reserve, or plus `min_free` where that is set and larger (`room_to_keep`); short of it, for a
+  capture, versions in the trash (which retention already let go) are
   purged to make room, and if that is not enough the capture is skipped, with the reason
   (`capture_refusal`).
 - Below the reserve, with no configuration at all (where `min_free` is at least the reserve,
@@ -42,15 +44,24 @@ def reserve_bytes(reserve: MinFree, total_bytes: int, largest_checkpoint: int) -
     return max(reserve.threshold(total_bytes), largest_checkpoint)
 
 
-def capture_refusal(free: int, size: int, reserve: int) -> str | None:
+def capture_refusal(free: int, size: int, reserve: int, keep: str = "") -> str | None:
     """Why a copy of `size` bytes must not be made with `free` bytes free, or None if it fits
-    with the reserve left over."""
+    with `reserve` bytes left over; `keep` names what those bytes are (default: the reserve)."""
     if free >= size + reserve:
         return None
-    return (
-        f"free {format_size(free)} < the copy {format_size(size)} + reserve "
-        f"{format_size(reserve)} (what a trainer's next save may need)"
-    )
+    keep = keep or f"reserve {format_size(reserve)} (what a trainer's next save may need)"
+    return f"free {format_size(free)} < the copy {format_size(size)} + {keep}"
+
+
+def room_to_keep(reserve: int, min_free: int | None, min_free_as: str = "") -> tuple[int, str]:
+    """What every copy of ours must leave free on a filesystem, and what to call it: its
+    `min_free` (the disk guard's threshold) when set and larger than the reserve, else the
+    reserve. A copy that ate into min_free would only be freed again by the guard, or make it
+    take a user's checkpoint."""
+    if min_free is not None and min_free >= reserve:
+        shown = f" ({min_free_as})" if min_free_as else ""
+        return min_free, f"min_free {format_size(min_free)}{shown}"
+    return reserve, ""
 
 
 @dataclass(frozen=True)

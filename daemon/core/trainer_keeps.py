@@ -32,6 +32,12 @@ _TRAINER_FOLDER = re.compile(r"^checkpoint-(\d+)$")
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
 
 
+def may_be_rotated(name: str) -> bool:
+    """Whether a vanished file or folder of this name could be a trainer's rotation at all
+    (an HF `checkpoint-N`, a Lightning `.ckpt`): only those are judged again later."""
+    return bool(_TRAINER_FOLDER.match(name)) or name.endswith(".ckpt")
+
+
 def hf_rotated(name: str, sibling_folders: Collection[str]) -> bool:
     """A vanished `checkpoint-N` folder while a `checkpoint-M` (M > N) is beside it."""
     vanished = _TRAINER_FOLDER.match(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .metric_names import has_direction
 from .model import AuditEvent, Checkpoint, Run, TrashedCheckpoint
 from .units import iso_utc
 
@@ -74,10 +75,12 @@ def run_json(r: Run) -> dict[str, Any]:
         "checkpoints": r.checkpoints,
         "bytes": r.bytes,
         "newest": r.newest,
-        "best": r.best,
+        # A "best" only where one is better (not a learning rate, a runtime, a counter).
+        "best": {k: v for k, v in r.best.items() if has_direction(k)},
         "naming": r.naming,
         "steps_per_epoch": r.steps_per_epoch,
         "evidence": r.evidence,
+        "log_alignment": r.log_alignment,
         "last_save": iso_utc(r.newest_mtime_ns / 1e9) if r.newest_mtime_ns is not None else None,
         "last_save_failed": failed_save_json(r.last_save_failed) if r.last_save_failed else None,
     }

@@ -4,15 +4,18 @@ A checkpoint is new when it is past `newer_than` (its step, else its epoch), or 
 checkpoint `after` names (further along, or at the same point and written later), or, with
 neither, not among the rows (and generations) the catalog held when the wait began. With a
 metric, it must also hold that metric better than `better_than` (`mode`: min or max). Of the
-new ones the furthest along is the answer.
+new ones the furthest along is the answer, a file of that moment its trainer does not rewrite
+first (`core.moments.rewritten_in_place`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from posixpath import basename
 
 from .model import Checkpoint
+from .moments import preferred_over, rewritten_in_place
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,27 @@ def is_new(found: Checkpoint, wanted: WaitFor) -> bool:
 
 
 def pick(rows: Iterable[Checkpoint], wanted: WaitFor) -> Checkpoint | None:
+    """The furthest along of the new rows; of the files of that moment, one its trainer does
+    not rewrite (the epoch file over `best.pt` or `last.ckpt` saved beside it), which says
+    so in `details["preferred_over"]`."""
     new = [row for row in rows if is_new(row, wanted)]
-    return max(new, key=order) if new else None
+    if not new:
+        return None
+    found = max(new, key=lambda row: (order(row)[0], not _rewritten(row), row.mtime))
+    point = progress(found)
+    passed = [
+        row
+        for row in new
+        if row.id != found.id and _rewritten(row) and point is not None and progress(row) == point
+    ]
+    if _rewritten(found) or not passed:
+        return found
+    said = preferred_over(found.path, passed[0].path, found.epoch, found.step)
+    return replace(found, details={**found.details, "preferred_over": said})
+
+
+def _rewritten(row: Checkpoint) -> bool:
+    return rewritten_in_place(basename(row.path), row.generation)
 
 
 def _good_enough(found: Checkpoint, wanted: WaitFor) -> bool:

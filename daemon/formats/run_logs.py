@@ -24,9 +24,10 @@ from pathlib import Path
 
 from ..core import lightning_csv
 from ..core.errors import Refused
+from ..core.log_alignment import Alignment, Stream
 from ..core.log_sniff import SNIFF_BYTES, csv_log_separator, parse_json_log
 from ..core.model import MetricValue
-from ..core.tb_scalars import Scalar, to_metrics
+from ..core.tb_scalars import Scalar, is_lightning, to_metrics
 from ..core.training_metrics import MAX_READ_BYTES, ByKey, parse_csv_log
 from ..fs import beneath
 from . import csv_logger, tb_events
@@ -75,6 +76,30 @@ class RunLogs:
     def values_at(self, epoch: int) -> dict[str, float]:
         return {name: m.value for name, m in self.by_epoch.get(epoch, {}).items()}
 
+    def streams(self) -> list[Stream]:
+        """The logs `core.log_alignment` may read more than one way: those with a 0-based
+        `epoch` (rows as written), and plain TensorBoard streams (by the step they were given)."""
+        out: list[Stream] = []
+        for layer in self.layers:
+            if layer.from_zero:
+                rows = {k - 1: v for k, v in layer.by_epoch.items()}
+                out.append(Stream(layer.source, "epochs", rows))
+            elif layer.plain_steps:
+                out.append(Stream(layer.source, "steps", layer.by_step))
+        return out
+
+    def aligned(self, alignment: Alignment) -> RunLogs:
+        """These logs with their rows at the checkpoints' epochs (`core.log_alignment`): a
+        0-based log's row r at epoch r + offset, a plain TensorBoard stream read by epoch the
+        same way. The same object under the Keras rule (what `read_run_logs` keys by)."""
+        streams = set(alignment.epoch_streams)
+        if alignment.offset == 1 and not streams & {layer.source for layer in self.layers}:
+            return self
+        reader = _Reader(Path("."), notes=list(self.notes))
+        reader.layers = [layer.aligned(alignment.offset, streams) for layer in self.layers]
+        reader.files = list(self.files)
+        return reader.merged()
+
 
 @dataclass
 class _Layer:
@@ -86,6 +111,24 @@ class _Layer:
     by_step: ByKey
     times: dict[int, float] = field(default_factory=dict)
     label: str = ""  # the file's (for a text log; "" for an event folder)
+    from_zero: bool = False  # by_epoch keyed by a 0-based epoch + 1 (the Keras rule)
+    plain_steps: bool = False  # a plain TensorBoard stream: by_step keyed by the step given
+
+    def aligned(self, offset: int, epoch_streams: Collection[str]) -> _Layer:
+        if self.from_zero:
+            shift = offset - 1
+            return _Layer(
+                self.order,
+                self.source,
+                {k + shift: v for k, v in self.by_epoch.items()},
+                self.by_step,
+                {k + shift: t for k, t in self.times.items()},
+                self.label,
+            )
+        if self.plain_steps and self.source in epoch_streams:
+            by_epoch = {k + offset: v for k, v in self.by_step.items() if k + offset >= 0}
+            return _Layer(self.order, self.source, by_epoch, {}, {}, self.label)
+        return self
 
 
 def read_run_logs(
@@ -160,8 +203,16 @@ class _Reader:
             if not (found or cand.configured):
                 return  # some other JSON (a config, a vocabulary): not a log
         order = (cand.level, int(cand.shared), _TIERS[kind], rank)
+        from_zero = kind == "csv" and cand.kind != csv_logger.KIND
         self.layers.append(
-            _Layer(order, f"{kind}:{cand.label}", by_epoch, by_step, label=cand.label)
+            _Layer(
+                order,
+                f"{kind}:{cand.label}",
+                by_epoch,
+                by_step,
+                label=cand.label,
+                from_zero=from_zero,
+            )
         )
         epochs = max(by_epoch, default=0)
         self.files.append(
@@ -184,8 +235,18 @@ class _Reader:
         metrics = to_metrics(scalars, folder.name)
         order = (group[0].level, 0, _TIERS["tensorboard"], rank)
         source = f"tensorboard:{label(folder, self.root)}"
+        keras = not is_lightning(scalars) and bool(metrics.by_epoch)  # `epoch_*` tags
+        plain = not is_lightning(scalars) and not metrics.by_epoch
         self.layers.append(
-            _Layer(order, source, metrics.by_epoch, metrics.by_step, metrics.epoch_times)
+            _Layer(
+                order,
+                source,
+                metrics.by_epoch,
+                metrics.by_step,
+                metrics.epoch_times,
+                from_zero=keras,
+                plain_steps=plain,
+            )
         )
 
     def read(self, cand: Candidate) -> bytes | None:

@@ -242,6 +242,47 @@ def write_state_file(path: Path, data: bytes) -> None:
     atomic_write(path.parent, path, data)
 
 
+def reserve_room(path: Path, size: int) -> bool:
+    """A state file of ours holding `size` bytes of real blocks (our room on a full disk,
+    `usecases.catalog_room`): allocated under a temp name, then renamed into place, so a crash
+    leaves either no file, or a whole one, or a temp that `remove_stale_temps` removes. False
+    (nothing left behind) when the filesystem has no room for it."""
+    temp = temp_name(path, os.urandom(4).hex())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            for offset in range(0, size, 1 << 16):  # no fallocate: real zeros
+                os.pwrite(fd, bytes(min(1 << 16, size - offset)), offset)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.rename(temp, path)
+        return True
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+def release_room(path: Path) -> int:
+    """Delete the state file `reserve_room` made; returns the bytes its blocks held (0: none)."""
+    try:
+        held = os.stat(path, follow_symlinks=False).st_blocks * 512
+        os.unlink(path)
+    except FileNotFoundError:
+        return 0
+    return held
+
+
 @contextmanager
 def rewrite(
     root: Path, final: Path, *, like: Path | None = None, replacing: Identity | None = None

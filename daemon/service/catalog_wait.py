@@ -11,6 +11,7 @@ never shared that way, but a lost event must not turn into a wait until the time
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Protocol
 
 from ..catalog import change_feed
 from ..catalog.postgres_reads import conninfo_parts
-from ..core.errors import NotFound
+from ..core.errors import ConfigError, NotFound, UsageError
 from ..core.model import Checkpoint
 from ..core.wait_match import WaitFor, pick
 from . import watcher
@@ -43,6 +44,7 @@ FOLLOW_STEP_S = 0.01
 class _SqliteWaker:
     def __init__(self, path: Path) -> None:
         names = {path.name, f"{path.name}-wal"}
+        self._path = path
         self._files = watcher.FileChanges(path.parent, names)
         self._counter = change_feed.SqliteCounter(path)
 
@@ -50,6 +52,8 @@ class _SqliteWaker:
         deadline = time.monotonic() + timeout_s
         while True:
             touched = self._files.wait(deadline - time.monotonic())
+            if touched and not self._path.exists():
+                return True  # the catalog deleted: a look now says so (`SqliteFileCheck`)
             if self._counter.changed():
                 return True
             if not touched or time.monotonic() >= deadline:
@@ -92,18 +96,65 @@ def waker_for(database: str, sqlite_file: Path | None) -> Waker:
     return _Timer()
 
 
+class SqliteFileCheck:
+    """The SQLite catalog a wait reads is still the file it opened, and still a catalog: one
+    deleted meanwhile would be read through its open descriptor until the timeout (nothing is
+    ever committed to it again), one overwritten fails its next read with SQLite's "database
+    disk image is malformed". Either is said as such (exit 2), as a command starting on such a
+    file says it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._inode = _inode(path)
+
+    def __call__(self) -> None:
+        inode = _inode(self.path)
+        if inode is None:
+            raise UsageError(
+                f"no catalog at {self.path}: it was deleted while waiting (nothing will be "
+                "saved to it again): run `ckpt wait` again once its daemon has a catalog"
+            )
+        if inode != self._inode:
+            raise UsageError(
+                f"the catalog {self.path} was replaced by another file while waiting: run "
+                "`ckpt wait` again to wait on the new one"
+            )
+        try:
+            with open(self.path, "rb") as f:
+                header = f.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise UsageError(f"cannot read the catalog {self.path}: {exc.strerror}") from None
+        if header != SQLITE_HEADER:
+            why = "is no longer an SQLite catalog (overwritten while waiting)"
+            raise ConfigError("database", f"{self.path} {why}")
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def wait_for(
     wanted: WaitFor,
     rows: Callable[[], Iterable[Checkpoint]],
     waker: Waker,
     timeout_s: float,
     recheck_s: float = RECHECK_S,
+    check: Callable[[], None] = lambda: None,
 ) -> Checkpoint:
     """The new checkpoint `wanted` describes, once `rows()` (the run's ok rows) holds one.
-    NotFound (exit 6) when `timeout_s` passes first."""
+    NotFound (exit 6) when `timeout_s` passes first; `check()`, before each look and after a
+    look that failed, raises when the catalog itself went away (`SqliteFileCheck`)."""
     deadline = time.monotonic() + timeout_s
     try:
         while True:
+            check()
             found = pick(rows(), wanted)
             if found is not None:
                 return found
@@ -113,5 +164,8 @@ def wait_for(
                     f"no new complete checkpoint of run {wanted.run!r} within {timeout_s:g}s"
                 )
             waker.wait(min(remaining, recheck_s))
+    except Exception:
+        check()  # a read or a wake-up failed because the catalog went away: say that
+        raise
     finally:
         waker.close()

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..catalog.store import Store
-from ..core.disk_guard import GuardPlan
+from ..core.disk_guard import ACTIONS, GuardPlan
 from ..core.units import format_size, iso_utc
 from ..logs import event
 from ..settings.config import Config
-from ..usecases import disk_guard
+from ..usecases import catalog_room, disk_guard
 from ..usecases.disk_guard import Guarded, Relief
 from .hooks import HookRunner
 from .space_reserve import ReserveWatch
@@ -45,9 +45,7 @@ class Episode:
     free_at_start: int
     threshold: int
     freed: int = 0
-    acts: dict[str, int] = field(
-        default_factory=lambda: {"purge": 0, "demote": 0, "tier": 0, "trash": 0}
-    )
+    acts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
     failures: int = 0
     stuck_at: float | None = None  # monotonic time of the last pass that could not free enough
     above_since: float | None = None  # monotonic time free space got back above min_free
@@ -96,6 +94,11 @@ class DiskGuard(threading.Thread):
         except Exception as exc:  # the reserve's failure must not keep min_free's guard away
             self.errors += 1
             event("space_reserve_error", level=logging.ERROR, error=str(exc))
+        try:  # the catalog's room given to the guard's bookkeeping on a nearly full disk
+            catalog_room.tend(config, self._floors(config))
+        except Exception as exc:
+            self.errors += 1
+            event("catalog_room_error", level=logging.ERROR, error=str(exc))
         states = []
         seen = set()
         for fs in disk_guard.guarded(config):
@@ -140,15 +143,31 @@ class DiskGuard(threading.Thread):
         if now - episode.above_since >= self.quiet_seconds:
             self._end(fs, episode, free)
 
+    def _floors(self, config: Config) -> dict[int, int]:
+        return {
+            fs.dev: fs.min_free.threshold(disk_guard.usage(fs.roots[0]).total)
+            for fs in disk_guard.guarded(config)
+        }
+
     def _relieve(self, config: Config, fs: Guarded, episode: Episode) -> Relief:
-        relief = disk_guard.relieve(
-            config,
-            self.store,
-            fs,
-            actor=ACTOR,
-            should_stop=self.stopping.is_set,
-            before_acting=lambda plan: self._warn_unreachable(fs, episode, plan),
-        )
+        def one_pass() -> Relief:
+            return disk_guard.relieve(
+                config,
+                self.store,
+                fs,
+                actor=ACTOR,
+                should_stop=self.stopping.is_set,
+                before_acting=lambda plan: self._warn_unreachable(fs, episode, plan),
+            )
+
+        relief = one_pass()
+        # Its catalog on the full disk: the room kept for it is released, and the pass again.
+        if relief.starved and catalog_room.tend(config, self._floors(config), starved=True):
+            self._count(relief, episode)
+            relief = one_pass()
+        return self._count(relief, episode)
+
+    def _count(self, relief: Relief, episode: Episode) -> Relief:
         episode.freed += relief.freed
         episode.failures += len(relief.failures)
         for step in relief.done:

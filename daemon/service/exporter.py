@@ -211,6 +211,11 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
     queue = GaugeMetricFamily("ckpt_worker_queue_length", "Hints and files waiting to be indexed.")
     queue.add_metric([], int(state.get("queue", 0)))
     yield queue
+    yield GaugeMetricFamily(
+        "ckpt_catalog_disk_full",
+        "1 while the service cannot write its catalog for lack of space (it waits, then resumes).",
+        value=1.0 if state.get("catalog_disk_full") else 0.0,
+    )
 
     for key, name, text in (
         ("last_scan_time", "ckpt_last_scan_timestamp_seconds", "When the last full scan ended."),
@@ -294,6 +299,7 @@ def service_state(
     errors: Mapping[str, int],
     heartbeat_time: float | None = None,
     remote: Mapping[str, Mapping[str, int]] | None = None,
+    catalog_disk_full: bool = False,
 ) -> dict[str, Any]:
     """The service's part of the metrics: kept live by `ckpt serve` and in every heartbeat
     (for `ckpt metrics`), JSON-able."""
@@ -304,6 +310,7 @@ def service_state(
         "errors": {kind: int(errors.get(kind, 0)) for kind in ERROR_KINDS},
         "heartbeat_time": heartbeat_time,
         "remote": {url: dict(counted) for url, counted in (remote or {}).items()},
+        "catalog_disk_full": catalog_disk_full,
     }
 
 

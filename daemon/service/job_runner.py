@@ -118,6 +118,9 @@ class JobRunner(threading.Thread):
         if name is JobName.ARTIFACTS:
             self._artifacts()
             return not self.stopping.is_set()
+        if name is JobName.REMOTE_VERIFY:
+            self._remote_verify(who)
+            return True
         stop = self.stopping.is_set
         try:
             if name is JobName.RETENTION:
@@ -262,6 +265,20 @@ class JobRunner(threading.Thread):
                     self.notifications.corrupt(v.path, v.detail)
                 self.rescan(Rescan(f"verify: {v.detail}", v.path))
         event("verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))
+
+    def _remote_verify(self, who: str) -> None:
+        """A sample of the verified remote copies read back, those verified longest ago first:
+        one gone or changed is marked so (`location` stops saying `remote`), and logged."""
+        from ..usecases.remote_verify import verify_sample
+
+        verdicts = verify_sample(
+            self.config, self.store, self.config.schedule.remote_sample, actor=who
+        )
+        for v in verdicts:
+            if not v.ok:
+                self.failures += 1
+                event("remote_verify_failed", level=logging.WARNING, path=v.path, detail=v.detail)
+        event("remote_verify", checked=len(verdicts), failed=sum(not v.ok for v in verdicts))
 
 
 def nice_refused() -> str | None:

@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config
+from ..usecases.locations import uses_remote
 
 
 class Jobs:
@@ -54,6 +55,7 @@ class Jobs:
             JobName.PURGE: True,
             JobName.VERIFY: True,
             JobName.ARTIFACTS: config.artifacts.enabled,
+            JobName.REMOTE_VERIFY: uses_remote(config),
         }
         for name in JobName:
             seconds = schedule.every(name)

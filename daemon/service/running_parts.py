@@ -58,6 +58,7 @@ class RunningParts:
             },
             heartbeat_time=self.worker.last_beat_time,
             remote=exporter.remote_counters(self.runner.config),
+            catalog_disk_full=self.worker.catalog_full.full,
         )
 
     def state(self) -> dict[str, Any]:

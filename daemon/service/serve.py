@@ -36,6 +36,7 @@ from ..settings.config import Config
 from ..usecases.indexer import scan
 from ..usecases.scan_report import ScanReport
 from . import exporter
+from .catalog_full import RETRY_SECONDS, CatalogFull
 from .disk_guard import DiskGuard
 from .health import is_live
 from .hooks import HookRunner, Notifications
@@ -64,6 +65,15 @@ class Service:
         self._install_signals()
         self.config: Config = config_module.load(config_path, database_override=database)
         logs.setup(self.config.log_level)
+        self.catalog_full = CatalogFull(self.config.database, self._waiting_for_space)
+        self._ready = False
+
+    def _waiting_for_space(self, status: str) -> None:
+        """systemd: why nothing happens, and (before READY=1) time enough for the next try."""
+        fields = [f"STATUS={status}"]
+        if not self._ready:
+            fields.append(f"EXTEND_TIMEOUT_USEC={int(4 * RETRY_SECONDS * 1_000_000)}")
+        self.notifier.send(*fields)
 
     def _install_signals(self) -> None:
         def stop(signum: int, _frame: Any) -> None:
@@ -81,12 +91,25 @@ class Service:
             sqlite=sqlite3.sqlite_version,
             roots=",".join(str(r.path) for r in self.config.roots),
         )
-        store = Store(
-            self.config.database,
-            may_migrate=True,
-            named_roots=self.config.named_roots(),
-            node=self.config.node_name,
+
+        def open_store() -> Store:
+            return Store(
+                self.config.database,
+                may_migrate=True,
+                named_roots=self.config.named_roots(),
+                node=self.config.node_name,
+            )
+
+        # `--once` (cron) fails at once; the service waits for space on the catalog's disk.
+        opened = (
+            open_store()
+            if once
+            else self.catalog_full.attempt("opening the catalog", open_store, self.stopping)
         )
+        if opened is None:  # stopped while waiting for space
+            event("stopping")
+            return 0
+        store = opened
         for name, rows in store.adopted.items():  # a root named since: its history is kept
             event("root_named", root=name, rows=rows)
         self._remember_config()
@@ -198,7 +221,7 @@ class Service:
 
     def _serve(self, store: Store) -> int:
         stats = Stats(started_at=iso_utc(time.time()))
-        worker = Worker(self.config, store, stats, self.stopping)
+        worker = Worker(self.config, store, stats, self.stopping, self.catalog_full)
         runner = JobRunner(self.config, store, stats, self.stopping, worker.offer)
         watcher = Watcher(self.config.roots, worker.offer)
 
@@ -227,26 +250,34 @@ class Service:
         worker.more_state = lambda: {**parts.state(), "remotes": self.remotes}
         self._store = store
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
-        worker.registered(
-            store.register(
+        registered = self.catalog_full.attempt(
+            "registering",
+            lambda: store.register(
                 self.config.node_name,
                 pid=os.getpid(),
                 host=socket.gethostname(),
                 started_at=stats.started_at,
                 state=worker.state(),
                 is_live=is_live,
-            )
+            ),
+            self.stopping,
         )
+        if registered is None:
+            event("stopping")
+            return 0
+        worker.registered(registered)
         event("registered", node=self.config.node_name)
         watcher.start()  # before reconciling: what is written meanwhile is queued, not lost
         try:
             self._start_metrics(parts)  # a port already taken: exit 2, naming the key
             self.web.start(self.config)
             hooks.start()
-            report = self._reconcile(store)
-            if not report.cancelled:
+            report = self.catalog_full.attempt(
+                "reconciling", lambda: self._reconcile(store), self.stopping
+            )
+            if report is not None and not report.cancelled:
                 stats.last_scan_time = time.time()
-            for path, _reason in report.incomplete:
+            for path, _reason in report.incomplete if report is not None else []:
                 worker.offer(Hint(path, HintKind.CHANGED))
             worker.start()
             runner.start()
@@ -254,6 +285,7 @@ class Service:
             pipeline.start()
             jobs.start(self.config)
             self.notifier.ready(parts.status_line())
+            self._ready = True
             event("ready", pid=os.getpid())
             self._main_loop(parts)
         finally:
@@ -262,7 +294,11 @@ class Service:
             self.stopping.set()
             self.web.stop()
             parts.stop()
-            worker.final_heartbeat(stopped_at=iso_utc(time.time()))
+            try:
+                worker.final_heartbeat(stopped_at=iso_utc(time.time()))
+            except Exception as exc:  # a full disk: the stop is still a clean one
+                if not self.catalog_full.check(exc, "stopping"):
+                    raise
         return 0
 
     def _start_metrics(self, parts: RunningParts) -> None:

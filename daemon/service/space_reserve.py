@@ -24,8 +24,9 @@ from ..catalog.store import Store
 from ..core.units import format_size, iso_utc
 from ..logs import event
 from ..settings.config import Config
-from ..usecases import disk_guard, space_reserve
-from ..usecases.space_reserve import Filesystem, ReserveRelief
+from ..usecases import copy_room, disk_guard, space_reserve
+from ..usecases.copy_room import Filesystem
+from ..usecases.space_reserve import ReserveRelief
 
 STUCK_RETRY_SECONDS = 10.0
 RESERVE_REFRESH_SECONDS = 30.0
@@ -51,7 +52,7 @@ class ReserveWatch:
     def check(self, config: Config, *, poked: bool) -> None:
         seen = set()
         guards = {g.dev: g for g in disk_guard.guarded(config)}
-        for fs in space_reserve.filesystems(config):
+        for fs in copy_room.filesystems(config):
             guard = guards.get(fs.dev)
             if guard is not None:
                 threshold = guard.min_free.threshold(disk_guard.usage(fs.roots[0]).total)
@@ -66,7 +67,7 @@ class ReserveWatch:
         now = time.monotonic()
         known = self._reserves.get(fs.dev)
         if poked or known is None or now - known[0] >= RESERVE_REFRESH_SECONDS:
-            known = (now, space_reserve.reserve_of(config, self.store, fs))
+            known = (now, copy_room.reserve_of(config, self.store, fs))
             self._reserves[fs.dev] = known
         return known[1]
 

@@ -31,6 +31,7 @@ from ..logs import event
 from ..settings.config import Config
 from ..usecases.indexer import scan
 from ..usecases.scan_report import ScanReport
+from .catalog_full import CatalogFull
 
 TICK_SECONDS = 0.1
 READER_CHILD_IDLE_SECONDS = 600.0  # the file reader child (~60 MB): kept for low latency
@@ -99,11 +100,17 @@ def target_for(path: Path, is_dir: bool) -> tuple[Path, bool] | None:
 
 class Worker(threading.Thread):
     def __init__(
-        self, config: Config, store: Store, stats: Stats, stopping: threading.Event
+        self,
+        config: Config,
+        store: Store,
+        stats: Stats,
+        stopping: threading.Event,
+        catalog_full: CatalogFull | None = None,
     ) -> None:
         super().__init__(name="ckpt-worker", daemon=True)
         self.config = config  # replaced on reload, read at each step
         self.store = store
+        self.catalog_full = catalog_full or CatalogFull(config.database)
         self.stats = stats
         self.stopping = stopping
         self.queue: queue.Queue[Hint | Rescan] = queue.Queue(maxsize=100_000)
@@ -134,13 +141,21 @@ class Worker(threading.Thread):
 
     def _loop(self) -> None:
         while not self.stopping.is_set():
+            full = self.catalog_full.full
+            if full:
+                self._beat_at = 0.0  # a heartbeat each step: a write that says space is back
             try:
                 self._step()
             except Exception as exc:  # the catalog is down, a disk error: log, retry later
                 self.stats.worker_errors += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                event("worker_error", level=logging.ERROR, error=self.stats.last_error)
+                if not self.catalog_full.check(exc, "indexing"):  # said once, not each retry
+                    event("worker_error", level=logging.ERROR, error=self.stats.last_error)
                 self.stopping.wait(5)
+            else:
+                if full and self.catalog_full.cleared():
+                    # hints taken while full were lost with their writes: walk every root
+                    self._rescan = Rescan("the catalog's disk had no space")
             self.stats.tick = time.monotonic()
 
     def _step(self) -> None:

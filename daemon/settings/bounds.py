@@ -44,6 +44,8 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     ),
     **{f"schedule.{job}": (_JOB,) for job in ("rescan", "retention", "purge", "verify")},
     "schedule.artifacts": (_JOB,),
+    "schedule.remote_verify": (_JOB,),
+    "schedule.remote_sample": (Bound("count", 1, 100_000),),
     # APScheduler takes whole seconds (>= 1) here and refuses 0 when the job is added.
     "schedule.misfire_grace": (Bound("duration", 1, DAY),),
     "service.heartbeat": (
@@ -95,10 +97,11 @@ def key_pattern(key: str) -> str:
     return re.sub(r"^(?:roots|runs)\[\]\.retention\.", "retention.", pattern)
 
 
-def bounded(value: Any, key: str, kind: str | None = None) -> Any:
+def bounded(value: Any, key: str, kind: str | None = None, *, bounds_of: str | None = None) -> Any:
     """`value` of numeric key `key` parsed as its kind (`kind`: which, where a key takes two),
-    within its bounds; else ConfigError naming the key and the bounds."""
-    bounds = NUMERIC_KEYS[key_pattern(key)]
+    within its bounds; else ConfigError naming the key and the bounds. `bounds_of`: the config
+    key whose bounds apply, where `key` names a command-line option (`ckpt web --listen`)."""
+    bounds = NUMERIC_KEYS[key_pattern(bounds_of or key)]
     bound = next(b for b in bounds if kind is None or b.kind == kind)
     number = _parse(bound.kind, value, key)
     low_ok = number > bound.low if bound.above else number >= bound.low

@@ -42,6 +42,7 @@ from .web_view import web_view as _web_view
 
 OBSERVERS = ("auto", "inotify", "polling")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOAD_SANDBOX_MODES = ("require", "warn")  # `children.sandbox`
 PACKAGED_DEFAULT = Path(__file__).with_name("default_config.yaml")
 
 
@@ -115,6 +116,9 @@ class Config:
     # `completion.read_timeout`: one file's or folder's metadata read by the reader child; then
     # the child is killed and the checkpoint recorded corrupt (a hung NFS read, a parser loop)
     read_timeout_seconds: float = 30.0
+    # `load_sandbox`: where the kernel cannot sandbox a load child, refuse the load (`require`)
+    # or run it without the missing layer, saying so (`warn`)
+    load_sandbox: str = "require"
 
     def has_retention(self) -> bool:
         return bool(self.retention or self.run_rules or any(r.retention for r in self.roots))
@@ -228,6 +232,9 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         schedule=parse_schedule(raw.get("schedule", {})),
         heartbeat_seconds=_number(service.get("heartbeat", 10), "service.heartbeat"),
         log_level=_choice(raw.get("log_level", "info"), "log_level", LOG_LEVELS),
+        load_sandbox=_choice(
+            raw.get("load_sandbox", "require"), "load_sandbox", LOAD_SANDBOX_MODES
+        ),
         retention=_policy(raw["retention"], "retention") if "retention" in raw else None,
         run_rules=_run_rules(raw.get("runs", [])),
         artifacts=_artifacts(raw.get("artifacts", {})),
@@ -258,6 +265,7 @@ TOP_KEYS = {
     "schedule",
     "service",
     "log_level",
+    "load_sandbox",
     "retention",
     "runs",
     "trash",

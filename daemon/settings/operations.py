@@ -49,7 +49,8 @@ def metrics_listen(value: Any, key: str = "service.metrics_listen") -> Listen | 
     host, sep, port = value.strip().rpartition(":")
     if not sep or not port.isascii() or not port.isdigit() or len(port) > 5:
         raise ConfigError(key, f"{why}: got {value!r}")
-    _number(int(port), key)  # the port's bounds
+    # The port's bounds; an option (`ckpt web --listen`) has those of the config key it overrides.
+    _number(int(port), key, bounds_of=None if key.startswith("service.") else "service.web_listen")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
         try:

@@ -126,7 +126,7 @@ def split(
         files, digest = verify(root, final, digests, expected.n_params)
         _check_unchanged(root, planned, before, folder_before)
         size = sum(p.stat().st_size for p in files)
-        return SplitResult(source, final, size, digest, before.size, len(digests))
+        return SplitResult(source, final, size, digest, folder_bytes(source), len(digests))
     mark = marker.encode("inference", source, source_hash)
     with fsclone.new_folder(root, final, like=source) as temp:
         try:
@@ -138,7 +138,7 @@ def split(
             _check_unchanged(root, planned, before, folder_before, exc)
             raise
         _check_unchanged(root, planned, before, folder_before)  # the last look, before the rename
-    return SplitResult(source, final, size, digest, before.size, len(planned.kept))
+    return SplitResult(source, final, size, digest, folder_bytes(source), len(planned.kept))
 
 
 def refuse_rotated(root: Path, final: Path) -> None:
@@ -198,6 +198,19 @@ def _copy(root: Path, src: Path, target: Path) -> str:
 
 def _names(paths: tuple[Path, ...]) -> frozenset[str]:
     return frozenset(p.name for p in paths)
+
+
+def folder_bytes(folder: Path) -> int:
+    """The checkpoint's bytes: every regular file in the folder and below (the optimizer and
+    trainer state too), so "N% of checkpoint-96" compares the artifact with the whole folder,
+    not with the files copied into it. Links are never followed."""
+    total = 0
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            total += folder_bytes(Path(entry.path))
+        elif entry.is_file(follow_symlinks=False):
+            total += entry.stat(follow_symlinks=False).st_size
+    return total
 
 
 def _folder_stat(folder: Path) -> tuple[int, int]:

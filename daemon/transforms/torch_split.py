@@ -59,8 +59,11 @@ class _Planned:
 
 
 def inference_path(source: Path, out_dir: Path | None = None) -> Path:
-    """`full.pt` -> `full.inference.safetensors`, `last.ckpt` -> `last.inference.safetensors`."""
-    stem = source.stem if source.suffix else source.name
+    """`full.pt` -> `full.inference.safetensors`, `last.ckpt` -> `last.inference.safetensors`;
+    a kept version `best.pt.v3` -> `best.pt.v3.inference.safetensors` (its generation stays in
+    the name: every version of `best.pt` would otherwise claim one artifact's name)."""
+    generation = source.suffix[2:].isdigit() and source.suffix.startswith(".v")
+    stem = source.stem if source.suffix and not generation else source.name
     return (out_dir if out_dir is not None else source.parent) / f"{stem}.inference{SUFFIX}"
 
 

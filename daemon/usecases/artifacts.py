@@ -10,12 +10,14 @@ checkpoint).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
+from ..children.sandbox import UNSANDBOXED
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.progress import Counter, OnProgress
@@ -23,6 +25,7 @@ from ..fs import fsops, name_limits
 from ..logs import event
 from ..settings.config import Artifacts, Config
 from . import rail
+from .copy_room import check_copy
 
 if TYPE_CHECKING:
     from ..transforms.compress import CompressResult
@@ -42,6 +45,9 @@ def split_checkpoint(
     on_progress: OnProgress | None = None,
 ) -> tuple[Checkpoint, SplitResult]:
     """`leased`: the run's lease the caller (retention's demotion) holds, renewed meanwhile.
+    A demotion frees more than it writes (the full file goes next): only its artifact must fit.
+    Any other split is refused (`space_reserve.check_copy`) unless free space stays at least
+    the artifact's size plus `min_free` (or the reserve) after it.
 
     The artifact is registered before it gets its name (a pending row, completed after), so
     a scan racing the split, or one after a crash in between, knows the file is ours; the file
@@ -64,6 +70,9 @@ def split_checkpoint(
         _check_out(root, out)
         final = inference_path(Path(c.path), out)
         _fit(c, (final, "its inference artifact"), (card_path(final), "its model card"))
+        if leased is None:  # a demotion frees more than it writes
+            weights = c.size_bytes - (c.optimizer_bytes or 0)
+            check_copy(config, store, final, weights, "the inference artifact", actor=actor)
         replacing = _own_artifact(root, c, final)
         own_card(root, c, card_path(final))  # a foreign file at the card's name: refused first
         pending = replacing is None
@@ -121,7 +130,11 @@ def export_checkpoint(
     library = "tf_keras" if version.startswith(("1.", "2.")) else "keras"
 
     def check(config_temp: Path, weights_temp: Path) -> None:
-        json_h5_probe.check(library, Path(c.path), config_temp, weights_temp)
+        confined = json_h5_probe.check(
+            library, Path(c.path), config_temp, weights_temp, mode=config.load_sandbox
+        )
+        if confined.startswith(UNSANDBOXED):  # `load_sandbox: warn`: said every time
+            event("load_unsandboxed", level=logging.WARNING, path=c.path, detail=confined)
 
     _refuse(c, "split")
     with rail.acting_on(config, store, c, "split", actor) as (root, _members):
@@ -134,6 +147,8 @@ def export_checkpoint(
             (card_path(config_path), "its model card"),
         )
         own_card(root, c, card_path(config_path))
+        weights = c.size_bytes - (c.optimizer_bytes or 0)
+        check_copy(config, store, weights_path, weights, "the json+h5 export", actor=actor)
         for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
             if fsops.identity(root, path) is not None:
                 raise fsops.WouldReplace(
@@ -239,6 +254,8 @@ def compress_checkpoint(
         # The stat the checks above matched (hash included): compress takes the file's identity
         # before reading it and refuses it unread if a save landed since those checks.
         indexed = store.identity(c.id)[0]
+        # The rewrite is a whole new file beside the old one until the swap: at most its size.
+        check_copy(config, store, Path(c.path), c.size_bytes, "the compressed copy", actor=actor)
         result = compress(
             root, Path(c.path), codec=codec, level=level, shuffle=shuffle, indexed=indexed
         )

@@ -22,6 +22,7 @@ from ..catalog.store import Store
 from ..catalog.store_runs import Derivation, RunMember
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run, member
 from ..core.kept_metrics import as_record, keep_recorded, record_of
+from ..core.log_alignment import KERAS_RULE, Evidence, align
 from ..core.model import MetricValue
 from ..core.naming import RunNaming, infer_naming
 from ..core.runs import shared_log_covers
@@ -40,9 +41,15 @@ class RunRef:
     name: str
 
 
+# Bumped when derivation decides differently (2: logs lined up with the checkpoints' epochs,
+# `core.log_alignment`): every run is derived again once by the next scan after an upgrade.
+DERIVATION_RULES = 2
+
+
 def settings_key(root: RootConfig) -> str:
-    """What of the config decides derivation: a change re-derives the root's runs."""
-    text = json.dumps([list(root.filename_templates), list(root.metrics_files)])
+    """What of the config (and of these rules) decides derivation: a change re-derives the
+    root's runs."""
+    text = json.dumps([list(root.filename_templates), list(root.metrics_files), DERIVATION_RULES])
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
@@ -99,7 +106,6 @@ def refresh_run(
         read = run_logs(run, other_runs)
     names = [os.path.basename(r.path) for r in rows]
     logs, naming = _own_logs(read.logs, names, templates)
-    logged = _logged(logs)
     present = _names_in(run.folder)  # one listing, not one open per checkpoint
     sidecars = {
         r.id: read_sidecar(Path(f"{r.path}.json"), run.root.path)
@@ -108,12 +114,16 @@ def refresh_run(
         for r in rows
     }
     members = [_member(r, naming, _or_recorded(sidecars[r.id], r)) for r in rows]
+    alignment = align(logs.streams(), [_evidence(r, m) for r, m in zip(rows, members, strict=True)])
+    logs = logs.aligned(alignment)
+    logged = dataclasses.replace(_logged(logs), first_epoch=alignment.offset)
     result = derive_run(members, logged)
-    derived = {r.id: _with_recorded(r, result.members[r.id]) for r in rows}
+    offset = alignment.offset
+    derived = {r.id: _with_recorded(r, result.members[r.id], offset) for r in rows}
     changes = []
     for row in rows:
         d = derived[row.id]
-        details = _update(row, d, sidecars[row.id])
+        details = _update(row, d, sidecars[row.id], offset)
         if details is not None:
             changes.append(
                 Derivation(row.id, row.hash, row.mtime_ns, d.epoch, d.step, d.metrics, details)
@@ -129,7 +139,8 @@ def refresh_run(
             "evidence": list(result.evidence),
             "logs": read.signature,
             "log_files": [f.label for f in logs.files],
-            "notes": list(logs.notes),
+            "log_alignment": alignment.as_json(),
+            "notes": [*logs.notes, *alignment.notes],
             "settings": settings_key(run.root),
         },
     )
@@ -187,6 +198,13 @@ def _or_recorded(sidecar: Sidecar, row: RunMember) -> Sidecar:
     return Sidecar(ints, floats, sidecar.notes, "checkpoint")
 
 
+def _evidence(row: RunMember, m: Member) -> Evidence:
+    """What a checkpoint says of itself, for `core.log_alignment`."""
+    epoch = m.sidecar_ints.get("epoch", m.name_ints.get("epoch"))
+    step = m.sidecar_ints.get("step", m.iterations)
+    return Evidence(m.name, row.format, epoch, step, m.sidecar_values)
+
+
 def _names_in(folder: Path) -> frozenset[str]:
     try:
         return frozenset(os.listdir(folder))
@@ -239,12 +257,15 @@ def _current_entry(row: RunMember) -> dict[str, Any] | None:
     return next((g for g in reversed(entries) if row.hash and g.get("hash") == row.hash), None)
 
 
-def _with_recorded(row: RunMember, d: Derived) -> Derived:
+def _with_recorded(row: RunMember, d: Derived, offset: int) -> Derived:
     """`d` with the logged metrics recorded for the row's generation at that epoch kept over a
-    rewritten log (`core.kept_metrics`)."""
+    rewritten log (`core.kept_metrics`), when they were read from the logs' rows lined up as
+    now (`offset`, `core.log_alignment`; recorded before it was decided: the Keras rule)."""
     entry = _current_entry(row)
     if entry is None or entry.get("epoch") != d.epoch:
         return d  # a new generation, or one now placed at another epoch: recorded afresh
+    if entry.get("log_offset", KERAS_RULE) != offset:
+        return d  # recorded from other rows of the logs (one epoch off): recorded afresh
     values, notes = keep_recorded(d.metrics, record_of(entry), d.epoch)
     return dataclasses.replace(d, metrics=values, notes=(*d.notes, *notes))
 
@@ -300,7 +321,7 @@ def _generation_epochs(row: RunMember, d: Derived) -> dict[str, tuple[int | None
     return out
 
 
-def _update(row: RunMember, d: Derived, sidecar: Sidecar) -> dict[str, Any] | None:
+def _update(row: RunMember, d: Derived, sidecar: Sidecar, offset: int) -> dict[str, Any] | None:
     """The `details` keys to write, or None when the row already says all of this."""
     notes = [*row.details.get("reader_notes", []), *sidecar.notes, *d.notes]
     generations = [dict(g) for g in row.details.get("generations") or [] if isinstance(g, dict)]
@@ -312,6 +333,10 @@ def _update(row: RunMember, d: Derived, sidecar: Sidecar) -> dict[str, Any] | No
     if current is not None:  # what the logs said for these bytes: a rewritten log never erases
         current["epoch"], current["step"] = d.epoch, d.step
         current["logged"] = as_record(d.metrics)
+        if offset != KERAS_RULE:
+            current["log_offset"] = offset
+        else:
+            current.pop("log_offset", None)
     details = {
         "epoch_source": d.epoch_source,
         "notes": notes,

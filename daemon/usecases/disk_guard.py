@@ -15,16 +15,18 @@ as soon as it is back above its threshold.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import disk_guard, retention
-from ..core.disk_guard import GuardPlan, MinFree, RunFacts, Step, TrashEntry
+from ..core.disk_guard import GuardPlan, MinFree, OwnFile, RunFacts, Step, TrashEntry, is_copy
 from ..core.errors import CkptError, RemoteFailed
 from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.resume import resumability
-from ..fs import fsops
+from ..fs import fsops, temp_names
 from ..settings.config import Config, RootConfig
 
 if TYPE_CHECKING:  # SQLAlchemy: `ckpt status` reads the disk state without paying for it
@@ -57,6 +59,7 @@ class Relief:
     done: list[Step] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     free_after: int = 0
+    starved: bool = False  # a catalog write failed for lack of space (usecases.catalog_room)
 
     @property
     def freed(self) -> int:
@@ -149,7 +152,33 @@ def plan_for(config: Config, store: Store, fs: Guarded, *, tiering: bool = True)
         if t.root in fs.roots
     ]
     other = max(0, now.used - _catalogued_bytes(store, fs.roots))
-    return disk_guard.plan(now.free, threshold, runs, trash, other_bytes=other)
+    ours = [*_leftover_temps(fs.roots), *_spare_artifacts(store, fs.roots)]
+    return disk_guard.plan(now.free, threshold, runs, trash, other_bytes=other, ours=ours)
+
+
+def _leftover_temps(roots: tuple[str, ...]) -> list[OwnFile]:
+    """Our temp files and folders whose writer is gone (a killed copy, split, fetch)."""
+    found = []
+    for root in roots:
+        for path in temp_names.stale_temps(Path(root), time.time()):
+            try:
+                size = _bytes_of(path)
+            except OSError:
+                continue
+            found.append(OwnFile("temp", 0, str(path), size))
+    return found
+
+
+def _bytes_of(path: Path) -> int:
+    if not path.is_dir() or path.is_symlink():
+        return path.lstat().st_blocks * 512
+    return sum(p.lstat().st_blocks * 512 for p in path.rglob("*")) + path.lstat().st_blocks * 512
+
+
+def _spare_artifacts(store: Store, roots: tuple[str, ...]) -> list[OwnFile]:
+    return [
+        OwnFile("artifact", cid, path, size) for cid, path, size in store.spare_artifacts(roots)
+    ]
 
 
 def relieve(
@@ -178,10 +207,18 @@ def relieve(
         try:
             act(config, store, step, batch, actor)
             relief.done.append(step)
-        except (CkptError, OSError, KeyError) as exc:
+        except Exception as exc:
+            if not isinstance(exc, (CkptError, OSError, KeyError)):
+                from ..catalog import db
+
+                if not db.out_of_space(exc):
+                    raise
+                relief.starved = True  # the catalog's disk is full: the caller gives it room
             relief.failures.append(
                 {"id": step.id, "path": step.path, "error": guards.one_line(exc)}
             )
+            if relief.starved:
+                break
             if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
                 tiering = False
                 relief.plan = plan_for(config, store, fs, tiering=False)
@@ -200,14 +237,28 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
     if step.action == "purge":
         purge_early(config, store, step.id, step.reason, actor)
         return
+    if step.action == "remove" and step.id == 0:  # a leftover temp of ours: no row, no lease
+        fsops.remove_stale_temps(Path(step.path).parent, recursive=False)
+        return
     c = store.get(str(step.id))
-    # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone.
-    if c.status != CheckpointStatus.OK or c.pinned:
+    if step.action == "remove":  # an artifact of ours beside a checkpoint whole at its path
+        if c.status != CheckpointStatus.OK:
+            raise fsops.Refused(f"{c.path} is {c.status.value} now: its artifact is kept")
+        rail.remove_artifact(config, store, c, Path(step.path), reason=step.reason, actor=actor)
+        return
+    # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone
+    # (a kept copy may be standby: it holds what its file holds).
+    spare = c.version_of is not None and c.status == CheckpointStatus.STANDBY
+    if (c.status != CheckpointStatus.OK and not spare) or c.pinned:
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
-    # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now.
+    # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now
+    # (a kept copy is no training moment: never the newest, and it goes whole, first).
     ok = [planner_item(x, False) for x in run_checkpoints(store, c.root, c.run)]
-    if c.id in retention.newest([i for i in ok if i.status == CheckpointStatus.OK.value]):
+    files = [i for i in ok if i.status == CheckpointStatus.OK.value and not is_copy(i)]
+    if c.version_of is None and c.id in retention.newest(files):
         raise fsops.Refused(f"refused: {c.path} is its run's newest checkpoint now")
+    if c.version_of is not None and step.action != "trash":
+        raise fsops.Refused(f"refused: {c.path} is a kept copy: freed whole, never {step.action}d")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
     with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
         pruner.trash_decided(config, store, c, decision, batch, actor, lease)
@@ -216,19 +267,25 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
 
 def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
     """Purge a trashed checkpoint before its grace period, on the rail, `reason` in its audit
-    event; refused if it is no longer in the trash or is pinned."""
-    from . import rail
+    event; refused if it is no longer in the trash or is pinned, or if its remote copy, read
+    back now, is not there to stand for it (`trash.remote_gone`)."""
+    from . import rail, trash
 
     item = next((t for t in store.trashed(include_pinned=False) if t.id == checkpoint_id), None)
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
+    kept = trash.remote_gone(config, store, checkpoint_id, actor)
+    if kept is not None:  # its remote copy is gone or other bytes: the last copy stays
+        raise fsops.Refused(kept)
     rail.purge_trashed(config, store, item, actor, reason=reason)
 
 
 def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) -> RunFacts:
+    from ..core.query import ListQuery
     from ..core.tier_plan import NO_REMOTE
     from .retention_plan import (
         demotable,
+        own_rows,
         planner_item,
         protected_generations,
         run_checkpoints,
@@ -249,12 +306,17 @@ def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) ->
     items = tuple(
         planner_item(
             c,
-            demotable(c),
+            demotable(c) and c.version_of is None,  # a copy of ours goes whole, first
             previous.get(c.id),
             tier_blocked(config, c) if tiering else NO_REMOTE,
         )
         for c in found
     )
+    # Standby copies (what their file holds now: listed as the file) are ours to free too.
+    standby = own_rows(
+        store.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)), name
+    )
+    items += tuple(planner_item(c, False) for c in standby if c.version_of is not None)
     kept_by: dict[int, str] = {}
     if policy is not None and items:
         decided = retention.plan(items, policy).decisions
@@ -274,7 +336,8 @@ def _last_resumable(found: list[Checkpoint]) -> int | None:
 
     from .retention_plan import planner_item
 
-    able = [planner_item(c, False) for c in _ok(found) if may_resume(c)]
+    files = [c for c in _ok(found) if c.version_of is None]  # a copy is no training moment
+    able = [planner_item(c, False) for c in files if may_resume(c)]
     return max(able, key=retention.progress_key).id if able else None
 
 

@@ -20,6 +20,7 @@ from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus
 from ..settings.config import Config
 from . import rail, trash
+from .copy_room import check_copy
 from .tiering import is_archive, object_store, remote_of, require_copy
 
 _AT_PATH = {CheckpointStatus.OK, CheckpointStatus.INCOMPLETE, CheckpointStatus.CORRUPT}
@@ -40,6 +41,7 @@ def fetch(config: Config, store: Store, ref: str, *, to: Path | None, actor: str
         raise UsageError(f"{c.path} is {c.status.value}: nothing to fetch it for")
     copy = require_copy(store, c)
     _root, remote = remote_of(config, c)
+    check_copy(config, store, Path(c.path), c.size_bytes, "the fetched copy", actor=actor)
     chunks = object_store(remote).download(copy.key)
     rail.receive_checkpoint(config, store, c, chunks, actor, copy.url, archive=is_archive(c))
     return Path(c.path)
@@ -51,6 +53,7 @@ def _fetch_to(config: Config, store: Store, c: Checkpoint, to: Path) -> Path:
         raise UsageError(f"{c.path} is on the local disk: copy it (fetch is from the store)")
     copy = require_copy(store, c)
     _root, remote = remote_of(config, c)
+    check_copy(config, store, target, c.size_bytes, "the fetched copy", actor="cli")
     if is_archive(c):  # its files, under their recorded names, into the folder `to`
         if not target.is_dir():
             raise UsageError(f"--to {to}: a checkpoint of several files goes into a folder")

@@ -1,7 +1,7 @@
 """`ckpt verify --load` of folder checkpoints: an Orbax step folder restored with jax + orbax, a
-DCP folder with torch (`children.folder_load_probe`: a staged copy, as `nobody` when started as
-root; a DCP `.metadata` naming anything outside DCP's own records is refused, never unpickled
-for real), and the arrays it loaded compared with the weights the catalog indexed. A Hugging
+DCP folder with torch (`children.folder_load_probe`: a staged copy, in `children.sandbox`; a
+DCP `.metadata` naming anything outside DCP's own records is refused, never unpickled for
+real), and the arrays it loaded compared with the weights the catalog indexed. A Hugging
 Face folder with its inference folder (`children.hf_load_probe`): both loaded, their tensors
 compared byte for byte, and where transformers is installed both built with `from_pretrained`
 and asked the same question."""
@@ -17,13 +17,13 @@ from . import guards
 LIBRARIES = {Format.ORBAX: ("orbax", "orbax"), Format.TORCH_DCP: ("dcp", "torch")}
 
 
-def load(c: Checkpoint) -> tuple[bool, str]:
+def load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     """(ok, detail) of loading `c`, an Orbax or DCP folder, in a child."""
     from ..children import folder_load_probe
 
     kind, library = LIBRARIES.get(c.format, ("", "")) if c.format else ("", "")
     try:
-        result = folder_load_probe.probe(kind, Path(c.path))
+        result = folder_load_probe.probe(kind, Path(c.path), mode=mode)
     except (CkptError, OSError) as exc:
         return False, f"load with {library} not run: {guards.one_line(exc)}"
     if "missing" in result:
@@ -33,7 +33,7 @@ def load(c: Checkpoint) -> tuple[bool, str]:
     if "error" in result:
         return False, f"load with {library} failed: {result['error']}"
     arrays = {str(k): tuple(v) for k, v in dict(result["arrays"]).items()}
-    done = f"loads with {library} ({len(arrays)} arrays, as {result['user']})"
+    done = f"loads with {library} ({len(arrays)} arrays, {result['sandbox']})"
     differs = _differs(c, arrays)
     if differs:
         return False, f"{done}; differs from the catalog: {', '.join(differs[:5])}"
@@ -58,19 +58,19 @@ def _differs(c: Checkpoint, arrays: dict[str, tuple[int, ...]]) -> list[str]:
     return out
 
 
-def hf_inference(c: Checkpoint, inference: Path) -> tuple[bool, str]:
+def hf_inference(c: Checkpoint, inference: Path, mode: str) -> tuple[bool, str]:
     """(ok, detail) of loading the HF folder `c` and its inference folder in a child."""
     from ..children import hf_load_probe
 
     try:
-        result = hf_load_probe.probe(Path(c.path), inference)
+        result = hf_load_probe.probe(Path(c.path), inference, mode=mode)
     except (CkptError, OSError) as exc:
         return False, f"load with torch not run: {guards.one_line(exc)}"
     if "refused" in result:
         return False, f"load refused by torch (weights_only), nothing run: {result['refused']}"
     if "error" in result:
         return False, f"load failed: {result['error']}"
-    done = f"loads with torch, weights_only ({result['tensors']} tensors, as {result['user']})"
+    done = f"loads with torch, weights_only ({result['tensors']} tensors, {result['sandbox']})"
     if not result["identical"]:
         differs = ", ".join(result.get("differs") or []) or "no tensors"
         return False, f"{done}; inference folder holds different tensors: {differs}"

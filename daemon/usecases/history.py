@@ -19,6 +19,7 @@ from ..core.history import (
     members_of,
     versioned_run,
 )
+from ..core.log_alignment import Alignment
 from ..core.model import Checkpoint
 from ..core.query import ListQuery
 from ..core.usage import RootUsage, summarize
@@ -84,6 +85,9 @@ def _logged(
         logs = covered_logs(
             read_run_logs(folder, configured.path, configured.metrics_files, others), epochs
         )
+        # Rows at the checkpoints' epochs, as derivation lined them up (`core.log_alignment`).
+        details = store.run_details(root).get(run, {})
+        logs = logs.aligned(Alignment.of_json(details.get("log_alignment")))
     except ValueError as exc:  # the run's folder is not beneath its root any more
         return {}, [f"logs not read: {exc}"]
     by_epoch = {epoch: logs.values_at(epoch) for epoch in logs.by_epoch}

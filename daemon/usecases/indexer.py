@@ -179,7 +179,7 @@ class _Scan:
             self.report,
             actor=self.actor,
             rotated=functools.partial(
-                trainer_housekeeping.removed_by_trainer, self.store, known=self.known
+                trainer_housekeeping.removed_by_trainer, self.store, root=str(self.root.path)
             ),
         )
 

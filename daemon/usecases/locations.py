@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus
+from ..core.query import OFF_DISK
 from ..core.remote import Location, RemoteCopy, location, verified_copy
 
 if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
@@ -49,4 +50,21 @@ def filtered(
     for copy in store.remote_copies(c.id for c in found):
         copies.setdefault(copy.checkpoint_id, []).append(copy)
     kept = [c for c in found if location(c.status, copies.get(c.id, [])).value == wanted]
+    return kept if limit is None else kept[:limit]
+
+
+def with_tiered(store: Store, found: Sequence[Checkpoint], limit: int | None) -> list[Checkpoint]:
+    """The ordinary listing (`ckpt list` without --status) of `found` (every row): the rows
+    whose file is at its path, and the rows trashed or purged from the disk whose bytes are
+    only in the object store (a tiered checkpoint); never the other rows off the disk."""
+    off_disk = [c for c in found if c.status.value in OFF_DISK]
+    copies: dict[int, list[RemoteCopy]] = {}
+    for copy in store.remote_copies(c.id for c in off_disk):
+        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    kept = [
+        c
+        for c in found
+        if c.status.value not in OFF_DISK
+        or location(c.status, copies.get(c.id, [])) == Location.REMOTE
+    ]
     return kept if limit is None else kept[:limit]

@@ -245,8 +245,14 @@ def trash_decided(
     (its inference artifact stays in its place), then the file goes to the trash; a tier act
     is `usecases.tiering`'s (the local copy trashed only once the remote one verified). An
     abandoned folder save may go to the trash too, never while a process has a file of it open."""
-    if c.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED) or c.pinned:
-        raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
+    # A standby copy of ours holds what its file holds: the disk guard may free it, whole.
+    spare_copy = c.status == CheckpointStatus.STANDBY and c.version_of is not None
+    if c.status not in (CheckpointStatus.OK, CheckpointStatus.ABANDONED) and not spare_copy:
+        raise fsops.Refused(f"{c.path} is {c.status.value} now")
+    if c.pinned:
+        raise fsops.Refused(f"{c.path} is pinned now")
+    if spare_copy and decision.action != "trash":
+        raise fsops.Refused(f"{c.path} is a standby copy: only trashed, never {decision.action}")
     if c.status == CheckpointStatus.ABANDONED:
         if decision.action != "trash":
             raise fsops.Refused(f"{c.path} is abandoned: only trashed, never {decision.action}")

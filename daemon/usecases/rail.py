@@ -164,6 +164,37 @@ def purge_trashed(
         store.end_claim(event_id, item.id)
 
 
+def remove_artifact(
+    config: Config, store: Store, c: Checkpoint, path: Path, *, reason: str, actor: str
+) -> None:
+    """An artifact of ours beside `c` (whole at its path: the artifact is a second copy of its
+    weights) removed, under the run's lease, audited (`remove-artifact`): moved to the trash,
+    its row forgotten, then purged. Killed in between, the file left in the trash is adopted and
+    purged by the next reconcile of the trash; a row whose file is gone is only forgotten."""
+    root = guards.configured_root(config, c)
+    with (
+        run_lease(config, store, guards.run_id(store, c), actor) as lease,
+        store.audited(
+            action="remove-artifact",
+            checkpoint_id=c.id,
+            path=str(path),
+            reason=reason,
+            size=None,
+            actor=actor,
+            lease=lease,
+        ),
+    ):
+        if store.artifact_owner(str(path)) != c.id:
+            raise fsops.Refused(f"{path} is not an artifact of {c.path} now: left alone")
+        trashed = (
+            fsops.move_to_trash(root, [path], batch_name("guard"))
+            if fsops.identity(root, path) is not None
+            else []
+        )
+        store.forget_artifact(str(path))
+        fsops.purge(root, trashed)
+
+
 def restore_trashed(config: Config, store: Store, c: Checkpoint, actor: str) -> None:
     """Put a trashed checkpoint's files back where they were, under its run's lease, audited
     (`restore`); never over a file that is there now (fsops)."""

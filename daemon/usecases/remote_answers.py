@@ -11,14 +11,15 @@ optimizer state counts, as the disk guard counts it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format, Run
 from ..core.moments import progress_key
-from ..core.query import ListQuery
+from ..core.query import ListQuery, default_mode
 from ..core.remote import Location, RemoteCopy, location, verified_copy
 from ..core.resume import resumability
 from ..core.runs import run_scope
@@ -97,3 +98,31 @@ def may_resume(c: Checkpoint) -> bool:
     verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
     legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
     return verdict.resumable or legacy
+
+
+def runs(store: Store, found: list[Run]) -> list[Run]:
+    """`ckpt runs` with the store: a run's best checkpoint per metric, and its newest, can be
+    one only in the store (tiered), as `best` and `latest` answer; counts and bytes stay the
+    local disk's."""
+    tiered: dict[tuple[str, str], list[Checkpoint]] = {}
+    for c, _url in remote_only(store, None):
+        tiered.setdefault((c.root, c.run), []).append(c)
+    return [_with_tiered(r, tiered.get((r.root, r.name), [])) for r in found]
+
+
+def _with_tiered(run: Run, tiered: list[Checkpoint]) -> Run:
+    if not tiered:
+        return run
+    best, values = dict(run.best), dict(run.best_values)
+    for c in tiered:
+        for metric, value in c.metrics.items():
+            if value is None or math.isnan(value) or metric not in best:
+                continue  # a metric the run has no best of (no direction, or none local)
+            sign = 1.0 if default_mode(metric) == "min" else -1.0
+            mine = values.get(metric)
+            if mine is None or sign * value < sign * mine:
+                best[metric], values[metric] = c.path, float(value)
+    newest = max(tiered, key=lambda c: c.mtime)  # the run's newest is by mtime too (run_sql)
+    if run.newest_mtime_ns is None or newest.mtime * 1e9 > run.newest_mtime_ns:
+        return dataclasses.replace(run, best=best, best_values=values, newest=newest.path)
+    return dataclasses.replace(run, best=best, best_values=values)

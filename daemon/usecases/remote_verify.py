@@ -3,7 +3,14 @@ read back (`HEAD` with checksums): its size, the checksum the service reports of
 BLAKE3 in its metadata, against the catalog's record. A copy gone from the store is marked
 `missing`, one with other bytes or metadata `changed` (with the reason and an audit event):
 from then on it is never trusted (listings stop calling it a copy, `ckpt fetch` refuses it,
-its local copy is never freed on its account). A mismatch is reported, never "fixed".
+its local copy is never freed on its account). A mismatch is reported, never "fixed"; a copy
+that matches has its `verified_at` renewed.
+
+The same read-back guards the last local copy: `trash purge` (and the disk guard's early purge)
+of a checkpoint whose only other copy is remote reads that copy back first (`before_purge`),
+and the service reads back a sample of the copies verified longest ago on a schedule
+(`verify_sample`: `schedule.remote_verify`, `schedule.remote_sample`), so `location` does not
+say `remote` for days after the object went.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 from ..catalog.store import Store
 from ..core.errors import CkptError
 from ..core.model import Checkpoint
-from ..core.remote import RemoteCopy, RemoteState
+from ..core.remote import RemoteCopy, RemoteState, verified_copy
 from ..remote.s3 import RemoteObject
 from ..settings.config import Config
 from . import guards
@@ -57,6 +64,31 @@ def verify_remote(config: Config, store: Store, refs: list[str], *, actor: str) 
     return verdicts
 
 
+def verify_sample(config: Config, store: Store, count: int, *, actor: str) -> list[Verdict]:
+    """The `count` verified remote copies verified longest ago, each read back (the service's
+    `remote_verify` job: every copy in turn, a sample per pass)."""
+    copies = [c for c in store.remote_copies() if c.state == RemoteState.VERIFIED]
+    copies.sort(key=lambda c: (c.verified_at, c.id))
+    return [
+        _verify_one(config, store, store.get(str(copy.checkpoint_id)), copy, actor)
+        for copy in copies[:count]
+    ]
+
+
+def before_purge(config: Config, store: Store, checkpoint_id: int, *, actor: str) -> str | None:
+    """Why the trashed checkpoint's local copy must not be purged now: its verified remote copy,
+    read back this moment, is gone or other bytes (it is marked so: never trusted again), or the
+    store cannot be reached to tell. None: it matches, or there is none (then the trash copy is
+    not held on its account)."""
+    copy = verified_copy(store.remote_copies([checkpoint_id]))
+    if copy is None:
+        return None
+    verdict = _verify_one(config, store, store.get(str(checkpoint_id)), copy, actor)
+    if verdict.ok:
+        return None
+    return f"not purged, the local copy is the last one: {verdict.detail}"
+
+
 def _verify_one(
     config: Config, store: Store, c: Checkpoint, copy: RemoteCopy, actor: str
 ) -> Verdict:
@@ -67,6 +99,7 @@ def _verify_one(
         return Verdict(c.id, c.path, False, f"remote {copy.url}: {guards.one_line(exc)}")
     problem = differences(found, copy)
     if problem is None:
+        store.set_remote_state(copy.id, RemoteState.VERIFIED)  # its verified_at: now
         return Verdict(c.id, c.path, True, f"remote copy matches: {copy.url}")
     state = RemoteState.MISSING if found is None else RemoteState.CHANGED
     reason = f"found by verify --remote: {problem}"

@@ -11,7 +11,6 @@ the pass stops as soon as free space is back above the reserve.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,17 +24,10 @@ from ..core.space_reserve import Ours, ReservePlan, Step
 from ..core.units import iso_utc
 from ..settings.config import Config, RootConfig
 from . import disk_guard
+from .copy_room import Filesystem, filesystems, room_to_keep
 
 if TYPE_CHECKING:
     from ..catalog.store import Store
-
-
-@dataclass(frozen=True)
-class Filesystem:
-    """The roots on one filesystem."""
-
-    dev: int
-    roots: tuple[str, ...]
 
 
 @dataclass
@@ -52,37 +44,6 @@ class ReserveRelief:
         return sum(step.frees for step in self.done)
 
 
-def filesystems(config: Config) -> list[Filesystem]:
-    """Every root that exists, grouped by filesystem."""
-    groups: dict[int, list[str]] = {}
-    for root in config.roots:
-        try:
-            dev = os.stat(root.path).st_dev
-        except OSError:
-            continue
-        groups.setdefault(dev, []).append(str(root.path))
-    return [Filesystem(dev, tuple(paths)) for dev, paths in groups.items()]
-
-
-def reserve_of(config: Config, store: Store, fs: Filesystem) -> int:
-    """The reserve of `fs` in bytes, as the catalog and the filesystem are now."""
-    total = disk_guard.usage(fs.roots[0]).total
-    largest = store.largest_checkpoint(fs.roots)
-    return space_reserve.reserve_bytes(config.versions.reserve, total, largest)
-
-
-def capture_refusal(config: Config, store: Store, root: RootConfig, size: int) -> str | None:
-    """Why a copy of `size` bytes into `root` must not be made now, or None if it fits."""
-    fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
-    if fs is None:
-        return None  # the root is gone: the copy fails on its own, logged as lost
-    st = os.statvfs(fs.roots[0])
-    # The copy takes whole blocks: its size rounded up to the filesystem's block.
-    blocks = -(-size // st.f_frsize) * st.f_frsize if st.f_frsize else size
-    free = st.f_bavail * st.f_frsize
-    return space_reserve.capture_refusal(free, blocks, reserve_of(config, store, fs))
-
-
 def make_room(config: Config, store: Store, root: RootConfig, size: int, *, actor: str) -> int:
     """Before a capture of `size` bytes is skipped: versions in the trash (retention let them
     go) are purged, oldest trashed first, until the copy fits with the reserve left over.
@@ -90,7 +51,7 @@ def make_room(config: Config, store: Store, root: RootConfig, size: int, *, acto
     fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
     if fs is None:
         return 0
-    needed = size + reserve_of(config, store, fs)
+    needed = size + room_to_keep(config, store, fs, root)[0]
     relief = relieve(
         config,
         store,

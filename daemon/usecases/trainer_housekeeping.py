@@ -16,13 +16,18 @@ from ..core.model import Checkpoint, CheckpointStatus, Format
 _TRAINER_FORMATS = (Format.HF_FOLDER, Format.LIGHTNING)
 
 
-def removed_by_trainer(store: Store, path: str, known: Mapping[str, Known]) -> str | None:
-    """The reason a vanished `path` is its trainer's housekeeping, or None (then: missing)."""
+def removed_by_trainer(store: Store, path: str, root: str) -> str | None:
+    """The reason a vanished `path` (below `root`) is its trainer's housekeeping, or None
+    (then: missing). The folder's rows are read from the catalog now, not from what a scan
+    loaded when it began: a scan of the vanished path alone (a delete event) loads that row
+    only, and the trainer's newer file may have been indexed since."""
     folder, name = os.path.split(path)
+    if not trainer_keeps.may_be_rotated(name):
+        return None
     if trainer_keeps.hf_rotated(name, _subfolders(folder)):
         return trainer_keeps.HF_ROTATED
     if name.endswith(".ckpt"):
-        config = _newest_config(store, folder, known)
+        config = _newest_config(store, folder, store.known_under(root, folder))
         if trainer_keeps.lightning_rotated(name, config):
             return trainer_keeps.LIGHTNING_ROTATED
     return None

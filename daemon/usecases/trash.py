@@ -44,7 +44,9 @@ def purge(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[list[TrashedCheckpoint], list[dict[str, Any]]]:
     """Delete trashed checkpoints trashed more than `older_than` seconds ago (never a pinned
-    one), then the remote copies in the stores' trash as old. `should_stop` is asked before
+    one), then the remote copies in the stores' trash as old. A checkpoint whose remote copy
+    is its other copy keeps its local one when that copy, read back now, is gone or differs
+    (`remote_verify.before_purge`: a failure, the copy marked). `should_stop` is asked before
     each item. Returns (purged, failures)."""
     cutoff = iso_utc(time.time() - older_than)
     trashed = store.trashed(include_pinned=False)
@@ -61,11 +63,25 @@ def purge(
         if should_stop():
             break
         try:
+            kept = remote_gone(config, store, item.id, actor)
+            if kept is not None:
+                failures.append({"id": item.id, "path": item.path, "error": kept})
+                continue
             rail.purge_trashed(config, store, item, actor)
             purged.append(item)
         except (CkptError, OSError) as exc:
             failures.append({"id": item.id, "path": item.path, "error": guards.one_line(exc)})
     return purged, failures
+
+
+def remote_gone(config: Config, store: Store, checkpoint_id: int, actor: str) -> str | None:
+    """Why a trashed checkpoint's local copy must stay: `remote_verify.before_purge`, asked
+    only where a remote store is configured."""
+    if not uses_remote(config):  # no store configured: no copy of ours is anywhere else
+        return None
+    from .remote_verify import before_purge
+
+    return before_purge(config, store, checkpoint_id, actor=actor)
 
 
 def parse_older_than(text: str | None, config: Config) -> float:

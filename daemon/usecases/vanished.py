@@ -67,6 +67,33 @@ def mark(
             else:  # its own trainer removed it: not an anomaly
                 report.removed.append((path, reason))
             event(status.value, path=path, reason=reason)
+    _judged_again(store, unseen, prefix, where, rotated, report, actor)
+
+
+def _judged_again(
+    store: Store,
+    unseen: list[tuple[str, Known]],
+    prefix: str,
+    where: str,
+    rotated: Callable[[str], str | None],
+    report: ScanReport,
+    actor: str,
+) -> None:
+    """Rows marked `missing` by an earlier scan that the trainer's newer save shows were its
+    own rotation: Lightning deletes the file it drops from its top-k right after saving the
+    one that lists the new top-k, so a scan in between (the new file not complete yet) saw a
+    deletion nothing explained. Only HF `checkpoint-N` and `.ckpt` rows are looked at again."""
+    for path, known in unseen:
+        if known.status != CheckpointStatus.MISSING:
+            continue
+        if not (path == where or path.startswith(prefix)):
+            continue
+        reason = rotated(path)
+        if reason is None:
+            continue
+        store.mark([known.id], CheckpointStatus.REMOVED, reason, actor_name=actor)
+        report.removed.append((path, reason))
+        event(CheckpointStatus.REMOVED.value, path=path, reason=reason)
 
 
 def _why_gone(

@@ -9,17 +9,20 @@ and retention stop treating it as ok; it is worth a human's look.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..catalog.store import Store
+from ..children.sandbox import UNSANDBOXED
 from ..core.errors import CkptError
 from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
 from ..fs.hashing import hash_artifact, hash_files
+from ..logs import event
 from ..settings.config import Config
 from . import folder_load, folder_units, guards
 
@@ -92,13 +95,16 @@ def _verdicts(
     for a in full.details.get("artifacts", []):
         note(_artifact(c, a))
     if load:
-        note(_load(full))
+        loaded = _load(full, config.load_sandbox)
+        if UNSANDBOXED in loaded.detail:  # `load_sandbox: warn`: said every time
+            event("load_unsandboxed", level=logging.WARNING, path=c.path, detail=loaded.detail)
+        note(loaded)
     return found
 
 
-def _load(c: Checkpoint) -> Verdict:
+def _load(c: Checkpoint, mode: str) -> Verdict:
     """Load with the Keras that wrote it (tf-keras for Keras 2 files) in a child process that
-    runs none of the file's code and, started as root, runs as `nobody`
+    runs none of the file's code, sandboxed (`children.sandbox`; `mode`: `load_sandbox`)
     (`children.keras_load_probe`)."""
     from ..children import keras_load_probe
 
@@ -106,11 +112,11 @@ def _load(c: Checkpoint) -> Verdict:
         # unreadable: the reader already said what is wrong, no loader is handed it
         return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
     if c.format in TORCH_LOADED:
-        return _torch_load(c)
+        return _torch_load(c, mode)
     if c.format in folder_load.LIBRARIES:
         if c.status != CheckpointStatus.OK:
             return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
-        return Verdict(c.id, c.path, *folder_load.load(c))
+        return Verdict(c.id, c.path, *folder_load.load(c, mode))
     if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
         return Verdict(
             c.id,
@@ -121,7 +127,7 @@ def _load(c: Checkpoint) -> Verdict:
     library = "tf_keras" if str(c.details.get("keras_version") or "").startswith("2.") else "keras"
     inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
     try:
-        result = keras_load_probe.probe(library, [Path(c.path), *map(Path, inference)])
+        result = keras_load_probe.probe(library, [Path(c.path), *map(Path, inference)], mode=mode)
     except (CkptError, OSError) as exc:
         return Verdict(c.id, c.path, False, f"load with {library} not run: {guards.one_line(exc)}")
     if "refused" in result:
@@ -129,7 +135,7 @@ def _load(c: Checkpoint) -> Verdict:
         return Verdict(c.id, c.path, False, f"load refused, nothing of the file run: {reasons}")
     if "error" in result:
         return Verdict(c.id, c.path, False, f"load with {library} failed: {result['error']}")
-    user = f" (as {result['user']})" if result.get("user") else ""
+    user = f" ({result['sandbox']})" if result.get("sandbox") else ""
     if result["identical"] is None:
         return Verdict(c.id, c.path, True, f"loads with {library}{user}")
     same = bool(result["identical"])
@@ -148,9 +154,9 @@ TORCH_LOADED = frozenset(
 _HF_WEIGHTS = ("model*.safetensors", "pytorch_model*.bin")
 
 
-def _torch_load(c: Checkpoint) -> Verdict:
+def _torch_load(c: Checkpoint, mode: str) -> Verdict:
     """Load with torch in a child (`children.torch_load_probe`: `weights_only=True`, or
-    safetensors; as `nobody` when started as root), and compare its inference artifact's
+    safetensors; sandboxed), and compare its inference artifact's
     tensors with the checkpoint's. An HF folder: its weight files."""
     from ..children import torch_load_probe
 
@@ -159,10 +165,10 @@ def _torch_load(c: Checkpoint) -> Verdict:
         paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
     inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
     if inference and c.format == Format.HF_FOLDER and Path(inference[0]).is_dir():
-        return Verdict(c.id, c.path, *folder_load.hf_inference(c, Path(inference[0])))
+        return Verdict(c.id, c.path, *folder_load.hf_inference(c, Path(inference[0]), mode))
     artifact = Path(inference[0]) if inference and Path(inference[0]).is_file() else None
     try:
-        result = torch_load_probe.probe(paths, artifact)
+        result = torch_load_probe.probe(paths, artifact, mode=mode)
     except (CkptError, OSError) as exc:
         return Verdict(c.id, c.path, False, f"load with torch not run: {guards.one_line(exc)}")
     if "refused" in result:
@@ -174,7 +180,7 @@ def _torch_load(c: Checkpoint) -> Verdict:
         )
     if "error" in result:
         return Verdict(c.id, c.path, False, f"load with torch failed: {result['error']}")
-    done = f"loads with torch, weights_only ({result['tensors']} tensors, as {result['user']})"
+    done = f"loads with torch, weights_only ({result['tensors']} tensors, {result['sandbox']})"
     if result["identical"] is None:
         return Verdict(c.id, c.path, True, done)
     same = bool(result["identical"])

@@ -31,6 +31,7 @@ from ..fs.hashing import hash_files
 from ..logs import event
 from ..settings.config import Config, RootConfig
 from . import guards, rail
+from .copy_room import check_copy
 
 
 class _Torn(Exception):
@@ -103,16 +104,17 @@ def _skipped_for_space(
     config: Config, store: Store, root: RootConfig, source: Source, actor: str
 ) -> bool:
     """Our copy never takes the space a trainer needs (core.space_reserve): below the file's
-    size plus the reserve (once versions in the trash are purged to make room), this
+    size plus the reserve, or plus `min_free` where that is more (usecases.copy_room), once
+    versions in the trash are purged to make room, this
     generation is not kept; logged, and audited as `capture-skipped` (the
     `ckpt_capture_skipped_total` counter)."""
-    from . import space_reserve
+    from . import copy_room, space_reserve
 
-    why = space_reserve.capture_refusal(config, store, root, source.stat.size)
+    why = copy_room.capture_refusal(config, store, root, source.stat.size)
     if why is not None and space_reserve.make_room(
         config, store, root, source.stat.size, actor=actor
     ):
-        why = space_reserve.capture_refusal(config, store, root, source.stat.size)
+        why = copy_room.capture_refusal(config, store, root, source.stat.size)
     if why is None:
         return False
     first = store.record_capture_skipped(
@@ -232,6 +234,10 @@ def restore_version(
         capture(config, store, root, current.id, actor=actor, force=True)
         if current.hash not in {v.hash for v in store.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
+    # Its copy is written beside the file before the swap: the same room as any copy of ours.
+    check_copy(
+        config, store, Path(absolute), chosen.size_bytes, "the restored version", actor=actor
+    )
     rail.put_version_back(
         config,
         store,

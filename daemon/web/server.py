@@ -1,9 +1,12 @@
 """The web view's HTTP server: `ckpt serve` runs it on a thread of its own when
 `service.web_listen` is set (like `/metrics`), `ckpt web` in the foreground.
 
-One thread answers every request in turn, with its own catalog connection: pages only read
-(SQLite's WAL lets the indexer write meanwhile), the thread runs at a lower CPU priority than
-the indexer, and a page that fails answers 500 without touching the service. GET and HEAD only:
+Each connection is read on a thread of its own, at most `connections.MAX_CONNECTIONS` at once
+(one beyond: 503 at once), each request within a deadline for the whole of it however slowly
+its bytes come (`web.connections`): a slow client holds only its own connection. The pages are
+drawn one at a time, from one catalog connection: pages only read (SQLite's WAL lets the
+indexer write meanwhile), the threads run at a lower CPU priority than the indexer, and a page
+that fails answers 500 without touching the service. GET and HEAD only:
 every other method is 405. On a non-loopback address every request must carry the token of
 `service.web_token_file` (an `Authorization: Bearer` header, or `?token=` once: a cookie then
 carries it), compared in constant time."""
@@ -16,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from http import cookies
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -25,22 +28,39 @@ from ..logs import event
 from ..settings.config import Config
 from ..settings.operations import Listen
 from ..settings.web_view import WebView, read_token
+from . import connections
 from .app import SECURITY_HEADERS, Response, WebApp
 
 COOKIE = "ckpt_web_token"
-REQUEST_TIMEOUT_SECONDS = 10  # a stalled client must not hold the one serving thread
 NICE = 10  # below the indexer: pages never slow indexing down
 
 
 class WebServer:
     """Serves `view.listen` until `stop()`; `port` is the bound one (0 in the config: a free
-    port, named in the `web_listening` log line)."""
+    port, named in the `web_listening` log line). `max_connections`, `request_deadline` and
+    `response_timeout`: `web.connections`' bounds (the tests make them small)."""
 
-    def __init__(self, view: WebView, open_catalog: Callable[[], Catalog]) -> None:
+    def __init__(
+        self,
+        view: WebView,
+        open_catalog: Callable[[], Catalog],
+        *,
+        max_connections: int = connections.MAX_CONNECTIONS,
+        request_deadline: float = connections.REQUEST_DEADLINE_SECONDS,
+        response_timeout: float = connections.RESPONSE_TIMEOUT_SECONDS,
+    ) -> None:
         self.view = view
         self.token = read_token(view)
         self.app = WebApp(open_catalog)
-        self._httpd = _Server((view.listen.host, view.listen.port), _handler(self))
+        self.drawing = threading.Lock()  # one page at a time: one catalog connection, one cache
+        self.request_deadline, self.response_timeout = request_deadline, response_timeout
+        self._httpd = connections.BoundedServer(
+            (view.listen.host, view.listen.port),
+            _handler(self),
+            max_connections=max_connections,
+            request_deadline=request_deadline,
+            response_timeout=response_timeout,
+        )
         self.port = int(self._httpd.server_address[1])
         self.address = Listen(view.listen.host, self.port)
         self._thread: threading.Thread | None = None
@@ -67,7 +87,9 @@ class WebServer:
             self.app.warm()
             self._httpd.serve_forever(poll_interval=0.5)
         finally:
-            self.app.close()
+            self._httpd.stop_connections()  # no request thread reads the catalog after this
+            with self.drawing:
+                self.app.close()
 
     def stop(self) -> None:
         self._httpd.shutdown()
@@ -100,18 +122,20 @@ class WebServer:
         return host in {"localhost", "127.0.0.1", "::1", self.view.listen.host.lower()}
 
 
-class _Server(HTTPServer):
-    allow_reuse_address = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        event("web_request_failed", level=30, client=str(client_address[0]))
-
-
 def _handler(server: WebServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        timeout = REQUEST_TIMEOUT_SECONDS
         server_version = "ckpt-web"
         sys_version = ""
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # read within the request's deadline instead, however slowly
+            self.rfile = connections.reader(self.connection, server.request_deadline)
+
+        def parse_request(self) -> bool:
+            parsed = super().parse_request()  # the request line read, the headers here
+            self.connection.settimeout(server.response_timeout)  # sendall: in all
+            return parsed
 
         def do_GET(self) -> None:
             self._answer(body=True)
@@ -147,7 +171,9 @@ def _handler(server: WebServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            self._send(server.app.respond(split.path, params), body)
+            with server.drawing:
+                response = server.app.respond(split.path, params)
+            self._send(response, body)
 
         def _send(self, response: Response, body: bool) -> None:
             self.send_response(response.status)

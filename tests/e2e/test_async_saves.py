@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ckpt_daemon.api import open_catalog
 from ckpt_daemon.catalog.store import Store
+from ckpt_daemon.children.sandbox import CONFINED as SANDBOXED
 from ckpt_daemon.cli import documents
 from ckpt_daemon.core.retention import Policy
 from ckpt_daemon.service.hooks import HookRunner, Notifications
@@ -168,9 +169,9 @@ def test_killed_save_is_incomplete_then_abandoned_and_never_answers(
         verdicts = cat.verify([str(dcp), str(orbax)], load=True)
         loads = [v.detail for v in verdicts if v.detail.startswith("load")]
         assert [v.ok for v in verdicts] == [True] * 4, verdicts
-        assert loads[0].startswith("loads with torch (16 arrays, as "), loads
+        assert loads[0].startswith(f"loads with torch (16 arrays, {SANDBOXED})"), loads
         assert loads[0].endswith("the 4 indexed weights' shapes match")
-        assert loads[1].startswith("loads with orbax (3 arrays, as "), loads
+        assert loads[1].startswith(f"loads with orbax (3 arrays, {SANDBOXED})"), loads
         assert loads[1].endswith("the 3 indexed weights' shapes match")
         # a `.metadata` swapped for a hostile pickle after it was indexed: refused, never run
         (swapped / ".metadata").write_bytes(pickle.dumps(_System(f"touch {outside / 'PWNED'}"), 4))

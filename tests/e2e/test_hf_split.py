@@ -131,6 +131,13 @@ def test_split_trainer_folders_into_inference_folders_that_from_pretrained_loads
 
     again = ws.json("split", str(rows["hf/out/checkpoint-6"]["id"]))  # its own: kept as it is
     assert again["hash"] == results["checkpoint-6"]["hash"], again
+    # The share is of the whole folder (optimizer and trainer state too), not of what was copied.
+    for name in sources:
+        whole = sum(len(data) for data, _mtime in before[name]["files"].values())
+        assert results[name]["source_bytes"] == whole > results[name]["bytes"], name
+    said = ws.run("split", str(rows["hf/out/checkpoint-6"]["id"])).stdout.splitlines()[0]
+    share = results["checkpoint-6"]["bytes"] / results["checkpoint-6"]["source_bytes"]
+    assert said.endswith(f"({share:.0%} of hf/out/checkpoint-6)") and share < 0.995, said
     for verb, ref, word in (
         ("compress", "hf/out/checkpoint-6", "Hugging Face folder"),
         ("split", "pretrained/tiny", "no optimizer state"),

@@ -70,8 +70,9 @@ def test_without_run_several_runs_is_a_usage_error(scanned: Workspace) -> None:
 def test_json_is_the_row_and_why_it_resumes(scanned: Workspace) -> None:
     doc = scanned.json("latest", "--run", "k3/tfckpt")
     row_fields = set(checkpoint_json(_any_row(scanned)))
-    added = {"resumable", "resume_reason", "passed_over", "location", "remote_url"}
-    assert set(doc) == row_fields | added
+    added = {"resumable", "resume_reason", "passed_over", "preferred_over", "location"}
+    assert set(doc) == row_fields | added | {"remote_url"}
+    assert doc["preferred_over"] is None  # ckpt-2 is no file its trainer rewrites
     assert (doc["location"], doc["remote_url"]) == ("local", None)  # no `remote:` configured
     assert doc["passed_over"] == []  # the newest ok checkpoint resumes: nothing passed over
     assert doc["path"] == str(scanned.root / "k3/tfckpt/ckpt-2")

@@ -4,6 +4,8 @@ links land on docs pages, and the CLI contract page documents every command."""
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 from ckpt_daemon.cli.main import all_commands
@@ -100,3 +102,77 @@ def test_the_install_steps_work_on_an_externally_managed_python() -> None:
     assert any(s.startswith("sudo /opt/ckpt/bin/pip install .") for s in steps)
     assert any(s.startswith("sudo ln -s /opt/ckpt/bin/ckpt /usr/local/bin/ckpt") for s in steps)
     assert any("pipx install ." in text for text in pages.values())
+
+
+def test_the_first_command_makes_its_venv_and_says_where_serve_remembers_its_config() -> None:
+    """Issue 41: on Debian/Ubuntu's system Python the first line's `pip install` failed (PEP
+    668); it makes and activates a venv first, and the tour's second terminal activates it.
+    `ckpt serve` writes its config's path where every other `ckpt` looks (the README says it)."""
+    first = README.split("```sh\n", 1)[1].splitlines()[0]
+    assert first.startswith("python3 -m venv .venv && . .venv/bin/activate && python3 -m pip")
+    assert first.endswith(" && ckpt serve"), first
+    lobby = README.split("## A one-minute tour", 1)[0]
+    assert "in a virtualenv" in lobby and "PEP 668" in lobby and "pipx install ." in lobby
+    assert "~/.local/state/ckpt/serve-config" in lobby
+    tour = README.split("## A one-minute tour", 1)[1].split("```sh\n", 1)[1].splitlines()
+    assert tour[0].startswith(". .venv/bin/activate ")
+    getting_started = (REPO / "docs" / "getting-started.md").read_text()
+    assert f"\n{first}\n" in getting_started and "serve-config" in getting_started
+    from ckpt_daemon.settings.locations import REMEMBERED_NAME
+
+    assert REMEMBERED_NAME == "serve-config"
+
+
+def _service_steps() -> list[str]:
+    page = (REPO / "docs" / "service.md").read_text()
+    block = page.split("## Run as a service", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines()]
+
+
+def test_the_service_steps_create_the_group_and_user_they_use(tmp_path: Path) -> None:
+    """Issue 41: `useradd --groups trainers ckpt` assumed a `trainers` group. The documented
+    groupadd/useradd/usermod lines run for real, on a copy of the account files (shadow's
+    `--prefix`): each succeeds in order, the daemon's user is in the group the system unit
+    names, and a training user joins it."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text(
+        "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/bash\n"
+    )
+    (etc / "group").write_text("root:x:0:\nalice:x:1000:\n")
+    (etc / "shadow").write_text("root:*:19000:0:99999:7:::\nalice:*:19000:0:99999:7:::\n")
+    (etc / "gshadow").write_text("root:*::\nalice:!::\n")
+    for name in ("shadow", "gshadow"):
+        (etc / name).chmod(0o600)
+    accounts = [
+        s for s in _service_steps() if s.split()[:2][-1] in ("groupadd", "useradd", "usermod")
+    ]
+    assert [s.split()[1] for s in accounts] == ["groupadd", "useradd", "usermod"], accounts
+    for step in accounts:
+        words = shlex.split(step)
+        assert words[0] == "sudo", step
+        done = subprocess.run(
+            [words[1], "--prefix", str(tmp_path), *words[2:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, (step, done.stderr)
+    groups = {line.split(":")[0]: line.split(":") for line in (etc / "group").read_text().split()}
+    users = {line.split(":")[0]: line.split(":") for line in (etc / "passwd").read_text().split()}
+    unit = (REPO / "systemd" / "ckpt-daemon.service").read_text()
+    group = re.search(r"^Group=(\S+)$", unit, re.M)
+    user = re.search(r"^User=(\S+)$", unit, re.M)
+    assert group and user and group[1] in groups and user[1] in users
+    assert users[user[1]][3] == groups[group[1]][2]  # the daemon's primary group: the unit's
+    assert "alice" in groups[group[1]][3].split(",")  # a trainer joined it
+
+
+def test_the_service_steps_say_what_the_trainer_side_must_do() -> None:
+    """Group-writable, setgid run folders and trainers with umask 002: said, and made by steps."""
+    steps = _service_steps()
+    assert any(s.startswith("sudo install -d") and "-m 2775" in s for s in steps), steps
+    assert any("chmod g+s" in s for s in steps) and any("g+rwX" in s for s in steps)
+    page = (REPO / "docs" / "service.md").read_text()
+    assert "**`umask 002`**" in page and "UMask=0002" in page
+    assert "ReadWritePaths=/srv/training" in (REPO / "systemd" / "ckpt-daemon.service").read_text()

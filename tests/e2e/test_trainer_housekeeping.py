@@ -6,12 +6,15 @@ Lightning file's `best_k_models` no longer lists (`save_top_k`) are `removed by 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from tests.support import Workspace
 from tests.support.hf_runs import load_truth
+from tests.support.torch_runs import LIGHTNING_TRUTH
 
 
 def _rows(ws: Workspace) -> dict[str, dict[str, Any]]:
@@ -76,3 +79,45 @@ def test_what_the_trainer_names_its_best_is_protected(
     ]
     assert len(kept_by_lightning) == 2, decisions
     assert all(any("best_k_models" in r for r in d["reasons"]) for d in kept_by_lightning)
+
+
+def test_a_top_k_deletion_seen_before_the_next_save_is_indexed_becomes_removed(
+    workspace: Workspace, torch_files: Path
+) -> None:
+    """Lightning saves epoch N's file, then deletes the file it drops from its top-k: a scan in
+    between (the new file not complete yet, or a scan of the deleted path alone, as the
+    daemon's delete event starts) sees a deletion the newest file does not explain yet. Once
+    the new file is in, the row is the trainer's rotation (issue 41: "3 missing" in the web
+    view for a plain save_top_k run)."""
+    ws = workspace
+    source = torch_files / "pl" / "ckpts"
+    ckpts = ws.root / "pl" / "ckpts"
+    ckpts.mkdir(parents=True)
+    older, newer = sorted(p.name for p in source.glob("epoch=*.ckpt"))
+    assert older.startswith("epoch=1-") and newer.startswith("epoch=2-")
+    logged = json.loads((torch_files / "pl" / LIGHTNING_TRUTH).read_text())["logged_val_loss"]
+    # The epoch-0 file as it was before the epoch-2 save deleted it (its real name: epoch 1's
+    # best_k_models lists it), a little older than epoch 1's.
+    first = ckpts / f"epoch=0-step=4-val_loss={logged['0']:.3f}.ckpt"
+    shutil.copy2(source / older, ckpts / older)
+    shutil.copy2(source / older, first)
+    stamp = (ckpts / older).stat().st_mtime - 60
+    os.utime(first, (stamp, stamp))
+    ws.run("scan")
+    first.unlink()  # the trainer's epoch-2 save, its file not here yet
+    ws.run("scan", str(first))  # the delete event's scan of that path alone
+    assert _rows(ws)[first.name]["status"] == "missing"  # nothing explains it yet
+    shutil.copy2(source / newer, ckpts / newer)
+    shutil.copy2(source / "last.ckpt", ckpts / "last.ckpt")
+    report = ws.json("scan")
+    row = _rows(ws)[first.name]
+    assert row["status"] == "removed" and "save_top_k" in row["reason"], row
+    assert [r["path"] for r in report["removed"]] == [str(first)], report
+    assert _rows(ws)[older]["status"] == _rows(ws)[newer]["status"] == "ok"
+    # A delete event's scan of the rotated path alone, after the new file is in: removed too.
+    shutil.copy2(source / older, first)
+    os.utime(first, (stamp, stamp))
+    ws.run("scan")
+    first.unlink()
+    ws.run("scan", str(first))
+    assert _rows(ws)[first.name]["status"] == "removed"

@@ -57,7 +57,7 @@ def test_job_names_are_compared_as_the_enum_never_as_strings() -> None:
 
 
 def test_the_schedule_has_one_key_per_job_and_the_shipped_config_sets_each() -> None:
-    expected = JOB_NAMES | {"misfire_grace"}
+    expected = JOB_NAMES | {"misfire_grace", "remote_sample"}
     assert {f.name for f in fields(Schedule)} == expected
     assert set(SCHEDULE_KEYS) == expected
     shipped = yaml.safe_load((REPO / "config.yaml").read_text())["schedule"]
@@ -72,6 +72,7 @@ def test_a_schedule_key_reaches_its_job(tmp_path: Path) -> None:
     path.write_text(
         f"state_dir: {tmp_path / 'state'}\nroots:\n  - path: {tmp_path / 'runs'}\n"
         f"retention: {{keep_last: 3}}\nartifacts: {{split_after: 1h}}\nschedule:\n{schedule}"
+        "remote: {url: s3://ckpt-test-bucket/team}\n"  # the remote_verify job needs a store
     )
     config = config_module.load(str(path))
     assert {job: config.schedule.every(job) for job in JobName} == seconds

@@ -1,7 +1,8 @@
 """`latest` on a real catalog: both readers (`store_reads`, `sqlite_reads`) give the same answer,
 and it is the one an independent oracle gives (most iterations, then epoch, step, mtime, id;
-`core.resume` for --resumable); ties, runs below a run, and the stat guard of `best`/`latest`
-that skips files changed behind the catalog's back."""
+`core.resume` for --resumable; a file its trainer rewrites, named without a number, passed over
+for a file of the same epoch and step that is not: issue 41); ties, runs below a run, and the
+stat guard of `best`/`latest` that skips files changed behind the catalog's back."""
 
 from __future__ import annotations
 
@@ -93,8 +94,8 @@ def oracle(db_file: Path, run: str | None, resumable: bool) -> str | None:
     with sqlite3.connect(db_file) as conn:
         rows = conn.execute(
             "SELECT c.id, c.path, r.name, c.format, c.kind, c.optimizer_bytes, c.keras_version,"
-            " c.iterations, c.epoch, c.step, c.mtime_ns FROM checkpoints c JOIN runs r"
-            " ON r.id = c.run_id WHERE c.status = 'ok'"
+            " c.iterations, c.epoch, c.step, c.mtime_ns, c.generation FROM checkpoints c"
+            " JOIN runs r ON r.id = c.run_id WHERE c.status = 'ok'"
         ).fetchall()
     scoped = [r for r in rows if run is None or r[2] == run or r[2].startswith(run + "/")]
     if resumable:
@@ -110,7 +111,19 @@ def oracle(db_file: Path, run: str | None, resumable: bool) -> str | None:
             out += [value is None, -(value or 0)]
         return (*out, -r[10], -r[0])
 
-    return min(scoped, key=key)[1] if scoped else None
+    if not scoped:
+        return None
+    winner = min(scoped, key=key)
+    if not _rewritten(winner) or (winner[8], winner[9]) == (None, None):
+        return str(winner[1])
+    twins = [r for r in scoped if (r[8], r[9]) == (winner[8], winner[9]) and not _rewritten(r)]
+    return str(min(twins, key=key)[1] if twins else winner[1])
+
+
+def _rewritten(r: Any) -> bool:
+    """A name without a digit before its suffix (`full.h5`, `last.ckpt`), or seen rewritten."""
+    stem = Path(r[1]).name.rsplit(".", 1)[0].removesuffix(".weights")  # w.02.weights.h5: w.02
+    return r[11] > 1 or not any(ch.isdigit() for ch in stem)
 
 
 TIES = {

@@ -12,6 +12,8 @@ writes::
     OUT/trainer-sharded/out/checkpoint-N/  a second run (max_steps 4) whose model saves in
                                     shards (`save_pretrained(max_shard_size="10KB")`, as a big
                                     model's does) with its tokenizer (`processing_class`)
+    OUT/trainer-tb/out/             the same Trainer run with `report_to="tensorboard"` (its
+                                    events in `out/runs/`), as most users run it
     OUT/pretrained/tiny/            `save_pretrained`, one model.safetensors
     OUT/sharded/tiny/               `save_pretrained(max_shard_size="10KB")`: shards + index
     OUT/sharded-bin/tiny/           `pytorch_model-0000k-of-0000n.bin` shards + index, config.json
@@ -133,7 +135,9 @@ def write_sharded_trainer(run: Path) -> dict[str, Any]:
     return {"output_dir": "out", "folders": folders}
 
 
-def write_trainer(run: Path) -> dict[str, Any]:
+def write_trainer(run: Path, report_to: str = "none") -> dict[str, Any]:
+    """A Trainer run; `report_to="tensorboard"`: as most users run it, with the TensorBoard
+    events HF writes by default (`out/runs/<date>_<host>/`: `train/loss`, `eval/runtime`, ...)."""
     import numpy as np
     from safetensors.torch import load_file
     from transformers import Trainer, TrainingArguments
@@ -155,7 +159,7 @@ def write_trainer(run: Path) -> dict[str, Any]:
         metric_for_best_model="eval_accuracy",  # flat here: the best stays checkpoint-2
         per_device_train_batch_size=8,
         use_cpu=True,
-        report_to="none",
+        report_to=report_to,
         dataloader_num_workers=0,
         seed=0,
     )
@@ -228,6 +232,9 @@ def write_all(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     truth = {"trainer": write_trainer(out / "trainer"), **write_pretrained(out)}
     truth["trainer-sharded"] = write_sharded_trainer(out / "trainer-sharded")
+    # tensorboard writes with its own stub, as without TensorFlow (not ~10 CPU s importing it).
+    sys.modules.setdefault("tensorflow", None)  # type: ignore[arg-type]
+    truth["trainer-tb"] = write_trainer(out / "trainer-tb", report_to="tensorboard")
     (out / HF_TRUTH).write_text(json.dumps(truth, indent=1, default=str))
 
 

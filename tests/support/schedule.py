@@ -26,6 +26,7 @@ SLOWEST_FIRST = (
     "integration/test_compress.py",
     "e2e/test_trust_labels.py",
     "e2e/test_disk_pressure.py",
+    "e2e/test_full_disk_guard.py",
     "e2e/test_version_crash_campaign.py",
     "e2e/test_packaging.py",
     "e2e/test_first_hour.py",
@@ -38,6 +39,7 @@ SLOWEST_FIRST = (
     "integration/test_catalog.py",
     "e2e/test_postgres_catalog.py",
     "e2e/test_docs_site.py",
+    "e2e/test_documented_commands.py",
 )
 
 

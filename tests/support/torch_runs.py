@@ -6,6 +6,10 @@ Usage (always in a child process: the pytest process never imports torch)::
     python3 tests/support/torch_runs.py --files OUT       # OUT/plain/..., OUT/plain-truth.json
     python3 tests/support/torch_runs.py --lightning RUN   # RUN/ckpts/*.ckpt, RUN/logs/, RUN/tb/
 
+The set also holds `loop/` (a PyTorch user's own loop, tests/support/plain_torch_loop.py:
+`loop/plain` with a 0-based `metrics.csv` and TensorBoard tags, `loop/tbonly` with TensorBoard
+alone; their truth in `loop-truth/`).
+
 The truth is what the frameworks report: the state dicts and optimizers as the writer holds
 them, and each Lightning checkpoint loaded back with `torch.load` in this (trusted) process,
 plus the monitored value Lightning logged at each epoch (`trainer.callback_metrics`).
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pytest
 
-VERSION = 5
+VERSION = 7
 PLAIN_TRUTH = "plain-truth.json"
 LIGHTNING_TRUTH = "lightning-truth.json"
 GENERATE_TIMEOUT_S = 900
@@ -291,6 +295,15 @@ def _write_all(fresh: Path) -> Path:
     cached = os.environ.get("CKPT_TORCH_FIXTURES")
     generate("files", fresh)
     generate("lightning", fresh / "pl")
+    loop = Path(__file__).with_name("plain_torch_loop.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TF_CPP_MIN_LOG_LEVEL="3")
+    runs = [str(fresh / "loop" / "plain"), f"{fresh / 'loop' / 'tbonly'}:tb"]
+    cmd = [sys.executable, str(loop), str(fresh / "loop-truth"), *runs]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, env=env
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"plain_torch_loop failed:\n{result.stdout}\n{result.stderr}")
     (fresh / "version").write_text(str(VERSION))
     if cached and not Path(cached).exists():  # fill the cache for the next session
         shutil.copytree(fresh, cached, copy_function=shutil.copy2)

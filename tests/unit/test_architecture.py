@@ -102,6 +102,7 @@ PROGRAMS = {
     "children.torch_load_probe",
     "children.folder_load_probe",
     "children.hf_load_probe",
+    "children.sandbox",
 }
 
 

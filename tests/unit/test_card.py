@@ -209,3 +209,17 @@ def test_weights_with_optimizer_state_are_not_called_weights_only() -> None:
         card.facts(_doc(format="safetensors", kind="weights", optimizer_bytes=0))
     )
     assert "safetensors (weights only)" in alone
+
+
+def test_a_torch_card_has_no_keras_rows_and_a_keras_card_keeps_them() -> None:
+    """Issue 41: `ckpt describe` of a torch model showed a "keras -" row."""
+    for fmt in ("torch-zip", "lightning-ckpt", "hf-folder", "safetensors"):
+        doc = _doc(format=fmt, keras_version=None, backend=None, optimizer_config=None)
+        f = card.facts(doc)
+        assert "keras" not in dict(f.what) and "backend" not in dict(f.what), fmt
+        rows = [line.split() for line in card_layouts.text(f).splitlines() if line.strip()]
+        assert not [r for r in rows if r[0] in ("keras", "backend")], fmt
+        assert ", keras" not in show_text(doc) and ", backend" not in show_text(doc), fmt
+    unknown = card.facts(_doc(keras_version=None))  # a Keras file of unknown version: said so
+    assert dict(unknown.what)["keras"] == "-" and dict(unknown.what)["backend"] == "-"
+    assert "keras 3.15.1, backend -" in show_text(_doc())

@@ -145,6 +145,7 @@ NUMERIC_FIELDS = {
     ("Config", "lease_seconds"): "service.lease_ttl",
     **{("Schedule", job): f"schedule.{job}" for job in ("rescan", "retention", "purge")},
     **{("Schedule", job): f"schedule.{job}" for job in ("verify", "artifacts", "misfire_grace")},
+    **{("Schedule", job): f"schedule.{job}" for job in ("remote_verify", "remote_sample")},
     ("RootConfig", "poll_interval"): "roots[].poll_interval",
     ("Artifacts", "split_after"): "artifacts.split_after",
     ("Artifacts", "compress_after"): "artifacts.compress_after",

@@ -279,3 +279,104 @@ def test_tiering_comes_before_trashing_one_without_a_remote_copy() -> None:
     assert acts(plan) == [("tier", 2), ("demote", 3), ("trash", 1)]
     assert "tiered to the object store" in plan.steps[0].reason
     assert "1 demote, 1 tier, 1 trash" in plan.explain()
+
+
+# ---- issue 39: our own bytes first, whole ----
+
+
+def copy(i: int, of: str = "last.pt", size: int = 10 * MB, **kw: object) -> Item:
+    """A kept version of `of` (a copy of ours in `.ckpt-versions/`)."""
+    fields: dict = {"status": "ok", "mtime": 1000.0 + i, "epoch": None}
+    fields.update(kw)
+    return Item(id=i, path=f"/r/.ckpt-versions/run/{of}.v{i}", size_bytes=size, **fields)
+
+
+def test_our_bytes_go_first_in_the_documented_order() -> None:
+    """Leftover temps, kept copies (in the trash, nothing keeps them, previous generations,
+    standby last), spare artifacts, the rest of the trash; only then the user's checkpoints."""
+    runs = [
+        run(
+            item(1, inference_bytes=3 * MB),
+            item(2, inference_bytes=3 * MB),
+            item(3),
+            copy(50, protected="previous generation of last.pt (v50)", mtime=900.0),
+            copy(51, mtime=1500.0),
+            copy(52, of="best.pt", status="standby", mtime=800.0),
+            copy(53, mtime=700.0),
+        )
+    ]
+    trash = [
+        TrashEntry(60, "/r/.ckpt-trash/b/ckpt-00.keras", 1 * MB, "2026-01-01"),
+        TrashEntry(61, "/r/.ckpt-trash/b/.ckpt-versions/run/last.pt.v9", 1 * MB, "2026-01-02"),
+    ]
+    ours = [
+        disk_guard.OwnFile("artifact", 2, "/r/run/ckpt-02.inference.keras", 1 * MB),
+        disk_guard.OwnFile("temp", 0, "/r/run/.ckpt-tmp-1h2-x", 1 * MB),
+    ]
+    plan = disk_guard.plan(0, 1000 * MB, runs, trash, ours=ours)
+    assert acts(plan) == [
+        ("remove", 0),  # our leftover temp
+        ("purge", 61),  # a kept copy in the trash
+        ("trash", 53),  # copies nothing keeps, oldest first
+        ("trash", 51),
+        ("trash", 50),  # then the previous generation
+        ("trash", 52),  # then the standby copy (what its file holds now)
+        ("remove", 2),  # a spare artifact
+        ("purge", 60),  # the rest of the trash
+        ("demote", 1),  # only now the user's checkpoints, by the ladder
+        ("demote", 2),
+    ]
+    copies = [s for s in plan.steps if s.id in (50, 51, 52, 53)]
+    assert all("a kept copy of ours (.ckpt-versions)" in s.reason for s in copies)
+    assert "standby: what its file holds now" in copies[-1].reason
+
+
+def test_a_copy_is_never_demoted_tiered_nor_the_newest() -> None:
+    """A version with no epoch and the latest mtime was "newest", so the run's real newest went;
+    and each version was demoted (every version of best.pt then claimed one artifact's name)."""
+    runs = [run(item(1), item(2), copy(9, mtime=5000.0, inference_bytes=1 * MB, tier_blocked=None))]
+    plan = disk_guard.plan(0, 15 * MB, runs)
+    assert acts(plan) == [("trash", 9), ("trash", 1)]
+    assert 2 in plan.protected and "newest" in plan.protected[2]
+    assert 9 not in plan.protected
+
+
+def test_the_only_copy_of_the_best_is_kept() -> None:
+    """keras#17012: best.pt rewritten with a worse model; its kept copy holds the best."""
+    better = copy(9, of="best.pt", metrics={"val_loss": 0.1})
+    worse = copy(8, of="best.pt", metrics={"val_loss": 0.5})
+    runs = [
+        run(item(1, metrics={"val_loss": 0.3}), item(2, metrics={"val_loss": 0.4}), better, worse)
+    ]
+    plan = disk_guard.plan(0, 1000 * MB, runs)
+    assert plan.protected[9] == "best val_loss (only this kept copy holds it)"
+    assert ("trash", 8) in acts(plan) and ("trash", 9) not in acts(plan)
+    # As good as a file at its path: the copy is only a copy.
+    same = copy(9, of="best.pt", metrics={"val_loss": 0.3})
+    plan = disk_guard.plan(0, 1000 * MB, [run(item(1, metrics={"val_loss": 0.3}), item(2), same)])
+    assert acts(plan)[0] == ("trash", 9)
+
+
+def test_every_copy_leaves_min_free_or_the_reserve() -> None:
+    from ckpt_daemon.core import space_reserve
+
+    assert space_reserve.room_to_keep(2 * MB, 12 * MB) == (12 * MB, "min_free 12.0 MB")
+    assert space_reserve.room_to_keep(2 * MB, 12 * MB, "30%") == (12 * MB, "min_free 12.0 MB (30%)")
+    assert space_reserve.room_to_keep(20 * MB, 12 * MB) == (20 * MB, "")
+    assert space_reserve.room_to_keep(20 * MB, None) == (20 * MB, "")
+    why = space_reserve.capture_refusal(12_500_000, 900_000, 12 * MB, "min_free 12.0 MB")
+    assert why == "free 12.5 MB < the copy 900.0 kB + min_free 12.0 MB"
+    assert space_reserve.capture_refusal(13 * MB, 900_000, 12 * MB, "min_free 12.0 MB") is None
+
+
+def test_every_file_of_the_newest_training_moment_is_kept() -> None:
+    """`ckpt_epoch007.pt`, `last.pt` and `best.pt` all saved at epoch 7: the last written of
+    them was the only "newest", and the guard demoted the epoch file under pressure."""
+    epoch7 = [
+        item(7, epoch=7, inference_bytes=3 * MB),
+        Item(id=8, path="/r/run/last.pt", status="ok", mtime=1008.0, size_bytes=10 * MB, epoch=7),
+        Item(id=9, path="/r/run/best.pt", status="ok", mtime=1009.0, size_bytes=10 * MB, epoch=7),
+    ]
+    plan = disk_guard.plan(5 * MB, 1000 * MB, [run(item(6, inference_bytes=3 * MB), *epoch7)])
+    assert acts(plan) == [("demote", 6)]
+    assert plan.protected[7] == "newest training moment"

@@ -279,13 +279,18 @@ def test_list_columns_by_default() -> None:
     assert [c.id for c in rows] == [1, 3, 2]  # grouped by root, query order inside
     header, cells, headings = list_table(rows, None, None, default=DEFAULT_LIST_COLUMNS)
     assert [c.header for c in header] == [
-        "ID", "PATH", "EPOCH", "STEP", "SIZE", "STATUS", "VERSIONS", "loss", "val_loss",
+        "ID", "PATH", "EPOCH", "STEP", "SIZE", "STATUS", "LOCATION", "VERSIONS", "loss",
+        "val_loss",
     ]  # fmt: skip
-    assert cells[0] == ["1", "exp1/e01.keras", "1", "", "1.0 kB", "ok", "", "0.5000", "null"]
+    # LOCATION is empty for bytes at their path (an empty column is left out when laid out).
+    assert cells[0] == ["1", "exp1/e01.keras", "1", "", "1.0 kB", "ok", "", "", "0.5000", "null"]
     assert cells[1][5] == "corrupt*" and "truncated" not in " ".join(cells[1])
     assert cells[2][:4] == ["2", "tf/ckpt-32", "", "32"]  # a step in STEP, never `s32`
     assert headings == {0: ["root /a"], 2: ["root /b"]}
     assert list_table(rows[:2], None, None, default=DEFAULT_LIST_COLUMNS)[2] == {}  # one root
+    places = {1: ("remote", "s3://b/k"), 3: ("both", "s3://b/j")}  # tiered; fetched back
+    _h, cells, _ = list_table(rows, None, None, default=DEFAULT_LIST_COLUMNS, places=places)
+    assert [row[6] for row in cells] == ["remote", "both", ""]
 
 
 def test_list_columns_chosen_and_unknown_ones_refused() -> None:
