@@ -29,6 +29,7 @@ def job_json(job: StageJob, *, detailed: bool = False) -> dict[str, Any]:
         "started_at": job.started_at,
         "ended_at": job.ended_at,
         "checkpoint_id": job.checkpoint_id,
+        "holder": job.holder,
         "result": job.result,
     }
     if detailed:
