@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 
 class CatalogPipeline(CatalogRemote):
     def jobs(self, run: str | None = None, state: str | None = None) -> list[StageJob]:
-        """The stages' jobs, oldest first (`state`: pending, running, done, failed, cancelled)."""
+        """The stages' jobs, oldest first (`state`: pending, running, done, failed, cancelled,
+        skipped; without it, every state but skipped)."""
         if state is not None and state not in STATES:
             raise UsageError(f"unknown state {state!r}: one of {', '.join(STATES)}")
-        return self._store.stage_jobs.list(run=run, state=state)
+        found = self._store.stage_jobs.list(run=run, state=state)
+        # A stage not due for a checkpoint is a decision, not work: listed when asked for.
+        return found if state is not None else [j for j in found if j.state != "skipped"]
 
     def retry_job(self, job_id: int) -> StageJob:
         """A failed or cancelled job back to the queue, its attempts counted afresh."""

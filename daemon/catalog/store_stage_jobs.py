@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,9 +57,13 @@ class StageJobs:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def without_jobs(self, stages: Sequence[str], limit: int = 500) -> builtins.list[int]:
+    def without_jobs(
+        self, stages: Sequence[str], limit: int = 200, skip: Mapping[int, str] | None = None
+    ) -> builtins.list[int]:
         """Ids of ok checkpoints (kept versions aside) lacking a job of some stage for their
-        present bytes (hash): the ones the pipeline has to look at."""
+        present bytes (hash): the ones the pipeline has to look at, the newest first (a new
+        checkpoint never waits behind a backlog). `skip`: {id: hash} to leave out while their
+        bytes are those (checkpoints waiting for a stage they need)."""
         if not stages:
             return []
         have = (
@@ -80,15 +84,24 @@ class StageJobs:
                 checkpoints.c.hash.is_not(None),
                 have < len(stages),
             )
-            .order_by(checkpoints.c.id)
-            .limit(limit)
+            .order_by(checkpoints.c.id.desc())
+            .limit(limit + len(skip or {}))
         )
         with self._engine.connect() as conn:
-            return [row[0] for row in conn.execute(stmt)]
+            found = conn.execute(stmt.add_columns(checkpoints.c.hash)).all()
+        skip = skip or {}
+        return [i for i, digest in found if skip.get(i) != digest][:limit]
 
-    def make(self, wanted: Iterable[tuple[int, str, str]]) -> int:
+    def make(
+        self,
+        wanted: Iterable[tuple[int, str, str]],
+        *,
+        state: str = "pending",
+        error: str | None = None,
+    ) -> int:
         """Jobs for (checkpoint id, generation, stage), each made once: a second maker (another
-        daemon, a second pass) changes nothing. Returns how many were new."""
+        daemon, a second pass) changes nothing. `state`: pending, or a decision made at once
+        (skipped, cancelled, with `error` saying why). Returns how many were new."""
         rows = [{"checkpoint_id": c, "generation": g, "stage": s} for c, g, s in wanted]
         if not rows:
             return 0
@@ -98,7 +111,13 @@ class StageJobs:
             dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
             for row in rows:
                 stmt = dialect.insert(jobs).values(
-                    **row, state="pending", attempts=0, not_before=at, created_at=at, token=0
+                    **row,
+                    state=state,
+                    error=error,
+                    attempts=0,
+                    not_before=at,
+                    created_at=at,
+                    token=0,
                 )
                 made += len(conn.execute(stmt.on_conflict_do_nothing().returning(jobs.c.id)).all())
             if made:

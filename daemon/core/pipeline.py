@@ -25,7 +25,7 @@ BUILT_IN_ARGV = {
 }
 PLACEHOLDERS = ("path", "run", "epoch", "step", "format", "id", "stage", "artifact")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
-STATES = ("pending", "running", "done", "failed", "cancelled")
+STATES = ("pending", "running", "done", "failed", "cancelled", "skipped")
 OPEN_STATES = ("pending", "running")
 MAX_METRICS = 256  # a stage's result line: more metrics than this is refused, not truncated
 RESULT_LINE_MAX = 1 << 20  # the last line of JSON is parsed only when this short
@@ -73,17 +73,21 @@ def metric_name(stage: str, printed: str) -> str:
     return printed if printed.startswith(f"{stage}:") else f"{stage}:{printed}"
 
 
-def due(stage: Stage, checkpoint: Checkpoint, *, is_best: bool) -> bool:
-    """Whether `stage` runs on this complete checkpoint (`is_best`: the checkpoint is its run's
-    best by the trigger's metric among the ok checkpoints, for `new_best`)."""
-    if checkpoint.version_of is not None or not fnmatch.fnmatchcase(checkpoint.run, stage.runs):
-        return False
+def not_due(stage: Stage, checkpoint: Checkpoint, *, is_best: bool) -> str | None:
+    """Why `stage` does not run on this complete checkpoint, or None when it does (`is_best`:
+    the checkpoint is its run's best by the trigger's metric, for `new_best`). Decided once per
+    checkpoint generation, when it is complete, and recorded as a `skipped` job."""
+    if not fnmatch.fnmatchcase(checkpoint.run, stage.runs):
+        return f"run {checkpoint.run} does not match {stage.runs}"
     trigger = stage.trigger
     if trigger.kind == "every":
-        return checkpoint.epoch is not None and checkpoint.epoch % (trigger.every or 1) == 0
-    if trigger.kind == "new_best":
-        return is_best
-    return True
+        if checkpoint.epoch is None:
+            return "its epoch is unknown"
+        if checkpoint.epoch % (trigger.every or 1):
+            return f"epoch {checkpoint.epoch} is not a multiple of {trigger.every}"
+    if trigger.kind == "new_best" and not is_best:
+        return f"not its run's best by {trigger.metric} when it was complete"
+    return None
 
 
 def argv_for(

@@ -39,7 +39,9 @@ class PipelineRunner(threading.Thread):
         super().__init__(name="pipeline", daemon=True)
         self._config, self._store, self._hooks, self._stopping = config, store, hooks, stopping
         self._wake = threading.Event()
-        self._seen: set[tuple[int, str]] = set()
+        # Checkpoints a stage of which waits for another (its `needs`): looked at again when a
+        # job of theirs ends, not at every pass ({id: hash}).
+        self._waiting: dict[int, str] = {}
         self._active: collections.Counter[str] = collections.Counter()
         self._attempts: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -69,7 +71,7 @@ class PipelineRunner(threading.Thread):
 
     def _pass(self, config: Config) -> None:
         queue = self._store.stage_jobs
-        make_jobs(self._store, config.pipeline, self._seen)
+        make_jobs(self._store, config.pipeline, self._waiting)
         queue.cancel_gone()
         queue.free_dead_holders(socket.gethostname())
         self._attempts = [t for t in self._attempts if t.is_alive()]
@@ -107,6 +109,7 @@ class PipelineRunner(threading.Thread):
         finally:
             with self._lock:
                 self._active[stage.name] -= 1
+                self._waiting.pop(job.checkpoint_id, None)  # a stage that needs this one may run
             self._wake.set()
 
     def counts(self) -> dict[str, int]:

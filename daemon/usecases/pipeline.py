@@ -13,7 +13,7 @@ from ..catalog.store import Store
 from ..catalog.store_stage_jobs import StageJob, StageJobs
 from ..core.errors import NotFound
 from ..core.model import Checkpoint
-from ..core.pipeline import Stage, StageResult, backoff_seconds, due, parse_result
+from ..core.pipeline import Stage, StageResult, backoff_seconds, not_due, parse_result
 from ..core.query import default_mode
 from ..core.retention import Policy
 from ..settings.config import Config
@@ -24,35 +24,45 @@ def runnable_here(stages: Iterable[Stage], labels: Sequence[str]) -> list[Stage]
     return [s for s in stages if set(s.runs_on) <= set(labels)]
 
 
-def make_jobs(store: Store, stages: Sequence[Stage], seen: set[tuple[int, str]]) -> int:
-    """Jobs for the complete checkpoints that lack them, each made once (any daemon may make
-    them; the catalog keeps one). `seen`: (id, hash) already looked at by this process, so a
-    checkpoint no stage is due for is read once, not at every pass."""
+def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) -> int:
+    """The jobs of the complete checkpoints that lack them, each made once (any daemon may make
+    them; the catalog keeps one): `pending` where the stage is due and its `needs` are done,
+    `skipped` where it is not due (the decision recorded, so the checkpoint is looked at once),
+    `cancelled` where a stage it needs failed. A stage whose needs are still open waits for the
+    next pass: `waiting` ({checkpoint id: hash}) holds those, looked at again only once the
+    caller drops them (when a job of theirs ends). Returns how many were made."""
     queue = store.stage_jobs
-    wanted: list[tuple[int, str, str]] = []
-    for ckpt_id in queue.without_jobs([s.name for s in stages]):
+    made = 0
+    for ckpt_id in queue.without_jobs([s.name for s in stages], skip=waiting):
         try:
             checkpoint = store.get(str(ckpt_id))
         except NotFound:
             continue
-        if checkpoint.hash is None or (ckpt_id, checkpoint.hash) in seen:
+        if checkpoint.hash is None or checkpoint.version_of is not None:
             continue
-        done = {j.stage: j.state for j in queue.list(checkpoint_id=ckpt_id)}
-        waiting = False
+        states = {
+            j.stage: j.state
+            for j in queue.list(checkpoint_id=ckpt_id)
+            if j.generation == checkpoint.hash
+        }
         for stage in stages:
-            if stage.name in done or not due(
-                stage, checkpoint, is_best=_is_best(store, stage, checkpoint)
-            ):
+            if stage.name in states:
                 continue
-            if any(done.get(need) != "done" for need in stage.needs):
-                waiting = waiting or not any(
-                    done.get(need) in ("failed", "cancelled") for need in stage.needs
-                )
+            key = [(ckpt_id, checkpoint.hash, stage.name)]
+            why = not_due(stage, checkpoint, is_best=_is_best(store, stage, checkpoint))
+            if why is not None:
+                made += queue.make(key, state="skipped", error=why)
                 continue
-            wanted.append((ckpt_id, checkpoint.hash, stage.name))
-        if not waiting:
-            seen.add((ckpt_id, checkpoint.hash))
-    return queue.make(wanted)
+            unmet = [n for n in stage.needs if states.get(n) != "done"]
+            gone = [n for n in unmet if states.get(n) in ("failed", "cancelled", "skipped")]
+            if gone:
+                why = f"needs {gone[0]}, which is {states[gone[0]]}"
+                made += queue.make(key, state="cancelled", error=why)
+            elif not unmet:
+                made += queue.make(key)
+            else:
+                waiting[ckpt_id] = checkpoint.hash
+    return made
 
 
 def _is_best(store: Store, stage: Stage, checkpoint: Checkpoint) -> bool:

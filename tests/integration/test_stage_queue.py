@@ -145,3 +145,31 @@ def test_stage_metrics_survive_derivation(store: Store, catalog_url: str) -> Non
     engine.dispose()
     rows = sorted(sql(catalog_url, "SELECT name, value, source FROM metrics"))
     assert rows == [("eval:acc", 0.5, "stage:eval"), ("val_loss", 0.3, "csv")]
+
+
+def test_jobs_are_made_due_skipped_or_waiting_for_what_they_need(store: Store) -> None:
+    """`make_jobs`: a stage not due is recorded `skipped` with why (decided once), a stage
+    whose need is open waits, and one whose need failed is cancelled with why."""
+    from ckpt_daemon.core.pipeline import Stage, Trigger
+    from ckpt_daemon.usecases.pipeline import make_jobs
+
+    a = add(store, "a.pt", "h1")
+    eval_stage = Stage("eval", Trigger("complete"), command=("x",))
+    export = Stage("export", Trigger("complete"), uses="split", needs=("eval",))
+    only_sweeps = Stage("sweep", Trigger("complete"), runs="sweep*", command=("x",))
+    stages = [eval_stage, export, only_sweeps]
+    waiting: dict[int, str] = {}
+    assert make_jobs(store, stages, waiting) == 2  # eval pending, sweep skipped; export waits
+    assert waiting == {a: "h1"}
+    assert make_jobs(store, stages, waiting) == 0  # looked at again only once dropped
+    by_stage = {j.stage: (j.state, j.error) for j in store.stage_jobs.list()}
+    assert by_stage == {
+        "eval": ("pending", None),
+        "sweep": ("skipped", "run run does not match sweep*"),
+    }
+    (job,) = store.stage_jobs.claim(["eval"], "a", 60)
+    store.stage_jobs.finish(job, state="failed", error="exit 1", output="", result=None)
+    waiting.clear()
+    assert make_jobs(store, stages, waiting) == 1
+    by_stage = {j.stage: (j.state, j.error) for j in store.stage_jobs.list()}
+    assert by_stage["export"] == ("cancelled", "needs eval, which is failed")
