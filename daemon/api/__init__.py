@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..settings import config as config_module
 from ..settings.config import Config
-from .remote import CatalogRemote
+from .pipeline import CatalogPipeline
 
 if TYPE_CHECKING:
     from ..catalog.dbapi_reads import DbapiReads
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["Catalog", "open_catalog"]
 
 
-class Catalog(CatalogRemote):
+class Catalog(CatalogPipeline):
     """The catalog for scripts: the reads (`api.reads`), the acts (`api.acts`) and the object
     storage (`api.remote`) of the `ckpt` command, returning `core.model` values. Open it with
     `open_catalog()`."""

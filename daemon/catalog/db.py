@@ -28,7 +28,7 @@ from ..fs import mounts
 
 # Kept in step with migrations/versions by tests/integration/test_catalog.py, so that opening a
 # catalog does not have to import Alembic to learn the head revision.
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0010"
 READONLY = {"ckpt_readonly": True}  # execution option: `BEGIN DEFERRED` instead of IMMEDIATE
 BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK = 0x636B7074  # "ckpt": PostgreSQL's advisory lock key while migrating

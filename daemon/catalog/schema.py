@@ -271,6 +271,36 @@ class HeartbeatRow(Base):
     state: Mapped[dict[str, Any] | None] = mapped_column(CatalogJSON)
 
 
+class StageJobRow(Base):
+    """A pipeline stage's job for one generation of a checkpoint (`usecases.pipeline`): made
+    once when the checkpoint is complete (unique by checkpoint, hash and stage), claimed under a
+    lease with a fencing token (`token`, one more at every claim), its child's result kept here
+    (`result`: the stage's JSON line; `output`: the tail of what it printed)."""
+
+    __tablename__ = "stage_jobs"
+    __table_args__ = (
+        UniqueConstraint("checkpoint_id", "generation", "stage"),
+        Index(None, "state", "not_before"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    generation: Mapped[str] = mapped_column(String(80))  # the checkpoint's hash when made
+    stage: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))  # pending running done failed cancelled
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    not_before: Mapped[str] = mapped_column(String(32))  # a retry's backoff (database clock)
+    created_at: Mapped[str] = mapped_column(String(32))
+    started_at: Mapped[str | None] = mapped_column(String(32))
+    ended_at: Mapped[str | None] = mapped_column(String(32))
+    holder: Mapped[str | None] = mapped_column(String(256))  # node/host:pid running it
+    token: Mapped[int] = mapped_column(BigInteger, default=0)
+    expires_at: Mapped[str | None] = mapped_column(String(32))  # the lease, by the database clock
+    error: Mapped[str | None] = mapped_column(Text)
+    output: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None] = mapped_column(CatalogJSON)
+
+
 class codepoint_order(FunctionElement[str]):
     """A text column compared in code point order, as the range queries below a path or run
     need (`p >= "a/" AND p < "a0"`): SQLite's default (BINARY) already is; a PostgreSQL database
@@ -306,3 +336,4 @@ LEASES = cast(Table, LeaseRow.__table__)
 HEARTBEAT = cast(Table, HeartbeatRow.__table__)
 CLAIMS = cast(Table, ClaimRow.__table__)
 REMOTE_COPIES = cast(Table, RemoteCopyRow.__table__)
+STAGE_JOBS = cast(Table, StageJobRow.__table__)

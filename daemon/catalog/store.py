@@ -40,6 +40,7 @@ from .store_leases import Leases
 from .store_recovery import RecoveryRecords, move_in_flight
 from .store_remote import RemoteRecords
 from .store_runs import RunRecords, replace_metrics, run_id_for
+from .store_stage_jobs import StageJobs
 from .store_usage import UsageReads
 from .store_versions import VersionRecords, sync_standby
 
@@ -91,6 +92,11 @@ class Store(
         self.adopted = adopt_named_roots(self._engine, named_roots or {})
         # The hot reads: the fast path's own statements (`read_sql`), over this engine.
         self._hot = store_reads.hot_reads(self._engine)
+
+    @property
+    def stage_jobs(self) -> StageJobs:
+        """The pipeline's queue (a facet of its own: the pipeline takes only this)."""
+        return StageJobs(self._engine)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -166,8 +166,16 @@ class Derivation:
 
 def replace_metrics(conn: Any, ckpt_id: int, values: Sequence[MetricValue]) -> None:
     """The checkpoint's metrics become `values` (the first per name wins: callers order them by
-    precedence)."""
-    conn.execute(delete(metrics).where(metrics.c.checkpoint_id == ckpt_id))
+    precedence). The results of its pipeline stages (source `stage:<name>`, recorded by
+    `store_stage_jobs`) are not derived from its files or logs: they stay, and win their names."""
+    stage_rows = (metrics.c.checkpoint_id == ckpt_id) & metrics.c.source.startswith("stage:")
+    staged = {n for (n,) in conn.execute(select(metrics.c.name).where(stage_rows))}
+    conn.execute(
+        delete(metrics).where(
+            metrics.c.checkpoint_id == ckpt_id, ~metrics.c.source.startswith("stage:")
+        )
+    )
+    values = [m for m in values if m.name not in staged]
     rows = [
         {
             "checkpoint_id": ckpt_id,

@@ -42,6 +42,8 @@ COMMANDS = {
     "web": "web:web",
     "tier": "remote:tier",
     "fetch": "remote:fetch",
+    "jobs": "pipeline:jobs",
+    "stage": "pipeline:stage",
 }
 
 

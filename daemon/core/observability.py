@@ -31,7 +31,15 @@ COUNTED_ACTIONS.update(tiered="tier")  # uploaded, verified, recorded (its failu
 DEMOTED_REASON = "demoted to its inference artifact"
 # The codec recorded for a compress that would not shrink the file (usecases.artifacts).
 NOT_SMALLER = "not smaller: "
-HOOK_EVENTS = ("new_best", "corrupt", "disk_pressure", "retention", "tiered", "save_failed")
+HOOK_EVENTS = (
+    "new_best",
+    "corrupt",
+    "disk_pressure",
+    "retention",
+    "tiered",
+    "save_failed",
+    "stage_failed",
+)
 
 
 def iso_seconds(iso: str) -> float:

@@ -13,7 +13,7 @@ import platform
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from ..settings.config import Config
 from ..settings.operations import Listen
 
 # Errors the service counts since it started (`ckpt_errors_total{kind}`): a closed set.
-ERROR_KINDS = ("index", "scan", "worker", "job", "scheduler", "hook")
+ERROR_KINDS = ("index", "scan", "worker", "job", "scheduler", "hook", "stage")
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Snapshot:
     state: Mapping[str, Any]  # the service's `metrics` state (see `service_state`)
     free: Mapping[str, int | None]  # root -> free bytes for unprivileged users (None: unknown)
     min_free: Mapping[str, int]  # root -> the disk guard's threshold in bytes (0: not guarded)
+    # (stage, state) -> the pipeline's jobs (`pipeline:`; empty without one)
+    stage_jobs: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 def snapshot(config: Config, store: Store, state: Mapping[str, Any]) -> Snapshot:
@@ -54,6 +56,7 @@ def snapshot(config: Config, store: Store, state: Mapping[str, Any]) -> Snapshot
         state=state,
         free={root: _free_bytes(root) for root in roots},
         min_free=_thresholds(config),
+        stage_jobs=store.stage_jobs.counts() if config.pipeline else {},
     )
 
 
@@ -120,6 +123,16 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         },
     )
     yield info
+
+    if snap.stage_jobs:
+        stages = GaugeMetricFamily(
+            "ckpt_stage_jobs",
+            "The pipeline's jobs by stage and state (pending: the queue's depth).",
+            labels=["stage", "state"],
+        )
+        for (stage, job_state), count in sorted(snap.stage_jobs.items()):
+            stages.add_metric([stage, job_state], float(count))
+        yield stages
 
     status = GaugeMetricFamily(
         "ckpt_checkpoints", "Checkpoint rows in the catalog by status.", labels=["status"]

@@ -14,6 +14,7 @@ from .disk_guard import DiskGuard
 from .hooks import HookRunner
 from .job_runner import JobRunner
 from .jobs import Jobs
+from .pipeline_runner import PipelineRunner
 from .watcher import Watcher
 from .worker import Worker
 
@@ -37,6 +38,7 @@ class RunningParts:
         self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
         self.hooks, self.guard = hooks, guard
         self.metrics: exporter.MetricsServer | None = None
+        self.pipeline: PipelineRunner | None = None  # the stages' thread (`pipeline:`)
 
     def metrics_state(self) -> dict[str, Any]:
         """The service's part of the Prometheus metrics (also kept in every heartbeat)."""
@@ -52,6 +54,7 @@ class RunningParts:
                 "job": self.runner.failures,
                 "scheduler": sum(self.jobs.errors.values()),
                 "hook": self.hooks.failed,
+                "stage": self.pipeline.failures if self.pipeline is not None else 0,
             },
             heartbeat_time=self.worker.last_beat_time,
             remote=exporter.remote_counters(self.runner.config),
@@ -113,3 +116,5 @@ class RunningParts:
             self.runner.join(timeout=90)
         if self.guard.is_alive():  # a demotion's split in progress finishes first
             self.guard.join(timeout=90)
+        if self.pipeline is not None and self.pipeline.is_alive():  # its children are ended
+            self.pipeline.join(timeout=90)

@@ -42,6 +42,7 @@ from .health import is_live
 from .hooks import HookRunner, Notifications
 from .job_runner import JobRunner
 from .jobs import Jobs
+from .pipeline_runner import PipelineRunner
 from .running_parts import RunningParts
 from .systemd import Notifier, watchdog_interval
 from .watcher import Watcher
@@ -234,15 +235,18 @@ class Service:
         hooks = HookRunner(self.config.hooks, self.stopping)
         notifications = Notifications(hooks, store, lambda: self.config)
         guard = DiskGuard(lambda: self.config, store, hooks, self.stopping)
+        pipeline = PipelineRunner(lambda: self.config, store, hooks, self.stopping)
 
         def after_scan(report: ScanReport) -> None:
             notifications.scanned(report)
             if report.indexed:  # a new file may have crossed min_free: measure now
                 guard.poke()
+                pipeline.poke()  # and may be a complete checkpoint a stage is due for
 
         worker.after_scan = after_scan
         runner.notifications = notifications
         parts = RunningParts(worker, watcher, jobs, runner, hooks, guard)
+        parts.pipeline = pipeline
         worker.more_state = lambda: {**parts.state(), "remotes": self.remotes}
         self._store = store
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
@@ -278,6 +282,7 @@ class Service:
             worker.start()
             runner.start()
             guard.start()
+            pipeline.start()
             jobs.start(self.config)
             self.notifier.ready(parts.status_line())
             self._ready = True

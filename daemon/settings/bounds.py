@@ -88,6 +88,11 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     # A child or a hook given less than 10 ms is killed before it has started.
     "artifacts.timeout": (Bound("duration", 0.01, 7 * DAY),),
     "hooks[].timeout": (Bound("duration", 0.01, HOUR),),
+    # The checkpoint pipeline's stages (settings.pipeline).
+    "pipeline[].timeout": (Bound("duration", 1, 7 * DAY, why="a stage child starts in seconds"),),
+    "pipeline[].retries": (Bound("count", 0, 100),),
+    "pipeline[].concurrency": (Bound("count", 1, 64),),
+    "pipeline[].on.every": (_COUNT,),
 }
 
 

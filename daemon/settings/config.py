@@ -15,6 +15,7 @@ from urllib.parse import unquote
 
 from ..core.disk_guard import MinFree
 from ..core.errors import ConfigError
+from ..core.pipeline import Stage
 from ..core.retention import Policy
 from .bounds import bounded as _number
 from .locations import BUILT_IN, find_config_file
@@ -22,6 +23,7 @@ from .operations import Hook, Listen
 from .operations import hooks as _hooks
 from .operations import metrics_listen as _metrics_listen
 from .operations import node as _node
+from .pipeline import parse_labels, parse_pipeline
 from .policies import RunRule
 from .policies import policy as _policy
 from .policies import run_rules as _run_rules
@@ -100,6 +102,8 @@ class Config:
     hooks: tuple[Hook, ...] = ()
     min_free: MinFree | None = None  # the disk guard's default threshold (None: off)
     remote: Remote | None = None  # the object store of every root without its own (None: off)
+    pipeline: tuple[Stage, ...] = ()  # stages run on each complete checkpoint (core.pipeline)
+    labels: tuple[str, ...] = ()  # `service.labels`: what a stage's `runs_on` asks of a host
 
     def remote_for(self, root: RootConfig) -> Remote | None:
         """The object store `root` tiers to: its own `remote`, else the top-level one."""
@@ -189,6 +193,7 @@ def _read(path: Path) -> str:
 
 COMPLETION_KEYS = {"settle_seconds", "min_age_seconds", "abandoned_after", "read_timeout"}
 SERVICE_KEYS = {"heartbeat", "metrics_listen", "node", "lease_ttl", "web_listen", "web_token_file"}
+SERVICE_KEYS |= {"labels"}
 
 
 def parse(text: str, *, base: Path, source: str, database_override: str | None = None) -> Config:
@@ -245,6 +250,8 @@ def parse(text: str, *, base: Path, source: str, database_override: str | None =
         min_free=_min_free(raw["min_free"], "min_free") if "min_free" in raw else None,
         remote=parse_remote(raw["remote"], "remote") if "remote" in raw else None,
         web=_web_view(service, base),
+        pipeline=parse_pipeline(raw.get("pipeline")),
+        labels=parse_labels(service.get("labels")),
     )
     check_remotes(config)
     return config
@@ -265,6 +272,7 @@ TOP_KEYS = {
     "artifacts",
     "versions",
     "hooks",
+    "pipeline",
     "min_free",
     "remote",
 }

@@ -28,6 +28,7 @@ from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
 from .artifacts import SPLIT_BY_POLICY
 from .locations import uses_remote
+from .pipeline import awaiting_stages
 from .trainer_housekeeping import trainer_best
 
 REMOTE_TRASH = "trash-remote"
@@ -149,6 +150,8 @@ def plan_runs(
         if policy is None and not copies:
             report.skipped.append({"run": name, "reason": "no retention policy configured"})
             continue
+        if policy is not None:  # a checkpoint whose keep_best stage has not run stays
+            previous = {**awaiting_stages(config, store, found, policy), **previous}
         items = [
             planner_item(c, demotable(c), previous.get(c.id), tier_blocked(config, c))
             if c.id not in remote

@@ -5,6 +5,7 @@ checkpoints)."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shutil
 import sqlite3
@@ -181,6 +182,12 @@ def contract_ws(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Pat
     """A root with one run of two real Keras `.h5` checkpoints (val_loss in their names)."""
     ws = Workspace(tmp_path_factory.mktemp("contract"))
     shutil.copytree(keras_checkpoints / "tfk" / "run_h5", ws.root / "exp1")
+    # A pipeline stage, for `ckpt stage run` and `ckpt jobs` (it prints one result line).
+    result = 'print(\'{"metrics": {"score": 0.5}, "note": "contract"}\')'
+    stage = json.dumps([sys.executable, "-c", result])
+    ws.config.write_text(
+        ws.config.read_text() + f"pipeline:\n  - name: probe\n    command: {stage}\n"
+    )
     return ws
 
 
@@ -212,6 +219,8 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["history"] = ws.json("history", "--run", "exp1")
     out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
     out["du"] = ws.json("du")
+    out["stage run"] = ws.json("stage", "run", "probe", str(best))
+    out["jobs"] = ws.json("jobs")
     out["tier"] = ws.json("tier", str(other), "--dry-run")  # no remote here: a skip, with why
     out["trash remote"] = ws.json("trash", "remote", str(other), "--dry-run")  # kept: no copy
     # A fixed name rewritten in place (its generations kept), then its first one put back.

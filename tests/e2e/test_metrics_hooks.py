@@ -206,7 +206,15 @@ def test_a_live_scrape_has_every_metric_with_its_exact_value(scenario: dict[str,
     assert value(s, "ckpt_demoted_total") == 0
     assert value(s, "ckpt_split_total") == 0
     errors = {k[1][0][1]: v for k, v in s.items() if k[0] == "ckpt_errors_total"}
-    assert errors == {"index": 1, "scan": 0, "worker": 0, "job": 0, "scheduler": 0, "hook": 0}
+    assert errors == {
+        "index": 1,
+        "scan": 0,
+        "worker": 0,
+        "job": 0,
+        "scheduler": 0,
+        "hook": 0,
+        "stage": 0,
+    }
     # The latency of the rows on disk, not trashed, whose bytes were read (e03 and full.h5; the
     # corrupt one never was): copied just now, so within the settle time plus a busy
     # machine's slack.

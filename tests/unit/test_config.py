@@ -158,6 +158,10 @@ NUMERIC_FIELDS = {
     **{("KeepLocal", k): f"retention.keep_local.{k}" for k in ("last", "best")},
     ("KeepBest", "n"): "retention.keep_best[].n",
     ("Hook", "timeout"): "hooks[].timeout",
+    ("Stage", "timeout_seconds"): "pipeline[].timeout",
+    ("Stage", "retries"): "pipeline[].retries",
+    ("Stage", "concurrency"): "pipeline[].concurrency",
+    ("Trigger", "every"): "pipeline[].on.every",
     ("Listen", "port"): "service.metrics_listen service.web_listen",
     # the top-level one, each root's, and the reserve of our own copies
     ("MinFree", "bytes"): "min_free roots[].min_free versions.reserve versions.budget",
@@ -210,6 +214,9 @@ def test_every_numeric_key_of_the_config_has_bounds() -> None:
         ("completion: {read_timeout: 0.5s}", "completion.read_timeout", "between 1s and 1h"),
         ("schedule: {rescan: 0.5}", "schedule.rescan", "0 (off) or between 1s and 36500d"),
         ("service: {metrics_listen: '127.0.0.1:99999'}", "service.metrics_listen", "0 to 65535"),
+        ("pipeline: [{name: e, uses: verify, timeout: 0}]", "pipeline[0].timeout", "1s and 7d"),
+        ("pipeline: [{name: e, uses: split, retries: 101}]", "pipeline[0].retries", "0 to 100"),
+        ("pipeline: [{name: e, uses: tier, on: {every: 0}}]", "pipeline[0].on.every", "1 to"),
     ],
 )
 def test_bounds_are_said_with_the_key(text: str, key: str, said: str) -> None:

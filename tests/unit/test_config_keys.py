@@ -29,6 +29,7 @@ ITEM_REQUIRES: dict[str, dict[str, Any]] = {
     "roots": {"path": "/srv/runs"},
     "runs": {"match": "sweeps/*"},
     "hooks": {"on": ["corrupt"], "command": ["/bin/true"]},
+    "pipeline": {"name": "eval", "uses": "verify"},
 }
 
 

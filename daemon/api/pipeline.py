@@ -1,0 +1,92 @@
+"""The Python API's pipeline half (`ckpt_daemon.api.Catalog`): the stages' jobs (`jobs`), a job
+sent back to the queue or cancelled, and a stage run by hand on one checkpoint (`run_stage`),
+recorded as the service records it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING
+
+from ..core.errors import NotFound, UsageError
+from ..core.pipeline import STATES, Stage
+from .remote import CatalogRemote
+
+if TYPE_CHECKING:
+    from ..catalog.store_stage_jobs import StageJob
+
+
+class CatalogPipeline(CatalogRemote):
+    def jobs(self, run: str | None = None, state: str | None = None) -> list[StageJob]:
+        """The stages' jobs, oldest first (`state`: pending, running, done, failed, cancelled,
+        skipped; without it, every state but skipped)."""
+        if state is not None and state not in STATES:
+            raise UsageError(f"unknown state {state!r}: one of {', '.join(STATES)}")
+        found = self._store.stage_jobs.list(run=run, state=state)
+        # A stage not due for a checkpoint is a decision, not work: listed when asked for.
+        return found if state is not None else [j for j in found if j.state != "skipped"]
+
+    def retry_job(self, job_id: int) -> StageJob:
+        """A failed or cancelled job back to the queue, its attempts counted afresh."""
+        return self._move(job_id, "pending", ("failed", "cancelled", "done"), "retried by hand")
+
+    def cancel_job(self, job_id: int) -> StageJob:
+        """A pending job cancelled (a running one is cancelled when its attempt ends)."""
+        return self._move(job_id, "cancelled", ("pending", "failed"), "cancelled by hand")
+
+    def _move(self, job_id: int, state: str, only_from: tuple[str, ...], why: str) -> StageJob:
+        queue = self._store.stage_jobs
+        job = queue.get(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        verb = "retried" if state == "pending" else state
+        if not queue.set_state(job_id, state, only_from=only_from, why=why):
+            raise UsageError(
+                f"job {job_id} is {job.state}: only a {' or '.join(only_from)} job can be {verb}"
+            )
+        moved = queue.get(job_id)
+        assert moved is not None
+        return moved
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.config.pipeline:
+            if stage.name == name:
+                return stage
+        known = ", ".join(s.name for s in self.config.pipeline) or "none configured"
+        raise UsageError(f"no stage {name!r} in the config's pipeline: {known}")
+
+    def run_stage(self, name: str, ref: str) -> StageJob:
+        """Run stage `name` on checkpoint `ref` now, in this process's child, and record its
+        result as the service would (made or sent back to the queue, claimed, run, recorded)."""
+        from ..service.pipeline_runner import run_and_record
+
+        stage = self.stage(name)
+        checkpoint = self.get(ref)
+        if checkpoint.status.value != "ok" or checkpoint.hash is None:
+            raise UsageError(
+                f"{checkpoint.path} is {checkpoint.status.value}: only ok checkpoints run stages"
+            )
+        queue = self._store.stage_jobs
+        queue.make([(checkpoint.id, checkpoint.hash, stage.name)])
+        job = next(
+            j
+            for j in queue.list(checkpoint_id=checkpoint.id)
+            if j.stage == stage.name and j.generation == checkpoint.hash
+        )
+        if job.state == "running":
+            raise UsageError(f"job {job.id} of {stage.name} is running (held by {job.holder})")
+        queue.set_state(
+            job.id,
+            "pending",
+            only_from=("pending", "done", "failed", "cancelled"),
+            why="run by hand",
+        )
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        claimed = queue.claim_one(job.id, holder, self.config.lease_seconds)
+        if claimed is None:
+            raise UsageError(f"job {job.id} of {stage.name} was taken by another process meanwhile")
+        run_and_record(self._store, self.config, stage, claimed, threading.Event())
+        done = queue.get(job.id)
+        assert done is not None
+        return done

@@ -1,0 +1,148 @@
+"""`ckpt jobs` (the pipeline's queue: list, `retry ID`, `cancel ID`) and `ckpt stage run NAME
+REF` (a stage by hand on one checkpoint, recorded as the service records it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..core.pipeline import STATES
+from .context import Context, pass_context
+from .options import json_option
+from .output import echo, emit_json
+
+if TYPE_CHECKING:
+    from ..catalog.store_stage_jobs import StageJob
+
+
+def job_json(job: StageJob, *, detailed: bool = False) -> dict[str, Any]:
+    """A job as `ckpt jobs --json` prints it (docs/cli-contract.md)."""
+    doc: dict[str, Any] = {
+        "id": job.id,
+        "stage": job.stage,
+        "path": job.path,
+        "run": job.run,
+        "state": job.state,
+        "attempts": job.attempts,
+        "error": job.error,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
+        "checkpoint_id": job.checkpoint_id,
+        "holder": job.holder,
+        "result": job.result,
+    }
+    if detailed:
+        doc["output"] = job.output
+    return doc
+
+
+@click.group(invoke_without_command=True)
+@click.option("--run", "run", metavar="RUN", help="Only jobs of checkpoints of RUN (and below).")
+@click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
+@json_option("JSON array: {id, stage, path, run, state, attempts, error, started_at, ended_at}.")
+@click.pass_context
+def jobs(ctx: click.Context, run: str | None, state: str | None, as_json: bool) -> None:
+    """The pipeline's jobs: one per complete checkpoint and stage of `pipeline:`.
+
+    `retry ID` sends a failed or cancelled job back to the queue; `cancel ID` cancels a
+    pending one.
+
+    \b
+    Examples:  ckpt jobs --state failed
+               ckpt jobs --run exp1 --json
+               ckpt jobs retry 12
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    obj: Context = ctx.obj
+    with obj.catalog() as cat:
+        found = cat.jobs(run=run, state=state)
+    if as_json:
+        emit_json([job_json(j) for j in found])
+        return
+    from ..core.table import Column
+    from .output import table
+
+    columns = [
+        Column("ID", align="right", min_width=2),
+        Column("STAGE", min_width=5),
+        Column("STATE", min_width=5),
+        Column("TRIES", align="right", min_width=5),
+        Column("PATH", cut="left", shrink_first=True),
+        Column("RESULT", cut="right"),
+    ]
+    rows = [
+        [str(j.id), j.stage, j.state, str(j.attempts), obj.shown(j.path), _outcome(j)]
+        for j in found
+    ]
+    if not rows:
+        echo("no jobs" + ("" if state is None else f" {state}"))
+        return
+    table(columns, rows)
+
+
+def _outcome(job: StageJob) -> str:
+    if job.error:
+        return job.error
+    metrics = (job.result or {}).get("metrics") or {}
+    return ", ".join(f"{k}={v:g}" if v is not None else f"{k}=nan" for k, v in metrics.items())
+
+
+@jobs.command(name="retry")
+@click.argument("job_id", metavar="ID", type=int)
+@pass_context
+def jobs_retry(obj: Context, job_id: int) -> None:
+    """Send job ID back to the queue (attempts counted afresh).
+
+    \b
+    Example:  ckpt jobs retry 12
+    """
+    with obj.catalog() as cat:
+        job = cat.retry_job(job_id)
+    echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): pending")
+
+
+@jobs.command(name="cancel")
+@click.argument("job_id", metavar="ID", type=int)
+@pass_context
+def jobs_cancel(obj: Context, job_id: int) -> None:
+    """Cancel job ID (pending or failed).
+
+    \b
+    Example:  ckpt jobs cancel 12
+    """
+    with obj.catalog() as cat:
+        job = cat.cancel_job(job_id)
+    echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): cancelled")
+
+
+@click.group()
+def stage() -> None:
+    """Pipeline stages by hand: `ckpt stage run NAME REF`."""
+
+
+@stage.command(name="run")
+@click.argument("name")
+@click.argument("ref")
+@json_option("The job afterwards, as JSON (with `output`, the tail of what it printed).")
+@pass_context
+def stage_run(obj: Context, name: str, ref: str, as_json: bool) -> None:
+    """Run stage NAME of the config's `pipeline:` on checkpoint REF now, and record its result.
+
+    The stage runs as the service runs it (its command, time limit, environment and stdin),
+    in this process's child; its metrics join the checkpoint's. Exit 3 if it failed.
+
+    \b
+    Example:  ckpt stage run eval runs/exp1/ckpt_epoch003.pt
+    """
+    from ..core.errors import PartialFailure
+
+    with obj.catalog() as cat:
+        job = cat.run_stage(name, ref)
+    if as_json:
+        emit_json(job_json(job, detailed=True))
+    else:
+        echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): {job.state} {_outcome(job)}")
+    if job.state != "done":
+        raise PartialFailure(f"stage {name} {job.state}: {job.error}")
