@@ -280,7 +280,14 @@ class Versions(Protocol):
     def version_files(self, root: str) -> set[str]: ...
 
     def record_capture_skipped(
-        self, checkpoint_id: int, generation: int, path: str, reason: str, size: int, actor: str
+        self,
+        checkpoint_id: int,
+        generation: int,
+        path: str,
+        reason: str,
+        size: int,
+        actor: str,
+        action: str = "capture-skipped",
     ) -> bool: ...
 
 
@@ -292,6 +299,8 @@ class Usage(Protocol):
     def largest_checkpoint(self, roots: Iterable[str]) -> int: ...
 
     def spare_artifacts(self, roots: Iterable[str]) -> list[tuple[int, str, int]]: ...
+
+    def kept_copies_bytes(self, roots: Iterable[str]) -> int: ...
 
     def figures(self, roots: Iterable[str]) -> Figures: ...
 
