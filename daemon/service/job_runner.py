@@ -230,8 +230,8 @@ class JobRunner(threading.Thread):
         timeout = self.config.artifacts.timeout
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                return child.communicate(timeout=0.5)
+            try:  # never past the deadline: a short `artifacts.timeout` is kept to the letter
+                return child.communicate(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 self.tick = time.monotonic()
                 if time.monotonic() > deadline:

@@ -93,7 +93,13 @@ def test_sidecar_precedence_and_epoch_override(tmp_path: Path) -> None:
         "custom": MetricValue("custom", 7.0, "sidecar:weights.02-0.23.hdf5.json"),
         "loss": MetricValue("loss", 0.11, "json:metrics.json"),  # json beats the csv's 0.4
     }
-    assert result.notes == ("sidecar epoch 3 overrides filename epoch 2",)
+    # The log's val_loss disagrees with the checkpoint's own record: said, never taken.
+    assert result.notes == (
+        "sidecar epoch 3 overrides filename epoch 2",
+        "json:metrics.json val_loss 9 at this epoch disagrees with the"
+        " sidecar:weights.02-0.23.hdf5.json's 0.2345: the sidecar:weights.02-0.23.hdf5.json's is"
+        " used",
+    )
 
 
 def test_tf_prefix_and_metrics_json_by_step(tmp_path: Path) -> None:
