@@ -4,9 +4,6 @@ recorded as the service records it."""
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
 from typing import TYPE_CHECKING
 
 from ..core.errors import NotFound, UsageError
@@ -59,6 +56,10 @@ class CatalogPipeline(CatalogRemote):
     def run_stage(self, name: str, ref: str) -> StageJob:
         """Run stage `name` on checkpoint `ref` now, in this process's child, and record its
         result as the service would (made or sent back to the queue, claimed, run, recorded)."""
+        import os
+        import socket
+        import threading
+
         from ..service.pipeline_runner import run_and_record
 
         stage = self.stage(name)

@@ -152,6 +152,11 @@ class CorruptCheckpoint(ReadProblem):
     """The file claims to be a checkpoint but its content is broken (truncated, garbage)."""
 
 
+class PickleRefused(CorruptCheckpoint):
+    """A pickle names or calls what the allow-list lacks (formats.pickle_allowed): not
+    unpickled, nothing of it run."""
+
+
 class UnreadableCheckpoint(ReadProblem):
     """The OS refused to let us read it (permissions, I/O error)."""
 

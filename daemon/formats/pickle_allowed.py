@@ -19,15 +19,11 @@ import pickle
 import zipfile
 from typing import Any
 
-from ..core.errors import CorruptCheckpoint
+from ..core.errors import CorruptCheckpoint, PickleRefused
 from ..fs import beneath
 from . import pickle_ops
 
 _LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa85019")  # as formats.torch_zip
-
-
-class Refused(CorruptCheckpoint):
-    """The pickle names or calls what the allow-list lacks: not unpickled, nothing run."""
 
 
 def refusals(data: bytes, allowed: frozenset[str], enums: frozenset[str]) -> list[str]:
@@ -45,7 +41,7 @@ def load(data: bytes, allowed: frozenset[str], enums: frozenset[str]) -> Any:
     Refused when the opcodes name or call anything else."""
     refused = refusals(data, allowed, enums)
     if refused:
-        raise Refused(f"names {', '.join(refused[:5])}: refused, nothing of it run")
+        raise PickleRefused(f"names {', '.join(refused[:5])}: refused, nothing of it run")
     return _Unpickler(io.BytesIO(data), allowed, enums).load()
 
 
@@ -59,7 +55,7 @@ class _Unpickler(pickle.Unpickler):
         if full == pickle_ops.GETATTR and full in self._allowed:
             return self._enum_member
         if full not in self._allowed or "." in name:
-            raise Refused(f"names {full}: refused, nothing of it run")
+            raise PickleRefused(f"names {full}: refused, nothing of it run")
         return getattr(importlib.import_module(module), name)
 
     def _enum_member(self, cls: Any, name: Any) -> Any:
@@ -72,7 +68,7 @@ class _Unpickler(pickle.Unpickler):
             and name in cls.__members__
         ):
             return cls[name]
-        raise Refused(f"getattr({qualified}, {name!r}): refused, nothing of it run")
+        raise PickleRefused(f"getattr({qualified}, {name!r}): refused, nothing of it run")
 
 
 def torch_file_refusals(path: str, allowed: set[str]) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_daemon.catalog import db
 from tests.support import Workspace
 from tests.support.catalogs import sql
 from tests.support.forked_cli import ckpt_start
@@ -77,11 +78,11 @@ def test_a_command_killed_while_it_creates_the_catalog_leaves_one_the_next_comma
         left.append(revision(ws))
         done = ws.run("scan", check=False)  # the next command: it creates the catalog, or uses it
         assert done.returncode == 0, (left, done.stderr)
-        assert revision(ws) == "0009"
+        assert revision(ws) == db.SCHEMA_HEAD
     assert ws.json("list") == []  # and any other command
     assert killed >= KILLS // 2, "the kills must land while the command runs"
     # the catalog was never seen half made: empty (the next command made it) or at head
-    assert set(left) <= {None, "0009"}, left
+    assert set(left) <= {None, db.SCHEMA_HEAD}, left
 
 
 def test_a_catalog_an_older_ckpt_left_half_made_is_finished_by_any_command(
@@ -97,7 +98,7 @@ def test_a_catalog_an_older_ckpt_left_half_made_is_finished_by_any_command(
     db.upgrade(f"sqlite:///{half_made}", revision="0008")
     assert revision(ws) == "0008"
     assert ws.json("list") == []
-    assert revision(ws) == "0009"
+    assert revision(ws) == db.SCHEMA_HEAD
 
 
 def test_a_catalog_behind_head_that_holds_rows_is_still_left_to_db_upgrade(
@@ -129,4 +130,4 @@ def test_commands_creating_one_catalog_at_once_all_work(
             argv = ["--config", str(ws.config), "--db", empty_catalog_url, "scan"]
             commands.append(ckpt_start(argv, output=null.fileno()))
     assert [c.wait(timeout=120) for c in commands] == [0, 0, 0]
-    assert sql(empty_catalog_url, "SELECT version_num FROM alembic_version") == [("0009",)]
+    assert sql(empty_catalog_url, "SELECT version_num FROM alembic_version") == [(db.SCHEMA_HEAD,)]

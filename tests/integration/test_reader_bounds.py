@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from ckpt_daemon.core.errors import CorruptCheckpoint
 from ckpt_daemon.formats import detect, hf_folder
@@ -40,7 +40,14 @@ def test_a_safetensors_shape_is_bounded_before_its_product(
 
 def _hf_folder(folder: Path, weights: Path | None = None) -> Path:
     folder.mkdir(parents=True)
-    save_file({"w": np.zeros((2, 2), np.float32)}, str(weights or folder / "model.safetensors"))
+    # Written by the real library in a child: the test process never imports it (the readers'
+    # tests check that nothing of ours did).
+    code = (
+        "import sys, numpy as np; from safetensors.numpy import save_file; "
+        "save_file({'w': np.zeros((2, 2), np.float32)}, sys.argv[1])"
+    )
+    target = str(weights or folder / "model.safetensors")
+    subprocess.run([sys.executable, "-c", code, target], check=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
     return folder
 
