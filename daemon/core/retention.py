@@ -59,9 +59,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from .best_twins import seconds_of_the_best
 from .errors import UsageError
 from .model import CheckpointStatus
 from .moments import Moment, progress_key, training_moments
@@ -210,6 +211,8 @@ def plan(items: Sequence[Item], policy: Policy, now: float | None = None) -> Pla
         kept = [item for item in ok if tags[item.id] and item.where != "remote"]
         over, notes = _trim(kept, tags, policy.max_bytes, local)
     by_id = {item.id: item for item in candidates}
+    twins = seconds_of_the_best(ok, tags, [rule.metric for rule in policy.keep_best])
+    candidates = [replace(i, trash_reason=i.trash_reason or twins.get(i.id)) for i in candidates]
     decisions = tuple(
         Decision(d.id, d.path, *placed(d, by_id[d.id], local, policy.tier_after, now), d.size_bytes)
         for d in (_decide(item, tags[item.id], over.get(item.id)) for item in candidates)
@@ -405,11 +408,7 @@ def _decide(
 ) -> Decision:
     if over_budget is not None:
         action, reason = over_budget
-        freed = (
-            item.size_bytes - (item.inference_bytes or 0)
-            if action == "demote"
-            else (item.size_bytes)
-        )
+        freed = item.size_bytes - (item.inference_bytes or 0 if action == "demote" else 0)
         return Decision(item.id, item.path, action, (reason,), freed)
     if not tags:
         why = item.trash_reason or "matched no keep rule"

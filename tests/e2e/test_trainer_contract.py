@@ -52,13 +52,10 @@ SCENARIOS = {
 
 # Violations the harness still finds on this code, each an open part of issue 39, named so that
 # every other violation fails the test (and these are reported, not hidden: bench's campaign
-# counts them). torch: `keep_best n=1` keeps `best.pt` and trashes the epoch file of the same
-# moment with the reason "matched no keep rule" (true of the rules, untrue of the file: it is the
-# best, kept as best.pt). lightning: after a kill and resume, a top-k file the trainer still
+# counts them). lightning: after a kill and resume, a top-k file the trainer still
 # keeps (its best) is trashed by `keep_last 1`: the trainer's own kept set is read from a stale
 # record, so `best` then answers a worse file.
 KNOWN_OPEN = {
-    "torch": {("I4", "says 'matched no keep rule' of the best")},
     "lightning": {
         ("I2", "(the trainer keeps it"),
         ("I3", "is kept nowhere"),

@@ -940,7 +940,9 @@ def test_every_file_of_the_newest_moment_is_kept_and_ties_prefer_the_trainers_fi
     result = table(plan(items, Policy(keep_best=(KeepBest("val_loss", 1),))))
     moment = "newest training moment (epoch 2: 2 files)"
     assert result == [
-        (1, "trash", ("matched no keep rule",)),
+        # It goes (the best stays in its twin), and its reason says so: never "matched no keep
+        # rule" of the best (the trainer's-contract harness's I4).
+        (1, "trash", ("the same moment and val_loss as ckpt-2.h5, kept as the best",)),
         (2, "keep", (best, "best val_loss #1 (0.5)")),
         (3, "keep", (moment,)),
         (4, "keep", ("newest",)),
