@@ -352,8 +352,14 @@ def _model_checkpoint_state(top: Mapping[Any, Any]) -> dict[str, Any] | None:
     callbacks = top.get("callbacks")
     if not isinstance(callbacks, dict):
         return None
-    for key, value in callbacks.items():
-        if isinstance(key, str) and key.startswith("ModelCheckpoint") and isinstance(value, dict):
+    # Its key is the callback's class name and settings: `ModelCheckpoint{...}`, or a user's
+    # subclass (`MyCheckpoint{...}`, `train.<locals>.Reporting{...}`), known by its state's keys.
+    states = [(k, v) for k, v in callbacks.items() if isinstance(k, str) and isinstance(v, dict)]
+    for key, value in states:
+        if key.startswith("ModelCheckpoint"):
+            return value
+    for _key, value in states:
+        if "best_k_models" in value and "best_model_path" in value:
             return value
     return None
 

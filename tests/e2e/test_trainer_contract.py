@@ -50,29 +50,6 @@ SCENARIOS = {
 }
 
 
-# Violations the harness still finds on this code, each an open part of issue 39, named so that
-# every other violation fails the test (and these are reported, not hidden: bench's campaign
-# counts them). lightning: after a kill and resume, a top-k file the trainer still
-# keeps (its best) is trashed by `keep_last 1`: the trainer's own kept set is read from a stale
-# record, so `best` then answers a worse file.
-KNOWN_OPEN = {
-    "lightning": {
-        ("I2", "(the trainer keeps it"),
-        ("I3", "is kept nowhere"),
-        ("I5", "the trainer's best is"),
-    },
-}
-
-
-def unexpected(name: str, violations: list[dict]) -> list[dict]:
-    known = KNOWN_OPEN.get(name, set())
-    return [
-        v
-        for v in violations
-        if not any(v["invariant"] == i and text in v["detail"] for i, text in known)
-    ]
-
-
 @pytest.fixture(scope="module")
 def privileged() -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
@@ -85,7 +62,7 @@ def test_the_trainers_contract_holds_at_every_save(name: str, tmp_path: Path, pr
     outcome = tc.run(scenario, tmp_path / name)
     assert outcome.error is None, outcome.error
     drove = f"{outcome.trainer_exits} {outcome.timeline}\n" + "\n---\n".join(outcome.trainer_tails)
-    assert not unexpected(name, outcome.violations), _explain(outcome) + "\n" + drove
+    assert not outcome.violations, _explain(outcome) + "\n" + drove
     # The harness really drove the trainer: every save checked, the kill and the resume done.
     assert outcome.saves == scenario.epochs, drove
     assert outcome.kills == 1 and outcome.trainer_exits[-1] == 0, drove
