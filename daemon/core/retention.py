@@ -307,9 +307,10 @@ def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, 
         else:
             valued.append((value, item))
     # A stable sort of a newest-first list: equal values keep the newer checkpoint first; but
-    # first the trainer's own file (`best.pt` beside the `ckpt_epoch001.pt` it was saved with,
-    # often in the same clock tick): it is kept anyway, so the tie costs no second file.
-    valued.sort(key=lambda pair: (sign * pair[0], pair[1].trainer_file is None))
+    # first the file no trainer rewrites (`ckpt_epoch001.pt` beside the `best.pt` it was saved
+    # with): a resumed Keras ModelCheckpoint overwrites `best.keras` with a worse model
+    # (keras#17012), so the best is never left in a file its trainer rewrites alone.
+    valued.sort(key=lambda pair: (sign * pair[0], pair[1].trainer_file is not None))
     for rank, (value, item) in enumerate(valued[: rule.n], start=1):
         tier = PROTECTED if rank == 1 else RANKED
         yield item.id, tier, f"best {rule.metric} #{rank} ({value:.4g})"

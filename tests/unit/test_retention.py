@@ -929,7 +929,12 @@ def test_the_newest_resumable_and_the_trainers_own_files_are_never_trashed() -> 
     ]
 
 
-def test_every_file_of_the_newest_moment_is_kept_and_ties_prefer_the_trainers_file() -> None:
+def test_every_file_of_the_newest_moment_is_kept_and_ties_keep_the_file_no_trainer_rewrites() -> (
+    None
+):
+    """On a tie keep_best keeps the epoch file, not the trainer's rewritable `best.pt` (kept
+    anyway, as the trainer's own): a resumed Keras ModelCheckpoint overwrites `best.keras` with
+    a worse model (keras#17012), which left the best in a kept copy alone (the harness's I5)."""
     best = "the trainer's best file (best.pt: it rewrites it with each better model)"
     items = [
         item(1, at(1), epoch=1, metrics={"val_loss": 0.5}),  # ckpt_epoch001.pt
@@ -940,10 +945,23 @@ def test_every_file_of_the_newest_moment_is_kept_and_ties_prefer_the_trainers_fi
     result = table(plan(items, Policy(keep_best=(KeepBest("val_loss", 1),))))
     moment = "newest training moment (epoch 2: 2 files)"
     assert result == [
-        # It goes (the best stays in its twin), and its reason says so: never "matched no keep
-        # rule" of the best (the trainer's-contract harness's I4).
-        (1, "trash", ("the same moment and val_loss as ckpt-2.h5, kept as the best",)),
-        (2, "keep", (best, "best val_loss #1 (0.5)")),
+        (1, "keep", ("best val_loss #1 (0.5)",)),
+        (2, "keep", (best,)),
         (3, "keep", (moment,)),
         (4, "keep", ("newest",)),
+    ]
+
+
+def test_a_second_file_of_a_kept_best_goes_saying_so() -> None:
+    """Two files no trainer rewrites, one moment, one value: one is the best, the other goes
+    with a true reason (never "matched no keep rule" of the best)."""
+    items = [
+        item(1, at(1), epoch=1, metrics={"val_loss": 0.5}),
+        item(2, at(1), epoch=1, metrics={"val_loss": 0.5}),
+        item(3, at(2), epoch=2, metrics={"val_loss": 0.7}),
+    ]
+    result = table(plan(items, Policy(keep_best=(KeepBest("val_loss", 1),))))
+    assert result[:2] == [
+        (1, "trash", ("the same moment and val_loss as ckpt-2.h5, kept as the best",)),
+        (2, "keep", ("best val_loss #1 (0.5)",)),
     ]
