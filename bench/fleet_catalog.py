@@ -298,10 +298,13 @@ def store_calls(url: str, run_r: str) -> dict[str, Any]:
 
     store = Store(url)
     return {
-        "best --metric val_loss": (store, lambda: store.best("val_loss", "min")),
-        "best --metric val_loss --run R": (store, lambda: store.best("val_loss", "min", run_r)),
-        "list --run R --json": (store, lambda: store.list(ListQuery(run=run_r))),
-        "latest --run R": (store, lambda: store.latest(run_r)),
+        "best --metric val_loss": (store, lambda: store.reads.best("val_loss", "min")),
+        "best --metric val_loss --run R": (
+            store,
+            lambda: store.reads.best("val_loss", "min", run_r),
+        ),
+        "list --run R --json": (store, lambda: store.reads.list(ListQuery(run=run_r))),
+        "latest --run R": (store, lambda: store.reads.latest(run_r)),
     }
 
 

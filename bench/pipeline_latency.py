@@ -99,7 +99,7 @@ def overhead(base: Path, jobs: int) -> dict[str, float]:
 
     store = Store(f"sqlite:///{base / 'queue.db'}")
     ids = [
-        store.record(
+        store.index.record(
             IndexRecord(
                 path=f"/r/run/{i}.pt",
                 root="/r",

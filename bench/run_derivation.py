@@ -63,7 +63,7 @@ def build(folder: Path, n: int) -> tuple[Store, RunRef]:
         info = CheckpointInfo(
             Format.KERAS_ZIP, Kind.FULL, optimizer=OptimizerInfo("Adam", iterations=epoch * SPE)
         )
-        store.record(
+        store.index.record(
             IndexRecord(
                 path=str(run_dir / name),
                 root=str(root),
@@ -103,7 +103,7 @@ def main() -> int:
     changed = refresh_run(store, run, [], other_runs=(), at="2026-12-01T00:00:01Z")
     first = time.perf_counter() - start
     assert changed == n + 2, changed
-    rows = {r.path.rsplit("/", 1)[1]: r for r in store.run_members(str(run.root.path), "big")}
+    rows = {r.path.rsplit("/", 1)[1]: r for r in store.runs.run_members(str(run.root.path), "big")}
     assert rows["best.keras"].epoch == n // 3 and rows["last.keras"].epoch == n, "iterations"
     assert rows["model-00007-" + f"{val_loss(7, n):.4f}.keras"].epoch == 7
 
@@ -111,7 +111,7 @@ def main() -> int:
         f"re-derive, unchanged, {n + 2:,} rows": lambda: refresh_run(
             store, run, [], other_runs=(), at="2026-12-01T00:00:02Z"
         ),
-        "baseline: the run's rows (run_members)": lambda: store.run_members(
+        "baseline: the run's rows (run_members)": lambda: store.runs.run_members(
             str(run.root.path), "big"
         ),
         f"baseline: its logs ({n:,} epochs)": lambda: read_run_logs(

@@ -105,7 +105,7 @@ class CatalogActs(CatalogReads):
             index=index,
         )
         index(Path(absolute))  # the row then describes the generation put back
-        return self._store.get(absolute)
+        return self._store.reads.get(absolute)
 
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
         from ..usecases import pruner

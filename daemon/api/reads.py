@@ -107,7 +107,7 @@ class CatalogReads:
             from ..usecases.locations import filtered
 
             every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
-            return filtered(self._store, every, location, limit)
+            return filtered(self._store.remote, every, location, limit)
         if status is None and not every_row:
             from ..usecases.locations import uses_remote
 
@@ -116,7 +116,7 @@ class CatalogReads:
 
                 every = self.list(run, where, sort, desc, None, format, None, kind, versions, True)
                 rows = [c for c in every if versions or c.version_of is None]
-                return with_tiered(self._store, rows, limit)
+                return with_tiered(self._store.remote, rows, limit)
         conditions = tuple(c if isinstance(c, Condition) else parse_condition(c) for c in where)
         query = ListQuery(
             run=run,
@@ -138,7 +138,7 @@ class CatalogReads:
             if value is not None and value not in {v.value for v in known}:
                 names = ", ".join(v.value for v in known)
                 raise UsageError(f"{option} {value!r}: not one of {names}")
-        source = self._reads or self._store
+        source = self._reads or self._store.reads
         for what, key in metric_keys(query):
             if not source.has_metric(key):
                 raise UsageError(unknown_key(what, source.metric_names()))
@@ -165,7 +165,7 @@ class CatalogReads:
         when no checkpoint in the catalog has `metric` (a typo), naming the metrics there.
         Our kept copies of rewritten files (`.ckpt-versions`) are answers only with
         `versions`: they are no training moment of their own."""
-        source = self._reads or self._store
+        source = self._reads or self._store.reads
         try:
             return source.best(metric, mode or default_mode(metric), run, versions=versions)
         except NotFound:
@@ -183,16 +183,16 @@ class CatalogReads:
         candidates passed over). Without `run` the catalog must hold one run with ok
         checkpoints (else UsageError). NotFound when there is none. Our kept copies of
         rewritten files are answers only with `versions`."""
-        return (self._reads or self._store).latest(run, resumable, versions=versions)
+        return (self._reads or self._store.reads).latest(run, resumable, versions=versions)
 
     def metric_names(self) -> set[str]:
         """Every metric name any checkpoint in the catalog has."""
-        return (self._reads or self._store).metric_names()
+        return (self._reads or self._store.reads).metric_names()
 
     def check_metric(self, what: str, metric: str) -> None:
         """UsageError naming the catalog's metrics when no checkpoint has `metric` (a typo in
         option `what`)."""
-        source = self._reads or self._store
+        source = self._reads or self._store.reads
         if not source.has_metric(metric):
             raise UsageError(
                 unknown_key(f"{what} {metric!r}", source.metric_names(), columns=False)
@@ -218,7 +218,7 @@ class CatalogReads:
         candidates = [here] if self.config.root_for(Path(here)) is not None else []
         for candidate in dict.fromkeys([*candidates, *inside]):
             try:
-                self._store.get(candidate)
+                self._store.reads.get(candidate)
             except NotFound:
                 continue
             return candidate
@@ -226,7 +226,7 @@ class CatalogReads:
 
     def get(self, ref: str | int) -> Checkpoint:
         """By catalog id or path; the result's `details` has layers, configs and events."""
-        return self._store.get(self.ref(ref))
+        return self._store.reads.get(self.ref(ref))
 
     def wait(
         self,
@@ -307,7 +307,7 @@ class CatalogReads:
         per metric (with a `remote:`, a checkpoint only in the object store can be either)."""
         from ..usecases.locations import uses_remote
 
-        found = self._store.runs()
+        found = self._store.reads.runs()
         if not uses_remote(self.config):
             return found
         from ..usecases import remote_answers
@@ -334,7 +334,7 @@ class CatalogReads:
         from ..core.views import trashed_json
         from ..usecases.locations import uses_remote
 
-        found = [trashed_json(t) for t in self._store.trashed()]
+        found = [trashed_json(t) for t in self._store.acts.trashed()]
         if uses_remote(self.config):
             from ..usecases.remote_trash import trashed
 
@@ -354,7 +354,7 @@ class CatalogReads:
         `actor`: only the events with that value."""
         from ..core.views import event_json
 
-        found = self._store.audit_log(run, limit, action=action, state=state, actor=actor)
+        found = self._store.acts.audit_log(run, limit, action=action, state=state, actor=actor)
         return [event_json(e) for e in found]
 
     def status(self) -> dict[str, Any]:
@@ -362,8 +362,9 @@ class CatalogReads:
         from ..core.views import failed_save_json
         from ..service.health import daemons_status
 
-        source = self._reads or self._store
-        doc = daemons_status(source.heartbeats(), source.count())
+        source = self._reads or self._store.reads
+        beats = (self._reads or self._store.daemons).heartbeats()
+        doc = daemons_status(beats, source.count())
         saves = source.unfinished_last_saves()
         doc["last_save_failed"] = [{"run": s["run"], **failed_save_json(s)} for s in saves]
         return doc

@@ -28,7 +28,7 @@ class CatalogRemote(CatalogActs):
         `remote:` in the config, from the status alone (no Store opened)."""
         from ..usecases.locations import locations
 
-        return locations(self.config, lambda: self._store, found)
+        return locations(self.config, lambda: self._store.remote, found)
 
     def tier(
         self, refs: Sequence[str | int], *, dry_run: bool = False, actor: str | None = None

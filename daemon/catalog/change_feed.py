@@ -1,6 +1,6 @@
 """How a reader learns that the catalog changed, without polling it: `ckpt wait`'s wake-up.
 
-PostgreSQL: every write that can bring a new complete checkpoint (`Store.record`, `Store.mark`,
+PostgreSQL: every write that can bring a new complete checkpoint (`Index.record`, `Index.mark`,
 the epochs and metrics derivation writes back: `set_derived_many`) runs `pg_notify` in its own
 transaction (`announce`), so the notification leaves with the commit, from whichever host's
 daemon wrote; a `PostgresListener` (psycopg, `LISTEN`) wakes on it.

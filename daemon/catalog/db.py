@@ -381,3 +381,11 @@ def out_of_space(exc: BaseException) -> bool:
     if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
         return True
     return getattr(orig, "sqlstate", None) == "53100" or "database or disk is full" in str(exc)
+
+
+class Facet:
+    """One part of the catalog (an attribute of `store.Store`: `store.acts`, `store.leases`):
+    its reads and writes over the Store's engine, which it never hands out."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine

@@ -1,4 +1,4 @@
-"""What an `IndexRecord` writes into its `checkpoints` row (`Store.record`): the plain columns
+"""What an `IndexRecord` writes into its `checkpoints` row (`Index.record`): the plain columns
 the queries filter and sort by, `details` (layers, configs, notes: what `show` prints), and the
 row's sightings of each generation of the file (what run derivation learns epochs from)."""
 

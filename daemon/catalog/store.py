@@ -1,76 +1,32 @@
-"""The catalog's one way in: `Store` owns the engine (it never leaves the catalog layer) and
-holds every read and write: the indexer's writes here (one short BEGIN IMMEDIATE each), reads in
-`store_reads`, the writes of destructive acts in `store_actions`, of crash recovery in
-`store_recovery`, leases in `store_leases` (mixed into `Store`). Rows become `core.model` values
-(or the small frozen records of those modules) before they leave."""
+"""The catalog's one way in: `Store` opens the catalog (its engine never leaves the catalog
+layer) and holds it as facets, each the reads and writes of one concern built from the engine:
+`reads` (listings, best, latest, show, runs), `index` (the indexer's writes), `claims` (read
+claims), `acts` (the writes of destructive acts), `recovery` (crash recovery), `leases`,
+`runs` (run derivation), `versions` (kept versions), `usage` (bytes and figures), `daemons`
+(heartbeats), `remote` (remote copies), `stage_jobs` (the pipeline's queue). A use case takes
+the facets it uses; only the orchestrators hold the Store. Rows become `core.model` values (or
+the small frozen records of those modules) before they leave."""
 
 from __future__ import annotations
 
-import builtins
-import dataclasses
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from sqlalchemy import (
-    Table,
-    insert,
-    select,
-    update,
-)
-
-from ..core.errors import NotFound
-from ..core.model import (
-    Checkpoint,
-    CheckpointStatus,
-    FileStat,
-    IndexRecord,
-    Run,
-)
-from ..core.observability import Figures
-from ..core.query import ListQuery
-from . import change_feed, db, store_figures, store_reads
-from .audit import now_iso, record_event
-from .index_rows import row_values, sightings
+from . import db, store_reads
 from .root_adoption import adopt_named_roots
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, HEARTBEAT, METRICS, RUNS, codepoint_order
-from .store_actions import Actions
-from .store_claims import ReadClaims, drop_claim
-from .store_daemons import DaemonRecords
+from .store_actions import Acts
+from .store_claims import Claims
+from .store_daemons import Daemons
+from .store_index import Index
 from .store_leases import Leases
-from .store_recovery import RecoveryRecords, move_in_flight
-from .store_remote import RemoteRecords
-from .store_runs import RunRecords, replace_metrics, run_id_for
+from .store_recovery import Recovery
+from .store_remote import RemoteCopies
+from .store_runs import Runs
 from .store_stage_jobs import StageJobs
-from .store_usage import UsageReads
-from .store_versions import VersionRecords, sync_standby
-
-checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
-events, artifacts, heartbeat = EVENTS, ARTIFACTS, HEARTBEAT
-# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
-_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
+from .store_usage import Usage
+from .store_versions import Versions
 
 
-@dataclasses.dataclass(frozen=True)
-class Known:
-    """What the catalog remembers of a path: enough to decide whether to read it again."""
-
-    id: int
-    stat: FileStat
-    status: CheckpointStatus
-    metrics_at: str | None
-
-
-class Store(
-    Actions,
-    RecoveryRecords,
-    Leases,
-    RunRecords,
-    VersionRecords,
-    UsageReads,
-    DaemonRecords,
-    ReadClaims,
-    RemoteRecords,
-):
+class Store:
     """The catalog at `url`, created at head if new (a catalog behind head: SchemaBehind, exit
     5, unless `may_migrate`). Close it when done."""
 
@@ -85,271 +41,25 @@ class Store(
         """`named_roots`: `Config.named_roots()`; `node`: `Config.node_name` (None: the host
         name), written on every audit event."""
         self.url = url
-        self._engine = db.make_engine(url)
-        db.identify(self._engine, named_roots=named_roots, node=node)
-        db.ensure_schema(url, self._engine, may_migrate=may_migrate)
+        self._engine = engine = db.make_engine(url)
+        db.identify(engine, named_roots=named_roots, node=node)
+        db.ensure_schema(url, engine, may_migrate=may_migrate)
         # A root named since its rows were written keeps them (and its history): {name: rows}.
-        self.adopted = adopt_named_roots(self._engine, named_roots or {})
+        self.adopted = adopt_named_roots(engine, named_roots or {})
         # The hot reads: the fast path's own statements (`read_sql`), over this engine.
-        self._hot = store_reads.hot_reads(self._engine)
-
-    @property
-    def stage_jobs(self) -> StageJobs:
-        """The pipeline's queue (a facet of its own: the pipeline takes only this)."""
-        return StageJobs(self._engine)
+        hot = store_reads.hot_reads(engine)
+        self.reads = store_reads.Reads(engine, hot)
+        self.index = Index(engine, url)
+        self.claims = Claims(engine, url)
+        self.acts = Acts(engine)
+        self.recovery = Recovery(engine)
+        self.leases = Leases(engine)
+        self.runs = Runs(engine)
+        self.versions = Versions(engine)
+        self.usage = Usage(engine)
+        self.daemons = Daemons(engine, hot)
+        self.remote = RemoteCopies(engine)
+        self.stage_jobs = StageJobs(engine)
 
     def close(self) -> None:
         self._engine.dispose()
-
-    # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
-
-    def record(self, rec: IndexRecord, *, actor_name: str, at: str) -> int:
-        """Insert or update the row for `rec.path`; replace its metrics; log an event.
-
-        `at` is when the scan started: metrics files changed after it are re-read next time.
-        A trashed or purged row is a record of other bytes: never updated here (a new file at
-        its path gets a row of its own), and the trashed file itself, seen at its path while
-        it is being moved or restored, is left to the mover (returns that row's id).
-        """
-        now = now_iso()
-        with self._engine.begin() as conn:
-            db.serialize(conn, "path", rec.path)  # its generation is a read-modify-write
-            run_id = self._run_id(conn, rec.root, rec.run, now)
-            row = conn.execute(
-                select(
-                    checkpoints.c.id,
-                    checkpoints.c.hash,
-                    checkpoints.c.generation,
-                    checkpoints.c.status,
-                    checkpoints.c.details,
-                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(_RECORDS))
-            ).first()
-            if row is None:
-                moving = conn.execute(
-                    select(checkpoints.c.id).where(
-                        checkpoints.c.path == rec.path,
-                        checkpoints.c.status == CheckpointStatus.TRASHED.value,
-                        checkpoints.c.size_bytes == rec.stat.size,
-                        checkpoints.c.mtime_ns == rec.stat.mtime_ns,
-                        checkpoints.c.inode == rec.stat.inode,
-                    )
-                ).scalar()
-                if moving is not None:
-                    return int(moving)
-            values = row_values(rec, now)
-            values["metrics_at"] = at
-            if row is None:
-                generation = 1
-                values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
-                values["details"]["generations"] = sightings([], rec, generation, now)
-                ckpt_id = _insert_id(conn, checkpoints, values)
-            else:
-                ckpt_id = row.id
-                seen = list((row.details or {}).get("generations") or [])
-                # The bytes last read whole: a record without a hash between two generations
-                # (the file caught empty or torn mid-save) must not hide the rewrite.
-                previous = row.hash or (seen[-1].get("hash") if seen else None)
-                rewritten = previous is not None and rec.hash is not None and previous != rec.hash
-                generation = row.generation + int(rewritten)
-                values.update(run_id=run_id, generation=generation)
-                values["details"]["generations"] = sightings(seen, rec, generation, now)
-                conn.execute(
-                    update(checkpoints).where(checkpoints.c.id == ckpt_id).values(**values)
-                )
-            replace_metrics(conn, ckpt_id, rec.metrics)
-            sync_standby(conn, rec.path)
-            drop_claim(conn, rec.path)
-            unchanged = row is not None and row.status == rec.status and row.hash == rec.hash
-            if not unchanged:
-                record_event(
-                    conn,
-                    action=str(rec.status) if rec.status != "ok" else "indexed",
-                    checkpoint_id=ckpt_id,
-                    path=rec.path,
-                    reason=rec.reason,
-                    size=rec.stat.size,
-                    actor=actor_name,
-                    at=now,
-                )
-            change_feed.announce(conn)  # `ckpt wait` on any host: at this commit
-            return int(ckpt_id)
-
-    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
-        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
-
-    def mark(
-        self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
-    ) -> int:
-        """Set the status of rows the scan could not look at again (gone, or unreadable now).
-        Rows already in that status, trashed or purged meanwhile, or being moved to the trash
-        now (another daemon's prune moved the file while this scan walked), are left as they
-        are: one event per change."""
-        ids = list(ckpt_ids)
-        if not ids:
-            return 0
-        now = now_iso()
-        with self._engine.begin() as conn:
-            rows = conn.execute(
-                select(checkpoints.c.id, checkpoints.c.path, checkpoints.c.run_id)
-                .where(
-                    checkpoints.c.id.in_(ids),
-                    checkpoints.c.status.not_in((*_RECORDS, status.value)),
-                )
-                .with_for_update()
-            ).all()
-            # Gone because a prune (this or another daemon's) is moving it to the trash now.
-            rows = [r for r in rows if not move_in_flight(conn, r.path, r.run_id)]
-            ids = [r.id for r in rows]
-            if not ids:
-                return 0
-            conn.execute(
-                update(checkpoints)
-                .where(checkpoints.c.id.in_(ids))
-                .values(status=status.value, reason=reason)
-            )
-            for r in rows:
-                sync_standby(conn, r.path)
-                record_event(
-                    conn,
-                    action=status.value,
-                    checkpoint_id=r.id,
-                    path=r.path,
-                    reason=reason,
-                    size=None,
-                    actor=actor_name,
-                    at=now,
-                )
-            change_feed.announce(conn)
-        return len(rows)
-
-    def _run_id(self, conn: Any, root: str, name: str, now: str) -> int:
-        return run_id_for(conn, root, name, now)
-
-    # ---- reads (BEGIN DEFERRED) ----
-
-    def known_under(self, root: str, start: str | None = None) -> dict[str, Known]:
-        """What the catalog has under `root`, or only at/below the path `start` inside it."""
-        query = (
-            select(
-                checkpoints.c.id,
-                checkpoints.c.path,
-                checkpoints.c.size_bytes,
-                checkpoints.c.mtime_ns,
-                checkpoints.c.inode,
-                checkpoints.c.status,
-                checkpoints.c.metrics_at,
-            )
-            .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
-            .where(checkpoints.c.version_of.is_(None))  # kept versions: not in any walk
-        )
-        if start is not None and start != root:
-            # A range on the unique path index: `start` itself, and everything below `start/`
-            # ("0" is the character after "/"), without LIKE and its wildcards.
-            path = codepoint_order(checkpoints.c.path)
-            query = query.where(
-                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
-            )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                r.path: Known(
-                    r.id,
-                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
-                    CheckpointStatus(r.status),
-                    r.metrics_at,
-                )
-                for r in conn.execute(query)
-            }
-
-    def count(self) -> int:
-        """Checkpoints in the catalog that are on disk (any status but missing, removed,
-        trashed, purged)."""
-        return self._hot.count()
-
-    def quick_check(self) -> str | None:
-        """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):
-        None when fine or not SQLite, else what it reported."""
-        if not db.is_sqlite(self.url):
-            return None
-        with self._engine.connect() as conn:
-            rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
-        return None if rows == ["ok"] else "; ".join(map(str, rows))[:500]
-
-    def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
-        """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(
-                    checkpoints.c.size_bytes,
-                    checkpoints.c.mtime_ns,
-                    checkpoints.c.inode,
-                    checkpoints.c.hash,
-                    checkpoints.c.details,
-                ).where(checkpoints.c.id == ckpt_id)
-            ).first()
-        if row is None:
-            raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
-        files = list((row.details or {}).get("files") or [])
-        return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
-
-    def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
-        return self._hot.list(query)
-
-    def version_counts(self, paths: builtins.list[str]) -> dict[str, int]:
-        return self._hot.version_counts(paths)
-
-    def metric_names(self) -> set[str]:
-        return self._hot.metric_names()
-
-    def has_metric(self, name: str) -> bool:
-        return self._hot.has_metric(name)
-
-    def best(
-        self, metric: str, mode: str, run: str | None = None, *, versions: bool = False
-    ) -> Checkpoint:
-        return self._hot.best(metric, mode, run, versions=versions)
-
-    def latest(
-        self, run: str | None = None, resumable: bool = False, *, versions: bool = False
-    ) -> Checkpoint:
-        return self._hot.latest(run, resumable, versions=versions)
-
-    def get(self, ref: str) -> Checkpoint:
-        """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
-        return store_reads.get(self._engine, ref)
-
-    def run_keys(self) -> builtins.list[tuple[int, str, str]]:
-        """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
-            )
-            return [(r.id, r.root, r.name) for r in rows]
-
-    def runs(self) -> builtins.list[Run]:
-        found = self._hot.runs()
-        failed = {(f["root"], f["run"]): f for f in self._hot.unfinished_last_saves()}
-        return [
-            dataclasses.replace(r, last_save_failed=failed[(r.root, r.name)])
-            if (r.root, r.name) in failed
-            else r
-            for r in found
-        ]
-
-    def unfinished_last_saves(self) -> builtins.list[dict[str, Any]]:
-        """The runs whose last save did not complete, and that save (`ckpt status`)."""
-        return self._hot.unfinished_last_saves()
-
-    def figures(self, roots: Iterable[str]) -> Figures:
-        """Counts, bytes, all-time totals and indexing latency for the `ckpt_*` metrics."""
-        return store_figures.figures(self._engine, roots)
-
-    def run_best_other(self, checkpoint_id: int, metric: str, mode: str) -> float | None:
-        """The best `metric` of the other `ok` checkpoints of its run (`new_best` hook)."""
-        return store_figures.run_best_other(self._engine, checkpoint_id, metric, mode)
-
-
-def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
-    key = conn.execute(insert(table).values(**values)).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from ..core.model import AuditEvent, CheckpointStatus, FileStat, TrashedCheckpoint
 from . import db
@@ -34,10 +34,8 @@ RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)  # guard
 
 
-class Actions:
-    """The action writes of `Store` (mixed in: they use its engine)."""
-
-    _engine: Engine
+class Acts(db.Facet):
+    """The action writes (the `acts` facet)."""
 
     @contextmanager
     def audited(

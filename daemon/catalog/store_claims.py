@@ -1,14 +1,14 @@
 """Read claims: several daemons watch one shared folder, and a new file is read by one of them.
 
 Every daemon sees a new file at about the same time (each host's watcher or poll). Before
-reading it, a daemon claims its path (`Store.claim_read`, serialized with `Store.record` on the
+reading it, a daemon claims its path (`Claims.claim_read`, serialized with `Index.record` on the
 path, so the check and the claim are one step): if the catalog already holds these bytes it is
 not read again; if another node's claim is unexpired the file is left to that node; otherwise
-the claim is ours, for `ttl` seconds by the database's clock. `Store.record` deletes the claim
+the claim is ours, for `ttl` seconds by the database's clock. `Index.record` deletes the claim
 in the transaction that records the file. A claimant that dies leaves a claim that expires,
 after which the next scan of any daemon reads the file.
 
-Correctness does not rest on claims: `Store.record` keeps one row and one `indexed` event per
+Correctness does not rest on claims: `Index.record` keeps one row and one `indexed` event per
 path whoever records it, so an expired claim or a SQLite catalog (one host; no claims there)
 only costs a second read.
 """
@@ -38,11 +38,12 @@ class Claim(enum.Enum):
     ELSEWHERE = "elsewhere"  # another node is reading it now
 
 
-class ReadClaims:
-    """The read claims of `Store` (mixed in: they use its engine)."""
+class Claims(db.Facet):
+    """The read claims (the `claims` facet)."""
 
-    _engine: Engine
-    url: str
+    def __init__(self, engine: Engine, url: str) -> None:
+        super().__init__(engine)
+        self.url = url
 
     def claims_reads(self) -> bool:
         """Whether claims are kept: on a catalog several hosts share (not SQLite)."""
@@ -53,7 +54,7 @@ class ReadClaims:
     ) -> tuple[Claim, str | None]:
         """Claim the new or changed file at `path` for reading; (outcome, the other node)."""
         with self._engine.begin() as conn:
-            db.serialize(conn, "path", path)  # as `Store.record`: the claim sees its commit
+            db.serialize(conn, "path", path)  # as `Index.record`: the claim sees its commit
             row = conn.execute(
                 select(
                     checkpoints.c.size_bytes,
@@ -95,5 +96,5 @@ def _put(conn: Any, path: str, node: str, expires: dt.datetime, new: bool) -> No
 
 
 def drop_claim(conn: Any, path: str) -> None:
-    """In `Store.record`'s transaction: the file is recorded, nobody needs to read it."""
+    """In `Index.record`'s transaction: the file is recorded, nobody needs to read it."""
     conn.execute(delete(claims).where(claims.c.path == path))

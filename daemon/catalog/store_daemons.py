@@ -20,11 +20,12 @@ from .schema import HEARTBEAT
 heartbeat = HEARTBEAT
 
 
-class DaemonRecords:
-    """The heartbeat reads and writes of `Store` (mixed in: they use its engine)."""
+class Daemons(db.Facet):
+    """The heartbeat reads and writes (the `daemons` facet)."""
 
-    _engine: Engine
-    _hot: HotReads  # the heartbeat reads: the fast path's own statements
+    def __init__(self, engine: Engine, hot: HotReads) -> None:
+        super().__init__(engine)
+        self._hot = hot  # the heartbeat reads: the fast path's own statements
 
     def register(
         self,

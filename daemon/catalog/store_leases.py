@@ -9,7 +9,7 @@ expiry forward every quarter of its duration, so a long act (a split under a pru
 outlives it. A renewal only succeeds while the row is still this holder's (same holder, host,
 pid); once it fails the lease is lost (another process took it after it expired, e.g. while this
 one was stopped), and the work stops with LeaseLost: each act confirms the lease in the
-transaction of its first write (`Store.claim`, `Store.audited`), or calls `HeldLease.check()`."""
+transaction of its first write (`Acts.claim`, `Acts.audited`), or calls `HeldLease.check()`."""
 
 from __future__ import annotations
 
@@ -132,10 +132,8 @@ def _taken_by(conn: Any, run_id: int, token: int) -> str:
     return f"its lease was lost: now held by {row.holder}{node} (lease until {row.expires_at})"
 
 
-class Leases:
-    """The lease writes of `Store` (mixed in: they use its engine)."""
-
-    _engine: Engine
+class Leases(db.Facet):
+    """The lease writes (the `leases` facet)."""
 
     @contextmanager
     def lease(

@@ -1,8 +1,9 @@
-"""Catalog reads through the Store's engine (BEGIN DEFERRED): the hot reads over it
-(`hot_reads`, the fast path's own SQL), one checkpoint in full (`show`), runs."""
+"""Catalog reads through the Store's engine (BEGIN DEFERRED), the `reads` facet: the hot reads
+over it (`hot_reads`, the fast path's own SQL), one checkpoint in full (`show`), runs."""
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import math
 import os
@@ -13,7 +14,8 @@ from typing import Any
 from sqlalchemy import Engine, case, select, true
 
 from ..core.errors import NotFound
-from ..core.model import Checkpoint, CheckpointStatus
+from ..core.model import Checkpoint, CheckpointStatus, Run
+from ..core.query import ListQuery
 from ..core.runs import run_scope
 from . import db, read_sql
 from .hot_reads import Fetch, HotReads
@@ -59,6 +61,67 @@ def hot_reads(engine: Engine) -> HotReads:
 
     dialect = read_sql.dialect_named(engine.dialect.name)
     return HotReads(snapshot, dialect, path_codec(engine.dialect))
+
+
+class Reads(db.Facet):
+    """The catalog's reads: listings, best and latest, one checkpoint in full, runs."""
+
+    def __init__(self, engine: Engine, hot: HotReads) -> None:
+        super().__init__(engine)
+        self._hot = hot
+
+    def count(self) -> int:
+        """Checkpoints in the catalog that are on disk (any status but missing, removed,
+        trashed, purged)."""
+        return self._hot.count()
+
+    def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
+        return self._hot.list(query)
+
+    def version_counts(self, paths: builtins.list[str]) -> dict[str, int]:
+        return self._hot.version_counts(paths)
+
+    def metric_names(self) -> set[str]:
+        return self._hot.metric_names()
+
+    def has_metric(self, name: str) -> bool:
+        return self._hot.has_metric(name)
+
+    def best(
+        self, metric: str, mode: str, run: str | None = None, *, versions: bool = False
+    ) -> Checkpoint:
+        return self._hot.best(metric, mode, run, versions=versions)
+
+    def latest(
+        self, run: str | None = None, resumable: bool = False, *, versions: bool = False
+    ) -> Checkpoint:
+        return self._hot.latest(run, resumable, versions=versions)
+
+    def get(self, ref: str) -> Checkpoint:
+        """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
+        return get(self._engine, ref)
+
+    def run_keys(self) -> builtins.list[tuple[int, str, str]]:
+        """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            rows = conn.execute(
+                select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
+            )
+            return [(r.id, r.root, r.name) for r in rows]
+
+    def runs(self) -> builtins.list[Run]:
+        found = self._hot.runs()
+        failed = {(f["root"], f["run"]): f for f in self._hot.unfinished_last_saves()}
+        return [
+            dataclasses.replace(r, last_save_failed=failed[(r.root, r.name)])
+            if (r.root, r.name) in failed
+            else r
+            for r in found
+        ]
+
+    def unfinished_last_saves(self) -> builtins.list[dict[str, Any]]:
+        """The runs whose last save did not complete, and that save (`ckpt status`)."""
+        return self._hot.unfinished_last_saves()
 
 
 def in_run(run: str) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import insert, select
 
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
@@ -45,10 +45,8 @@ class RowState:
     hash: str | None
 
 
-class RecoveryRecords:
-    """The recovery reads and writes of `Store` (mixed in: they use its engine)."""
-
-    _engine: Engine
+class Recovery(db.Facet):
+    """The recovery reads and writes (the `recovery` facet)."""
 
     def run_of(self, checkpoint_id: int) -> int:
         with self._engine.connect().execution_options(**db.READONLY) as conn:

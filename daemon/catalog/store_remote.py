@@ -4,7 +4,7 @@ state changed by the remote trash and `ckpt verify --remote`; a fetched file's n
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
@@ -14,9 +14,6 @@ from ..core.usage import RemoteBytes
 from . import db
 from .audit import now_iso
 from .schema import CHECKPOINTS, REMOTE_COPIES, RUNS
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
 
 copies, checkpoints = REMOTE_COPIES, CHECKPOINTS
 
@@ -51,8 +48,8 @@ def verified_bytes() -> Any:
     )
 
 
-class RemoteRecords:
-    _engine: Engine
+class RemoteCopies(db.Facet):
+    """The remote copies of checkpoints (the `remote` facet)."""
 
     def remote_usage(self) -> list[RemoteBytes]:
         """Bytes of verified remote copies per root and run (`ckpt du`)."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from ..core.model import CheckpointStatus, MetricValue
 from . import change_feed, db
@@ -44,10 +44,8 @@ class RunMember:
     format: str = ""
 
 
-class RunRecords:
-    """Run derivation's reads and writes of `Store` (mixed in: they use its engine)."""
-
-    _engine: Engine
+class Runs(db.Facet):
+    """Run derivation's reads and writes (the `runs` facet)."""
 
     def run_members(self, root: str, run: str) -> list[RunMember]:
         """The run's checkpoints that are on disk (any status but missing/trashed/purged)."""

@@ -1,22 +1,20 @@
 """What `ckpt du` reads: bytes of checkpoint rows and of derived files, summed per root, run,
-status and kind in SQL (one pass over each table; a million rows never leave the database)."""
+status and kind in SQL (one pass over each table; a million rows never leave the database);
+the metrics' figures (`store_figures`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from sqlalchemy import case, func, select
 
 from ..core.history import VERSIONS_COMPONENT
 from ..core.model import CheckpointStatus
+from ..core.observability import Figures
 from ..core.usage import ArtifactBytes, CheckpointBytes
-from . import db
+from . import db, store_figures
 from .rows import STATUSES
 from .schema import ARTIFACTS, CHECKPOINTS, RUNS
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
 
 checkpoints, artifacts, runs = CHECKPOINTS, ARTIFACTS, RUNS
 # Rows whose file a trainer wrote and that is at its path (or being written there).
@@ -34,8 +32,9 @@ _AT_PATH = tuple(
 _IN_PLACE = "compressed"
 
 
-class UsageReads:
-    _engine: Engine
+class Usage(db.Facet):
+    """What the catalog's bytes are and where (the `usage` facet): `ckpt du`, the guards, the
+    metrics."""
 
     def usage(self) -> tuple[list[CheckpointBytes], list[ArtifactBytes]]:
         version = case(
@@ -124,3 +123,11 @@ class UsageReads:
         )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return int(conn.execute(stmt).scalar() or 0)
+
+    def figures(self, roots: Iterable[str]) -> Figures:
+        """Counts, bytes, all-time totals and indexing latency for the `ckpt_*` metrics."""
+        return store_figures.figures(self._engine, roots)
+
+    def run_best_other(self, checkpoint_id: int, metric: str, mode: str) -> float | None:
+        """The best `metric` of the other `ok` checkpoints of its run (`new_best` hook)."""
+        return store_figures.run_best_other(self._engine, checkpoint_id, metric, mode)

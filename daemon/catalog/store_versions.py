@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, insert, select, update
+from sqlalchemy import and_, insert, select, update
 
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
@@ -116,10 +116,8 @@ def _first_int(*values: Any) -> int | None:
     return next((v for v in values if isinstance(v, int) and not isinstance(v, bool)), None)
 
 
-class VersionRecords:
-    """The catalog's side of kept versions (mixed into `Store`: uses its engine)."""
-
-    _engine: Engine
+class Versions(db.Facet):
+    """The catalog's side of kept versions (the `versions` facet)."""
 
     def version_source(self, checkpoint_id: int) -> Source | None:
         with self._engine.connect().execution_options(**db.READONLY) as conn:

@@ -1,6 +1,6 @@
 """The Prometheus metrics, the only prometheus_client import: `ckpt serve`'s `/metrics` and
 `ckpt metrics --textfile` (node_exporter's textfile collector) print the same text, built by
-`metrics_text` from the catalog's figures (`Store.figures`: all-time totals from the audit
+`metrics_text` from the catalog's figures (`Usage.figures`: all-time totals from the audit
 events, so counters survive restarts) and the service's state (live in `ckpt serve`; the newest
 heartbeat's for `ckpt metrics`). Every name has the one `ckpt_` prefix, base units (bytes,
 seconds) and `_total` on counters. docs/service.md's metric table lists
@@ -52,7 +52,7 @@ class Snapshot:
 def snapshot(config: Config, store: Store, state: Mapping[str, Any]) -> Snapshot:
     roots = [str(r.path) for r in config.roots]
     return Snapshot(
-        figures=store.figures(roots),
+        figures=store.usage.figures(roots),
         state=state,
         free={root: _free_bytes(root) for root in roots},
         min_free=_thresholds(config),
@@ -69,7 +69,7 @@ def metrics_text(snap: Snapshot) -> bytes:
 
 def heartbeat_state(store: Store) -> dict[str, Any]:
     """The `metrics` state of the newest heartbeat (empty if no daemon ever ran)."""
-    beat = store.latest_heartbeat()
+    beat = store.daemons.latest_heartbeat()
     state = dict((beat.state or {}).get("metrics") or {}) if beat else {}
     if beat is not None:
         state["heartbeat_time"] = iso_seconds(beat.heartbeat_at)

@@ -229,7 +229,7 @@ class Notifications:
                 event("hook_error", level=logging.WARNING, path=path, error=str(exc))
 
     def _new_best(self, path: str) -> None:
-        c = self.store.get(path)
+        c = self.store.reads.get(path)
         if c.status != CheckpointStatus.OK:
             return
         policy, _ = self.config().policy_for(c.root, c.run)
@@ -240,7 +240,7 @@ class Notifications:
             return
         mode = next((b.mode for b in rules if b.metric == metric and b.mode), None)
         mode = mode or default_mode(metric)
-        other = self.store.run_best_other(c.id, metric, mode)
+        other = self.store.usage.run_best_other(c.id, metric, mode)
         if is_better(value, other, mode):
             reason = f"previous best {other:g}" if other is not None else "first of its run"
             self.hooks.emit(
@@ -251,7 +251,7 @@ class Notifications:
         if not self.hooks.wanted("corrupt"):
             return
         try:  # the row was just written: its run, as `new_best` and `retention` give it
-            run: str | None = self.store.get(path).run
+            run: str | None = self.store.reads.get(path).run
         except Exception as exc:  # a catalog hiccup: the event still goes, without its run
             event("hook_error", level=logging.WARNING, path=path, error=str(exc))
             run = None
@@ -262,7 +262,7 @@ class Notifications:
         if not self.hooks.wanted("save_failed"):
             return
         try:
-            run: str | None = self.store.get(path).run
+            run: str | None = self.store.reads.get(path).run
         except Exception as exc:  # a catalog hiccup: the event still goes, without its run
             event("hook_error", level=logging.WARNING, path=path, error=str(exc))
             run = None
@@ -279,7 +279,7 @@ class Notifications:
         from ..core.remote import verified_copy
 
         try:
-            copy = verified_copy(self.store.remote_copies([checkpoint_id]))
+            copy = verified_copy(self.store.remote.remote_copies([checkpoint_id]))
         except Exception as exc:  # a catalog hiccup: the event still goes, without its URL
             event("hook_error", level=logging.WARNING, path=path, error=str(exc))
             copy = None

@@ -253,7 +253,7 @@ class JobRunner(threading.Thread):
         """Re-hash everything; a file whose bytes changed unseen is re-indexed."""
         from ..usecases.verifier import BIT_ROT, verify
 
-        problem = self.store.quick_check()
+        problem = self.store.index.quick_check()
         if problem:
             self.stats.last_error = f"catalog integrity: {problem}"
             event("catalog_check_failed", level=logging.ERROR, result=problem)

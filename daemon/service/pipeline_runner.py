@@ -124,7 +124,7 @@ def run_and_record(
     rewritten since the job was made. Returns the state recorded (or `lost`)."""
     queue = store.stage_jobs
     try:
-        checkpoint = store.get(str(job.checkpoint_id))
+        checkpoint = store.reads.get(str(job.checkpoint_id))
     except NotFound:
         checkpoint = None
     if checkpoint is None or checkpoint.status.value != "ok" or checkpoint.hash != job.generation:

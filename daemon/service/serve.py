@@ -177,14 +177,14 @@ class Service:
         """What `ckpt status` says after `--once`: when it ran and how it ended."""
         problems = [*report.errors, *(f"{p}: {why}" for p, _status, why in report.failed)]
         last_error = problems[-1] if problems else ("a job failed" if failed else None)
-        store.record_once(
+        store.daemons.record_once(
             self.config.node_name,
             pid=os.getpid(),
             host=socket.gethostname(),
             started_at=started_at,
             state={
                 "stopped_at": iso_utc(time.time()),
-                "checkpoints": store.count(),
+                "checkpoints": store.reads.count(),
                 "indexed": len(report.indexed),
                 "last_error": last_error,
                 "heartbeat_seconds": self.config.heartbeat_seconds,
@@ -252,7 +252,7 @@ class Service:
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.
         registered = self.catalog_full.attempt(
             "registering",
-            lambda: store.register(
+            lambda: store.daemons.register(
                 self.config.node_name,
                 pid=os.getpid(),
                 host=socket.gethostname(),

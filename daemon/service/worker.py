@@ -262,7 +262,7 @@ class Worker(threading.Thread):
             return
         self._beat_at = now
         self.last_beat_time = time.time()
-        self._heartbeat_id = self.store.beat(
+        self._heartbeat_id = self.store.daemons.beat(
             self._heartbeat_id,
             pid=os.getpid(),
             host=socket.gethostname(),
@@ -274,7 +274,7 @@ class Worker(threading.Thread):
     def state(self, **extra: Any) -> dict[str, Any]:
         return {
             **self.more_state(),
-            "checkpoints": self.store.count(),
+            "checkpoints": self.store.reads.count(),
             "queue": self.queue.qsize() + len(self.pending),
             "indexed": self.stats.indexed,
             "failed": self.stats.failed,
@@ -285,14 +285,14 @@ class Worker(threading.Thread):
         }
 
     def registered(self, heartbeat_id: int) -> None:
-        """The heartbeat row the service registered this daemon with (`Store.register`)."""
+        """The heartbeat row the service registered this daemon with (`Daemons.register`)."""
         self._heartbeat_id = heartbeat_id
         self._beat_at = time.monotonic()
 
     def final_heartbeat(self, **extra: Any) -> None:
         """The service's last word in the catalog (`stopped_at`), written by the main thread
         once this thread has ended."""
-        self._heartbeat_id = self.store.beat(
+        self._heartbeat_id = self.store.daemons.beat(
             self._heartbeat_id,
             pid=os.getpid(),
             host=socket.gethostname(),

@@ -60,7 +60,7 @@ def split_checkpoint(
     from ..transforms.split import split
     from .describe import card_path, own_card, write_card
 
-    c = store.get(ref)
+    c = store.reads.get(ref)
     refuse_torch(c, "split")
     inference_path = _inference_path(c)
     counter = Counter(on_progress, 1, c.size_bytes)
@@ -98,12 +98,12 @@ def split_checkpoint(
                 )
         except BaseException:
             if pending:
-                store.forget_artifact(str(final))
+                store.acts.forget_artifact(str(final))
             raise
         _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
         write_card(config, store, c, result.path)
     counter.finish(c.path, "split", c.size_bytes, str(result.path))
-    return store.get(str(c.id)), result
+    return store.reads.get(str(c.id)), result
 
 
 def export_checkpoint(
@@ -122,7 +122,7 @@ def export_checkpoint(
     from ..transforms.export_json_h5 import export, export_paths, refusal
     from .describe import JSON_H5, JSON_H5_WEIGHTS, card_path, own_card, write_card
 
-    c = store.get(ref)
+    c = store.reads.get(ref)
     version = str(c.details.get("keras_version") or "")
     why = refusal(c.format, version)
     if why is not None:
@@ -159,7 +159,7 @@ def export_checkpoint(
             result = export(root, Path(c.path), out=out, source_hash=c.hash, check=check)
         except BaseException:
             for path in (config_path, weights_path):
-                store.forget_artifact(str(path))
+                store.acts.forget_artifact(str(path))
             raise
         _register(store, c.id, JSON_H5, config_path, result.config_bytes, None, result.config_hash)
         _register(
@@ -172,7 +172,7 @@ def export_checkpoint(
             result.weights_hash,
         )
         write_card(config, store, c, config_path)
-    return store.get(str(c.id)), result
+    return store.reads.get(str(c.id)), result
 
 
 def _inference_path(c: Checkpoint) -> Any:
@@ -220,7 +220,7 @@ def _register(
     codec: str | None,
     digest: str | None,
 ) -> None:
-    store.add_artifact(
+    store.acts.add_artifact(
         checkpoint_id,
         kind=kind,
         path=str(path),
@@ -245,7 +245,7 @@ def compress_checkpoint(
     (`compressed` or `left`)."""
     from ..transforms.compress import compress
 
-    c = store.get(ref)
+    c = store.reads.get(ref)
     refuse_torch(c, "compress")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
@@ -253,7 +253,7 @@ def compress_checkpoint(
     with rail.acting_on(config, store, c, "compress", actor) as (root, members):
         # The stat the checks above matched (hash included): compress takes the file's identity
         # before reading it and refuses it unread if a save landed since those checks.
-        indexed = store.identity(c.id)[0]
+        indexed = store.index.identity(c.id)[0]
         # The rewrite is a whole new file beside the old one until the swap: at most its size.
         check_copy(config, store, Path(c.path), c.size_bytes, "the compressed copy", actor=actor)
         result = compress(
@@ -265,7 +265,7 @@ def compress_checkpoint(
             # landed just after the swap. Its stat must not be recorded with our hash (the next
             # scan would trust it): the row keeps the old stat and the next scan re-reads.
             if stat.size == result.bytes_after and stat.mtime_ns == indexed.mtime_ns:
-                store.record_rewrite(c.id, stat=stat, digest=result.hash, codec=result.codec)
+                store.acts.record_rewrite(c.id, stat=stat, digest=result.hash, codec=result.codec)
             else:
                 event("compress_saw_a_later_save", path=c.path, note="left for the next scan")
         # Recorded so the scheduled job compresses it once; a file that would not shrink is
@@ -274,7 +274,7 @@ def compress_checkpoint(
         _register(store, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash)
     outcome = "compressed" if result.skipped is None else "left"
     counter.finish(c.path, outcome, c.size_bytes, result.skipped or "")
-    return store.get(str(c.id)), result
+    return store.reads.get(str(c.id)), result
 
 
 NOT_SMALLER = "not smaller: "
@@ -292,7 +292,7 @@ def adopt(store: Store, path: Path) -> str | None:
         return None
     parent = str(mark["parent"])
     try:
-        owner = store.get(parent)
+        owner = store.reads.get(parent)
     except NotFound:
         return f"an artifact ckpt derived from {parent} (not in the catalog)"
     if not any(a["path"] == str(path) for a in owner.details.get("artifacts", [])):
@@ -376,9 +376,9 @@ def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], lis
     """(to split, to compress): `ok` checkpoints old enough and not done yet, oldest first."""
     from ..core.query import ListQuery
 
-    cold = store.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
-    split_done = store.ids_with_artifact("inference")
-    compressed = store.ids_with_artifact("compressed")
+    cold = store.reads.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
+    split_done = store.acts.ids_with_artifact("inference")
+    compressed = store.acts.ids_with_artifact("compressed")
     to_split = [
         c
         for c in cold

@@ -49,7 +49,7 @@ def filesystems(config: Config) -> list[Filesystem]:
 def reserve_of(config: Config, store: Store, fs: Filesystem) -> int:
     """The reserve of `fs` in bytes, as the catalog and the filesystem are now."""
     total = _total(fs.roots[0])
-    largest = store.largest_checkpoint(fs.roots)
+    largest = store.usage.largest_checkpoint(fs.roots)
     return space_reserve.reserve_bytes(config.versions.reserve, total, largest)
 
 

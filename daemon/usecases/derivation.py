@@ -101,7 +101,7 @@ def refresh_run(
     """Derive the run's checkpoints again (`read`: its logs, if this scan read them already);
     returns how many rows changed."""
     root = str(run.root.path)
-    rows = store.run_members(root, run.name)
+    rows = store.runs.run_members(root, run.name)
     if read is None:
         read = run_logs(run, other_runs)
     names = [os.path.basename(r.path) for r in rows]
@@ -128,9 +128,9 @@ def refresh_run(
             changes.append(
                 Derivation(row.id, row.hash, row.mtime_ns, d.epoch, d.step, d.metrics, details)
             )
-    written = store.set_derived_many(changes, at=at)
-    store.set_derived_many(_version_updates(store, root, run.name, rows, derived, logs), at=at)
-    store.set_run_details(
+    written = store.runs.set_derived_many(changes, at=at)
+    store.runs.set_derived_many(_version_updates(store, root, run.name, rows, derived, logs), at=at)
+    store.runs.set_run_details(
         root,
         run.name,
         {
@@ -283,7 +283,7 @@ def _version_updates(
     and the logs' values at it."""
     by_path = {r.path: r for r in rows}
     out = []
-    for kept in store.versions_in_run(root, run):
+    for kept in store.versions.versions_in_run(root, run):
         row = by_path.get(kept.version_of)
         if row is None or row.id not in derived:
             continue  # the file is gone: its versions keep what they were given

@@ -66,7 +66,7 @@ def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> P
     move it with the artifact. Anything else at the card's name is never replaced."""
     from ..fs.hashing import hash_files
 
-    fresh = store.get(str(c.id))
+    fresh = store.reads.get(str(c.id))
     rows = [a for a in fresh.details.get("artifacts", []) if a["path"] == str(artifact)]
     if not rows:
         raise NotFound(f"{artifact} is not an artifact of {c.path}")
@@ -75,14 +75,16 @@ def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> P
     replacing = own_card(root, fresh, target)
     text = render(_facts(config, fresh, rows[0]), "md").encode()
     if replacing is None:
-        store.add_artifact(c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None)
+        store.acts.add_artifact(
+            c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None
+        )
     # Its times: the artifact's (for an inference folder, its config.json's: a file's times).
     like = artifact / "config.json" if artifact.is_dir() else artifact
     with fsops.rewrite(root, target, like=like, replacing=replacing) as temp:
         with open(temp, "wb") as out:  # our own temp, named by fsops.rewrite
             out.write(text)
         digest = hash_files([temp])
-    store.add_artifact(
+    store.acts.add_artifact(
         c.id, kind=CARD_KIND, path=str(target), size=len(text), codec=None, digest=digest
     )
     return target
@@ -111,12 +113,12 @@ def own_card(root: Path, c: Checkpoint, target: Path) -> fsops.Identity | None:
 
 def _find(store: Store, ref: str) -> tuple[Checkpoint, dict[str, Any] | None]:
     try:
-        return store.get(ref), None
+        return store.reads.get(ref), None
     except NotFound:
-        owner = store.artifact_owner(os.path.abspath(ref))
+        owner = store.acts.artifact_owner(os.path.abspath(ref))
         if owner is None:
             raise
-    c = store.get(str(owner))
+    c = store.reads.get(str(owner))
     artifacts = c.details.get("artifacts", [])
     by_path = {a["path"]: a for a in artifacts}
     found = by_path[os.path.abspath(ref)]

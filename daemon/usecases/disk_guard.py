@@ -143,12 +143,12 @@ def plan_for(config: Config, store: Store, fs: Guarded, *, tiering: bool = True)
     threshold = fs.min_free.threshold(now.total)
     runs = [
         _facts(config, store, root, name, tiering)
-        for _run_id, root, name in store.run_keys()
+        for _run_id, root, name in store.reads.run_keys()
         if root in fs.roots
     ]
     trash = [
         TrashEntry(t.id, t.path, t.bytes, t.trashed_at, t.pinned)
-        for t in store.trashed()
+        for t in store.acts.trashed()
         if t.root in fs.roots
     ]
     other = max(0, now.used - _catalogued_bytes(store, fs.roots))
@@ -177,7 +177,8 @@ def _bytes_of(path: Path) -> int:
 
 def _spare_artifacts(store: Store, roots: tuple[str, ...]) -> list[OwnFile]:
     return [
-        OwnFile("artifact", cid, path, size) for cid, path, size in store.spare_artifacts(roots)
+        OwnFile("artifact", cid, path, size)
+        for cid, path, size in store.usage.spare_artifacts(roots)
     ]
 
 
@@ -240,7 +241,7 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
     if step.action == "remove" and step.id == 0:  # a leftover temp of ours: no row, no lease
         fsops.remove_stale_temps(Path(step.path).parent, recursive=False)
         return
-    c = store.get(str(step.id))
+    c = store.reads.get(str(step.id))
     if step.action == "remove":  # an artifact of ours beside a checkpoint whole at its path
         if c.status != CheckpointStatus.OK:
             raise fsops.Refused(f"{c.path} is {c.status.value} now: its artifact is kept")
@@ -271,7 +272,9 @@ def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, a
     back now, is not there to stand for it (`trash.remote_gone`)."""
     from . import rail, trash
 
-    item = next((t for t in store.trashed(include_pinned=False) if t.id == checkpoint_id), None)
+    item = next(
+        (t for t in store.acts.trashed(include_pinned=False) if t.id == checkpoint_id), None
+    )
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
     kept = trash.remote_gone(config, store, checkpoint_id, actor)
@@ -314,7 +317,8 @@ def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) ->
     )
     # Standby copies (what their file holds now: listed as the file) are ours to free too.
     standby = own_rows(
-        store.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)), name
+        store.reads.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)),
+        name,
     )
     items += tuple(planner_item(c, False) for c in standby if c.version_of is not None)
     kept_by: dict[int, str] = {}
@@ -346,7 +350,7 @@ def _ok(found: list[Checkpoint]) -> list[Checkpoint]:
 
 
 def _catalogued_bytes(store: Store, roots: tuple[str, ...]) -> int:
-    rows, made = store.usage()
+    rows, made = store.usage.usage()
     on_disk = sum(r.bytes for r in rows if r.root in roots and r.status not in _NOT_ON_DISK)
     return on_disk + sum(a.bytes for a in made if a.root in roots)
 

@@ -27,7 +27,7 @@ _AT_PATH = {CheckpointStatus.OK, CheckpointStatus.INCOMPLETE, CheckpointStatus.C
 
 
 def fetch(config: Config, store: Store, ref: str, *, to: Path | None, actor: str) -> Path:
-    c = store.get(ref)
+    c = store.reads.get(ref)
     if to is not None:
         return _fetch_to(config, store, c, to)
     if c.status in _AT_PATH:
@@ -57,7 +57,7 @@ def _fetch_to(config: Config, store: Store, c: Checkpoint, to: Path) -> Path:
     if is_archive(c):  # its files, under their recorded names, into the folder `to`
         if not target.is_dir():
             raise UsageError(f"--to {to}: a checkpoint of several files goes into a folder")
-        expected, _digest, files = store.identity(c.id)
+        expected, _digest, files = store.index.identity(c.id)
         chunks = object_store(remote).download(copy.key)
         hash_ = c.hash or copy.content_hash
         rail.receive_copy(config, target, chunks, hash_, files=files, size=expected.size)

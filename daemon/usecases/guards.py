@@ -22,7 +22,7 @@ HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0
 def located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Path]]:
     """The configured root holding `c`, and every file (or folder) it is made of."""
     root, path = configured_root(config, c), Path(c.path)
-    _stat, _digest, files = store.identity(c.id)
+    _stat, _digest, files = store.index.identity(c.id)
     if c.format == Format.TF_CHECKPOINT:
         return root, [path.parent / name for name in files]
     if c.status == CheckpointStatus.ABANDONED:  # a save's own folder: it goes whole
@@ -46,7 +46,7 @@ def recheck(
     """Skip anything whose bytes may differ from what was indexed (and decided on). `rehash`
     False: the stat only, for an act that hashes every byte it reads itself and refuses before
     it acts when they differ (the upload of `ckpt tier`)."""
-    expected, digest, files = store.identity(c.id)
+    expected, digest, files = store.index.identity(c.id)
     if _is_layout_folder(c):  # its recorded files, compared with what is in the folder now
         folder_units.check_unchanged_names(Path(c.path), files, members)
         # No file recorded (a save killed as it began): the folder itself, as it was indexed.
@@ -80,7 +80,7 @@ def configured_root(config: Config, c: Checkpoint) -> Path:
 
 
 def run_id(store: Store, c: Checkpoint) -> int:
-    for key, root, name in store.run_keys():
+    for key, root, name in store.reads.run_keys():
         if name == c.run and root == c.root:
             return key
     raise NotFound(f"run {c.run} of {c.path} is not in the catalog")

@@ -54,9 +54,9 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
 
 def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
     run = versioned_run(run)  # a versions folder is its run's: the whole history is shown
-    rows = store.list(ListQuery(run=run, sort="id"))
+    rows = store.reads.list(ListQuery(run=run, sort="id"))
     # Versions kept in a folder of ours at the root (`.ckpt-versions/RUN/...`), if any.
-    rows += store.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []
+    rows += store.reads.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []
     if not rows:
         raise NotFound(f"no checkpoint of run {run!r} in the catalog (see `ckpt runs`)")
     own = {(r.root, versioned_run(r.run)) for r in rows}
@@ -79,14 +79,14 @@ def _logged(
     if configured is None:
         return {}, [f"root {root} is not in the config: its logs were not read"]
     folder = configured.path if run == "." else configured.path / run
-    others = [Path(r) / name for _, r, name in store.run_keys() if r == root and name != run]
+    others = [Path(r) / name for _, r, name in store.reads.run_keys() if r == root and name != run]
     try:
         # read alone, without `run_logs`'s stat signature (what a scan compares, not a page)
         logs = covered_logs(
             read_run_logs(folder, configured.path, configured.metrics_files, others), epochs
         )
         # Rows at the checkpoints' epochs, as derivation lined them up (`core.log_alignment`).
-        details = store.run_details(root).get(run, {})
+        details = store.runs.run_details(root).get(run, {})
         logs = logs.aligned(Alignment.of_json(details.get("log_alignment")))
     except ValueError as exc:  # the run's folder is not beneath its root any more
         return {}, [f"logs not read: {exc}"]
@@ -101,8 +101,8 @@ def histories(config: Config, store: Store, runs: Sequence[str], metric: str) ->
 
 def disk_usage(store: Store) -> list[RootUsage]:
     """Bytes per root, run and kind from the catalog (`core.usage`), biggest first."""
-    checkpoints, artifacts = store.usage()
-    return summarize(checkpoints, artifacts, store.remote_usage())
+    checkpoints, artifacts = store.usage.usage()
+    return summarize(checkpoints, artifacts, store.remote.remote_usage())
 
 
 def write_output(path: Path, data: bytes) -> None:

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..catalog.store import Known, Store
+from ..catalog.store import Store
 from ..catalog.store_claims import Claim
+from ..catalog.store_index import Known
 from ..children import reader_child
 from ..core import completion
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UnfinishedSave, UsageError
@@ -122,11 +123,11 @@ class _Scan:
         # Only the rows at or below `start`: a one-file scan must not load the whole root.
         # The catalog holds paths as text (a name that is not UTF-8 escaped): so are queries.
         where = discovery.display_path(start)[0]
-        self.known = store.known_under(str(root.path), where)
-        self.artifacts = store.artifact_paths(where)
+        self.known = store.index.known_under(str(root.path), where)
+        self.artifacts = store.acts.artifact_paths(where)
         self.uncaptured = {  # fixed names whose current bytes have no copy: a crash's undone
             path
-            for path, generation in store.uncaptured(str(root.path), where).items()
+            for path, generation in store.versions.uncaptured(str(root.path), where).items()
             if should_capture(config.versions.capture, os.path.basename(path), generation)
         }
         self.started = iso_utc(time.time())
@@ -137,7 +138,7 @@ class _Scan:
         self.last_recorded: str | None = None  # the path `_record` wrote last
         # Run derivation: each run walked is settled once its folder is done (a run's files
         # come together in the walk); touched runs had a file (re)recorded.
-        self.run_details = store.run_details(str(root.path))
+        self.run_details = store.runs.run_details(str(root.path))
         self.run_index = RunIndex(root.path / name for name in self.run_details)
         self.logs: dict[Path, derivation.LogsRead] = {}
         self.touched: set[Path] = set()
@@ -253,13 +254,13 @@ class _Scan:
             reason = "file name is not valid UTF-8: rename it to have it indexed"
             self._record(cand, text, stat, CheckpointStatus.UNREADABLE, reason)
             return True
-        if not self.store.claims_reads():
+        if not self.store.claims.claims_reads():
             return self._index(cand, text, stat)
         # A root other daemons share: read by one of them (catalog.store_claims).
         node = self.config.node_name
         # For as long as a run's lease: a dead claimant's files are read by another daemon
         # after it (a read that outlives it only costs a second read, never a second row).
-        claim, other = self.store.claim_read(text, stat, node, self.config.lease_seconds)
+        claim, other = self.store.claims.claim_read(text, stat, node, self.config.lease_seconds)
         if claim is Claim.RECORDED:
             self.report.unchanged += 1
             return True
@@ -270,7 +271,7 @@ class _Scan:
             return self._index(cand, text, stat)
         finally:
             if self.last_recorded != text:  # recording drops the claim in its transaction
-                self.store.release_read(text, node)
+                self.store.claims.release_read(text, node)
 
     def _unchanged(self, cand: discovery.Candidate, known: Known) -> None:
         self.report.unchanged += 1
@@ -376,7 +377,7 @@ class _Scan:
             if cand.family != discovery.FILE
             else (),
         )
-        ckpt_id = self.store.record(record, actor_name=self.actor, at=self.started)
+        ckpt_id = self.store.index.record(record, actor_name=self.actor, at=self.started)
         self.last_recorded = text
         record_outcome(self.report, record)
         if status == CheckpointStatus.OK and cand.family == discovery.FILE:

@@ -13,7 +13,7 @@ from ..core.query import OFF_DISK
 from ..core.remote import Location, RemoteCopy, location, verified_copy
 
 if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
-    from ..catalog.store import Store
+    from ..catalog.store_remote import RemoteCopies
     from ..settings.config import Config
 
 LOCATIONS = tuple(v.value for v in Location)
@@ -24,14 +24,14 @@ def uses_remote(config: Config) -> bool:
 
 
 def locations(
-    config: Config, store: Callable[[], Store], found: Sequence[Checkpoint]
+    config: Config, remote: Callable[[], RemoteCopies], found: Sequence[Checkpoint]
 ) -> dict[int, tuple[str, str | None]]:
     if not uses_remote(config):  # no remote copies: the status alone says (100,000 rows)
         by_status = {s: (location(s, []).value, None) for s in CheckpointStatus}
         return {c.id: by_status[c.status] for c in found}
     copies: dict[int, list[RemoteCopy]] = {}
     if found:
-        for copy in store().remote_copies(c.id for c in found):
+        for copy in remote().remote_copies(c.id for c in found):
             copies.setdefault(copy.checkpoint_id, []).append(copy)
     answer: dict[int, tuple[str, str | None]] = {}
     for c in found:
@@ -42,24 +42,26 @@ def locations(
 
 
 def filtered(
-    store: Store, found: Sequence[Checkpoint], wanted: str, limit: int | None
+    remote: RemoteCopies, found: Sequence[Checkpoint], wanted: str, limit: int | None
 ) -> list[Checkpoint]:
     if wanted not in LOCATIONS:
         raise UsageError(f"--location {wanted!r}: not one of {', '.join(LOCATIONS)}")
     copies: dict[int, list[RemoteCopy]] = {}
-    for copy in store.remote_copies(c.id for c in found):
+    for copy in remote.remote_copies(c.id for c in found):
         copies.setdefault(copy.checkpoint_id, []).append(copy)
     kept = [c for c in found if location(c.status, copies.get(c.id, [])).value == wanted]
     return kept if limit is None else kept[:limit]
 
 
-def with_tiered(store: Store, found: Sequence[Checkpoint], limit: int | None) -> list[Checkpoint]:
+def with_tiered(
+    remote: RemoteCopies, found: Sequence[Checkpoint], limit: int | None
+) -> list[Checkpoint]:
     """The ordinary listing (`ckpt list` without --status) of `found` (every row): the rows
     whose file is at its path, and the rows trashed or purged from the disk whose bytes are
     only in the object store (a tiered checkpoint); never the other rows off the disk."""
     off_disk = [c for c in found if c.status.value in OFF_DISK]
     copies: dict[int, list[RemoteCopy]] = {}
-    for copy in store.remote_copies(c.id for c in off_disk):
+    for copy in remote.remote_copies(c.id for c in off_disk):
         copies.setdefault(copy.checkpoint_id, []).append(copy)
     kept = [
         c

@@ -35,7 +35,7 @@ def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) ->
     made = 0
     for ckpt_id in queue.without_jobs([s.name for s in stages], skip=waiting):
         try:
-            checkpoint = store.get(str(ckpt_id))
+            checkpoint = store.reads.get(str(ckpt_id))
         except NotFound:
             continue
         if checkpoint.hash is None or checkpoint.version_of is not None:
@@ -70,7 +70,9 @@ def _is_best(store: Store, stage: Stage, checkpoint: Checkpoint) -> bool:
     if stage.trigger.kind != "new_best" or metric is None or metric not in checkpoint.metrics:
         return False
     try:
-        return store.best(metric, default_mode(metric), run=checkpoint.run).id == checkpoint.id
+        return (
+            store.reads.best(metric, default_mode(metric), run=checkpoint.run).id == checkpoint.id
+        )
     except NotFound:
         return False
 

@@ -8,7 +8,7 @@ and purge are `usecases.trash`'s.
 Pins against a running prune or purge: `ckpt pin` takes no lease (it never waits); instead
 every move is *claimed* right before it happens, in one catalog transaction that re-reads the
 row's pin and status and sets it `trashed` (with where its files go) only if it is still an
-unpinned `ok` checkpoint (`Store.claim`); a purge claims `trashed` -> `purged` the same
+unpinned `ok` checkpoint (`Acts.claim`); a purge claims `trashed` -> `purged` the same
 way right before its unlink. Writers are serialized by the database (BEGIN IMMEDIATE; SELECT
 ... FOR UPDATE elsewhere), so a pin either commits first, and the claim sees it and skips the
 checkpoint, or commits after, and then reports the checkpoint as trashed (it can be restored,
@@ -164,8 +164,8 @@ def _give_up_remote(
         if should_stop() or _lost_lease(lease) is not None:
             return
         try:
-            c = store.get(str(decision.id))
-            copies = store.remote_copies([c.id])
+            c = store.reads.get(str(decision.id))
+            copies = store.remote.remote_copies([c.id])
             copy = verified_copy(copies)
             if copy is None or location(c.status, copies) != Location.REMOTE:
                 raise fsops.Refused(f"{c.path}: not a tiered checkpoint now: its copy is kept")
@@ -263,7 +263,7 @@ def trash_decided(
         tier_one(config, store, c, reason="; ".join(decision.reasons), actor=actor, lease=lease)
         return
     demote = decision.action == "demote"
-    if demote and c.id not in store.ids_with_artifact("inference"):
+    if demote and c.id not in store.acts.ids_with_artifact("inference"):
         from .artifacts import split_checkpoint  # the inference artifact first, then the file
 
         split_checkpoint(config, store, str(c.id), actor=actor, leased=lease)
@@ -281,6 +281,6 @@ def trash_decided(
 
 
 def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:
-    c = store.get(ref)
-    store.set_pinned(c.id, pinned, actor)
-    return store.get(str(c.id))
+    c = store.reads.get(ref)
+    store.acts.set_pinned(c.id, pinned, actor)
+    return store.reads.get(str(c.id))

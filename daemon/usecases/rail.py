@@ -57,7 +57,7 @@ def run_lease(
     lease_of = (
         contextlib.nullcontext(held)
         if held is not None
-        else store.lease(run_id, holder, config.lease_seconds, node=config.node_name)
+        else store.leases.lease(run_id, holder, config.lease_seconds, node=config.node_name)
     )
     with lease_of as lease:
         if lease.taken_from is not None:
@@ -95,7 +95,7 @@ def trash_checkpoint(
     }
     # The claim confirms the run's lease in its transaction: a prune whose lease was taken
     # over (it was stopped past the expiry) moves nothing more.
-    event_id, refused = store.claim(
+    event_id, refused = store.acts.claim(
         c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease, was=c.status
     )
     if event_id is None:
@@ -103,12 +103,12 @@ def trash_checkpoint(
     try:
         trashed = fsops.move_to_trash(root, members, batch)
     except BaseException as exc:
-        store.end_claim(event_id, c.id, failed=guards.one_line(exc))
+        store.acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
         raise
     if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
         moved = {**trash, "paths": [str(p) for p in trashed]}
-        store.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
-    store.end_claim(event_id, c.id)
+        store.acts.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
+    store.acts.end_claim(event_id, c.id)
     if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
 
@@ -117,7 +117,7 @@ def _artifact_files(store: Store, root: Path, c: Checkpoint) -> list[Path]:
     """The files derived from `c` that are on disk (inference artifact, its card, a json+h5
     export): they go to the trash with it and come back with it."""
     found = []
-    for a in store.get(str(c.id)).details.get("artifacts", []):
+    for a in store.reads.get(str(c.id)).details.get("artifacts", []):
         path = Path(a["path"])
         if a["kind"] == "compressed" or path == Path(c.path):  # the checkpoint itself
             continue
@@ -150,8 +150,8 @@ def purge_trashed(
     root = config.root_for(Path(item.path))
     if root is None or str(root.path) != item.root:
         raise fsops.Refused(f"{item.path} is not inside a configured root: never touched")
-    with run_lease(config, store, store.run_of(item.id), actor) as lease:
-        event_id, refused = store.claim(
+    with run_lease(config, store, store.recovery.run_of(item.id), actor) as lease:
+        event_id, refused = store.acts.claim(
             item.id, action="purge", reason=reason, actor=actor, lease=lease
         )
         if event_id is None:
@@ -159,9 +159,9 @@ def purge_trashed(
         try:
             fsops.purge(root.path, [Path(p) for p in item.trash_paths])
         except BaseException as exc:
-            store.end_claim(event_id, item.id, failed=guards.one_line(exc))
+            store.acts.end_claim(event_id, item.id, failed=guards.one_line(exc))
             raise
-        store.end_claim(event_id, item.id)
+        store.acts.end_claim(event_id, item.id)
 
 
 def remove_artifact(
@@ -174,7 +174,7 @@ def remove_artifact(
     root = guards.configured_root(config, c)
     with (
         run_lease(config, store, guards.run_id(store, c), actor) as lease,
-        store.audited(
+        store.acts.audited(
             action="remove-artifact",
             checkpoint_id=c.id,
             path=str(path),
@@ -184,14 +184,14 @@ def remove_artifact(
             lease=lease,
         ),
     ):
-        if store.artifact_owner(str(path)) != c.id:
+        if store.acts.artifact_owner(str(path)) != c.id:
             raise fsops.Refused(f"{path} is not an artifact of {c.path} now: left alone")
         trashed = (
             fsops.move_to_trash(root, [path], batch_name("guard"))
             if fsops.identity(root, path) is not None
             else []
         )
-        store.forget_artifact(str(path))
+        store.acts.forget_artifact(str(path))
         fsops.purge(root, trashed)
 
 
@@ -203,7 +203,7 @@ def restore_trashed(config: Config, store: Store, c: Checkpoint, actor: str) -> 
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     with (
         run_lease(config, store, guards.run_id(store, c), actor) as lease,
-        store.audited(
+        store.acts.audited(
             action="restore",
             checkpoint_id=c.id,
             path=c.path,
@@ -217,7 +217,7 @@ def restore_trashed(config: Config, store: Store, c: Checkpoint, actor: str) -> 
         # A record found in the trash was never read: the next scan reads it.
         status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
         reason = None if c.hash else "restored from the trash: read at the next scan"
-        store.set_status(c.id, status, reason, clear_trash=True)
+        store.acts.set_status(c.id, status, reason, clear_trash=True)
 
 
 @contextmanager
@@ -239,7 +239,7 @@ def acting_on(
     # The lease is renewed while the transform runs (a split of a large file takes long).
     with run_lease(config, store, guards.run_id(store, c), actor, held=leased) as lease:
         guards.recheck(store, c, root, members)
-        with store.audited(
+        with store.acts.audited(
             action=action,
             checkpoint_id=c.id,
             path=c.path,
@@ -293,7 +293,7 @@ def put_version_back(
     leases: leases do not nest)."""
     with (
         run_lease(config, store, guards.run_id(store, current), actor) as lease,
-        store.audited(
+        store.acts.audited(
             action="restore-version",
             checkpoint_id=current.id,
             path=str(path),
@@ -327,7 +327,7 @@ def receive_checkpoint(
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed fetches
     with (
         run_lease(config, store, guards.run_id(store, c), actor) as lease,
-        store.audited(
+        store.acts.audited(
             action="fetch",
             checkpoint_id=c.id,
             path=c.path,
@@ -337,7 +337,7 @@ def receive_checkpoint(
             lease=lease,
         ),
     ):
-        expected, digest, files = store.identity(c.id)
+        expected, digest, files = store.index.identity(c.id)
         if archive:
             folder = Path(c.path).parent
             fsunpack.receive_tree(
@@ -359,8 +359,8 @@ def receive_checkpoint(
                 mtime_ns=expected.mtime_ns,
             )
             stat = FileStat(info.st_size, info.st_mtime_ns, info.st_ino)
-        store.set_status(c.id, CheckpointStatus.OK, None, clear_trash=True)
-        store.set_fetched(c.id, stat)
+        store.acts.set_status(c.id, CheckpointStatus.OK, None, clear_trash=True)
+        store.remote.set_fetched(c.id, stat)
 
 
 def receive_copy(

@@ -1,5 +1,5 @@
 """The rail's object-store half: the acts that move or delete a remote copy, each under the run's
-lease (`rail.run_lease`), re-checked under it, audited (`store.audited`), like `usecases.rail`'s
+lease (`rail.run_lease`), re-checked under it, audited (`Acts.audited`), like `usecases.rail`'s
 acts on local files.
 
 A remote copy given up is never deleted at once: it is copied server-side under the store's
@@ -28,7 +28,7 @@ from .tiering import object_store, remote_of
 
 def _fresh(store: Store, copy: RemoteCopy) -> RemoteCopy:
     """The copy's row as the catalog has it now (under the lease: what the act decides on)."""
-    for found in store.remote_copies([copy.checkpoint_id]):
+    for found in store.remote.remote_copies([copy.checkpoint_id]):
         if found.id == copy.id:
             return found
     raise Refused(f"{copy.url}: no longer recorded")
@@ -53,7 +53,7 @@ def trash_remote_copy(
         raise Refused(f"{copy.url} is {copy.state.value}: nothing to give up")
     moved_to = trash_key(remote, copy.key, batch)
     url = remote.object_url(moved_to)
-    with store.audited(
+    with store.acts.audited(
         action="remote-trash",
         checkpoint_id=c.id,
         path=c.path,
@@ -65,7 +65,7 @@ def trash_remote_copy(
         problem = differences(objects.head(copy.key), copy)
         if problem is not None:  # not the copy we recorded: never trusted, never moved
             state = RemoteState.MISSING if problem == "not in the store" else RemoteState.CHANGED
-            store.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
+            store.remote.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
             raise Refused(f"{copy.url}: {problem}: marked {state.value}, not moved")
         copies.copy(objects, copy.key, moved_to, copy.size_bytes)
         problem = differences(objects.head(moved_to), copy, checksum=False)
@@ -74,7 +74,7 @@ def trash_remote_copy(
                 f"{url}: the trash copy does not verify ({problem}): kept at its key"
             )
         lease.check()
-        store.set_remote_state(copy.id, RemoteState.TRASHED, reason, trash_key=moved_to)
+        store.remote.set_remote_state(copy.id, RemoteState.TRASHED, reason, trash_key=moved_to)
         objects.delete(copy.key)
     return url
 
@@ -90,7 +90,7 @@ def restore_remote_copy(
         copy = _fresh(store, copy)
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             raise Refused(f"{copy.url} is {copy.state.value}, not in the store's trash")
-        with store.audited(
+        with store.acts.audited(
             action="remote-restore",
             checkpoint_id=c.id,
             path=c.path,
@@ -107,7 +107,7 @@ def restore_remote_copy(
             if problem is not None:
                 raise Refused(f"{copy.url}: {problem}: its trash copy is kept")
             checksum = found.checksum if found else None
-            store.set_remote_state(copy.id, RemoteState.VERIFIED, None, checksum=checksum)
+            store.remote.set_remote_state(copy.id, RemoteState.VERIFIED, None, checksum=checksum)
             objects.delete(copy.trash_key)
 
 
@@ -121,9 +121,9 @@ def purge_remote_copy(
         copy = _fresh(store, copy)
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             raise Refused(f"{copy.url} is {copy.state.value}, not in the store's trash")
-        if store.get(str(c.id)).pinned:
+        if store.reads.get(str(c.id)).pinned:
             raise Refused(f"{c.path} is pinned: its remote copy is kept in the trash")
-        with store.audited(
+        with store.acts.audited(
             action="remote-purge",
             checkpoint_id=c.id,
             path=c.path,
@@ -135,4 +135,4 @@ def purge_remote_copy(
             objects.delete(copy.trash_key)
             if differences(objects.head(copy.key), copy, checksum=False) is None:
                 objects.delete(copy.key)  # a kill between the record and the delete left it
-            store.set_remote_state(copy.id, RemoteState.PURGED, copy.reason)
+            store.remote.set_remote_state(copy.id, RemoteState.PURGED, copy.reason)

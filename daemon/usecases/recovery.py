@@ -26,7 +26,7 @@ def reconcile(config: Config, store: Store, roots: list[RootConfig] | None = Non
     """The trash folder of each root (all configured roots by default), then planned events.
     The leases of dead local processes go first: a move in flight under a live lease (another
     daemon's prune) is left to its mover, a dead one's is adopted now."""
-    for host, pid in store.drop_dead_leases():
+    for host, pid in store.leases.drop_dead_leases():
         event("lease_freed", host=host, pid=pid, reason="its process is gone")
     for root in config.roots if roots is None else roots:
         if root.path.is_dir():
@@ -50,7 +50,7 @@ def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
         return []
     if not batches:
         return []
-    known = store.trash_paths(str(root.path))
+    known = store.recovery.trash_paths(str(root.path))
     adopted = []
     taken: set[Path] = set()  # the files of every checkpoint discovery finds there
     for batch in batches:
@@ -63,7 +63,7 @@ def reconcile_trash(store: Store, root: RootConfig) -> list[str]:
             original = trash_found.original_of(root.path, Path(batch.path), found.path)
             if trash_found.adopt_candidate(store, root, batch.name, found, original):
                 adopted.append(str(original))
-    known = store.trash_paths(str(root.path))  # with what was just adopted
+    known = store.recovery.trash_paths(str(root.path))  # with what was just adopted
     for batch in batches:
         batch_dir = Path(batch.path)
         for path in trash_found.unrecorded_files(batch_dir, known, taken):

@@ -44,11 +44,11 @@ def remote_only(store: Store, run: str | None) -> list[tuple[Checkpoint, str]]:
     rows = [
         c
         for status in _OFF_DISK
-        for c in store.list(ListQuery(run=run, status=status.value))
+        for c in store.reads.list(ListQuery(run=run, status=status.value))
         if c.version_of is None and (scope is None or scope.covers(c.run))
     ]
     copies: dict[int, list[RemoteCopy]] = {}
-    for copy in store.remote_copies(c.id for c in rows):
+    for copy in store.remote.remote_copies(c.id for c in rows):
         copies.setdefault(copy.checkpoint_id, []).append(copy)
     found = []
     for c in rows:

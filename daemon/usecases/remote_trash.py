@@ -38,8 +38,8 @@ class GiveUpReport:
 
 def protected(store: Store, c: Checkpoint) -> str | None:
     """Why `c`'s remote copy must stay (`core.remote_keep`), from the catalog as it is now."""
-    run = [r for r in store.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
-    copies = store.remote_copies(r.id for r in run)
+    run = [r for r in store.reads.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
+    copies = store.remote.remote_copies(r.id for r in run)
     verified = {x.checkpoint_id for x in copies if x.state == RemoteState.VERIFIED}
     available = {r.id for r in run if r.status == CheckpointStatus.OK or r.id in verified}
     return why_kept(c, run, available)
@@ -57,8 +57,8 @@ def give_up(
     report = GiveUpReport(dry_run=dry_run)
     batch = rail.batch_name("remote")
     for ref in refs:
-        c = store.get(ref)
-        copy = verified_copy(store.remote_copies([c.id]))
+        c = store.reads.get(ref)
+        copy = verified_copy(store.remote.remote_copies([c.id]))
         kept = "no verified remote copy" if copy is None else protected(store, c)
         item: dict[str, Any] = {
             "id": c.id,
@@ -96,7 +96,7 @@ def give_up_one(
     """One remote copy to the store's trash under the run's `lease` (held by the caller: a
     retention pass), its protection re-checked first. Returns its trash URL."""
     lease.check()
-    fresh = store.get(str(c.id))
+    fresh = store.reads.get(str(c.id))
     kept = protected(store, fresh)
     if kept:
         raise Refused(f"{c.path}: its remote copy is kept: {kept}")
@@ -108,10 +108,10 @@ def give_up_one(
 def trashed(config: Config, store: Store) -> list[TrashedCheckpoint]:
     """The remote copies in the store's trash, as `trash list` rows (`location: remote`)."""
     found = []
-    for copy in store.remote_copies():
+    for copy in store.remote.remote_copies():
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             continue
-        c = store.get(str(copy.checkpoint_id))
+        c = store.reads.get(str(copy.checkpoint_id))
         try:
             trash_url = remote_of(config, c)[1].object_url(copy.trash_key)
         except CkptError:  # its root or remote is no longer configured: still listed
@@ -137,7 +137,9 @@ def trashed(config: Config, store: Store) -> list[TrashedCheckpoint]:
 def restore(config: Config, store: Store, c: Checkpoint, actor: str) -> bool:
     """`c`'s remote copies in the store's trash back at their keys; False if it has none."""
     mine = [
-        x for x in store.remote_copies([c.id]) if x.state == RemoteState.TRASHED and x.trash_key
+        x
+        for x in store.remote.remote_copies([c.id])
+        if x.state == RemoteState.TRASHED and x.trash_key
     ]
     for copy in mine:
         rail_remote.restore_remote_copy(config, store, c, copy, actor)
@@ -158,12 +160,12 @@ def purge(
     if dry_run:
         return due, []
     purged, failures = [], []
-    by_id = {x.id: x for x in store.remote_copies()}
+    by_id = {x.id: x for x in store.remote.remote_copies()}
     for item in due:
         if should_stop():
             break
         try:
-            c = store.get(str(item.id))
+            c = store.reads.get(str(item.id))
             rail_remote.purge_remote_copy(config, store, c, by_id[item.trash["copy_id"]], actor)
             purged.append(item)
         except CkptError as exc:

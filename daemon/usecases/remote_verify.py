@@ -49,17 +49,17 @@ def differences(
 def verify_remote(config: Config, store: Store, refs: list[str], *, actor: str) -> list[Verdict]:
     """One verdict per verified remote copy of `refs` (ids or paths; none: every copy)."""
     if refs:
-        wanted = [store.get(ref) for ref in refs]
-        copies = store.remote_copies(c.id for c in wanted)
+        wanted = [store.reads.get(ref) for ref in refs]
+        copies = store.remote.remote_copies(c.id for c in wanted)
         rows = {c.id: c for c in wanted}
     else:
-        copies = store.remote_copies()
+        copies = store.remote.remote_copies()
         rows = {}
     verdicts = []
     for copy in copies:
         if copy.state != RemoteState.VERIFIED:
             continue
-        c = rows.get(copy.checkpoint_id) or store.get(str(copy.checkpoint_id))
+        c = rows.get(copy.checkpoint_id) or store.reads.get(str(copy.checkpoint_id))
         verdicts.append(_verify_one(config, store, c, copy, actor))
     return verdicts
 
@@ -67,10 +67,10 @@ def verify_remote(config: Config, store: Store, refs: list[str], *, actor: str) 
 def verify_sample(config: Config, store: Store, count: int, *, actor: str) -> list[Verdict]:
     """The `count` verified remote copies verified longest ago, each read back (the service's
     `remote_verify` job: every copy in turn, a sample per pass)."""
-    copies = [c for c in store.remote_copies() if c.state == RemoteState.VERIFIED]
+    copies = [c for c in store.remote.remote_copies() if c.state == RemoteState.VERIFIED]
     copies.sort(key=lambda c: (c.verified_at, c.id))
     return [
-        _verify_one(config, store, store.get(str(copy.checkpoint_id)), copy, actor)
+        _verify_one(config, store, store.reads.get(str(copy.checkpoint_id)), copy, actor)
         for copy in copies[:count]
     ]
 
@@ -80,10 +80,10 @@ def before_purge(config: Config, store: Store, checkpoint_id: int, *, actor: str
     read back this moment, is gone or other bytes (it is marked so: never trusted again), or the
     store cannot be reached to tell. None: it matches, or there is none (then the trash copy is
     not held on its account)."""
-    copy = verified_copy(store.remote_copies([checkpoint_id]))
+    copy = verified_copy(store.remote.remote_copies([checkpoint_id]))
     if copy is None:
         return None
-    verdict = _verify_one(config, store, store.get(str(checkpoint_id)), copy, actor)
+    verdict = _verify_one(config, store, store.reads.get(str(checkpoint_id)), copy, actor)
     if verdict.ok:
         return None
     return f"not purged, the local copy is the last one: {verdict.detail}"
@@ -99,11 +99,11 @@ def _verify_one(
         return Verdict(c.id, c.path, False, f"remote {copy.url}: {guards.one_line(exc)}")
     problem = differences(found, copy)
     if problem is None:
-        store.set_remote_state(copy.id, RemoteState.VERIFIED)  # its verified_at: now
+        store.remote.set_remote_state(copy.id, RemoteState.VERIFIED)  # its verified_at: now
         return Verdict(c.id, c.path, True, f"remote copy matches: {copy.url}")
     state = RemoteState.MISSING if found is None else RemoteState.CHANGED
     reason = f"found by verify --remote: {problem}"
-    with store.audited(
+    with store.acts.audited(
         action="verify-remote",
         checkpoint_id=c.id,
         path=c.path,
@@ -111,7 +111,7 @@ def _verify_one(
         size=copy.size_bytes,
         actor=actor,
     ):
-        store.set_remote_state(copy.id, state, reason)
+        store.remote.set_remote_state(copy.id, state, reason)
     return Verdict(
         c.id, c.path, False, f"remote copy {state.value} ({problem}): {copy.url}: never trusted"
     )

@@ -133,12 +133,12 @@ def plan_runs(
     report = PruneReport(dry_run=True)
     now = time.time() if now is None else now
     scopes = [run_scope(r) for r in runs or ()]
-    for run_id, root, name in store.run_keys():
+    for run_id, root, name in store.reads.run_keys():
         if scopes and not any(scope.covers(name) for scope in scopes):
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
         known = listed.get((root, name)) if listed else None
-        rows = store.list(ListQuery(run=name, root=root)) if known is None else known
+        rows = store.reads.list(ListQuery(run=name, root=root)) if known is None else known
         found = own_rows(rows, name)
         previous = {**trainer_best(store, found), **protected_generations(config, found)}
         remote = remote_places(config, store, rows, name)
@@ -212,7 +212,7 @@ def _merged(plans: Sequence[retention.Plan], rows: Sequence[Checkpoint]) -> rete
 
 def run_checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
     """The checkpoints of run `run` itself (a listing's `run` covers the runs below it too)."""
-    return own_rows(store.list(ListQuery(run=run, root=root)), run)
+    return own_rows(store.reads.list(ListQuery(run=run, root=root)), run)
 
 
 def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
@@ -231,7 +231,7 @@ def remote_places(
     mine = [c for c in rows if c.run == run and c.version_of is None]
     verified = {
         x.checkpoint_id
-        for x in store.remote_copies(c.id for c in mine)
+        for x in store.remote.remote_copies(c.id for c in mine)
         if x.state == RemoteState.VERIFIED
     }
     places = {c.id: location(c.status, []).value for c in mine if c.id in verified}

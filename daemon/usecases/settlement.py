@@ -25,7 +25,7 @@ def settle_events(config: Config, store: Store, *, of: tuple[str, int] | None = 
     """Close planned events whose act happened (`done`) or whose process died before it
     (`abandoned`); `of`: only those of this (host, pid). Each one closed is logged."""
     legacy_before = iso_utc(time.time() - LEGACY_EVENT_SECONDS)
-    for ev in store.planned_events():
+    for ev in store.recovery.planned_events():
         if of is not None and (ev.host, ev.pid) != of:
             continue
         dead = dead_here(ev.host, ev.pid) or (ev.pid is None and ev.at < legacy_before)
@@ -35,14 +35,14 @@ def settle_events(config: Config, store: Store, *, of: tuple[str, int] | None = 
 
 
 def _settle(store: Store, ev: PlannedEvent, dead: bool) -> str | None:
-    row = store.row_state(ev.checkpoint_id)
+    row = store.recovery.row_state(ev.checkpoint_id)
     trash = (row.trash if row else None) or {}
     in_trash = [os.path.lexists(p) for p in trash.get("paths", [])]
     at_home = [os.path.lexists(p) for p in trash.get("members", [])]
     moved = bool(in_trash) and all(in_trash)
     back = bool(at_home) and all(at_home) and not any(in_trash)
     gone = bool(in_trash) and not any(in_trash)
-    action, settle = ev.action, store.settle
+    action, settle = ev.action, store.recovery.settle
     trashed, purged = CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value
     key = ev.checkpoint_id
     if action == "trash" and moved and row and row.status == trashed:

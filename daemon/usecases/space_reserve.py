@@ -57,7 +57,7 @@ def budget_refusal(
 
     def why() -> str | None:
         free = disk_guard.usage(fs.roots[0]).free
-        kept = store.kept_copies_bytes(fs.roots)
+        kept = store.usage.kept_copies_bytes(fs.roots)
         budget = space_reserve.budget_bytes(config.versions.budget, free, kept)
         return space_reserve.budget_refusal(kept, size, budget)
 
@@ -65,7 +65,7 @@ def budget_refusal(
     if refusal is None:
         return None
     free = disk_guard.usage(fs.roots[0]).free
-    kept = store.kept_copies_bytes(fs.roots)
+    kept = store.usage.kept_copies_bytes(fs.roots)
     excess = kept + size - space_reserve.budget_bytes(config.versions.budget, free, kept)
     relieve(  # measured by free space: each old version given up frees its bytes
         config,
@@ -112,13 +112,13 @@ def plan_for(
     free = disk_guard.usage(fs.roots[0]).free
     trashed = [
         Ours(t.id, t.path, t.bytes, t.trashed_at, version=is_version(t.path))
-        for t in store.trashed(include_pinned=False)
+        for t in store.acts.trashed(include_pinned=False)
         if t.root in fs.roots
     ]
     olds = (
         [
             v
-            for _run_id, root, name in store.run_keys()
+            for _run_id, root, name in store.reads.run_keys()
             if root in fs.roots
             for v in _old_versions(config, store, root, name)
         ]

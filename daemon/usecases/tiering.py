@@ -151,7 +151,7 @@ def tier(
     if not dry_run:
         settle_events(config, store)
     for ref in refs:
-        c = store.get(ref)
+        c = store.reads.get(ref)
         blocked = why_not(config, c)
         if blocked is None:
             remote, key = key_of(config, c)
@@ -193,7 +193,7 @@ def tier_one(
     guards.recheck(store, c, root, members, rehash=False)
     url = remote.object_url(key)
     objects = object_store(remote)
-    with store.audited(
+    with store.acts.audited(
         action="tier",
         checkpoint_id=c.id,
         path=c.path,
@@ -210,7 +210,7 @@ def tier_one(
             verify_uploaded(objects, sent, c, c.size_bytes)
         if item is not None:
             item.kept_existing = sent.existing
-        store.record_remote(
+        store.remote.record_remote(
             c.id,
             url=url,
             endpoint=remote.endpoint_url,
@@ -237,7 +237,7 @@ def _upload_archive(
     """The tar of `c`'s recorded files (their recorded order and names, every header's mtime
     the indexed one), generated as it is sent; verified as a file is, its expected size the
     tar's (headers and padding around the indexed bytes)."""
-    expected, _digest, files = store.identity(c.id)
+    expected, _digest, files = store.index.identity(c.id)
     if not files:
         raise fsops.Refused(f"{c.path}: no member files recorded: the next scan re-indexes it")
     source = TarSource(c.path, Path(c.path).parent, files, root, expected.mtime_ns // 10**9)
@@ -276,7 +276,7 @@ def free_local(
     """The local copy to the local trash through the rail (re-checked right before, claimed
     like a prune's move: a pin committed first keeps it; a file that changed since it was
     indexed keeps its place, the remote copy staying recorded)."""
-    if verified_copy(store.remote_copies([c.id])) is None:  # never without one
+    if verified_copy(store.remote.remote_copies([c.id])) is None:  # never without one
         raise fsops.Refused(f"{c.path}: no verified remote copy: the local copy is kept")
     lease.check()
     rail.trash_checkpoint(
@@ -291,7 +291,7 @@ def location_of(c: Checkpoint, copies: list[RemoteCopy]) -> tuple[str, str | Non
 
 
 def require_copy(store: Store, c: Checkpoint) -> RemoteCopy:
-    found = verified_copy(store.remote_copies([c.id]))
+    found = verified_copy(store.remote.remote_copies([c.id]))
     if found is None:
         raise NotFound(f"{c.path} has no verified remote copy")
     return found

@@ -9,7 +9,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..catalog.store import Known, Store
+from ..catalog.store import Store
+from ..catalog.store_index import Known
 from ..core import trainer_keeps
 from ..core.model import Checkpoint, CheckpointStatus, Format
 
@@ -27,7 +28,7 @@ def removed_by_trainer(store: Store, path: str, root: str) -> str | None:
     if trainer_keeps.hf_rotated(name, _subfolders(folder)):
         return trainer_keeps.HF_ROTATED
     if name.endswith(".ckpt"):
-        config = _newest_config(store, folder, store.known_under(root, folder))
+        config = _newest_config(store, folder, store.index.known_under(root, folder))
         if trainer_keeps.lightning_rotated(name, config):
             return trainer_keeps.LIGHTNING_ROTATED
     return None
@@ -72,4 +73,4 @@ def _newest_config(store: Store, folder: str, known: Mapping[str, Known]) -> Any
 
 
 def _config_of(store: Store, checkpoint_id: int) -> Any:
-    return (store.get(str(checkpoint_id)).details or {}).get("training_config")
+    return (store.reads.get(str(checkpoint_id)).details or {}).get("training_config")

@@ -23,7 +23,7 @@ from .locations import uses_remote
 
 def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
     """Put the trashed checkpoint `ref` (an id, or the path it had) back at its path."""
-    c = store.get(trashed_ref(store, ref))
+    c = store.reads.get(trashed_ref(store, ref))
     info = c.details.get("trash") or {}
     local = c.status == CheckpointStatus.TRASHED and bool(info.get("paths"))
     remote = remote_trash.restore(config, store, c, actor)  # its copies in the store's trash
@@ -31,7 +31,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
         raise UsageError(f"{c.path} is {c.status.value}, not in the trash")
     if local:
         rail.restore_trashed(config, store, c, actor)
-    return store.get(str(c.id))
+    return store.reads.get(str(c.id))
 
 
 def purge(
@@ -49,7 +49,7 @@ def purge(
     (`remote_verify.before_purge`: a failure, the copy marked). `should_stop` is asked before
     each item. Returns (purged, failures)."""
     cutoff = iso_utc(time.time() - older_than)
-    trashed = store.trashed(include_pinned=False)
+    trashed = store.acts.trashed(include_pinned=False)
     due = [t for t in trashed if t.trashed_at <= cutoff]
     remote: tuple[list[TrashedCheckpoint], list[dict[str, Any]]] = ([], [])
     if uses_remote(config):
@@ -99,7 +99,7 @@ def trashed_ref(store: Store, ref: str) -> str:
     even when a new file, with its own row, is at that path now)."""
     if ref.isdigit():
         return ref
-    ids = store.trashed_at(os.path.abspath(ref))
+    ids = store.recovery.trashed_at(os.path.abspath(ref))
     if len(ids) > 1:
         listed = ", ".join(map(str, ids))
         raise UsageError(

@@ -65,7 +65,7 @@ def adopt_candidate(
         if tf_set
         else [text],
     }
-    checkpoint_id = store.adopt_trashed(
+    checkpoint_id = store.recovery.adopt_trashed(
         root=str(root.path),
         run=_run_of(root.path, original.parent),
         path=text,
@@ -115,7 +115,7 @@ def adopt_file(
         "batch": batch,
         "members": [text],
     }
-    checkpoint_id = store.adopt_trashed(
+    checkpoint_id = store.recovery.adopt_trashed(
         root=str(root.path),
         run=_run_of(root.path, run_dir),
         path=text,

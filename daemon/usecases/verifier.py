@@ -56,8 +56,8 @@ def verify(
     A full verify of a large catalog takes minutes (`--load`: seconds per checkpoint), so
     each verdict goes to `on_verdict` as soon as it is known, and `on_progress` hears when a
     checkpoint starts and when it is done (counted in checkpoints and their bytes)."""
-    targets = [store.get(ref) for ref in refs] or [
-        c for c in store.list(ListQuery(status=CheckpointStatus.OK.value))
+    targets = [store.reads.get(ref) for ref in refs] or [
+        c for c in store.reads.list(ListQuery(status=CheckpointStatus.OK.value))
     ]
     counter = Counter(on_progress, len(targets), sum(c.size_bytes or 0 for c in targets))
     verdicts: list[Verdict] = []
@@ -91,7 +91,7 @@ def _verdicts(
             on_verdict(v)
 
     note(_checkpoint(config, store, c, actor))
-    full = store.get(str(c.id))
+    full = store.reads.get(str(c.id))
     for a in full.details.get("artifacts", []):
         note(_artifact(c, a))
     if load:
@@ -202,7 +202,7 @@ def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) 
         return Verdict(c.id, c.path, False, f"not verifiable: {c.status.value}")
     try:
         root, members = guards.located(config, store, c)
-        expected, digest, _files = store.identity(c.id)
+        expected, digest, _files = store.index.identity(c.id)
         before = fsops.current_stat(root, members)
         if c.format == Format.SAVED_MODEL:  # a folder: its files are hashed by name, see hashing
             same = before == expected
@@ -235,7 +235,7 @@ def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) 
 def _mark_corrupt(store: Store, c: Checkpoint, actor: str | None) -> None:
     from ..catalog.audit import actor as process_actor
 
-    with store.audited(
+    with store.acts.audited(
         action="mark-corrupt",
         checkpoint_id=c.id,
         path=c.path,
@@ -243,7 +243,7 @@ def _mark_corrupt(store: Store, c: Checkpoint, actor: str | None) -> None:
         size=c.size_bytes,
         actor=actor or process_actor(),
     ):
-        store.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
+        store.acts.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
 
 
 def _stat_diff(expected: FileStat, found: FileStat) -> str:

@@ -52,7 +52,7 @@ def capture(
     `versions.capture` (or `mode`) ask for it (`force`: whatever they say) and no copy of those
     bytes is kept yet. Returns the version's path, or None. Never raises for a file that
     changed or vanished, nor for a version's name that cannot fit: logged (`version_lost`)."""
-    source = store.version_source(checkpoint_id)
+    source = store.versions.version_source(checkpoint_id)
     if source is None or source.version_of is not None or source.hash is None:
         return None
     if source.status != CheckpointStatus.OK.value or source.hash in source.kept_hashes:
@@ -90,7 +90,7 @@ def capture(
         )
         return None
     stat = _stat(target)
-    store.add_version(source, str(target), stat, how=how, actor_name=actor)
+    store.versions.add_version(source, str(target), stat, how=how, actor_name=actor)
     event(
         "version_kept",
         path=source.path,
@@ -111,7 +111,7 @@ def _not_worth_a_copy(store: Store, root: RootConfig, source: Source, actor: str
     generation (`version-not-copied`)."""
     from .retention_plan import run_checkpoints
 
-    row = store.get(str(source.id))
+    row = store.reads.get(str(source.id))
     siblings = [
         c
         for c in run_checkpoints(store, row.root, row.run)
@@ -124,7 +124,7 @@ def _not_worth_a_copy(store: Store, root: RootConfig, source: Source, actor: str
         why = "a rolling pointer (rewritten at every save) whose metric beats no kept checkpoint"
     else:
         return False
-    if store.record_capture_skipped(
+    if store.versions.record_capture_skipped(
         source.id, source.generation, source.path, why, 0, actor, action=NOT_COPIED
     ):
         event("version_not_copied", path=source.path, generation=source.generation, reason=why)
@@ -224,7 +224,7 @@ def _skipped_for_space(
         why = space_reserve.budget_refusal(config, store, root, source.stat.size, actor=actor)
     if why is None:
         return False
-    first = store.record_capture_skipped(
+    first = store.versions.record_capture_skipped(
         source.id, source.generation, source.path, why, source.stat.size, actor
     )
     event(  # once per generation as a warning; a later scan's retry skipped again: debug
@@ -242,7 +242,7 @@ def _adopt_existing(
 ) -> str | None:
     """A version file with this name exists without a row (our crash between its rename and
     its row): kept if it holds the bytes, else left for `adopt_orphans` to judge."""
-    if str(target) in store.version_files(str(root.path)):
+    if str(target) in store.versions.version_files(str(root.path)):
         return None
     try:
         same = hash_files([target], root.path) == source.hash
@@ -250,7 +250,7 @@ def _adopt_existing(
         return None
     if not same:
         return None
-    store.add_version(source, str(target), _stat(target), how="adopted", actor_name=actor)
+    store.versions.add_version(source, str(target), _stat(target), how="adopted", actor_name=actor)
     return str(target)
 
 
@@ -261,7 +261,7 @@ def adopt_orphans(store: Store, root: RootConfig, *, actor: str) -> list[str]:
     base = root.path / naming.VERSIONS_DIR
     if not base.is_dir() or base.is_symlink():
         return []
-    known = store.version_files(str(root.path))
+    known = store.versions.version_files(str(root.path))
     done: list[str] = []
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
@@ -284,14 +284,16 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
     if decoded is not None:
         original = str(root.path.joinpath(*decoded[0]))
         try:
-            row = store.get(original)
-            source = store.version_source(row.id)
+            row = store.reads.get(original)
+            source = store.versions.version_source(row.id)
             digest = hash_files([path], root.path)
         except (NotFound, Refused, OSError):
             source = None
         if source is not None and digest is not None and _seen(store, row, digest):
             kept = dataclasses.replace(source, hash=digest, generation=decoded[1])
-            store.add_version(kept, str(path), _stat(path), how="adopted", actor_name=actor)
+            store.versions.add_version(
+                kept, str(path), _stat(path), how="adopted", actor_name=actor
+            )
             event("version_adopted", path=str(path), of=original)
             return f"adopted {path}"
     why = "in .ckpt-versions without a catalog row, and no generation the catalog saw"
@@ -301,7 +303,7 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
 
 
 def _seen(store: Store, row: Checkpoint, digest: str) -> bool:
-    full = store.get(str(row.id))
+    full = store.reads.get(str(row.id))
     return any(
         isinstance(g, dict) and g.get("hash") == digest
         for g in full.details.get("generations") or []
@@ -332,14 +334,14 @@ def restore_version(
     if root is None:
         raise UsageError(f"{path} is not inside a configured root ({config.source})")
     chosen = _chosen(store, absolute, generation, epoch)
-    if store.get(absolute).version_of is not None:
+    if store.reads.get(absolute).version_of is not None:
         raise UsageError(f"{path} is itself a kept version: give the file it keeps")
     current, here = _as_indexed(store, root, absolute, index)
     if current.hash == chosen.hash:
         raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
     if current.status == CheckpointStatus.OK:
         capture(config, store, root, current.id, actor=actor, force=True)
-        if current.hash not in {v.hash for v in store.versions_of(absolute)}:
+        if current.hash not in {v.hash for v in store.versions.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
     # Its copy is written beside the file before the swap: the same room as any copy of ours.
     check_copy(
@@ -372,7 +374,7 @@ def _as_indexed(
         here = fsops.identity(root.path, Path(path))
         if here is None:
             raise NotFound(f"{path} is not there: restore it from the trash, or copy the version")
-        current = store.get(path)
+        current = store.reads.get(path)
         try:
             if current.status == CheckpointStatus.OK:
                 guards.recheck(store, current, root.path, [Path(path)])
@@ -381,7 +383,9 @@ def _as_indexed(
                 CheckpointStatus.UNREADABLE,
             ):  # one the catalog showed broken may be restored over; a new save never
                 raise Refused(f"{path} is {current.status.value}")
-            elif store.identity(current.id)[0] != FileStat(here.size, here.mtime_ns, here.inode):
+            elif store.index.identity(current.id)[0] != FileStat(
+                here.size, here.mtime_ns, here.inode
+            ):
                 raise Refused(f"{path} changed since it was indexed {current.status.value}")
             return current, here
         except Refused as exc:
@@ -397,7 +401,7 @@ def _as_indexed(
 def _chosen(store: Store, path: str, generation: int | None, epoch: int | None) -> Checkpoint:
     if (generation is None) == (epoch is None):
         raise UsageError("give exactly one of --version N or --epoch E")
-    kept = [store.get(str(v.id)) for v in store.versions_of(path)]
+    kept = [store.reads.get(str(v.id)) for v in store.versions.versions_of(path)]
     if generation is not None:
         found = [v for v in kept if v.generation == generation]
     else:

@@ -142,7 +142,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def index(store: Store, root: Path, name: str, digest: str = "h") -> int:
-    return store.record(
+    return store.index.record(
         IndexRecord(
             path=str(root / "run" / name),
             root=str(root),
@@ -186,22 +186,24 @@ def test_every_event_has_one_shape(store: Store, tmp_path: Path) -> None:
     """Index, pin, an audited act and a claim write through one writer: the same columns,
     and the process (host, pid) on the planned ones that recovery may have to settle."""
     ckpt = index(store, tmp_path, "a.h5")
-    store.set_pinned(ckpt, True, "tester@here")
-    store.set_pinned(ckpt, False, "tester@here")
-    with store.audited(
+    store.acts.set_pinned(ckpt, True, "tester@here")
+    store.acts.set_pinned(ckpt, False, "tester@here")
+    with store.acts.audited(
         action="split", checkpoint_id=ckpt, path="p", reason=None, size=10, actor="tester@here"
     ):
-        (planned,) = store.planned_events()
+        (planned,) = store.recovery.planned_events()
         assert isinstance(planned, PlannedEvent)
         assert (planned.action, planned.host, planned.pid) == (
             "split",
             socket.gethostname(),
             os.getpid(),
         )
-    event_id, why = store.claim(ckpt, action="trash", reason="old", actor="tester@here", trash={})
+    event_id, why = store.acts.claim(
+        ckpt, action="trash", reason="old", actor="tester@here", trash={}
+    )
     assert event_id is not None and why == ""
-    store.end_claim(event_id, ckpt, failed="disk full")  # the row gets its status back
-    state = store.row_state(ckpt)
+    store.acts.end_claim(event_id, ckpt, failed="disk full")  # the row gets its status back
+    state = store.recovery.row_state(ckpt)
     assert isinstance(state, RowState) and state.status == "ok" and state.trash is None
     db = tmp_path / "state" / "catalog.db"
     events = rows(db, "SELECT * FROM events ORDER BY id")
@@ -215,7 +217,7 @@ def test_every_event_has_one_shape(store: Store, tmp_path: Path) -> None:
     assert {e["actor"] for e in events} == {"tester@here"}
     assert all(e["at"].endswith("Z") and e["at"][:2] == "20" for e in events)
     assert [e["pid"] for e in events] == [None, None, None, os.getpid(), os.getpid()]
-    logged = store.audit_log(limit=2)
+    logged = store.acts.audit_log(limit=2)
     assert all(isinstance(e, AuditEvent) for e in logged)
     assert [e.action for e in logged] == ["split", "trash"]
 
@@ -233,15 +235,15 @@ def test_typed_results_and_the_cli_json_they_become(workspace: Any, tmp_path: Pa
             "batch": "b",
             "members": ["/m"],
         }
-        event_id, _why = store.claim(
+        event_id, _why = store.acts.claim(
             ckpt, action="trash", reason="old", actor="tester@here", trash=trash
         )
         assert event_id is not None
-        store.end_claim(event_id, ckpt)
-        (item,) = store.trashed()
+        store.acts.end_claim(event_id, ckpt)
+        (item,) = store.acts.trashed()
         assert isinstance(item, TrashedCheckpoint) and item.trash_paths == ["/t/a.h5"]
-        store.beat(None, pid=1, host="h", started_at="s", state={"roots": []})
-        beat = store.latest_heartbeat()
+        store.daemons.beat(None, pid=1, host="h", started_at="s", state={"roots": []})
+        beat = store.daemons.latest_heartbeat()
         assert isinstance(beat, Heartbeat) and (beat.pid, beat.state) == (1, {"roots": []})
     finally:
         store.close()

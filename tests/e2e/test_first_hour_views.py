@@ -107,10 +107,10 @@ def test_the_fast_reads_fold_versions_as_the_store(ws: Workspace) -> None:
             ListQuery(versions=False, off_disk=False, run="job", sort="val_loss"),
             ListQuery(status="trashed", off_disk=False),
         ):
-            expected = [dataclasses.asdict(c) for c in store.list(query)]
+            expected = [dataclasses.asdict(c) for c in store.reads.list(query)]
             assert [dataclasses.asdict(c) for c in reads.list(query)] == expected, query
-        paths = [c.path for c in store.list(ListQuery())]
-        counts = store.version_counts(paths)
+        paths = [c.path for c in store.reads.list(ListQuery())]
+        counts = store.reads.version_counts(paths)
         assert reads.version_counts(paths) == counts == {str(ws.root / "job" / "best.keras"): 2}
     finally:
         reads.close()

@@ -300,7 +300,7 @@ def test_a_split_killed_before_it_finished_does_not_count_as_demoted(zips: Works
     artifact = oldest.with_name(FILES[0].replace(".keras", ".inference.keras"))
     store = Store(config_module.load(str(zips.config)).database)
     try:  # what the killed split left in the catalog: its row registered, never finished
-        store.add_artifact(
+        store.acts.add_artifact(
             found[FILES[0]]["id"], kind="inference", path=str(artifact), size=0, codec=None,
             digest=None,
         )  # fmt: skip

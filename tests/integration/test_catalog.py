@@ -68,7 +68,7 @@ def test_every_migration_downgrades_and_upgrades_with_rows_intact(empty_catalog_
 
 
 def record(store: Store, path: str, digest: str) -> int:
-    return store.record(
+    return store.index.record(
         IndexRecord(
             path=path,
             root="/r",
@@ -91,7 +91,7 @@ url, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = Store(url)
 for i in range(n):
     for path in ("/r/run/shared.h5", f"/r/run/own-{worker}-{i}.h5"):
-        store.record(IndexRecord(path=path, root="/r", run="run", status=CheckpointStatus.OK,
+        store.index.record(IndexRecord(path=path, root="/r", run="run", status=CheckpointStatus.OK,
                                  reason=None, stat=FileStat(i, i, worker), hash=f"{worker}-{i}"),
                      actor_name=f"w{worker}", at="2026-01-01T00:00:00.000Z")
 store.close()
@@ -133,7 +133,7 @@ def test_nan_metrics_are_stored_as_null_and_ignored_by_best(
         path = root / "run" / name
         path.write_bytes(b"x")  # best stats its answer: the file must be there, unchanged
         st = path.stat()
-        store.record(
+        store.index.record(
             IndexRecord(
                 path=str(path),
                 root=str(root),
@@ -146,8 +146,8 @@ def test_nan_metrics_are_stored_as_null_and_ignored_by_best(
             actor_name="t",
             at="2026-01-01T00:00:00.000Z",
         )
-    assert store.best("val_loss", "min").path == str(root / "run" / "b.h5")
-    listed = {c.path: c.metrics for c in store.list(ListQuery())}
+    assert store.reads.best("val_loss", "min").path == str(root / "run" / "b.h5")
+    listed = {c.path: c.metrics for c in store.reads.list(ListQuery())}
     assert listed[str(root / "run" / "a.h5")] == {"val_loss": None}
     assert json.dumps(listed[str(root / "run" / "a.h5")])  # serializable
     store.close()
@@ -157,9 +157,9 @@ def test_known_under_a_start_path_is_exactly_that_subtree(catalog_url: str) -> N
     store = Store(catalog_url)
     for path in ("/r/run/a.h5", "/r/run/sub/b.h5", "/r/run2/c.h5", "/r/run.h5", "/r/ru/d.h5"):
         record(store, path, path)
-    assert set(store.known_under("/r", "/r/run")) == {"/r/run/a.h5", "/r/run/sub/b.h5"}
-    assert set(store.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
-    assert len(store.known_under("/r")) == 5
+    assert set(store.index.known_under("/r", "/r/run")) == {"/r/run/a.h5", "/r/run/sub/b.h5"}
+    assert set(store.index.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
+    assert len(store.index.known_under("/r")) == 5
     store.close()
 
 
@@ -185,7 +185,7 @@ def test_hostile_values_are_stored_on_both_backends(catalog_url: str) -> None:
         hash="h",
         info=info,
     )
-    found = store.get(str(store.record(rec, actor_name="t", at="2026-01-01T00:00:00Z")))
+    found = store.reads.get(str(store.index.record(rec, actor_name="t", at="2026-01-01T00:00:00Z")))
     store.close()
     config = found.details["training_config"]
     assert config["n"] == "a\x00b" and config["clip"][1] == 1.5  # JSON escapes a NUL

@@ -42,7 +42,7 @@ def _record(store: Store, root: Path, name: str, digest: str, iterations: int, m
         info=info,
         sighting=(mtime // 1000, False),
     )
-    return store.record(rec, actor_name="test", at=AT)
+    return store.index.record(rec, actor_name="test", at=AT)
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_generations_are_kept_and_each_gets_its_epoch(store_and_run: tuple[Store
         ckpt = _record(store, run.root.path, "last.keras", f"g{epoch}", 5 * epoch, 1000 * epoch)
     _record(store, run.root.path, "model.04.keras", "m4", 20, 4000)
     assert refresh_run(store, run, [], other_runs=(), at=AT) == 2
-    shown = store.get(str(ckpt))
+    shown = store.reads.get(str(ckpt))
     generations = shown.details["generations"]
     assert [g["generation"] for g in generations] == [1, 2, 3]
     assert [g["iterations"] for g in generations] == [5, 10, 15]
@@ -81,19 +81,19 @@ def test_values_derived_for_old_bytes_never_land_on_new_ones(
     ckpt = _record(store, run.root.path, "best.keras", "old", 10, 2000)
     stale = Derivation(ckpt, "old", 2000, 2, None, (), {"epoch_source": "stale"})
     _record(store, run.root.path, "best.keras", "new", 15, 3000)  # a new generation meanwhile
-    assert store.set_derived_many([stale], at=AT) == 0
-    row = store.get(str(ckpt))
+    assert store.runs.set_derived_many([stale], at=AT) == 0
+    row = store.reads.get(str(ckpt))
     assert row.epoch is None and "epoch_source" not in row.details
     fresh = Derivation(ckpt, "new", 3000, 3, None, (), {"epoch_source": "fresh"})
-    assert store.set_derived_many([fresh], at=AT) == 1
-    assert store.get(str(ckpt)).epoch == 3
+    assert store.runs.set_derived_many([fresh], at=AT) == 1
+    assert store.reads.get(str(ckpt)).epoch == 3
 
 
 def test_our_own_rewrite_keeps_the_generation(store_and_run: tuple[Store, RunRef]) -> None:
     store, run = store_and_run
     ckpt = _record(store, run.root.path, "model.02.keras", "raw", 10, 2000)
-    store.record_rewrite(ckpt, stat=FileStat(80, 2000, 8), digest="zstd", codec="zstd")
-    generations = store.get(str(ckpt)).details["generations"]
+    store.acts.record_rewrite(ckpt, stat=FileStat(80, 2000, 8), digest="zstd", codec="zstd")
+    generations = store.reads.get(str(ckpt)).details["generations"]
     assert [(g["generation"], g["hash"]) for g in generations] == [(1, "zstd")]
 
 
@@ -115,7 +115,7 @@ def test_a_rewritten_log_never_erases_a_generations_metrics(
     ]
     (run.folder / "training.log").write_text(keras_csv(rows), newline="")
     refresh_run(store, run, [], other_runs=(), at=AT)
-    by_name = {Path(m.path).name: m for m in store.run_members(str(run.root.path), "run")}
+    by_name = {Path(m.path).name: m for m in store.runs.run_members(str(run.root.path), "run")}
     one, two, three = (by_name[f"model.{e:02d}.keras"] for e in (1, 2, 3))
     assert one.metrics["val_loss"] == (2.0 / 1, "csv:run/training.log")  # gone from the log
     assert two.metrics["val_loss"] == (2.0 / 2, "csv:run/training.log")  # the log disagrees
@@ -128,6 +128,6 @@ def test_a_rewritten_log_never_erases_a_generations_metrics(
     # The resumed job saves epoch 2 again: new bytes, recorded afresh from the log as it is.
     _record(store, run.root.path, "model.02.keras", "m2-resumed", 10, 5)
     refresh_run(store, run, [], other_runs=(), at=AT)
-    again = {Path(m.path).name: m for m in store.run_members(str(run.root.path), "run")}
+    again = {Path(m.path).name: m for m in store.runs.run_members(str(run.root.path), "run")}
     assert again["model.02.keras"].metrics["val_loss"] == (0.75, "csv:run/training.log")
     assert again["model.01.keras"].metrics["val_loss"] == (2.0, "csv:run/training.log")

@@ -66,10 +66,10 @@ def test_it_takes_what_it_may_in_order_and_says_what_holds_the_space(guarded) ->
         assert (root / kept).is_file(), kept
     assert not (root / "a" / NAMES[1]).exists()
     assert (root / "a" / "e02-vl1.663.inference.keras").is_file()
-    statuses = {c.path: c.status.value for c in store.list(ListQuery(status="purged"))}
+    statuses = {c.path: c.status.value for c in store.reads.list(ListQuery(status="purged"))}
     assert set(statuses) == {str(root / "b" / NAMES[0]), str(root / "b" / NAMES[1]),
                              str(root / "a" / NAMES[1])}  # fmt: skip
-    events = [e for e in store.audit_log() if e.actor == "daemon:disk-guard"]
+    events = [e for e in store.acts.audit_log() if e.actor == "daemon:disk-guard"]
     gone = [e for e in events if e.action in ("trash", "purge")]
     assert len(gone) == 4 and all((e.reason or "").startswith("disk pressure (free ") for e in gone)
     # The min_free gauge is the real threshold, 99% of this filesystem.

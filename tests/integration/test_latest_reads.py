@@ -161,11 +161,11 @@ def test_both_readers_agree_with_the_oracle(catalog_copy: Path, tie: str) -> Non
             for resumable in (False, True):
                 expected = oracle(catalog_copy, run, resumable)
                 if expected is None:
-                    for source in (store, reads):
+                    for source in (store.reads, reads):
                         with pytest.raises(NotFound, match="no ok checkpoint in run"):
                             source.latest(run, resumable)
                     continue
-                found = store.latest(run, resumable)
+                found = store.reads.latest(run, resumable)
                 assert dataclasses.asdict(reads.latest(run, resumable)) == dataclasses.asdict(found)
                 assert (run, resumable, found.path) == (run, resumable, expected)
                 assert found.details["resumable"] or not resumable
@@ -180,7 +180,7 @@ def test_answers_as_scanned(catalog_copy: Path) -> None:
     """What a user sees: the covering run's newest, the TF prefix, the reasons."""
     store, reads = _readers(catalog_copy)
     try:
-        for source in (store, reads):
+        for source in (store.reads, reads):
             assert source.latest("a").path.endswith("e03-vl1.643.keras")  # 9 iterations
             assert source.latest("a/sub", True).path.endswith("weights.02-1.68.hdf5")
             tf = source.latest("tf", True)
@@ -224,7 +224,7 @@ def test_the_stat_guard_skips_a_file_changed_behind_the_catalogs_back(
     os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))  # the size alone tells
     store, reads = _readers(Path(_url(private_ws).removeprefix("sqlite:///")))
     try:
-        for source in (store, reads):
+        for source in (store.reads, reads):
             found = source.latest("a", True)
             assert found.path.endswith("e02-vl1.663.keras")
             assert found.details["skipped"] == [f"{newest}: mtime_ns changed since indexed"]
@@ -238,7 +238,7 @@ def test_the_stat_guard_skips_a_file_changed_behind_the_catalogs_back(
         newest.unlink()
         (private_ws.root / "a" / "e02-vl1.663.keras").unlink()
         (private_ws.root / "a" / "e01-vl1.683.keras").write_bytes(b"x")
-        for source in (store, reads):
+        for source in (store.reads, reads):
             with pytest.raises(NotFound, match=r"3 candidate.s. changed.*file missing"):
                 source.latest("a")
             with pytest.raises(NotFound, match="has metric 'val_loss' with its bytes unchanged"):
@@ -278,7 +278,7 @@ def test_the_guard_gives_up_after_max_changed(tmp_path: Path) -> None:
 
 def _answer(source: Store, run: str, resumable: bool) -> Any:
     try:
-        return dataclasses.asdict(source.latest(run, resumable))
+        return dataclasses.asdict(source.reads.latest(run, resumable))
     except NotFound as exc:
         return str(exc)
 
@@ -302,10 +302,10 @@ def test_a_copy_on_postgresql_answers_as_the_sqlite_catalog(
                     assert _answer(pg_store, run, resumable) == _answer(
                         sqlite_store, run, resumable
                     )
-            assert [dataclasses.asdict(c) for c in pg_store.list(ListQuery())] == [
-                dataclasses.asdict(c) for c in sqlite_store.list(ListQuery())
+            assert [dataclasses.asdict(c) for c in pg_store.reads.list(ListQuery())] == [
+                dataclasses.asdict(c) for c in sqlite_store.reads.list(ListQuery())
             ]
-            new = pg_store.record(
+            new = pg_store.index.record(
                 IndexRecord(
                     path="/elsewhere/run/new.h5",
                     root="/elsewhere",
@@ -318,7 +318,7 @@ def test_a_copy_on_postgresql_answers_as_the_sqlite_catalog(
                 actor_name="test",
                 at="2026-12-01T00:00:00Z",
             )
-            assert new > max(c.id for c in sqlite_store.list(ListQuery()))  # sequence reset
+            assert new > max(c.id for c in sqlite_store.reads.list(ListQuery()))  # sequence reset
         finally:
             sqlite_store.close()
             pg_store.close()

@@ -37,7 +37,7 @@ from ckpt_daemon.core.errors import LeaseLost
 
 url, run_id, ttl, steps, step_seconds = sys.argv[1:]
 store = Store(url)
-with store.lease(int(run_id), f"holder pid {os.getpid()}", float(ttl)) as lease:
+with store.leases.lease(int(run_id), f"holder pid {os.getpid()}", float(ttl)) as lease:
     print("held", flush=True)
     for i in range(int(steps)):
         time.sleep(float(step_seconds))
@@ -55,7 +55,7 @@ print("done", flush=True)
 def catalog(catalog_url: str) -> Iterator[tuple[str, Store, int]]:
     url = catalog_url
     store = Store(url)
-    ckpt_id = store.record(
+    ckpt_id = store.index.record(
         IndexRecord(
             path="/r/run/a.h5",
             root="/r",
@@ -68,7 +68,7 @@ def catalog(catalog_url: str) -> Iterator[tuple[str, Store, int]]:
         actor_name="test",
         at="2026-01-01T00:00:00.000Z",
     )
-    (run_id, _root, _name), *_ = store.run_keys()
+    (run_id, _root, _name), *_ = store.reads.run_keys()
     assert ckpt_id and run_id
     yield url, store, run_id
     store.close()
@@ -115,7 +115,7 @@ def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, 
         while time.monotonic() - started < 3 * ttl:  # long past the lease's own duration
             time.sleep(ttl / 2)
             with pytest.raises(LeaseHeld, match="holder pid"):
-                store.acquire_lease(run_id, f"second pid {os.getpid()}", ttl)
+                store.leases.acquire_lease(run_id, f"second pid {os.getpid()}", ttl)
             tries += 1
         assert tries >= 4
         out, err = holder.communicate(timeout=30)
@@ -125,7 +125,7 @@ def test_a_lease_is_renewed_while_one_long_call_runs(catalog: tuple[str, Store, 
     assert holder.returncode == 0, err
     assert out.split() == ["step", "0", "done"]
     assert lease_row(url, run_id) is None  # released at the end
-    store.acquire_lease(run_id, f"second pid {os.getpid()}", TTL)
+    store.leases.acquire_lease(run_id, f"second pid {os.getpid()}", TTL)
 
 
 def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
@@ -139,9 +139,9 @@ def test_a_stopped_holder_loses_its_lease_and_does_no_further_step(
         assert holder.stdout.readline().split() == ["step", "0"]
         stop_between_transactions(holder.pid, url)  # alive: not free at once, once expired
         with pytest.raises(LeaseHeld):
-            store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+            store.leases.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
         time.sleep(ttl + 0.5)
-        token, taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+        token, taken_from = store.leases.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
         assert taken_from is None  # taken because it expired, not from a dead process
         assert token == 2  # the fencing token only grows: the stopped holder had 1
         os.kill(holder.pid, signal.SIGCONT)
@@ -163,7 +163,7 @@ def test_a_killed_holders_lease_is_free_at_once(catalog: tuple[str, Store, int])
     with start_holder(url, run_id, steps=1, step_seconds=60) as holder:  # its pipes closed
         holder.kill()
         holder.wait(timeout=30)
-    _token, taken_from = store.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
+    _token, taken_from = store.leases.acquire_lease(run_id, f"second pid {os.getpid()}", 60)
     assert taken_from is not None and taken_from[1] == holder.pid
 
 
@@ -171,8 +171,8 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
     catalog: tuple[str, Store, int],
 ) -> None:
     url, store, run_id = catalog
-    (ckpt,) = [c.id for c in store.list(ListQuery())]
-    with store.lease(run_id, f"me pid {os.getpid()}", 60) as lease:
+    (ckpt,) = [c.id for c in store.reads.list(ListQuery())]
+    with store.leases.lease(run_id, f"me pid {os.getpid()}", 60) as lease:
         sql(  # as a takeover writes it
             url,
             "UPDATE leases SET holder = 'other pid 1', host = 'elsewhere', pid = 1"
@@ -180,10 +180,12 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
             {"run": run_id},
         )
         with pytest.raises(LeaseLost):
-            store.claim(ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease)
+            store.acts.claim(
+                ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease
+            )
         with (
             pytest.raises(LeaseLost),
-            store.audited(
+            store.acts.audited(
                 action="split",
                 checkpoint_id=ckpt,
                 path="/r/run/a.h5",
@@ -196,8 +198,8 @@ def test_an_act_whose_lease_was_taken_over_writes_nothing(
             raise AssertionError("the act ran without its lease")
         with pytest.raises(LeaseLost):
             lease.check()
-    assert [c.status for c in store.list(ListQuery())] == [CheckpointStatus.OK]
-    assert [e.action for e in store.audit_log()] == ["indexed"]
+    assert [c.status for c in store.reads.list(ListQuery())] == [CheckpointStatus.OK]
+    assert [e.action for e in store.acts.audit_log()] == ["indexed"]
     assert lease_row(url, run_id) == ("other pid 1", 1)  # the new holder's lease stays
 
 
@@ -210,7 +212,7 @@ store = Store(sys.argv[1])
 print("ready", flush=True)
 sys.stdin.readline()  # all take at once
 try:
-    store.acquire_lease(int(sys.argv[2]), f"racer pid {os.getpid()}", 60)
+    store.leases.acquire_lease(int(sys.argv[2]), f"racer pid {os.getpid()}", 60)
     print("took", flush=True)
 except LeaseHeld:
     print("held", flush=True)
@@ -256,14 +258,14 @@ def test_a_claim_skips_a_row_another_transaction_holds(catalog: tuple[str, Store
     from sqlalchemy import create_engine, text
 
     url, store, _run_id = catalog
-    (ckpt,) = [c.id for c in store.list(ListQuery())]
+    (ckpt,) = [c.id for c in store.reads.list(ListQuery())]
     other = create_engine(url)
     try:
         with other.begin() as conn:
             conn.execute(text("SELECT id FROM checkpoints WHERE id = :id FOR UPDATE"), {"id": ckpt})
-            event, why = store.claim(ckpt, action="trash", reason="t", actor="t", trash={})
+            event, why = store.acts.claim(ckpt, action="trash", reason="t", actor="t", trash={})
             assert event is None and "being changed by another process now" in why
-        event, why = store.claim(ckpt, action="trash", reason="t", actor="t", trash={})
+        event, why = store.acts.claim(ckpt, action="trash", reason="t", actor="t", trash={})
         assert event is not None and why == ""
     finally:
         other.dispose()
@@ -276,15 +278,19 @@ def test_a_newer_token_fences_off_an_act_of_the_same_holder(
     new holder has this holder's very name, host and pid (a restart reusing a pid, a clock
     that let the old expiry pass): the token alone fences it."""
     url, store, run_id = catalog
-    (ckpt,) = [c.id for c in store.list(ListQuery())]
-    with store.lease(run_id, f"me pid {os.getpid()}", 60, node="node-a") as lease:
+    (ckpt,) = [c.id for c in store.reads.list(ListQuery())]
+    with store.leases.lease(run_id, f"me pid {os.getpid()}", 60, node="node-a") as lease:
         assert lease.token >= 1
         sql(url, "UPDATE leases SET token = token + 1 WHERE run_id = :run", {"run": run_id})
         with pytest.raises(LeaseLost):
-            store.claim(ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease)
-    assert [c.status for c in store.list(ListQuery())] == [CheckpointStatus.OK]
+            store.acts.claim(
+                ckpt, action="trash", reason="test", actor="test", trash={}, lease=lease
+            )
+    assert [c.status for c in store.reads.list(ListQuery())] == [CheckpointStatus.OK]
     token = lease.token
-    next_token, _taken = store.acquire_lease(run_id, f"me pid {os.getpid()}", 60, node="node-b")
+    next_token, _taken = store.leases.acquire_lease(
+        run_id, f"me pid {os.getpid()}", 60, node="node-b"
+    )
     assert next_token == token + 2  # never reused, never lower, across releases
-    store.release_lease(run_id, f"me pid {os.getpid()}", next_token)
-    assert store.acquire_lease(run_id, "another pid 1", 60)[0] == token + 3  # released: free
+    store.leases.release_lease(run_id, f"me pid {os.getpid()}", next_token)
+    assert store.leases.acquire_lease(run_id, "another pid 1", 60)[0] == token + 3  # released: free

@@ -41,10 +41,10 @@ def test_restore_version_waits_for_its_runs_lease(tmp_path: Path, keras_checkpoi
         store.close()
     now = best.read_bytes()
     store = Store(config.database)
-    [run_id] = [key for key, _root, name in store.run_keys() if name == "job"]
-    kept = store.versions_of(str(best))[0]
+    [run_id] = [key for key, _root, name in store.reads.run_keys() if name == "job"]
+    kept = store.versions.versions_of(str(best))[0]
     assert kept.generation == 1  # each generation of a fixed name is kept
-    with store.lease(run_id, "another prune", config.lease_seconds):
+    with store.leases.lease(run_id, "another prune", config.lease_seconds):
         with open_catalog(str(ws.config)) as cat, pytest.raises(LeaseHeld) as held:
             cat.restore_version(str(best), version=1)
         assert held.value.exit_code == 4 and "another prune" in str(held.value)

@@ -86,10 +86,10 @@ def test_a_run_and_the_runs_below_it_on_both_readers(
     both: Any, run: str, best: str, runs: set[str]
 ) -> None:
     store, reads = both
-    expected = store.best("val_loss", "min", run)
+    expected = store.reads.best("val_loss", "min", run)
     assert dataclasses.asdict(reads.best("val_loss", "min", run)) == dataclasses.asdict(expected)
     assert _names([expected]) == {best}
-    listed = store.list(ListQuery(run=run, sort="path"))
+    listed = store.reads.list(ListQuery(run=run, sort="path"))
     assert [dataclasses.asdict(c) for c in reads.list(ListQuery(run=run, sort="path"))] == [
         dataclasses.asdict(c) for c in listed
     ]
@@ -99,7 +99,7 @@ def test_a_run_and_the_runs_below_it_on_both_readers(
 
 def test_a_run_with_nothing_at_or_below_it_is_not_found_alike(both: Any) -> None:
     store, reads = both
-    for source in (store, reads):
+    for source in (store.reads, reads):
         with pytest.raises(NotFound, match="no ok checkpoint in run 'exp/none' has metric"):
             source.best("val_loss", "min", "exp/none")
         assert source.list(ListQuery(run="e")) == []

@@ -71,11 +71,13 @@ def test_a_second_host_reads_the_rows_at_its_own_mount_point(
     assert {r[0] for r in sql(catalog_url, "SELECT root FROM runs")} == {"@shared"}
 
     store_b = open_store(config_b)
-    listed = store_b.list(ListQuery(run="job"))
+    listed = store_b.reads.list(ListQuery(run="job"))
     assert sorted(c.path for c in listed) == [str(mount_b / "job" / n) for n in ZIP_FILES]
-    assert store_b.best("val_loss", "min", "job").path == str(mount_b / "job" / ZIP_FILES[-1])
-    assert set(store_b.known_under(str(mount_b))) == {str(mount_b / "job" / n) for n in ZIP_FILES}
-    assert store_b.known_under(str(mount_a)) == {}  # host A's path means nothing on host B
+    assert store_b.reads.best("val_loss", "min", "job").path == str(mount_b / "job" / ZIP_FILES[-1])
+    assert set(store_b.index.known_under(str(mount_b))) == {
+        str(mount_b / "job" / n) for n in ZIP_FILES
+    }
+    assert store_b.index.known_under(str(mount_a)) == {}  # host A's path means nothing on host B
 
     # Host A prunes; host B finds the trash records at its own path and restores from there.
     report = pruner.prune(
@@ -86,11 +88,11 @@ def test_a_second_host_reads_the_rows_at_its_own_mount_point(
     store_a.close()
     mirror(mount_a, mount_b)
     first = str(mount_b / "job" / ZIP_FILES[0])
-    row = store_b.get(first)
+    row = store_b.reads.get(first)
     assert row.status.value == "trashed"
     assert all(p.startswith(str(mount_b / ".ckpt-trash")) for p in row.details["trash"]["paths"])
     pruner.restore(config_b, store_b, first, actor="host-b")
-    assert Path(first).is_file() and store_b.get(first).status.value == "ok"
+    assert Path(first).is_file() and store_b.reads.get(first).status.value == "ok"
     store_b.close()
 
 
@@ -122,7 +124,7 @@ def test_naming_a_root_later_keeps_its_rows_and_their_history(
     store = open_store(config_named)
     report = indexer.scan(config_named, store, actor="t")
     assert report.as_dict()["indexed"] == []  # nothing seen as new: the same rows
-    trashed = store.get(str(mount / "job" / ZIP_FILES[0]))
+    trashed = store.reads.get(str(mount / "job" / ZIP_FILES[0]))
     assert trashed.status.value == "trashed"
     pruner.restore(config_named, store, trashed.path, actor="t")
     assert sql(catalog_url, "SELECT count(*) FROM events")[0][0] > events_before
@@ -141,8 +143,11 @@ def test_a_new_file_is_read_by_the_daemon_that_claimed_it_and_taken_over_once_ex
         store_a = open_store(config_a)
         stat = discovery.stat_members([new])
         # Another node is reading it: A leaves it to that node, records nothing.
-        assert store_a.claim_read(str(new), stat, "node-b", 1.5) == (Claim.OURS, None)
-        assert store_a.claim_read(str(new), stat, "node-c", 60) == (Claim.ELSEWHERE, "node-b")
+        assert store_a.claims.claim_read(str(new), stat, "node-b", 1.5) == (Claim.OURS, None)
+        assert store_a.claims.claim_read(str(new), stat, "node-c", 60) == (
+            Claim.ELSEWHERE,
+            "node-b",
+        )
         report = indexer.scan(config_a, store_a, actor="a")
         assert report.elsewhere == [(str(new), "node-b")] and report.indexed == []
         assert sql(url, "SELECT count(*) FROM checkpoints")[0][0] == 0
@@ -151,7 +156,7 @@ def test_a_new_file_is_read_by_the_daemon_that_claimed_it_and_taken_over_once_ex
         assert report.indexed == [str(new)] and report.elsewhere == []
         assert sql(url, "SELECT count(*) FROM claims")[0][0] == 0  # dropped when recorded
         # Whoever comes next finds the bytes recorded: nothing to read, no second event.
-        assert store_a.claim_read(str(new), stat, "node-b", 60) == (Claim.RECORDED, None)
+        assert store_a.claims.claim_read(str(new), stat, "node-b", 60) == (Claim.RECORDED, None)
         events = sql(url, "SELECT action, node FROM events")
         assert events == [("indexed", config_a.node_name)]
         store_a.close()

@@ -144,7 +144,7 @@ QUERIES = [
 @pytest.mark.parametrize("query", QUERIES, ids=[str(i) for i in range(len(QUERIES))])
 def test_listings_are_the_stores(both: Any, query: ListQuery) -> None:
     store, reads = both
-    expected = rows(store.list(query))
+    expected = rows(store.reads.list(query))
     assert rows(reads.list(query)) == expected
     if query == QUERIES[0]:
         assert len(expected) == 6 and any(r["pinned"] for r in expected)
@@ -163,34 +163,34 @@ def test_listings_are_the_stores(both: Any, query: ListQuery) -> None:
 )
 def test_best_is_the_stores(both: Any, metric: str, mode: str, run: str | None) -> None:
     store, reads = both
-    expected = dataclasses.asdict(store.best(metric, mode, run))
+    expected = dataclasses.asdict(store.reads.best(metric, mode, run))
     assert dataclasses.asdict(reads.best(metric, mode, run)) == expected
     assert expected["metric_sources"]
 
 
 def test_metric_names_and_version_counts_are_the_stores(both: Any) -> None:
     store, reads = both
-    assert reads.metric_names() == store.metric_names() >= {"val_loss", "loss"}
+    assert reads.metric_names() == store.reads.metric_names() >= {"val_loss", "loss"}
     for name in ("val_loss", "loss", "val_los", ""):
-        assert reads.has_metric(name) == store.has_metric(name)
-    paths = [c.path for c in store.list(ListQuery())]
-    assert reads.version_counts(paths) == store.version_counts(paths)
-    assert reads.version_counts([]) == store.version_counts([]) == {}
+        assert reads.has_metric(name) == store.reads.has_metric(name)
+    paths = [c.path for c in store.reads.list(ListQuery())]
+    assert reads.version_counts(paths) == store.reads.version_counts(paths)
+    assert reads.version_counts([]) == store.reads.version_counts([]) == {}
 
 
 def test_not_found_alike(both: Any) -> None:
     store, reads = both
-    for source in (store, reads):
+    for source in (store.reads, reads):
         with pytest.raises(NotFound, match="no ok checkpoint in run 'exp9' has metric"):
             source.best("val_loss", "min", "exp9")
 
 
 def test_counts_and_heartbeat_are_the_stores(both: Any) -> None:
     store, reads = both
-    assert reads.count() == store.count() == 5  # the missing one is not on disk
-    assert reads.latest_heartbeat() is store.latest_heartbeat() is None
-    store.beat(None, pid=1, host="h", started_at="2026-01-01T00:00:00Z", state={"queue": 2})
-    assert reads.latest_heartbeat() == store.latest_heartbeat()
+    assert reads.count() == store.reads.count() == 5  # the missing one is not on disk
+    assert reads.latest_heartbeat() is store.daemons.latest_heartbeat() is None
+    store.daemons.beat(None, pid=1, host="h", started_at="2026-01-01T00:00:00Z", state={"queue": 2})
+    assert reads.latest_heartbeat() == store.daemons.latest_heartbeat()
     assert reads.latest_heartbeat().state == {"queue": 2}  # type: ignore[union-attr]
 
 
@@ -200,13 +200,13 @@ def test_counts_and_heartbeat_are_the_stores(both: Any) -> None:
 def test_latest_is_the_stores(both: Any, run: str, resumable: bool) -> None:
     store, reads = both
     answers = []
-    for source in (store, reads):
+    for source in (store.reads, reads):
         try:
             answers.append(dataclasses.asdict(source.latest(run, resumable)))
         except NotFound as exc:
             answers.append({"not found": str(exc)})
     assert answers[0] == answers[1]
-    for source in (store, reads):  # three runs have ok rows: which one is not a guess
+    for source in (store.reads, reads):  # three runs have ok rows: which one is not a guess
         with pytest.raises(UsageError, match="several runs have ok checkpoints"):
             source.latest(None)
 
@@ -234,7 +234,7 @@ def test_a_catalog_opened_in_one_thread_reads_in_others(both: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     store, reads = both
-    expected = rows(store.list(ListQuery(sort="val_loss")))
+    expected = rows(store.reads.list(ListQuery(sort="val_loss")))
     with ThreadPoolExecutor(4) as pool:
         found = list(pool.map(lambda _: rows(reads.list(ListQuery(sort="val_loss"))), range(8)))
     assert found == [expected] * 8
@@ -300,27 +300,27 @@ def test_named_roots_read_as_the_store(named_workspace: Workspace, named_catalog
     reads = open_reads(named_catalog, PathCodec({SHARED: root}))
     try:
         for query in (ListQuery(), ListQuery(root=root), ListQuery(run="exp2", sort="path")):
-            expected = rows(store.list(query))
+            expected = rows(store.reads.list(query))
             assert rows(reads.list(query)) == expected
         assert len(expected) == 3 and all(r["path"].startswith(f"{root}/") for r in expected)
         assert len(rows(reads.list(ListQuery(root=root)))) == 6  # a local root argument, stored
         # best and latest stat their answer beneath its root: only a local path finds the file.
         best = reads.best("val_loss", "min")
-        assert dataclasses.asdict(best) == dataclasses.asdict(store.best("val_loss", "min"))
+        assert dataclasses.asdict(best) == dataclasses.asdict(store.reads.best("val_loss", "min"))
         assert best.path.startswith(f"{root}/exp2/") and not best.details["skipped"]
         latest = reads.latest("exp1")
-        assert dataclasses.asdict(latest) == dataclasses.asdict(store.latest("exp1"))
+        assert dataclasses.asdict(latest) == dataclasses.asdict(store.reads.latest("exp1"))
         summaries = reads.runs()  # the runs' aggregates: their root and paths local too
         assert [dataclasses.asdict(r) for r in summaries] == [
-            dataclasses.asdict(r) for r in store.runs()
+            dataclasses.asdict(r) for r in store.reads.runs()
         ]
         assert {r.root for r in summaries} == {root}
         paths = [r.newest for r in summaries] + [p for r in summaries for p in r.best.values()]
         assert paths and all(p is not None and p.startswith(f"{root}/") for p in paths)
         started = "2026-01-01T00:00:00Z"
-        store.beat(None, pid=1, host="h", started_at=started, state={"roots": [root]})
+        store.daemons.beat(None, pid=1, host="h", started_at=started, state={"roots": [root]})
         assert sql(named_catalog, "SELECT state FROM heartbeat")[0][0] is not None
-        assert reads.heartbeats() == store.heartbeats()
+        assert reads.heartbeats() == store.daemons.heartbeats()
         assert reads.heartbeats()[0].state == {"roots": [root]}
     finally:
         reads.close()
@@ -394,7 +394,7 @@ def test_the_store_and_the_fast_path_send_the_same_sql(sqlite_catalog: str, tmp_
     connection.set_trace_callback(sent["fast"].append)
     reads = DbapiReads(connection, SQLITE)
     try:
-        for name, source in (("store", store), ("fast", reads)):
+        for name, source in (("store", store.reads), ("fast", reads)):
             for query in QUERIES:
                 source.list(query)
             paths = [c.path for c in source.list(ListQuery())]
@@ -406,8 +406,9 @@ def test_the_store_and_the_fast_path_send_the_same_sql(sqlite_catalog: str, tmp_
                 with contextlib.suppress(NotFound):
                     source.latest("exp2", resumable)
             source.count()
-            source.heartbeats()
-            source.latest_heartbeat()
+            beats = store.daemons if name == "store" else reads  # the Store's: its `daemons`
+            beats.heartbeats()
+            beats.latest_heartbeat()
             assert sent[name], f"nothing traced for {name}"
         statements = {
             name: [s for s in lines if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA"))]
@@ -428,8 +429,8 @@ def test_runs_are_aggregated_in_sql_as_their_rows_say(both: Any) -> None:
     from ckpt_daemon.core.query import default_mode
 
     store, reads = both
-    every = store.list(ListQuery(off_disk=True))
-    found = store.runs()
+    every = store.reads.list(ListQuery(off_disk=True))
+    found = store.reads.runs()
     assert [dataclasses.asdict(r) for r in reads.runs()] == [dataclasses.asdict(r) for r in found]
     assert [r.name for r in found] == ["exp1", "exp2", "exp2/sub"]
     for run in found:

@@ -57,12 +57,12 @@ def test_each_generation_is_kept_and_standby_while_the_file_holds_it(
         config, store = scan(ws)
         store.close()
     store = Store(config.database)
-    kept = store.versions_of(str(best))
+    kept = store.versions.versions_of(str(best))
     assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "ok"), (3, "standby")]
     for v in kept:
         assert os.stat(v.path).st_ino != os.stat(best).st_ino  # a copy, never a link
     assert Path(kept[2].path).read_bytes() == best.read_bytes()
-    listed = store.list(ListQuery(run="job"))
+    listed = store.reads.list(ListQuery(run="job"))
     assert sorted((c.version_of is not None, c.generation) for c in listed) == [
         (False, 3),
         (True, 1),
@@ -71,12 +71,12 @@ def test_each_generation_is_kept_and_standby_while_the_file_holds_it(
     by_gen = {c.generation: c for c in listed if c.version_of}
     assert (by_gen[2].epoch, by_gen[2].metrics["val_loss"]) == (2, 0.4)
     # A kept copy is no training moment: an answer only when asked (issue 39).
-    assert store.best("val_loss", "min", "job").path == str(best)
-    assert store.best("val_loss", "min", "job", versions=True).path == kept[1].path
+    assert store.reads.best("val_loss", "min", "job").path == str(best)
+    assert store.reads.best("val_loss", "min", "job", versions=True).path == kept[1].path
 
     best.unlink()  # the trainer deleted it: its standby copy is a version now
     indexer.scan(config, store, actor="test")
-    assert [v.status for v in store.versions_of(str(best))] == ["ok", "ok", "ok"]
+    assert [v.status for v in store.versions.versions_of(str(best))] == ["ok", "ok", "ok"]
     store.close()
 
 
@@ -104,7 +104,7 @@ def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
     )
     assert decisions["best.v1.keras"][0] == decisions["best.v3.keras"][0] == "trash"
     pruner.prune(config, store, actor="test")
-    assert [v.generation for v in store.versions_of(str(best))] == [2, 4, 5]
+    assert [v.generation for v in store.versions.versions_of(str(best))] == [2, 4, 5]
     assert (ws.root / ".ckpt-trash").is_dir() and best.exists()
     store.close()
 
@@ -120,8 +120,8 @@ def test_restore_puts_an_old_generation_back_and_keeps_the_current_one(
         store.close()
     store = Store(config.database)
     # `rewritten`: generation 1 was never kept; 2 is; 3 (the file now) is kept at the restore.
-    assert [v.generation for v in store.versions_of(str(best))] == [2, 3]
-    v2 = Path(store.versions_of(str(best))[0].path)
+    assert [v.generation for v in store.versions.versions_of(str(best))] == [2, 3]
+    v2 = Path(store.versions.versions_of(str(best))[0].path)
     store.close()
     with open_catalog(str(ws.config)) as cat:
         row = cat.restore_version(str(best), epoch=2)
@@ -130,7 +130,7 @@ def test_restore_puts_an_old_generation_back_and_keeps_the_current_one(
         events = [e["action"] for e in cat.log("job")]
         assert "restore-version" in events
     store = Store(config.database)
-    kept = {v.generation: v.status for v in store.versions_of(str(best))}
+    kept = {v.generation: v.status for v in store.versions.versions_of(str(best))}
     assert kept == {2: "standby", 3: "ok"}  # 2 is what the file holds again
     store.close()
 
@@ -165,7 +165,7 @@ def test_orphans_of_a_crash_are_adopted_or_moved_to_the_trash(
     ws = Workspace(tmp_path)
     best = save(ws, keras_checkpoints, 1)
     config, store = scan(ws)
-    [kept] = store.versions_of(str(best))
+    [kept] = store.versions.versions_of(str(best))
     # A crash between the rename and the row: the file is there, its row is not.
     orphan = Path(kept.path).with_name("best.v7.keras")
     shutil.copy2(kept.path, orphan)
@@ -179,7 +179,7 @@ def test_orphans_of_a_crash_are_adopted_or_moved_to_the_trash(
     assert sorted(line.split(":")[0].split()[0] for line in done) == ["adopted", "left", "moved"]
     assert planted.is_symlink() and not (tmp_path / "outside").exists()
     assert not junk.exists() and any((ws.root / ".ckpt-trash").rglob("notes.txt"))
-    assert str(orphan) in store.version_files(str(ws.root))
+    assert str(orphan) in store.versions.version_files(str(ws.root))
     store.close()
 
 
@@ -196,12 +196,12 @@ def test_a_generation_after_the_file_was_caught_empty_is_still_kept(
     best.write_bytes(b"")
     os.utime(best, (1_000_000_000, 1_000_000_000))  # settled: judged corrupt, not incomplete
     _config, store = scan(ws)
-    assert store.get(str(best)).status.value == "corrupt"
+    assert store.reads.get(str(best)).status.value == "corrupt"
     store.close()
     save(ws, keras_checkpoints, 2)
     _config, store = scan(ws)
-    assert store.get(str(best)).generation == 2
-    kept = store.versions_of(str(best))
+    assert store.reads.get(str(best)).generation == 2
+    kept = store.versions.versions_of(str(best))
     assert [(v.generation, v.status) for v in kept] == [(1, "ok"), (2, "standby")]
     assert Path(kept[1].path).read_bytes() == best.read_bytes()
     store.close()

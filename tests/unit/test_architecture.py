@@ -407,7 +407,12 @@ def test_the_writers_run_only_inside_the_rails_acting_on() -> None:
 def test_the_rail_itself_takes_the_lease_rechecks_and_audits() -> None:
     """The rail is no pass-through: its acts take the run's lease, re-check, and audit."""
     source = ast.unparse(modules()[RAIL])
-    for step in ("store.lease(", "guards.recheck(", "store.audited(", "store.claim("):
+    for step in (
+        "store.leases.lease(",
+        "guards.recheck(",
+        "store.acts.audited(",
+        "store.acts.claim(",
+    ):
         assert step in source, step
 
 
