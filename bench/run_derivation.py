@@ -100,7 +100,9 @@ def main() -> int:
     print(f"fixture: {n + 2:,} rows recorded in {time.perf_counter() - started:.1f} s")
 
     start = time.perf_counter()
-    changed = refresh_run(store, run, [], other_runs=(), at="2026-12-01T00:00:01Z")
+    changed = refresh_run(
+        store.runs, store.versions, run, [], other_runs=(), at="2026-12-01T00:00:01Z"
+    )
     first = time.perf_counter() - start
     assert changed == n + 2, changed
     rows = {r.path.rsplit("/", 1)[1]: r for r in store.runs.run_members(str(run.root.path), "big")}
@@ -109,7 +111,7 @@ def main() -> int:
 
     jobs = {
         f"re-derive, unchanged, {n + 2:,} rows": lambda: refresh_run(
-            store, run, [], other_runs=(), at="2026-12-01T00:00:02Z"
+            store.runs, store.versions, run, [], other_runs=(), at="2026-12-01T00:00:02Z"
         ),
         "baseline: the run's rows (run_members)": lambda: store.runs.run_members(
             str(run.root.path), "big"

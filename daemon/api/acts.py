@@ -47,7 +47,15 @@ class CatalogActs(CatalogReads):
             if history is not None
             else None
         )
-        return pruner.plan_runs(self.config, self._store, list(runs) or None, policy, listed=listed)
+        return pruner.plan_runs(
+            self.config,
+            self._store.reads,
+            self._store.remote,
+            self._store.stage_jobs,
+            list(runs) or None,
+            policy,
+            listed=listed,
+        )
 
     def prune(
         self,
@@ -65,6 +73,7 @@ class CatalogActs(CatalogReads):
         return pruner.prune(
             self.config,
             self._store,
+            self._store.stage_jobs,
             runs=list(runs) or None,
             override=policy,
             dry_run=dry_run,
@@ -98,6 +107,7 @@ class CatalogActs(CatalogReads):
         versions.restore_version(
             self.config,
             self._store,
+            self._store.versions,
             absolute,
             generation=version,
             epoch=epoch,
@@ -110,7 +120,9 @@ class CatalogActs(CatalogReads):
     def pin(self, ref: str | int, pinned: bool = True) -> Checkpoint:
         from ..usecases import pruner
 
-        return pruner.set_pinned(self._store, self.ref(ref), pinned, _actor())
+        return pruner.set_pinned(
+            self._store.reads, self._store.acts, self.ref(ref), pinned, _actor()
+        )
 
     def purge(
         self, older_than: str | None = None, *, dry_run: bool = False
@@ -163,7 +175,7 @@ class CatalogActs(CatalogReads):
         `usecases.describe.render(facts, "md"|"json"|"txt")`)."""
         from ..usecases.describe import describe
 
-        return describe(self.config, self._store, self.ref(ref))
+        return describe(self.config, self._store.reads, self._store.acts, self.ref(ref))
 
     def compress(
         self,
@@ -207,7 +219,9 @@ class CatalogActs(CatalogReads):
 
         return verify(
             self.config,
-            self._store,
+            self._store.reads,
+            self._store.index,
+            self._store.acts,
             [self.ref(r) for r in refs],
             load=load,
             actor=actor or _actor(),

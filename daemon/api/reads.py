@@ -312,21 +312,21 @@ class CatalogReads:
             return found
         from ..usecases import remote_answers
 
-        return remote_answers.runs(self._store, found)
+        return remote_answers.runs(self._store.reads, self._store.remote, found)
 
     def history(self, run: str, metrics: Sequence[str] = ()) -> History:
         """A run's metrics per epoch (its logs and its checkpoints) with every checkpoint
         marked: kept, best (per metric), pinned, trashed, version, missing (`ckpt history`)."""
         from ..usecases.history import run_history
 
-        return run_history(self.config, self._store, run, metrics)
+        return run_history(self.config, self._store.reads, self._store.runs, run, metrics)
 
     def du(self) -> builtins.list[RootUsage]:
         """Bytes per root, run and kind (checkpoint, inference, version, trash), biggest
         first, from the catalog alone (`ckpt du`)."""
         from ..usecases.history import disk_usage
 
-        return disk_usage(self._store)
+        return disk_usage(self._store.usage, self._store.remote)
 
     def trash(self) -> builtins.list[dict[str, Any]]:
         """Trashed checkpoints: original and trash paths, bytes, when and why; then the remote
@@ -338,7 +338,9 @@ class CatalogReads:
         if uses_remote(self.config):
             from ..usecases.remote_trash import trashed
 
-            found += [trashed_json(t) for t in trashed(self.config, self._store)]
+            found += [
+                trashed_json(t) for t in trashed(self.config, self._store.reads, self._store.remote)
+            ]
         return found
 
     def log(

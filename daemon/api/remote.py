@@ -85,7 +85,12 @@ class CatalogRemote(CatalogActs):
         from ..usecases.remote_verify import verify_remote
 
         return verify_remote(
-            self.config, self._store, [self.ref(r) for r in refs], actor=actor or _actor()
+            self.config,
+            self._store.reads,
+            self._store.acts,
+            self._store.remote,
+            [self.ref(r) for r in refs],
+            actor=actor or _actor(),
         )
 
     def best_located(
@@ -106,7 +111,9 @@ class CatalogRemote(CatalogActs):
         chosen = mode or default_mode(metric)
         return self._located(
             lambda: self.best(metric, chosen, run, versions=versions),
-            lambda store, local: remote_answers.best(store, local, metric, chosen, run),
+            lambda store, local: remote_answers.best(
+                store.reads, store.remote, local, metric, chosen, run
+            ),
             fetch,
         )
 
@@ -122,7 +129,9 @@ class CatalogRemote(CatalogActs):
         along than every local one (`ckpt latest --fetch`); as `best_located`."""
         return self._located(
             lambda: self.latest(run, resumable, versions=versions),
-            lambda store, local: remote_answers.latest(store, local, run, resumable),
+            lambda store, local: remote_answers.latest(
+                store.reads, store.remote, local, run, resumable
+            ),
             fetch,
         )
 

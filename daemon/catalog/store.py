@@ -4,12 +4,14 @@ layer) and holds it as facets, each the reads and writes of one concern built fr
 claims), `acts` (the writes of destructive acts), `recovery` (crash recovery), `leases`,
 `runs` (run derivation), `versions` (kept versions), `usage` (bytes and figures), `daemons`
 (heartbeats), `remote` (remote copies), `stage_jobs` (the pipeline's queue). A use case takes
-the facets it uses; only the orchestrators hold the Store. Rows become `core.model` values (or
+the facets it uses, or `Acting` when it acts through the rail; only the orchestrators hold the
+Store. Rows become `core.model` values (or
 the small frozen records of those modules) before they leave."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from . import db, store_reads
 from .root_adoption import adopt_named_roots
@@ -18,11 +20,12 @@ from .store_claims import Claims
 from .store_daemons import Daemons
 from .store_index import Index
 from .store_leases import Leases
+from .store_reads import Reads
 from .store_recovery import Recovery
 from .store_remote import RemoteCopies
 from .store_runs import Runs
 from .store_stage_jobs import StageJobs
-from .store_usage import Usage
+from .store_usage import UsageReads
 from .store_versions import Versions
 
 
@@ -48,7 +51,7 @@ class Store:
         self.adopted = adopt_named_roots(engine, named_roots or {})
         # The hot reads: the fast path's own statements (`read_sql`), over this engine.
         hot = store_reads.hot_reads(engine)
-        self.reads = store_reads.Reads(engine, hot)
+        self.reads = Reads(engine, hot)
         self.index = Index(engine, url)
         self.claims = Claims(engine, url)
         self.acts = Acts(engine)
@@ -56,10 +59,38 @@ class Store:
         self.leases = Leases(engine)
         self.runs = Runs(engine)
         self.versions = Versions(engine)
-        self.usage = Usage(engine)
+        self.usage = UsageReads(engine)
         self.daemons = Daemons(engine, hot)
         self.remote = RemoteCopies(engine)
         self.stage_jobs = StageJobs(engine)
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+class Acting(Protocol):
+    """The facets an act on a checkpoint's files touches (what `usecases.rail` needs: the run's
+    lease, settling what a killed holder left planned, the re-check, the audit, the room for a
+    copy, the remote copies it protects). A `Store` is one; the use cases that act through the
+    rail take this, not the Store."""
+
+    @property
+    def reads(self) -> Reads: ...
+
+    @property
+    def index(self) -> Index: ...
+
+    @property
+    def acts(self) -> Acts: ...
+
+    @property
+    def recovery(self) -> Recovery: ...
+
+    @property
+    def leases(self) -> Leases: ...
+
+    @property
+    def usage(self) -> UsageReads: ...
+
+    @property
+    def remote(self) -> RemoteCopies: ...

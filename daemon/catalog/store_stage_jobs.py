@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -51,11 +51,8 @@ class StageJob:
     result: dict[str, Any] | None = None
 
 
-class StageJobs:
+class StageJobs(db.Facet):
     """The queue, built from the catalog's engine (a facet: the pipeline takes only this)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
 
     def without_jobs(
         self, stages: Sequence[str], limit: int = 200, skip: Mapping[int, str] | None = None

@@ -32,7 +32,7 @@ _AT_PATH = tuple(
 _IN_PLACE = "compressed"
 
 
-class Usage(db.Facet):
+class UsageReads(db.Facet):
     """What the catalog's bytes are and where (the `usage` facet): `ckpt du`, the guards, the
     metrics."""
 

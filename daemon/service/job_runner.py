@@ -124,7 +124,9 @@ class JobRunner(threading.Thread):
         stop = self.stopping.is_set
         try:
             if name is JobName.RETENTION:
-                report = pruner.prune(self.config, self.store, actor=who, should_stop=stop)
+                report = pruner.prune(
+                    self.config, self.store, self.store.stage_jobs, actor=who, should_stop=stop
+                )
                 failures = report.failures
                 event(
                     "retention",
@@ -170,7 +172,7 @@ class JobRunner(threading.Thread):
         from ..usecases.artifacts import due
 
         cfg = self.config.artifacts
-        to_split, to_compress = due(self.store, cfg, time.time())
+        to_split, to_compress = due(self.store.reads, self.store.acts, cfg, time.time())
         work = [("split", c) for c in to_split] + [("compress", c) for c in to_compress]
         for verb, c in work:
             if self.stopping.is_set():
@@ -257,7 +259,14 @@ class JobRunner(threading.Thread):
         if problem:
             self.stats.last_error = f"catalog integrity: {problem}"
             event("catalog_check_failed", level=logging.ERROR, result=problem)
-        verdicts = verify(self.config, self.store, [], should_stop=self.stopping.is_set)
+        verdicts = verify(
+            self.config,
+            self.store.reads,
+            self.store.index,
+            self.store.acts,
+            [],
+            should_stop=self.stopping.is_set,
+        )
         for v in verdicts:
             if not v.ok:
                 event("verify_failed", level=logging.WARNING, path=v.path, detail=v.detail)
@@ -272,7 +281,12 @@ class JobRunner(threading.Thread):
         from ..usecases.remote_verify import verify_sample
 
         verdicts = verify_sample(
-            self.config, self.store, self.config.schedule.remote_sample, actor=who
+            self.config,
+            self.store.reads,
+            self.store.acts,
+            self.store.remote,
+            self.config.schedule.remote_sample,
+            actor=who,
         )
         for v in verdicts:
             if not v.ok:

@@ -71,7 +71,7 @@ class PipelineRunner(threading.Thread):
 
     def _pass(self, config: Config) -> None:
         queue = self._store.stage_jobs
-        make_jobs(self._store, config.pipeline, self._waiting)
+        make_jobs(self._store.reads, self._store.stage_jobs, config.pipeline, self._waiting)
         queue.cancel_gone()
         queue.free_dead_holders(socket.gethostname())
         self._attempts = [t for t in self._attempts if t.is_alive()]

@@ -67,7 +67,7 @@ class ReserveWatch:
         now = time.monotonic()
         known = self._reserves.get(fs.dev)
         if poked or known is None or now - known[0] >= RESERVE_REFRESH_SECONDS:
-            known = (now, copy_room.reserve_of(config, self.store, fs))
+            known = (now, copy_room.reserve_of(config, self.store.usage, fs))
             self._reserves[fs.dev] = known
         return known[1]
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, Reads
 from ..catalog.store_leases import HeldLease
 from ..children.sandbox import UNSANDBOXED
 from ..core.errors import UsageError
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 def split_checkpoint(
     config: Config,
-    store: Store,
+    store: Acting,
     ref: str,
     *,
     out: Path | None = None,
@@ -72,12 +72,12 @@ def split_checkpoint(
         _fit(c, (final, "its inference artifact"), (card_path(final), "its model card"))
         if leased is None:  # a demotion frees more than it writes
             weights = c.size_bytes - (c.optimizer_bytes or 0)
-            check_copy(config, store, final, weights, "the inference artifact", actor=actor)
+            check_copy(config, store.usage, final, weights, "the inference artifact", actor=actor)
         replacing = _own_artifact(root, c, final)
         own_card(root, c, card_path(final))  # a foreign file at the card's name: refused first
         pending = replacing is None
         if pending:
-            _register(store, c.id, "inference", final, 0, None, None)
+            _register(store.acts, c.id, "inference", final, 0, None, None)
         try:
             if c.format == Format.HF_FOLDER:  # -> an inference folder beside it
                 result = hf_split.split(
@@ -100,15 +100,15 @@ def split_checkpoint(
             if pending:
                 store.acts.forget_artifact(str(final))
             raise
-        _register(store, c.id, "inference", result.path, result.bytes, None, result.hash)
-        write_card(config, store, c, result.path)
+        _register(store.acts, c.id, "inference", result.path, result.bytes, None, result.hash)
+        write_card(config, store.reads, store.acts, c, result.path)
     counter.finish(c.path, "split", c.size_bytes, str(result.path))
     return store.reads.get(str(c.id)), result
 
 
 def export_checkpoint(
     config: Config,
-    store: Store,
+    store: Acting,
     ref: str,
     *,
     out: Path | None = None,
@@ -148,22 +148,24 @@ def export_checkpoint(
         )
         own_card(root, c, card_path(config_path))
         weights = c.size_bytes - (c.optimizer_bytes or 0)
-        check_copy(config, store, weights_path, weights, "the json+h5 export", actor=actor)
+        check_copy(config, store.usage, weights_path, weights, "the json+h5 export", actor=actor)
         for kind, path in ((JSON_H5, config_path), (JSON_H5_WEIGHTS, weights_path)):
             if fsops.identity(root, path) is not None:
                 raise fsops.WouldReplace(
                     f"{path} exists: refused, nothing replaced (move it away, or --out DIR)"
                 )
-            _register(store, c.id, kind, path, 0, None, None)
+            _register(store.acts, c.id, kind, path, 0, None, None)
         try:
             result = export(root, Path(c.path), out=out, source_hash=c.hash, check=check)
         except BaseException:
             for path in (config_path, weights_path):
                 store.acts.forget_artifact(str(path))
             raise
-        _register(store, c.id, JSON_H5, config_path, result.config_bytes, None, result.config_hash)
         _register(
-            store,
+            store.acts, c.id, JSON_H5, config_path, result.config_bytes, None, result.config_hash
+        )
+        _register(
+            store.acts,
             c.id,
             JSON_H5_WEIGHTS,
             weights_path,
@@ -171,7 +173,7 @@ def export_checkpoint(
             None,
             result.weights_hash,
         )
-        write_card(config, store, c, config_path)
+        write_card(config, store.reads, store.acts, c, config_path)
     return store.reads.get(str(c.id)), result
 
 
@@ -212,7 +214,7 @@ def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | No
 
 
 def _register(
-    store: Store,
+    acts: Acts,
     checkpoint_id: int,
     kind: str,
     path: Path,
@@ -220,7 +222,7 @@ def _register(
     codec: str | None,
     digest: str | None,
 ) -> None:
-    store.acts.add_artifact(
+    acts.add_artifact(
         checkpoint_id,
         kind=kind,
         path=str(path),
@@ -232,7 +234,7 @@ def _register(
 
 def compress_checkpoint(
     config: Config,
-    store: Store,
+    store: Acting,
     ref: str,
     *,
     codec: str = "gzip",
@@ -255,7 +257,9 @@ def compress_checkpoint(
         # before reading it and refuses it unread if a save landed since those checks.
         indexed = store.index.identity(c.id)[0]
         # The rewrite is a whole new file beside the old one until the swap: at most its size.
-        check_copy(config, store, Path(c.path), c.size_bytes, "the compressed copy", actor=actor)
+        check_copy(
+            config, store.usage, Path(c.path), c.size_bytes, "the compressed copy", actor=actor
+        )
         result = compress(
             root, Path(c.path), codec=codec, level=level, shuffle=shuffle, indexed=indexed
         )
@@ -271,7 +275,9 @@ def compress_checkpoint(
         # Recorded so the scheduled job compresses it once; a file that would not shrink is
         # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
         tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
-        _register(store, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash)
+        _register(
+            store.acts, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash
+        )
     outcome = "compressed" if result.skipped is None else "left"
     counter.finish(c.path, outcome, c.size_bytes, result.skipped or "")
     return store.reads.get(str(c.id)), result
@@ -280,7 +286,7 @@ def compress_checkpoint(
 NOT_SMALLER = "not smaller: "
 
 
-def adopt(store: Store, path: Path) -> str | None:
+def adopt(reads: Reads, acts: Acts, path: Path) -> str | None:
     """If `path` carries our artifact marker: make sure the catalog lists it as an artifact of
     its parent, and say why it is not a checkpoint (the indexer skips it); else None."""
     from ..core.errors import NotFound
@@ -292,12 +298,12 @@ def adopt(store: Store, path: Path) -> str | None:
         return None
     parent = str(mark["parent"])
     try:
-        owner = store.reads.get(parent)
+        owner = reads.get(parent)
     except NotFound:
         return f"an artifact ckpt derived from {parent} (not in the catalog)"
     if not any(a["path"] == str(path) for a in owner.details.get("artifacts", [])):
         kind = str(mark.get("kind") or "inference")
-        _register(store, owner.id, kind, path, artifact_bytes(path), None, hash_artifact(path))
+        _register(acts, owner.id, kind, path, artifact_bytes(path), None, hash_artifact(path))
     return f"an artifact ckpt derived from {parent}"
 
 
@@ -372,13 +378,15 @@ COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 SPLIT_BY_POLICY = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
 
 
-def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:
+def due(
+    reads: Reads, acts: Acts, cfg: Artifacts, now: float
+) -> tuple[list[Checkpoint], list[Checkpoint]]:
     """(to split, to compress): `ok` checkpoints old enough and not done yet, oldest first."""
     from ..core.query import ListQuery
 
-    cold = store.reads.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
-    split_done = store.acts.ids_with_artifact("inference")
-    compressed = store.acts.ids_with_artifact("compressed")
+    cold = reads.list(ListQuery(status=CheckpointStatus.OK.value, sort="mtime"))
+    split_done = acts.ids_with_artifact("inference")
+    compressed = acts.ids_with_artifact("compressed")
     to_split = [
         c
         for c in cold

@@ -23,7 +23,7 @@ from ..logs import event
 from ..settings.config import Config, RootConfig
 
 if TYPE_CHECKING:
-    from ..catalog.store import Store
+    from ..catalog.store import UsageReads
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,14 @@ def filesystems(config: Config) -> list[Filesystem]:
     return [Filesystem(dev, tuple(paths)) for dev, paths in groups.items()]
 
 
-def reserve_of(config: Config, store: Store, fs: Filesystem) -> int:
+def reserve_of(config: Config, usage: UsageReads, fs: Filesystem) -> int:
     """The reserve of `fs` in bytes, as the catalog and the filesystem are now."""
     total = _total(fs.roots[0])
-    largest = store.usage.largest_checkpoint(fs.roots)
+    largest = usage.largest_checkpoint(fs.roots)
     return space_reserve.reserve_bytes(config.versions.reserve, total, largest)
 
 
-def capture_refusal(config: Config, store: Store, root: RootConfig, size: int) -> str | None:
+def capture_refusal(config: Config, usage: UsageReads, root: RootConfig, size: int) -> str | None:
     """Why a copy of `size` bytes into `root` must not be made now, or None if it fits."""
     fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
     if fs is None:
@@ -62,24 +62,26 @@ def capture_refusal(config: Config, store: Store, root: RootConfig, size: int) -
     # The copy takes whole blocks: its size rounded up to the filesystem's block.
     blocks = -(-size // st.f_frsize) * st.f_frsize if st.f_frsize else size
     free = st.f_bavail * st.f_frsize
-    keep, what = room_to_keep(config, store, fs, root)
+    keep, what = room_to_keep(config, usage, fs, root)
     return space_reserve.capture_refusal(free, blocks, keep, what)
 
 
-def room_to_keep(config: Config, store: Store, fs: Filesystem, root: RootConfig) -> tuple[int, str]:
+def room_to_keep(
+    config: Config, usage: UsageReads, fs: Filesystem, root: RootConfig
+) -> tuple[int, str]:
     """(bytes, what they are) every copy of ours leaves free on `fs`: the reserve, or the
     root's `min_free` where that is more (core.space_reserve.room_to_keep)."""
     total = _total(fs.roots[0])
     wanted = config.min_free_for(root)
     return space_reserve.room_to_keep(
-        reserve_of(config, store, fs),
+        reserve_of(config, usage, fs),
         wanted.threshold(total) if wanted is not None else None,
         wanted.describe() if wanted is not None and wanted.percent is not None else "",
     )
 
 
 def check_copy(
-    config: Config, store: Store, target: Path, size: int, what: str, *, actor: str
+    config: Config, usage: UsageReads, target: Path, size: int, what: str, *, actor: str
 ) -> None:
     """Before we write a copy of `size` bytes at `target` (a split's artifact, a compressed
     rewrite, a fetch, a restored version): Refused, with the one-line reason, logged
@@ -87,7 +89,7 @@ def check_copy(
     (inside a root) or its size (elsewhere: `fetch --to`)."""
     root = config.root_for(target)
     if root is not None:
-        why = capture_refusal(config, store, root, size)
+        why = capture_refusal(config, usage, root, size)
     else:
         folder = next((p for p in (target, *target.parents) if p.is_dir()), Path("/"))
         st = os.statvfs(folder)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Runs, Versions
 from ..catalog.store_runs import Derivation, RunMember
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run, member
 from ..core.kept_metrics import as_record, keep_recorded, record_of
@@ -90,7 +90,8 @@ def sighting_of(logs: RunLogs, mtime_ns: int) -> tuple[int | None, bool] | None:
 
 
 def refresh_run(
-    store: Store,
+    runs: Runs,
+    versions: Versions,
     run: RunRef,
     templates: Sequence[FilenameTemplate],
     *,
@@ -101,7 +102,7 @@ def refresh_run(
     """Derive the run's checkpoints again (`read`: its logs, if this scan read them already);
     returns how many rows changed."""
     root = str(run.root.path)
-    rows = store.runs.run_members(root, run.name)
+    rows = runs.run_members(root, run.name)
     if read is None:
         read = run_logs(run, other_runs)
     names = [os.path.basename(r.path) for r in rows]
@@ -128,9 +129,9 @@ def refresh_run(
             changes.append(
                 Derivation(row.id, row.hash, row.mtime_ns, d.epoch, d.step, d.metrics, details)
             )
-    written = store.runs.set_derived_many(changes, at=at)
-    store.runs.set_derived_many(_version_updates(store, root, run.name, rows, derived, logs), at=at)
-    store.runs.set_run_details(
+    written = runs.set_derived_many(changes, at=at)
+    runs.set_derived_many(_version_updates(versions, root, run.name, rows, derived, logs), at=at)
+    runs.set_run_details(
         root,
         run.name,
         {
@@ -271,7 +272,7 @@ def _with_recorded(row: RunMember, d: Derived, offset: int) -> Derived:
 
 
 def _version_updates(
-    store: Store,
+    versions: Versions,
     root: str,
     run: str,
     rows: Sequence[RunMember],
@@ -283,7 +284,7 @@ def _version_updates(
     and the logs' values at it."""
     by_path = {r.path: r for r in rows}
     out = []
-    for kept in store.versions.versions_in_run(root, run):
+    for kept in versions.versions_in_run(root, run):
         row = by_path.get(kept.version_of)
         if row is None or row.id not in derived:
             continue  # the file is gone: its versions keep what they were given

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Acts, Reads
 from ..core import card, card_layouts
 from ..core.errors import CkptError, NotFound
 from ..core.model import Checkpoint, Format
@@ -48,9 +48,9 @@ def card_path(artifact: Path) -> Path:
     return artifact.with_name(name + ".md")
 
 
-def describe(config: Config, store: Store, ref: str) -> card.Facts:
+def describe(config: Config, reads: Reads, acts: Acts, ref: str) -> card.Facts:
     """The card's facts for `ref`: a checkpoint (id or path) or one of its artifacts' paths."""
-    c, artifact = _find(store, ref)
+    c, artifact = _find(reads, acts, ref)
     return _facts(config, c, artifact)
 
 
@@ -60,13 +60,13 @@ def render(facts: card.Facts, fmt: str) -> str:
     return card_layouts.text(facts) if fmt == "txt" else card_layouts.markdown(facts)
 
 
-def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> Path:
+def write_card(config: Config, reads: Reads, acts: Acts, c: Checkpoint, artifact: Path) -> Path:
     """Write (or rewrite) the card of `c`'s registered `artifact` beside it and register it
     as part of the artifact (kind `card`): a scan never indexes it, and trash and restore
     move it with the artifact. Anything else at the card's name is never replaced."""
     from ..fs.hashing import hash_files
 
-    fresh = store.reads.get(str(c.id))
+    fresh = reads.get(str(c.id))
     rows = [a for a in fresh.details.get("artifacts", []) if a["path"] == str(artifact)]
     if not rows:
         raise NotFound(f"{artifact} is not an artifact of {c.path}")
@@ -75,16 +75,14 @@ def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> P
     replacing = own_card(root, fresh, target)
     text = render(_facts(config, fresh, rows[0]), "md").encode()
     if replacing is None:
-        store.acts.add_artifact(
-            c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None
-        )
+        acts.add_artifact(c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None)
     # Its times: the artifact's (for an inference folder, its config.json's: a file's times).
     like = artifact / "config.json" if artifact.is_dir() else artifact
     with fsops.rewrite(root, target, like=like, replacing=replacing) as temp:
         with open(temp, "wb") as out:  # our own temp, named by fsops.rewrite
             out.write(text)
         digest = hash_files([temp])
-    store.acts.add_artifact(
+    acts.add_artifact(
         c.id, kind=CARD_KIND, path=str(target), size=len(text), codec=None, digest=digest
     )
     return target
@@ -111,14 +109,14 @@ def own_card(root: Path, c: Checkpoint, target: Path) -> fsops.Identity | None:
     )
 
 
-def _find(store: Store, ref: str) -> tuple[Checkpoint, dict[str, Any] | None]:
+def _find(reads: Reads, acts: Acts, ref: str) -> tuple[Checkpoint, dict[str, Any] | None]:
     try:
-        return store.reads.get(ref), None
+        return reads.get(ref), None
     except NotFound:
-        owner = store.acts.artifact_owner(os.path.abspath(ref))
+        owner = acts.artifact_owner(os.path.abspath(ref))
         if owner is None:
             raise
-    c = store.reads.get(str(owner))
+    c = reads.get(str(owner))
     artifacts = c.details.get("artifacts", [])
     by_path = {a["path"]: a for a in artifacts}
     found = by_path[os.path.abspath(ref)]

@@ -30,7 +30,7 @@ from ..fs import fsops, temp_names
 from ..settings.config import Config, RootConfig
 
 if TYPE_CHECKING:  # SQLAlchemy: `ckpt status` reads the disk state without paying for it
-    from ..catalog.store import Store
+    from ..catalog.store import Acting, Acts, Reads, UsageReads
 
 _NOT_ON_DISK = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PURGED}
 
@@ -137,22 +137,30 @@ def status(
     return out
 
 
-def plan_for(config: Config, store: Store, fs: Guarded, *, tiering: bool = True) -> GuardPlan:
+def plan_for(
+    config: Config,
+    reads: Reads,
+    acts: Acts,
+    catalog_usage: UsageReads,
+    fs: Guarded,
+    *,
+    tiering: bool = True,
+) -> GuardPlan:
     """The plan for `fs` as it is now (nothing acted); `tiering`: tier acts may be planned."""
     now = usage(fs.roots[0])
     threshold = fs.min_free.threshold(now.total)
     runs = [
-        _facts(config, store, root, name, tiering)
-        for _run_id, root, name in store.reads.run_keys()
+        _facts(config, reads, root, name, tiering)
+        for _run_id, root, name in reads.run_keys()
         if root in fs.roots
     ]
     trash = [
         TrashEntry(t.id, t.path, t.bytes, t.trashed_at, t.pinned)
-        for t in store.acts.trashed()
+        for t in acts.trashed()
         if t.root in fs.roots
     ]
-    other = max(0, now.used - _catalogued_bytes(store, fs.roots))
-    ours = [*_leftover_temps(fs.roots), *_spare_artifacts(store, fs.roots)]
+    other = max(0, now.used - _catalogued_bytes(catalog_usage, fs.roots))
+    ours = [*_leftover_temps(fs.roots), *_spare_artifacts(catalog_usage, fs.roots)]
     return disk_guard.plan(now.free, threshold, runs, trash, other_bytes=other, ours=ours)
 
 
@@ -175,16 +183,16 @@ def _bytes_of(path: Path) -> int:
     return sum(p.lstat().st_blocks * 512 for p in path.rglob("*")) + path.lstat().st_blocks * 512
 
 
-def _spare_artifacts(store: Store, roots: tuple[str, ...]) -> list[OwnFile]:
+def _spare_artifacts(catalog_usage: UsageReads, roots: tuple[str, ...]) -> list[OwnFile]:
     return [
         OwnFile("artifact", cid, path, size)
-        for cid, path, size in store.usage.spare_artifacts(roots)
+        for cid, path, size in catalog_usage.spare_artifacts(roots)
     ]
 
 
 def relieve(
     config: Config,
-    store: Store,
+    store: Acting,
     fs: Guarded,
     *,
     actor: str,
@@ -195,7 +203,7 @@ def relieve(
     `before_acting` sees the plan first (the service warns of one that cannot be met)."""
     from . import guards, rail
 
-    relief = Relief(plan_for(config, store, fs))
+    relief = Relief(plan_for(config, store.reads, store.acts, store.usage, fs))
     if relief.plan.steps:
         before_acting(relief.plan)
     threshold = relief.plan.threshold
@@ -222,13 +230,15 @@ def relieve(
                 break
             if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
                 tiering = False
-                relief.plan = plan_for(config, store, fs, tiering=False)
+                relief.plan = plan_for(
+                    config, store.reads, store.acts, store.usage, fs, tiering=False
+                )
                 steps = list(relief.plan.steps)
     relief.free_after = usage(fs.roots[0]).free
     return relief
 
 
-def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> None:
+def act(config: Config, store: Acting, step: Step, batch: str, actor: str) -> None:
     """One step of a plan that trashes or demotes a checkpoint, on the rail: refused if the
     catalog says otherwise now (pinned, not `ok`, its run's newest), then trashed (a demotion
     split first) and purged at once, with the step's reason."""
@@ -254,19 +264,19 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
         raise fsops.Refused(f"{c.path} is {'pinned' if c.pinned else c.status.value} now")
     # The executor's rail, whatever the plan said: never a run's newest as the catalog has it now
     # (a kept copy is no training moment: never the newest, and it goes whole, first).
-    ok = [planner_item(x, False) for x in run_checkpoints(store, c.root, c.run)]
+    ok = [planner_item(x, False) for x in run_checkpoints(store.reads, c.root, c.run)]
     files = [i for i in ok if i.status == CheckpointStatus.OK.value and not is_copy(i)]
     if c.version_of is None and c.id in retention.newest(files):
         raise fsops.Refused(f"refused: {c.path} is its run's newest checkpoint now")
     if c.version_of is not None and step.action != "trash":
         raise fsops.Refused(f"refused: {c.path} is a kept copy: freed whole, never {step.action}d")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
-    with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
+    with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as lease:
         pruner.trash_decided(config, store, c, decision, batch, actor, lease)
     purge_early(config, store, c.id, step.reason, actor)
 
 
-def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
+def purge_early(config: Config, store: Acting, checkpoint_id: int, reason: str, actor: str) -> None:
     """Purge a trashed checkpoint before its grace period, on the rail, `reason` in its audit
     event; refused if it is no longer in the trash or is pinned, or if its remote copy, read
     back now, is not there to stand for it (`trash.remote_gone`)."""
@@ -277,13 +287,13 @@ def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, a
     )
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
-    kept = trash.remote_gone(config, store, checkpoint_id, actor)
+    kept = trash.remote_gone(config, store.reads, store.acts, store.remote, checkpoint_id, actor)
     if kept is not None:  # its remote copy is gone or other bytes: the last copy stays
         raise fsops.Refused(kept)
     rail.purge_trashed(config, store, item, actor, reason=reason)
 
 
-def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) -> RunFacts:
+def _facts(config: Config, reads: Reads, root: str, name: str, tiering: bool) -> RunFacts:
     from ..core.query import ListQuery
     from ..core.tier_plan import NO_REMOTE
     from .retention_plan import (
@@ -296,7 +306,7 @@ def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) ->
         versions_policy,
     )
 
-    found = run_checkpoints(store, root, name)
+    found = run_checkpoints(reads, root, name)
     previous = protected_generations(config, found)
     policy, _ = config.policy_for(root, name)
     logged = {metric for c in found for metric in c.metrics}
@@ -317,7 +327,7 @@ def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) ->
     )
     # Standby copies (what their file holds now: listed as the file) are ours to free too.
     standby = own_rows(
-        store.reads.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)),
+        reads.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)),
         name,
     )
     items += tuple(planner_item(c, False) for c in standby if c.version_of is not None)
@@ -349,8 +359,8 @@ def _ok(found: list[Checkpoint]) -> list[Checkpoint]:
     return [c for c in found if c.status == CheckpointStatus.OK]
 
 
-def _catalogued_bytes(store: Store, roots: tuple[str, ...]) -> int:
-    rows, made = store.usage.usage()
+def _catalogued_bytes(catalog_usage: UsageReads, roots: tuple[str, ...]) -> int:
+    rows, made = catalog_usage.usage()
     on_disk = sum(r.bytes for r in rows if r.root in roots and r.status not in _NOT_ON_DISK)
     return on_disk + sum(a.bytes for a in made if a.root in roots)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Index, RemoteCopies, UsageReads
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus
 from ..settings.config import Config
@@ -26,10 +26,10 @@ from .tiering import is_archive, object_store, remote_of, require_copy
 _AT_PATH = {CheckpointStatus.OK, CheckpointStatus.INCOMPLETE, CheckpointStatus.CORRUPT}
 
 
-def fetch(config: Config, store: Store, ref: str, *, to: Path | None, actor: str) -> Path:
+def fetch(config: Config, store: Acting, ref: str, *, to: Path | None, actor: str) -> Path:
     c = store.reads.get(ref)
     if to is not None:
-        return _fetch_to(config, store, c, to)
+        return _fetch_to(config, store.index, store.usage, store.remote, c, to)
     if c.status in _AT_PATH:
         return Path(c.path)  # already here
     in_trash = c.details.get("trash") or {}
@@ -39,25 +39,32 @@ def fetch(config: Config, store: Store, ref: str, *, to: Path | None, actor: str
         return Path(trash.restore(config, store, str(c.id), actor).path)
     if c.status not in (CheckpointStatus.TRASHED, CheckpointStatus.PURGED):
         raise UsageError(f"{c.path} is {c.status.value}: nothing to fetch it for")
-    copy = require_copy(store, c)
+    copy = require_copy(store.remote, c)
     _root, remote = remote_of(config, c)
-    check_copy(config, store, Path(c.path), c.size_bytes, "the fetched copy", actor=actor)
+    check_copy(config, store.usage, Path(c.path), c.size_bytes, "the fetched copy", actor=actor)
     chunks = object_store(remote).download(copy.key)
     rail.receive_checkpoint(config, store, c, chunks, actor, copy.url, archive=is_archive(c))
     return Path(c.path)
 
 
-def _fetch_to(config: Config, store: Store, c: Checkpoint, to: Path) -> Path:
+def _fetch_to(
+    config: Config,
+    index: Index,
+    usage: UsageReads,
+    remote_copies: RemoteCopies,
+    c: Checkpoint,
+    to: Path,
+) -> Path:
     target = Path(os.path.abspath(to))
     if c.status in _AT_PATH:
         raise UsageError(f"{c.path} is on the local disk: copy it (fetch is from the store)")
-    copy = require_copy(store, c)
+    copy = require_copy(remote_copies, c)
     _root, remote = remote_of(config, c)
-    check_copy(config, store, target, c.size_bytes, "the fetched copy", actor="cli")
+    check_copy(config, usage, target, c.size_bytes, "the fetched copy", actor="cli")
     if is_archive(c):  # its files, under their recorded names, into the folder `to`
         if not target.is_dir():
             raise UsageError(f"--to {to}: a checkpoint of several files goes into a folder")
-        expected, _digest, files = store.index.identity(c.id)
+        expected, _digest, files = index.identity(c.id)
         chunks = object_store(remote).download(copy.key)
         hash_ = c.hash or copy.content_hash
         rail.receive_copy(config, target, chunks, hash_, files=files, size=expected.size)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Index, Reads
 from ..core.errors import NotFound
 from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
 from ..fs import fsops
@@ -19,10 +19,10 @@ from . import folder_units
 HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0.5 s
 
 
-def located(config: Config, store: Store, c: Checkpoint) -> tuple[Path, list[Path]]:
+def located(config: Config, index: Index, c: Checkpoint) -> tuple[Path, list[Path]]:
     """The configured root holding `c`, and every file (or folder) it is made of."""
     root, path = configured_root(config, c), Path(c.path)
-    _stat, _digest, files = store.index.identity(c.id)
+    _stat, _digest, files = index.identity(c.id)
     if c.format == Format.TF_CHECKPOINT:
         return root, [path.parent / name for name in files]
     if c.status == CheckpointStatus.ABANDONED:  # a save's own folder: it goes whole
@@ -41,12 +41,12 @@ def _is_layout_folder(c: Checkpoint) -> bool:
 
 
 def recheck(
-    store: Store, c: Checkpoint, root: Path, members: list[Path], *, rehash: bool = True
+    index: Index, c: Checkpoint, root: Path, members: list[Path], *, rehash: bool = True
 ) -> None:
     """Skip anything whose bytes may differ from what was indexed (and decided on). `rehash`
     False: the stat only, for an act that hashes every byte it reads itself and refuses before
     it acts when they differ (the upload of `ckpt tier`)."""
-    expected, digest, files = store.index.identity(c.id)
+    expected, digest, files = index.identity(c.id)
     if _is_layout_folder(c):  # its recorded files, compared with what is in the folder now
         folder_units.check_unchanged_names(Path(c.path), files, members)
         # No file recorded (a save killed as it began): the folder itself, as it was indexed.
@@ -79,8 +79,8 @@ def configured_root(config: Config, c: Checkpoint) -> Path:
     return root.path
 
 
-def run_id(store: Store, c: Checkpoint) -> int:
-    for key, root, name in store.reads.run_keys():
+def run_id(reads: Reads, c: Checkpoint) -> int:
+    for key, root, name in reads.run_keys():
         if name == c.run and root == c.root:
             return key
     raise NotFound(f"run {c.run} of {c.path} is not in the catalog")

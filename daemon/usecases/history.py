@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Reads, RemoteCopies, Runs, UsageReads
 from ..core.errors import NotFound, UsageError
 from ..core.history import (
     VERSIONS_FOLDER,
@@ -28,12 +28,14 @@ from ..settings.config import Config
 from .derivation import covered_logs
 
 
-def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] = ()) -> History:
+def run_history(
+    config: Config, reads: Reads, catalog_runs: Runs, run: str, metrics: Sequence[str] = ()
+) -> History:
     """The history of `run` (one run: a name that covers several runs below it must name one)
     for `metrics` (default: `core.history.chosen_metrics`). NotFound when the catalog has no
     checkpoint of it."""
-    root, name, rows = _run_rows(store, run)
-    logged, notes = _logged(config, store, root, name, [r.epoch for r in rows])
+    root, name, rows = _run_rows(reads, run)
+    logged, notes = _logged(config, reads, catalog_runs, root, name, [r.epoch for r in rows])
     policy, _ = config.policy_for(root, name)
     monitored = [b.metric for b in policy.keep_best] if policy is not None else []
     chosen = chosen_metrics(metrics, logged, rows, monitored)
@@ -52,11 +54,11 @@ def run_history(config: Config, store: Store, run: str, metrics: Sequence[str] =
     return build(name, root, rows, logged, chosen, notes)
 
 
-def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
+def _run_rows(reads: Reads, run: str) -> tuple[str, str, list[Checkpoint]]:
     run = versioned_run(run)  # a versions folder is its run's: the whole history is shown
-    rows = store.reads.list(ListQuery(run=run, sort="id"))
+    rows = reads.list(ListQuery(run=run, sort="id"))
     # Versions kept in a folder of ours at the root (`.ckpt-versions/RUN/...`), if any.
-    rows += store.reads.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []
+    rows += reads.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []
     if not rows:
         raise NotFound(f"no checkpoint of run {run!r} in the catalog (see `ckpt runs`)")
     own = {(r.root, versioned_run(r.run)) for r in rows}
@@ -71,7 +73,12 @@ def _run_rows(store: Store, run: str) -> tuple[str, str, list[Checkpoint]]:
 
 
 def _logged(
-    config: Config, store: Store, root: str, run: str, epochs: Sequence[int | None]
+    config: Config,
+    reads: Reads,
+    catalog_runs: Runs,
+    root: str,
+    run: str,
+    epochs: Sequence[int | None],
 ) -> tuple[dict[int, dict[str, float]], list[str]]:
     """What the run's logs hold by epoch (a shared log above it only if it covers `epochs`, the
     run's checkpoints', as derivation decides); a note instead when they cannot be read."""
@@ -79,14 +86,14 @@ def _logged(
     if configured is None:
         return {}, [f"root {root} is not in the config: its logs were not read"]
     folder = configured.path if run == "." else configured.path / run
-    others = [Path(r) / name for _, r, name in store.reads.run_keys() if r == root and name != run]
+    others = [Path(r) / name for _, r, name in reads.run_keys() if r == root and name != run]
     try:
         # read alone, without `run_logs`'s stat signature (what a scan compares, not a page)
         logs = covered_logs(
             read_run_logs(folder, configured.path, configured.metrics_files, others), epochs
         )
         # Rows at the checkpoints' epochs, as derivation lined them up (`core.log_alignment`).
-        details = store.runs.run_details(root).get(run, {})
+        details = catalog_runs.run_details(root).get(run, {})
         logs = logs.aligned(Alignment.of_json(details.get("log_alignment")))
     except ValueError as exc:  # the run's folder is not beneath its root any more
         return {}, [f"logs not read: {exc}"]
@@ -94,15 +101,17 @@ def _logged(
     return by_epoch, list(logs.notes)
 
 
-def histories(config: Config, store: Store, runs: Sequence[str], metric: str) -> list[History]:
+def histories(
+    config: Config, reads: Reads, catalog_runs: Runs, runs: Sequence[str], metric: str
+) -> list[History]:
     """One history of `metric` per run, in the order given (`ckpt plot`)."""
-    return [run_history(config, store, run, [metric]) for run in runs]
+    return [run_history(config, reads, catalog_runs, run, [metric]) for run in runs]
 
 
-def disk_usage(store: Store) -> list[RootUsage]:
+def disk_usage(usage: UsageReads, remote_copies: RemoteCopies) -> list[RootUsage]:
     """Bytes per root, run and kind from the catalog (`core.usage`), biggest first."""
-    checkpoints, artifacts = store.usage.usage()
-    return summarize(checkpoints, artifacts, store.remote.remote_usage())
+    checkpoints, artifacts = usage.usage()
+    return summarize(checkpoints, artifacts, remote_copies.remote_usage())
 
 
 def write_output(path: Path, data: bytes) -> None:

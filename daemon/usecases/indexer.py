@@ -73,7 +73,7 @@ def scan(
         from . import recovery
 
         roots = list({id(root): root for root, _start in starts}.values())
-        recovery.reconcile(config, store, roots)
+        recovery.reconcile(config, store, store.versions, roots)
     for root, start in starts:
         if report.cancelled:
             break
@@ -172,7 +172,7 @@ class _Scan:
             self.counter.finish(text, *self._outcome(before, present))
         self._settle_runs()
         vanished.mark(
-            self.store,
+            self.store.index,
             self.root.path,
             start,
             [(path, known) for path, known in self.known.items() if path not in seen],
@@ -180,7 +180,10 @@ class _Scan:
             self.report,
             actor=self.actor,
             rotated=functools.partial(
-                trainer_housekeeping.removed_by_trainer, self.store, root=str(self.root.path)
+                trainer_housekeeping.removed_by_trainer,
+                self.store.reads,
+                self.store.index,
+                root=str(self.root.path),
             ),
         )
 
@@ -225,7 +228,8 @@ class _Scan:
                 continue
             try:
                 changed = derivation.refresh_run(
-                    self.store,
+                    self.store.runs,
+                    self.store.versions,
                     ref,
                     self.templates,
                     other_runs=others,
@@ -248,7 +252,14 @@ class _Scan:
         if known and known.stat == stat and known.status in _SETTLED:
             self._unchanged(cand, known)
             if text in self.uncaptured and cand.family == discovery.FILE:
-                versions.capture(self.config, self.store, self.root, known.id, actor=self.actor)
+                versions.capture(
+                    self.config,
+                    self.store,
+                    self.store.versions,
+                    self.root,
+                    known.id,
+                    actor=self.actor,
+                )
             return True
         if not valid_name:
             reason = "file name is not valid UTF-8: rename it to have it indexed"
@@ -333,7 +344,10 @@ class _Scan:
         # Our own outputs carry a marker; looked for only once the limited child has read the
         # file within bounds, so the hostile-file rails stand in front of this read too. An
         # inference folder (an HF checkpoint's split) carries it as a file inside.
-        if cand.family in _MARKED and (ours := adopt(self.store, cand.path)) is not None:
+        if (
+            cand.family in _MARKED
+            and (ours := adopt(self.store.reads, self.store.acts, cand.path)) is not None
+        ):
             self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
             return True
         if save_checks.is_folder_save(cand.family):  # a writer in it, or not confirmed yet
@@ -382,7 +396,9 @@ class _Scan:
         record_outcome(self.report, record)
         if status == CheckpointStatus.OK and cand.family == discovery.FILE:
             # At once: the trainer's next save to a fixed name destroys this generation.
-            versions.capture(self.config, self.store, self.root, ckpt_id, actor=self.actor)
+            versions.capture(
+                self.config, self.store, self.store.versions, self.root, ckpt_id, actor=self.actor
+            )
 
     def _run_logs(self, run_dir: Path) -> derivation.LogsRead:
         """The run's metrics logs, read once per scan (and reused by its derivation)."""

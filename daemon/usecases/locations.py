@@ -13,7 +13,7 @@ from ..core.query import OFF_DISK
 from ..core.remote import Location, RemoteCopy, location, verified_copy
 
 if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
-    from ..catalog.store_remote import RemoteCopies
+    from ..catalog.store import RemoteCopies
     from ..settings.config import Config
 
 LOCATIONS = tuple(v.value for v in Location)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..catalog.store import Store
-from ..catalog.store_stage_jobs import StageJob, StageJobs
+from ..catalog.store import Reads, StageJobs
+from ..catalog.store_stage_jobs import StageJob
 from ..core.errors import NotFound
 from ..core.model import Checkpoint
 from ..core.pipeline import Stage, StageResult, backoff_seconds, not_due, parse_result
@@ -24,18 +24,20 @@ def runnable_here(stages: Iterable[Stage], labels: Sequence[str]) -> list[Stage]
     return [s for s in stages if set(s.runs_on) <= set(labels)]
 
 
-def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) -> int:
+def make_jobs(
+    reads: Reads, stage_jobs: StageJobs, stages: Sequence[Stage], waiting: dict[int, str]
+) -> int:
     """The jobs of the complete checkpoints that lack them, each made once (any daemon may make
     them; the catalog keeps one): `pending` where the stage is due and its `needs` are done,
     `skipped` where it is not due (the decision recorded, so the checkpoint is looked at once),
     `cancelled` where a stage it needs failed. A stage whose needs are still open waits for the
     next pass: `waiting` ({checkpoint id: hash}) holds those, looked at again only once the
     caller drops them (when a job of theirs ends). Returns how many were made."""
-    queue = store.stage_jobs
+    queue = stage_jobs
     made = 0
     for ckpt_id in queue.without_jobs([s.name for s in stages], skip=waiting):
         try:
-            checkpoint = store.reads.get(str(ckpt_id))
+            checkpoint = reads.get(str(ckpt_id))
         except NotFound:
             continue
         if checkpoint.hash is None or checkpoint.version_of is not None:
@@ -49,7 +51,7 @@ def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) ->
             if stage.name in states:
                 continue
             key = [(ckpt_id, checkpoint.hash, stage.name)]
-            why = not_due(stage, checkpoint, is_best=_is_best(store, stage, checkpoint))
+            why = not_due(stage, checkpoint, is_best=_is_best(reads, stage, checkpoint))
             if why is not None:
                 made += queue.make(key, state="skipped", error=why)
                 continue
@@ -65,14 +67,12 @@ def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) ->
     return made
 
 
-def _is_best(store: Store, stage: Stage, checkpoint: Checkpoint) -> bool:
+def _is_best(reads: Reads, stage: Stage, checkpoint: Checkpoint) -> bool:
     metric = stage.trigger.metric
     if stage.trigger.kind != "new_best" or metric is None or metric not in checkpoint.metrics:
         return False
     try:
-        return (
-            store.reads.best(metric, default_mode(metric), run=checkpoint.run).id == checkpoint.id
-        )
+        return reads.best(metric, default_mode(metric), run=checkpoint.run).id == checkpoint.id
     except NotFound:
         return False
 
@@ -128,7 +128,7 @@ def record(queue: StageJobs, job: StageJob, stage: Stage, attempt: Attempt) -> s
 
 
 def awaiting_stages(
-    config: Config, store: Store, found: Sequence[Checkpoint], policy: Policy
+    config: Config, stage_jobs: StageJobs, found: Sequence[Checkpoint], policy: Policy
 ) -> dict[int, str]:
     """{checkpoint id: why retention keeps it}: those with a pending or running job of a stage
     whose metric a keep_best rule of `policy` ranks by (`keep_best: {metric: eval:accuracy}`
@@ -139,7 +139,7 @@ def awaiting_stages(
     feeding = {s: m for s, m in feeding.items() if any(st.name == s for st in config.pipeline)}
     if not feeding or not found:
         return {}
-    open_jobs = store.stage_jobs.open_for([c.id for c in found])
+    open_jobs = stage_jobs.open_for([c.id for c in found])
     kept = {}
     for ckpt_id, stages in open_jobs.items():
         fed = sorted(s for s in stages if s in feeding)

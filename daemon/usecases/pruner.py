@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, Reads, RemoteCopies, StageJobs
 from ..catalog.store_leases import HeldLease
 from ..core import retention
 from ..core.errors import CkptError, LeaseLost, NotFound
@@ -52,7 +52,8 @@ __all__ = [  # restore, purge and the plan live beside; their callers know them 
 
 def prune(
     config: Config,
-    store: Store,
+    store: Acting,
+    stage_jobs: StageJobs,
     *,
     runs: list[str] | None = None,
     override: retention.Policy | None = None,
@@ -65,8 +66,8 @@ def prune(
     `on_progress` hears each planned move start and finish (`trashed` or `failed`), counted in
     checkpoints and bytes over the whole plan."""
     if not dry_run:  # a killed command's claims first: what it never moved is a candidate again
-        settle_events(config, store)
-    report = plan_runs(config, store, runs, override)
+        settle_events(config, store.recovery)
+    report = plan_runs(config, store.reads, store.remote, stage_jobs, runs, override)
     report.dry_run = dry_run
     if dry_run:
         return report
@@ -79,7 +80,18 @@ def prune(
             if should_stop():
                 break
             try:
-                _execute(config, store, rp, batch, actor, report, should_stop, counter, override)
+                _execute(
+                    config,
+                    store,
+                    stage_jobs,
+                    rp,
+                    batch,
+                    actor,
+                    report,
+                    should_stop,
+                    counter,
+                    override,
+                )
             except fsops.Refused as exc:  # a whole run refused: say so, go on with the others
                 report.failures.append({"id": None, "path": rp.run, "error": str(exc)})
     return report
@@ -87,7 +99,8 @@ def prune(
 
 def _execute(
     config: Config,
-    store: Store,
+    store: Acting,
+    stage_jobs: StageJobs,
     rp: RunPlan,
     batch: str,
     actor: str,
@@ -100,7 +113,7 @@ def _execute(
     # lost meanwhile (this process stopped past its expiry, another took the run) stops it.
     with rail.run_lease(config, store, rp.run_id, actor) as lease:
         fsops.remove_stale_temps(Path(rp.root) / rp.run, recursive=False)  # of killed commands
-        current = {c.id: c for c in run_checkpoints(store, rp.root, rp.run)}
+        current = {c.id: c for c in run_checkpoints(store.reads, rp.root, rp.run)}
         vanished = [d for d in rp.plan.to_trash() if d.id not in current]
         if vanished:
             # Rows gone since the plan: either this process was stopped past its lease and
@@ -113,7 +126,7 @@ def _execute(
                 _report_lost(report, rp, vanished[0], lost, counter)
                 return
             was = rp.plan.to_trash()
-            rp.plan = _planned_again(config, store, rp, override)
+            rp.plan = _planned_again(config, store.reads, store.remote, stage_jobs, rp, override)
             now = rp.plan.to_trash()
             size = sum(d.size_bytes for d in now) - sum(d.size_bytes for d in was)
             counter.resize(len(now) - len(was), size)
@@ -141,12 +154,25 @@ def _execute(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
                 counter.finish(decision.path, "failed", detail=guards.one_line(exc))
-        _give_up_remote(config, store, rp, batch, actor, report, should_stop, lease)
+        _give_up_remote(
+            config,
+            store.reads,
+            store.acts,
+            store.remote,
+            rp,
+            batch,
+            actor,
+            report,
+            should_stop,
+            lease,
+        )
 
 
 def _give_up_remote(
     config: Config,
-    store: Store,
+    reads: Reads,
+    acts: Acts,
+    remote_copies: RemoteCopies,
     rp: RunPlan,
     batch: str,
     actor: str,
@@ -164,14 +190,23 @@ def _give_up_remote(
         if should_stop() or _lost_lease(lease) is not None:
             return
         try:
-            c = store.reads.get(str(decision.id))
-            copies = store.remote.remote_copies([c.id])
+            c = reads.get(str(decision.id))
+            copies = remote_copies.remote_copies([c.id])
             copy = verified_copy(copies)
             if copy is None or location(c.status, copies) != Location.REMOTE:
                 raise fsops.Refused(f"{c.path}: not a tiered checkpoint now: its copy is kept")
             reason = "; ".join(decision.reasons)
             give_up_one(
-                config, store, c, copy, reason=reason, batch=batch, actor=actor, lease=lease
+                config,
+                reads,
+                acts,
+                remote_copies,
+                c,
+                copy,
+                reason=reason,
+                batch=batch,
+                actor=actor,
+                lease=lease,
             )
             assert rp.remote_moved is not None
             rp.remote_moved.add(decision.id)
@@ -182,12 +217,17 @@ def _give_up_remote(
 
 
 def _planned_again(
-    config: Config, store: Store, rp: RunPlan, override: retention.Policy | None
+    config: Config,
+    reads: Reads,
+    remote_copies: RemoteCopies,
+    stage_jobs: StageJobs,
+    rp: RunPlan,
+    override: retention.Policy | None,
 ) -> retention.Plan:
     """The plan of run `rp` made again from the catalog as it is now (no decision: nothing
     left of it to weigh)."""
     try:
-        again = plan_runs(config, store, [rp.run], override).runs
+        again = plan_runs(config, reads, remote_copies, stage_jobs, [rp.run], override).runs
     except NotFound:  # every row of the run gone meanwhile
         again = []
     same = [p for p in again if (p.run_id, p.root) == (rp.run_id, rp.root)]
@@ -233,7 +273,7 @@ def _refuse_unsafe_plan(rp: RunPlan, current: dict[int, Checkpoint]) -> None:
 
 def trash_decided(
     config: Config,
-    store: Store,
+    store: Acting,
     c: Checkpoint,
     decision: retention.Decision,
     batch: str,
@@ -270,7 +310,9 @@ def trash_decided(
     reason = "; ".join(decision.reasons)
     rail.trash_checkpoint(
         config,
-        store,
+        store.reads,
+        store.index,
+        store.acts,
         c,
         reason=reason,
         batch=batch,
@@ -280,7 +322,7 @@ def trash_decided(
     )
 
 
-def set_pinned(store: Store, ref: str, pinned: bool, actor: str) -> Checkpoint:
-    c = store.reads.get(ref)
-    store.acts.set_pinned(c.id, pinned, actor)
-    return store.reads.get(str(c.id))
+def set_pinned(reads: Reads, acts: Acts, ref: str, pinned: bool, actor: str) -> Checkpoint:
+    c = reads.get(ref)
+    acts.set_pinned(c.id, pinned, actor)
+    return reads.get(str(c.id))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, Index, Reads, Recovery
 from ..catalog.store_leases import HeldLease
 from ..core.errors import Refused
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format, TrashedCheckpoint
@@ -48,7 +48,7 @@ def batch_name(kind: str = "", *, pid: bool = True) -> str:
 
 @contextmanager
 def run_lease(
-    config: Config, store: Store, run_id: int, actor: str, *, held: HeldLease | None = None
+    config: Config, store: Acting, run_id: int, actor: str, *, held: HeldLease | None = None
 ) -> Iterator[HeldLease]:
     """The run's lease for the block, renewed while it runs (LeaseHeld, exit 4, if another
     process has it); `held`: a lease the caller holds already (retention's demotion). A lease
@@ -61,13 +61,15 @@ def run_lease(
     )
     with lease_of as lease:
         if lease.taken_from is not None:
-            settle_events(config, store, of=lease.taken_from)
+            settle_events(config, store.recovery, of=lease.taken_from)
         yield lease
 
 
 def trash_checkpoint(
     config: Config,
-    store: Store,
+    reads: Reads,
+    index: Index,
+    acts: Acts,
     c: Checkpoint,
     *,
     reason: str,
@@ -80,10 +82,10 @@ def trash_checkpoint(
     claimed (a pin committed first keeps the files), moved, the claim ended. `with_artifacts`:
     its inference artifact, card and exports go with it (a demotion leaves them in its place).
     A TF checkpoint is forgotten in its folder's `checkpoint` state file."""
-    root, members = guards.located(config, store, c)
-    guards.recheck(store, c, root, members)
+    root, members = guards.located(config, index, c)
+    guards.recheck(index, c, root, members)
     if with_artifacts:
-        members = [*members, *_artifact_files(store, root, c)]
+        members = [*members, *_artifact_files(reads, root, c)]
     trash = {
         "paths": [
             str(root.joinpath(fsops.TRASH_DIR, batch, *fsops.relative_parts(root, m)))
@@ -95,7 +97,7 @@ def trash_checkpoint(
     }
     # The claim confirms the run's lease in its transaction: a prune whose lease was taken
     # over (it was stopped past the expiry) moves nothing more.
-    event_id, refused = store.acts.claim(
+    event_id, refused = acts.claim(
         c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease, was=c.status
     )
     if event_id is None:
@@ -103,21 +105,21 @@ def trash_checkpoint(
     try:
         trashed = fsops.move_to_trash(root, members, batch)
     except BaseException as exc:
-        store.acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
+        acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
         raise
     if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
         moved = {**trash, "paths": [str(p) for p in trashed]}
-        store.acts.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
-    store.acts.end_claim(event_id, c.id)
+        acts.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
+    acts.end_claim(event_id, c.id)
     if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
 
 
-def _artifact_files(store: Store, root: Path, c: Checkpoint) -> list[Path]:
+def _artifact_files(reads: Reads, root: Path, c: Checkpoint) -> list[Path]:
     """The files derived from `c` that are on disk (inference artifact, its card, a json+h5
     export): they go to the trash with it and come back with it."""
     found = []
-    for a in store.reads.get(str(c.id)).details.get("artifacts", []):
+    for a in reads.get(str(c.id)).details.get("artifacts", []):
         path = Path(a["path"])
         if a["kind"] == "compressed" or path == Path(c.path):  # the checkpoint itself
             continue
@@ -142,7 +144,7 @@ def _forget_in_state_file(root: Path, prefix: Path) -> None:
 
 
 def purge_trashed(
-    config: Config, store: Store, item: TrashedCheckpoint, actor: str, reason: str | None = None
+    config: Config, store: Acting, item: TrashedCheckpoint, actor: str, reason: str | None = None
 ) -> None:
     """Delete a trashed checkpoint's files for good, under its run's lease, claimed right
     before the unlink (a pin committed before it keeps the files). `reason`: why it is purged
@@ -165,7 +167,7 @@ def purge_trashed(
 
 
 def remove_artifact(
-    config: Config, store: Store, c: Checkpoint, path: Path, *, reason: str, actor: str
+    config: Config, store: Acting, c: Checkpoint, path: Path, *, reason: str, actor: str
 ) -> None:
     """An artifact of ours beside `c` (whole at its path: the artifact is a second copy of its
     weights) removed, under the run's lease, audited (`remove-artifact`): moved to the trash,
@@ -173,7 +175,7 @@ def remove_artifact(
     purged by the next reconcile of the trash; a row whose file is gone is only forgotten."""
     root = guards.configured_root(config, c)
     with (
-        run_lease(config, store, guards.run_id(store, c), actor) as lease,
+        run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
         store.acts.audited(
             action="remove-artifact",
             checkpoint_id=c.id,
@@ -195,14 +197,14 @@ def remove_artifact(
         fsops.purge(root, trashed)
 
 
-def restore_trashed(config: Config, store: Store, c: Checkpoint, actor: str) -> None:
+def restore_trashed(config: Config, store: Acting, c: Checkpoint, actor: str) -> None:
     """Put a trashed checkpoint's files back where they were, under its run's lease, audited
     (`restore`); never over a file that is there now (fsops)."""
     info = c.details.get("trash") or {}
     root = guards.configured_root(config, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     with (
-        run_lease(config, store, guards.run_id(store, c), actor) as lease,
+        run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
         store.acts.audited(
             action="restore",
             checkpoint_id=c.id,
@@ -223,7 +225,7 @@ def restore_trashed(config: Config, store: Store, c: Checkpoint, actor: str) -> 
 @contextmanager
 def acting_on(
     config: Config,
-    store: Store,
+    store: Acting,
     c: Checkpoint,
     action: str,
     actor: str,
@@ -234,11 +236,11 @@ def acting_on(
     compress): the run's lease (`leased`: one the caller holds), the file re-checked under it,
     an audit event `action` around the block. Yields (its root, its files); the transforms the
     block runs write through `fsops.rewrite`."""
-    root, members = guards.located(config, store, c)
+    root, members = guards.located(config, store.index, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     # The lease is renewed while the transform runs (a split of a large file takes long).
-    with run_lease(config, store, guards.run_id(store, c), actor, held=leased) as lease:
-        guards.recheck(store, c, root, members)
+    with run_lease(config, store, guards.run_id(store.reads, c), actor, held=leased) as lease:
+        guards.recheck(store.index, c, root, members)
         with store.acts.audited(
             action=action,
             checkpoint_id=c.id,
@@ -262,20 +264,20 @@ def copy_generation(
 
 
 def trash_unrecorded(
-    store: Store, root: RootConfig, path: Path, *, digest: str | None, reason: str
+    recovery: Recovery, root: RootConfig, path: Path, *, digest: str | None, reason: str
 ) -> Path:
     """A file of ours no row knows (a version file a crash left without its row) moved to the
     trash, never deleted, and given its trash record at once (killed before it, the next
     reconcile of the trash makes it). Returns where it went."""
     batch = batch_name("orphan-versions", pid=False)
     [trashed] = fsops.move_to_trash(root.path, [path], batch)
-    trash_found.adopt_file(store, root, batch, trashed, digest=digest, reason=reason)
+    trash_found.adopt_file(recovery, root, batch, trashed, digest=digest, reason=reason)
     return trashed
 
 
 def put_version_back(
     config: Config,
-    store: Store,
+    store: Acting,
     root: RootConfig,
     path: Path,
     current: Checkpoint,
@@ -292,7 +294,7 @@ def put_version_back(
     the current generation (that capture may purge versions in the trash, under their runs'
     leases: leases do not nest)."""
     with (
-        run_lease(config, store, guards.run_id(store, current), actor) as lease,
+        run_lease(config, store, guards.run_id(store.reads, current), actor) as lease,
         store.acts.audited(
             action="restore-version",
             checkpoint_id=current.id,
@@ -311,7 +313,7 @@ def put_version_back(
 
 def receive_checkpoint(
     config: Config,
-    store: Store,
+    store: Acting,
     c: Checkpoint,
     chunks: Iterable[bytes],
     actor: str,
@@ -326,7 +328,7 @@ def receive_checkpoint(
     root = guards.configured_root(config, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed fetches
     with (
-        run_lease(config, store, guards.run_id(store, c), actor) as lease,
+        run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
         store.acts.audited(
             action="fetch",
             checkpoint_id=c.id,

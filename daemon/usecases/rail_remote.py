@@ -13,7 +13,7 @@ takes the original if it is still there, the purge deletes it too.
 
 from __future__ import annotations
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, RemoteCopies
 from ..catalog.store_leases import HeldLease
 from ..core.errors import Refused, RemoteFailed
 from ..core.model import Checkpoint
@@ -26,9 +26,9 @@ from .remote_verify import differences
 from .tiering import object_store, remote_of
 
 
-def _fresh(store: Store, copy: RemoteCopy) -> RemoteCopy:
+def _fresh(remote_copies: RemoteCopies, copy: RemoteCopy) -> RemoteCopy:
     """The copy's row as the catalog has it now (under the lease: what the act decides on)."""
-    for found in store.remote.remote_copies([copy.checkpoint_id]):
+    for found in remote_copies.remote_copies([copy.checkpoint_id]):
         if found.id == copy.id:
             return found
     raise Refused(f"{copy.url}: no longer recorded")
@@ -36,7 +36,8 @@ def _fresh(store: Store, copy: RemoteCopy) -> RemoteCopy:
 
 def trash_remote_copy(
     config: Config,
-    store: Store,
+    acts: Acts,
+    remote_copies: RemoteCopies,
     c: Checkpoint,
     copy: RemoteCopy,
     *,
@@ -48,12 +49,12 @@ def trash_remote_copy(
     """Move a verified remote copy under the store's trash prefix; returns its trash URL."""
     _root, remote = remote_of(config, c)
     objects = object_store(remote)
-    copy = _fresh(store, copy)
+    copy = _fresh(remote_copies, copy)
     if copy.state != RemoteState.VERIFIED:
         raise Refused(f"{copy.url} is {copy.state.value}: nothing to give up")
     moved_to = trash_key(remote, copy.key, batch)
     url = remote.object_url(moved_to)
-    with store.acts.audited(
+    with acts.audited(
         action="remote-trash",
         checkpoint_id=c.id,
         path=c.path,
@@ -65,7 +66,7 @@ def trash_remote_copy(
         problem = differences(objects.head(copy.key), copy)
         if problem is not None:  # not the copy we recorded: never trusted, never moved
             state = RemoteState.MISSING if problem == "not in the store" else RemoteState.CHANGED
-            store.remote.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
+            remote_copies.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
             raise Refused(f"{copy.url}: {problem}: marked {state.value}, not moved")
         copies.copy(objects, copy.key, moved_to, copy.size_bytes)
         problem = differences(objects.head(moved_to), copy, checksum=False)
@@ -74,20 +75,20 @@ def trash_remote_copy(
                 f"{url}: the trash copy does not verify ({problem}): kept at its key"
             )
         lease.check()
-        store.remote.set_remote_state(copy.id, RemoteState.TRASHED, reason, trash_key=moved_to)
+        remote_copies.set_remote_state(copy.id, RemoteState.TRASHED, reason, trash_key=moved_to)
         objects.delete(copy.key)
     return url
 
 
 def restore_remote_copy(
-    config: Config, store: Store, c: Checkpoint, copy: RemoteCopy, actor: str
+    config: Config, store: Acting, c: Checkpoint, copy: RemoteCopy, actor: str
 ) -> None:
     """A trashed remote copy back at its key, read back, `verified` again; then its trash
     object deleted. Never over another object at the key."""
     _root, remote = remote_of(config, c)
     objects = object_store(remote)
-    with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
-        copy = _fresh(store, copy)
+    with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as lease:
+        copy = _fresh(store.remote, copy)
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             raise Refused(f"{copy.url} is {copy.state.value}, not in the store's trash")
         with store.acts.audited(
@@ -112,13 +113,13 @@ def restore_remote_copy(
 
 
 def purge_remote_copy(
-    config: Config, store: Store, c: Checkpoint, copy: RemoteCopy, actor: str
+    config: Config, store: Acting, c: Checkpoint, copy: RemoteCopy, actor: str
 ) -> None:
     """A trashed remote copy deleted for good (and its original key, if a kill left it)."""
     _root, remote = remote_of(config, c)
     objects = object_store(remote)
-    with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
-        copy = _fresh(store, copy)
+    with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as lease:
+        copy = _fresh(store.remote, copy)
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             raise Refused(f"{copy.url} is {copy.state.value}, not in the store's trash")
         if store.reads.get(str(c.id)).pinned:

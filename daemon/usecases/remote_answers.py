@@ -25,7 +25,7 @@ from ..core.resume import resumability
 from ..core.runs import run_scope
 
 if TYPE_CHECKING:  # `ckpt best` without a remote never imports SQLAlchemy
-    from ..catalog.store import Store
+    from ..catalog.store import Reads, RemoteCopies
 
 _OFF_DISK = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 
@@ -37,18 +37,20 @@ class Answer:
     remote_url: str | None
 
 
-def remote_only(store: Store, run: str | None) -> list[tuple[Checkpoint, str]]:
+def remote_only(
+    reads: Reads, remote_copies: RemoteCopies, run: str | None
+) -> list[tuple[Checkpoint, str]]:
     """(row, its verified copy's URL) of the checkpoints of `run` (and below) whose bytes are
     only in the store."""
     scope = run_scope(run) if run else None
     rows = [
         c
         for status in _OFF_DISK
-        for c in store.reads.list(ListQuery(run=run, status=status.value))
+        for c in reads.list(ListQuery(run=run, status=status.value))
         if c.version_of is None and (scope is None or scope.covers(c.run))
     ]
     copies: dict[int, list[RemoteCopy]] = {}
-    for copy in store.remote.remote_copies(c.id for c in rows):
+    for copy in remote_copies.remote_copies(c.id for c in rows):
         copies.setdefault(copy.checkpoint_id, []).append(copy)
     found = []
     for c in rows:
@@ -60,7 +62,12 @@ def remote_only(store: Store, run: str | None) -> list[tuple[Checkpoint, str]]:
 
 
 def best(
-    store: Store, local: Callable[[], Checkpoint | None], metric: str, mode: str, run: str | None
+    reads: Reads,
+    remote_copies: RemoteCopies,
+    local: Callable[[], Checkpoint | None],
+    metric: str,
+    mode: str,
+    run: str | None,
 ) -> Answer | None:
     """The best of the local winner (`local()`, None: none) and the store's candidates."""
     sign = 1.0 if mode == "min" else -1.0
@@ -69,7 +76,7 @@ def best(
         v = c.metrics.get(metric)
         return None if v is None or math.isnan(v) else float(v)
 
-    remote = [(c, url) for c, url in remote_only(store, run) if value(c) is not None]
+    remote = [(c, url) for c, url in remote_only(reads, remote_copies, run) if value(c) is not None]
     candidate = min(remote, key=lambda pair: sign * (value(pair[0]) or 0.0), default=None)
     here = local()
     if candidate is not None:
@@ -81,10 +88,18 @@ def best(
 
 
 def latest(
-    store: Store, local: Callable[[], Checkpoint | None], run: str | None, resumable: bool
+    reads: Reads,
+    remote_copies: RemoteCopies,
+    local: Callable[[], Checkpoint | None],
+    run: str | None,
+    resumable: bool,
 ) -> Answer | None:
     """The furthest along of the local winner and the store's candidates."""
-    remote = [(c, url) for c, url in remote_only(store, run) if not resumable or may_resume(c)]
+    remote = [
+        (c, url)
+        for c, url in remote_only(reads, remote_copies, run)
+        if not resumable or may_resume(c)
+    ]
     candidate = max(remote, key=lambda pair: progress_key(pair[0]), default=None)
     here = local()
     if candidate is not None and (
@@ -100,12 +115,12 @@ def may_resume(c: Checkpoint) -> bool:
     return verdict.resumable or legacy
 
 
-def runs(store: Store, found: list[Run]) -> list[Run]:
+def runs(reads: Reads, remote_copies: RemoteCopies, found: list[Run]) -> list[Run]:
     """`ckpt runs` with the store: a run's best checkpoint per metric, and its newest, can be
     one only in the store (tiered), as `best` and `latest` answer; counts and bytes stay the
     local disk's."""
     tiered: dict[tuple[str, str], list[Checkpoint]] = {}
-    for c, _url in remote_only(store, None):
+    for c, _url in remote_only(reads, remote_copies, None):
         tiered.setdefault((c.root, c.run), []).append(c)
     return [_with_tiered(r, tiered.get((r.root, r.name), [])) for r in found]
 

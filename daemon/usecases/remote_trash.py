@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, Reads, RemoteCopies
 from ..catalog.store_leases import HeldLease
 from ..core.errors import CkptError, Refused
 from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
@@ -36,10 +36,10 @@ class GiveUpReport:
         return {"dry_run": self.dry_run, "items": self.items, "failures": self.failures}
 
 
-def protected(store: Store, c: Checkpoint) -> str | None:
+def protected(reads: Reads, remote_copies: RemoteCopies, c: Checkpoint) -> str | None:
     """Why `c`'s remote copy must stay (`core.remote_keep`), from the catalog as it is now."""
-    run = [r for r in store.reads.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
-    copies = store.remote.remote_copies(r.id for r in run)
+    run = [r for r in reads.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
+    copies = remote_copies.remote_copies(r.id for r in run)
     verified = {x.checkpoint_id for x in copies if x.state == RemoteState.VERIFIED}
     available = {r.id for r in run if r.status == CheckpointStatus.OK or r.id in verified}
     return why_kept(c, run, available)
@@ -47,7 +47,7 @@ def protected(store: Store, c: Checkpoint) -> str | None:
 
 def give_up(
     config: Config,
-    store: Store,
+    store: Acting,
     refs: list[str],
     *,
     dry_run: bool = False,
@@ -59,7 +59,9 @@ def give_up(
     for ref in refs:
         c = store.reads.get(ref)
         copy = verified_copy(store.remote.remote_copies([c.id]))
-        kept = "no verified remote copy" if copy is None else protected(store, c)
+        kept = (
+            "no verified remote copy" if copy is None else protected(store.reads, store.remote, c)
+        )
         item: dict[str, Any] = {
             "id": c.id,
             "path": c.path,
@@ -71,9 +73,18 @@ def give_up(
         if dry_run or kept or copy is None:
             continue
         try:
-            with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
+            with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as lease:
                 item["trash_url"] = give_up_one(
-                    config, store, c, copy, reason=reason, batch=batch, actor=actor, lease=lease
+                    config,
+                    store.reads,
+                    store.acts,
+                    store.remote,
+                    c,
+                    copy,
+                    reason=reason,
+                    batch=batch,
+                    actor=actor,
+                    lease=lease,
                 )
             item["done"] = True
         except CkptError as exc:
@@ -84,7 +95,9 @@ def give_up(
 
 def give_up_one(
     config: Config,
-    store: Store,
+    reads: Reads,
+    acts: Acts,
+    remote_copies: RemoteCopies,
     c: Checkpoint,
     copy: RemoteCopy,
     *,
@@ -96,22 +109,30 @@ def give_up_one(
     """One remote copy to the store's trash under the run's `lease` (held by the caller: a
     retention pass), its protection re-checked first. Returns its trash URL."""
     lease.check()
-    fresh = store.reads.get(str(c.id))
-    kept = protected(store, fresh)
+    fresh = reads.get(str(c.id))
+    kept = protected(reads, remote_copies, fresh)
     if kept:
         raise Refused(f"{c.path}: its remote copy is kept: {kept}")
     return rail_remote.trash_remote_copy(
-        config, store, fresh, copy, reason=reason, batch=batch, actor=actor, lease=lease
+        config,
+        acts,
+        remote_copies,
+        fresh,
+        copy,
+        reason=reason,
+        batch=batch,
+        actor=actor,
+        lease=lease,
     )
 
 
-def trashed(config: Config, store: Store) -> list[TrashedCheckpoint]:
+def trashed(config: Config, reads: Reads, remote_copies: RemoteCopies) -> list[TrashedCheckpoint]:
     """The remote copies in the store's trash, as `trash list` rows (`location: remote`)."""
     found = []
-    for copy in store.remote.remote_copies():
+    for copy in remote_copies.remote_copies():
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             continue
-        c = store.reads.get(str(copy.checkpoint_id))
+        c = reads.get(str(copy.checkpoint_id))
         try:
             trash_url = remote_of(config, c)[1].object_url(copy.trash_key)
         except CkptError:  # its root or remote is no longer configured: still listed
@@ -134,7 +155,7 @@ def trashed(config: Config, store: Store) -> list[TrashedCheckpoint]:
     return found
 
 
-def restore(config: Config, store: Store, c: Checkpoint, actor: str) -> bool:
+def restore(config: Config, store: Acting, c: Checkpoint, actor: str) -> bool:
     """`c`'s remote copies in the store's trash back at their keys; False if it has none."""
     mine = [
         x
@@ -148,7 +169,7 @@ def restore(config: Config, store: Store, c: Checkpoint, actor: str) -> bool:
 
 def purge(
     config: Config,
-    store: Store,
+    store: Acting,
     *,
     cutoff: str,
     dry_run: bool,
@@ -156,7 +177,11 @@ def purge(
     should_stop: Callable[[], bool],
 ) -> tuple[list[TrashedCheckpoint], list[dict[str, Any]]]:
     """The remote copies trashed before `cutoff` deleted for good (never a pinned one's)."""
-    due = [t for t in trashed(config, store) if t.trashed_at <= cutoff and not t.pinned]
+    due = [
+        t
+        for t in trashed(config, store.reads, store.remote)
+        if t.trashed_at <= cutoff and not t.pinned
+    ]
     if dry_run:
         return due, []
     purged, failures = [], []

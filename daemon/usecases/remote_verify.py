@@ -15,7 +15,7 @@ say `remote` for days after the object went.
 
 from __future__ import annotations
 
-from ..catalog.store import Store
+from ..catalog.store import Acts, Reads, RemoteCopies
 from ..core.errors import CkptError
 from ..core.model import Checkpoint
 from ..core.remote import RemoteCopy, RemoteState, verified_copy
@@ -46,51 +46,74 @@ def differences(
     return "; ".join(problems) or None
 
 
-def verify_remote(config: Config, store: Store, refs: list[str], *, actor: str) -> list[Verdict]:
+def verify_remote(
+    config: Config,
+    reads: Reads,
+    acts: Acts,
+    remote_copies: RemoteCopies,
+    refs: list[str],
+    *,
+    actor: str,
+) -> list[Verdict]:
     """One verdict per verified remote copy of `refs` (ids or paths; none: every copy)."""
     if refs:
-        wanted = [store.reads.get(ref) for ref in refs]
-        copies = store.remote.remote_copies(c.id for c in wanted)
+        wanted = [reads.get(ref) for ref in refs]
+        copies = remote_copies.remote_copies(c.id for c in wanted)
         rows = {c.id: c for c in wanted}
     else:
-        copies = store.remote.remote_copies()
+        copies = remote_copies.remote_copies()
         rows = {}
     verdicts = []
     for copy in copies:
         if copy.state != RemoteState.VERIFIED:
             continue
-        c = rows.get(copy.checkpoint_id) or store.reads.get(str(copy.checkpoint_id))
-        verdicts.append(_verify_one(config, store, c, copy, actor))
+        c = rows.get(copy.checkpoint_id) or reads.get(str(copy.checkpoint_id))
+        verdicts.append(_verify_one(config, acts, remote_copies, c, copy, actor))
     return verdicts
 
 
-def verify_sample(config: Config, store: Store, count: int, *, actor: str) -> list[Verdict]:
+def verify_sample(
+    config: Config, reads: Reads, acts: Acts, remote_copies: RemoteCopies, count: int, *, actor: str
+) -> list[Verdict]:
     """The `count` verified remote copies verified longest ago, each read back (the service's
     `remote_verify` job: every copy in turn, a sample per pass)."""
-    copies = [c for c in store.remote.remote_copies() if c.state == RemoteState.VERIFIED]
+    copies = [c for c in remote_copies.remote_copies() if c.state == RemoteState.VERIFIED]
     copies.sort(key=lambda c: (c.verified_at, c.id))
     return [
-        _verify_one(config, store, store.reads.get(str(copy.checkpoint_id)), copy, actor)
+        _verify_one(config, acts, remote_copies, reads.get(str(copy.checkpoint_id)), copy, actor)
         for copy in copies[:count]
     ]
 
 
-def before_purge(config: Config, store: Store, checkpoint_id: int, *, actor: str) -> str | None:
+def before_purge(
+    config: Config,
+    reads: Reads,
+    acts: Acts,
+    remote_copies: RemoteCopies,
+    checkpoint_id: int,
+    *,
+    actor: str,
+) -> str | None:
     """Why the trashed checkpoint's local copy must not be purged now: its verified remote copy,
     read back this moment, is gone or other bytes (it is marked so: never trusted again), or the
     store cannot be reached to tell. None: it matches, or there is none (then the trash copy is
     not held on its account)."""
-    copy = verified_copy(store.remote.remote_copies([checkpoint_id]))
+    copy = verified_copy(remote_copies.remote_copies([checkpoint_id]))
     if copy is None:
         return None
-    verdict = _verify_one(config, store, store.reads.get(str(checkpoint_id)), copy, actor)
+    verdict = _verify_one(config, acts, remote_copies, reads.get(str(checkpoint_id)), copy, actor)
     if verdict.ok:
         return None
     return f"not purged, the local copy is the last one: {verdict.detail}"
 
 
 def _verify_one(
-    config: Config, store: Store, c: Checkpoint, copy: RemoteCopy, actor: str
+    config: Config,
+    acts: Acts,
+    remote_copies: RemoteCopies,
+    c: Checkpoint,
+    copy: RemoteCopy,
+    actor: str,
 ) -> Verdict:
     try:
         _root, remote = remote_of(config, c)
@@ -99,11 +122,11 @@ def _verify_one(
         return Verdict(c.id, c.path, False, f"remote {copy.url}: {guards.one_line(exc)}")
     problem = differences(found, copy)
     if problem is None:
-        store.remote.set_remote_state(copy.id, RemoteState.VERIFIED)  # its verified_at: now
+        remote_copies.set_remote_state(copy.id, RemoteState.VERIFIED)  # its verified_at: now
         return Verdict(c.id, c.path, True, f"remote copy matches: {copy.url}")
     state = RemoteState.MISSING if found is None else RemoteState.CHANGED
     reason = f"found by verify --remote: {problem}"
-    with store.acts.audited(
+    with acts.audited(
         action="verify-remote",
         checkpoint_id=c.id,
         path=c.path,
@@ -111,7 +134,7 @@ def _verify_one(
         size=copy.size_bytes,
         actor=actor,
     ):
-        store.remote.set_remote_state(copy.id, state, reason)
+        remote_copies.set_remote_state(copy.id, state, reason)
     return Verdict(
         c.id, c.path, False, f"remote copy {state.value} ({problem}): {copy.url}: never trusted"
     )

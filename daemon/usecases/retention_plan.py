@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Reads, RemoteCopies, StageJobs
 from ..core import retention
 from ..core.errors import NotFound, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format
@@ -120,7 +120,9 @@ class PruneReport:
 
 def plan_runs(
     config: Config,
-    store: Store,
+    reads: Reads,
+    remote_copies: RemoteCopies,
+    stage_jobs: StageJobs,
     runs: list[str] | None = None,
     override: retention.Policy | None = None,
     now: float | None = None,
@@ -133,15 +135,15 @@ def plan_runs(
     report = PruneReport(dry_run=True)
     now = time.time() if now is None else now
     scopes = [run_scope(r) for r in runs or ()]
-    for run_id, root, name in store.reads.run_keys():
+    for run_id, root, name in reads.run_keys():
         if scopes and not any(scope.covers(name) for scope in scopes):
             continue
         policy, source = (override, "command line") if override else config.policy_for(root, name)
         known = listed.get((root, name)) if listed else None
-        rows = store.reads.list(ListQuery(run=name, root=root)) if known is None else known
+        rows = reads.list(ListQuery(run=name, root=root)) if known is None else known
         found = own_rows(rows, name)
-        previous = {**trainer_best(store, found), **protected_generations(config, found)}
-        remote = remote_places(config, store, rows, name)
+        previous = {**trainer_best(reads, found), **protected_generations(config, found)}
+        remote = remote_places(config, remote_copies, rows, name)
         found += [c for c in rows if remote.get(c.id) == "remote"]
         # Our kept copies are never training moments: the run's policy weighs the trainer's
         # checkpoints, and the copies have a policy of their own, so their cost stays bounded.
@@ -151,7 +153,7 @@ def plan_runs(
             report.skipped.append({"run": name, "reason": "no retention policy configured"})
             continue
         if policy is not None:  # a checkpoint whose keep_best stage has not run stays
-            previous = {**awaiting_stages(config, store, found, policy), **previous}
+            previous = {**awaiting_stages(config, stage_jobs, found, policy), **previous}
         items = [
             planner_item(c, demotable(c), previous.get(c.id), tier_blocked(config, c))
             if c.id not in remote
@@ -210,9 +212,9 @@ def _merged(plans: Sequence[retention.Plan], rows: Sequence[Checkpoint]) -> rete
     )
 
 
-def run_checkpoints(store: Store, root: str, run: str) -> list[Checkpoint]:
+def run_checkpoints(reads: Reads, root: str, run: str) -> list[Checkpoint]:
     """The checkpoints of run `run` itself (a listing's `run` covers the runs below it too)."""
-    return own_rows(store.reads.list(ListQuery(run=run, root=root)), run)
+    return own_rows(reads.list(ListQuery(run=run, root=root)), run)
 
 
 def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
@@ -222,7 +224,7 @@ def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
 
 
 def remote_places(
-    config: Config, store: Store, rows: Sequence[Checkpoint], run: str
+    config: Config, remote_copies: RemoteCopies, rows: Sequence[Checkpoint], run: str
 ) -> dict[int, str]:
     """id -> `remote` (its bytes only in a verified remote copy: tiered) or `both`, for the
     rows of run `run` that have a verified remote copy; empty without a `remote:`."""
@@ -231,7 +233,7 @@ def remote_places(
     mine = [c for c in rows if c.run == run and c.version_of is None]
     verified = {
         x.checkpoint_id
-        for x in store.remote.remote_copies(c.id for c in mine)
+        for x in remote_copies.remote_copies(c.id for c in mine)
         if x.state == RemoteState.VERIFIED
     }
     places = {c.id: location(c.status, []).value for c in mine if c.id in verified}

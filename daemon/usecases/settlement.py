@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..catalog.store import Store
+from ..catalog.store import Recovery
 from ..catalog.store_leases import dead_here
 from ..catalog.store_recovery import PlannedEvent
 from ..core.model import CheckpointStatus
@@ -21,28 +21,28 @@ from ..settings.config import Config
 LEGACY_EVENT_SECONDS = 3600.0  # planned events without a pid: older than any lease
 
 
-def settle_events(config: Config, store: Store, *, of: tuple[str, int] | None = None) -> None:
+def settle_events(config: Config, recovery: Recovery, *, of: tuple[str, int] | None = None) -> None:
     """Close planned events whose act happened (`done`) or whose process died before it
     (`abandoned`); `of`: only those of this (host, pid). Each one closed is logged."""
     legacy_before = iso_utc(time.time() - LEGACY_EVENT_SECONDS)
-    for ev in store.recovery.planned_events():
+    for ev in recovery.planned_events():
         if of is not None and (ev.host, ev.pid) != of:
             continue
         dead = dead_here(ev.host, ev.pid) or (ev.pid is None and ev.at < legacy_before)
-        state = _settle(store, ev, dead)
+        state = _settle(recovery, ev, dead)
         if state is not None:
             event("event_settled", id=ev.id, action=ev.action, state=state, path=ev.path)
 
 
-def _settle(store: Store, ev: PlannedEvent, dead: bool) -> str | None:
-    row = store.recovery.row_state(ev.checkpoint_id)
+def _settle(recovery: Recovery, ev: PlannedEvent, dead: bool) -> str | None:
+    row = recovery.row_state(ev.checkpoint_id)
     trash = (row.trash if row else None) or {}
     in_trash = [os.path.lexists(p) for p in trash.get("paths", [])]
     at_home = [os.path.lexists(p) for p in trash.get("members", [])]
     moved = bool(in_trash) and all(in_trash)
     back = bool(at_home) and all(at_home) and not any(in_trash)
     gone = bool(in_trash) and not any(in_trash)
-    action, settle = ev.action, store.recovery.settle
+    action, settle = ev.action, recovery.settle
     trashed, purged = CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value
     key = ev.checkpoint_id
     if action == "trash" and moved and row and row.status == trashed:

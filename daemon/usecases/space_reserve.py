@@ -27,7 +27,7 @@ from . import disk_guard
 from .copy_room import Filesystem, filesystems, room_to_keep
 
 if TYPE_CHECKING:
-    from ..catalog.store import Store
+    from ..catalog.store import Acting, Acts, Reads
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ReserveRelief:
 
 
 def budget_refusal(
-    config: Config, store: Store, root: RootConfig, size: int, *, actor: str
+    config: Config, store: Acting, root: RootConfig, size: int, *, actor: str
 ) -> str | None:
     """Why a copy of `size` bytes into `root` would take our copies beyond `versions.budget`
     (None: it fits). Over it, kept versions older than their file's previous generation give
@@ -79,14 +79,14 @@ def budget_refusal(
     return why()
 
 
-def make_room(config: Config, store: Store, root: RootConfig, size: int, *, actor: str) -> int:
+def make_room(config: Config, store: Acting, root: RootConfig, size: int, *, actor: str) -> int:
     """Before a capture of `size` bytes is skipped: versions in the trash (retention let them
     go) are purged, oldest trashed first, until the copy fits with the reserve left over.
     Returns the bytes freed."""
     fs = next((f for f in filesystems(config) if str(root.path) in f.roots), None)
     if fs is None:
         return 0
-    needed = size + room_to_keep(config, store, fs, root)[0]
+    needed = size + room_to_keep(config, store.usage, fs, root)[0]
     relief = relieve(
         config,
         store,
@@ -101,7 +101,8 @@ def make_room(config: Config, store: Store, root: RootConfig, size: int, *, acto
 
 def plan_for(
     config: Config,
-    store: Store,
+    reads: Reads,
+    acts: Acts,
     fs: Filesystem,
     reserve: int,
     *,
@@ -112,15 +113,15 @@ def plan_for(
     free = disk_guard.usage(fs.roots[0]).free
     trashed = [
         Ours(t.id, t.path, t.bytes, t.trashed_at, version=is_version(t.path))
-        for t in store.acts.trashed(include_pinned=False)
+        for t in acts.trashed(include_pinned=False)
         if t.root in fs.roots
     ]
     olds = (
         [
             v
-            for _run_id, root, name in store.reads.run_keys()
+            for _run_id, root, name in reads.run_keys()
             if root in fs.roots
-            for v in _old_versions(config, store, root, name)
+            for v in _old_versions(config, reads, root, name)
         ]
         if "old_version" in only
         else []
@@ -130,7 +131,7 @@ def plan_for(
 
 def relieve(
     config: Config,
-    store: Store,
+    store: Acting,
     fs: Filesystem,
     reserve: int,
     *,
@@ -142,7 +143,9 @@ def relieve(
     """Plan and act until `fs` is back above `reserve` (measured again after each act)."""
     from . import guards, rail
 
-    relief = ReserveRelief(plan_for(config, store, fs, reserve, only=only, goal=goal))
+    relief = ReserveRelief(
+        plan_for(config, store.reads, store.acts, fs, reserve, only=only, goal=goal)
+    )
     batch = rail.batch_name("reserve")
     for step in relief.plan.steps:
         if should_stop() or disk_guard.usage(fs.roots[0]).free >= reserve:
@@ -162,12 +165,12 @@ def relieve(
     return relief
 
 
-def _old_versions(config: Config, store: Store, root: str, name: str) -> list[Ours]:
+def _old_versions(config: Config, reads: Reads, root: str, name: str) -> list[Ours]:
     """The run's kept versions that are neither a previous generation (keep_previous) nor
     pinned nor standby; the best one of each file by the versions' metric is marked."""
     from .retention_plan import protected_generations, run_checkpoints, versions_policy
 
-    found = run_checkpoints(store, root, name)
+    found = run_checkpoints(reads, root, name)
     versions = [c for c in found if c.version_of is not None and c.status == CheckpointStatus.OK]
     if not versions:
         return []

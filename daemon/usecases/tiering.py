@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, Index, Reads, RemoteCopies
 from ..catalog.store_leases import HeldLease
 from ..core.errors import CkptError, NotFound, RemoteFailed, UsageError
 from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, Format
@@ -140,7 +140,7 @@ def why_not(config: Config, c: Checkpoint) -> str | None:
 
 def tier(
     config: Config,
-    store: Store,
+    store: Acting,
     refs: list[str],
     *,
     dry_run: bool = False,
@@ -149,7 +149,7 @@ def tier(
 ) -> TierReport:
     report = TierReport(dry_run=dry_run)
     if not dry_run:
-        settle_events(config, store)
+        settle_events(config, store.recovery)
     for ref in refs:
         c = store.reads.get(ref)
         blocked = why_not(config, c)
@@ -173,7 +173,7 @@ def tier(
 
 def tier_one(
     config: Config,
-    store: Store,
+    store: Acting,
     c: Checkpoint,
     *,
     reason: str,
@@ -184,13 +184,13 @@ def tier_one(
     """Upload, verify, record, then trash the local copy. Returns the parts resumed (`item`:
     told whether an identical object was already there)."""
     if lease is None:
-        with rail.run_lease(config, store, guards.run_id(store, c), actor) as held:
+        with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as held:
             return tier_one(config, store, c, reason=reason, actor=actor, lease=held, item=item)
     remote, key = key_of(config, c)
-    root, members = guards.located(config, store, c)
+    root, members = guards.located(config, store.index, c)
     # The stat here; the bytes are hashed by the upload as it reads them (one pass), and an
     # upload whose bytes are not the catalog's is aborted before it completes.
-    guards.recheck(store, c, root, members, rehash=False)
+    guards.recheck(store.index, c, root, members, rehash=False)
     url = remote.object_url(key)
     objects = object_store(remote)
     with store.acts.audited(
@@ -204,7 +204,7 @@ def tier_one(
     ):
         started = iso_utc(time.time())
         if is_archive(c):
-            sent = _upload_archive(store, objects, key, c, root)
+            sent = _upload_archive(store.index, objects, key, c, root)
         else:
             sent = objects.upload(key, members[0], root, c.hash or "", conditional=True)
             verify_uploaded(objects, sent, c, c.size_bytes)
@@ -227,17 +227,27 @@ def tier_one(
         resumed_parts=sent.resumed_parts,
         kept_existing=sent.existing,
     )
-    free_local(config, store, c, f"tiered to {url} (verified)", actor, lease)
+    free_local(
+        config,
+        store.reads,
+        store.index,
+        store.acts,
+        store.remote,
+        c,
+        f"tiered to {url} (verified)",
+        actor,
+        lease,
+    )
     return sent.resumed_parts
 
 
 def _upload_archive(
-    store: Store, objects: ObjectStore, key: str, c: Checkpoint, root: Path
+    index: Index, objects: ObjectStore, key: str, c: Checkpoint, root: Path
 ) -> Uploaded:
     """The tar of `c`'s recorded files (their recorded order and names, every header's mtime
     the indexed one), generated as it is sent; verified as a file is, its expected size the
     tar's (headers and padding around the indexed bytes)."""
-    expected, _digest, files = store.index.identity(c.id)
+    expected, _digest, files = index.identity(c.id)
     if not files:
         raise fsops.Refused(f"{c.path}: no member files recorded: the next scan re-indexes it")
     source = TarSource(c.path, Path(c.path).parent, files, root, expected.mtime_ns // 10**9)
@@ -271,16 +281,32 @@ def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint, size: i
 
 
 def free_local(
-    config: Config, store: Store, c: Checkpoint, reason: str, actor: str, lease: HeldLease
+    config: Config,
+    reads: Reads,
+    index: Index,
+    acts: Acts,
+    remote_copies: RemoteCopies,
+    c: Checkpoint,
+    reason: str,
+    actor: str,
+    lease: HeldLease,
 ) -> None:
     """The local copy to the local trash through the rail (re-checked right before, claimed
     like a prune's move: a pin committed first keeps it; a file that changed since it was
     indexed keeps its place, the remote copy staying recorded)."""
-    if verified_copy(store.remote.remote_copies([c.id])) is None:  # never without one
+    if verified_copy(remote_copies.remote_copies([c.id])) is None:  # never without one
         raise fsops.Refused(f"{c.path}: no verified remote copy: the local copy is kept")
     lease.check()
     rail.trash_checkpoint(
-        config, store, c, reason=reason, batch=rail.batch_name("tier"), actor=actor, lease=lease
+        config,
+        reads,
+        index,
+        acts,
+        c,
+        reason=reason,
+        batch=rail.batch_name("tier"),
+        actor=actor,
+        lease=lease,
     )
 
 
@@ -290,8 +316,8 @@ def location_of(c: Checkpoint, copies: list[RemoteCopy]) -> tuple[str, str | Non
     return location(c.status, copies).value, found.url if found else None
 
 
-def require_copy(store: Store, c: Checkpoint) -> RemoteCopy:
-    found = verified_copy(store.remote.remote_copies([c.id]))
+def require_copy(remote_copies: RemoteCopies, c: Checkpoint) -> RemoteCopy:
+    found = verified_copy(remote_copies.remote_copies([c.id]))
     if found is None:
         raise NotFound(f"{c.path} has no verified remote copy")
     return found

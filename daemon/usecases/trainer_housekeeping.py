@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Index, Reads
 from ..catalog.store_index import Known
 from ..core import trainer_keeps
 from ..core.model import Checkpoint, CheckpointStatus, Format
@@ -17,7 +17,7 @@ from ..core.model import Checkpoint, CheckpointStatus, Format
 _TRAINER_FORMATS = (Format.HF_FOLDER, Format.LIGHTNING)
 
 
-def removed_by_trainer(store: Store, path: str, root: str) -> str | None:
+def removed_by_trainer(reads: Reads, index: Index, path: str, root: str) -> str | None:
     """The reason a vanished `path` (below `root`) is its trainer's housekeeping, or None
     (then: missing). The folder's rows are read from the catalog now, not from what a scan
     loaded when it began: a scan of the vanished path alone (a delete event) loads that row
@@ -28,13 +28,13 @@ def removed_by_trainer(store: Store, path: str, root: str) -> str | None:
     if trainer_keeps.hf_rotated(name, _subfolders(folder)):
         return trainer_keeps.HF_ROTATED
     if name.endswith(".ckpt"):
-        config = _newest_config(store, folder, store.index.known_under(root, folder))
+        config = _newest_config(reads, folder, index.known_under(root, folder))
         if trainer_keeps.lightning_rotated(name, config):
             return trainer_keeps.LIGHTNING_ROTATED
     return None
 
 
-def trainer_best(store: Store, found: list[Checkpoint]) -> dict[int, str]:
+def trainer_best(reads: Reads, found: list[Checkpoint]) -> dict[int, str]:
     """id -> why, for the checkpoints of `found` their trainer names as its best."""
     groups: dict[str, list[Checkpoint]] = {}
     for c in found:
@@ -43,7 +43,7 @@ def trainer_best(store: Store, found: list[Checkpoint]) -> dict[int, str]:
     out: dict[int, str] = {}
     for rows in groups.values():
         newest = max(rows, key=lambda c: (c.mtime or 0.0, c.id))
-        config = _config_of(store, newest.id)
+        config = _config_of(reads, newest.id)
         best = trainer_keeps.hf_best(config)
         kept = trainer_keeps.lightning_kept(config) or frozenset()
         for c in rows:
@@ -62,15 +62,15 @@ def _subfolders(folder: str) -> list[str]:
         return []
 
 
-def _newest_config(store: Store, folder: str, known: Mapping[str, Known]) -> Any:
+def _newest_config(reads: Reads, folder: str, known: Mapping[str, Known]) -> Any:
     """The training config of the newest row of `folder` whose file is still there."""
     rows = [
         (k.stat.mtime_ns, k.id)
         for p, k in known.items()
         if os.path.dirname(p) == folder and k.status == CheckpointStatus.OK and os.path.isfile(p)
     ]
-    return _config_of(store, max(rows)[1]) if rows else None
+    return _config_of(reads, max(rows)[1]) if rows else None
 
 
-def _config_of(store: Store, checkpoint_id: int) -> Any:
-    return (store.reads.get(str(checkpoint_id)).details or {}).get("training_config")
+def _config_of(reads: Reads, checkpoint_id: int) -> Any:
+    return (reads.get(str(checkpoint_id)).details or {}).get("training_config")

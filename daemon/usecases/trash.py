@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Acts, Reads, Recovery, RemoteCopies
 from ..core.errors import CkptError, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
 from ..core.units import iso_utc, parse_duration
@@ -21,9 +21,9 @@ from . import guards, rail, remote_trash
 from .locations import uses_remote
 
 
-def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
+def restore(config: Config, store: Acting, ref: str, actor: str) -> Checkpoint:
     """Put the trashed checkpoint `ref` (an id, or the path it had) back at its path."""
-    c = store.reads.get(trashed_ref(store, ref))
+    c = store.reads.get(trashed_ref(store.recovery, ref))
     info = c.details.get("trash") or {}
     local = c.status == CheckpointStatus.TRASHED and bool(info.get("paths"))
     remote = remote_trash.restore(config, store, c, actor)  # its copies in the store's trash
@@ -36,7 +36,7 @@ def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
 
 def purge(
     config: Config,
-    store: Store,
+    store: Acting,
     *,
     older_than: float,
     dry_run: bool = False,
@@ -63,7 +63,7 @@ def purge(
         if should_stop():
             break
         try:
-            kept = remote_gone(config, store, item.id, actor)
+            kept = remote_gone(config, store.reads, store.acts, store.remote, item.id, actor)
             if kept is not None:
                 failures.append({"id": item.id, "path": item.path, "error": kept})
                 continue
@@ -74,14 +74,21 @@ def purge(
     return purged, failures
 
 
-def remote_gone(config: Config, store: Store, checkpoint_id: int, actor: str) -> str | None:
+def remote_gone(
+    config: Config,
+    reads: Reads,
+    acts: Acts,
+    remote_copies: RemoteCopies,
+    checkpoint_id: int,
+    actor: str,
+) -> str | None:
     """Why a trashed checkpoint's local copy must stay: `remote_verify.before_purge`, asked
     only where a remote store is configured."""
     if not uses_remote(config):  # no store configured: no copy of ours is anywhere else
         return None
     from .remote_verify import before_purge
 
-    return before_purge(config, store, checkpoint_id, actor=actor)
+    return before_purge(config, reads, acts, remote_copies, checkpoint_id, actor=actor)
 
 
 def parse_older_than(text: str | None, config: Config) -> float:
@@ -94,12 +101,12 @@ def parse_older_than(text: str | None, config: Config) -> float:
         raise UsageError(f"--older-than: {exc}") from None
 
 
-def trashed_ref(store: Store, ref: str) -> str:
+def trashed_ref(recovery: Recovery, ref: str) -> str:
     """`ckpt trash restore REF`: an id, or the original path of a trashed checkpoint (found
     even when a new file, with its own row, is at that path now)."""
     if ref.isdigit():
         return ref
-    ids = store.recovery.trashed_at(os.path.abspath(ref))
+    ids = recovery.trashed_at(os.path.abspath(ref))
     if len(ids) > 1:
         listed = ", ".join(map(str, ids))
         raise UsageError(

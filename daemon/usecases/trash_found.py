@@ -3,7 +3,7 @@ by `ckpt trash list`, counted by `ckpt du`, purged by `ckpt trash purge` and the
 
 Found by the reconcile (`recovery.reconcile_trash`: a mover killed between its rename and its
 record, a trash folder of an earlier catalog of the root) and right after our own moves that
-have no checkpoint row to claim first (`versions.adopt_orphans`: version files the catalog does
+have no checkpoint row to claim first (`recovery.adopt_orphans`: version files the catalog does
 not know). A checkpoint (a file, a TF set, a SavedModel folder, as discovery finds them) gets
 one row for all its files; any other file one row of its own, a version file's (in the trash's
 `.ckpt-versions/`) as a version of the file it keeps, so `trash restore` brings it back as one.
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Recovery
 from ..core import versions as naming
 from ..core.units import iso_utc
 from ..fs import discovery, fsops
@@ -44,7 +44,7 @@ def batch_time(batch: str, batch_dir: Path) -> str:
 
 
 def adopt_candidate(
-    store: Store, root: RootConfig, batch: str, found: discovery.Candidate, original: Path
+    recovery: Recovery, root: RootConfig, batch: str, found: discovery.Candidate, original: Path
 ) -> bool:
     """A checkpoint found in the trash becomes `trashed` with its trash paths; False if it has
     a record by now, its mover is still at work, or its name cannot be acted on."""
@@ -65,7 +65,7 @@ def adopt_candidate(
         if tf_set
         else [text],
     }
-    checkpoint_id = store.recovery.adopt_trashed(
+    checkpoint_id = recovery.adopt_trashed(
         root=str(root.path),
         run=_run_of(root.path, original.parent),
         path=text,
@@ -80,7 +80,7 @@ def adopt_candidate(
 
 
 def adopt_file(
-    store: Store,
+    recovery: Recovery,
     root: RootConfig,
     batch: str,
     trashed: Path,
@@ -115,7 +115,7 @@ def adopt_file(
         "batch": batch,
         "members": [text],
     }
-    checkpoint_id = store.recovery.adopt_trashed(
+    checkpoint_id = recovery.adopt_trashed(
         root=str(root.path),
         run=_run_of(root.path, run_dir),
         path=text,

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Index
 from ..catalog.store_index import Known
 from ..core import housekeeping
 from ..core.model import CheckpointStatus
@@ -28,7 +28,7 @@ _GONE = {
 
 
 def mark(
-    store: Store,
+    index: Index,
     root: Path,
     start: Path,
     unseen: list[tuple[str, Known]],
@@ -56,23 +56,23 @@ def mark(
             hidden.setdefault(why, []).append((path, known))
     for reason, rows in hidden.items():
         ids = [k.id for _p, k in rows if k.status != CheckpointStatus.UNREADABLE]
-        store.index.mark(ids, CheckpointStatus.UNREADABLE, reason, actor_name=actor)
+        index.mark(ids, CheckpointStatus.UNREADABLE, reason, actor_name=actor)
         report.failed += [(p, CheckpointStatus.UNREADABLE.value, reason) for p, _k in rows]
     hidden_paths = {p for rows in hidden.values() for p, _k in rows}
     gone = [(p, k) for p, k in gone if p not in hidden_paths]
     for (status, reason), rows in _why_gone(gone, report.skipped, root, rotated):
-        store.index.mark([k.id for _p, k in rows], status, reason, actor_name=actor)
+        index.mark([k.id for _p, k in rows], status, reason, actor_name=actor)
         for path, _known in rows:
             if status == CheckpointStatus.MISSING:
                 report.missing.append(path)
             else:  # its own trainer removed it: not an anomaly
                 report.removed.append((path, reason))
             event(status.value, path=path, reason=reason)
-    _judged_again(store, unseen, prefix, where, rotated, report, actor)
+    _judged_again(index, unseen, prefix, where, rotated, report, actor)
 
 
 def _judged_again(
-    store: Store,
+    index: Index,
     unseen: list[tuple[str, Known]],
     prefix: str,
     where: str,
@@ -92,7 +92,7 @@ def _judged_again(
         reason = rotated(path)
         if reason is None:
             continue
-        store.index.mark([known.id], CheckpointStatus.REMOVED, reason, actor_name=actor)
+        index.mark([known.id], CheckpointStatus.REMOVED, reason, actor_name=actor)
         report.removed.append((path, reason))
         event(CheckpointStatus.REMOVED.value, path=path, reason=reason)
 

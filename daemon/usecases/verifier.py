@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Acts, Index, Reads
 from ..children.sandbox import UNSANDBOXED
 from ..core.errors import CkptError
 from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
@@ -40,7 +40,9 @@ class Verdict:
 
 def verify(
     config: Config,
-    store: Store,
+    reads: Reads,
+    index: Index,
+    acts: Acts,
     refs: list[str],
     *,
     load: bool = False,
@@ -56,8 +58,8 @@ def verify(
     A full verify of a large catalog takes minutes (`--load`: seconds per checkpoint), so
     each verdict goes to `on_verdict` as soon as it is known, and `on_progress` hears when a
     checkpoint starts and when it is done (counted in checkpoints and their bytes)."""
-    targets = [store.reads.get(ref) for ref in refs] or [
-        c for c in store.reads.list(ListQuery(status=CheckpointStatus.OK.value))
+    targets = [reads.get(ref) for ref in refs] or [
+        c for c in reads.list(ListQuery(status=CheckpointStatus.OK.value))
     ]
     counter = Counter(on_progress, len(targets), sum(c.size_bytes or 0 for c in targets))
     verdicts: list[Verdict] = []
@@ -65,7 +67,7 @@ def verify(
         if should_stop():
             break
         counter.start(c.path)
-        mine = _verdicts(config, store, c, load, actor, on_verdict)
+        mine = _verdicts(config, reads, index, acts, c, load, actor, on_verdict)
         failed = [v for v in mine if not v.ok]
         outcome = "failed" if failed else "ok"
         counter.finish(c.path, outcome, c.size_bytes or 0, (failed or mine)[0].detail)
@@ -75,7 +77,9 @@ def verify(
 
 def _verdicts(
     config: Config,
-    store: Store,
+    reads: Reads,
+    index: Index,
+    acts: Acts,
     c: Checkpoint,
     load: bool,
     actor: str | None,
@@ -90,8 +94,8 @@ def _verdicts(
         if on_verdict is not None:
             on_verdict(v)
 
-    note(_checkpoint(config, store, c, actor))
-    full = store.reads.get(str(c.id))
+    note(_checkpoint(config, index, acts, c, actor))
+    full = reads.get(str(c.id))
     for a in full.details.get("artifacts", []):
         note(_artifact(c, a))
     if load:
@@ -197,12 +201,14 @@ def _torch_load(c: Checkpoint, mode: str) -> Verdict:
 BIT_ROT = "bytes changed since indexed (hash differs, same size and mtime)"
 
 
-def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) -> Verdict:
+def _checkpoint(
+    config: Config, index: Index, acts: Acts, c: Checkpoint, actor: str | None
+) -> Verdict:
     if c.status != CheckpointStatus.OK or not c.hash:
         return Verdict(c.id, c.path, False, f"not verifiable: {c.status.value}")
     try:
-        root, members = guards.located(config, store, c)
-        expected, digest, _files = store.index.identity(c.id)
+        root, members = guards.located(config, index, c)
+        expected, digest, _files = index.identity(c.id)
         before = fsops.current_stat(root, members)
         if c.format == Format.SAVED_MODEL:  # a folder: its files are hashed by name, see hashing
             same = before == expected
@@ -226,16 +232,16 @@ def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) 
             f"hash differs: the file changed since indexed ({_stat_diff(expected, after)}): "
             "the next scan re-indexes it",
         )
-    _mark_corrupt(store, c, actor)
+    _mark_corrupt(acts, c, actor)
     return Verdict(
         c.id, c.path, False, f"{BIT_ROT}: marked corrupt (catalog {digest}, file {actual})"
     )
 
 
-def _mark_corrupt(store: Store, c: Checkpoint, actor: str | None) -> None:
+def _mark_corrupt(acts: Acts, c: Checkpoint, actor: str | None) -> None:
     from ..catalog.audit import actor as process_actor
 
-    with store.acts.audited(
+    with acts.audited(
         action="mark-corrupt",
         checkpoint_id=c.id,
         path=c.path,
@@ -243,7 +249,7 @@ def _mark_corrupt(store: Store, c: Checkpoint, actor: str | None) -> None:
         size=c.size_bytes,
         actor=actor or process_actor(),
     ):
-        store.acts.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
+        acts.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
 
 
 def _stat_diff(expected: FileStat, found: FileStat) -> str:

@@ -7,26 +7,25 @@ The copy is verified against the hash the indexer read before it gets its name; 
 rewrites the file during the copy makes the hash differ, and that generation is logged as lost,
 never kept torn. After a crash, our temp copies are removed with every other temp of ours
 (`fsops.remove_stale_temps`), and a version file that got its name but not its row is adopted
-(`adopt_orphans`) when its bytes are a generation the catalog saw, else moved to the trash with
-a trash record (`trash_found`). A version's name that would not fit in a file name (255 bytes)
-is refused with the reason (`version_lost`), never shortened: it must say what it keeps.
+or moved to the trash (`recovery.adopt_orphans`). A version's name that would not fit in a file
+name (255 bytes) is refused with the reason (`version_lost`), never shortened: it must say what
+it keeps.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..catalog.store import Store
+from ..catalog.store import Acting, Index, Reads, Versions
 from ..catalog.store_versions import NOT_COPIED, Source
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
-from ..fs import fsops, name_limits, temp_names
+from ..fs import fsops, name_limits
 from ..fs.hashing import hash_files
 from ..logs import event
 from ..settings.config import Config, RootConfig
@@ -40,7 +39,8 @@ class _Torn(Exception):
 
 def capture(
     config: Config,
-    store: Store,
+    store: Acting,
+    versions: Versions,
     root: RootConfig,
     checkpoint_id: int,
     *,
@@ -52,7 +52,7 @@ def capture(
     `versions.capture` (or `mode`) ask for it (`force`: whatever they say) and no copy of those
     bytes is kept yet. Returns the version's path, or None. Never raises for a file that
     changed or vanished, nor for a version's name that cannot fit: logged (`version_lost`)."""
-    source = store.versions.version_source(checkpoint_id)
+    source = versions.version_source(checkpoint_id)
     if source is None or source.version_of is not None or source.hash is None:
         return None
     if source.status != CheckpointStatus.OK.value or source.hash in source.kept_hashes:
@@ -61,12 +61,12 @@ def capture(
     mode = mode or config.versions.capture
     if not force and not naming.should_capture(mode, original.name, source.generation):
         return None
-    if not force and _not_worth_a_copy(store, root, source, actor):
+    if not force and _not_worth_a_copy(store.reads, versions, root, source, actor):
         return None
     target = root.path.joinpath(
         *naming.version_parts(fsops.relative_parts(root.path, original), source.generation)
     )
-    if _skipped_for_space(config, store, root, source, actor):
+    if _skipped_for_space(config, store, versions, root, source, actor):
         return None
     started = time.monotonic()
     what = f"the version of its generation {source.generation}"
@@ -79,7 +79,7 @@ def capture(
         name_limits.check_fits(target.name, what, source.path)
         how = rail.copy_generation(root, original, target, verify)
     except WouldReplace:
-        return _adopt_existing(store, root, source, target, actor)
+        return _adopt_existing(versions, root, source, target, actor)
     except (_Torn, Refused, OSError) as exc:
         event(
             "version_lost",
@@ -90,7 +90,7 @@ def capture(
         )
         return None
     stat = _stat(target)
-    store.versions.add_version(source, str(target), stat, how=how, actor_name=actor)
+    versions.add_version(source, str(target), stat, how=how, actor_name=actor)
     event(
         "version_kept",
         path=source.path,
@@ -102,7 +102,9 @@ def capture(
     return str(target)
 
 
-def _not_worth_a_copy(store: Store, root: RootConfig, source: Source, actor: str) -> bool:
+def _not_worth_a_copy(
+    reads: Reads, versions: Versions, root: RootConfig, source: Source, actor: str
+) -> bool:
     """A version costs only what it saves (issue 39): a generation whose content is a
     checkpoint kept at another path (`last.pt` beside `ckpt_epoch007.pt`: the same tensors and
     structure, `same_content`) is recorded as that checkpoint, with no copy; a rolling
@@ -111,10 +113,10 @@ def _not_worth_a_copy(store: Store, root: RootConfig, source: Source, actor: str
     generation (`version-not-copied`)."""
     from .retention_plan import run_checkpoints
 
-    row = store.reads.get(str(source.id))
+    row = reads.get(str(source.id))
     siblings = [
         c
-        for c in run_checkpoints(store, row.root, row.run)
+        for c in run_checkpoints(reads, row.root, row.run)
         if c.version_of is None and c.path != source.path and c.status == CheckpointStatus.OK
     ]
     same = same_content(root, source, siblings)
@@ -124,7 +126,7 @@ def _not_worth_a_copy(store: Store, root: RootConfig, source: Source, actor: str
         why = "a rolling pointer (rewritten at every save) whose metric beats no kept checkpoint"
     else:
         return False
-    if store.versions.record_capture_skipped(
+    if versions.record_capture_skipped(
         source.id, source.generation, source.path, why, 0, actor, action=NOT_COPIED
     ):
         event("version_not_copied", path=source.path, generation=source.generation, reason=why)
@@ -206,7 +208,7 @@ def _beats_every(row: Checkpoint, siblings: list[Checkpoint]) -> bool:
 
 
 def _skipped_for_space(
-    config: Config, store: Store, root: RootConfig, source: Source, actor: str
+    config: Config, store: Acting, versions: Versions, root: RootConfig, source: Source, actor: str
 ) -> bool:
     """Our copy never takes the space a trainer needs (core.space_reserve): below the file's
     size plus the reserve, or plus `min_free` where that is more (usecases.copy_room), once
@@ -215,16 +217,16 @@ def _skipped_for_space(
     `ckpt_capture_skipped_total` counter)."""
     from . import copy_room, space_reserve
 
-    why = copy_room.capture_refusal(config, store, root, source.stat.size)
+    why = copy_room.capture_refusal(config, store.usage, root, source.stat.size)
     if why is not None and space_reserve.make_room(
         config, store, root, source.stat.size, actor=actor
     ):
-        why = copy_room.capture_refusal(config, store, root, source.stat.size)
+        why = copy_room.capture_refusal(config, store.usage, root, source.stat.size)
     if why is None:
         why = space_reserve.budget_refusal(config, store, root, source.stat.size, actor=actor)
     if why is None:
         return False
-    first = store.versions.record_capture_skipped(
+    first = versions.record_capture_skipped(
         source.id, source.generation, source.path, why, source.stat.size, actor
     )
     event(  # once per generation as a warning; a later scan's retry skipped again: debug
@@ -238,11 +240,11 @@ def _skipped_for_space(
 
 
 def _adopt_existing(
-    store: Store, root: RootConfig, source: Source, target: Path, actor: str
+    versions: Versions, root: RootConfig, source: Source, target: Path, actor: str
 ) -> str | None:
     """A version file with this name exists without a row (our crash between its rename and
     its row): kept if it holds the bytes, else left for `adopt_orphans` to judge."""
-    if str(target) in store.versions.version_files(str(root.path)):
+    if str(target) in versions.version_files(str(root.path)):
         return None
     try:
         same = hash_files([target], root.path) == source.hash
@@ -250,69 +252,14 @@ def _adopt_existing(
         return None
     if not same:
         return None
-    store.versions.add_version(source, str(target), _stat(target), how="adopted", actor_name=actor)
+    versions.add_version(source, str(target), _stat(target), how="adopted", actor_name=actor)
     return str(target)
-
-
-def adopt_orphans(store: Store, root: RootConfig, *, actor: str) -> list[str]:
-    """Version files under `root` without a row (a crash after the rename): adopted when their
-    bytes are a generation the catalog saw of their file, else moved to the trash (never
-    deleted). Returns what was done, one line each."""
-    base = root.path / naming.VERSIONS_DIR
-    if not base.is_dir() or base.is_symlink():
-        return []
-    known = store.versions.version_files(str(root.path))
-    done: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-        for name in filenames:
-            path = Path(dirpath) / name
-            if str(path) in known or name.startswith(temp_names.TEMP_PREFIX):
-                continue
-            try:
-                done.append(_judge_orphan(store, root, path, actor))
-            except (Refused, OSError) as exc:  # a symlink or FIFO planted here: never followed
-                event("version_orphan_left", level=logging.WARNING, path=str(path), reason=str(exc))
-                done.append(f"left alone: {path}: {exc}")
-    return done
-
-
-def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str:
-    parts = fsops.relative_parts(root.path, path)
-    decoded = naming.original_parts(parts)
-    source, digest = None, None
-    if decoded is not None:
-        original = str(root.path.joinpath(*decoded[0]))
-        try:
-            row = store.reads.get(original)
-            source = store.versions.version_source(row.id)
-            digest = hash_files([path], root.path)
-        except (NotFound, Refused, OSError):
-            source = None
-        if source is not None and digest is not None and _seen(store, row, digest):
-            kept = dataclasses.replace(source, hash=digest, generation=decoded[1])
-            store.versions.add_version(
-                kept, str(path), _stat(path), how="adopted", actor_name=actor
-            )
-            event("version_adopted", path=str(path), of=original)
-            return f"adopted {path}"
-    why = "in .ckpt-versions without a catalog row, and no generation the catalog saw"
-    trashed = rail.trash_unrecorded(store, root, path, digest=digest, reason=why)
-    event("version_discarded", level=logging.WARNING, path=str(path), trash=str(trashed))
-    return f"moved to the trash: {path}"
-
-
-def _seen(store: Store, row: Checkpoint, digest: str) -> bool:
-    full = store.reads.get(str(row.id))
-    return any(
-        isinstance(g, dict) and g.get("hash") == digest
-        for g in full.details.get("generations") or []
-    )
 
 
 def restore_version(
     config: Config,
-    store: Store,
+    store: Acting,
+    versions: Versions,
     path: str,
     *,
     generation: int | None = None,
@@ -333,19 +280,19 @@ def restore_version(
     root = config.root_for(Path(absolute))
     if root is None:
         raise UsageError(f"{path} is not inside a configured root ({config.source})")
-    chosen = _chosen(store, absolute, generation, epoch)
+    chosen = _chosen(store.reads, versions, absolute, generation, epoch)
     if store.reads.get(absolute).version_of is not None:
         raise UsageError(f"{path} is itself a kept version: give the file it keeps")
-    current, here = _as_indexed(store, root, absolute, index)
+    current, here = _as_indexed(store.reads, store.index, root, absolute, index)
     if current.hash == chosen.hash:
         raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
     if current.status == CheckpointStatus.OK:
-        capture(config, store, root, current.id, actor=actor, force=True)
-        if current.hash not in {v.hash for v in store.versions.versions_of(absolute)}:
+        capture(config, store, versions, root, current.id, actor=actor, force=True)
+        if current.hash not in {v.hash for v in versions.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
     # Its copy is written beside the file before the swap: the same room as any copy of ours.
     check_copy(
-        config, store, Path(absolute), chosen.size_bytes, "the restored version", actor=actor
+        config, store.usage, Path(absolute), chosen.size_bytes, "the restored version", actor=actor
     )
     rail.put_version_back(
         config,
@@ -361,7 +308,7 @@ def restore_version(
 
 
 def _as_indexed(
-    store: Store, root: RootConfig, path: str, index: Callable[[Path], object]
+    reads: Reads, catalog_index: Index, root: RootConfig, path: str, index: Callable[[Path], object]
 ) -> tuple[Checkpoint, fsops.Identity]:
     """The file's row and which file it is on disk, once the disk holds the generation that row
     describes (size, mtime, inode, and the hash when cheap: `guards.recheck`); the identity is
@@ -374,16 +321,16 @@ def _as_indexed(
         here = fsops.identity(root.path, Path(path))
         if here is None:
             raise NotFound(f"{path} is not there: restore it from the trash, or copy the version")
-        current = store.reads.get(path)
+        current = reads.get(path)
         try:
             if current.status == CheckpointStatus.OK:
-                guards.recheck(store, current, root.path, [Path(path)])
+                guards.recheck(catalog_index, current, root.path, [Path(path)])
             elif attempt or current.status not in (
                 CheckpointStatus.CORRUPT,
                 CheckpointStatus.UNREADABLE,
             ):  # one the catalog showed broken may be restored over; a new save never
                 raise Refused(f"{path} is {current.status.value}")
-            elif store.index.identity(current.id)[0] != FileStat(
+            elif catalog_index.identity(current.id)[0] != FileStat(
                 here.size, here.mtime_ns, here.inode
             ):
                 raise Refused(f"{path} changed since it was indexed {current.status.value}")
@@ -398,10 +345,12 @@ def _as_indexed(
     )
 
 
-def _chosen(store: Store, path: str, generation: int | None, epoch: int | None) -> Checkpoint:
+def _chosen(
+    reads: Reads, versions: Versions, path: str, generation: int | None, epoch: int | None
+) -> Checkpoint:
     if (generation is None) == (epoch is None):
         raise UsageError("give exactly one of --version N or --epoch E")
-    kept = [store.reads.get(str(v.id)) for v in store.versions.versions_of(path)]
+    kept = [reads.get(str(v.id)) for v in versions.versions_of(path)]
     if generation is not None:
         found = [v for v in kept if v.generation == generation]
     else:

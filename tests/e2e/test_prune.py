@@ -266,8 +266,8 @@ def test_a_prune_planned_before_another_one_trashed_its_files_plans_again_under_
 
     try:
         report = pruner.prune(
-            config, store, runs=[RUN], override=Policy(keep_last=1), actor="second",
-            should_stop=meanwhile, on_progress=heard.append,
+            config, store, store.stage_jobs, runs=[RUN], override=Policy(keep_last=1),
+            actor="second", should_stop=meanwhile, on_progress=heard.append,
         )  # fmt: skip
     finally:
         store.close()

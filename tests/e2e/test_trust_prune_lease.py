@@ -182,7 +182,12 @@ def test_a_prune_whose_planned_files_went_while_it_lost_its_lease_says_so_not_pl
     event.listen(engine, "before_cursor_execute", hold)
     try:
         report = pruner.prune(
-            settings, store, runs=["exp1"], override=Policy(keep_last=1), actor="node-a"
+            settings,
+            store,
+            store.stage_jobs,
+            runs=["exp1"],
+            override=Policy(keep_last=1),
+            actor="node-a",
         )
     finally:
         event.remove(engine, "before_cursor_execute", hold)

@@ -62,7 +62,7 @@ def test_generations_are_kept_and_each_gets_its_epoch(store_and_run: tuple[Store
     for epoch in (1, 2, 3):  # last.keras rewritten at each epoch end, seen each time
         ckpt = _record(store, run.root.path, "last.keras", f"g{epoch}", 5 * epoch, 1000 * epoch)
     _record(store, run.root.path, "model.04.keras", "m4", 20, 4000)
-    assert refresh_run(store, run, [], other_runs=(), at=AT) == 2
+    assert refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT) == 2
     shown = store.reads.get(str(ckpt))
     generations = shown.details["generations"]
     assert [g["generation"] for g in generations] == [1, 2, 3]
@@ -71,7 +71,9 @@ def test_generations_are_kept_and_each_gets_its_epoch(store_and_run: tuple[Store
     assert shown.epoch == 3
     assert shown.details["epoch_source"] == "optimizer iterations (15 / 5 steps per epoch)"
     assert shown.metrics == {"loss": 1 / 3, "val_loss": 2 / 3}  # the CSV row of epoch 3
-    assert refresh_run(store, run, [], other_runs=(), at=AT) == 0  # nothing changed: no write
+    assert (
+        refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT) == 0
+    )  # nothing changed: no write
 
 
 def test_values_derived_for_old_bytes_never_land_on_new_ones(
@@ -107,14 +109,14 @@ def test_a_rewritten_log_never_erases_a_generations_metrics(
     store, run = store_and_run  # epochs 1-4: val_loss 2/e
     for epoch in (1, 2, 3):
         _record(store, run.root.path, f"model.{epoch:02d}.keras", f"m{epoch}", 5 * epoch, epoch)
-    refresh_run(store, run, [], other_runs=(), at=AT)
+    refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT)
     # Killed after epoch 1's save, resumed from epoch 1: epochs 2 and 3 logged again, 2 anew.
     rows = [
         {"epoch": 1, "loss": 0.9, "val_loss": 0.75},
         {"epoch": 2, "loss": 1 / 3, "val_loss": 2 / 3},
     ]
     (run.folder / "training.log").write_text(keras_csv(rows), newline="")
-    refresh_run(store, run, [], other_runs=(), at=AT)
+    refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT)
     by_name = {Path(m.path).name: m for m in store.runs.run_members(str(run.root.path), "run")}
     one, two, three = (by_name[f"model.{e:02d}.keras"] for e in (1, 2, 3))
     assert one.metrics["val_loss"] == (2.0 / 1, "csv:run/training.log")  # gone from the log
@@ -127,7 +129,7 @@ def test_a_rewritten_log_never_erases_a_generations_metrics(
     assert not any("rewritten" in n for n in three.details["notes"])
     # The resumed job saves epoch 2 again: new bytes, recorded afresh from the log as it is.
     _record(store, run.root.path, "model.02.keras", "m2-resumed", 10, 5)
-    refresh_run(store, run, [], other_runs=(), at=AT)
+    refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT)
     again = {Path(m.path).name: m for m in store.runs.run_members(str(run.root.path), "run")}
     assert again["model.02.keras"].metrics["val_loss"] == (0.75, "csv:run/training.log")
     assert again["model.01.keras"].metrics["val_loss"] == (2.0, "csv:run/training.log")

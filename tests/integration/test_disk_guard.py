@@ -39,9 +39,16 @@ def guarded(tmp_path: Path, keras_checkpoints: Path):
     config = config_module.load(str(tmp_path / "config.yaml"))
     store = Store(config.database, may_migrate=True)
     indexer.scan(config, store, actor="test")
-    pruner.set_pinned(store, str(root / "a" / NAMES[0]), True, "test")
+    pruner.set_pinned(store.reads, store.acts, str(root / "a" / NAMES[0]), True, "test")
     # b's two oldest go to the trash (retention), where the guard finds them first.
-    pruner.prune(config, store, runs=["b"], override=retention.Policy(keep_last=1), actor="test")
+    pruner.prune(
+        config,
+        store,
+        store.stage_jobs,
+        runs=["b"],
+        override=retention.Policy(keep_last=1),
+        actor="test",
+    )
     yield config, store, root
     store.close()
 

@@ -159,9 +159,13 @@ def test_jobs_are_made_due_skipped_or_waiting_for_what_they_need(store: Store) -
     only_sweeps = Stage("sweep", Trigger("complete"), runs="sweep*", command=("x",))
     stages = [eval_stage, export, only_sweeps]
     waiting: dict[int, str] = {}
-    assert make_jobs(store, stages, waiting) == 2  # eval pending, sweep skipped; export waits
+    assert (
+        make_jobs(store.reads, store.stage_jobs, stages, waiting) == 2
+    )  # eval pending, sweep skipped; export waits
     assert waiting == {a: "h1"}
-    assert make_jobs(store, stages, waiting) == 0  # looked at again only once dropped
+    assert (
+        make_jobs(store.reads, store.stage_jobs, stages, waiting) == 0
+    )  # looked at again only once dropped
     by_stage = {j.stage: (j.state, j.error) for j in store.stage_jobs.list()}
     assert by_stage == {
         "eval": ("pending", None),
@@ -170,6 +174,6 @@ def test_jobs_are_made_due_skipped_or_waiting_for_what_they_need(store: Store) -
     (job,) = store.stage_jobs.claim(["eval"], "a", 60)
     store.stage_jobs.finish(job, state="failed", error="exit 1", output="", result=None)
     waiting.clear()
-    assert make_jobs(store, stages, waiting) == 1
+    assert make_jobs(store.reads, store.stage_jobs, stages, waiting) == 1
     by_stage = {j.stage: (j.state, j.error) for j in store.stage_jobs.list()}
     assert by_stage["export"] == ("cancelled", "needs eval, which is failed")

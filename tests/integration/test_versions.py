@@ -19,7 +19,7 @@ from ckpt_daemon.core.errors import Refused, WouldReplace
 from ckpt_daemon.core.query import ListQuery
 from ckpt_daemon.fs.fsclone import clone_new
 from ckpt_daemon.settings import config as config_module
-from ckpt_daemon.usecases import indexer, pruner, versions
+from ckpt_daemon.usecases import indexer, pruner, recovery
 from tests.support import Workspace
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
         config, store = scan(ws)
         store.close()
     store = Store(config.database)
-    report = pruner.plan_runs(config, store)
+    report = pruner.plan_runs(config, store.reads, store.remote, store.stage_jobs)
     [run] = report.runs
     assert run.policy.startswith("versions:")
     decisions = {Path(d.path).name: (d.action, d.reasons) for d in run.plan.decisions}
@@ -103,7 +103,7 @@ def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
         ("previous generation of best.keras (v4)",),
     )
     assert decisions["best.v1.keras"][0] == decisions["best.v3.keras"][0] == "trash"
-    pruner.prune(config, store, actor="test")
+    pruner.prune(config, store, store.stage_jobs, actor="test")
     assert [v.generation for v in store.versions.versions_of(str(best))] == [2, 4, 5]
     assert (ws.root / ".ckpt-trash").is_dir() and best.exists()
     store.close()
@@ -175,7 +175,9 @@ def test_orphans_of_a_crash_are_adopted_or_moved_to_the_trash(
     planted.symlink_to(tmp_path / "outside")
     store.close()
     store = Store(config.database)
-    done = versions.adopt_orphans(store, config.roots[0], actor="test")
+    done = recovery.adopt_orphans(
+        store.reads, store.recovery, store.versions, config.roots[0], actor="test"
+    )
     assert sorted(line.split(":")[0].split()[0] for line in done) == ["adopted", "left", "moved"]
     assert planted.is_symlink() and not (tmp_path / "outside").exists()
     assert not junk.exists() and any((ws.root / ".ckpt-trash").rglob("notes.txt"))
