@@ -225,8 +225,11 @@ class CatalogReads:
         return here
 
     def get(self, ref: str | int) -> Checkpoint:
-        """By catalog id or path; the result's `details` has layers, configs and events."""
-        return self._store.get(self.ref(ref))
+        """By catalog id or path; the result's `details` has layers, configs and events (and,
+        for an adapter, `base_model`: its lineage, `usecases.lineage`)."""
+        from ..usecases.lineage import with_lineage
+
+        return with_lineage(self.config, self._store, self._store.get(self.ref(ref)))
 
     def wait(
         self,

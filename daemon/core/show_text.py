@@ -41,6 +41,8 @@ def show_text(doc: dict[str, Any]) -> str:
     ]
     if doc["hash"]:
         lines.append(f"  hash {doc['hash']}")
+    lines += [f"  {k} {lineage[k]}" for k in ("base model", "base revision") if k in lineage]
+    lines += [f"  {k}: {lineage[k]}" for k in ("base path", "base missing") if k in lineage]
     if doc.get("version_of"):
         lines.append(f"  version {doc['generation']} of {doc['version_of']}")
     lines += [f"  metric {name} = {value} ({source})" for name, value, source in f.metrics]
