@@ -112,7 +112,7 @@ class Watcher:
         observer.schedule(_Handler(self._sink), str(root.path), recursive=True)
         observer.daemon = True
         observer.start()
-        event("watching", root=root.path, observer=kind)
+        event("watching", root=root.path, observer=kind, filesystem=mounts.network_type(root.path))
         return Watch(root, kind, observer)
 
     def stop(self) -> None:
@@ -131,7 +131,8 @@ class Watcher:
 
 
 def choose_observer(root: RootConfig) -> str:
-    """`auto` means polling on a network filesystem (inotify cannot see other hosts' writes)."""
+    """`auto` means polling where inotify events cannot arrive (`fs.mounts`: a network or
+    cluster filesystem, a FUSE mount: inotify sees no other host's, no FUSE daemon's writes)."""
     if root.observer != "auto":
         return root.observer
     return "polling" if mounts.is_network(root.path) else "inotify"
