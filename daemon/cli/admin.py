@@ -111,7 +111,9 @@ def status(obj: Context, as_json: bool) -> None:
         f"heartbeat {doc['heartbeat_at']}"
     )
     for root in doc["roots"]:
-        echo(f"  root {root['path']} ({root['observer']})")
+        on = f", {root['filesystem']}" if root.get("filesystem") else ""
+        trash = ", trash in the catalog" if root.get("trash") == "in_place" else ""
+        echo(f"  root {root['path']} ({root['observer']}{on}{trash})")
     echo(
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"

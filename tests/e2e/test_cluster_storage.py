@@ -102,6 +102,8 @@ def test_the_daemon_on_a_root_without_rename_deletes_what_retention_dooms_when_d
     daemon.wait_until(
         lambda: sorted(p.name for p in run.iterdir()) == [FILES[2]], timeout=60, what="purge"
     )
+    [root] = ws.json("status")["roots"]  # the daemon's own rename probe failed: it says so
+    assert (root["trash"], root["path"]) == ("in_place", str(ws.root)), root
     assert daemon.stop() == 0
     assert _names(_ckpt(ws, env, "list")) == [FILES[2]]
     purged = _ckpt(ws, env, "list", "--status", "purged")
