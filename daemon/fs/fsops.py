@@ -158,7 +158,7 @@ def purge(root: Path, trashed: Sequence[Path], *, in_place: FileStat | None = No
             if current_stat(root, trashed) != in_place:
                 return 0
         except FileNotFoundError:  # gone already (its trainer's rotation): nothing to delete
-            in_place = None
+            return 0
     for path in trashed:
         parts = relative_parts(root, path)
         if parts[0] != TRASH_DIR and in_place is None:

@@ -73,15 +73,19 @@ def test_a_root_that_cannot_rename_trashes_in_place_and_purges_only_what_it_tras
     _ckpt(ws, env, "trash", "restore", str(trash[FILES[0]]["id"]), "-")
     assert _names(ws.json("list")) == [FILES[0], FILES[2]]
     # a new save at the path of a trashed file (the trainer's next epoch wrote that name)
-    shutil.copyfile(keras_checkpoints / RUN / FILES[2], run / FILES[1])
+    new_save = (keras_checkpoints / RUN / FILES[2]).read_bytes() + bytes(3)  # its own bytes
+    (run / FILES[1]).write_bytes(new_save)  # zip readers skip the tail
     purged = _ckpt(ws, env, "trash", "purge", "--older-than", "0")
     assert _names(purged["purged"]) == [FILES[1]] and purged["failures"] == [], purged
     assert sorted(p.name for p in run.iterdir()) == FILES  # the new file was not deleted
     ws.run("scan")  # ... and is indexed as the new file it is
     assert _names(ws.json("list")) == FILES
-    # once more, with nothing at the path meanwhile: deleted there
-    _ckpt(ws, env, "prune", "--run", RUN, "--keep-last", "2")
-    assert _ckpt(ws, env, "trash", "purge", "--older-than", "0")["failures"] == []
+    # once more, its trainer's rotation removing it first: nothing left to delete, no failure
+    _ckpt(ws, env, "prune", "--run", RUN, "--keep-last", "1")
+    assert _names(ws.json("trash", "list")) == [FILES[0]]
+    (run / FILES[0]).unlink()
+    purged = _ckpt(ws, env, "trash", "purge", "--older-than", "0")
+    assert purged["failures"] == [] and _names(purged["purged"]) == [FILES[0]], purged
     assert sorted(p.name for p in run.iterdir()) == FILES[1:]
     assert not list((ws.root / ".ckpt-trash").rglob("*.keras"))
 
@@ -93,7 +97,15 @@ def test_the_daemon_on_a_root_without_rename_deletes_what_retention_dooms_when_d
         tmp_path,
         "  retention: 1s\n  purge: 1s\ntrash:\n  purge_after: 2s\nretention:\n  keep_last: 1\n",
     )
-    env = no_rename.env(library, ws.root, errno.ENOTSUP)
+    root_line = f"  - path: {ws.root}\n"
+    ws.config.write_text(
+        ws.config.read_text().replace(root_line, root_line + "    poll_interval: 1s\n")
+    )
+    table = tmp_path / "mountinfo"  # the root is on Lustre: inotify would miss other hosts
+    table.write_text(
+        f"22 1 253:1 / / rw - ext4 /dev/vda rw\n40 22 0:5 / {ws.root} rw - lustre fs rw\n"
+    )
+    env = {**no_rename.env(library, ws.root, errno.ENOTSUP), "CKPT_MOUNTINFO": str(table)}
     daemon = Daemon(ws, env=env, wrap=("env",))  # a fresh interpreter: the preload applies
     run = ws.root / RUN
     run.mkdir(parents=True)
@@ -102,7 +114,9 @@ def test_the_daemon_on_a_root_without_rename_deletes_what_retention_dooms_when_d
     daemon.wait_until(
         lambda: sorted(p.name for p in run.iterdir()) == [FILES[2]], timeout=60, what="purge"
     )
-    [root] = ws.json("status")["roots"]  # the daemon's own rename probe failed: it says so
+    # polled (no rescans: the polling observer found the files), its own rename probe failed
+    [root] = ws.json("status")["roots"]
+    assert (root["observer"], root["filesystem"], root["events"]) == ("polling", "lustre", False)
     assert (root["trash"], root["path"]) == ("in_place", str(ws.root)), root
     assert daemon.stop() == 0
     assert _names(_ckpt(ws, env, "list")) == [FILES[2]]
