@@ -253,6 +253,20 @@ def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+def test_show_of_a_peft_adapter_carries_its_kind_and_base_model(
+    workspace: Workspace, peft_runs: Path
+) -> None:
+    """The `show` shape's `base_model` object, on a real adapter (a real base's lineage)."""
+    shutil.copytree(peft_runs / "models", workspace.root / "models")
+    shutil.copytree(peft_runs / "runs" / "linked", workspace.root / "linked")
+    workspace.run("scan")
+    doc = workspace.json("show", str(workspace.root / "linked" / "lora"))
+    conforms(doc, contract_documents()["show"], "ckpt show --json")
+    assert doc["kind"] == "adapter" and doc["base_model"]["missing"] is None, doc["base_model"]
+    assert doc["training_config"]["adapter"]["peft_type"] == "LORA"
+
+
+@pytest.mark.slow
 def test_plot_writes_a_png_of_every_checkpoint(
     contract_ws: Workspace, documents: dict[str, Any]
 ) -> None:
