@@ -151,7 +151,6 @@ class S3Store:
             size=int(found["ContentLength"]),
             checksum=parts.reported_checksum(found),
             content_hash=found.get("Metadata", {}).get(HASH_METADATA),
-            etag=str(found.get("ETag", "")).strip('"'),
         )
 
     def get(self, key: str) -> Iterator[bytes]:

@@ -28,7 +28,6 @@ class RemoteObject:
     size: int
     checksum: str | None  # the service's own (composite for multipart), `sha256:<base64>`
     content_hash: str | None  # our BLAKE3, from the object's metadata
-    etag: str
 
 
 @dataclass(frozen=True)
