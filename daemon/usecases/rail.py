@@ -1,9 +1,9 @@
 """The one rail for every destructive act on a checkpoint's files.
 
 Prune, purge, `trash restore`, `restore --version`, split and compress, the disk guard, the
-space reserve, version capture, the remote tier's local move and `ckpt fetch` all move, delete
-or rewrite files through this module, and only through it (`tests/unit/test_architecture.py`
-holds every other module to that). Each act
+space reserve, version capture, the remote tier (its upload in `acting_on`, then the local move)
+and `ckpt fetch` all move, delete, send away or rewrite files through this module, and only
+through it (`tests/unit/test_architecture.py` holds every other module to that). Each act
 follows the same sequence: take the run's lease (its fencing token confirmed in the act's first
 write; a lease taken over from a killed command settles what that command left planned), re-check
 the file under it (`guards.recheck`: the bytes are the ones indexed and decided on), act through
