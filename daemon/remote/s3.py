@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ..core.errors import RemoteFailed, UsageError
@@ -169,18 +169,8 @@ class S3Store:
 
     # -- writes: multipart (remote.s3_multipart), and the remote trash's deletes
 
-    def put(
-        self,
-        key: str,
-        source: Source,
-        content_hash: str,
-        *,
-        conditional: bool,
-        on_part: Callable[[int], None] | None = None,
-    ) -> Uploaded:
-        return self.multipart.put(
-            key, source, content_hash, conditional=conditional, on_part=on_part
-        )
+    def put(self, key: str, source: Source, content_hash: str, *, conditional: bool) -> Uploaded:
+        return self.multipart.put(key, source, content_hash, conditional=conditional)
 
     def copy(self, key: str, new_key: str, size: int) -> None:
         self.multipart.copy(key, new_key, size)

@@ -51,15 +51,7 @@ class Multipart:
         self.call, self.bucket, self.part_size, self.threads = call, bucket, part_size, threads
         self.sent = sent  # counts the bytes each part sent
 
-    def put(
-        self,
-        key: str,
-        source: Source,
-        content_hash: str,
-        *,
-        conditional: bool,
-        on_part: Callable[[int], None] | None = None,
-    ) -> Uploaded:
+    def put(self, key: str, source: Source, content_hash: str, *, conditional: bool) -> Uploaded:
         """Send `source` as `key`, or keep the identical object already there. The parts must
         hash to `content_hash` (Refused otherwise, nothing completed: the store is not at
         fault). A source streams the same bytes every time, so a killed upload is resumed."""
@@ -100,8 +92,6 @@ class Multipart:
                 else:
                     etag = self._send_part(key, upload_id, number, data, digest)
                 digests[number - 1], etags[number - 1] = digest, etag
-                if on_part is not None:
-                    on_part(len(data))
             except BaseException:
                 failed.set()
                 raise

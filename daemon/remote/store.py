@@ -14,7 +14,7 @@ raises `RemoteFailed`, counted in `counters`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,37 +56,23 @@ class ObjectStore(Protocol):
     def probe(self, token: str) -> bool:
         """The store can be reached and written (RemoteFailed otherwise); returns whether it
         honours conditional writes."""
-        ...
 
-    def put(
-        self,
-        key: str,
-        source: Source,
-        content_hash: str,
-        *,
-        conditional: bool,
-        on_part: Callable[[int], None] | None = None,
-    ) -> Uploaded:
+    def put(self, key: str, source: Source, content_hash: str, *, conditional: bool) -> Uploaded:
         """`source` as `key` (resumed if a killed put left parts), or the identical object
         already there kept; `content_hash` goes into the metadata."""
-        ...
 
     def get(self, key: str) -> Iterator[bytes]:
         """The object's bytes in chunks (one in memory at a time)."""
-        ...
 
     def head(self, key: str) -> RemoteObject | None:
         """The object at `key` as the service describes it; None: there is none."""
-        ...
 
     def copy(self, key: str, new_key: str, size: int) -> None:
         """A copy inside the service, metadata kept (the bytes never come here)."""
-        ...
 
     def delete(self, key: str) -> None: ...
 
     def pending_uploads(self, prefix: str) -> list[tuple[str, str]]:
         """Uploads begun and never completed under `prefix`: [(key, upload id)]."""
-        ...
 
     def abort_upload(self, key: str, upload_id: str) -> None: ...
