@@ -62,6 +62,9 @@ def test_an_adapter_folder_is_one_checkpoint_of_kind_adapter_with_its_config(
     trainer = ws.json("show", str(rows["trainer/out/checkpoint-2"]["id"]))
     assert trainer["step"] == 2 and trainer["training_config"]["resumable"] is True
     assert trainer["optimizer_bytes"] > 0
+    resumable = ws.json("latest", "--run", "trainer", "--resumable")
+    assert resumable["path"] == str(ws.root / "trainer/out/checkpoint-2"), resumable
+    assert "PEFT adapter" in resumable["resume_reason"], resumable
     for mod in ("torch", "transformers", "peft", "safetensors"):
         assert mod not in sys.modules, mod
 
