@@ -19,7 +19,7 @@ import datetime as dt
 import enum
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import JSON, Engine, delete, insert, select, type_coerce, update
 
 from ..core.model import CheckpointStatus, FileStat
 from . import db
@@ -83,10 +83,13 @@ class ReadClaims:
         """The files under `root` (at or below `start`) trashed where they are (a root that
         cannot rename: `usecases.rail`), with the stat they were trashed with: not read again
         while they are still those bytes (they are in the trash, deleted when due)."""
+        # The JSON test in SQL: a root's trash may hold thousands of rows, never read whole.
+        in_place = type_coerce(checkpoints.c.details, JSON)[("trash", "in_place")].as_boolean()
         query = (
             select(checkpoints.c.path, checkpoints.c.details)
             .join(RUNS, RUNS.c.id == checkpoints.c.run_id)
             .where(RUNS.c.root == root, checkpoints.c.status == CheckpointStatus.TRASHED.value)
+            .where(in_place.is_(True))
         )
         if start is not None and start != root:  # as `Store.known_under`: a range on the path
             path = codepoint_order(checkpoints.c.path)
