@@ -119,7 +119,7 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     is_flag=True,
     help="Every row: kept versions, and files trashed, purged or removed by their trainer.",
 )
-@click.option("--kind", help="Only this kind: full, weights.")
+@click.option("--kind", help="Only this kind: full, weights, adapter (a PEFT adapter).")
 @click.option(
     "--where",
     multiple=True,

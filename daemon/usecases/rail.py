@@ -202,11 +202,14 @@ def remove_artifact(
     ):
         if store.artifact_owner(str(path)) != c.id:
             raise fsops.Refused(f"{path} is not an artifact of {c.path} now: left alone")
-        trashed = (
-            fsops.move_to_trash(root, [path], batch_name("guard"))
-            if fsops.identity(root, path) is not None
-            else []
-        )
+        held, trashed = fsops.identity(root, path), []
+        try:
+            trashed = fsops.move_to_trash(root, [path], batch_name("guard")) if held else []
+        except fsops.RenameUnsupported:  # a root that cannot rename: deleted where it is
+            in_place = fsops.current_stat(root, [path])
+            store.forget_artifact(str(path))
+            fsops.purge(root, [path], in_place=in_place)
+            return
         store.forget_artifact(str(path))
         fsops.purge(root, trashed)
 
