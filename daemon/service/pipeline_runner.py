@@ -21,7 +21,7 @@ from ..core.errors import NotFound
 from ..core.pipeline import Stage
 from ..logs import event
 from ..settings.config import Config
-from ..usecases.pipeline import Attempt, make_jobs, record, runnable_here
+from ..usecases.pipeline import Attempt, final_recheck, make_jobs, record, runnable_here
 from .hooks import HookRunner
 from .stage_child import run_attempt
 
@@ -42,6 +42,7 @@ class PipelineRunner(threading.Thread):
         # Checkpoints a stage of which waits for another (its `needs`): looked at again when a
         # job of theirs ends, not at every pass ({id: hash}).
         self._waiting: dict[int, str] = {}
+        self._looked = time.monotonic()  # when the waiting ones were last let go (`on: final`)
         self._active: collections.Counter[str] = collections.Counter()
         self._attempts: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -71,6 +72,11 @@ class PipelineRunner(threading.Thread):
 
     def _pass(self, config: Config) -> None:
         queue = self._store.stage_jobs
+        recheck = final_recheck(config.pipeline)
+        if recheck is not None and time.monotonic() - self._looked >= recheck:
+            with self._lock:  # whether their runs have ended: asked again
+                self._waiting.clear()
+            self._looked = time.monotonic()
         make_jobs(self._store, config.pipeline, self._waiting)
         queue.cancel_gone()
         queue.free_dead_holders(socket.gethostname())

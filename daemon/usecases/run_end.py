@@ -1,0 +1,68 @@
+"""What the `final` trigger observes of a run (`core.pipeline.RunEnd`): its newest complete
+checkpoint (the last written, kept versions aside), its last save and the saves still in flight
+(from the catalog), the files some process holds open for writing in its folder (/proc, as the
+completion check reads them), and the framework's own record that training finished (an HF
+`trainer_state.json` at `max_steps`). Read once per run and pipeline pass (`RunEnds`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..catalog.store import Store
+from ..core.errors import NotFound
+from ..core.model import Checkpoint, CheckpointStatus
+from ..core.pipeline import RunEnd, trainer_ended
+from ..core.query import ListQuery
+from ..core.runs import ROOT_RUN
+from ..fs import procfs
+
+# Rows of saves that are (or were) on the disk: a trashed or purged one is no save of late.
+_SAVES = frozenset(
+    {
+        CheckpointStatus.OK,
+        CheckpointStatus.INCOMPLETE,
+        CheckpointStatus.ABANDONED,
+        CheckpointStatus.CORRUPT,
+        CheckpointStatus.UNREADABLE,
+    }
+)
+
+
+class RunEnds:
+    """The runs' observations of one pipeline pass, each run read once."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._seen: dict[tuple[str, str], RunEnd] = {}
+
+    def of(self, checkpoint: Checkpoint) -> RunEnd:
+        key = (checkpoint.root, checkpoint.run)
+        if key not in self._seen:
+            self._seen[key] = observe(self._store, checkpoint.root, checkpoint.run)
+        return self._seen[key]
+
+
+def observe(store: Store, root: str, run: str) -> RunEnd:
+    rows = [
+        c
+        for c in store.list(ListQuery(run=run, root=root))
+        if c.run == run and c.version_of is None and c.status in _SAVES
+    ]
+    ok = [c for c in rows if c.status == CheckpointStatus.OK]
+    if not ok:
+        return RunEnd(newest=None)
+    newest = max(ok, key=lambda c: (c.mtime, c.id))
+    try:
+        details = store.get(str(newest.id)).details or {}
+    except NotFound:
+        details = {}
+    folder = Path(root) if run == ROOT_RUN else Path(root) / run
+    return RunEnd(
+        newest=newest.id,
+        newest_path=newest.path,
+        last_save=max(c.mtime for c in rows),
+        in_flight=sum(c.status == CheckpointStatus.INCOMPLETE for c in rows),
+        writers=len(procfs.writers_under([folder])) if os.path.isdir(folder) else 0,
+        trainer_ended=trainer_ended(details.get("training_config")),
+    )
