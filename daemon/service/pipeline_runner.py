@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..catalog.store import Store
 from ..catalog.store_stage_jobs import QUEUE_ERRORS, StageJob
@@ -26,6 +27,8 @@ from .hooks import HookRunner
 from .stage_child import run_attempt
 
 POLL_SECONDS = 1.0
+# `ckpt_stage_duration_seconds`' buckets: a stage is a quick check, an eval, or a conversion.
+DURATION_BUCKETS = (1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
 
 
 class PipelineRunner(threading.Thread):
@@ -47,6 +50,8 @@ class PipelineRunner(threading.Thread):
         self._attempts: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.failures = 0
+        # stage -> its attempts since the service started: durations and failures (/metrics)
+        self._timings: dict[str, dict[str, Any]] = {}
         self.tick = time.monotonic()
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -97,7 +102,9 @@ class PipelineRunner(threading.Thread):
 
     def _attempt(self, config: Config, stage: Stage, job: StageJob) -> None:
         try:
+            started = time.monotonic()
             state = run_and_record(self._store, config, stage, job, self._stopping)
+            self._count(stage.name, state, time.monotonic() - started)
             if state == "failed":
                 self.failures += 1
                 failed = self._store.stage_jobs.get(job.id)
@@ -117,6 +124,28 @@ class PipelineRunner(threading.Thread):
                 self._active[stage.name] -= 1
                 self._waiting.pop(job.checkpoint_id, None)  # a stage that needs this one may run
             self._wake.set()
+
+    def _count(self, stage: str, state: str, seconds: float) -> None:
+        """An attempt that ran (done, failed, or failed and to be retried) in the stage's
+        durations; a failed one in its failures too."""
+        if state not in ("done", "failed", "pending"):
+            return  # cancelled before it ran, or lost to another daemon: no attempt of ours
+        with self._lock:
+            timing = self._timings.setdefault(
+                stage,
+                {"le": list(DURATION_BUCKETS), "buckets": [0] * len(DURATION_BUCKETS)}
+                | {"sum": 0.0, "count": 0, "failures": 0},
+            )
+            for i, bound in enumerate(DURATION_BUCKETS):
+                timing["buckets"][i] += seconds <= bound
+            timing["sum"] += seconds
+            timing["count"] += 1
+            timing["failures"] += state != "done"
+
+    def timings(self) -> dict[str, dict[str, Any]]:
+        """stage -> {le, buckets (cumulative), sum, count, failures} since the service started."""
+        with self._lock:
+            return {k: {**v, "buckets": list(v["buckets"])} for k, v in self._timings.items()}
 
     def counts(self) -> dict[str, int]:
         with self._lock:
