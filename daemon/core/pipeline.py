@@ -173,7 +173,7 @@ class RunEnd:
     newest: int | None  # the id of its newest complete checkpoint: the last written
     newest_path: str | None = None
     last_save: float | None = None  # the newest mtime of any save of the run, complete or not
-    in_flight: int = 0  # saves of the run seen but not complete yet
+    in_flight: int = 0  # saves of the run not complete yet, or not indexed again since
     writers: int = 0  # files in the run's folder some process holds open for writing
     trainer_ended: str | None = None  # the framework's own record that training finished
 

@@ -1,6 +1,7 @@
 """What the `final` trigger observes of a run (`core.pipeline.RunEnd`): its newest complete
 checkpoint (the last written, kept versions aside), its last save and the saves still in flight
-(from the catalog), the files some process holds open for writing in its folder (/proc, as the
+(from the catalog, and from its folder's entries: the disk is ahead of the catalog by the
+settle time), the files some process holds open for writing in its folder (/proc, as the
 completion check reads them), and the framework's own record that training finished (an HF
 `trainer_state.json` at `max_steps`). Read once per run and pipeline pass (`RunEnds`)."""
 
@@ -58,11 +59,36 @@ def observe(store: Store, root: str, run: str) -> RunEnd:
     except NotFound:
         details = {}
     folder = Path(root) if run == ROOT_RUN else Path(root) / run
+    files, touched = _on_disk(folder)
+    # A file rewritten since its row was read (last.pt after each epoch) is a save the catalog
+    # has not caught up with yet: as good as in flight.
+    behind = sum(c.path in files and files[c.path] != c.mtime for c in ok)
     return RunEnd(
         newest=newest.id,
         newest_path=newest.path,
-        last_save=max(c.mtime for c in rows),
-        in_flight=sum(c.status == CheckpointStatus.INCOMPLETE for c in rows),
+        last_save=max([c.mtime for c in rows] + touched),
+        in_flight=sum(c.status == CheckpointStatus.INCOMPLETE for c in rows) + behind,
         writers=len(procfs.writers_under([folder])) if os.path.isdir(folder) else 0,
         trainer_ended=trainer_ended(details.get("training_config")),
     )
+
+
+def _on_disk(folder: Path) -> tuple[dict[str, float], list[float]]:
+    """The run folder's own entries: {path: mtime} of its files, and every entry's mtime (a
+    checkpoint folder's changes when a file is made in it; a log written after the last save
+    is activity too): the disk may be ahead of the catalog by the settle time."""
+    files: dict[str, float] = {}
+    touched: list[float] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                touched.append(st.st_mtime_ns / 1e9)
+                if entry.is_file(follow_symlinks=False):
+                    files[entry.path] = st.st_mtime_ns / 1e9
+    except OSError:
+        pass
+    return files, touched
