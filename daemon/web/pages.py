@@ -25,8 +25,9 @@ from ..core.views import run_json
 from .curve_markers import markers_svg
 
 if TYPE_CHECKING:
-    from ..catalog.store_stage_jobs import StageJob
     from ..core.model import Checkpoint
+
+StageJob = Any  # a job of the queue (catalog.store_stage_jobs), as the API hands it over
 
 Doc = dict[str, Any]
 Params = Mapping[str, str]

@@ -56,6 +56,10 @@ def test_the_final_checkpoint_of_each_run_gets_one_job(tmp_path: Path, hf_runs: 
                 ),
             }
             assert len(waiting) == 1  # the cut run's newest, looked at again later
+        # Its log closed; an hour later (its folder's mtimes set back: quiet since then).
+        old = time.time() - 3600
+        for path in (root / "cut" / "out", root / "cut" / "out" / "train.log"):
+            os.utime(path, (old, old))
         waiting.clear()  # the runner lets them go every `final_recheck`
         make_jobs(store, config.pipeline, waiting)
         cut = [j for j in store.stage_jobs.list() if "/cut/" in j.path]
