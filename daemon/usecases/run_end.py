@@ -8,6 +8,7 @@ completion check reads them), and the framework's own record that training finis
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..catalog.store import Store
@@ -31,20 +32,32 @@ _SAVES = frozenset(
 
 
 class RunEnds:
-    """The runs' observations of one pipeline pass, each run read once."""
+    """The runs' observations of one pipeline pass, each run read once, and /proc once per
+    root (one pass over every process's descriptors, however many runs are looked at)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._seen: dict[tuple[str, str], RunEnd] = {}
+        self._writers: dict[str, list[str]] = {}  # root -> files open for writing below it
 
     def of(self, checkpoint: Checkpoint) -> RunEnd:
         key = (checkpoint.root, checkpoint.run)
         if key not in self._seen:
-            self._seen[key] = observe(self._store, checkpoint.root, checkpoint.run)
+            self._seen[key] = observe(self._store, checkpoint.root, checkpoint.run, self._written)
         return self._seen[key]
 
+    def _written(self, root: str) -> list[str]:
+        if root not in self._writers:
+            found = procfs.writers_under([Path(root)]) if os.path.isdir(root) else {}
+            self._writers[root] = list(found)
+        return self._writers[root]
 
-def observe(store: Store, root: str, run: str) -> RunEnd:
+
+def observe(
+    store: Store, root: str, run: str, written: Callable[[str], list[str]] | None = None
+) -> RunEnd:
+    """What is seen of run `run` of `root` now; `written(root)`: the files open for writing
+    below the root (read from /proc when not given)."""
     rows = [
         c
         for c in store.list(ListQuery(run=run, root=root))
@@ -60,6 +73,10 @@ def observe(store: Store, root: str, run: str) -> RunEnd:
         details = {}
     folder = Path(root) if run == ROOT_RUN else Path(root) / run
     files, touched = _on_disk(folder)
+    if written is None:
+        open_files = list(procfs.writers_under([folder])) if os.path.isdir(folder) else []
+    else:
+        open_files = written(root)
     # A file rewritten since its row was read (last.pt after each epoch) is a save the catalog
     # has not caught up with yet: as good as in flight.
     behind = sum(c.path in files and files[c.path] != c.mtime for c in ok)
@@ -68,7 +85,7 @@ def observe(store: Store, root: str, run: str) -> RunEnd:
         newest_path=newest.path,
         last_save=max([c.mtime for c in rows] + touched),
         in_flight=sum(c.status == CheckpointStatus.INCOMPLETE for c in rows) + behind,
-        writers=len(procfs.writers_under([folder])) if os.path.isdir(folder) else 0,
+        writers=sum(path.startswith(f"{folder}/") for path in open_files),
         trainer_ended=trainer_ended(details.get("training_config")),
     )
 
