@@ -3,8 +3,8 @@ on, says which pending evaluations it gave up. On a real 4 MB tmpfs (a private m
 support/guard_gave_up.py) under `ckpt serve`, with two real Hugging Face Trainer runs and an
 `eval` stage that stays pending (it asks for a `gpu` label this host lacks): the guard frees the
 checkpoint no stage waits on first, then the one whose eval is pending, cancels that job with
-a reason naming the guard, and its log line, `ckpt status` (text and JSON) and the audit log
-name the stage given up."""
+a reason naming the guard, and its log line, `ckpt status` (text and JSON), the audit log and
+the web view's disk page name the stage given up."""
 
 from __future__ import annotations
 
@@ -67,4 +67,5 @@ def test_the_guard_gives_up_a_pending_evaluation_last_and_says_so(results) -> No
     ]
     assert disk["gave_up"][0]["action"] in ("demote", "trash", "tier")
     assert f"gave up stage(s) eval of {a_old}" in results["status_text"]
+    assert f'Gave up stage eval of <bdi class="path">{a_old}</bdi>' in results["disk_page"]
     assert results["free_at_end"] >= guard_gave_up.MIN_FREE

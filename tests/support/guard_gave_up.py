@@ -9,7 +9,8 @@ trainer-sharded/out, their mtimes set so that a's older checkpoint is the oldest
 hosts labelled `gpu` (this one is not: its jobs stay pending), waits for the jobs, then writes a
 filler that leaves MIN_FREE minus DEFICIT free. The guard must free two checkpoints: b's older
 one (no stage waits on it) first, then a's older one, giving up its `eval`. OUT/results.json
-holds the jobs, `ckpt status --json`, `ckpt status`, `ckpt log --json` and the service's log.
+holds the jobs, `ckpt status --json`, `ckpt status`, `ckpt log --json`, the web view's /disk page
+and the service's log.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def driver(out: Path, hf_runs: Path) -> None:
             # By now (two commands later) a heartbeat has the guard's state after its pass.
             results["status"] = json.loads(ckpt(config, "status", "--json").stdout)
             results["status_text"] = ckpt(config, "status").stdout
+            results["disk_page"] = disk_page(config)
             results["free_at_end"] = free_bytes(root)
         finally:
             daemon.send_signal(signal.SIGTERM)
@@ -110,6 +112,18 @@ def driver(out: Path, hf_runs: Path) -> None:
                 results["exit"] = daemon.wait()
     results["serve_log"] = log_path.read_text()
     (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+def disk_page(config: Path) -> str:
+    """The web view's /disk page, answered by the same `WebApp` the server runs."""
+    from ckpt_daemon.api import open_catalog
+    from ckpt_daemon.web.app import WebApp
+
+    app = WebApp(lambda: open_catalog(str(config)), cache_seconds=0)
+    try:
+        return app.respond("/disk", {}).body.decode()
+    finally:
+        app.close()
 
 
 def wait(condition: Any, what: str, daemon: subprocess.Popen[bytes]) -> None:
