@@ -1,0 +1,277 @@
+"""Every floating tensor of a checkpoint's weights read for `core.health`'s tallies, a bounded
+chunk at a time, without running a byte of the file: safetensors files (offsets from a header
+our reader checked against the file), torch zips (`.pt`, `.pth`, `.bin`, a Lightning `.ckpt`:
+the restricted unpickler's tensor records, their bytes read from the storage members, a view
+through a strided numpy view of the mapped storage), Hugging Face folders (their safetensors
+or `.bin` weights files, shards too) and Keras HDF5 weights (`.keras`, `.weights.h5`, a
+legacy `.h5`: h5py datasets read a slab of rows at a time).
+
+Memory stays bounded by `CHUNK` whatever a tensor's size (a view's slab is at least one row of
+it). What this cannot read (a legacy torch file, a TF checkpoint, Orbax, DCP, a SavedModel) is
+`scannable(...)` False: the stage says `not scanned`, never healthy. A file that contradicts
+itself (truncated, offsets or a view out of its storage) is refused with the reason."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import h5py
+import numpy as np
+
+from ..core.errors import CorruptCheckpoint
+from ..core.health import Tally
+from ..core.model import Format
+from . import hdf5, hf_weights, keras_v3, pickle_safe, safetensors_file, torch_zip, window
+from .pickle_safe import TensorRecord
+from .tensor_values import Counts, canonical, count, is_float
+
+CHUNK = 1 << 20  # bytes of a tensor counted at once
+SCANNED = frozenset(
+    {
+        Format.SAFETENSORS,
+        Format.TORCH_ZIP,
+        Format.LIGHTNING,
+        Format.HF_FOLDER,
+        Format.KERAS_ZIP,
+        Format.KERAS_WEIGHTS_H5,
+        Format.KERAS_LEGACY_H5,
+        Format.KERAS_LEGACY_WEIGHTS_H5,
+    }
+)
+_H5 = frozenset(SCANNED - {Format.SAFETENSORS, Format.TORCH_ZIP, Format.LIGHTNING})
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dataclass
+class Scan:
+    """What was read: each floating tensor's tally, and the files they came from."""
+
+    tallies: list[Tally] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+def scannable(fmt: Format | None) -> bool:
+    return fmt in SCANNED
+
+
+def scan(path: Path, fmt: Format) -> Scan:
+    """The tallies of the checkpoint at `path` (a file, or an HF folder) of format `fmt`."""
+    found = Scan()
+    if fmt == Format.SAFETENSORS:
+        _safetensors(path, found, "")
+    elif fmt in (Format.TORCH_ZIP, Format.LIGHTNING):
+        _torch(path, found, "")
+    elif fmt == Format.HF_FOLDER:
+        _hf_folder(path, found)
+    elif fmt in _H5:
+        _keras(path, fmt, found)
+    else:
+        raise ValueError(f"{fmt} is not scanned")  # callers ask `scannable` first
+    return found
+
+
+def _tally(name: str, dtype: str, chunks: Iterator[bytes | np.ndarray]) -> Tally:
+    total = Counts()
+    for chunk in chunks:
+        total.add(count(chunk, dtype))
+    t = total
+    return Tally(name, canonical(dtype), t.elements, t.nan, t.inf, t.zero, t.huge)
+
+
+def _ranges(fd: int, start: int, nbytes: int, what: str) -> Iterator[bytes]:
+    """`nbytes` bytes at `start` of the open file, CHUNK (a multiple of every item size) at a
+    time; the file ending early is refused."""
+    at, end = start, start + nbytes
+    while at < end:
+        want = min(CHUNK, end - at)
+        chunk = os.pread(fd, want, at)
+        while 0 < len(chunk) < want:  # a short read: whole values only, so read on
+            more = os.pread(fd, want - len(chunk), at + len(chunk))
+            if not more:
+                break
+            chunk += more
+        if len(chunk) < want:
+            raise CorruptCheckpoint(f"{what}: the file ends early (truncated)")
+        at += len(chunk)
+        yield chunk
+
+
+# -- safetensors --------------------------------------------------------------------------
+
+
+def _safetensors(path: Path, found: Scan, prefix: str) -> None:
+    with open(path, "rb") as raw:
+        for name, dtype, _shape, start, nbytes in safetensors_file.layout(raw):
+            if is_float(dtype):
+                chunks = _ranges(raw.fileno(), start, nbytes, f"tensor {name}")
+                found.tallies.append(_tally(prefix + name, dtype, chunks))
+    found.files.append(path.name)
+
+
+# -- torch zips ---------------------------------------------------------------------------
+
+
+def _torch(path: Path, found: Scan, prefix: str) -> None:
+    with open(path, "rb") as raw:
+        if torch_zip.is_legacy(raw.read(len(torch_zip.LEGACY_MAGIC))):
+            raise CorruptCheckpoint(f"{path.name} is a legacy (pre-1.6) torch file: not scanned")
+        window.check_directory(raw)
+        try:
+            archive = zipfile.ZipFile(raw)
+        except zipfile.BadZipFile as exc:
+            raise CorruptCheckpoint(f"{path.name} is not a torch zip ({exc})") from exc
+        with archive:
+            member = torch_zip.pickle_member(archive)
+            if member is None:
+                raise CorruptCheckpoint(f"{path.name} is a zip but not a torch file")
+            base = member[: -len(torch_zip.PICKLE_MEMBER)]
+            if _byteorder(archive, base) != "little":
+                raise CorruptCheckpoint(f"{path.name} was saved big-endian: not scanned")
+            obj = pickle_safe.load(
+                window.read_member(archive, member, pickle_safe.MAX_PICKLE_BYTES)
+            )
+            walked = pickle_safe.walk(obj)
+            if walked.too_many or walked.too_deep:
+                raise CorruptCheckpoint(f"{path.name}: its object is too big or deep to walk")
+            members = {i.filename: i for i in archive.infolist()}
+            size = os.fstat(raw.fileno()).st_size
+            for name, record in walked.tensors:
+                if not is_float(record.dtype):
+                    continue
+                info = _storage(name, record, members, base)
+                start = window.member_offset(raw, info)
+                if start + info.file_size > size:
+                    raise CorruptCheckpoint(f"tensor {name}: its storage runs past the file's end")
+                chunks = _view_bytes(raw, start, info.file_size, name, record)
+                found.tallies.append(_tally(prefix + name, record.dtype, chunks))
+    found.files.append(path.name)
+
+
+def _byteorder(archive: zipfile.ZipFile, base: str) -> str:
+    try:
+        return window.read_member(archive, f"{base}byteorder", 64).decode(errors="replace").strip()
+    except KeyError:
+        return "little"  # torch < 1.13 wrote no byteorder member: always little-endian
+
+
+def _storage(
+    name: str, record: TensorRecord, members: dict[str, zipfile.ZipInfo], base: str
+) -> zipfile.ZipInfo:
+    """The tensor's storage member, checked to hold every element its view reaches."""
+    if record.storage is None:
+        raise CorruptCheckpoint(f"tensor {name}: no storage")
+    info = members.get(f"{base}data/{record.storage.key}")
+    if info is None or info.compress_type != zipfile.ZIP_STORED:
+        raise CorruptCheckpoint(f"tensor {name}: its storage is missing or not stored raw")
+    if len(record.stride) != len(record.shape) or record.offset < 0:
+        raise CorruptCheckpoint(f"tensor {name}: stride {record.stride} for shape {record.shape}")
+    if record.numel == 0:
+        return info
+    itemsize = pickle_safe.ITEM_SIZES[record.dtype]
+    reach = zip(record.shape, record.stride, strict=True)
+    last = record.offset + sum((d - 1) * s for d, s in reach)
+    if any(s < 0 for s in record.stride) or (last + 1) * itemsize > info.file_size:
+        raise CorruptCheckpoint(
+            f"tensor {name}: its view (offset {record.offset}, stride {record.stride}) reaches "
+            f"past its storage's {info.file_size} bytes"
+        )
+    return info
+
+
+def _contiguous(record: TensorRecord) -> bool:
+    expected = 1
+    for d, s in zip(reversed(record.shape), reversed(record.stride), strict=True):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+def _view_bytes(
+    raw: IO[bytes], start: int, storage_bytes: int, name: str, record: TensorRecord
+) -> Iterator[bytes | np.ndarray]:
+    """The view's elements: a byte range when contiguous, else slabs of a strided view of the
+    mapped storage (each at least one row, else about CHUNK bytes)."""
+    if record.numel == 0:
+        return
+    itemsize = pickle_safe.ITEM_SIZES[record.dtype]
+    if _contiguous(record):
+        yield from _ranges(raw.fileno(), start + record.offset * itemsize, record.nbytes, name)
+        return
+    storage = np.memmap(
+        raw, dtype=_UNSIGNED[itemsize], mode="r", offset=start, shape=(storage_bytes // itemsize,)
+    )
+    view = np.lib.stride_tricks.as_strided(
+        storage[record.offset :],
+        shape=record.shape,
+        strides=tuple(s * itemsize for s in record.stride),
+        writeable=False,
+    )
+    rows = max(1, CHUNK // max(1, record.nbytes // max(1, record.shape[0])))
+    for first in range(0, record.shape[0], rows):
+        yield np.ascontiguousarray(view[first : first + rows])
+
+
+# -- Hugging Face folders -----------------------------------------------------------------
+
+
+def _hf_folder(folder: Path, found: Scan) -> None:
+    names = frozenset(e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False))
+    weights = hf_weights.read_weights(folder, names, None)  # the files, checked and complete
+    several = len(weights.files) > 1
+    for name in weights.files:
+        prefix = f"{name}:" if several else ""
+        if name.endswith(".safetensors"):
+            _safetensors(folder / name, found, prefix)
+        else:
+            _torch(folder / name, found, prefix)
+
+
+# -- Keras HDF5 ---------------------------------------------------------------------------
+
+
+def _keras(path: Path, fmt: Format, found: Scan) -> None:
+    with open(path, "rb") as raw:
+        if fmt == Format.KERAS_ZIP:
+            window.check_directory(raw)
+            try:
+                archive = zipfile.ZipFile(raw)
+            except zipfile.BadZipFile as exc:
+                raise CorruptCheckpoint(f"{path.name} is not a zip ({exc})") from exc
+            with (
+                archive,
+                window.open_member(archive, raw, keras_v3.WEIGHTS_MEMBER) as member,
+                hdf5.open_h5(member) as f,
+            ):
+                _h5_datasets(f, found)
+        else:
+            with hdf5.open_h5(raw) as f:
+                _h5_datasets(f, found)
+    found.files.append(path.name)
+
+
+def _h5_datasets(f: h5py.File, found: Scan) -> None:
+    for name, dataset in hdf5.datasets(f):
+        dtype = dataset.dtype
+        if dtype.kind != "f" or not is_float(dtype.name):
+            continue
+        found.tallies.append(_tally(name, dtype.name, _slabs(dataset)))
+
+
+def _slabs(dataset: h5py.Dataset) -> Iterator[np.ndarray]:
+    shape = tuple(dataset.shape)
+    little = dataset.dtype.newbyteorder("<")
+    if not shape:
+        yield np.ascontiguousarray(dataset[()], dtype=little)
+        return
+    row_bytes = dataset.dtype.itemsize
+    for d in shape[1:]:
+        row_bytes *= d
+    rows = max(1, CHUNK // max(1, row_bytes))
+    for first in range(0, shape[0], rows):
+        yield np.ascontiguousarray(dataset[first : first + rows], dtype=little)
