@@ -11,9 +11,13 @@ tensors read), `nonfinite_tensors` (with a NaN or an Inf), `nan`, `inf` (values)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .model import Checkpoint
+    from .pipeline import Stage
 
 PREFIX = "integrity"
 SCANNED = f"{PREFIX}:scanned"
@@ -29,6 +33,7 @@ NAMES = (
     "dense_nan_tensors",
 )
 METRICS = tuple(f"{PREFIX}:{n}" for n in NAMES)
+PENDING = "integrity_pending"  # a row's `details` key: its integrity verdict is still to come
 MAX_FLAGGED = 20  # tensors named in the result line (it must fit the stage's kept output)
 
 
@@ -138,3 +143,19 @@ def summary(metrics: Mapping[str, float | None]) -> str | None:
         n = int(metrics.get(f"{PREFIX}:{name}") or 0)
         extra += [f"{n} {said}"] if n else []
     return f"finite ({tensors} tensors" + "".join(f", {e}" for e in extra) + ")"
+
+
+def awaits_verdict(stages: Sequence[Stage], checkpoint: Checkpoint) -> bool:
+    """Whether an integrity stage of `stages` (`uses: integrity`) is due on this complete
+    checkpoint and has not recorded its verdict yet: `wait` answers it only once it has (the
+    caller drops the ones whose integrity job ended without one: failed, cancelled)."""
+    from .pipeline import not_due
+
+    if SCANNED in checkpoint.metrics:
+        return False
+    return any(
+        s.uses == "integrity"
+        and s.trigger.kind != "new_best"
+        and not_due(s, checkpoint, is_best=False) is None
+        for s in stages
+    )

@@ -26,15 +26,22 @@ class _Bits:
     nan_only: int | None = None  # a dtype whose one non-finite pattern (sign aside) is this
 
 
-def _huge_bits(dtype: type[np.floating], unsigned: type[np.unsignedinteger]) -> int:
-    return int(np.array(HUGE, dtype=dtype).view(unsigned))
+def _huge_bits(dtype: type[np.floating], unsigned: type[np.unsignedinteger], shift: int = 0) -> int:
+    """The magnitude bits of the largest value <= HUGE (`shift`: of the top bits alone, for
+    bfloat16): any pattern above them is a value > HUGE."""
+    wide = np.dtype(unsigned).itemsize * 8
+    bits = int(np.array(HUGE, dtype=dtype).view(unsigned)) >> shift
+    while float(np.array(bits << shift, dtype=unsigned).view(dtype)) > HUGE:
+        bits -= 1  # the cast rounded up past HUGE
+    assert bits < 1 << (wide - 1 - shift)
+    return bits
 
 
 FLOAT_BITS: dict[str, _Bits] = {
     "float64": _Bits(np.uint64, 0x7FF0_0000_0000_0000, _huge_bits(np.float64, np.uint64)),
     "float32": _Bits(np.uint32, 0x7F80_0000, _huge_bits(np.float32, np.uint32)),
-    # bfloat16 is float32's top half: 1e30's float32 pattern, truncated
-    "bfloat16": _Bits(np.uint16, 0x7F80, _huge_bits(np.float32, np.uint32) >> 16),
+    # bfloat16 is float32's top half
+    "bfloat16": _Bits(np.uint16, 0x7F80, _huge_bits(np.float32, np.uint32, shift=16)),
     "float16": _Bits(np.uint16, 0x7C00, None),  # at most 65504: never huge
     "float8_e5m2": _Bits(np.uint8, 0x7C, None),
     "float8_e4m3fn": _Bits(np.uint8, 0x78, None, nan_only=0x7F),  # no Inf, NaN at S.1111.111
