@@ -142,11 +142,22 @@ def test_a_live_hf_trainer_run_is_evaluated_scanned_and_its_nan_save_passed_over
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     daemon = Daemon(ws, env=env)  # its stage children get the daemon's environment
     daemon.wait_for_log("event=ready")
+    # An evaluator's loop, waiting before the run starts: it must get a checkpoint only once
+    # integrity has judged it (and never the NaN one).
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_daemon", "--config", str(ws.config), "wait", "--run", "hf1",
+         "--newer-than", "0", "--timeout", "3m", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ws.base,
+    )  # fmt: skip
     subprocess.run(
         pipeline_stages.argv(scripts["hf_train"], str(run), "4"),
         check=True, env={**os.environ, **env}, capture_output=True,
     )  # fmt: skip
     sick, fine = str(run / "out/checkpoint-4"), str(run / "out/checkpoint-2")
+    out, err = waiter.communicate(timeout=200)
+    assert waiter.returncode == 0, err
+    first = json.loads(out)
+    assert first["path"] == fine and first["metrics"]["integrity:scanned"] == 1, first
     daemon.wait_until(
         lambda: settled(ws, {sick, fine}, ("eval", "integrity")),
         timeout=150,
