@@ -237,3 +237,39 @@ def test_which_checkpoints_await_an_integrity_verdict() -> None:
     assert not health.awaits_verdict(stages[1:], row)
     with pytest.raises(ConfigError, match="integrity is the built-in integrity stage's name"):
         settings_pipeline.parse_pipeline([{"name": "integrity", "command": ["x"]}])
+
+
+def _valid_files(folder: Path) -> dict[Format, bytes]:
+    values = np.array([1.0, np.nan, 0.0, 2.0], dtype=np.float32)
+    st_path = write_safetensors(
+        folder / "v.safetensors",
+        {"a": ("F32", [4], values.tobytes()), "b": ("BF16", [2, 2], _bf16(values).tobytes())},
+    )
+    pkl = hostile_torch.tensor_pickle({"w": ("FloatStorage", "0", 4)})
+    pt_path = hostile_torch.torch_zip(folder / "v.pt", pkl, {"0": values.tobytes()})
+    return {Format.SAFETENSORS: st_path.read_bytes(), Format.TORCH_ZIP: pt_path.read_bytes()}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    fmt=st.sampled_from([Format.SAFETENSORS, Format.TORCH_ZIP]),
+    cut=st.integers(0, 1 << 12),
+    flips=st.lists(st.tuples(st.integers(0, 1 << 12), st.integers(1, 255)), max_size=4),
+)
+def test_a_damaged_file_is_scanned_or_refused_with_a_reason(
+    tmp_path_factory: pytest.TempPathFactory, fmt: Format, cut: int, flips: list[tuple[int, int]]
+) -> None:
+    """Truncated anywhere, bytes flipped anywhere: a tally or CorruptCheckpoint, never another
+    exception, never a read past the file."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    data = bytearray(_valid_files(folder)[fmt])
+    for at, xor in flips:
+        data[at % len(data)] ^= xor
+    path = folder / ("d.safetensors" if fmt == Format.SAFETENSORS else "d.pt")
+    path.write_bytes(bytes(data[: len(data) - cut % len(data)]))
+    try:
+        found = weight_scan.scan(path, fmt)
+    except CorruptCheckpoint as exc:
+        assert str(exc)
+        return
+    assert all(t.elements >= 0 for t in found.tallies)
