@@ -13,6 +13,7 @@ itself (truncated, offsets or a view out of its storage) is refused with the rea
 
 from __future__ import annotations
 
+import mmap
 import os
 import zipfile
 from collections.abc import Iterator
@@ -183,9 +184,12 @@ def _storage(
     return info
 
 
-def _contiguous(record: TensorRecord) -> bool:
+def _dense(record: TensorRecord) -> bool:
+    """Whether the view reaches each element of `numel` consecutive ones of its storage once
+    (contiguous, or a transpose or permutation of such): its tally is that range's, whatever
+    the order (counts do not depend on it)."""
     expected = 1
-    for d, s in zip(reversed(record.shape), reversed(record.stride), strict=True):
+    for d, s in sorted(zip(record.shape, record.stride, strict=True), key=lambda ds: ds[1]):
         if d != 1 and s != expected:
             return False
         expected *= d
@@ -195,26 +199,39 @@ def _contiguous(record: TensorRecord) -> bool:
 def _view_bytes(
     raw: IO[bytes], start: int, storage_bytes: int, name: str, record: TensorRecord
 ) -> Iterator[bytes | np.ndarray]:
-    """The view's elements: a byte range when contiguous, else slabs of a strided view of the
-    mapped storage (each at least one row, else about CHUNK bytes)."""
+    """The view's elements: a byte range when dense (contiguous, transposed), else slabs of a
+    strided view of the mapped storage (each at least one row, else about CHUNK bytes), the
+    mapping's pages dropped after each (file pages, read again if needed: the resident set
+    stays a slab's, not the storage's)."""
     if record.numel == 0:
         return
     itemsize = pickle_safe.ITEM_SIZES[record.dtype]
-    if _contiguous(record):
+    if _dense(record):
         yield from _ranges(raw.fileno(), start + record.offset * itemsize, record.nbytes, name)
         return
-    storage = np.memmap(
-        raw, dtype=_UNSIGNED[itemsize], mode="r", offset=start, shape=(storage_bytes // itemsize,)
-    )
-    view = np.lib.stride_tricks.as_strided(
-        storage[record.offset :],
-        shape=record.shape,
-        strides=tuple(s * itemsize for s in record.stride),
-        writeable=False,
-    )
-    rows = max(1, CHUNK // max(1, record.nbytes // max(1, record.shape[0])))
-    for first in range(0, record.shape[0], rows):
-        yield np.ascontiguousarray(view[first : first + rows])
+    mapped = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        storage = np.frombuffer(
+            mapped, dtype=_UNSIGNED[itemsize], count=storage_bytes // itemsize, offset=start
+        )
+        # The largest stride first (the tally does not depend on the order): a slab of `rows`
+        # along it then spans about CHUNK bytes of the storage, the pages it touches.
+        dims = sorted(zip(record.shape, record.stride, strict=True), key=lambda ds: -ds[1])
+        view = np.lib.stride_tricks.as_strided(
+            storage[record.offset :],
+            shape=tuple(d for d, _ in dims),
+            strides=tuple(s * itemsize for _, s in dims),
+            writeable=False,
+        )
+        inner = 1 + sum((d - 1) * s for d, s in dims[1:])
+        room = CHUNK // itemsize - inner
+        rows = max(1, room // max(1, dims[0][1]) + 1) if room > 0 else 1
+        for first in range(0, dims[0][0], rows):
+            yield np.ascontiguousarray(view[first : first + rows])
+            mapped.madvise(mmap.MADV_DONTNEED)
+        del storage, view
+    finally:
+        mapped.close()
 
 
 # -- Hugging Face folders -----------------------------------------------------------------

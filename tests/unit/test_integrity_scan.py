@@ -273,3 +273,41 @@ def test_a_damaged_file_is_scanned_or_refused_with_a_reason(
         assert str(exc)
         return
     assert all(t.elements >= 0 for t in found.tallies)
+
+
+def _view_pickle(views: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]]) -> bytes:
+    """torch.save's pickle of float32 views of one storage "0" of 12 elements: name ->
+    (storage offset, shape, stride), as `_rebuild_tensor_v2` takes them."""
+
+    def ints(values: tuple[int, ...]) -> bytes:
+        return b"(" + b"".join(b"K" + bytes([v]) for v in values) + b"t"
+
+    out = [b"\x80\x02}("]
+    for name, (offset, shape, stride) in views.items():
+        out += [
+            hostile_torch._text(name),
+            b"ctorch._utils\n_rebuild_tensor_v2\n(",
+            b"(" + hostile_torch._text("storage") + b"ctorch\nFloatStorage\n",
+            hostile_torch._text("0") + hostile_torch._text("cpu") + b"K\x0ctQ",
+            b"K" + bytes([offset]) + ints(shape) + ints(stride) + b"\x89",
+            b"ccollections\nOrderedDict\n)RtR",
+        ]
+    out.append(b"u.")
+    return b"".join(out)
+
+
+def test_views_of_a_storage_count_the_elements_they_reach(tmp_path: Path) -> None:
+    storage = np.arange(12, dtype=np.float32)
+    storage[[3, 5]] = np.nan  # 3 lies between the strided view's elements
+    pkl = _view_pickle(
+        {
+            "strided": (1, (2, 3), (1, 4)),  # elements 1, 2, 5, 6, 9, 10: gaps
+            "transposed": (0, (4, 3), (1, 4)),  # all 12, a permutation: read as a range
+            "column": (2, (3,), (4,)),  # 2, 6, 10
+        }
+    )
+    path = hostile_torch.torch_zip(tmp_path / "views.pt", pkl, {"0": storage.tobytes()})
+    by_name = {t.name: t for t in weight_scan.scan(path, Format.TORCH_ZIP).tallies}
+    assert (by_name["strided"].elements, by_name["strided"].nan) == (6, 1)
+    assert (by_name["transposed"].elements, by_name["transposed"].nan) == (12, 2)
+    assert (by_name["column"].elements, by_name["column"].nan, by_name["column"].zero) == (3, 0, 0)
