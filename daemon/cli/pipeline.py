@@ -161,8 +161,8 @@ def integrity(obj: Context, ref: str, as_json: bool) -> None:
     """Scan checkpoint REF's weights for NaN, Inf, all-zero and huge (|x| > 1e30) tensors.
 
     Reads safetensors files, torch zips (.pt, .pth, .bin, Lightning .ckpt), Hugging Face
-    folders and Keras HDF5 weights a chunk at a time, running nothing of the file; other
-    formats are `not scanned`. This is the built-in `integrity` stage (`uses: integrity`):
+    folders, DCP folders and Keras HDF5 weights a chunk at a time, running nothing of the
+    file; other formats are `not scanned`. This is the built-in `integrity` stage (`uses: integrity`):
     recorded as the checkpoint's `integrity:*` metrics, its health, by which `latest
     --resumable`, `best` and `wait` pass over a checkpoint with non-finite weights. Exit 0
     whatever it found (the finding is the answer); 1 for weights that contradict themselves.

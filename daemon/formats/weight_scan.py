@@ -4,15 +4,19 @@ our reader checked against the file), torch zips (`.pt`, `.pth`, `.bin`, a Light
 the restricted unpickler's tensor records, their bytes read from the storage members, a view
 through a strided numpy view of the mapped storage), Hugging Face folders (their safetensors
 or `.bin` weights files, shards too) and Keras HDF5 weights (`.keras`, `.weights.h5`, a
-legacy `.h5`: h5py datasets read a slab of rows at a time).
+legacy `.h5`: h5py datasets read a slab of rows at a time) and DCP folders (each tensor item's
+byte range of its data file, a `torch.save` zip, as `.metadata` names it).
 
 Memory stays bounded by `CHUNK` whatever a tensor's size (a view's slab is at least one row of
-it). What this cannot read (a legacy torch file, a TF checkpoint, Orbax, DCP, a SavedModel) is
-`scannable(...)` False: the stage says `not scanned`, never healthy. A file that contradicts
+it). What this cannot read (a TF checkpoint, Orbax, a SavedModel) is `scannable(...)` False,
+and a legacy or big-endian torch file or a DCP item stored transformed raises NotScanned: the
+stage says `not scanned`, never healthy. A file that contradicts
 itself (truncated, offsets or a view out of its storage) is refused with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import mmap
 import os
 import zipfile
@@ -24,10 +28,20 @@ from typing import IO
 import h5py
 import numpy as np
 
-from ..core.errors import CorruptCheckpoint
+from ..core.errors import CorruptCheckpoint, NotScanned
 from ..core.health import Tally
 from ..core.model import Format
-from . import hdf5, hf_weights, keras_v3, pickle_safe, safetensors_file, torch_zip, window
+from ..fs import beneath
+from . import (
+    dcp_folder,
+    hdf5,
+    hf_weights,
+    keras_v3,
+    pickle_safe,
+    safetensors_file,
+    torch_zip,
+    window,
+)
 from .pickle_safe import TensorRecord
 from .tensor_values import Counts, canonical, count, is_float
 
@@ -38,6 +52,7 @@ SCANNED = frozenset(
         Format.TORCH_ZIP,
         Format.LIGHTNING,
         Format.HF_FOLDER,
+        Format.TORCH_DCP,
         Format.KERAS_ZIP,
         Format.KERAS_WEIGHTS_H5,
         Format.KERAS_LEGACY_H5,
@@ -45,6 +60,7 @@ SCANNED = frozenset(
     }
 )
 _H5 = frozenset(SCANNED - {Format.SAFETENSORS, Format.TORCH_ZIP, Format.LIGHTNING})
+_H5 -= {Format.HF_FOLDER, Format.TORCH_DCP}
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -69,6 +85,8 @@ def scan(path: Path, fmt: Format) -> Scan:
         _torch(path, found, "")
     elif fmt == Format.HF_FOLDER:
         _hf_folder(path, found)
+    elif fmt == Format.TORCH_DCP:
+        _dcp(path, found)
     elif fmt in _H5:
         _keras(path, fmt, found)
     else:
@@ -120,37 +138,41 @@ def _safetensors(path: Path, found: Scan, prefix: str) -> None:
 def _torch(path: Path, found: Scan, prefix: str) -> None:
     with open(path, "rb") as raw:
         if torch_zip.is_legacy(raw.read(len(torch_zip.LEGACY_MAGIC))):
-            raise CorruptCheckpoint(f"{path.name} is a legacy (pre-1.6) torch file: not scanned")
-        window.check_directory(raw)
-        try:
-            archive = zipfile.ZipFile(raw)
-        except zipfile.BadZipFile as exc:
-            raise CorruptCheckpoint(f"{path.name} is not a torch zip ({exc})") from exc
-        with archive:
-            member = torch_zip.pickle_member(archive)
-            if member is None:
-                raise CorruptCheckpoint(f"{path.name} is a zip but not a torch file")
-            base = member[: -len(torch_zip.PICKLE_MEMBER)]
-            if _byteorder(archive, base) != "little":
-                raise CorruptCheckpoint(f"{path.name} was saved big-endian: not scanned")
-            obj = pickle_safe.load(
-                window.read_member(archive, member, pickle_safe.MAX_PICKLE_BYTES)
-            )
-            walked = pickle_safe.walk(obj)
-            if walked.too_many or walked.too_deep:
-                raise CorruptCheckpoint(f"{path.name}: its object is too big or deep to walk")
-            members = {i.filename: i for i in archive.infolist()}
-            size = os.fstat(raw.fileno()).st_size
-            for name, record in walked.tensors:
-                if not is_float(record.dtype):
-                    continue
-                info = _storage(name, record, members, base)
-                start = window.member_offset(raw, info)
-                if start + info.file_size > size:
-                    raise CorruptCheckpoint(f"tensor {name}: its storage runs past the file's end")
-                chunks = _view_bytes(raw, start, info.file_size, name, record)
-                found.tallies.append(_tally(prefix + name, record.dtype, chunks))
+            raise NotScanned(f"{path.name} is a legacy (pre-1.6) torch file")
+        _torch_zip(raw, 0, os.fstat(raw.fileno()).st_size, found, prefix, path.name)
     found.files.append(path.name)
+
+
+def _torch_zip(raw: IO[bytes], base: int, length: int, found: Scan, prefix: str, what: str) -> None:
+    """The tensors of the torch zip at bytes [base, base + length) of the open file (a whole
+    `.pt`, or one item of a DCP data file)."""
+    region = io.BufferedReader(window.Window(raw, base, length), buffer_size=1 << 16)
+    window.check_directory(region)
+    try:
+        archive = zipfile.ZipFile(region)
+    except zipfile.BadZipFile as exc:
+        raise CorruptCheckpoint(f"{what} is not a torch zip ({exc})") from exc
+    with archive:
+        member = torch_zip.pickle_member(archive)
+        if member is None:
+            raise CorruptCheckpoint(f"{what} is a zip but not a torch file")
+        top = member[: -len(torch_zip.PICKLE_MEMBER)]
+        if _byteorder(archive, top) != "little":
+            raise NotScanned(f"{what} was saved big-endian")
+        obj = pickle_safe.load(window.read_member(archive, member, pickle_safe.MAX_PICKLE_BYTES))
+        walked = pickle_safe.walk(obj)
+        if walked.too_many or walked.too_deep:
+            raise CorruptCheckpoint(f"{what}: its object is too big or deep to walk")
+        members = {i.filename: i for i in archive.infolist()}
+        for name, record in walked.tensors:
+            if not is_float(record.dtype):
+                continue
+            info = _storage(name, record, members, top)
+            start = window.member_offset(region, info)
+            if start + info.file_size > length:
+                raise CorruptCheckpoint(f"tensor {name}: its storage runs past the file's end")
+            chunks = _view_bytes(raw, base + start, info.file_size, name, record)
+            found.tallies.append(_tally(prefix + name, record.dtype, chunks))
 
 
 def _byteorder(archive: zipfile.ZipFile, base: str) -> str:
@@ -247,6 +269,55 @@ def _hf_folder(folder: Path, found: Scan) -> None:
             _safetensors(folder / name, found, prefix)
         else:
             _torch(folder / name, found, prefix)
+
+
+# -- torch.distributed.checkpoint folders --------------------------------------------------
+
+
+def _dcp(folder: Path, found: Scan) -> None:
+    """Each tensor item of a DCP folder: `.metadata`'s `storage_data` names its data file and
+    byte range, which `dcp.save` fills with a `torch.save` zip of that chunk."""
+    dcp = dcp_folder.read_folder(folder)  # the folder complete: every range within its file
+    if dcp.problems:
+        raise CorruptCheckpoint(dcp.problems[0])
+    floats = {t.key for t in dcp.tensors if is_float(t.dtype)}
+    with os.fdopen(beneath.open_regular(folder / dcp_folder.METADATA, None), "rb") as fh:
+        record, _ops = pickle_safe.read(fh.read(pickle_safe.MAX_PICKLE_BYTES + 1))
+    state = record.state if isinstance(record, pickle_safe.Opaque) else None
+    storage = state.get("storage_data") if isinstance(state, dict) else None
+    items: dict[str, list[tuple[str, int, int, int]]] = {}
+    for index, info in (storage if isinstance(storage, dict) else {}).items():
+        key = _fields(index).get("fqn")
+        where = _fields(info)
+        if key not in floats:
+            continue
+        if where.get("transform_descriptors"):
+            raise NotScanned(
+                f"DCP item {key} is stored transformed ({where['transform_descriptors']})"
+            )
+        chunk = _fields(index).get("index")
+        name, offset, length = where.get("relative_path"), where.get("offset"), where.get("length")
+        if not (isinstance(name, str) and isinstance(offset, int) and isinstance(length, int)):
+            raise CorruptCheckpoint(f"DCP item {key}: no byte range in .metadata")
+        if offset < 0 or length < 0:
+            raise CorruptCheckpoint(f"DCP item {key}: byte range {offset}+{length} refused")
+        number = chunk if isinstance(chunk, int) else 0
+        items.setdefault(name, []).append((str(key), number, offset, length))
+    for name in sorted(items):
+        # read_folder checked its name (in the folder) and size (every range inside it)
+        with os.fdopen(beneath.open_regular(folder / name, None), "rb") as raw:
+            for key, chunk, offset, length in sorted(items[name], key=lambda i: i[2]):
+                label = key if chunk == 0 else f"{key}#{chunk}"
+                part = Scan()
+                _torch_zip(raw, offset, length, part, "", f"{name}:{key}")
+                for t in part.tallies:  # the chunk's one tensor, named by its key
+                    found.tallies.append(dataclasses.replace(t, name=label))
+        found.files.append(name)
+
+
+def _fields(value: object) -> dict[str, object]:
+    state = value.state if isinstance(value, pickle_safe.Opaque) else None
+    return state if isinstance(state, dict) else {}
 
 
 # -- Keras HDF5 ---------------------------------------------------------------------------

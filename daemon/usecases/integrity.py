@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import health
+from ..core.errors import NotScanned
 from ..core.model import Checkpoint
 from ..formats import weight_scan
 
@@ -21,7 +22,11 @@ def scan_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
         document = health.not_scanned(f"{fmt.value if fmt else 'unknown format'} weights")
         files: list[str] = []
     else:
-        found = weight_scan.scan(Path(checkpoint.path), fmt)
+        try:
+            found = weight_scan.scan(Path(checkpoint.path), fmt)
+        except NotScanned as exc:
+            return {**health.not_scanned(str(exc)), "path": checkpoint.path,
+                    "format": fmt.value, "files": []}  # fmt: skip
         document = health.result(found.tallies, len(found.files))
         files = found.files
     return {
