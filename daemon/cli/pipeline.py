@@ -162,10 +162,11 @@ def integrity(obj: Context, ref: str, as_json: bool) -> None:
 
     Reads safetensors files, torch zips (.pt, .pth, .bin, Lightning .ckpt), Hugging Face
     folders, DCP folders and Keras HDF5 weights a chunk at a time, running nothing of the
-    file; other formats are `not scanned`. This is the built-in `integrity` stage (`uses: integrity`):
-    recorded as the checkpoint's `integrity:*` metrics, its health, by which `latest
-    --resumable`, `best` and `wait` pass over a checkpoint with non-finite weights. Exit 0
-    whatever it found (the finding is the answer); 1 for weights that contradict themselves.
+    file; other formats are `not scanned`. This is the built-in `integrity` stage (`uses:
+    integrity`): recorded as the checkpoint's `integrity:*` metrics, its health, by which
+    `latest --resumable`, `best` and `wait` pass over a checkpoint with non-finite weights.
+    Exit 0 whatever it found (the finding is the answer); 1 for weights that contradict
+    themselves.
 
     \b
     Example:  ckpt integrity runs/exp1/ckpt_epoch003.pt
