@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ckpt_daemon.core import health
-from ckpt_daemon.core.errors import ConfigError, CorruptCheckpoint
+from ckpt_daemon.core.errors import ConfigError, CorruptCheckpoint, NotScanned
 from ckpt_daemon.core.model import Checkpoint, CheckpointStatus, Format
 from ckpt_daemon.core.wait_match import WaitFor, pick, sick_news
 from ckpt_daemon.formats import tensor_values, weight_scan
 from ckpt_daemon.settings import pipeline as settings_pipeline
+from ckpt_daemon.usecases.integrity import scan_checkpoint
 from tests.support import hostile_torch
 
 SPECIALS = [0.0, -0.0, 1.0, -2.5, np.nan, -np.nan, np.inf, -np.inf, 1e31, -3e38, 1e-45, 1e30]
@@ -311,3 +312,17 @@ def test_views_of_a_storage_count_the_elements_they_reach(tmp_path: Path) -> Non
     assert (by_name["strided"].elements, by_name["strided"].nan) == (6, 1)
     assert (by_name["transposed"].elements, by_name["transposed"].nan) == (12, 2)
     assert (by_name["column"].elements, by_name["column"].nan, by_name["column"].zero) == (3, 0, 0)
+
+
+def test_what_is_not_read_is_said_not_scanned(tmp_path: Path) -> None:
+    """A legacy torch file (its pickle never unpickled: this one would run code) and a format
+    the scan does not read: `not scanned`, with why, never healthy and never a failure."""
+    legacy = hostile_torch.legacy_one_call(tmp_path, tmp_path)
+    with pytest.raises(NotScanned, match="legacy"):
+        weight_scan.scan(legacy, Format.TORCH_ZIP)
+    row = dataclasses.replace(_row(1, 1, {}), path=str(legacy), format=Format.TORCH_LEGACY)
+    doc = scan_checkpoint(row)
+    assert doc["metrics"] == {"integrity:scanned": 0} and doc["note"].startswith("not scanned")
+    orbax = scan_checkpoint(dataclasses.replace(row, format=Format.ORBAX))
+    assert orbax["note"] == "not scanned: orbax-step weights"
+    assert not (tmp_path / hostile_torch.MARKER).exists()
