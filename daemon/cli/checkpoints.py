@@ -293,6 +293,9 @@ def best(
     the local disk) can be the best: its `s3://` URL is printed instead, or with --fetch it is
     brought back and its local path printed.
 
+    A checkpoint whose weights the `integrity` stage found non-finite is never the answer: the
+    next best is, and stderr says which was passed over and why.
+
     \b
     Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"
     """

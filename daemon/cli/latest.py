@@ -53,6 +53,8 @@ def latest(
     Newest is the most training progress: optimizer iterations, then epoch, then step, then
     mtime. For a TF checkpoint the path is the prefix `tf.train.Checkpoint.restore` takes. A
     checkpoint whose files changed since they were indexed is never printed: the next one is.
+    With --resumable, neither is one whose weights the `integrity` stage found non-finite (NaN
+    or Inf): stderr says which was passed over and why.
 
     With object storage (`remote:`), a checkpoint tiered to the store can be the newest: its
     `s3://` URL is printed instead, or with --fetch it is brought back and its local path
@@ -70,7 +72,7 @@ def latest(
     if as_json:
         doc = documents.latest(found)
         if "resumable" not in found.details:  # an answer from the store: judged on its row
-            from ..usecases.remote_answers import may_resume
+            from ..usecases.tier.remote_answers import may_resume
 
             doc["resumable"] = may_resume(found)
         emit_json({**doc, "location": answer.location, "remote_url": answer.remote_url})
