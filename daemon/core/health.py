@@ -155,7 +155,7 @@ def awaits_verdict(stages: Sequence[Stage], checkpoint: Checkpoint) -> bool:
         return False
     return any(
         s.uses == "integrity"
-        and s.trigger.kind != "new_best"
+        and s.trigger.kind in ("complete", "every")  # new_best, final: decided later
         and not_due(s, checkpoint, is_best=False) is None
         for s in stages
     )
