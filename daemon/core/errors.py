@@ -113,6 +113,11 @@ class Changed(CkptError):
     exit_code = 3
 
 
+class NotScanned(CkptError):
+    """Weights the integrity scan does not read (a legacy torch file, a big-endian one, a DCP
+    item stored transformed): the stage says `not scanned`, never healthy, never failed."""
+
+
 class TooHostile(UsageError):
     """The file is legal HDF5 but beyond what a rewrite takes on: nothing written."""
 

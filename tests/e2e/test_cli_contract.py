@@ -220,6 +220,7 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
     out["du"] = ws.json("du")
     out["stage run"] = ws.json("stage", "run", "probe", str(best))
+    out["integrity"] = ws.json("integrity", str(best))  # a tf-keras .h5: its datasets read
     out["jobs"] = ws.json("jobs")
     out["tier"] = ws.json("tier", str(other), "--dry-run")  # no remote here: a skip, with why
     out["trash remote"] = ws.json("trash", "remote", str(other), "--dry-run")  # kept: no copy

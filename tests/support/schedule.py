@@ -31,6 +31,7 @@ SLOWEST_FIRST = (
     "e2e/test_version_crash_campaign.py",
     "e2e/test_packaging.py",
     "e2e/test_first_hour.py",
+    "e2e/test_pipeline.py",
     "e2e/test_never_lose_the_best.py",
     "e2e/test_fleet.py",
     "integration/test_split.py",
