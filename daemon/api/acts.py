@@ -73,7 +73,6 @@ class CatalogActs(CatalogReads):
         return pruner.prune(
             self.config,
             self._store,
-            self._store.stage_jobs,
             runs=list(runs) or None,
             override=policy,
             dry_run=dry_run,

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..catalog.store import Store
     from ..core.history import History
     from ..core.usage import RootUsage
+    from ..core.wait_match import WaitFor
 
 
 class CatalogReads:
@@ -104,15 +105,15 @@ class CatalogReads:
         the checkpoints only in the object store (tiered) are listed too: a checkpoint whose
         verified copy is in the store is still a checkpoint (`locations` says where)."""
         if location is not None:
-            from ..usecases.locations import filtered
+            from ..usecases.tier.locations import filtered
 
             every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
             return filtered(self._store.remote, every, location, limit)
         if status is None and not every_row:
-            from ..usecases.locations import uses_remote
+            from ..usecases.tier.locations import uses_remote
 
             if uses_remote(self.config):
-                from ..usecases.locations import with_tiered
+                from ..usecases.tier.locations import with_tiered
 
                 every = self.list(run, where, sort, desc, None, format, None, kind, versions, True)
                 rows = [c for c in every if versions or c.version_of is None]
@@ -225,8 +226,11 @@ class CatalogReads:
         return here
 
     def get(self, ref: str | int) -> Checkpoint:
-        """By catalog id or path; the result's `details` has layers, configs and events."""
-        return self._store.reads.get(self.ref(ref))
+        """By catalog id or path; the result's `details` has layers, configs and events (and,
+        for an adapter, `base_model`: its lineage, `usecases.lineage`)."""
+        from ..usecases.lineage import with_lineage
+
+        return with_lineage(self.config, self._store.reads, self._store.reads.get(self.ref(ref)))
 
     def wait(
         self,
@@ -281,10 +285,13 @@ class CatalogReads:
         url = self.config.database
         waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
 
+        asked: builtins.list[WaitFor] = []  # the wait, once built from the first look
+
         def rows() -> builtins.list[Checkpoint]:
             # A copy we keep of a rewritten file is no new save of the trainer's (issue 39).
             found = self.list(run=run, status=CheckpointStatus.OK.value)
-            return [c for c in found if c.version_of is None]
+            found = [c for c in found if c.version_of is None]
+            return self._integrity_pending(found, asked[0]) if asked else found
 
         try:
             seen = frozenset((c.id, c.generation) for c in rows())
@@ -300,17 +307,45 @@ class CatalogReads:
         except BaseException:
             waker.close()
             raise
+        asked.append(wanted)
         return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck, check)
+
+    def _integrity_pending(
+        self, rows: builtins.list[Checkpoint], wanted: WaitFor
+    ) -> builtins.list[Checkpoint]:
+        """`rows`, the new ones whose integrity verdict is still to come marked so
+        (`core.health.PENDING`): due to an integrity stage of the config, none recorded yet,
+        and their integrity job not ended without one (failed, cancelled, skipped)."""
+        from ..core import health
+        from ..core.pipeline import OPEN_STATES
+        from ..core.wait_match import is_new
+
+        stages = [s for s in self.config.pipeline if s.uses == "integrity"]
+        if not stages:
+            return rows
+        names = {s.name for s in stages}
+        marked = []
+        for row in rows:
+            if is_new(row, wanted) and health.awaits_verdict(stages, row):
+                ended = [
+                    j
+                    for j in self._store.stage_jobs.list(checkpoint_id=row.id)
+                    if j.stage in names and j.generation == row.hash and j.state not in OPEN_STATES
+                ]
+                if not ended:
+                    row = dataclasses.replace(row, details={**row.details, health.PENDING: True})
+            marked.append(row)
+        return marked
 
     def runs(self) -> builtins.list[Run]:
         """Each run: its checkpoints' count and bytes on the local disk, its newest and its best
         per metric (with a `remote:`, a checkpoint only in the object store can be either)."""
-        from ..usecases.locations import uses_remote
+        from ..usecases.tier.locations import uses_remote
 
         found = self._store.reads.runs()
         if not uses_remote(self.config):
             return found
-        from ..usecases import remote_answers
+        from ..usecases.tier import remote_answers
 
         return remote_answers.runs(self._store.reads, self._store.remote, found)
 
@@ -332,11 +367,11 @@ class CatalogReads:
         """Trashed checkpoints: original and trash paths, bytes, when and why; then the remote
         copies in their stores' trash (`location: remote`, `remote_url`, `trash_url`)."""
         from ..core.views import trashed_json
-        from ..usecases.locations import uses_remote
+        from ..usecases.tier.locations import uses_remote
 
         found = [trashed_json(t) for t in self._store.acts.trashed()]
         if uses_remote(self.config):
-            from ..usecases.remote_trash import trashed
+            from ..usecases.tier.remote_trash import trashed
 
             found += [
                 trashed_json(t) for t in trashed(self.config, self._store.reads, self._store.remote)

@@ -71,8 +71,8 @@ class Store:
 class Acting(Protocol):
     """The facets an act on a checkpoint's files touches (what `usecases.rail` needs: the run's
     lease, settling what a killed holder left planned, the re-check, the audit, the room for a
-    copy, the remote copies it protects). A `Store` is one; the use cases that act through the
-    rail take this, not the Store."""
+    copy, the remote copies it protects, the pipeline jobs waiting on a checkpoint it frees). A
+    `Store` is one; the use cases that act through the rail take this, not the Store."""
 
     @property
     def reads(self) -> Reads: ...
@@ -94,3 +94,6 @@ class Acting(Protocol):
 
     @property
     def remote(self) -> RemoteCopies: ...
+
+    @property
+    def stage_jobs(self) -> StageJobs: ...

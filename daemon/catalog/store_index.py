@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Engine, Table, insert, select, update
+from sqlalchemy import JSON, Engine, Table, insert, select, type_coerce, update
 
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat, IndexRecord
@@ -197,6 +197,31 @@ class Index(db.Facet):
                 )
                 for r in conn.execute(query)
             }
+
+    def trashed_in_place(self, root: str, start: str | None = None) -> dict[str, FileStat]:
+        """The files under `root` (at or below `start`) trashed where they are (a root that
+        cannot rename: `usecases.rail`), with the stat they were trashed with: not read again
+        while they are still those bytes (they are in the trash, deleted when due)."""
+        # The JSON test in SQL: a root's trash may hold thousands of rows, never read whole.
+        in_place = type_coerce(checkpoints.c.details, JSON)[("trash", "in_place")].as_boolean()
+        query = (
+            select(checkpoints.c.path, checkpoints.c.details)
+            .join(RUNS, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.status == CheckpointStatus.TRASHED.value)
+            .where(in_place.is_(True))
+        )
+        if start is not None and start != root:  # as `known_under`: a range on the path
+            path = codepoint_order(checkpoints.c.path)
+            query = query.where(
+                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
+            )
+        found = {}
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            for row in conn.execute(query):
+                trash = (row.details or {}).get("trash") or {}
+                if trash.get("in_place") and trash.get("stat"):
+                    found[row.path] = FileStat(*trash["stat"])
+        return found
 
     def quick_check(self) -> str | None:
         """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):

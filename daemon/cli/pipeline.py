@@ -1,12 +1,14 @@
-"""`ckpt jobs` (the pipeline's queue: list, `retry ID`, `cancel ID`) and `ckpt stage run NAME
-REF` (a stage by hand on one checkpoint, recorded as the service records it)."""
+"""`ckpt jobs` (the pipeline's queue: list, `retry ID`, `cancel ID`), `ckpt stage run NAME
+REF` (a stage by hand on one checkpoint, recorded as the service records it) and `ckpt
+integrity REF` (the built-in integrity stage's scan of the weights)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from ..api.pipeline import job_json
 from ..core.pipeline import STATES
 from .context import Context, pass_context
 from .options import json_option
@@ -14,27 +16,6 @@ from .output import echo, emit_json
 
 if TYPE_CHECKING:
     from ..catalog.store_stage_jobs import StageJob
-
-
-def job_json(job: StageJob, *, detailed: bool = False) -> dict[str, Any]:
-    """A job as `ckpt jobs --json` prints it (docs/cli-contract.md)."""
-    doc: dict[str, Any] = {
-        "id": job.id,
-        "stage": job.stage,
-        "path": job.path,
-        "run": job.run,
-        "state": job.state,
-        "attempts": job.attempts,
-        "error": job.error,
-        "started_at": job.started_at,
-        "ended_at": job.ended_at,
-        "checkpoint_id": job.checkpoint_id,
-        "holder": job.holder,
-        "result": job.result,
-    }
-    if detailed:
-        doc["output"] = job.output
-    return doc
 
 
 @click.group(invoke_without_command=True)
@@ -146,3 +127,35 @@ def stage_run(obj: Context, name: str, ref: str, as_json: bool) -> None:
         echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): {job.state} {_outcome(job)}")
     if job.state != "done":
         raise PartialFailure(f"stage {name} {job.state}: {job.error}")
+
+
+@click.command()
+@click.argument("ref")
+@json_option(
+    "One line: {metrics: {integrity:scanned, integrity:tensors, integrity:nonfinite_tensors, "
+    "integrity:nan, integrity:inf, integrity:zero_tensors, integrity:huge_tensors, "
+    "integrity:dense_nan_tensors}, note, flagged, path, format, files} (the stage's result line)."
+)
+@pass_context
+def integrity(obj: Context, ref: str, as_json: bool) -> None:
+    """Scan checkpoint REF's weights for NaN, Inf, all-zero and huge (|x| > 1e30) tensors.
+
+    Reads safetensors files, torch zips (.pt, .pth, .bin, Lightning .ckpt), Hugging Face
+    folders, DCP folders and Keras HDF5 weights a chunk at a time, running nothing of the
+    file; other formats are `not scanned`. This is the built-in `integrity` stage (`uses:
+    integrity`): recorded as the checkpoint's `integrity:*` metrics, its health, by which
+    `latest --resumable`, `best` and `wait` pass over a checkpoint with non-finite weights.
+    Exit 0 whatever it found (the finding is the answer); 1 for weights that contradict
+    themselves.
+
+    \b
+    Example:  ckpt integrity runs/exp1/ckpt_epoch003.pt
+    """
+    with obj.catalog() as cat:
+        found = cat.integrity(ref)
+    if as_json:
+        emit_json(found)
+        return
+    echo(f"{obj.shown(found['path'])}: {found['note']}")
+    for tensor in found["flagged"]:
+        echo(f"  {tensor['name']} ({tensor['dtype']}, {tensor['elements']}): {tensor['found']}")

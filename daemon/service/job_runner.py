@@ -124,9 +124,7 @@ class JobRunner(threading.Thread):
         stop = self.stopping.is_set
         try:
             if name is JobName.RETENTION:
-                report = pruner.prune(
-                    self.config, self.store, self.store.stage_jobs, actor=who, should_stop=stop
-                )
+                report = pruner.prune(self.config, self.store, actor=who, should_stop=stop)
                 failures = report.failures
                 event(
                     "retention",
@@ -278,7 +276,7 @@ class JobRunner(threading.Thread):
     def _remote_verify(self, who: str) -> None:
         """A sample of the verified remote copies read back, those verified longest ago first:
         one gone or changed is marked so (`location` stops saying `remote`), and logged."""
-        from ..usecases.remote_verify import verify_sample
+        from ..usecases.tier.remote_verify import verify_sample
 
         verdicts = verify_sample(
             self.config,

@@ -6,7 +6,7 @@ Roots on one filesystem (same `st_dev`) share one guard, with the largest thresh
 the catalog, the re-check of the file against what was indexed, fsops' trash and purge, and an
 audit event whose reason says "disk pressure" and why this one (`ckpt log`). Demotion is
 artifacts' split, then the full file to the trash and purged; a tier act is
-`usecases.tiering`'s (uploaded, verified, recorded, then the local copy trashed), then purged.
+`usecases.tier.tiering`'s (uploaded, verified, recorded, then the local copy trashed), then purged.
 When the object store fails a tier act (unreachable after its retries), the rest of the pass is
 planned again without tiering. After each act the filesystem is measured again: the guard stops
 as soon as it is back above its threshold.
@@ -25,12 +25,14 @@ from ..core import disk_guard, retention
 from ..core.disk_guard import GuardPlan, MinFree, OwnFile, RunFacts, Step, TrashEntry, is_copy
 from ..core.errors import CkptError, RemoteFailed
 from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.pipeline import OPEN_STATES
 from ..core.resume import resumability
 from ..fs import fsops, temp_names
 from ..settings.config import Config, RootConfig
 
 if TYPE_CHECKING:  # SQLAlchemy: `ckpt status` reads the disk state without paying for it
-    from ..catalog.store import Acting, Acts, Reads, UsageReads
+    from ..catalog.store import Acting, Acts, Reads, StageJobs, UsageReads
+    from ..catalog.store_stage_jobs import StageJob
 
 _NOT_ON_DISK = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PURGED}
 
@@ -60,6 +62,8 @@ class Relief:
     failures: list[dict[str, Any]] = field(default_factory=list)
     free_after: int = 0
     starved: bool = False  # a catalog write failed for lack of space (usecases.catalog_room)
+    # Checkpoints whose pending stages were given up: {id, path, run, action, stages}
+    gave_up: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def freed(self) -> int:
@@ -132,6 +136,8 @@ def status(
                 "why": why,
                 "since": heard.get("since") if heard else None,
                 "freed_bytes": int(heard.get("freed_bytes") or 0) if heard else 0,
+                # pipeline stages the guard gave up this episode: [{path, run, action, stages}]
+                "gave_up": list(heard.get("gave_up") or []) if heard else [],
             }
         )
     return out
@@ -142,6 +148,7 @@ def plan_for(
     reads: Reads,
     acts: Acts,
     catalog_usage: UsageReads,
+    stage_jobs: StageJobs,
     fs: Guarded,
     *,
     tiering: bool = True,
@@ -150,7 +157,7 @@ def plan_for(
     now = usage(fs.roots[0])
     threshold = fs.min_free.threshold(now.total)
     runs = [
-        _facts(config, reads, root, name, tiering)
+        _facts(config, reads, stage_jobs, root, name, tiering)
         for _run_id, root, name in reads.run_keys()
         if root in fs.roots
     ]
@@ -203,7 +210,7 @@ def relieve(
     `before_acting` sees the plan first (the service warns of one that cannot be met)."""
     from . import guards, rail
 
-    relief = Relief(plan_for(config, store.reads, store.acts, store.usage, fs))
+    relief = Relief(plan_for(config, store.reads, store.acts, store.usage, store.stage_jobs, fs))
     if relief.plan.steps:
         before_acting(relief.plan)
     threshold = relief.plan.threshold
@@ -214,8 +221,13 @@ def relieve(
         if should_stop() or usage(fs.roots[0]).free >= threshold:
             break
         try:
-            act(config, store, step, batch, actor)
+            stages = act(config, store, step, batch, actor)
             relief.done.append(step)
+            if stages:
+                relief.gave_up.append(
+                    {"id": step.id, "path": step.path, "run": step.run}
+                    | {"action": step.action, "stages": stages}
+                )
         except Exception as exc:
             if not isinstance(exc, (CkptError, OSError, KeyError)):
                 from ..catalog import db
@@ -231,32 +243,39 @@ def relieve(
             if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
                 tiering = False
                 relief.plan = plan_for(
-                    config, store.reads, store.acts, store.usage, fs, tiering=False
+                    config,
+                    store.reads,
+                    store.acts,
+                    store.usage,
+                    store.stage_jobs,
+                    fs,
+                    tiering=False,
                 )
                 steps = list(relief.plan.steps)
     relief.free_after = usage(fs.roots[0]).free
     return relief
 
 
-def act(config: Config, store: Acting, step: Step, batch: str, actor: str) -> None:
+def act(config: Config, store: Acting, step: Step, batch: str, actor: str) -> list[str]:
     """One step of a plan that trashes or demotes a checkpoint, on the rail: refused if the
     catalog says otherwise now (pinned, not `ok`, its run's newest), then trashed (a demotion
-    split first) and purged at once, with the step's reason."""
+    split first) and purged at once, with the step's reason. Returns the pipeline stages it
+    gave up: the jobs pending or running on the checkpoint, cancelled saying so."""
     from . import guards, pruner, rail
     from .retention_plan import planner_item, run_checkpoints
 
     if step.action == "purge":
         purge_early(config, store, step.id, step.reason, actor)
-        return
+        return []
     if step.action == "remove" and step.id == 0:  # a leftover temp of ours: no row, no lease
         fsops.remove_stale_temps(Path(step.path).parent, recursive=False)
-        return
+        return []
     c = store.reads.get(str(step.id))
     if step.action == "remove":  # an artifact of ours beside a checkpoint whole at its path
         if c.status != CheckpointStatus.OK:
             raise fsops.Refused(f"{c.path} is {c.status.value} now: its artifact is kept")
         rail.remove_artifact(config, store, c, Path(step.path), reason=step.reason, actor=actor)
-        return
+        return []
     # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone
     # (a kept copy may be standby: it holds what its file holds).
     spare = c.version_of is not None and c.status == CheckpointStatus.STANDBY
@@ -271,9 +290,26 @@ def act(config: Config, store: Acting, step: Step, batch: str, actor: str) -> No
     if c.version_of is not None and step.action != "trash":
         raise fsops.Refused(f"refused: {c.path} is a kept copy: freed whole, never {step.action}d")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
+    waiting = [j for j in store.stage_jobs.list(checkpoint_id=c.id) if j.state in OPEN_STATES]
     with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as lease:
         pruner.trash_decided(config, store, c, decision, batch, actor, lease)
+    why = f"given up by the disk guard ({step.action}): {step.reason}"
+    given_up = _give_up(store.stage_jobs, waiting, why)
     purge_early(config, store, c.id, step.reason, actor)
+    return given_up
+
+
+def _give_up(stage_jobs: StageJobs, waiting: list[StageJob], why: str) -> list[str]:
+    """The stages waiting on a checkpoint whose bytes the guard just took: their jobs cancelled
+    with `why` (a running one's child is killed when its lease is next renewed), also those the
+    pipeline's own pass cancelled meanwhile as "gone" (the guard is why they went)."""
+    given_up = []
+    for job in waiting:
+        if stage_jobs.set_state(
+            job.id, "cancelled", only_from=(*OPEN_STATES, "cancelled"), why=why
+        ):
+            given_up.append(job.stage)
+    return sorted(set(given_up))
 
 
 def purge_early(config: Config, store: Acting, checkpoint_id: int, reason: str, actor: str) -> None:
@@ -293,7 +329,9 @@ def purge_early(config: Config, store: Acting, checkpoint_id: int, reason: str, 
     rail.purge_trashed(config, store, item, actor, reason=reason)
 
 
-def _facts(config: Config, reads: Reads, root: str, name: str, tiering: bool) -> RunFacts:
+def _facts(
+    config: Config, reads: Reads, stage_jobs: StageJobs, root: str, name: str, tiering: bool
+) -> RunFacts:
     from ..core.query import ListQuery
     from ..core.tier_plan import NO_REMOTE
     from .retention_plan import (
@@ -327,15 +365,16 @@ def _facts(config: Config, reads: Reads, root: str, name: str, tiering: bool) ->
     )
     # Standby copies (what their file holds now: listed as the file) are ours to free too.
     standby = own_rows(
-        reads.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)),
-        name,
+        reads.list(ListQuery(run=name, root=root, status=CheckpointStatus.STANDBY.value)), name
     )
     items += tuple(planner_item(c, False) for c in standby if c.version_of is not None)
     kept_by: dict[int, str] = {}
     if policy is not None and items:
         decided = retention.plan(items, policy).decisions
         kept_by = {d.id: ", ".join(d.reasons) for d in decided if d.action == "keep"}
-    return RunFacts(name, items, tuple(best), _last_resumable(found), kept_by)
+    waiting = stage_jobs.open_for([c.id for c in found]) if config.pipeline else {}
+    pending = {i: tuple(sorted(set(stages))) for i, stages in waiting.items()}
+    return RunFacts(name, items, tuple(best), _last_resumable(found), kept_by, pending)
 
 
 def _last_resumable(found: list[Checkpoint]) -> int | None:

@@ -53,7 +53,6 @@ __all__ = [  # restore, purge and the plan live beside; their callers know them 
 def prune(
     config: Config,
     store: Acting,
-    stage_jobs: StageJobs,
     *,
     runs: list[str] | None = None,
     override: retention.Policy | None = None,
@@ -67,7 +66,7 @@ def prune(
     checkpoints and bytes over the whole plan."""
     if not dry_run:  # a killed command's claims first: what it never moved is a candidate again
         settle_events(config, store.recovery)
-    report = plan_runs(config, store.reads, store.remote, stage_jobs, runs, override)
+    report = plan_runs(config, store.reads, store.remote, store.stage_jobs, runs, override)
     report.dry_run = dry_run
     if dry_run:
         return report
@@ -83,7 +82,6 @@ def prune(
                 _execute(
                     config,
                     store,
-                    stage_jobs,
                     rp,
                     batch,
                     actor,
@@ -100,7 +98,6 @@ def prune(
 def _execute(
     config: Config,
     store: Acting,
-    stage_jobs: StageJobs,
     rp: RunPlan,
     batch: str,
     actor: str,
@@ -126,7 +123,9 @@ def _execute(
                 _report_lost(report, rp, vanished[0], lost, counter)
                 return
             was = rp.plan.to_trash()
-            rp.plan = _planned_again(config, store.reads, store.remote, stage_jobs, rp, override)
+            rp.plan = _planned_again(
+                config, store.reads, store.remote, store.stage_jobs, rp, override
+            )
             now = rp.plan.to_trash()
             size = sum(d.size_bytes for d in now) - sum(d.size_bytes for d in was)
             counter.resize(len(now) - len(was), size)
@@ -181,10 +180,10 @@ def _give_up_remote(
     lease: HeldLease,
 ) -> None:
     """The remote copies the rules give up, each to the store's trash by the remote trash's own
-    act (`usecases.remote_trash.give_up_one`: its protection re-checked under the lease)."""
+    act (`usecases.tier.remote_trash.give_up_one`: its protection re-checked under the lease)."""
     if not rp.remote_doomed():
         return
-    from .remote_trash import give_up_one  # boto3 stays unimported until a remote act
+    from .tier.remote_trash import give_up_one  # boto3 stays unimported until a remote act
 
     for decision in rp.remote_doomed():
         if should_stop() or _lost_lease(lease) is not None:
@@ -283,7 +282,7 @@ def trash_decided(
     """Carry out one decision to trash, demote or tier `c` under its run's `lease` (retention's
     and the disk guard's): refused if it is pinned or not `ok` any more; a demotion splits first
     (its inference artifact stays in its place), then the file goes to the trash; a tier act
-    is `usecases.tiering`'s (the local copy trashed only once the remote one verified). An
+    is `usecases.tier.tiering`'s (the local copy trashed only once the remote one verified). An
     abandoned folder save may go to the trash too, never while a process has a file of it open."""
     # A standby copy of ours holds what its file holds: the disk guard may free it, whole.
     spare_copy = c.status == CheckpointStatus.STANDBY and c.version_of is not None
@@ -298,7 +297,7 @@ def trash_decided(
             raise fsops.Refused(f"{c.path} is abandoned: only trashed, never {decision.action}")
         save_checks.refuse_if_written(Path(c.path))
     if decision.action == "tier":  # up, verified, recorded; only then the local copy trashed
-        from .tiering import tier_one
+        from .tier.tiering import tier_one
 
         tier_one(config, store, c, reason="; ".join(decision.reasons), actor=actor, lease=lease)
         return

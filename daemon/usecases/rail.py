@@ -1,9 +1,9 @@
 """The one rail for every destructive act on a checkpoint's files.
 
 Prune, purge, `trash restore`, `restore --version`, split and compress, the disk guard, the
-space reserve, version capture, the remote tier's local move and `ckpt fetch` all move, delete
-or rewrite files through this module, and only through it (`tests/unit/test_architecture.py`
-holds every other module to that). Each act
+space reserve, version capture, the remote tier (its upload in `acting_on`, then the local move)
+and `ckpt fetch` all move, delete, send away or rewrite files through this module, and only
+through it (`tests/unit/test_architecture.py` holds every other module to that). Each act
 follows the same sequence: take the run's lease (its fencing token confirmed in the act's first
 write; a lease taken over from a killed command settles what that command left planned), re-check
 the file under it (`guards.recheck`: the bytes are the ones indexed and decided on), act through
@@ -35,7 +35,7 @@ from ..formats import tf_state
 from ..fs import fsclone, fsfetch, fsops, fsunpack
 from ..fs.hashing import hash_files
 from ..settings.config import Config, RootConfig
-from . import guards, trash_found
+from . import guards, trash_found, trash_in_place
 from .settlement import settle_events
 
 
@@ -86,15 +86,19 @@ def trash_checkpoint(
     guards.recheck(index, c, root, members)
     if with_artifacts:
         members = [*members, *_artifact_files(reads, root, c)]
+    now = time.time()
     trash = {
         "paths": [
             str(root.joinpath(fsops.TRASH_DIR, batch, *fsops.relative_parts(root, m)))
             for m in members
         ],
-        "at": iso_utc(time.time()),
+        "at": iso_utc(now),
         "batch": batch,
         "members": [str(m) for m in members],
     }
+    mode = trash_in_place.trash_mode(config, Path(c.path))
+    if mode.in_place:  # known before the act: the claim records the delayed delete
+        trash = trash_in_place.record(config, index, c, root, members, trash, now, mode.why)
     # The claim confirms the run's lease in its transaction: a prune whose lease was taken
     # over (it was stopped past the expiry) moves nothing more.
     event_id, refused = acts.claim(
@@ -103,11 +107,21 @@ def trash_checkpoint(
     if event_id is None:
         raise fsops.Refused(refused)
     try:
-        trashed = fsops.move_to_trash(root, members, batch)
+        trashed = [Path(p) for p in trash["paths"]]
+        if not mode.in_place:
+            trashed = fsops.move_to_trash(root, members, batch)
+    except fsops.RenameUnsupported as exc:  # found by the act: the files stay where they are
+        if mode.setting == "move":
+            acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
+            raise
+        trash = trash_in_place.record(
+            config, index, c, root, members, trash, now, guards.one_line(exc)
+        )
+        trashed = [Path(p) for p in trash["paths"]]
     except BaseException as exc:
         acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
         raise
-    if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
+    if [str(p) for p in trashed] != trash["paths"] or trash.get("in_place"):
         moved = {**trash, "paths": [str(p) for p in trashed]}
         acts.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
     acts.end_claim(event_id, c.id)
@@ -158,8 +172,10 @@ def purge_trashed(
         )
         if event_id is None:
             raise fsops.Refused(refused)
+        held = item.trash.get("members_stat") if item.trash.get("in_place") else None
         try:
-            fsops.purge(root.path, [Path(p) for p in item.trash_paths])
+            in_place = FileStat(*held) if held else None
+            fsops.purge(root.path, [Path(p) for p in item.trash_paths], in_place=in_place)
         except BaseException as exc:
             store.acts.end_claim(event_id, item.id, failed=guards.one_line(exc))
             raise
@@ -188,11 +204,14 @@ def remove_artifact(
     ):
         if store.acts.artifact_owner(str(path)) != c.id:
             raise fsops.Refused(f"{path} is not an artifact of {c.path} now: left alone")
-        trashed = (
-            fsops.move_to_trash(root, [path], batch_name("guard"))
-            if fsops.identity(root, path) is not None
-            else []
-        )
+        held, trashed = fsops.identity(root, path), []
+        try:
+            trashed = fsops.move_to_trash(root, [path], batch_name("guard")) if held else []
+        except fsops.RenameUnsupported:  # a root that cannot rename: deleted where it is
+            in_place = fsops.current_stat(root, [path])
+            store.acts.forget_artifact(str(path))
+            fsops.purge(root, [path], in_place=in_place)
+            return
         store.acts.forget_artifact(str(path))
         fsops.purge(root, trashed)
 
@@ -215,7 +234,11 @@ def restore_trashed(config: Config, store: Acting, c: Checkpoint, actor: str) ->
             lease=lease,
         ),
     ):
-        fsops.restore(root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]])
+        originals = [Path(p) for p in info["members"]]
+        if not info.get("in_place"):
+            fsops.restore(root, [Path(p) for p in info["paths"]], originals)
+        elif fsops.current_stat(root, originals) != FileStat(*info["members_stat"]):
+            raise Refused(f"{c.path} changed since it was trashed: its trashed bytes are gone")
         # A record found in the trash was never read: the next scan reads it.
         status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
         reason = None if c.hash else "restored from the trash: read at the next scan"
@@ -231,21 +254,24 @@ def acting_on(
     actor: str,
     *,
     leased: HeldLease | None = None,
+    reason: str | None = None,
+    rehash: bool = True,
 ) -> Iterator[tuple[Path, list[Path]]]:
     """The rail of an act that writes beside or over a checkpoint (split, its card, an export,
-    compress): the run's lease (`leased`: one the caller holds), the file re-checked under it,
-    an audit event `action` around the block. Yields (its root, its files); the transforms the
-    block runs write through `fsops.rewrite`."""
+    compress) or sends it away (the tier's upload): the run's lease (`leased`: one the caller
+    holds), the file re-checked under it (`rehash` False: the stat only, for an act that hashes
+    every byte it reads), an audit event `action` (with `reason`) around the block. Yields (its
+    root, its files); the transforms the block runs write through `fsops.rewrite`."""
     root, members = guards.located(config, store.index, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     # The lease is renewed while the transform runs (a split of a large file takes long).
     with run_lease(config, store, guards.run_id(store.reads, c), actor, held=leased) as lease:
-        guards.recheck(store.index, c, root, members)
+        guards.recheck(store.index, c, root, members, rehash=rehash)
         with store.acts.audited(
             action=action,
             checkpoint_id=c.id,
             path=c.path,
-            reason=None,
+            reason=reason,
             size=c.size_bytes,
             actor=actor,
             lease=lease,

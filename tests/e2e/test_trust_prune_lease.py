@@ -184,7 +184,6 @@ def test_a_prune_whose_planned_files_went_while_it_lost_its_lease_says_so_not_pl
         report = pruner.prune(
             settings,
             store,
-            store.stage_jobs,
             runs=["exp1"],
             override=Policy(keep_last=1),
             actor="node-a",

@@ -83,7 +83,6 @@ def test_a_second_host_reads_the_rows_at_its_own_mount_point(
     report = pruner.prune(
         config_a,
         store_a,
-        store_a.stage_jobs,
         runs=["job"],
         override=Policy(keep_last=1),
         actor="host-a",
@@ -110,9 +109,7 @@ def test_naming_a_root_later_keeps_its_rows_and_their_history(
         shutil.copy2(keras_checkpoints / ZIP_RUN / name, mount / "job" / name)
     store = open_store(config_plain)
     indexer.scan(config_plain, store, actor="t")
-    pruner.prune(
-        config_plain, store, store.stage_jobs, runs=["job"], override=Policy(keep_last=2), actor="t"
-    )
+    pruner.prune(config_plain, store, runs=["job"], override=Policy(keep_last=2), actor="t")
     store.close()
     events_before = sql(catalog_url, "SELECT count(*) FROM events")[0][0]
 

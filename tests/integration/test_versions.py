@@ -103,7 +103,7 @@ def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
         ("previous generation of best.keras (v4)",),
     )
     assert decisions["best.v1.keras"][0] == decisions["best.v3.keras"][0] == "trash"
-    pruner.prune(config, store, store.stage_jobs, actor="test")
+    pruner.prune(config, store, actor="test")
     assert [v.generation for v in store.versions.versions_of(str(best))] == [2, 4, 5]
     assert (ws.root / ".ckpt-trash").is_dir() and best.exists()
     store.close()
