@@ -56,7 +56,7 @@ def test_it_takes_what_it_may_in_order_and_says_what_holds_the_space(guarded) ->
     config, store, root = guarded
     (fs,) = disk_guard.guarded(config)
     assert fs.roots == (str(root),) and fs.min_free == MinFree(percent=99.0)
-    relief = disk_guard.relieve(config, store, store.stage_jobs, fs, actor="daemon:disk-guard")
+    relief = disk_guard.relieve(config, store, fs, actor="daemon:disk-guard")
     assert [(s.action, Path(s.path).parent.name, Path(s.path).name) for s in relief.done] == [
         ("purge", "b", NAMES[0]),
         ("purge", "b", NAMES[1]),
