@@ -82,7 +82,7 @@ def histogram(values: Iterable[float], bounds: tuple[float, ...] = LATENCY_BUCKE
 
 @dataclass(frozen=True)
 class Figures:
-    """The catalog's part of the metrics, as of one read (`Usage.figures`)."""
+    """The catalog's part of the metrics, as of one read (`UsageReads.figures`)."""
 
     by_status: Mapping[str, int]  # checkpoint rows per status (every status, zeros included)
     bytes: Mapping[tuple[str, str], int]  # (root, kind) -> bytes, every kind of every root

@@ -1,6 +1,6 @@
 """The Prometheus metrics, the only prometheus_client import: `ckpt serve`'s `/metrics` and
 `ckpt metrics --textfile` (node_exporter's textfile collector) print the same text, built by
-`metrics_text` from the catalog's figures (`Usage.figures`: all-time totals from the audit
+`metrics_text` from the catalog's figures (`UsageReads.figures`: all-time totals from the audit
 events, so counters survive restarts) and the service's state (live in `ckpt serve`; the newest
 heartbeat's for `ckpt metrics`). Every name has the one `ckpt_` prefix, base units (bytes,
 seconds) and `_total` on counters. docs/service.md's metric table lists
