@@ -26,7 +26,7 @@ from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
-from .artifacts import SPLIT_BY_POLICY
+from .artifacts import split_by_policy
 from .locations import uses_remote
 from .pipeline import awaiting_stages
 from .trainer_housekeeping import trainer_best
@@ -335,4 +335,4 @@ def tier_blocked(config: Config, c: Checkpoint) -> str | None:
 
 def demotable(c: Checkpoint) -> bool:
     """Split into an inference artifact would free its optimizer state."""
-    return c.format in SPLIT_BY_POLICY and (c.optimizer_bytes or 0) > 0
+    return split_by_policy(c)
