@@ -45,18 +45,20 @@ def read_file(path: Path, root: Path | None = None) -> CheckpointInfo:
             raise UnreadableCheckpoint(f"I/O error: {exc.strerror}") from exc
         raise
     with os.fdopen(fd, "rb") as raw:
-        return _read_file(raw, path.suffix.lower() in FOREIGN_SUFFIXES)
+        return _read_file(raw, path.name.lower(), path.suffix.lower() in FOREIGN_SUFFIXES)
 
 
-def _read_file(raw: BinaryIO, foreign: bool = False) -> CheckpointInfo:
+def _read_file(raw: BinaryIO, name: str = "", foreign: bool = False) -> CheckpointInfo:
     head = raw.read(HEAD_BYTES)
     size = os.fstat(raw.fileno()).st_size
     if size == 0:
         raise CorruptCheckpoint("empty file")
     # Each format row's file reader in turn (`core.families`), by content: the first whose
-    # bytes these are reads them (several rows share one: a zip is Keras's or torch's).
-    readers = (r.reader for r in families.rows() if r.reader is not None and not r.folder)
-    for reader in dict.fromkeys(readers):
+    # bytes these are reads them (several rows share one: a zip is Keras's or torch's). The
+    # rows that name the file's suffix go first: a format's magic may look like another's.
+    files = [r for r in families.rows() if r.reader is not None and not r.folder]
+    named = [r for r in files if name.endswith(r.suffixes)] if name else []
+    for reader in dict.fromkeys(r.reader for r in (*named, *files)):
         info: CheckpointInfo | None = families.resolve(reader)(raw, head, size)
         if info is not None:
             return info
