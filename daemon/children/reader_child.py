@@ -38,7 +38,7 @@ from ..core.errors import (
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 from .protocol import read_line
 
-# The modules outside the package that registered format rows (`core.family.extra_modules`):
+# The modules outside the package that registered format rows (`core.families.extra_modules`):
 # the child imports them, so that it knows their rows too (set by the parent when it starts one).
 FAMILY_MODULES = "CKPT_FAMILY_MODULES"
 READ_TIMEOUT_SECONDS = 30.0

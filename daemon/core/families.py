@@ -1,172 +1,209 @@
-"""The format table: one row per format (`core.family.Family`), every built-in format's here.
+"""The format table: one row per format says everything the rest of the code asks of a format.
 
-Whatever differs from one format to another (its reader, folder layout, completeness rule,
-resume rule, splitter or the reason it is not split, its `verify --load` check) is read from
-its row; nothing else names a format to decide. To add a format: write its module (a reader
-in `formats/`, its layout if it is a folder, a splitter in `transforms/` if it splits) and
-register its row, here for a built-in one or with `register` from the format's own module.
-Rows are tried in order: the first file reader or folder layout that claims a path wins.
+A row (`Family`) names its format (the catalog's value), how its checkpoints are found and
+read, when one is complete, whether training resumes from it, how it is split (or why not) and
+how `verify --load` loads it. Whatever differs from one format to another is read from its
+row (`row(format)`); nothing else names a format to decide. A new format is one module (its
+reader, its rules) and one row: below for a built-in one, or `register(Family(...))` from
+the format's own module. The parts that do I/O are named by reference, "layer.module:attribute"
+(or given as the object itself by a format outside the package), and resolved by the layer
+that runs them (`resolve`): the table stays pure and no arrow points up.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
 from . import resume_rules as rules
-from .family import (
-    SAVE,
-    SETTLE,
-    Family,
-    extra_modules,
-    folder_formats,
-    register,
-    resolve,
-    row,
-    rows,
-    suffixes,
-    unregister,
-    where,
-)
 from .model import Format
+from .resume_rules import ResumeRule, never
 
-# Ask the table through this module (importing it loads the built-in rows), never core.family.
-__all__ = [
-    "SAVE",
-    "SETTLE",
-    "Family",
-    "extra_modules",
-    "folder_formats",
-    "register",
-    "resolve",
-    "row",
-    "rows",
-    "suffixes",
-    "unregister",
-    "where",
-]
+# A part that does I/O: "layer.module:attribute", or the object itself. Readers are `formats`'
+# (a file's: `read(raw, head, size) -> info | None`, None when the bytes are not its; a
+# folder's: `read(folder, root) -> info`); layouts `fs`' (`fs.folder_layouts.FolderLayout`);
+# splitters `transforms`' (a module with `split` and `inference_path`, called by usecases);
+# loads `usecases`' (`load(checkpoint, mode) -> (ok, detail)`).
+Ref = str | object
+# Completeness rules: a read problem is `incomplete` until the file has settled, `corrupt` after
+# (core.completion); or, for a folder an async save fills, the save's own signs and its writers
+# decide (core.save_verdict, usecases.save_checks).
+SETTLE, SAVE = "settle", "save"
 
-_H5 = (".h5", ".hdf5", ".he5")
-_TORCH = (".pt", ".pth", ".bin", ".ckpt")
+
+@dataclass(frozen=True)
+class Family:
+    """One format's row. `module`: set by a format outside the package; the reader child
+    imports it too (`extra_modules`), so that the child knows the row."""
+
+    format: Format
+    resume: ResumeRule  # pure: resumable or not, and why (core.resume_rules)
+    reader: Ref | None = None
+    suffixes: tuple[str, ...] = ()  # file names discovery offers the file readers
+    layout: Ref | None = None  # a folder format's: it recognises a folder from names alone
+    folder: bool = False  # one checkpoint of a whole folder: members, moved as one unit
+    completeness: str = SETTLE
+    splitter: Ref | None = None  # None: transforms.split judges it (and refuses)
+    split_refusal: str | None = None  # why it is never split (exit 2, before anything)
+    compress_refusal: str | None = None  # why it is never compressed
+    compressible: bool = False  # compressed in place by transforms.compress
+    load: Ref | None = None  # None: `verify --load` says it is not checked
+    module: str | None = None
+
+    @property
+    def may_resume(self) -> bool:
+        """Its rule can say yes (the catalog's `--resumable` pre-filter keeps its rows)."""
+        return not isinstance(self.resume, never)
+
+
+_ROWS: dict[str, Family] = {}
+_CACHE: dict[str, Any] = {}  # answers asked per file or per listed row, until a register
+
+
+def register(family: Family) -> Family:
+    """Add (or replace) the row of `family.format`; its format becomes a known `Format`."""
+    family = replace(family, format=Format.add(str(family.format)))
+    _ROWS[family.format.value] = family
+    _CACHE.clear()
+    return family
+
+
+def unregister(fmt: str) -> None:
+    """Forget a row added by `register` (a test's toy format)."""
+    _ROWS.pop(str(fmt), None)
+    _CACHE.clear()
+
+
+def row(fmt: str | None) -> Family | None:
+    """The row of `fmt` (a `Format` or its stored value), None when unknown or None."""
+    return _ROWS.get(str(fmt)) if fmt is not None else None
+
+
+def rows() -> Iterator[Family]:
+    """Every row, in order (readers and layouts are tried in it: the first claim wins)."""
+    return iter(tuple(_ROWS.values()))
+
+
+def _cached(name: str, compute: Callable[[], Any]) -> Any:
+    if name not in _CACHE:
+        _CACHE[name] = compute()
+    return _CACHE[name]
+
+
+def folder_formats() -> frozenset[Format]:
+    """Formats whose checkpoint is a folder: one catalog entry, its files as members."""
+    found: frozenset[Format] = _cached(
+        "folders", lambda: frozenset(r.format for r in rows() if r.folder)
+    )
+    return found
+
+
+def suffixes() -> tuple[str, ...]:
+    """The file names discovery hands to the file readers: every row's `suffixes`."""
+    found: tuple[str, ...] = _cached(
+        "suffixes", lambda: tuple(dict.fromkeys(s for r in rows() for s in r.suffixes))
+    )
+    return found
+
+
+def extra_modules() -> tuple[str, ...]:
+    """Modules outside the package that registered rows (the reader child imports them)."""
+    return tuple(dict.fromkeys(r.module for r in rows() if r.module))
+
+
+def resolve(ref: Ref) -> Any:
+    """The object a row's reference names. Called by the layer that owns the part (formats
+    for readers, fs for layouts, usecases for splitters and loads), never from here."""
+    if not isinstance(ref, str):
+        return ref
+    if ref not in _RESOLVED:
+        module, _, attribute = ref.partition(":")
+        loaded = importlib.import_module(f"{_PACKAGE}.{module}")
+        _RESOLVED[ref] = getattr(loaded, attribute) if attribute else loaded
+    return _RESOLVED[ref]
+
+
+_PACKAGE = __name__.rsplit(".", 2)[0]  # ckpt_daemon
+_RESOLVED: dict[str, Any] = {}
+
+# ---- the built-in rows ----
+
 _TORCH_COMPRESS = (
     "a torch-family file has no lossless compressed form of its own (a compressed "
     ".safetensors or .pt is no longer one its loader opens)"
 )
-_KERAS_SPLIT = "transforms.split"  # Keras HDF5 and .keras: optimizer groups dropped (h5py)
+# Keras HDF5 files (formats.keras_h5, the weights store of formats.keras_v3) and `.keras` zips:
+# split by dropping their optimizer groups (transforms.split), compressed in place
+_h5 = partial(Family, reader="formats.file_detect:read_hdf5", suffixes=(".h5", ".hdf5", ".he5"))
+_keras_h5 = partial(_h5, splitter="transforms.split", compressible=True)
 _KERAS_LOAD = "usecases.verifier:keras_load"
-_TORCH_LOAD = "usecases.verifier:torch_load"
-_FOLDER_LOAD = "usecases.folder_load:load"
+# torch files (formats.torch_zip, safetensors_file): a zip is Keras's or torch's, by content
+_torch = partial(
+    Family,
+    suffixes=(".pt", ".pth", ".bin", ".ckpt"),
+    compress_refusal=_TORCH_COMPRESS,
+    load="usecases.verifier:torch_load",
+)
+_torch_zip = partial(
+    _torch, reader="formats.file_detect:read_zip", splitter="transforms.torch_split"
+)
+# async saves: a step folder an Orbax or DCP writer fills (formats.folder_saves)
+_save = partial(
+    Family,
+    reader="formats.folder_saves:read",
+    folder=True,
+    completeness=SAVE,
+    load="usecases.folder_load:load",
+)
 
 for _row in (
-    # Keras HDF5 files (formats.keras_h5, keras_v3's weights store)
-    Family(
-        Format.KERAS_LEGACY_H5,
-        rules.keras_legacy_h5,
-        may_resume=True,
-        reader="formats.file_detect:read_hdf5",
-        suffixes=_H5,
-        splitter=_KERAS_SPLIT,
-        compressible=True,
-        load=_KERAS_LOAD,
-    ),
-    Family(
-        Format.KERAS_LEGACY_WEIGHTS_H5,
-        rules.keras_legacy_weights,
-        reader="formats.file_detect:read_hdf5",
-        suffixes=_H5,
-        compressible=True,
-    ),
-    Family(
-        Format.KERAS_WEIGHTS_H5,
-        rules.keras_weights,
-        reader="formats.file_detect:read_hdf5",
-        suffixes=_H5,
-        splitter=_KERAS_SPLIT,
-        compressible=True,
-    ),
-    # zip archives: a Keras 3 `.keras` or a torch.save zip (formats.keras_v3, torch_zip)
+    _keras_h5(Format.KERAS_LEGACY_H5, rules.keras_legacy_h5, load=_KERAS_LOAD),
+    _h5(Format.KERAS_LEGACY_WEIGHTS_H5, rules.keras_legacy_weights, compressible=True),
+    _keras_h5(Format.KERAS_WEIGHTS_H5, rules.keras_weights),
     Family(
         Format.KERAS_ZIP,
         rules.keras_archive,
-        may_resume=True,
         reader="formats.file_detect:read_zip",
         suffixes=(".keras",),
-        splitter=_KERAS_SPLIT,
+        splitter="transforms.split",
         compressible=True,
         load=_KERAS_LOAD,
     ),
-    Family(
-        Format.TORCH_ZIP,
-        rules.torch,
-        may_resume=True,
-        reader="formats.file_detect:read_zip",
-        suffixes=_TORCH,
-        splitter="transforms.torch_split",
-        compress_refusal=_TORCH_COMPRESS,
-        load=_TORCH_LOAD,
-    ),
-    Family(
-        Format.LIGHTNING,
-        rules.lightning,
-        may_resume=True,
-        reader="formats.file_detect:read_zip",
-        suffixes=(".ckpt",),
-        splitter="transforms.torch_split",
-        compress_refusal=_TORCH_COMPRESS,
-        load=_TORCH_LOAD,
-    ),
-    Family(
+    _torch_zip(Format.TORCH_ZIP, rules.torch),
+    _torch_zip(Format.LIGHTNING, rules.lightning),
+    _torch(
         Format.TORCH_LEGACY,
         rules.torch,
-        may_resume=True,
         reader="formats.file_detect:read_torch_legacy",
-        suffixes=_TORCH,
         split_refusal="a legacy (pre-1.6) torch file is not split (re-save it with a "
         "current torch: its storages are then a zip's members, copied as they are)",
-        compress_refusal=_TORCH_COMPRESS,
-        load=_TORCH_LOAD,
     ),
-    Family(
+    _torch(
         Format.SAFETENSORS,
         rules.safetensors,
         reader="formats.file_detect:read_safetensors",
         suffixes=(".safetensors", ".bin"),
         split_refusal="a safetensors file holds weights only: nothing to split",
-        compress_refusal=_TORCH_COMPRESS,
-        load=_TORCH_LOAD,
     ),
     # TensorFlow: found by discovery's own rules (a prefix and its shards, saved_model.pb)
-    Family(Format.TF_CHECKPOINT, rules.tf_checkpoint, may_resume=True),
+    Family(Format.TF_CHECKPOINT, rules.tf_checkpoint),
     Family(Format.SAVED_MODEL, rules.saved_model, folder=True),
     # folder checkpoints (fs.folder_layouts), each read whole by its reader
     Family(
         Format.HF_FOLDER,
         rules.hf_folder,
-        may_resume=True,
         reader="formats.hf_folder:read",
         layout="fs.folder_layouts:HF_FOLDER_LAYOUT",
         folder=True,
         splitter="transforms.hf_split",
         compress_refusal="a Hugging Face folder's files have no lossless compressed form "
         "that from_pretrained still opens",
-        load=_TORCH_LOAD,
+        load="usecases.verifier:torch_load",
     ),
-    Family(
-        Format.ORBAX,
-        rules.orbax,
-        may_resume=True,
-        reader="formats.folder_saves:read",
-        layout="fs.folder_layouts:ORBAX_LAYOUT",
-        folder=True,
-        completeness=SAVE,
-        load=_FOLDER_LOAD,
-    ),
-    Family(
-        Format.TORCH_DCP,
-        rules.dcp,
-        may_resume=True,
-        reader="formats.folder_saves:read",
-        layout="fs.folder_layouts:DCP_LAYOUT",
-        folder=True,
-        completeness=SAVE,
-        load=_FOLDER_LOAD,
-    ),
+    _save(Format.ORBAX, rules.orbax, layout="fs.folder_layouts:ORBAX_LAYOUT"),
+    _save(Format.TORCH_DCP, rules.dcp, layout="fs.folder_layouts:DCP_LAYOUT"),
 ):
     register(_row)

@@ -30,7 +30,7 @@ class CheckpointStatus(enum.StrEnum):
 
 
 class _Formats(type):
-    """`for f in Format`: every format known, built in or added by a family (`core.family`)."""
+    """`for f in Format`: every format known, built in or added by a row of `core.families`."""
 
     def __iter__(cls) -> Iterator[Format]:
         return iter(tuple(_KNOWN.values()))
@@ -39,7 +39,7 @@ class _Formats(type):
 class Format(str, metaclass=_Formats):
     """A checkpoint's format: the value is what the catalog stores and `--json` prints.
 
-    An open vocabulary: a format is one row of `core.families` (`core.family.register` adds
+    An open vocabulary: a format is one row of `core.families` (`core.families.register` adds
     one), not a member of a closed enum. `Format(value)` answers the one object of a known
     value (so `is` compares as it did for the enum) and refuses an unknown one (ValueError)."""
 

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import families
-from .family import Resumability, ResumeFacts
 from .model import Format
-from .resume_rules import LEGACY_H5_RESUMES_IN
+from .resume_rules import LEGACY_H5_RESUMES_IN, Resumability, ResumeFacts
 
 __all__ = ["LEGACY_H5_RESUMES_IN", "Resumability", "may_resume", "resumability"]
 

@@ -15,9 +15,29 @@ iteration 0. Each rule is one format row's (`core.families`); `core.resume` asks
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from .family import Resumability, ResumeFacts, ResumeRule
-from .model import Kind
+from .model import Format, Kind
+
+
+@dataclass(frozen=True)
+class ResumeFacts:
+    """What the catalog knows of a checkpoint that a resume rule may weigh."""
+
+    format: Format
+    kind: str | None
+    optimizer_bytes: int | None
+    keras_version: str | None
+    optimizer_config_lost: bool = False
+
+
+@dataclass(frozen=True)
+class Resumability:
+    resumable: bool
+    reason: str
+
+
+ResumeRule = Callable[[ResumeFacts], Resumability]
 
 # The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
 # match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
@@ -25,9 +45,15 @@ LEGACY_H5_RESUMES_IN = ("1", "2")
 NO_OPTIMIZER = Resumability(False, "no optimizer state: training would restart the optimizer")
 
 
-def never(reason: str) -> ResumeRule:
-    """The rule of a format training never resumes from, whatever the file holds."""
-    return lambda _facts: Resumability(False, reason)
+@dataclass(frozen=True)
+class never:
+    """The rule of a format training never resumes from, whatever the file holds (the
+    catalog's `--resumable` pre-filter leaves its rows out: `core.resume.may_resume`)."""
+
+    reason: str
+
+    def __call__(self, _facts: ResumeFacts) -> Resumability:
+        return Resumability(False, self.reason)
 
 
 def with_optimizer(yes: str, *, full: str | None = None) -> ResumeRule:

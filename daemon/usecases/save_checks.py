@@ -23,7 +23,7 @@ UNCONFIRMED_NOTE = "unconfirmed save: "  # formats.folder_saves writes these not
 
 
 def is_folder_save(family: str) -> bool:
-    """Whether the format row's completeness rule is an async save's (`core.family.SAVE`)."""
+    """Whether the format row's completeness rule is an async save's (`core.families.SAVE`)."""
     row = families.row(family)
     return row is not None and row.completeness == families.SAVE
 

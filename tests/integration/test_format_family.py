@@ -31,7 +31,7 @@ import json
 
 from ckpt_daemon.core import families
 from ckpt_daemon.core.errors import CorruptCheckpoint
-from ckpt_daemon.core.family import Resumability
+from ckpt_daemon.core.resume import Resumability
 from ckpt_daemon.core.model import CheckpointInfo, Format, Kind, OptimizerInfo
 
 MAGIC, END = b"TOYCKPT\\n", b"END\\n"
@@ -71,7 +71,6 @@ ROW = families.register(
     families.Family(
         TOY,
         resume,
-        may_resume=True,
         reader=read,
         suffixes=(".toy",),
         split_refusal="a toy checkpoint keeps its optimizer inside its weights",
