@@ -43,6 +43,7 @@ class Format(str, metaclass=_Formats):
     one), not a member of a closed enum. `Format(value)` answers the one object of a known
     value (so `is` compares as it did for the enum) and refuses an unknown one (ValueError)."""
 
+    __slots__ = ()
     KERAS_ZIP: ClassVar[Format]
     KERAS_WEIGHTS_H5: ClassVar[Format]
     KERAS_LEGACY_H5: ClassVar[Format]
@@ -78,15 +79,6 @@ class Format(str, metaclass=_Formats):
     @property
     def value(self) -> str:
         return str.__str__(self)
-
-    def __str__(self) -> str:
-        return str.__str__(self)
-
-    def __repr__(self) -> str:
-        return f"Format({str.__repr__(self)})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Format, (str(self),))
 
 
 _KNOWN: dict[str, Format] = {}
