@@ -51,6 +51,13 @@ class Family:
     compress_refusal: str | None = None  # why it is never compressed
     compressible: bool = False  # compressed in place by transforms.compress
     load: Ref | None = None  # None: `verify --load` says it is not checked
+    # The one line of Python that loads it, shown on its model card: `{path}` (quoted), `{lib}`
+    # (keras or tf_keras, by the Keras that wrote it), `{model}` (the model's class, else
+    # AutoModel); None: "-"
+    load_line: str | None = None
+    # Who writes it: "keras" (Keras or TensorFlow: the card shows the Keras version, a log row
+    # r is epoch r + 1), "torch" (a loop's 0-based epoch index), or None
+    writer: str | None = None
     module: str | None = None
 
     @property
@@ -137,8 +144,15 @@ _TORCH_COMPRESS = (
 )
 # Keras HDF5 files (formats.keras_h5, the weights store of formats.keras_v3) and `.keras` zips:
 # split by dropping their optimizer groups (transforms.split), compressed in place
-_h5 = partial(Family, reader="formats.file_detect:read_hdf5", suffixes=(".h5", ".hdf5", ".he5"))
+_h5 = partial(
+    Family,
+    reader="formats.file_detect:read_hdf5",
+    suffixes=(".h5", ".hdf5", ".he5"),
+    writer="keras",
+    load_line="model.load_weights({path})  # model: built with the same architecture",
+)
 _keras_h5 = partial(_h5, splitter="transforms.split", compressible=True)
+_LOAD_MODEL = "import {lib}; model = {lib}.models.load_model({path})"
 _KERAS_LOAD = "usecases.verifier:keras_load"
 # torch files (formats.torch_zip, safetensors_file): a zip is Keras's or torch's, by content
 _torch = partial(
@@ -146,6 +160,8 @@ _torch = partial(
     suffixes=(".pt", ".pth", ".bin", ".ckpt"),
     compress_refusal=_TORCH_COMPRESS,
     load="usecases.verifier:torch_load",
+    writer="torch",
+    load_line="import torch; state = torch.load({path}, weights_only=True)",
 )
 _torch_zip = partial(
     _torch, reader="formats.file_detect:read_zip", splitter="transforms.torch_split"
@@ -160,7 +176,9 @@ _save = partial(
 )
 
 for _row in (
-    _keras_h5(Format.KERAS_LEGACY_H5, rules.keras_legacy_h5, load=_KERAS_LOAD),
+    _keras_h5(
+        Format.KERAS_LEGACY_H5, rules.keras_legacy_h5, load=_KERAS_LOAD, load_line=_LOAD_MODEL
+    ),
     _h5(Format.KERAS_LEGACY_WEIGHTS_H5, rules.keras_legacy_weights, compressible=True),
     _keras_h5(Format.KERAS_WEIGHTS_H5, rules.keras_weights),
     Family(
@@ -171,9 +189,15 @@ for _row in (
         splitter="transforms.split",
         compressible=True,
         load=_KERAS_LOAD,
+        load_line=_LOAD_MODEL,
+        writer="keras",
     ),
     _torch_zip(Format.TORCH_ZIP, rules.torch),
-    _torch_zip(Format.LIGHTNING, rules.lightning),
+    _torch_zip(
+        Format.LIGHTNING,
+        rules.lightning,
+        load_line="model = Model.load_from_checkpoint({path})  # Model: your LightningModule",
+    ),
     _torch(
         Format.TORCH_LEGACY,
         rules.torch,
@@ -187,10 +211,22 @@ for _row in (
         reader="formats.file_detect:read_safetensors",
         suffixes=(".safetensors", ".bin"),
         split_refusal="a safetensors file holds weights only: nothing to split",
+        load_line="from safetensors.torch import load_file; state_dict = load_file({path})",
     ),
     # TensorFlow: found by discovery's own rules (a prefix and its shards, saved_model.pb)
-    Family(Format.TF_CHECKPOINT, rules.tf_checkpoint),
-    Family(Format.SAVED_MODEL, rules.saved_model, folder=True),
+    Family(
+        Format.TF_CHECKPOINT,
+        rules.tf_checkpoint,
+        load_line="tf.train.Checkpoint(model=model, optimizer=optimizer).restore({path})",
+        writer="keras",
+    ),
+    Family(
+        Format.SAVED_MODEL,
+        rules.saved_model,
+        folder=True,
+        load_line="import tensorflow as tf; loaded = tf.saved_model.load({path})",
+        writer="keras",
+    ),
     # folder checkpoints (fs.folder_layouts), each read whole by its reader
     Family(
         Format.HF_FOLDER,
@@ -202,8 +238,9 @@ for _row in (
         compress_refusal="a Hugging Face folder's files have no lossless compressed form "
         "that from_pretrained still opens",
         load="usecases.verifier:torch_load",
+        load_line="import transformers; model = transformers.{model}.from_pretrained({path})",
     ),
     _save(Format.ORBAX, rules.orbax, layout="fs.folder_layouts:ORBAX_LAYOUT"),
-    _save(Format.TORCH_DCP, rules.dcp, layout="fs.folder_layouts:DCP_LAYOUT"),
+    _save(Format.TORCH_DCP, rules.dcp, layout="fs.folder_layouts:DCP_LAYOUT", writer="torch"),
 ):
     register(_row)

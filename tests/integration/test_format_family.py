@@ -75,6 +75,7 @@ ROW = families.register(
         suffixes=(".toy",),
         split_refusal="a toy checkpoint keeps its optimizer inside its weights",
         load=load,
+        load_line="import toy; model = toy.load({path})",
         module=__name__,
     )
 )
@@ -169,6 +170,7 @@ def test_a_toy_format_is_one_module_and_one_row(
     code, out, err = ckpt(ws, capsys, "describe", str(full))
     assert code == 0, err
     assert "toy-ckpt" in out and "toy.resume(path)" in out
+    assert f"import toy; model = toy.load({json.dumps(str(full))})" in out
 
     # verify --load: the row's load check
     code, out, err = ckpt(ws, capsys, "verify", str(full), "--load", "--json")
