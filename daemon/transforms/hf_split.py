@@ -104,7 +104,7 @@ def split(
     *,
     out: Path | None = None,
     replacing: fsops.Identity | None = None,
-    keep_compile: bool = False,
+    keep_compile: bool = False,  # every splitter's signature: an HF folder compiles nothing
     source_hash: str | None = None,
 ) -> SplitResult:
     """Write the inference folder of the HF folder `source` (below `root`) beside it or into

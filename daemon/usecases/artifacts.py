@@ -60,7 +60,7 @@ def split_checkpoint(
     from .describe import card_path, own_card, write_card
 
     c = store.get(ref)
-    refuse_torch(c, "split")
+    refuse_by_row(c, "split")
     splitter = _splitter(c)
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
@@ -233,7 +233,7 @@ def compress_checkpoint(
     from ..transforms.compress import compress
 
     c = store.get(ref)
-    refuse_torch(c, "compress")
+    refuse_by_row(c, "compress")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
     _refuse(c, "compress")
@@ -323,7 +323,7 @@ def _check_out(root: Path, out: Path | None) -> None:
         raise UsageError(f"--out {out} is not inside the checkpoint's root {root}")
 
 
-def refuse_torch(c: Checkpoint, action: str) -> None:
+def refuse_by_row(c: Checkpoint, action: str) -> None:
     """A one-line refusal (exit 2) for what a format's row says split or compress cannot do
     (`split_refusal`, `compress_refusal`), before anything else is looked at."""
     done = {"split": "split", "compress": "compressed"}[action]
