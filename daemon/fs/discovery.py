@@ -35,12 +35,6 @@ _DATA_SHARD = re.compile(r"^(?P<prefix>.+)\.data-(?P<index>\d{5})-of-(?P<count>\
 FILE, TF_CHECKPOINT, SAVED_MODEL = "file", Format.TF_CHECKPOINT.value, Format.SAVED_MODEL.value
 
 
-def checkpoint_suffixes() -> tuple[str, ...]:
-    """The file names handed to the readers: the format rows' `suffixes` (all judged by
-    content: a `.bin` that is not a torch or safetensors file is recorded with the reason)."""
-    return families.suffixes()
-
-
 def is_skipped_dir(name: str) -> bool:
     """Folders that belong to us, to tools, or to a writer's temporary work (an inference
     folder of ours being filled among them), never to a run."""
@@ -132,7 +126,7 @@ def walk(
                     stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
-            elif entry.name.lower().endswith(checkpoint_suffixes()):
+            elif entry.name.lower().endswith(families.suffixes()):
                 with suppress(FileNotFoundError):
                     mode = entry.stat(follow_symlinks=False).st_mode
                     yield Skipped(Path(entry.path), _special_file(mode))
@@ -188,14 +182,14 @@ def _file_candidates(
             continue
         path = folder / name
         if name in backup:
-            if name.endswith(".index") or name.lower().endswith(checkpoint_suffixes()):
+            if name.endswith(".index") or name.lower().endswith(families.suffixes()):
                 yield Skipped(folder / name.removesuffix(".index"), BACKUP_STATE)
         elif name.endswith(".index"):
             prefix = name[: -len(".index")]
             members = tf_members(folder, prefix, present)
             if members is not None:
                 yield Candidate(folder / prefix, folder, members, TF_CHECKPOINT)
-        elif name.lower().endswith(checkpoint_suffixes()):
+        elif name.lower().endswith(families.suffixes()):
             yield Candidate(path, folder, (path,))
 
 
