@@ -79,8 +79,9 @@ def register(family: Family) -> Family:
 
 
 def unregister(fmt: str) -> None:
-    """Forget a row added by `register` (a test's toy format)."""
+    """Forget a row added by `register` (a test's toy format), and its format."""
     _ROWS.pop(str(fmt), None)
+    Format.forget(str(fmt))
     _CACHE.clear()
 
 

@@ -72,6 +72,11 @@ class Format(str, metaclass=_Formats):
         return _KNOWN[value]
 
     @classmethod
+    def forget(cls, value: str) -> None:
+        """`value` is no format any more (a toy format's row, unregistered)."""
+        _KNOWN.pop(value, None)
+
+    @classmethod
     def known(cls) -> Mapping[str, Format]:
         """{value: format} of every known format (live: it grows as formats are added)."""
         return _KNOWN

@@ -184,6 +184,7 @@ def test_the_toy_row_leaves_no_trace_once_forgotten(toy: Any) -> None:
     assert ".toy" in families.suffixes()
     families.unregister(toy.TOY)
     assert families.row("toy-ckpt") is None and ".toy" not in families.suffixes()
+    assert "toy-ckpt" not in {f.value for f in Format}  # the vocabulary is the built-in one
 
 
 def test_every_row_names_its_parts_in_the_layer_that_runs_them() -> None:
