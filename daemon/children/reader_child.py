@@ -110,6 +110,7 @@ class _Child:
         self._buffer = b""
         self._lock = threading.Lock()
         self.last_used = time.monotonic()
+        self._modules = ""  # the FAMILY_MODULES it was started with
 
     def read(self, path: Path, root: Path | None, timeout: float) -> CheckpointInfo:
         path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root)) if root else None
@@ -142,9 +143,12 @@ class _Child:
             self._running()
 
     def _running(self) -> subprocess.Popen[bytes]:
+        modules = ",".join(families.extra_modules())
+        if self.proc is not None and modules != self._modules:
+            self.close()  # a format row registered since it started: one that knows it
         if self.proc is None or self.proc.poll() is not None:
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-            env[FAMILY_MODULES] = ",".join(families.extra_modules())
+            env[FAMILY_MODULES] = self._modules = modules
             self._buffer = b""
             self.proc = subprocess.Popen(
                 python_module("children.reader_child"),

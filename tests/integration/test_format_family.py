@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from ckpt_daemon.children import reader_child
 from ckpt_daemon.cli.main import run
 from ckpt_daemon.core import families
-from ckpt_daemon.core.errors import UsageError
+from ckpt_daemon.core.errors import CorruptCheckpoint, UsageError
 from ckpt_daemon.core.model import Format
 from tests.support.workspace import Workspace
 
@@ -83,20 +84,22 @@ ROW = families.register(
 
 
 @pytest.fixture
-def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The toy format's module, imported from a folder of its own (the reader child finds it
-    on PYTHONPATH); its row forgotten afterwards."""
+def toy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The toy format's module in a folder of its own, on our path and on the reader child's
+    (PYTHONPATH); its row and module forgotten afterwards."""
     folder = tmp_path / "plugin"
     folder.mkdir()
     (folder / "toy_format.py").write_text(TOY_MODULE)
     monkeypatch.syspath_prepend(str(folder))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
-    module = importlib.import_module("toy_format")
-    try:
-        yield module
-    finally:
-        families.unregister(module.TOY)
-        sys.modules.pop("toy_format", None)
+    yield
+    families.unregister("toy-ckpt")
+    sys.modules.pop("toy_format", None)
+
+
+@pytest.fixture
+def toy(toy_module: None) -> Any:
+    return importlib.import_module("toy_format")
 
 
 def toy_file(path: Path, epoch: int, optimizer_bytes: int, *, whole: bool = True) -> Path:
@@ -176,6 +179,17 @@ def test_a_toy_format_is_one_module_and_one_row(
     code, out, err = ckpt(ws, capsys, "verify", str(full), "--load", "--json")
     assert code == 0, err
     assert f"loads with toy ({full})" in out
+
+
+def test_a_reader_child_started_before_the_row_learns_it(toy_module: None, tmp_path: Path) -> None:
+    """The service keeps one reader child: a format registered after it started is read by a
+    new child that imports the row's module."""
+    path = toy_file(tmp_path / "e01.toy", 1, 4096)
+    with reader_child.session():
+        with pytest.raises(CorruptCheckpoint):  # unknown: its bytes look like a safetensors
+            reader_child.read(path)
+        importlib.import_module("toy_format")
+        assert reader_child.read(path).format == "toy-ckpt"
 
 
 def test_the_toy_row_leaves_no_trace_once_forgotten(toy: Any) -> None:
