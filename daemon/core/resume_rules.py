@@ -149,8 +149,21 @@ orbax = with_optimizer(
 dcp = with_optimizer("DCP folder with optimizer state: dcp.load into the model and optimizer dicts")
 # A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
 # there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
-hf_folder = with_optimizer(
+_hf_full = with_optimizer(
     "Trainer checkpoint with optimizer, scheduler and trainer state: "
     "Trainer.train(resume_from_checkpoint=...)",
     full="no optimizer.pt, scheduler.pt and trainer_state.json all together",
 )
+# A PEFT adapter's Trainer checkpoint with optimizer state resumes on its base model.
+_HF_ADAPTER = Resumability(
+    True,
+    "Trainer checkpoint of a PEFT adapter with optimizer state: "
+    "Trainer.train(resume_from_checkpoint=...) on the base model with the adapter",
+)
+
+
+def hf_folder(facts: ResumeFacts) -> Resumability:
+    verdict = _hf_full(facts)
+    if verdict is not NO_OPTIMIZER and facts.kind == Kind.ADAPTER.value:
+        return _HF_ADAPTER
+    return verdict

@@ -20,7 +20,7 @@ from ..catalog.store_leases import HeldLease
 from ..children.sandbox import UNSANDBOXED
 from ..core import families
 from ..core.errors import UsageError
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format, Kind
 from ..core.progress import Counter, OnProgress
 from ..fs import fsops, name_limits
 from ..logs import event
@@ -323,10 +323,20 @@ def _check_out(root: Path, out: Path | None) -> None:
         raise UsageError(f"--out {out} is not inside the checkpoint's root {root}")
 
 
+def is_adapter(c: Checkpoint) -> bool:
+    return c.kind == Kind.ADAPTER.value
+
+
 def refuse_by_row(c: Checkpoint, action: str) -> None:
     """A one-line refusal (exit 2) for what a format's row says split or compress cannot do
-    (`split_refusal`, `compress_refusal`), before anything else is looked at."""
+    (`split_refusal`, `compress_refusal`), and for a PEFT adapter (already the small file that
+    inference loads), before anything else is looked at."""
     done = {"split": "split", "compress": "compressed"}[action]
+    if is_adapter(c):
+        raise UsageError(
+            f"not {done}: {c.path} is a PEFT adapter: already small (only the adapter's "
+            "weights), loaded as it is on its base model; nothing to take out of it"
+        )
     row = families.row(c.format)
     why = getattr(row, f"{action}_refusal") if row is not None else None
     if why is not None:
@@ -336,9 +346,10 @@ def refuse_by_row(c: Checkpoint, action: str) -> None:
 def split_by_policy(c: Checkpoint) -> bool:
     """What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer
     state permitting: the formats whose row has a splitter (Keras files, torch zips and
-    Lightning files, Hugging Face Trainer folders)."""
+    Lightning files, Hugging Face Trainer folders), never a PEFT adapter (`refuse_by_row`)."""
     row = families.row(c.format)
-    return row is not None and row.splitter is not None and (c.optimizer_bytes or 0) > 0
+    splits = row is not None and row.splitter is not None and not is_adapter(c)
+    return splits and (c.optimizer_bytes or 0) > 0
 
 
 def _compressible(c: Checkpoint) -> bool:
