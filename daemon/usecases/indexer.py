@@ -18,9 +18,9 @@ from ..catalog.store import Store
 from ..catalog.store_claims import Claim
 from ..catalog.store_index import Known
 from ..children import reader_child
-from ..core import completion
+from ..core import completion, families
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UnfinishedSave, UsageError
-from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, Format, IndexRecord
+from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.progress import Counter, OnProgress
 from ..core.training_metrics import compile_template
 from ..core.units import iso_utc
@@ -39,7 +39,6 @@ from .scan_report import ScanReport, record_outcome
 # Read again only once their bytes change (an abandoned save: nobody writes in it any more).
 _SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT, CheckpointStatus.ABANDONED}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
-_MARKED = (discovery.FILE, Format.HF_FOLDER.value)  # what split writes: files, HF folders
 
 
 def scan(
@@ -256,14 +255,7 @@ class _Scan:
         if known and known.stat == stat and known.status in _SETTLED:
             self._unchanged(cand, known)
             if text in self.uncaptured and cand.family == discovery.FILE:
-                versions.capture(
-                    self.config,
-                    self.store,
-                    self.store.versions,
-                    self.root,
-                    known.id,
-                    actor=self.actor,
-                )
+                self._capture(known.id)
             return True
         if not valid_name:
             reason = "file name is not valid UTF-8: rename it to have it indexed"
@@ -349,7 +341,7 @@ class _Scan:
         # file within bounds, so the hostile-file rails stand in front of this read too. An
         # inference folder (an HF checkpoint's split) carries it as a file inside.
         if (
-            cand.family in _MARKED
+            _marked(cand.family)
             and (ours := adopt(self.store.reads, self.store.acts, cand.path)) is not None
         ):
             self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
@@ -399,10 +391,11 @@ class _Scan:
         self.last_recorded = text
         record_outcome(self.report, record)
         if status == CheckpointStatus.OK and cand.family == discovery.FILE:
-            # At once: the trainer's next save to a fixed name destroys this generation.
-            versions.capture(
-                self.config, self.store, self.store.versions, self.root, ckpt_id, actor=self.actor
-            )
+            self._capture(ckpt_id)  # at once: the trainer's next save to its name destroys it
+
+    def _capture(self, ckpt_id: int) -> None:
+        store = self.store
+        versions.capture(self.config, store, store.versions, self.root, ckpt_id, actor=self.actor)
 
     def _run_logs(self, run_dir: Path) -> derivation.LogsRead:
         """The run's metrics logs, read once per scan (and reused by its derivation)."""
@@ -417,3 +410,10 @@ class _Scan:
             return discovery.display_path(run_dir.relative_to(self.root.path))[0]
         except ValueError:
             return "."
+
+
+def _marked(family: str) -> bool:
+    """What a split may have written: a file, or a folder of a format whose row splits (an HF
+    checkpoint's inference folder)."""
+    row = families.row(family)
+    return family == discovery.FILE or (row is not None and row.folder and bool(row.splitter))
