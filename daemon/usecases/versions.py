@@ -302,8 +302,8 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
 
 def _seen(store: Store, row: Checkpoint, digest: str) -> bool:
     full = store.get(str(row.id))
-    return any(
-        isinstance(g, dict) and g.get("hash") == digest
+    return any(  # its bytes, or the bytes a compress rewrote (the same generation)
+        isinstance(g, dict) and digest in [g.get("hash"), *(g.get("rewritten_from") or [])]
         for g in full.details.get("generations") or []
     )
 
