@@ -1,8 +1,9 @@
 """Kept versions in the catalog: a version is a checkpoint row of its own (its run, epoch,
 metrics, hash) with `version_of` naming the file it was kept of (`usecases.versions` copies,
-`core.versions` names). Its status is `standby` while that file still holds the same bytes, and
-`ok` (a version like any checkpoint) once the file was rewritten or is gone: `sync_standby`
-keeps that true in the same transaction as every change of the file's row."""
+`core.versions` names). Its status is `standby` while that file still holds the same bytes (or
+the same generation compressed in place since: `content_hashes`), and `ok` (a version like any
+checkpoint) once the file was rewritten or is gone: `sync_standby` keeps that true in the same
+transaction as every change of the file's row."""
 
 from __future__ import annotations
 

@@ -17,11 +17,12 @@ import pytest
 
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core import versions as naming
+from ckpt_daemon.core.errors import UsageError
 from ckpt_daemon.core.model import FileStat
 from ckpt_daemon.fs import fsops
 from ckpt_daemon.fs.hashing import hash_files
 from ckpt_daemon.settings import config as config_module
-from ckpt_daemon.usecases import indexer, rail
+from ckpt_daemon.usecases import indexer, rail, versions
 from ckpt_daemon.usecases.artifacts import compress_checkpoint
 from tests.support import Workspace
 
@@ -94,4 +95,8 @@ def test_a_version_stays_standby_when_its_compressed_file_is_read_again(
     assert store.identity(row.id)[0].mtime_ns == later and row.generation == 1
     assert [(v.path, v.status) for v in store.versions_of(str(full))] == [(kept.path, "standby")]
     assert os.listdir(Path(kept.path).parent) == [Path(kept.path).name]  # no second copy
+    with pytest.raises(UsageError, match="already holds generation 1: nothing to do"):
+        versions.restore_version(  # not refused as a generation that could not be kept first
+            config, store, str(full), generation=1, actor="test", index=lambda p: None
+        )
     store.close()
