@@ -1,0 +1,187 @@
+"""Real DeepSpeed ZeRO checkpoints, written by deepspeed itself on the CPU (2 ranks on gloo under
+torchrun), with the truth of each taken on the writer's side and DeepSpeed's own consolidation.
+
+Usage (always in a child process: the pytest process never imports torch or deepspeed)::
+
+    python3 tests/support/deepspeed_runs.py OUT
+
+writes::
+
+    OUT/zero2/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-2, two param groups
+    OUT/zero3/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-3 (placeholders in module)
+    OUT/reference/zero{2,3}-global_stepN.safetensors   `get_fp32_state_dict_from_zero_checkpoint`
+    OUT/ds-truth.json                                   shapes, stages, world size, steps
+
+The model has a BatchNorm (buffers, an int64 among them) and parameters whose sizes are odd, so
+ZeRO-2's alignment padding and ZeRO-3's per-parameter padding are both exercised. DeepSpeed
+JIT-builds a shared-memory comm op on its first CPU start (~80 s); it is an optimisation of
+all-reduce only, so the ranks here run without it (gloo does the collectives).
+
+Generated once per content of this file (`session_deepspeed_runs`: a cache folder keyed by its
+hash), like tests/support/hf_runs.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DS_TRUTH = "ds-truth.json"
+STAGES = (2, 3)
+SAVES = 3
+WORLD_SIZE = 2
+GENERATE_TIMEOUT_S = 600
+CACHE_ENV = "CKPT_DS_FIXTURES"  # a folder holding one generated set per content hash
+
+
+def _model(hidden: int = 16) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, hidden),
+        torch.nn.BatchNorm1d(hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 7),
+        torch.nn.Linear(7, 5),
+    )
+
+
+def _groups(model: Any) -> list[dict[str, Any]]:
+    """Two param groups (weights decayed, biases and norms not), as most recipes build them."""
+    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
+    return [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
+
+
+def config(stage: int) -> dict[str, Any]:
+    return {
+        "train_batch_size": 8,
+        "zero_optimization": {"stage": stage},
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": True}},
+    }
+
+
+def _no_shm_op() -> None:
+    """Skip DeepSpeed's JIT-built shared-memory all-reduce (~80 s of C++ on a first start)."""
+    import deepspeed.comm.torch as ds_comm
+
+    ds_comm.build_shm_op = lambda: None  # type: ignore[attr-defined]
+
+
+def train_and_save(out: Path, stage: int, saves: int, model: Any) -> dict[str, Any]:
+    """One engine of `stage`, `saves` steps, a `save_checkpoint` after each (every rank)."""
+    import deepspeed
+    import torch
+
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=_groups(model), config=config(stage))
+    rank = torch.distributed.get_rank()
+    gen = torch.Generator().manual_seed(rank)
+    folder = out / f"zero{stage}"
+    for step in range(1, saves + 1):
+        x = torch.randn(4, 8, generator=gen)
+        engine.backward(engine(x).pow(2).mean())
+        engine.step()
+        engine.save_checkpoint(str(folder), tag=f"global_step{step}")
+    return {"folder": folder.name, "tags": [f"global_step{s}" for s in range(1, saves + 1)]}
+
+
+def reference(folder: Path, tag: str, target: Path) -> dict[str, Any]:
+    """DeepSpeed's own consolidation of one tag, saved as safetensors (its own `save_file`)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from safetensors.torch import save_file
+
+    state = get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=tag)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(target))
+    return {k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")} for k, v in state.items()}
+
+
+def rank_main(out: Path) -> None:
+    import deepspeed
+    import torch
+
+    _no_shm_op()
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = torch.distributed.get_rank()
+    truth: dict[str, Any] = {"world_size": torch.distributed.get_world_size(), "stages": {}}
+    for stage in STAGES:
+        model = _model()
+        shapes = {n: list(p.shape) for n, p in model.named_parameters()}
+        buffers = {n: list(b.shape) for n, b in model.named_buffers()}
+        run = train_and_save(out, stage, SAVES, model)
+        truth["stages"][str(stage)] = {**run, "zero_stage": stage, "param_shapes": shapes,
+                                       "buffers": buffers, "n_params": sum(
+                                           int(torch.tensor(s).prod()) for s in shapes.values())}
+    torch.distributed.barrier()
+    if rank == 0:
+        (out / "reference").mkdir(exist_ok=True)
+        for stage, entry in truth["stages"].items():
+            entry["consolidated"] = {}
+            for tag in entry["tags"]:
+                target = out / "reference" / f"zero{stage}-{tag}.safetensors"
+                entry["consolidated"][tag] = reference(out / entry["folder"], tag, target)
+        truth["ds_version"] = deepspeed.__version__
+        (out / DS_TRUTH).write_text(json.dumps(truth, indent=1))
+    torch.distributed.barrier()
+
+
+def content_key() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+
+
+def torchrun(script: Path, *args: str, nproc: int = WORLD_SIZE) -> list[str]:
+    """The command that runs `script` on `nproc` CPU ranks (gloo), as a user's launcher would."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", str(script), *args]  # fmt: skip
+
+
+def generate(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = torchrun(Path(__file__).resolve(), "--rank", str(out))
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, env=child_env(),
+        cwd=out,
+    )  # fmt: skip
+    if result.returncode != 0 or not (out / DS_TRUTH).is_file():
+        raise RuntimeError(f"deepspeed_runs failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return out
+
+
+def session_deepspeed_runs() -> Path:
+    """The generated set for this content of the script: from the cache if there, else written
+    into a temp folder beside it and renamed into place (a concurrent session's set wins)."""
+    cache = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "ckpt-ds-fixtures")
+    final = cache / content_key()
+    if (final / DS_TRUTH).is_file():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix="gen-", dir=cache))
+    generate(fresh / "set")
+    try:
+        os.rename(fresh / "set", final)
+    except OSError:  # another session renamed its set first: use that one
+        shutil.rmtree(fresh / "set", ignore_errors=True)
+    shutil.rmtree(fresh, ignore_errors=True)
+    return final
+
+
+def load_truth(folder: Path) -> dict[str, Any]:
+    return dict(json.loads((folder / DS_TRUTH).read_text()))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--rank":
+        rank_main(Path(sys.argv[2]))
+    else:
+        generate(Path(sys.argv[1]))
