@@ -45,11 +45,15 @@ class Format(enum.StrEnum):
     TORCH_DCP = "torch-dcp"  # torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
     # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
     HF_FOLDER = "hf-folder"
+    # A DeepSpeed ZeRO tag folder `global_stepN/`: per-rank model and optimizer states
+    DEEPSPEED_ZERO = "deepspeed-zero"
 
 
 # Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
 # (fs.folder_layouts describes how a layout is added).
-FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER, Format.ORBAX, Format.TORCH_DCP})
+FOLDER_FORMATS = frozenset(
+    {Format.SAVED_MODEL, Format.HF_FOLDER, Format.ORBAX, Format.TORCH_DCP, Format.DEEPSPEED_ZERO}
+)
 
 
 class Kind(enum.StrEnum):

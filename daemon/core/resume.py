@@ -34,6 +34,9 @@ MAY_RESUME += (Format.ORBAX, Format.TORCH_DCP)
 # A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
 # there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
 MAY_RESUME += (Format.HF_FOLDER,)
+# A DeepSpeed tag folder is read only when every rank's files are there and whole
+# (formats.deepspeed_zero): `engine.load_checkpoint(save_dir, tag)` restores each partition.
+MAY_RESUME += (Format.DEEPSPEED_ZERO,)
 # The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
 # match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
 LEGACY_H5_RESUMES_IN = ("1", "2")
@@ -79,6 +82,12 @@ def resumability(
             True,
             "Orbax step with optimizer state: CheckpointManager.restore(step) "
             "(Keras: OrbaxCheckpoint restores it into the model)",
+        )
+    if format == Format.DEEPSPEED_ZERO:
+        return Resumability(
+            True,
+            "DeepSpeed tag with every rank's optimizer partition: "
+            "engine.load_checkpoint(save_dir, tag)",
         )
     if format == Format.TORCH_DCP:
         return Resumability(

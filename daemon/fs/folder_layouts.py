@@ -152,9 +152,28 @@ DCP_LAYOUT = FolderLayout(
     family=Format.TORCH_DCP.value, recognises=_dcp_recognises, announces=_dcp_announces
 )
 
+# ---- DeepSpeed ZeRO: a tag folder `global_stepN/` of per-rank states (formats.deepspeed_zero) ----
+
+_ZERO_FILE = re.compile(
+    r"^(mp_rank_\d+_model_states|(bf16_)?zero_pp_rank_\d+_mp_rank_\d+_(model|optim)_states)\.pt$"
+)
+
+
+def _zero_recognises(_name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
+    return any(_ZERO_FILE.match(f) for f in files)
+
+
+def _zero_announces(_folder_name: str, name: str) -> bool:
+    return bool(_ZERO_FILE.match(name))
+
+
+DEEPSPEED_LAYOUT = FolderLayout(
+    family=Format.DEEPSPEED_ZERO.value, recognises=_zero_recognises, announces=_zero_announces
+)
+
 # The layouts discovery tries, first match wins. SavedModel folders are found by discovery's own
 # markers (fs.discovery.SAVED_MODEL_MARKERS) before any of these.
-LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT, ORBAX_LAYOUT, DCP_LAYOUT]
+LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT, ORBAX_LAYOUT, DCP_LAYOUT, DEEPSPEED_LAYOUT]
 
 
 def claim(folder: Path, files: frozenset[str], dirs: frozenset[str]) -> Claim | None:

@@ -18,7 +18,7 @@ from ..core.save_verdict import SaveObservation, SaveVerdict, judge
 from ..fs import procfs
 from ..settings.config import Config
 
-FOLDER_SAVES = frozenset({Format.ORBAX.value, Format.TORCH_DCP.value})
+FOLDER_SAVES = frozenset({Format.ORBAX.value, Format.TORCH_DCP.value, Format.DEEPSPEED_ZERO.value})
 UNCONFIRMED_NOTE = "unconfirmed save: "  # formats.folder_saves writes these notes
 
 

@@ -81,7 +81,9 @@ def train_and_save(out: Path, stage: int, saves: int, model: Any) -> dict[str, A
     import deepspeed
     import torch
 
-    engine, *_ = deepspeed.initialize(model=model, model_parameters=_groups(model), config=config(stage))
+    engine, *_ = deepspeed.initialize(
+        model=model, model_parameters=_groups(model), config=config(stage)
+    )
     rank = torch.distributed.get_rank()
     gen = torch.Generator().manual_seed(rank)
     folder = out / f"zero{stage}"
@@ -100,7 +102,10 @@ def reference(folder: Path, tag: str, target: Path) -> dict[str, Any]:
 
     state = get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=tag)
     save_file({k: v.contiguous() for k, v in state.items()}, str(target))
-    return {k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")} for k, v in state.items()}
+    return {
+        k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+        for k, v in state.items()
+    }
 
 
 def rank_main(out: Path) -> None:
@@ -116,9 +121,13 @@ def rank_main(out: Path) -> None:
         shapes = {n: list(p.shape) for n, p in model.named_parameters()}
         buffers = {n: list(b.shape) for n, b in model.named_buffers()}
         run = train_and_save(out, stage, SAVES, model)
-        truth["stages"][str(stage)] = {**run, "zero_stage": stage, "param_shapes": shapes,
-                                       "buffers": buffers, "n_params": sum(
-                                           int(torch.tensor(s).prod()) for s in shapes.values())}
+        truth["stages"][str(stage)] = {
+            **run,
+            "zero_stage": stage,
+            "param_shapes": shapes,
+            "buffers": buffers,
+            "n_params": sum(int(torch.tensor(s).prod()) for s in shapes.values()),
+        }
     torch.distributed.barrier()
     if rank == 0:
         (out / "reference").mkdir(exist_ok=True)
@@ -154,7 +163,9 @@ def generate(out: Path) -> Path:
         cwd=out,
     )  # fmt: skip
     if result.returncode != 0 or not (out / DS_TRUTH).is_file():
-        raise RuntimeError(f"deepspeed_runs failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+        raise RuntimeError(
+            f"deepspeed_runs failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+        )
     return out
 
 

@@ -1,0 +1,87 @@
+"""DeepSpeed ZeRO checkpoints written by DeepSpeed itself (tests/support/deepspeed_runs.py: ZeRO-2
+and ZeRO-3, 2 CPU ranks): one catalog entry per tag folder with the world size, stage, step and
+shapes of its small records; a rank's file missing or cut makes it `incomplete` while the folder
+is young and `abandoned` once it settled, never `ok`, and `latest --resumable` passes over it.
+torch and deepspeed are never imported by the test process."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.support import Workspace
+from tests.support.deepspeed_runs import load_truth
+
+
+def _rows(ws: Workspace, *args: str) -> dict[str, dict[str, Any]]:
+    return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list", "--all", *args)}
+
+
+def _copy(src: Path, dst: Path, fresh: bool = False) -> Path:
+    shutil.copytree(src, dst, copy_function=shutil.copyfile if fresh else shutil.copy2)
+    return dst
+
+
+def test_each_tag_folder_is_one_checkpoint_with_world_size_stage_and_shapes(
+    workspace: Workspace, deepspeed_runs: Path
+) -> None:
+    ws, truth = workspace, load_truth(deepspeed_runs)
+    for stage in truth["stages"].values():
+        _copy(deepspeed_runs / stage["folder"], ws.root / "ds" / stage["folder"])
+    ws.run("scan")
+    rows = _rows(ws)
+    expected = {f"ds/{s['folder']}/{tag}" for s in truth["stages"].values() for tag in s["tags"]}
+    assert set(rows) == expected, rows.keys()  # the folders, never their rank files
+    for stage in truth["stages"].values():
+        n_params = sum(math.prod(shape) for shape in stage["param_shapes"].values())
+        for step, tag in enumerate(stage["tags"], start=1):
+            row = rows[f"ds/{stage['folder']}/{tag}"]
+            assert row["status"] == "ok" and row["format"] == "deepspeed-zero", row
+            assert (row["step"], row["n_params"], row["kind"]) == (step, n_params, "full"), row
+            shown = ws.json("show", str(row["id"]))
+            assert (shown["world_size"], shown["zero_stage"]) == (
+                truth["world_size"], stage["zero_stage"]
+            ), shown  # fmt: skip
+            folder = ws.root / "ds" / stage["folder"] / tag
+            assert sorted(Path(f).name for f in shown["files"]) == sorted(os.listdir(folder))
+            layers = {w["name"]: w["shape"] for layer in shown["layers"] for w in layer["weights"]}
+            assert {k: layers[k] for k in stage["param_shapes"]} == stage["param_shapes"]
+            assert shown["training_config"]["sharding"]["ds_version"] == truth["ds_version"]
+            placeholders = [n for n in shown["notes"] if "placeholder" in n]
+            assert bool(placeholders) == (stage["zero_stage"] == 3), shown["notes"]
+    assert "torch" not in sys.modules and "deepspeed" not in sys.modules
+
+
+def test_a_missing_or_cut_rank_is_incomplete_then_abandoned_never_ok(
+    tmp_path: Path, deepspeed_runs: Path
+) -> None:
+    ws = Workspace(tmp_path / "ws", settle_seconds=0)
+    gone = _copy(deepspeed_runs / "zero2", ws.root / "gone", fresh=True)
+    cut = _copy(deepspeed_runs / "zero3", ws.root / "cut", fresh=True)
+    (gone / "global_step3" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    cut_file = cut / "global_step3" / "zero_pp_rank_1_mp_rank_00_model_states.pt"
+    os.truncate(cut_file, cut_file.stat().st_size // 2)  # as a rank killed mid-write leaves it
+    ws.config.write_text(ws.config.read_text() + "  abandoned_after: 3s\n")
+    ws.run("scan", check=False)
+    rows = _rows(ws)
+    for run in ("gone", "cut"):
+        assert rows[f"{run}/global_step3"]["status"] == "incomplete", rows[f"{run}/global_step3"]
+        assert rows[f"{run}/global_step2"]["status"] == "ok"
+    assert (
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt missing" in rows["gone/global_step3"]["reason"]
+    )
+    assert cut_file.name in rows["cut/global_step3"]["reason"]
+    for run in ("gone", "cut"):  # a trainer resuming is handed the newest whole tag
+        answer = ws.json("latest", "--run", run, "--resumable")
+        assert Path(answer["path"]).name == "global_step2", answer
+        assert answer["resumable"] is True, answer
+    time.sleep(3.5)
+    ws.run("scan", check=False)
+    rows = _rows(ws)
+    for run in ("gone", "cut"):
+        assert rows[f"{run}/global_step3"]["status"] == "abandoned", rows[f"{run}/global_step3"]
