@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import Workspace
-from tests.support.deepspeed_runs import load_truth
+from tests.support.deepspeed_runs import compare_in_child, load_truth
 
 
 def _rows(ws: Workspace, *args: str) -> dict[str, dict[str, Any]]:
@@ -85,3 +85,32 @@ def test_a_missing_or_cut_rank_is_incomplete_then_abandoned_never_ok(
     rows = _rows(ws)
     for run in ("gone", "cut"):
         assert rows[f"{run}/global_step3"]["status"] == "abandoned", rows[f"{run}/global_step3"]
+
+
+def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
+    workspace: Workspace, deepspeed_runs: Path
+) -> None:
+    """`ckpt split` of a tag folder writes one safetensors of the full model from the fp32
+    partitions, without torch; safetensors' torch loader in a child finds every tensor of
+    DeepSpeed's own consolidation (`get_fp32_state_dict_from_zero_checkpoint`) in it, same
+    dtype, shape and bits."""
+    ws, truth = workspace, load_truth(deepspeed_runs)
+    for stage in truth["stages"].values():
+        _copy(deepspeed_runs / stage["folder"], ws.root / stage["folder"])
+    ws.run("scan")
+    rows = _rows(ws)
+    for stage in truth["stages"].values():
+        tag = stage["tags"][-1]
+        row = rows[f"{stage['folder']}/{tag}"]
+        before = sorted(os.listdir(ws.root / stage["folder"] / tag))
+        done = ws.json("split", str(row["id"]))
+        artifact = Path(done["artifact"])
+        assert artifact == ws.root / stage["folder"] / f"{tag}.inference.safetensors", done
+        reference = deepspeed_runs / "reference" / f"zero{stage['zero_stage']}-{tag}.safetensors"
+        found = compare_in_child(artifact, reference)
+        assert found["differ"] == [] and found["tensors"] == found["reference"], found
+        assert found["tensors"] == len(stage["consolidated"][tag]), found
+        assert sorted(os.listdir(ws.root / stage["folder"] / tag)) == before  # untouched
+    listed = _rows(ws)
+    assert not any(p.endswith(".safetensors") for p in listed), listed.keys()  # ours, not new
+    assert "torch" not in sys.modules and "safetensors" not in sys.modules

@@ -187,6 +187,45 @@ def session_deepspeed_runs() -> Path:
     return final
 
 
+def compare(ours: Path, reference: Path) -> dict[str, Any]:
+    """Our consolidation (a safetensors file, or a folder of shards with its index) loaded by
+    safetensors' torch loader, against DeepSpeed's: every tensor's dtype, shape and bits."""
+    import torch
+    from safetensors.torch import load_file
+
+    if ours.is_dir():
+        index = json.loads((ours / "model.safetensors.index.json").read_text())
+        mine: dict[str, Any] = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            mine |= load_file(str(ours / shard))
+        placed = {k: index["weight_map"][k] for k in mine}
+    else:
+        mine, placed = load_file(str(ours)), {}
+    theirs = load_file(str(reference))
+
+    def bits(t: Any) -> Any:
+        return t.contiguous().view(-1).view(torch.uint8)
+
+    differ = [
+        k
+        for k in theirs
+        if k not in mine
+        or mine[k].dtype != theirs[k].dtype
+        or mine[k].shape != theirs[k].shape
+        or not torch.equal(bits(mine[k]), bits(theirs[k]))
+    ]
+    return {"tensors": len(mine), "reference": len(theirs), "differ": differ, "shards": placed}
+
+
+def compare_in_child(ours: Path, reference: Path) -> dict[str, Any]:
+    """`compare` in a child process (the test process never imports torch)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--compare", str(ours), str(reference)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=child_env())
+    if result.returncode != 0:
+        raise RuntimeError(f"deepspeed_runs --compare failed:\n{result.stderr[-4000:]}")
+    return dict(json.loads(result.stdout.splitlines()[-1]))
+
+
 def load_truth(folder: Path) -> dict[str, Any]:
     return dict(json.loads((folder / DS_TRUTH).read_text()))
 
@@ -194,5 +233,7 @@ def load_truth(folder: Path) -> dict[str, Any]:
 if __name__ == "__main__":
     if sys.argv[1] == "--rank":
         rank_main(Path(sys.argv[2]))
+    elif sys.argv[1] == "--compare":
+        print(json.dumps(compare(Path(sys.argv[2]), Path(sys.argv[3]))))
     else:
         generate(Path(sys.argv[1]))
