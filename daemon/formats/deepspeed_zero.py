@@ -15,12 +15,12 @@ newer tag. Only the pickles are read (through `pickle_safe`, DeepSpeed's classes
 
 `look(folder)` gathers what the verdict judges (`core.save_verdict`): a missing or cut rank
 file is an unfinished sign (incomplete while the folder changes, abandoned once it settled),
-`latest` not naming it an unconfirmed one (a save may run without `save_latest`).
+`latest` not naming it an unconfirmed one (a save may run without `save_latest`);
+`formats.deepspeed_tag` makes the catalog's info of it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import zipfile
@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CorruptCheckpoint, UnfinishedSave
-from ..core.model import CheckpointInfo, Format, Kind, OptimizerInfo
-from ..core.save_verdict import SaveObservation
+from ..core.errors import CorruptCheckpoint
 from ..fs import beneath
 from . import pickle_safe, torch_state, torch_zip, window
 from .deepspeed_records import ZeroStage
@@ -283,73 +281,3 @@ def _int(value: Any, default: Any) -> Any:
     return (
         value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
     )
-
-
-def observation(zf: ZeroFolder, newest_mtime_ns: int) -> SaveObservation:
-    return SaveObservation(zf.unfinished, zf.unconfirmed, (), newest_mtime_ns)
-
-
-def info_of(zf: ZeroFolder) -> CheckpointInfo:
-    """The catalog's info: the full model's shapes, the optimizer, the sharding facts."""
-    rows = []
-    module = dict(zf.module)
-    for group in (*zf.param_shapes, zf.frozen_shapes):
-        for name, shape in group:
-            held = module.get(name)
-            dtype = held.dtype if held is not None and held.numel else "float32"
-            rows.append((name, dtype, shape, numel(shape) * pickle_safe.ITEM_SIZES.get(dtype, 4)))
-    rows += [(n, t.dtype, t.shape, t.nbytes) for n, t in zf.buffers]
-    layers, n_params, weights_bytes = torch_state.tensors_info(rows)
-    configured = zf.ds_config.get("optimizer")
-    configured = configured if isinstance(configured, dict) else None
-    optimizer_type = configured.get("type") if configured else None
-    state_bytes = sum(f.size for n, f in zf.files.items() if n.endswith("_optim_states.pt"))
-    optimizer = None
-    if state_bytes:
-        optimizer = OptimizerInfo(
-            class_name=optimizer_type if isinstance(optimizer_type, str) else None,
-            name=optimizer_type if isinstance(optimizer_type, str) else None,
-            config=configured,
-            iterations=zf.global_steps,
-            state_bytes=state_bytes,
-        )
-    sharding = {
-        "stack": "deepspeed",
-        "zero_stage": zf.zero_stage,
-        "world_size": zf.world_size,
-        "dp_world_size": zf.dp_world_size,
-        "mp_world_size": zf.mp_world_size,
-        "ds_version": zf.ds_version,
-        "tag": zf.tag,
-        "files": list(zf.expected),
-    }
-    notes = []
-    if (why := zf.weights_complete()) is not None:
-        notes.append(f"the weights live only in the optimizer partitions: {why}")
-    return CheckpointInfo(
-        format=Format.DEEPSPEED_ZERO,
-        kind=Kind.FULL if optimizer is not None else Kind.WEIGHTS,
-        backend="torch",
-        model_name=None,
-        layers=layers,
-        n_params=zf.n_params or n_params,
-        weights_bytes=weights_bytes,
-        optimizer=optimizer,
-        training_config={"deepspeed": zf.ds_config, "sharding": sharding},
-        notes=tuple(notes),
-        recorded={"step": zf.global_steps, "sharding": sharding},
-    )
-
-
-def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
-    """The reader of `formats.folder_readers` (in the reader child): the tag's info when every
-    rank file is there and whole; UnfinishedSave naming what is missing or cut (the indexer
-    judges incomplete or abandoned by age); `latest` not naming it rides in a note."""
-    from .folder_saves import UNCONFIRMED_NOTE
-
-    zf = look(folder, root)
-    if zf.unfinished:
-        raise UnfinishedSave("; ".join(zf.unfinished[:3]))
-    info = info_of(zf)
-    notes = (*info.notes, *(UNCONFIRMED_NOTE + sign for sign in zf.unconfirmed))
-    return dataclasses.replace(info, notes=notes)

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core.errors import NotACheckpoint
 from ..core.model import CheckpointInfo, Format
 from ..fs import folder_layouts
-from . import deepspeed_zero, folder_saves, hf_folder
+from . import deepspeed_tag, folder_saves, hf_folder
 
 Reader = Callable[[Path, Path | None], CheckpointInfo]
 
@@ -24,7 +24,7 @@ READERS: dict[str, Reader] = {
     Format.HF_FOLDER.value: hf_folder.read,
     Format.ORBAX.value: folder_saves.read,
     Format.TORCH_DCP.value: folder_saves.read,
-    Format.DEEPSPEED_ZERO.value: deepspeed_zero.read,
+    Format.DEEPSPEED_ZERO.value: deepspeed_tag.read,
 }
 
 

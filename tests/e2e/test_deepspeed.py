@@ -114,3 +114,37 @@ def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
     listed = _rows(ws)
     assert not any(p.endswith(".safetensors") for p in listed), listed.keys()  # ours, not new
     assert "torch" not in sys.modules and "safetensors" not in sys.modules
+
+
+def test_a_trainer_folder_with_deepspeed_state_is_one_resumable_hf_checkpoint(
+    tmp_path: Path, deepspeed_runs: Path
+) -> None:
+    """The HF Trainer under DeepSpeed saves `checkpoint-N/` with `latest` and `global_stepN/`
+    inside, no optimizer.pt: one hf-folder entry whose resume state is the DeepSpeed tag
+    (ZeRO-3: no weights file at all, the partitions are the only copy); a rank's file removed
+    from the newest makes it incomplete and `latest --resumable` answers the one before."""
+    ws = Workspace(tmp_path / "ws", settle_seconds=3600)
+    for stage in (2, 3):
+        _copy(deepspeed_runs / f"hf-zero{stage}" / "out", ws.root / f"z{stage}" / "out")
+    cut = ws.root / "z2" / "out" / "checkpoint-4" / "global_step4"
+    (cut / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
+    os.utime(cut)  # as the rank that died left it: just now
+    ws.run("scan", check=False)
+    rows = _rows(ws)
+    names = {f"z{s}/out/checkpoint-{n}" for s in (2, 3) for n in (2, 4)}
+    assert set(rows) == names, rows.keys()  # the tag folders are the HF folders' own
+    for path, row in rows.items():
+        if path == "z2/out/checkpoint-4":
+            assert row["status"] == "incomplete", row
+            assert "zero_pp_rank_0_mp_rank_00_optim_states.pt missing" in row["reason"], row
+            continue
+        assert (row["status"], row["format"], row["kind"]) == ("ok", "hf-folder", "full"), row
+        shown = ws.json("show", str(row["id"]))
+        assert (shown["world_size"], shown["zero_stage"]) == (2, int(path[1])), shown
+        assert any(f.endswith("_optim_states.pt") for f in shown["files"]), shown["files"]
+        only_copy = [n for n in shown["notes"] if "only copy" in n]
+        assert bool(only_copy) == path.startswith("z3"), shown["notes"]
+    for stage, newest in ((2, "checkpoint-2"), (3, "checkpoint-4")):
+        answer = ws.json("latest", "--run", f"z{stage}/out", "--resumable")
+        assert Path(answer["path"]).name == newest and answer["resumable"], answer
+        assert "resume" in answer["resume_reason"], answer

@@ -9,6 +9,10 @@ writes::
 
     OUT/zero2/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-2, two param groups
     OUT/zero3/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-3 (placeholders in module)
+    OUT/hf-zero{2,3}/out/checkpoint-{2,4}/   the HF Trainer with a DeepSpeed config (max_steps 4,
+                                    save_steps 2): `latest` + `global_stepN/` inside each
+                                    checkpoint folder, no optimizer.pt; ZeRO-3 saves no weights
+                                    file (no 16-bit gathering)
     OUT/reference/zero{2,3}-global_stepN.safetensors   `get_fp32_state_dict_from_zero_checkpoint`
     OUT/ds-truth.json                                   shapes, stages, world size, steps
 
@@ -35,6 +39,7 @@ from typing import Any
 
 DS_TRUTH = "ds-truth.json"
 STAGES = (2, 3)
+HF_STAGES = (2, 3)
 SAVES = 3
 WORLD_SIZE = 2
 GENERATE_TIMEOUT_S = 600
@@ -141,6 +146,32 @@ def rank_main(out: Path) -> None:
     torch.distributed.barrier()
 
 
+def hf_trainer(run: Path, stage: int) -> None:
+    """The tiny BERT of tests/support/hf_runs.py trained by the HF Trainer under DeepSpeed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from transformers import Trainer, TrainingArguments
+
+    from tests.support.hf_runs import _dataset, _tiny_model
+
+    _no_shm_op()
+    run.mkdir(parents=True, exist_ok=True)
+    os.chdir(run)
+    auto = "auto"  # the Trainer fills these in (a number it disagrees with is refused)
+    ds = {
+        "train_micro_batch_size_per_gpu": auto,
+        "train_batch_size": auto,
+        "gradient_accumulation_steps": auto,
+        "zero_optimization": {"stage": stage},
+        "optimizer": {"type": "AdamW", "params": {"lr": auto, "torch_adam": True}},
+    }
+    args = TrainingArguments(
+        output_dir="out", max_steps=4, save_steps=2, logging_steps=1,
+        per_device_train_batch_size=4, report_to="none", dataloader_num_workers=0, seed=0,
+        deepspeed=ds, ddp_backend="gloo", use_cpu=True,
+    )  # fmt: skip
+    Trainer(model=_tiny_model(), args=args, train_dataset=_dataset()).train()
+
+
 def content_key() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
@@ -156,16 +187,26 @@ def torchrun(script: Path, *args: str, nproc: int = WORLD_SIZE) -> list[str]:
 
 
 def generate(out: Path) -> Path:
+    """The three launches at once (each mostly waits on its imports and collectives)."""
     out.mkdir(parents=True, exist_ok=True)
-    cmd = torchrun(Path(__file__).resolve(), "--rank", str(out))
-    result = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, env=child_env(),
-        cwd=out,
-    )  # fmt: skip
-    if result.returncode != 0 or not (out / DS_TRUTH).is_file():
-        raise RuntimeError(
-            f"deepspeed_runs failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-        )
+    script = Path(__file__).resolve()
+    env = child_env() | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    cmds = [torchrun(script, "--hf", str(s), str(out / f"hf-zero{s}")) for s in HF_STAGES]
+    cmds.append(torchrun(script, "--rank", str(out)))
+    logs = [tempfile.TemporaryFile() for _ in cmds]  # noqa: SIM115 (closed below)
+    procs = [
+        subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=out)
+        for cmd, log in zip(cmds, logs, strict=True)
+    ]
+    codes = [p.wait(timeout=GENERATE_TIMEOUT_S) for p in procs]
+    for code, log in zip(codes, logs, strict=True):
+        log.seek(0)
+        text = log.read()[-6000:].decode(errors="replace")
+        log.close()
+        if code != 0:
+            raise RuntimeError(f"deepspeed_runs failed:\n{text}")
+    if not (out / DS_TRUTH).is_file():
+        raise RuntimeError("deepspeed_runs wrote no truth")
     return out
 
 
@@ -233,6 +274,8 @@ def load_truth(folder: Path) -> dict[str, Any]:
 if __name__ == "__main__":
     if sys.argv[1] == "--rank":
         rank_main(Path(sys.argv[2]))
+    elif sys.argv[1] == "--hf":
+        hf_trainer(Path(sys.argv[3]), int(sys.argv[2]))
     elif sys.argv[1] == "--compare":
         print(json.dumps(compare(Path(sys.argv[2]), Path(sys.argv[3]))))
     else:
