@@ -376,6 +376,10 @@ COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 # What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer state
 # permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders.
 SPLIT_BY_POLICY = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
+# A DeepSpeed tag folder: its optimizer shards go only once the consolidated model (a complete,
+# verified weights copy, `transforms.deepspeed_consolidate`) stands beside it; its own model
+# states are never taken for one (ZeRO-3's hold placeholders of shape [0]).
+SPLIT_BY_POLICY += (Format.DEEPSPEED_ZERO,)
 
 
 def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:

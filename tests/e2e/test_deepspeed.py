@@ -148,3 +148,38 @@ def test_a_trainer_folder_with_deepspeed_state_is_one_resumable_hf_checkpoint(
         answer = ws.json("latest", "--run", f"z{stage}/out", "--resumable")
         assert Path(answer["path"]).name == newest and answer["resumable"], answer
         assert "resume" in answer["resume_reason"], answer
+
+
+def test_demotion_drops_optimizer_shards_only_where_a_complete_weights_copy_stays(
+    tmp_path: Path, deepspeed_runs: Path
+) -> None:
+    """Over `max_bytes`, retention demotes: a ZeRO-3 tag (its model states hold placeholders of
+    shape [0], no weights) only once its consolidated model is written and equals DeepSpeed's
+    own, bit for bit; an HF ZeRO-2 folder to its inference folder (model.safetensors); an HF
+    ZeRO-3 folder, whose only weights are the optimizer partitions, is never demoted."""
+    ws = Workspace(tmp_path / "ws")
+    _copy(deepspeed_runs / "zero3", ws.root / "z3")
+    for stage in (2, 3):
+        _copy(deepspeed_runs / f"hf-zero{stage}" / "out", ws.root / f"hf{stage}" / "out")
+    config = ws.config.read_text()
+    ws.run("scan")
+    for budget, runs in ((40_000, ("z3",)), (310_000, ("hf2/out", "hf3/out"))):
+        ws.config.write_text(config + f"retention:\n  keep_last: 3\n  max_bytes: {budget}\n")
+        for run in runs:  # demoting the older ones fits the run in its budget
+            ws.run("prune", "--run", run, check=False)
+    rows = _rows(ws)
+    for step in (1, 2):  # the newest is protected; the older ones demoted, never lost
+        assert rows[f"z3/global_step{step}"]["status"] == "trashed", rows
+        artifact = ws.root / "z3" / f"global_step{step}.inference.safetensors"
+        reference = deepspeed_runs / "reference" / f"zero3-global_step{step}.safetensors"
+        found = compare_in_child(artifact, reference)
+        assert found["differ"] == [] and found["tensors"] == found["reference"], found
+    assert rows["z3/global_step3"]["status"] == "ok"
+    assert rows["hf2/out/checkpoint-2"]["status"] == "trashed", rows["hf2/out/checkpoint-2"]
+    assert (ws.root / "hf2" / "out" / "inference-2" / "model.safetensors").is_file()
+    assert not any((ws.root / "hf2" / "out" / "inference-2").rglob("*_states.pt"))
+    kept = ws.root / "hf3" / "out" / "checkpoint-2"
+    assert rows["hf3/out/checkpoint-2"]["status"] == "ok", rows["hf3/out/checkpoint-2"]
+    assert sorted(p.name for p in (kept / "global_step2").iterdir()) == sorted(
+        p.name for p in (deepspeed_runs / "hf-zero3" / "out" / "checkpoint-2" / "global_step2").iterdir()
+    )  # fmt: skip

@@ -9,7 +9,7 @@ writes::
 
     OUT/zero2/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-2, two param groups
     OUT/zero3/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-3 (placeholders in module)
-    OUT/hf-zero{2,3}/out/checkpoint-{2,4}/   the HF Trainer with a DeepSpeed config (max_steps 4,
+    OUT/hf-zero{2,3}/out/checkpoint-{2,4}/   the HF Trainer with a DeepSpeed config (max_steps 4 = 2 epochs,
                                     save_steps 2): `latest` + `global_stepN/` inside each
                                     checkpoint folder, no optimizer.pt; ZeRO-3 saves no weights
                                     file (no 16-bit gathering)
@@ -166,7 +166,7 @@ def hf_trainer(run: Path, stage: int) -> None:
     }
     args = TrainingArguments(
         output_dir="out", max_steps=4, save_steps=2, logging_steps=1,
-        per_device_train_batch_size=4, report_to="none", dataloader_num_workers=0, seed=0,
+        per_device_train_batch_size=8, report_to="none", dataloader_num_workers=0, seed=0,
         deepspeed=ds, ddp_backend="gloo", use_cpu=True,
     )  # fmt: skip
     Trainer(model=_tiny_model(), args=args, train_dataset=_dataset()).train()
