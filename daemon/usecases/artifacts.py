@@ -375,7 +375,7 @@ SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)
 COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 # What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer state
 # permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders.
-SPLIT_BY_POLICY = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
+SPLIT_BY_POLICY: tuple[Format, ...] = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
 # A DeepSpeed tag folder: its optimizer shards go only once the consolidated model (a complete,
 # verified weights copy, `transforms.deepspeed_consolidate`) stands beside it; its own model
 # states are never taken for one (ZeRO-3's hold placeholders of shape [0]).
