@@ -45,6 +45,7 @@ from .safetensors_out import Tensor
 from .split import SplitResult, check_unchanged
 
 _CHUNK = 1 << 20  # bytes per read: what the consolidation holds of the model at once
+SHARD_BYTES = 5 * 10**9  # above it, shards + index: zero_to_fp32's own default max_shard_size
 _CODES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
 _TO_FLOAT32 = ("float16", "bfloat16")  # buffers zero_to_fp32 casts with `.float()`
 
@@ -80,10 +81,11 @@ def split(
     out: Path | None = None,
     replacing: fsops.Identity | None = None,
     source_hash: str | None = None,
-    shard_bytes: int | None = None,
+    shard_bytes: int | None = SHARD_BYTES,
 ) -> SplitResult:
     """Write the consolidated safetensors of the tag folder `source` (below `root`) beside it
-    or into `out` (a folder of shards + index above `shard_bytes`)."""
+    or into `out`; above `shard_bytes` of tensors, the folder `global_stepN.inference/` of
+    `model-0000N-of-0000M.safetensors` shards and their `model.safetensors.index.json`."""
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
     final = inference_path(source, out)

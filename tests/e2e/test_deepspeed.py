@@ -99,6 +99,7 @@ def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
         _copy(deepspeed_runs / stage["folder"], ws.root / stage["folder"])
     ws.run("scan")
     rows = _rows(ws)
+    pairs, expected = [], []
     for stage in truth["stages"].values():
         tag = stage["tags"][-1]
         row = rows[f"{stage['folder']}/{tag}"]
@@ -107,10 +108,11 @@ def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
         artifact = Path(done["artifact"])
         assert artifact == ws.root / stage["folder"] / f"{tag}.inference.safetensors", done
         reference = deepspeed_runs / "reference" / f"zero{stage['zero_stage']}-{tag}.safetensors"
-        found = compare_in_child(artifact, reference)
-        assert found["differ"] == [] and found["tensors"] == found["reference"], found
-        assert found["tensors"] == len(stage["consolidated"][tag]), found
+        pairs.append((artifact, reference))
+        expected.append(len(stage["consolidated"][tag]))
         assert sorted(os.listdir(ws.root / stage["folder"] / tag)) == before  # untouched
+    for found, count in zip(compare_in_child(*pairs), expected, strict=True):
+        assert found["differ"] == [] and found["tensors"] == found["reference"] == count, found
     listed = _rows(ws)
     assert not any(p.endswith(".safetensors") for p in listed), listed.keys()  # ours, not new
     assert "torch" not in sys.modules and "safetensors" not in sys.modules
@@ -168,11 +170,14 @@ def test_demotion_drops_optimizer_shards_only_where_a_complete_weights_copy_stay
         for run in runs:  # demoting the older ones fits the run in its budget
             ws.run("prune", "--run", run, check=False)
     rows = _rows(ws)
+    pairs = []
     for step in (1, 2):  # the newest is protected; the older ones demoted, never lost
         assert rows[f"z3/global_step{step}"]["status"] == "trashed", rows
         artifact = ws.root / "z3" / f"global_step{step}.inference.safetensors"
-        reference = deepspeed_runs / "reference" / f"zero3-global_step{step}.safetensors"
-        found = compare_in_child(artifact, reference)
+        pairs.append(
+            (artifact, deepspeed_runs / "reference" / f"zero3-global_step{step}.safetensors")
+        )
+    for found in compare_in_child(*pairs):
         assert found["differ"] == [] and found["tensors"] == found["reference"], found
     assert rows["z3/global_step3"]["status"] == "ok"
     assert rows["hf2/out/checkpoint-2"]["status"] == "trashed", rows["hf2/out/checkpoint-2"]
@@ -180,6 +185,7 @@ def test_demotion_drops_optimizer_shards_only_where_a_complete_weights_copy_stay
     assert not any((ws.root / "hf2" / "out" / "inference-2").rglob("*_states.pt"))
     kept = ws.root / "hf3" / "out" / "checkpoint-2"
     assert rows["hf3/out/checkpoint-2"]["status"] == "ok", rows["hf3/out/checkpoint-2"]
+    source = deepspeed_runs / "hf-zero3" / "out" / "checkpoint-2" / "global_step2"
     assert sorted(p.name for p in (kept / "global_step2").iterdir()) == sorted(
-        p.name for p in (deepspeed_runs / "hf-zero3" / "out" / "checkpoint-2" / "global_step2").iterdir()
-    )  # fmt: skip
+        p.name for p in source.iterdir()
+    )

@@ -9,8 +9,8 @@ writes::
 
     OUT/zero2/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-2, two param groups
     OUT/zero3/{latest, zero_to_fp32.py, global_step{1,2,3}/}   ZeRO-3 (placeholders in module)
-    OUT/hf-zero{2,3}/out/checkpoint-{2,4}/   the HF Trainer with a DeepSpeed config (max_steps 4 = 2 epochs,
-                                    save_steps 2): `latest` + `global_stepN/` inside each
+    OUT/hf-zero{2,3}/out/checkpoint-{2,4}/   the HF Trainer with a DeepSpeed config (max_steps 4,
+                                    2 epochs, save_steps 2): `latest` + `global_stepN/` in each
                                     checkpoint folder, no optimizer.pt; ZeRO-3 saves no weights
                                     file (no 16-bit gathering)
     OUT/reference/zero{2,3}-global_stepN.safetensors   `get_fp32_state_dict_from_zero_checkpoint`
@@ -258,13 +258,15 @@ def compare(ours: Path, reference: Path) -> dict[str, Any]:
     return {"tensors": len(mine), "reference": len(theirs), "differ": differ, "shards": placed}
 
 
-def compare_in_child(ours: Path, reference: Path) -> dict[str, Any]:
-    """`compare` in a child process (the test process never imports torch)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--compare", str(ours), str(reference)]
+def compare_in_child(*pairs: tuple[Path, Path]) -> list[dict[str, Any]]:
+    """`compare` of each (ours, reference) pair, in one child process (the test process never
+    imports torch; one torch start-up for them all)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--compare"]
+    cmd += [str(p) for pair in pairs for p in pair]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=child_env())
     if result.returncode != 0:
         raise RuntimeError(f"deepspeed_runs --compare failed:\n{result.stderr[-4000:]}")
-    return dict(json.loads(result.stdout.splitlines()[-1]))
+    return list(json.loads(result.stdout.splitlines()[-1]))
 
 
 def load_truth(folder: Path) -> dict[str, Any]:
@@ -277,6 +279,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "--hf":
         hf_trainer(Path(sys.argv[3]), int(sys.argv[2]))
     elif sys.argv[1] == "--compare":
-        print(json.dumps(compare(Path(sys.argv[2]), Path(sys.argv[3]))))
+        paths = [Path(a) for a in sys.argv[2:]]
+        print(json.dumps([compare(a, b) for a, b in zip(paths[::2], paths[1::2], strict=True)]))
     else:
         generate(Path(sys.argv[1]))
