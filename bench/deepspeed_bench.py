@@ -19,11 +19,13 @@ indexing the big one < 2x the small one's time.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +35,14 @@ from _common import (
     PYTHON,
     Check,
     Timing,
-    child_json,
     median,
     report,
-    run_cmd,
     table,
 )
 
 ROOT = OUT / "deepspeed"
+# The children import the package the caller runs (a worktree's shim on PYTHONPATH) or the repo's.
+ENV = {**CHILD_ENV, "PYTHONPATH": os.environ.get("PYTHONPATH") or CHILD_ENV["PYTHONPATH"]}
 SMALL, BIG, QUICK_BIG = 2500, 7906, 5000  # 4 x w^2 x 4 B: ~100 MB, ~1 GB, ~400 MB
 MB = 1e6
 
@@ -114,6 +116,26 @@ def make(width: int) -> Path:
         raise SystemExit(f"generating {run} failed:\n{done.stderr[-3000:]}")
     print(f"  done: {_size(tag) / MB:.0f} MB", flush=True)
     return tag
+
+
+def child_json(code: str, *args: str) -> dict[str, Any]:
+    """`python -c code args` in a fresh interpreter; its last stdout line is JSON."""
+    done = subprocess.run([PYTHON, "-c", code, *args], capture_output=True, text=True, env=ENV)
+    if done.returncode != 0:
+        raise SystemExit(f"child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def run_cmd(cmd: list[str], timing: Timing) -> None:
+    """`cmd` once; its wall time and peak RSS (from wait4) added to `timing`."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed")
+    timing.add(time.perf_counter() - start, usage.ru_utime + usage.ru_stime)
+    timing.peak_rss.append(usage.ru_maxrss * 1024.0)
 
 
 def _size(folder: Path) -> int:
