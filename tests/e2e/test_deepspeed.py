@@ -66,7 +66,8 @@ def test_a_missing_or_cut_rank_is_incomplete_then_abandoned_never_ok(
     (gone / "global_step3" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
     cut_file = cut / "global_step3" / "zero_pp_rank_1_mp_rank_00_model_states.pt"
     os.truncate(cut_file, cut_file.stat().st_size // 2)  # as a rank killed mid-write leaves it
-    ws.config.write_text(ws.config.read_text() + "  abandoned_after: 3s\n")
+    config = ws.config.read_text()
+    ws.config.write_text(config + "  abandoned_after: 10m\n")
     ws.run("scan", check=False)
     rows = _rows(ws)
     for run in ("gone", "cut"):
@@ -80,11 +81,21 @@ def test_a_missing_or_cut_rank_is_incomplete_then_abandoned_never_ok(
         answer = ws.json("latest", "--run", run, "--resumable")
         assert Path(answer["path"]).name == "global_step2", answer
         assert answer["resumable"] is True, answer
-    time.sleep(3.5)
+    waited = ws.run("wait", "--run", "gone", "--newer-than", "2", "--timeout", "1s", check=False)
+    assert waited.returncode == 6, waited.stdout  # a tag missing a rank never answers a wait
+    ws.config.write_text(config + "  abandoned_after: 1s\n")  # as if it settled long ago
+    time.sleep(1.1)
     ws.run("scan", check=False)
     rows = _rows(ws)
     for run in ("gone", "cut"):
         assert rows[f"{run}/global_step3"]["status"] == "abandoned", rows[f"{run}/global_step3"]
+    # the late rank's file arrives after all: the tag is whole, and a wait answers it
+    late = deepspeed_runs / "zero2" / "global_step3" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    shutil.copyfile(late, gone / "global_step3" / late.name)
+    ws.run("scan")
+    assert _rows(ws)["gone/global_step3"]["status"] == "ok"
+    waited = ws.run("wait", "--run", "gone", "--newer-than", "2", "--timeout", "5s")
+    assert Path(waited.stdout.strip()).name == "global_step3", waited.stdout
 
 
 def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
