@@ -200,6 +200,8 @@ def claim_of(folder: Path) -> Claim | None:
 def announced_folder(path: Path) -> Path | None:
     """The folder a file's event should re-read as a whole (pure: names only), or None."""
     folder = path.parent
+    if TRAINER_FOLDER.match(folder.parent.name) and _ZERO_FILE.match(path.name):
+        return folder.parent  # DeepSpeed's tag inside a Trainer folder: the Trainer folder's
     if any(layout.announces(folder.name, path.name) for layout in LAYOUTS):
         return folder
     return None
