@@ -35,6 +35,7 @@ from .deepspeed_records import ZeroStage
 from .pickle_safe import TensorRecord
 
 LATEST = "latest"
+MAX_RANKS = 1 << 16  # the largest DeepSpeed jobs run ~10^4 ranks
 MODEL_STATES = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
 RANK_FILE = re.compile(r"^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_(model|optim)_states\.pt$")
 
@@ -173,6 +174,11 @@ def look(folder: Path, root: Path | None = None) -> ZeroFolder:
     model = read(first)
     top = model.obj if model is not None and isinstance(model.obj, dict) else {}
     dp, mp = _int(top.get("dp_world_size"), 1), _int(top.get("mp_world_size"), 1)
+    if dp < 1 or mp < 1 or dp * mp > MAX_RANKS:  # a hostile count would list a billion files
+        raise CorruptCheckpoint(
+            f"{first}: dp_world_size {dp} x mp_world_size {mp} is not a world of at most "
+            f"{MAX_RANKS} ranks: refused"
+        )
     ds_config = _dict(top.get("ds_config"))
     stage = _stage_of(ds_config)
     prefix = "bf16_" if any(n.startswith("bf16_zero_pp_rank_") for n in names) else ""
