@@ -44,11 +44,6 @@ def is_zero_file(name: str) -> bool:
     return bool(MODEL_STATES.match(name) or RANK_FILE.match(name))
 
 
-def is_zero_folder(names: frozenset[str] | set[str]) -> bool:
-    """A folder holding a ZeRO model- or optimizer-states file (names only, nothing opened)."""
-    return any(is_zero_file(n) for n in names)
-
-
 @dataclass(frozen=True)
 class RankFile:
     name: str
@@ -248,8 +243,9 @@ def _latest_sign(folder: Path) -> tuple[str, ...]:
 
 
 def _stage_of(config: dict[str, Any]) -> int | None:
-    zero = config.get("zero_optimization")
-    stage = zero.get("stage") if isinstance(zero, dict) else None
+    """The configured ZeRO stage; 0 (DeepSpeed's default) when the config sets none."""
+    zero = config.get("zero_optimization", {})
+    stage = zero.get("stage", 0) if isinstance(zero, dict) else None
     return stage if isinstance(stage, int) and not isinstance(stage, bool) else None
 
 
