@@ -6,6 +6,7 @@ torch and deepspeed are never imported by the test process."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -14,8 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ckpt_daemon.transforms import deepspeed_consolidate
 from tests.support import Workspace
 from tests.support.deepspeed_runs import compare_in_child, load_truth
+
+INDEX = "model.safetensors.index.json"
 
 
 def _rows(ws: Workspace, *args: str) -> dict[str, dict[str, Any]]:
@@ -43,6 +47,8 @@ def test_each_tag_folder_is_one_checkpoint_with_world_size_stage_and_shapes(
             row = rows[f"ds/{stage['folder']}/{tag}"]
             assert row["status"] == "ok" and row["format"] == "deepspeed-zero", row
             assert (row["step"], row["n_params"], row["kind"]) == (step, n_params, "full"), row
+            if step != len(stage["tags"]):
+                continue  # `show` of the newest of each stage (a CLI process each)
             shown = ws.json("show", str(row["id"]))
             assert (shown["world_size"], shown["zero_stage"]) == (
                 truth["world_size"], stage["zero_stage"]
@@ -104,7 +110,7 @@ def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
     """`ckpt split` of a tag folder writes one safetensors of the full model from the fp32
     partitions, without torch; safetensors' torch loader in a child finds every tensor of
     DeepSpeed's own consolidation (`get_fp32_state_dict_from_zero_checkpoint`) in it, same
-    dtype, shape and bits."""
+    dtype, shape and bits; above the shard size, in shards with their index."""
     ws, truth = workspace, load_truth(deepspeed_runs)
     for stage in truth["stages"].values():
         _copy(deepspeed_runs / stage["folder"], ws.root / stage["folder"])
@@ -122,6 +128,20 @@ def test_split_consolidates_each_stage_bit_for_bit_like_zero_to_fp32(
         pairs.append((artifact, reference))
         expected.append(len(stage["consolidated"][tag]))
         assert sorted(os.listdir(ws.root / stage["folder"] / tag)) == before  # untouched
+    # above the shard size (5 GB by default; 600 bytes here): shards and their index
+    for stage in truth["stages"].values():
+        tag = ws.root / stage["folder"] / stage["tags"][0]
+        result = deepspeed_consolidate.split(ws.root, tag, shard_bytes=600)
+        assert result.path == tag.with_name(f"{tag.name}.inference") and result.path.is_dir()
+        index = json.loads((result.path / "model.safetensors.index.json").read_text())
+        shards = sorted(set(index["weight_map"].values()))
+        assert len(shards) > 2 and shards[0].startswith("model-00001-of-"), shards
+        assert sorted(p.name for p in result.path.iterdir()) == [*shards, INDEX]
+        reference = (
+            deepspeed_runs / "reference" / f"zero{stage['zero_stage']}-{tag.name}.safetensors"
+        )
+        pairs.append((result.path, reference))
+        expected.append(len(stage["consolidated"][tag.name]))
     for found, count in zip(compare_in_child(*pairs), expected, strict=True):
         assert found["differ"] == [] and found["tensors"] == found["reference"] == count, found
     listed = _rows(ws)
