@@ -16,8 +16,11 @@ optimizer partitions, one file per data-parallel rank (`*_optim_states.pt`):
   consumed exactly.
 
 The buffers (`buffer_names`, from the module in `model_states`) come first, as in
-zero_to_fp32's state dict, floating ones in float32 as it casts them; then the parameters in
-float32, the dtype of DeepSpeed's master weights and of its consolidation. Refused with the
+zero_to_fp32's state dict; then the parameters. Floating tensors come out in the dtype the
+model trained in (`trained_dtype`: the config's bf16 or fp16, else float32), cast from the
+fp32 master weights as torch casts them (`cast`), which is what zero_to_fp32's
+`convert_zero_checkpoint_to_state_dict(dtype=...)` writes; float32 for a float32 run, its
+default. Refused with the
 reason: frozen parameters, tied parameters, model parallelism, a partition of another dtype.
 Written through `transforms.safetensors_out` (header first, temp name, read back and verified,
 the tag folder unchanged, then renamed).
@@ -47,7 +50,7 @@ from .split import SplitResult, check_unchanged
 _CHUNK = 1 << 20  # bytes per read: what the consolidation holds of the model at once
 SHARD_BYTES = 5 * 10**9  # above it, shards + index: zero_to_fp32's own default max_shard_size
 _CODES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
-_TO_FLOAT32 = ("float16", "bfloat16")  # buffers zero_to_fp32 casts with `.float()`
+_FLOATS = ("float16", "bfloat16", "float32", "float64")  # what is cast to the output's dtype
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ class _Source:
     """Where an output tensor's bytes come from: runs of float32 (params) or a buffer."""
 
     runs: tuple[tuple[_Run, int, int], ...] = ()  # (run, first element, elements)
-    buffer: tuple[int, int, int, str] | None = None  # (fd, byte start, bytes, dtype)
+    buffer: tuple[int, int, int] | None = None  # (fd, byte start, bytes)
+    cast: tuple[str, str] | None = None  # (stored dtype, output dtype) when they differ
 
 
 def inference_path(source: Path, out_dir: Path | None = None) -> Path:
@@ -138,14 +142,16 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
     tensors: list[Tensor] = []
     sources: dict[str, _Source] = {}
     model = zf.files[zf.expected[0]]
+    out = trained_dtype(zf.ds_config)
     for name, record in zf.buffers:
-        dtype = "float32" if record.dtype in _TO_FLOAT32 else record.dtype
+        dtype = out if record.dtype in _FLOATS else record.dtype
         if dtype not in _CODES or record.numel != numel(record.shape):
             raise UsageError(f"not split: buffer {name} is {record.dtype}")
         fd = fd_of(model.name)
         start = _data_start(fd, model.name, model.prefix, record)
         tensors.append(Tensor(name, _CODES[dtype], record.shape))
-        sources[name] = _Source(buffer=(fd, start, record.nbytes, record.dtype))
+        cast = (record.dtype, dtype) if dtype != record.dtype else None
+        sources[name] = _Source(buffer=(fd, start, record.nbytes), cast=cast)
     ranks = [zf.files[name] for name in zf.optim_files()]
     key = "fp32_flat_groups" if zf.zero_stage == 3 else "single_partition_of_fp32_groups"
     flats = [[_run(source, f, fd_of, r) for r in _groups(f.obj, key, f.name)] for f in ranks]
@@ -153,9 +159,21 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
     for name, shape, runs in placed:
         if name in sources:
             raise UsageError(f"not split: {source} names {name!r} twice")
-        tensors.append(Tensor(name, "F32", shape))
-        sources[name] = _Source(runs=tuple(runs))
+        tensors.append(Tensor(name, _CODES[out], shape))
+        sources[name] = _Source(
+            runs=tuple(runs), cast=("float32", out) if out != "float32" else None
+        )
     return tensors, sources
+
+
+def trained_dtype(config: dict[str, Any]) -> str:
+    """The dtype the model trained in, by its DeepSpeed config: bf16 or fp16 enabled, else
+    float32 (the master weights' own)."""
+    for key, dtype in (("bf16", "bfloat16"), ("bfloat16", "bfloat16"), ("fp16", "float16")):
+        section = config.get(key)
+        if isinstance(section, dict) and section.get("enabled") is True:
+            return dtype
+    return "float32"
 
 
 def _groups(obj: Any, key: str, name: str) -> list[TensorRecord]:
@@ -256,14 +274,16 @@ def _zero3(zf: ZeroFolder, flats: list[list[_Run]]) -> Placed:
 
 
 def _bytes(src: _Source) -> Iterator[bytes]:
-    """A tensor's bytes in order, at most `_CHUNK` at a time."""
+    """A tensor's bytes in order (cast when its output dtype differs), `_CHUNK` at a time."""
     if src.buffer is not None:
-        fd, start, nbytes, dtype = src.buffer
-        for piece in _read(fd, start, nbytes):
-            yield _float32(piece, dtype) if dtype in _TO_FLOAT32 else piece
-        return
-    for run, first, count in src.runs:
-        yield from _read(run.fd, run.start + first * 4, count * 4)
+        fd, start, nbytes = src.buffer
+        pieces = _read(fd, start, nbytes)
+    else:
+        pieces = (
+            p for run, first, n in src.runs for p in _read(run.fd, run.start + first * 4, n * 4)
+        )
+    for piece in pieces:
+        yield piece if src.cast is None else cast(piece, *src.cast)
 
 
 def _read(fd: int, at: int, nbytes: int) -> Iterator[bytes]:
@@ -276,9 +296,24 @@ def _read(fd: int, at: int, nbytes: int) -> Iterator[bytes]:
         yield piece
 
 
-def _float32(piece: bytes, dtype: str) -> bytes:
-    """float16/bfloat16 bytes as float32 (exact: every value of both is a float32)."""
-    if dtype == "float16":
-        return np.frombuffer(piece, dtype="<f2").astype("<f4").tobytes()
-    wide = np.frombuffer(piece, dtype="<u2").astype("<u4") << np.uint32(16)
-    return wide.astype("<u4").tobytes()
+def cast(piece: bytes, stored: str, out: str) -> bytes:
+    """`piece` (whole elements of `stored`) as `out`, as torch casts: through float32 (exact
+    from float16/bfloat16), then to float16 (IEEE round to nearest even, as numpy) or bfloat16
+    (round to nearest even on the upper 16 bits, NaN as 0x7FC0: c10's round_to_nearest_even)."""
+    if stored == "bfloat16":
+        values = (np.frombuffer(piece, dtype="<u2").astype("<u4") << np.uint32(16)).view("<f4")
+    else:
+        values = np.frombuffer(
+            piece, dtype={"float16": "<f2", "float32": "<f4", "float64": "<f8"}[stored]
+        )
+        values = values.astype("<f4")
+    if out == "float32":
+        return values.tobytes()
+    if out == "float16":
+        return values.astype("<f2").tobytes()
+    bits = values.view("<u4")
+    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(
+        16
+    )
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return np.where(nan, np.uint32(0x7FC0), rounded).astype("<u2").tobytes()

@@ -13,7 +13,10 @@ writes::
                                     2 epochs, save_steps 2): `latest` + `global_stepN/` in each
                                     checkpoint folder, no optimizer.pt; ZeRO-3 saves no weights
                                     file (no 16-bit gathering)
-    OUT/reference/zero{2,3}-global_stepN.safetensors   `get_fp32_state_dict_from_zero_checkpoint`
+    OUT/zero2-bf16/{latest, global_step{1,2,3}/}   ZeRO-2 trained in bf16 (`bf16_zero_pp_rank_*`)
+    OUT/reference/zero{2,3,2-bf16}-global_stepN.safetensors   DeepSpeed's consolidation
+                                    (`get_fp32_state_dict_from_zero_checkpoint`, in the
+                                    trained dtype as `to_torch_tensor(dtype=...)` casts it)
     OUT/ds-truth.json                                   shapes, stages, world size, steps
 
 The model has a BatchNorm (buffers, an int64 among them) and parameters whose sizes are odd, so
@@ -66,12 +69,27 @@ def _groups(model: Any) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
 
 
-def config(stage: int) -> dict[str, Any]:
+def config(stage: int, bf16: bool = False) -> dict[str, Any]:
     return {
         "train_batch_size": 8,
         "zero_optimization": {"stage": stage},
         "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": True}},
+        **({"bf16": {"enabled": True}} if bf16 else {}),
     }
+
+
+def _bf16_model() -> Any:
+    """Without BatchNorm (DeepSpeed's bf16 engine casts its buffers: the CPU kernel refuses)."""
+    import torch
+
+    torch.manual_seed(0)
+    layers = [
+        torch.nn.Linear(8, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 7),
+        torch.nn.Linear(7, 5),
+    ]
+    return torch.nn.Sequential(*layers)
 
 
 def _no_shm_op() -> None:
@@ -81,31 +99,38 @@ def _no_shm_op() -> None:
     ds_comm.build_shm_op = lambda: None  # type: ignore[attr-defined]
 
 
-def train_and_save(out: Path, stage: int, saves: int, model: Any) -> dict[str, Any]:
+def train_and_save(
+    out: Path, stage: int, saves: int, model: Any, bf16: bool = False
+) -> dict[str, Any]:
     """One engine of `stage`, `saves` steps, a `save_checkpoint` after each (every rank)."""
     import deepspeed
     import torch
 
     engine, *_ = deepspeed.initialize(
-        model=model, model_parameters=_groups(model), config=config(stage)
+        model=model, model_parameters=_groups(model), config=config(stage, bf16)
     )
     rank = torch.distributed.get_rank()
     gen = torch.Generator().manual_seed(rank)
-    folder = out / f"zero{stage}"
+    folder = out / (f"zero{stage}-bf16" if bf16 else f"zero{stage}")
     for step in range(1, saves + 1):
-        x = torch.randn(4, 8, generator=gen)
+        x = torch.randn(4, 8, generator=gen).to(torch.bfloat16 if bf16 else torch.float32)
         engine.backward(engine(x).pow(2).mean())
         engine.step()
         engine.save_checkpoint(str(folder), tag=f"global_step{step}")
     return {"folder": folder.name, "tags": [f"global_step{s}" for s in range(1, saves + 1)]}
 
 
-def reference(folder: Path, tag: str, target: Path) -> dict[str, Any]:
-    """DeepSpeed's own consolidation of one tag, saved as safetensors (its own `save_file`)."""
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+def reference(folder: Path, tag: str, target: Path, dtype: Any = None) -> dict[str, Any]:
+    """DeepSpeed's own consolidation of one tag (in `dtype`, as `convert_zero_checkpoint_to_
+    state_dict(dtype=...)` casts), saved as safetensors (its own `save_file`)."""
+    from deepspeed.utils.zero_to_fp32 import (
+        get_fp32_state_dict_from_zero_checkpoint,
+        to_torch_tensor,
+    )
     from safetensors.torch import save_file
 
-    state = get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=tag)
+    lazy = get_fp32_state_dict_from_zero_checkpoint(str(folder), tag=tag, lazy_mode=True)
+    state = to_torch_tensor(lazy, dtype=dtype)
     save_file({k: v.contiguous() for k, v in state.items()}, str(target))
     return {
         k: {"shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
@@ -133,14 +158,20 @@ def rank_main(out: Path) -> None:
             "buffers": buffers,
             "n_params": sum(int(torch.tensor(s).prod()) for s in shapes.values()),
         }
+    model = _bf16_model()
+    run = train_and_save(out, 2, SAVES, model, bf16=True)
+    truth["stages"]["2-bf16"] = {**run, "zero_stage": 2, "dtype": "bfloat16", "param_shapes": {
+        n: list(p.shape) for n, p in model.named_parameters()}, "buffers": {}}  # fmt: skip
     torch.distributed.barrier()
     if rank == 0:
         (out / "reference").mkdir(exist_ok=True)
         for stage, entry in truth["stages"].items():
             entry["consolidated"] = {}
+            dtype = torch.bfloat16 if entry.get("dtype") == "bfloat16" else None
             for tag in entry["tags"]:
                 target = out / "reference" / f"zero{stage}-{tag}.safetensors"
-                entry["consolidated"][tag] = reference(out / entry["folder"], tag, target)
+                found = reference(out / entry["folder"], tag, target, dtype)
+                entry["consolidated"][tag] = found
         truth["ds_version"] = deepspeed.__version__
         (out / DS_TRUTH).write_text(json.dumps(truth, indent=1))
     torch.distributed.barrier()
