@@ -55,7 +55,7 @@ def info_of(zf: ZeroFolder) -> CheckpointInfo:
         backend="torch",
         model_name=None,
         layers=layers,
-        n_params=zf.n_params or n_params,
+        n_params=n_params,  # buffers counted, as for every torch state dict (docs)
         weights_bytes=weights_bytes,
         optimizer=optimizer,
         training_config={"deepspeed": zf.ds_config, "sharding": sharding},

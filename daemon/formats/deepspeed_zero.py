@@ -78,13 +78,6 @@ class ZeroFolder:
     def world_size(self) -> int:
         return self.dp_world_size * self.mp_world_size
 
-    @property
-    def n_params(self) -> int:
-        every = [s for group in self.param_shapes for _, s in group] + [
-            s for _, s in self.frozen_shapes
-        ]
-        return sum(numel(s) for s in every)
-
     def optim_files(self) -> list[str]:
         """The optimizer partitions in rank order (model-parallel rank 0)."""
         p = self.optimizer_prefix

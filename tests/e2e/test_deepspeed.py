@@ -42,7 +42,8 @@ def test_each_tag_folder_is_one_checkpoint_with_world_size_stage_and_shapes(
     expected = {f"ds/{s['folder']}/{tag}" for s in truth["stages"].values() for tag in s["tags"]}
     assert set(rows) == expected, rows.keys()  # the folders, never their rank files
     for stage in truth["stages"].values():
-        n_params = sum(math.prod(shape) for shape in stage["param_shapes"].values())
+        tensors = [*stage["param_shapes"].values(), *stage["buffers"].values()]
+        n_params = sum(math.prod(shape) for shape in tensors)  # buffers counted, as for torch
         for step, tag in enumerate(stage["tags"], start=1):
             row = rows[f"ds/{stage['folder']}/{tag}"]
             assert row["status"] == "ok" and row["format"] == "deepspeed-zero", row
