@@ -21,7 +21,10 @@ model trained in (`trained_dtype`: the config's bf16 or fp16, else float32), cas
 fp32 master weights as torch casts them (`cast`), which is what zero_to_fp32's
 `convert_zero_checkpoint_to_state_dict(dtype=...)` writes; float32 for a float32 run, its
 default. Refused with the
-reason: frozen parameters, tied parameters, model parallelism, a partition of another dtype.
+reason: tied parameters, model parallelism, a partition of another dtype. Frozen parameters
+(`requires_grad=False`: a fine-tune's base) are no partition's: ZeRO 1/2 keeps each whole in
+`frozen_param_fragments` of the model states, ZeRO-3 a padded slice per rank's model states,
+joined in rank order and cut to its numel; they come between the buffers and the rest.
 Written through `transforms.safetensors_out` (header first, temp name, read back and verified,
 the tag folder unchanged, then renamed).
 """
@@ -55,11 +58,12 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")  # what is cast to the o
 
 @dataclass(frozen=True)
 class _Run:
-    """A contiguous range of float32 elements in one rank file: its fd and byte start."""
+    """A contiguous range of elements in one rank file: its fd and byte start."""
 
     fd: int
     start: int  # byte offset of element 0 in the file
     count: int  # elements
+    size: int = 4  # bytes per element (float32 partitions; a frozen fragment's own)
 
 
 @dataclass(frozen=True)
@@ -131,8 +135,6 @@ def _refuse(zf: ZeroFolder, source: Path) -> None:
             f"not split: {source} is model-parallel ({zf.mp_world_size} ranks): "
             "DeepSpeed's zero_to_fp32 does not consolidate it either"
         )
-    if zf.frozen_shapes:
-        raise UsageError(f"not split: {source} has frozen parameters (not consolidated here)")
     top = zf.files[zf.expected[0]].obj
     if isinstance(top, dict) and top.get("shared_params"):
         raise UsageError(f"not split: {source} has tied parameters (not consolidated here)")
@@ -152,6 +154,10 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
         tensors.append(Tensor(name, _CODES[dtype], record.shape))
         cast = (record.dtype, dtype) if dtype != record.dtype else None
         sources[name] = _Source(buffer=(fd, start, record.nbytes), cast=cast)
+    for name, shape in zf.frozen_shapes:
+        runs, stored = _frozen(zf, source, fd_of, name, numel(shape))
+        tensors.append(Tensor(name, _CODES[out], shape))
+        sources[name] = _Source(runs=tuple(runs), cast=(stored, out) if stored != out else None)
     ranks = [zf.files[name] for name in zf.optim_files()]
     key = "fp32_flat_groups" if zf.zero_stage == 3 else "single_partition_of_fp32_groups"
     flats = [[_run(source, f, fd_of, r) for r in _groups(f.obj, key, f.name)] for f in ranks]
@@ -174,6 +180,41 @@ def trained_dtype(config: dict[str, Any]) -> str:
         if isinstance(section, dict) and section.get("enabled") is True:
             return dtype
     return "float32"
+
+
+def _frozen(
+    zf: ZeroFolder, source: Path, fd_of: Any, name: str, n: int
+) -> tuple[list[tuple[_Run, int, int]], str]:
+    """A frozen parameter's element runs (whole in ZeRO 1/2's model states, a slice in each
+    ZeRO-3 rank's) and its stored dtype."""
+    if zf.zero_stage == 3:
+        files = [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(zf.dp_world_size)]
+    else:
+        files = [zf.expected[0]]
+    runs: list[_Run] = []
+    for file in files:
+        f = zf.files[file]
+        fragments = f.obj.get("frozen_param_fragments") if isinstance(f.obj, dict) else None
+        record = fragments.get(name) if isinstance(fragments, dict) else None
+        if not isinstance(record, TensorRecord) or record.dtype not in _FLOATS:
+            raise UsageError(f"not split: {file} holds no fragment of the frozen {name}")
+        if record.numel and record.stride != _row_major(record.shape):
+            raise UsageError(f"not split: the frozen {name} in {file} is not contiguous")
+        fd = fd_of(file)
+        start = _data_start(fd, file, f.prefix, record)
+        runs.append(_Run(fd, start, record.numel, ITEM_SIZES[record.dtype]))
+    if len({ITEM_SIZES[zf.files[f].obj["frozen_param_fragments"][name].dtype] for f in files}) > 1:
+        raise UsageError(f"not split: the frozen {name}'s fragments differ in dtype")
+    stored = zf.files[files[0]].obj["frozen_param_fragments"][name].dtype
+    return _slice(runs, 0, n), stored
+
+
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
 
 
 def _groups(obj: Any, key: str, name: str) -> list[TensorRecord]:
@@ -280,7 +321,9 @@ def _bytes(src: _Source) -> Iterator[bytes]:
         pieces = _read(fd, start, nbytes)
     else:
         pieces = (
-            p for run, first, n in src.runs for p in _read(run.fd, run.start + first * 4, n * 4)
+            p
+            for run, first, n in src.runs
+            for p in _read(run.fd, run.start + first * run.size, n * run.size)
         )
     for piece in pieces:
         yield piece if src.cast is None else cast(piece, *src.cast)

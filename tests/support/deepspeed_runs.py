@@ -19,8 +19,9 @@ writes::
                                     trained dtype as `to_torch_tensor(dtype=...)` casts it)
     OUT/ds-truth.json                                   shapes, stages, world size, steps
 
-The model has a BatchNorm (buffers, an int64 among them) and parameters whose sizes are odd, so
-ZeRO-2's alignment padding and ZeRO-3's per-parameter padding are both exercised. DeepSpeed
+The model has a BatchNorm (buffers, an int64 among them), a frozen Linear (no optimizer
+partition: `frozen_param_fragments`) and parameters whose sizes are odd, so ZeRO-2's alignment
+padding and ZeRO-3's per-parameter padding are both exercised. DeepSpeed
 JIT-builds a shared-memory comm op on its first CPU start (~80 s); it is an optimisation of
 all-reduce only, so the ranks here run without it (gloo does the collectives).
 
@@ -53,19 +54,22 @@ def _model(hidden: int = 16) -> Any:
     import torch
 
     torch.manual_seed(0)
-    return torch.nn.Sequential(
+    model = torch.nn.Sequential(
         torch.nn.Linear(8, hidden),
         torch.nn.BatchNorm1d(hidden),
         torch.nn.ReLU(),
         torch.nn.Linear(hidden, 7),
         torch.nn.Linear(7, 5),
     )
+    model[3].requires_grad_(False)  # frozen, as a fine-tune's base: no optimizer partition
+    return model
 
 
 def _groups(model: Any) -> list[dict[str, Any]]:
     """Two param groups (weights decayed, biases and norms not), as most recipes build them."""
-    decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
-    rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trained if n.endswith("weight") and p.dim() > 1]
+    rest = [p for n, p in trained if not (n.endswith("weight") and p.dim() > 1)]
     return [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}]
 
 
