@@ -32,7 +32,7 @@ from tests.support.deepspeed_runs import session_deepspeed_runs
 from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
 from tests.support.schedule import longest_first
-from tests.support.shared_fixtures import session_root
+from tests.support.shared_fixtures import generated_once, session_root
 from tests.support.torch_runs import session_torch_files
 from tests.support.training_runs import session_training_runs
 
@@ -102,6 +102,16 @@ def deepspeed_runs() -> Path:
     written by torchrun in a child), DeepSpeed's own consolidation of each tag beside them and
     `ds-truth.json`. Cached by the script's content like `hf_runs`; read-only for tests."""
     return session_deepspeed_runs()
+
+
+@pytest.fixture(scope="session")
+def peft_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real PEFT LoRA adapters of a tiny BERT and their base (tests/support/peft_runs.py, written
+    by peft's `save_pretrained` in a child): `models/tiny-bert/`, `runs/{linked,bin,orphan}/lora/`,
+    `runs/trainer/out/checkpoint-2/`, with `peft-truth.json`. Once per session; read-only."""
+    from tests.support import peft_runs as writer
+
+    return generated_once(tmp_path_factory, "peft", writer.generate)
 
 
 @pytest.fixture(scope="session")
