@@ -247,19 +247,25 @@ def generate(out: Path) -> Path:
 
 def session_deepspeed_runs() -> Path:
     """The generated set for this content of the script: from the cache if there, else written
-    into a temp folder beside it and renamed into place (a concurrent session's set wins)."""
+    into a temp folder beside it and renamed into place, under a lock of the cache (both xdist
+    workers ask at once: one generates, the other waits and reads)."""
+    from tests.support.shared_fixtures import exclusive
+
     cache = Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "ckpt-ds-fixtures")
     final = cache / content_key()
     if (final / DS_TRUTH).is_file():
         return final
     cache.mkdir(parents=True, exist_ok=True)
-    fresh = Path(tempfile.mkdtemp(prefix="gen-", dir=cache))
-    generate(fresh / "set")
-    try:
-        os.rename(fresh / "set", final)
-    except OSError:  # another session renamed its set first: use that one
-        shutil.rmtree(fresh / "set", ignore_errors=True)
-    shutil.rmtree(fresh, ignore_errors=True)
+    with exclusive(cache / f"{final.name}.lock"):
+        if (final / DS_TRUTH).is_file():  # the other worker made it meanwhile
+            return final
+        fresh = Path(tempfile.mkdtemp(prefix="gen-", dir=cache))
+        try:
+            generate(fresh / "set")
+            shutil.rmtree(final, ignore_errors=True)  # a broken set (no truth) of an old run
+            os.rename(fresh / "set", final)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
     return final
 
 
