@@ -216,6 +216,9 @@ def test_demotion_drops_optimizer_shards_only_where_a_complete_weights_copy_stay
     assert not any((ws.root / "hf2" / "out" / "inference-2").rglob("*_states.pt"))
     kept = ws.root / "hf3" / "out" / "checkpoint-2"
     assert rows["hf3/out/checkpoint-2"]["status"] == "ok", rows["hf3/out/checkpoint-2"]
+    refused = [e for e in ws.json("log") if e["action"] == "split" and "hf3" in e["path"]]
+    assert refused and all("only copy is DeepSpeed's partitions" in str(e) for e in refused)
+    assert not (ws.root / "hf3" / "out" / "inference-2").exists()
     source = deepspeed_runs / "hf-zero3" / "out" / "checkpoint-2" / "global_step2"
     assert sorted(p.name for p in (kept / "global_step2").iterdir()) == sorted(
         p.name for p in source.iterdir()
