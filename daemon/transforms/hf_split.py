@@ -47,6 +47,9 @@ TRAINING_STATE = frozenset(
     {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin"}
 )
 _TRAINING_STATE = re.compile(r"^(rng_state(_\d+)?\.pth|optimizer(_\d+)?\.(pt|bin))$")
+# DeepSpeed's, in a Trainer folder saved under it: `latest` names the tag folder of optimizer
+# partitions (the folder's optimizer state); its two scripts consolidate that tag.
+DEEPSPEED_STATE = frozenset({"latest", "zero_to_fp32.py", "zero_to_torch.py"})
 _ROTATED = re.compile(r"^checkpoint-")  # what the Trainer's rotation globs (`checkpoint-*`)
 
 
@@ -68,7 +71,19 @@ def inference_path(source: Path, out_dir: Path | None = None) -> Path:
 
 
 def is_training_state(name: str) -> bool:
-    return name in TRAINING_STATE or bool(_TRAINING_STATE.match(name))
+    return name in TRAINING_STATE or name in DEEPSPEED_STATE or bool(_TRAINING_STATE.match(name))
+
+
+def _deepspeed_tag(source: Path, dropped: list[str]) -> str | None:
+    """The DeepSpeed tag folder `latest` names, when it is among the dropped subfolders."""
+    if "latest" not in dropped:
+        return None
+    try:
+        with open(source / "latest", "rb") as f:
+            tag = f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return tag if f"{tag}/" in dropped else None
 
 
 def plan(source: Path) -> Plan:
@@ -89,12 +104,14 @@ def plan(source: Path) -> Plan:
         else:
             kept.append(Path(entry.path))
     names = {p.name for p in kept}
-    if "optimizer.pt" not in dropped:
+    tag = _deepspeed_tag(source, dropped)
+    if "optimizer.pt" not in dropped and tag is None:
         raise UsageError(f"nothing to split: {source} has no optimizer state (optimizer.pt)")
     if folder_layouts.HF_CONFIG not in names:
         raise UsageError(f"not split: {source} has no config.json: from_pretrained needs it")
     if not any(folder_layouts.is_hf_weights(n) for n in names):
-        raise UsageError(f"not split: {source} has no weights file")
+        only = f": its only copy is DeepSpeed's partitions in {tag}/ (ZeRO-3)" if tag else ""
+        raise UsageError(f"not split: {source} has no weights file{only}")
     return Plan(source, tuple(kept), tuple(dropped))
 
 
@@ -103,14 +120,15 @@ def split(
     source: Path,
     *,
     out: Path | None = None,
-    existing: bool = False,
+    replacing: fsops.Identity | None = None,
+    keep_compile: bool = False,  # every splitter's signature: an HF folder compiles nothing
     source_hash: str | None = None,
 ) -> SplitResult:
     """Write the inference folder of the HF folder `source` (below `root`) beside it or into
     `out`; nothing there is ever replaced (WouldReplace). Refused (and nothing left behind) if
-    the checkpoint changed meanwhile; ArtifactMismatch if the copy does not verify. `existing`:
-    the folder there is this checkpoint's own (the caller checked): re-verified against the
-    source and kept as it is."""
+    the checkpoint changed meanwhile; ArtifactMismatch if the copy does not verify. `replacing`
+    given: the folder there is this checkpoint's own (the caller checked): re-verified against
+    the source and kept as it is."""
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
     final = inference_path(source, Path(os.path.abspath(out)) if out is not None else None)
@@ -121,7 +139,7 @@ def split(
     expected = hf_weights.read_weights(source, _names(planned.kept), root)
     folder_before = _folder_stat(source)
     before = fsops.current_stat(root, planned.kept)  # also refuses a source outside `root`
-    if existing:
+    if replacing is not None:
         digests = {src.name: hashing.hash_files([src], root) for src in planned.kept}
         files, digest = verify(root, final, digests, expected.n_params)
         _check_unchanged(root, planned, before, folder_before)

@@ -26,7 +26,7 @@ from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
-from .artifacts import SPLIT_BY_POLICY, is_adapter
+from .artifacts import split_by_policy
 from .pipeline import awaiting_stages
 from .tier.locations import uses_remote
 from .trainer_housekeeping import trainer_best
@@ -299,8 +299,7 @@ def planner_item(
         step=c.step,
         pinned=c.pinned,
         metrics=c.metrics,
-        # Without its optimizer state a checkpoint is about its weights plus the config.
-        inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if can_demote else None,
+        inference_bytes=_inference_bytes(c) if can_demote else None,
         protected=protected,
         tier_blocked=blocked,
         trash_reason=f"abandoned: {c.reason or 'no reason recorded'}"
@@ -333,7 +332,15 @@ def tier_blocked(config: Config, c: Checkpoint) -> str | None:
     return why_not(config, c)
 
 
+def _inference_bytes(c: Checkpoint) -> int:
+    """The size of `c`'s inference artifact, about: without its optimizer state a checkpoint
+    is its weights plus the config; a DeepSpeed tag's is the consolidated fp32 model (its
+    ZeRO-3 model states are placeholders: their size says nothing of the model's)."""
+    if c.format == Format.DEEPSPEED_ZERO and c.weights_bytes:
+        return c.weights_bytes
+    return c.size_bytes - (c.optimizer_bytes or 0)
+
+
 def demotable(c: Checkpoint) -> bool:
-    """Split into an inference artifact would free its optimizer state (never an adapter's:
-    `artifacts.refuse_torch`)."""
-    return not is_adapter(c) and c.format in SPLIT_BY_POLICY and (c.optimizer_bytes or 0) > 0
+    """Split into an inference artifact would free its optimizer state."""
+    return split_by_policy(c)
