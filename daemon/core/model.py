@@ -57,6 +57,7 @@ class Format(str, metaclass=_Formats):
     ORBAX: ClassVar[Format]
     TORCH_DCP: ClassVar[Format]
     HF_FOLDER: ClassVar[Format]
+    DEEPSPEED_ZERO: ClassVar[Format]
 
     def __new__(cls, value: str) -> Format:
         known = _KNOWN.get(value)
@@ -105,6 +106,8 @@ Format.ORBAX = Format.add("orbax-step")
 Format.TORCH_DCP = Format.add("torch-dcp")
 # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
 Format.HF_FOLDER = Format.add("hf-folder")
+# A DeepSpeed ZeRO tag folder `global_stepN/`: per-rank model and optimizer states
+Format.DEEPSPEED_ZERO = Format.add("deepspeed-zero")
 
 
 class Kind(enum.StrEnum):

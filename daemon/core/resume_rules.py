@@ -147,6 +147,11 @@ orbax = with_optimizer(
     "(Keras: OrbaxCheckpoint restores it into the model)"
 )
 dcp = with_optimizer("DCP folder with optimizer state: dcp.load into the model and optimizer dicts")
+# A DeepSpeed tag folder is read only when every rank's files are there and whole
+# (formats.deepspeed_zero): `engine.load_checkpoint(save_dir, tag)` restores each partition.
+deepspeed = with_optimizer(
+    "DeepSpeed tag with every rank's optimizer partition: engine.load_checkpoint(save_dir, tag)"
+)
 # A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
 # there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
 _hf_full = with_optimizer(

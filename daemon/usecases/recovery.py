@@ -134,8 +134,8 @@ def _judge_orphan(
 
 def _seen(reads: Reads, row: Checkpoint, digest: str) -> bool:
     full = reads.get(str(row.id))
-    return any(
-        isinstance(g, dict) and g.get("hash") == digest
+    return any(  # its bytes, or the bytes a compress rewrote (the same generation)
+        isinstance(g, dict) and digest in [g.get("hash"), *(g.get("rewritten_from") or [])]
         for g in full.details.get("generations") or []
     )
 

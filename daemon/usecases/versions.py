@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..catalog.store import Acting, Index, Reads, Versions
-from ..catalog.store_versions import NOT_COPIED, Source
+from ..catalog.store_versions import NOT_COPIED, Source, content_hashes
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
@@ -284,11 +284,12 @@ def restore_version(
     if store.reads.get(absolute).version_of is not None:
         raise UsageError(f"{path} is itself a kept version: give the file it keeps")
     current, here = _as_indexed(store.reads, store.index, root, absolute, index)
-    if current.hash == chosen.hash:
+    holds = content_hashes(current.hash, current.details)  # compressed since: the same
+    if chosen.hash in holds:
         raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
     if current.status == CheckpointStatus.OK:
         capture(config, store, versions, root, current.id, actor=actor, force=True)
-        if current.hash not in {v.hash for v in versions.versions_of(absolute)}:
+        if not holds & {v.hash for v in versions.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
     # Its copy is written beside the file before the swap: the same room as any copy of ours.
     check_copy(

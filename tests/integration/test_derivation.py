@@ -71,9 +71,8 @@ def test_generations_are_kept_and_each_gets_its_epoch(store_and_run: tuple[Store
     assert shown.epoch == 3
     assert shown.details["epoch_source"] == "optimizer iterations (15 / 5 steps per epoch)"
     assert shown.metrics == {"loss": 1 / 3, "val_loss": 2 / 3}  # the CSV row of epoch 3
-    assert (
-        refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT) == 0
-    )  # nothing changed: no write
+    # nothing changed: no write
+    assert refresh_run(store.runs, store.versions, run, [], other_runs=(), at=AT) == 0
 
 
 def test_values_derived_for_old_bytes_never_land_on_new_ones(

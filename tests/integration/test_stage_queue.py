@@ -177,13 +177,11 @@ def test_jobs_are_made_due_skipped_or_waiting_for_what_they_need(store: Store) -
     only_sweeps = Stage("sweep", Trigger("complete"), runs="sweep*", command=("x",))
     stages = [eval_stage, export, only_sweeps]
     waiting: dict[int, str] = {}
-    assert (
-        make_jobs(store.reads, store.stage_jobs, stages, waiting) == 2
-    )  # eval pending, sweep skipped; export waits
+    # eval pending, sweep skipped; export waits
+    assert make_jobs(store.reads, store.stage_jobs, stages, waiting) == 2
     assert waiting == {a: "h1"}
-    assert (
-        make_jobs(store.reads, store.stage_jobs, stages, waiting) == 0
-    )  # looked at again only once dropped
+    # looked at again only once dropped
+    assert make_jobs(store.reads, store.stage_jobs, stages, waiting) == 0
     by_stage = {j.stage: (j.state, j.error) for j in store.stage_jobs.list()}
     assert by_stage == {
         "eval": ("pending", None),

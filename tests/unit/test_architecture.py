@@ -322,7 +322,9 @@ CHECKPOINT_ACTS = {
 WRITERS = {
     "transforms.split": {"split"},
     "transforms.torch_split": {"split"},
+    "transforms.safetensors_out": {"write"},
     "transforms.hf_split": {"split"},
+    "transforms.deepspeed_consolidate": {"split"},
     "transforms.compress": {"compress"},
     "transforms.export_json_h5": {"export"},
     "usecases.describe": {"write_card"},

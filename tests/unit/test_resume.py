@@ -56,6 +56,8 @@ TABLE = [
     (F.HF_FOLDER, "full", 31092, None, True, "resume_from_checkpoint"),
     (F.HF_FOLDER, "weights", 31092, None, False, "scheduler.pt and trainer_state.json"),
     (F.HF_FOLDER, "weights", 0, None, False, "no optimizer state"),
+    (F.DEEPSPEED_ZERO, "full", 14526, None, True, "load_checkpoint"),
+    (F.DEEPSPEED_ZERO, "weights", 0, None, False, "no optimizer state"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 
