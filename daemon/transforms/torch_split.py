@@ -12,17 +12,14 @@ so each saved tensor holds exactly what `torch.load` would give. Refused with th
 legacy (pre-1.6) file, a big-endian file, a dtype safetensors has no name for (quantized,
 complex32), a storage that does not hold the view, two tensors under one name.
 
-Verified before the rename (through `fsops.rewrite`): the written file read back by our own
-safetensors reader (header consistent with its size), every tensor's bytes hashed from the
-file against the hash taken while copying it from the source, and the source unchanged.
+The file itself is written and verified by `transforms.safetensors_out` (header, streamed
+bytes, read back and hashed against the copy before the rename); the source is checked
+unchanged right before the rename.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import struct
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,16 +28,17 @@ from typing import IO
 
 import numpy as np
 
-from ..core.errors import ArtifactMismatch, CorruptCheckpoint, UsageError
+from ..core.errors import CorruptCheckpoint, UsageError
 from ..core.model import Format
 from ..formats import pickle_safe, safetensors_file, torch_state, torch_zip, window
 from ..formats.pickle_safe import TensorRecord
-from ..fs import fsops, hashing
-from . import marker
+from ..fs import fsops
+from . import marker, safetensors_out
+from .safetensors_out import Tensor
 from .split import SplitResult, check_unchanged
 
-SUFFIX = ".safetensors"
-METADATA_FORMAT = {"format": "pt"}  # what transformers' loaders look for
+SUFFIX = safetensors_out.SUFFIX
+METADATA_FORMAT = safetensors_out.METADATA_FORMAT
 _CHUNK = 1 << 20
 _SAFETENSORS_DTYPES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -48,13 +46,10 @@ _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 @dataclass(frozen=True)
 class _Planned:
-    """One tensor of the artifact: where its bytes come from and where they go."""
+    """One tensor of the artifact and where its bytes come from."""
 
-    name: str
+    out: Tensor
     record: TensorRecord
-    dtype: str  # safetensors' name
-    begin: int  # data_offsets in the artifact's buffer
-    end: int
     member: str  # the storage member in the source zip
 
 
@@ -96,20 +91,31 @@ def split(
         except zipfile.BadZipFile as exc:
             raise UsageError(f"not split: {source} is not a torch zip ({exc})") from exc
         with archive:
-            plan, header = _plan(archive, source, mark)
-            with fsops.rewrite(root, final, like=source, replacing=replacing) as temp:
-                try:
-                    digests = _write(temp, header, plan, archive, raw)
-                    _verify(temp, plan, digests)
-                    digest, size = hashing.hash_files([temp]), temp.stat().st_size
-                except Exception as exc:
-                    check_unchanged(root, source, before, exc)
-                    raise
-                check_unchanged(root, source, before)  # the last look, right before the rename
-    return SplitResult(source, final, size, digest, before.size, len(plan))
+            plan = _plan(archive, source)
+            by_name = {p.out.name: p for p in plan}
+
+            def chunks(t: Tensor) -> Iterator[bytes]:
+                return _tensor_bytes(archive, raw, by_name[t.name])
+
+            try:
+                written = safetensors_out.write(
+                    root,
+                    final,
+                    [p.out for p in plan],
+                    chunks,
+                    like=source,
+                    metadata={marker.ATTRIBUTE: mark},
+                    replacing=replacing,
+                    # the last look, right before the rename
+                    before_rename=lambda: check_unchanged(root, source, before),
+                )
+            except Exception as exc:
+                check_unchanged(root, source, before, exc)
+                raise
+    return SplitResult(source, final, written.bytes, written.hash, before.size, len(plan))
 
 
-def _plan(archive: zipfile.ZipFile, source: Path, mark: str) -> tuple[list[_Planned], bytes]:
+def _plan(archive: zipfile.ZipFile, source: Path) -> list[_Planned]:
     member = torch_zip.pickle_member(archive)
     if member is None:
         raise UsageError(f"not split: {source} is a zip but not a torch file")
@@ -125,7 +131,6 @@ def _plan(archive: zipfile.ZipFile, source: Path, mark: str) -> tuple[list[_Plan
         raise UsageError(f"not split: {source} holds no model tensors")
     members = {i.filename: i for i in archive.infolist()}
     plan: list[_Planned] = []
-    at = 0
     seen: set[str] = set()
     for name, record in tensors:
         _check_tensor(source, name, record, seen)
@@ -134,19 +139,9 @@ def _plan(archive: zipfile.ZipFile, source: Path, mark: str) -> tuple[list[_Plan
         if info is None or info.compress_type != zipfile.ZIP_STORED:
             raise CorruptCheckpoint(f"tensor {name}: its storage is missing or not stored raw")
         _check_in_storage(name, record, info.file_size)
-        dtype = _SAFETENSORS_DTYPES[record.dtype]
-        plan.append(_Planned(name, record, dtype, at, at + record.nbytes, info.filename))
-        at += record.nbytes
-    entries: dict[str, object] = {"__metadata__": {**METADATA_FORMAT, marker.ATTRIBUTE: mark}}
-    for p in plan:
-        entries[p.name] = {
-            "dtype": p.dtype,
-            "shape": list(p.record.shape),
-            "data_offsets": [p.begin, p.end],
-        }
-    text = json.dumps(entries, separators=(",", ":")).encode()
-    text += b" " * (-(8 + len(text)) % 8)  # the reference writer's padding: data 8-aligned
-    return plan, struct.pack("<Q", len(text)) + text
+        out = Tensor(name, _SAFETENSORS_DTYPES[record.dtype], tuple(record.shape))
+        plan.append(_Planned(out, record, info.filename))
+    return plan
 
 
 def _byteorder(archive: zipfile.ZipFile, prefix: str) -> str:
@@ -195,22 +190,6 @@ def _contiguous(record: TensorRecord) -> bool:
     return True
 
 
-def _write(
-    temp: Path, header: bytes, plan: list[_Planned], archive: zipfile.ZipFile, raw: IO[bytes]
-) -> list[str]:
-    """The artifact at `temp`; returns each tensor's BLAKE2 as copied from the source."""
-    digests = []
-    with open(temp, "xb") as out:
-        out.write(header)
-        for p in plan:
-            h = hashlib.blake2b(digest_size=16)
-            for chunk in _tensor_bytes(archive, raw, p):
-                h.update(chunk)
-                out.write(chunk)
-            digests.append(h.hexdigest())
-    return digests
-
-
 def _tensor_bytes(archive: zipfile.ZipFile, raw: IO[bytes], p: _Planned) -> Iterator[bytes]:
     """The tensor's bytes in row-major order, a bounded piece at a time."""
     record = p.record
@@ -224,7 +203,7 @@ def _tensor_bytes(archive: zipfile.ZipFile, raw: IO[bytes], p: _Planned) -> Iter
         while at < end:
             chunk = os.pread(raw.fileno(), min(_CHUNK, end - at), at)
             if not chunk:
-                raise CorruptCheckpoint(f"tensor {p.name}: its storage ends early")
+                raise CorruptCheckpoint(f"tensor {p.out.name}: its storage ends early")
             at += len(chunk)
             yield chunk
         return
@@ -239,28 +218,3 @@ def _tensor_bytes(archive: zipfile.ZipFile, raw: IO[bytes], p: _Planned) -> Iter
     rows = max(1, _CHUNK // max(1, record.nbytes // max(1, record.shape[0])))
     for first in range(0, record.shape[0], rows):
         yield np.ascontiguousarray(view[first : first + rows]).tobytes()
-
-
-def _verify(temp: Path, plan: list[_Planned], digests: list[str]) -> None:
-    """The artifact as a safetensors reader sees it, and each tensor's bytes as copied."""
-    with open(temp, "rb") as f:
-        try:
-            info = safetensors_file.read(f)
-        except CorruptCheckpoint as exc:
-            raise ArtifactMismatch(f"inference artifact is not a valid safetensors: {exc}") from exc
-        if info.n_params != sum(p.record.numel for p in plan):
-            raise ArtifactMismatch("inference artifact: parameter count differs from its source")
-        f.seek(0)
-        (n,) = struct.unpack("<Q", f.read(8))
-        base = 8 + n
-        for p, expected in zip(plan, digests, strict=True):
-            f.seek(base + p.begin)
-            h, left = hashlib.blake2b(digest_size=16), p.end - p.begin
-            while left:
-                chunk = f.read(min(_CHUNK, left))
-                if not chunk:
-                    break
-                h.update(chunk)
-                left -= len(chunk)
-            if left or h.hexdigest() != expected:
-                raise ArtifactMismatch(f"inference artifact differs from its source: {p.name}")

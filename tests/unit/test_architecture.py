@@ -322,6 +322,7 @@ CHECKPOINT_ACTS = {
 WRITERS = {
     "transforms.split": {"split"},
     "transforms.torch_split": {"split"},
+    "transforms.safetensors_out": {"write"},
     "transforms.hf_split": {"split"},
     "transforms.compress": {"compress"},
     "transforms.export_json_h5": {"export"},
