@@ -45,11 +45,18 @@ class Format(enum.StrEnum):
     TORCH_DCP = "torch-dcp"  # torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
     # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
     HF_FOLDER = "hf-folder"
+    # Large-model stacks (issue 44): a folder of per-rank torch files (FSDP2 / verl
+    # `model_world_size_W_rank_R.pt`), a Megatron `iter_N/` of torch_dist (DCP + `common.pt` +
+    # `metadata.json`) or of the legacy `mp_rank_XX/model_optim_rng.pt`
+    TORCH_RANKS = "torch-rank-files"
+    MEGATRON_DIST = "megatron-torch-dist"
+    MEGATRON_LEGACY = "megatron-legacy"
 
 
 # Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
 # (fs.folder_layouts describes how a layout is added).
 FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER, Format.ORBAX, Format.TORCH_DCP})
+FOLDER_FORMATS |= {Format.TORCH_RANKS, Format.MEGATRON_DIST, Format.MEGATRON_LEGACY}
 
 
 class Kind(enum.StrEnum):
@@ -104,6 +111,8 @@ class CheckpointInfo:
     # What the file records of its own training progress, as plain JSON: {"epoch", "step",
     # "metrics": {name: value}} (torch dicts, Lightning); derivation takes it like a sidecar.
     recorded: dict[str, Any] | None = None
+    # How many ranks wrote a sharded save (its files' names and metadata declare it)
+    world_size: int | None = None
 
 
 @dataclass(frozen=True)

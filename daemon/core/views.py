@@ -33,6 +33,7 @@ SHOW_FIELDS = (
     "first_seen_at",
     "artifacts",
     "events",
+    "world_size",  # ranks that wrote a sharded save (FSDP, DeepSpeed, Megatron, DCP)
 )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..core.errors import NotACheckpoint
 from ..core.model import CheckpointInfo, Format
 from ..fs import folder_layouts
-from . import folder_saves, hf_folder
+from . import folder_saves, hf_folder, megatron, rank_files
 
 Reader = Callable[[Path, Path | None], CheckpointInfo]
 
@@ -24,6 +24,9 @@ READERS: dict[str, Reader] = {
     Format.HF_FOLDER.value: hf_folder.read,
     Format.ORBAX.value: folder_saves.read,
     Format.TORCH_DCP.value: folder_saves.read,
+    Format.TORCH_RANKS.value: rank_files.read,  # issue 44's stacks (fs.sharded_names)
+    Format.MEGATRON_DIST.value: megatron.read_dist,
+    Format.MEGATRON_LEGACY.value: megatron.read_legacy,
 }
 
 

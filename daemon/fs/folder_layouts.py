@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.model import Format
+from . import sharded_names as sharded
 from .temp_names import TEMP_PREFIX
 
 
@@ -152,9 +153,21 @@ DCP_LAYOUT = FolderLayout(
     family=Format.TORCH_DCP.value, recognises=_dcp_recognises, announces=_dcp_announces
 )
 
+# Large-model stacks (fs.sharded_names): Megatron's iter_N/ before plain DCP (torch_dist is DCP)
+MEGATRON_DIST_LAYOUT = FolderLayout(
+    Format.MEGATRON_DIST.value, sharded.megatron_dist_recognises, sharded.megatron_dist_announces
+)
+MEGATRON_LEGACY_LAYOUT = FolderLayout(
+    Format.MEGATRON_LEGACY.value, sharded.megatron_legacy_recognises, sharded.never
+)
+RANK_FILES_LAYOUT = FolderLayout(
+    Format.TORCH_RANKS.value, sharded.rank_files_recognises, sharded.rank_files_announces
+)
+
 # The layouts discovery tries, first match wins. SavedModel folders are found by discovery's own
 # markers (fs.discovery.SAVED_MODEL_MARKERS) before any of these.
-LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT, ORBAX_LAYOUT, DCP_LAYOUT]
+LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT, ORBAX_LAYOUT, MEGATRON_DIST_LAYOUT]
+LAYOUTS += [MEGATRON_LEGACY_LAYOUT, RANK_FILES_LAYOUT, DCP_LAYOUT]
 
 
 def claim(folder: Path, files: frozenset[str], dirs: frozenset[str]) -> Claim | None:

@@ -19,6 +19,7 @@ from ..fs import procfs
 from ..settings.config import Config
 
 FOLDER_SAVES = frozenset({Format.ORBAX.value, Format.TORCH_DCP.value})
+FOLDER_SAVES |= {Format.TORCH_RANKS.value, Format.MEGATRON_DIST.value, Format.MEGATRON_LEGACY.value}
 UNCONFIRMED_NOTE = "unconfirmed save: "  # formats.folder_saves writes these notes
 
 
