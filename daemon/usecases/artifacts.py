@@ -56,7 +56,7 @@ def split_checkpoint(
     model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
     as part of it. `on_progress` hears the checkpoint start (its bytes the total) and finish
     (`split`)."""
-    from ..transforms import hf_split, torch_split
+    from ..transforms import consolidate, hf_split, torch_split
     from ..transforms.split import split
     from .describe import card_path, own_card, write_card
 
@@ -82,6 +82,15 @@ def split_checkpoint(
             if c.format == Format.HF_FOLDER:  # -> an inference folder beside it
                 result = hf_split.split(
                     root, Path(c.path), out=out, existing=not pending, source_hash=c.hash
+                )
+            elif c.format in consolidate.CONSOLIDATED:  # sharded -> the full model, no torch
+                result = consolidate.split(
+                    root,
+                    Path(c.path),
+                    Format(c.format),
+                    out=out,
+                    replacing=replacing,
+                    source_hash=c.hash,
                 )
             elif c.format in TORCH_SPLITTABLE:  # -> an inference .safetensors, without torch
                 result = torch_split.split(
@@ -179,10 +188,12 @@ def _inference_path(c: Checkpoint) -> Any:
     """The artifact naming of the transform for `c`'s format: a torch zip becomes a
     `.safetensors` (`transforms.torch_split`), an HF folder an inference folder
     (`transforms.hf_split`), a Keras file a Keras file (`transforms.split`)."""
-    from ..transforms import hf_split, split, torch_split
+    from ..transforms import consolidate, hf_split, split, torch_split
 
     if c.format == Format.HF_FOLDER:
         return hf_split.inference_path
+    if c.format in consolidate.CONSOLIDATED:
+        return consolidate.inference_path
     return (torch_split if c.format in TORCH_SPLITTABLE else split).inference_path
 
 

@@ -34,6 +34,7 @@ SLOWEST_FIRST = (
     "e2e/test_never_lose_the_best.py",
     "e2e/test_fleet.py",
     "integration/test_split.py",
+    "e2e/test_sharded_stacks.py",
     "integration/test_describe.py",
     "e2e/test_version_capture_crash.py",
     "e2e/test_it_just_knows.py",

@@ -11,11 +11,11 @@ Usage (in a child: the pytest process never imports torch)::
 Layout of OUT::
 
     fsdp/step-3/{__0_0.distcp,__1_0.distcp,.metadata}        dcp.save(get_state_dict(...))
-    fsdp/step-3.reference.pt                                 dcp_to_torch_save of it
+    references/fsdp-step-3.pt                                dcp_to_torch_save of it
     verl/global_step_3/actor/{model,optim,extra_state}_world_size_2_rank_{0,1}.pt
     verl/latest_checkpointed_iteration.txt                   "3" (verl's tracker)
     megatron/iter_0000010/{__0_0.distcp,__1_0.distcp,.metadata,common.pt,metadata.json}
-    megatron/iter_0000010.reference.pt
+    references/megatron-iter_0000010.pt
     megatron/latest_checkpointed_iteration.txt               "10"
     megatron-legacy/iter_0000010/mp_rank_00/model_optim_rng.pt + its tracker
     truth.json
@@ -150,9 +150,10 @@ def _truth(out: Path, full: dict[str, Any], names: dict[str, str]) -> None:
         "model_bytes": sum(v.numel() * v.element_size() for v in full.values()),
         "fsdp_step": FSDP_STEP,
         "megatron_iteration": MEGATRON_ITER,
-        "references": {"fsdp": f"fsdp/step-{FSDP_STEP}.reference.pt"},
+        "references": {"fsdp": f"references/fsdp-step-{FSDP_STEP}.pt"},
     }
-    truth["references"]["megatron"] = f"megatron/{iteration.name}.reference.pt"
+    truth["references"]["megatron"] = f"references/megatron-{iteration.name}.pt"
+    (out / "references").mkdir()
     (out / TRUTH).write_text(json.dumps(truth, indent=1))
     # after the ranks are done writing (rank 0 alone, once the barrier passed)
     dcp_to_torch_save(str(step), str(out / truth["references"]["fsdp"]))
@@ -179,7 +180,9 @@ def generate(out: Path) -> Path:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--all", str(out)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, env=env)
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=GENERATE_TIMEOUT_S, env=env
+    )
     if result.returncode != 0:
         raise RuntimeError(f"sharded_saves failed:\n{result.stdout}\n{result.stderr}")
     return out

@@ -1,0 +1,191 @@
+"""Large-model sharded saves through the real CLI (issue 44): FSDP2 with 2 ranks on gloo saved
+through DCP and as verl's per-rank torch files, a Megatron-Core-style torch_dist `iter_N/` and
+a legacy Megatron `iter_N/mp_rank_00/`, all written by torch itself in children
+(tests/support/sharded_saves.py). Each is one catalog entry with its world size and global
+shapes; a rank file missing or cut short, or a tracker not naming the iteration yet, is
+`incomplete`, then `abandoned`, never resumable; `ckpt split` consolidates the model without
+torch into a safetensors that torch (in a child) finds identical, bit for bit, to torch's own
+consolidation (`dcp_to_torch_save`). torch is never imported by the test process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import Workspace
+from tests.support.sharded_saves import TRUTH, session_sharded_saves
+
+PARTS = ("fsdp/step-3", "verl", "megatron", "megatron-legacy")
+ENTRIES = {
+    "fsdp/step-3": "torch-dcp",
+    "verl/global_step_3/actor": "torch-rank-files",
+    "megatron/iter_0000010": "megatron-torch-dist",
+    "megatron-legacy/iter_0000010": "megatron-legacy",
+}
+
+
+@pytest.fixture(scope="session")
+def sharded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return session_sharded_saves(tmp_path_factory)
+
+
+def _copy(ws: Workspace, sharded: Path, *parts: str) -> None:
+    for part in parts:
+        shutil.copytree(sharded / part, ws.root / part)
+
+
+def _rows(ws: Workspace) -> dict[str, dict[str, Any]]:
+    return {str(Path(r["path"]).relative_to(ws.root)): r for r in ws.json("list", "--all")}
+
+
+def _age(folder: Path, seconds: float) -> None:
+    """Every file and folder under `folder` (and it) last touched `seconds` ago."""
+    then = time.time() - seconds
+    for dirpath, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            os.utime(os.path.join(dirpath, name), (then, then))
+    os.utime(folder, (then, then))
+
+
+def test_each_sharded_save_is_one_checkpoint_with_world_size_and_global_shapes(
+    workspace: Workspace, sharded: Path
+) -> None:
+    ws = workspace
+    _copy(ws, sharded, *PARTS)
+    ws.run("scan")
+    truth = json.loads((sharded / TRUTH).read_text())
+    rows = _rows(ws)
+    assert {k: r["format"] for k, r in rows.items()} == ENTRIES, rows
+    model = {k: v for k, v in truth["model"].items()}
+    megatron = {truth["megatron_names"][k]: v for k, v in model.items()}
+    legacy = {f"language_model.{k}": v for k, v in model.items()}
+    expected = {
+        "fsdp/step-3": ({f"model.{k}": v for k, v in model.items()}, 2),
+        "verl/global_step_3/actor": (model, 2),
+        "megatron/iter_0000010": (megatron, 2),
+        "megatron-legacy/iter_0000010": (legacy, 1),
+    }
+    for path, (tensors, world) in expected.items():
+        row = rows[path]
+        assert row["status"] == "ok", row
+        shown = ws.json("show", str(row["id"]))
+        assert shown["world_size"] == world, (path, shown["world_size"])
+        weights = {
+            w["name"]: [w["shape"], w["dtype"]] for x in shown["layers"] for w in x["weights"]
+        }
+        assert weights == tensors, (path, weights)
+        assert row["weights_bytes"] == truth["model_bytes"], path
+    assert rows["verl/global_step_3/actor"]["step"] == truth["fsdp_step"]
+    assert rows["megatron/iter_0000010"]["step"] == truth["megatron_iteration"]
+    assert rows["verl/global_step_3/actor"]["optimizer_bytes"] > 0
+    assert rows["megatron/iter_0000010"]["optimizer_bytes"] > 0
+    assert "torch" not in sys.modules
+
+
+DAMAGES = {  # copy name -> (fixture part, the entry in it, what is done to it)
+    "verl-a": ("verl", "global_step_3/actor", "remove model_world_size_2_rank_1.pt"),
+    "verl-b": ("verl", "global_step_3/actor", "truncate optim_world_size_2_rank_0.pt"),
+    "megatron-a": ("megatron", "iter_0000010", "tracker 5"),
+    "megatron-b": ("megatron", "iter_0000010", "remove __1_0.distcp"),
+}
+
+
+def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_never_resumable(
+    workspace: Workspace, sharded: Path
+) -> None:
+    ws = workspace
+    for copy, (part, entry, damage) in DAMAGES.items():
+        shutil.copytree(sharded / part, ws.root / copy)
+        folder = ws.root / copy / entry
+        verb, what = damage.split(" ", 1)
+        if verb == "remove":
+            (folder / what).unlink()
+        elif verb == "truncate":
+            data = (folder / what).read_bytes()
+            (folder / what).write_bytes(data[: len(data) // 2])
+        else:
+            (folder.parent / "latest_checkpointed_iteration.txt").write_text(what)
+    ws.run("scan")
+    rows = _rows(ws)
+    for copy, (_part, entry, damage) in DAMAGES.items():
+        row = rows[f"{copy}/{entry}"]
+        assert row["status"] == "incomplete", (damage, row)
+        run = str(Path(copy, entry).parent)
+        assert ws.run("latest", "--resumable", "--run", run, check=False).returncode, damage
+    for copy in DAMAGES:
+        _age(ws.root / copy, 2 * 3600)  # untouched longer than completion.abandoned_after
+    assert ws.run("scan", check=False).returncode == 3  # an abandoned save is a failed item
+    rows = _rows(ws)
+    for copy, (_part, entry, damage) in DAMAGES.items():
+        assert rows[f"{copy}/{entry}"]["status"] == "abandoned", (damage, rows)
+
+
+COMPARE = r"""
+import json, sys, torch
+from safetensors.torch import load_file
+pairs = json.loads(sys.argv[1])
+def ref_of(path, nested):
+    sd = torch.load(path, weights_only=True)
+    if nested:
+        return sd["model"]
+    return {k: v for k, v in sd.items() if not k.startswith("optimizer.")}
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+out = {}
+for artifact, reference, nested in pairs:
+    got, ref = load_file(artifact), ref_of(reference, nested)
+    out[artifact] = {"names": sorted(got) == sorted(ref),
+                     "differs": [k for k in got if k in ref and not same(got[k], ref[k])],
+                     "dtypes": {k: str(v.dtype) for k, v in got.items()}}
+print(json.dumps(out))
+"""
+
+
+def test_split_consolidates_without_torch_bit_for_bit_like_dcp_to_torch_save(
+    workspace: Workspace, sharded: Path
+) -> None:
+    ws = workspace
+    _copy(ws, sharded, "fsdp/step-3", "verl", "megatron")
+    ws.run("scan")
+    rows = _rows(ws)
+    truth = json.loads((sharded / TRUTH).read_text())
+    references = {
+        "fsdp/step-3": (truth["references"]["fsdp"], True),
+        "verl/global_step_3/actor": (truth["references"]["fsdp"], True),
+        "megatron/iter_0000010": (truth["references"]["megatron"], False),
+    }
+    pairs = []
+    for entry, (reference, nested) in references.items():
+        result = ws.json("split", str(rows[entry]["id"]))
+        artifact = Path(result["artifact"])
+        assert artifact == (ws.root / entry).with_name(
+            Path(entry).name + ".consolidated.safetensors"
+        ), result
+        pairs.append([str(artifact), str(sharded / reference), nested])
+    ws.run("scan")  # the artifacts are ours, never new checkpoints
+    assert set(_rows(ws)) == set(rows)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARE, json.dumps(pairs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    dtypes = {k: "torch." + v[1] for k, v in truth["model"].items()}
+    for artifact, seen in found.items():
+        assert seen["names"] and seen["differs"] == [], (artifact, seen)
+        if "megatron" not in artifact:
+            assert seen["dtypes"] == dtypes  # the dtype it was trained in (bf16 head)
+    assert "torch" not in sys.modules
