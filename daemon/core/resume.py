@@ -34,6 +34,15 @@ MAY_RESUME += (Format.ORBAX, Format.TORCH_DCP)
 # A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
 # there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
 MAY_RESUME += (Format.HF_FOLDER,)
+# Large-model stacks (issue 44): per-rank files with their optimizer files, a Megatron iter_N/
+# holding optimizer state; each restored by its own stack from the folder.
+SHARDED_RESUMES = {
+    Format.TORCH_RANKS: "per-rank model and optimizer files: each rank loads its own "
+    "(verl's checkpoint manager, or load_state_dict of its DTensors)",
+    Format.MEGATRON_DIST: "Megatron torch_dist with optimizer state: --load the parent folder",
+    Format.MEGATRON_LEGACY: "Megatron checkpoint with optimizer state: --load the parent folder",
+}
+MAY_RESUME += tuple(SHARDED_RESUMES)
 # The Keras major versions whose legacy `.h5` resumes (tf-keras, Keras 2; the catalog queries
 # match `keras_version LIKE 'N.%'` on them, so a run of Keras 3 `.h5` files is not paged through).
 LEGACY_H5_RESUMES_IN = ("1", "2")
@@ -84,6 +93,8 @@ def resumability(
         return Resumability(
             True, "DCP folder with optimizer state: dcp.load into the model and optimizer dicts"
         )
+    if format in SHARDED_RESUMES:
+        return Resumability(True, SHARDED_RESUMES[format])
     if format in TORCH_RESUMES:
         if kind != Kind.FULL.value:
             return Resumability(

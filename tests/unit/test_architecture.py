@@ -323,6 +323,7 @@ WRITERS = {
     "transforms.split": {"split"},
     "transforms.torch_split": {"split"},
     "transforms.safetensors_out": {"write"},
+    "transforms.consolidate": {"split"},
     "transforms.hf_split": {"split"},
     "transforms.compress": {"compress"},
     "transforms.export_json_h5": {"export"},

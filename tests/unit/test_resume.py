@@ -56,6 +56,11 @@ TABLE = [
     (F.HF_FOLDER, "full", 31092, None, True, "resume_from_checkpoint"),
     (F.HF_FOLDER, "weights", 31092, None, False, "scheduler.pt and trainer_state.json"),
     (F.HF_FOLDER, "weights", 0, None, False, "no optimizer state"),
+    (F.TORCH_RANKS, "weights", 5948, None, True, "per-rank model and optimizer"),
+    (F.TORCH_RANKS, "weights", 0, None, False, "no optimizer state"),
+    (F.MEGATRON_DIST, "weights", 2954, None, True, "--load the parent"),
+    (F.MEGATRON_LEGACY, "full", 2954, None, True, "--load the parent"),
+    (F.MEGATRON_LEGACY, "full", 0, None, False, "no optimizer state"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 
