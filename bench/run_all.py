@@ -31,6 +31,7 @@ BENCHES = (
     "version_space",
     "split_bench",
     "hf_split_bench",
+    "sharded_consolidate_bench",
     "describe_bench",
     "compress_bench",
     "crash_campaign",
