@@ -379,8 +379,11 @@ def refuse_torch(c: Checkpoint, action: str) -> None:
 SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)
 COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 # What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer state
-# permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders.
+# permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders; the
+# sharded saves (DCP, Megatron torch_dist, FSDP/verl rank files) by their consolidated model, a
+# complete weights copy verified before the save itself goes (transforms.consolidate).
 SPLIT_BY_POLICY = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
+SPLIT_BY_POLICY += (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS)
 
 
 def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:

@@ -189,3 +189,39 @@ def test_split_consolidates_without_torch_bit_for_bit_like_dcp_to_torch_save(
         if "megatron" not in artifact:
             assert seen["dtypes"] == dtypes  # the dtype it was trained in (bf16 head)
     assert "torch" not in sys.modules
+
+
+def test_retention_demotes_a_sharded_save_only_to_its_verified_consolidated_model(
+    workspace: Workspace, sharded: Path
+) -> None:
+    """Over a run's `max_bytes`, the older Megatron iteration is demoted: the consolidated
+    model written and verified first, then the iteration folder (its optimizer state with it)
+    moved to the trash whole."""
+    ws = workspace
+    _copy(ws, sharded, "megatron")
+    run = ws.root / "megatron"
+    shutil.copytree(run / "iter_0000010", run / "iter_0000005")  # the tracker names 10 >= 5
+    total = sum(p.stat().st_size for p in (run / "iter_0000010").iterdir())
+    # over budget by less than one iteration's optimizer state (2,954 bytes of exp_avg): the
+    # demotion alone brings the run under it
+    ws.config.write_text(
+        ws.config.read_text() + f"retention:\n  keep_last: 2\n  max_bytes: {2 * total - 1500}\n"
+    )
+    ws.run("scan")
+    planned = ws.json("prune", "--dry-run")
+    actions = {Path(d["path"]).name: d["action"] for r in planned["runs"] for d in r["decisions"]}
+    assert actions == {"iter_0000005": "demote", "iter_0000010": "keep"}, planned
+    ws.run("prune")
+    assert not (run / "iter_0000005").exists() and (run / "iter_0000010").is_dir()
+    artifact = run / "iter_0000005.consolidated.safetensors"
+    assert artifact.is_file()
+    rows = _rows(ws)
+    assert rows["megatron/iter_0000005"]["status"] == "trashed"
+    truth = json.loads((sharded / TRUTH).read_text())
+    with open(artifact, "rb") as f:  # the model's tensors only, each whole
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    names = {truth["megatron_names"][k]: v for k, v in truth["model"].items()}
+    assert {k: v["shape"] for k, v in header.items() if k != "__metadata__"} == {
+        k: v[0] for k, v in names.items()
+    }
