@@ -86,6 +86,11 @@ def test_each_sharded_save_is_one_checkpoint_with_world_size_and_global_shapes(
     assert rows["verl/global_step_3/actor"]["step"] == truth["fsdp_step"]
     assert rows["megatron/iter_0000010"]["step"] == truth["megatron_iteration"]
     assert rows["verl/global_step_3/actor"]["optimizer_bytes"] > 0
+    waited = ws.run("wait", "--run", "verl", "--newer-than", "0", "--timeout", "10s")
+    assert waited.stdout.strip() == str(ws.root / "verl/global_step_3/actor"), waited
+    for run, entry in (("verl", "verl/global_step_3/actor"), ("megatron", "megatron/iter_0000010")):
+        resume = ws.json("latest", "--resumable", "--run", run)
+        assert resume["path"] == str(ws.root / entry) and resume["resumable"], resume
     assert rows["megatron/iter_0000010"]["optimizer_bytes"] > 0
     assert "torch" not in sys.modules
 
@@ -120,6 +125,8 @@ def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_never_resumab
         assert row["status"] == "incomplete", (damage, row)
         run = str(Path(copy, entry).parent)
         assert ws.run("latest", "--resumable", "--run", run, check=False).returncode, damage
+    waited = ws.run("wait", "--run", "verl-a", "--newer-than", "0", "--timeout", "1s", check=False)
+    assert waited.returncode == 6, waited  # an incomplete save never answers `wait`
     for copy in DAMAGES:
         _age(ws.root / copy, 2 * 3600)  # untouched longer than completion.abandoned_after
     assert ws.run("scan", check=False).returncode == 3  # an abandoned save is a failed item
