@@ -33,6 +33,7 @@ from typing import IO, Any
 
 from ..core.errors import CorruptCheckpoint, UnfinishedSave
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
+from ..core.tiling import check_tiles
 from ..fs import beneath, sharded_names
 from . import pickle_safe, torch_zip, window
 from .pickle_safe import Opaque, TensorRecord
@@ -167,6 +168,7 @@ def _global(key: str, seen: list[tuple[int, str, Any]], world: int) -> GlobalTen
             continue  # a replica: rank 0's piece is the tensor
         pieces.append(Piece(rank, name, local, offsets))
     pieces.sort(key=lambda p: p.offsets)
+    check_tiles(key, shape, [(p.offsets, p.record.shape) for p in pieces])
     return GlobalTensor(key, dtype, shape, placements, tuple(pieces))
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..core.errors import CorruptCheckpoint, UsageError
 from ..core.model import Format
+from ..core.tiling import check_tiles
 from ..formats import dcp_folder, pickle_safe, rank_files, safetensors_file, torch_zip, window
 from ..formats.pickle_safe import Opaque, StorageRef, TensorRecord
 from ..fs import beneath, fsops
@@ -283,33 +284,9 @@ def _check_view(name: str, record: TensorRecord, member_bytes: int) -> None:
 
 
 def _tiled(out: Tensor, chunks: list[Chunk]) -> tuple[Chunk, ...]:
-    """The chunks, checked to tile `out` exactly: inside it, disjoint, covering every element."""
-    total = 0
-    for c in chunks:
-        if len(c.offsets) != len(out.shape) or any(
-            o < 0 or o + s > d for o, s, d in zip(c.offsets, c.record.shape, out.shape, strict=True)
-        ):
-            raise CorruptCheckpoint(f"{out.name}: a chunk at {c.offsets} lies outside {out.shape}")
-        total += c.record.numel
-    for i, a in enumerate(chunks):
-        for b in chunks[i + 1 :]:
-            if a.record.numel and b.record.numel and _overlap(a, b):
-                raise CorruptCheckpoint(
-                    f"{out.name}: chunks at {a.offsets} and {b.offsets} overlap"
-                )
-    numel = int(np.prod(out.shape, dtype=np.int64)) if out.shape else 1
-    if total != numel:
-        raise CorruptCheckpoint(f"{out.name}: its chunks hold {total} of {numel} elements")
+    """The chunks, checked to tile `out` exactly (`core.tiling`), in order."""
+    check_tiles(out.name, out.shape, [(c.offsets, c.record.shape) for c in chunks])
     return tuple(sorted(chunks, key=lambda c: c.offsets))
-
-
-def _overlap(a: Chunk, b: Chunk) -> bool:
-    return all(
-        ao < bo + bs and bo < ao + as_
-        for ao, as_, bo, bs in zip(
-            a.offsets, a.record.shape, b.offsets, b.record.shape, strict=True
-        )
-    )
 
 
 # ---- the bytes, in order ----

@@ -382,7 +382,7 @@ COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 # permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders; the
 # sharded saves (DCP, Megatron torch_dist, FSDP/verl rank files) by their consolidated model, a
 # complete weights copy verified before the save itself goes (transforms.consolidate).
-SPLIT_BY_POLICY = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
+SPLIT_BY_POLICY: tuple[Format, ...] = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
 SPLIT_BY_POLICY += (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS)
 
 

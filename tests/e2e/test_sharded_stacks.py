@@ -135,6 +135,23 @@ def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_never_resumab
         assert rows[f"{copy}/{entry}"]["status"] == "abandoned", (damage, rows)
 
 
+def test_a_rank_file_copied_over_another_is_corrupt_never_consolidated(
+    workspace: Workspace, sharded: Path
+) -> None:
+    """Rank 0's model file under rank 1's name: every rank is there and whole, but two pieces
+    claim the same rows and the last rows have none: corrupt (core.tiling), never split."""
+    ws = workspace
+    _copy(ws, sharded, "verl")
+    actor = ws.root / "verl" / "global_step_3" / "actor"
+    shutil.copyfile(actor / "model_world_size_2_rank_0.pt", actor / "model_world_size_2_rank_1.pt")
+    ws.run("scan", check=False)
+    row = _rows(ws)["verl/global_step_3/actor"]
+    assert row["status"] == "corrupt" and "overlap" in row["reason"], row
+    refused = ws.run("split", str(row["id"]), check=False)
+    assert refused.returncode == 2 and "only ok checkpoints" in refused.stderr, refused
+    assert not list(actor.parent.glob("*.safetensors"))
+
+
 COMPARE = r"""
 import json, sys, torch
 from safetensors.torch import load_file
