@@ -7,7 +7,8 @@ read what the files say):
 - a folder holding `model_world_size_W_rank_R.pt` (and `optim_`, `extra_state_` ones): verl's
   `global_step_N/actor/`, one checkpoint of every rank's files;
 - `iter_NNNNNNN/` with `metadata.json` or `common.pt` (Megatron-Core's torch_dist: a DCP folder
-  plus those sidecars), claimed before the plain DCP layout;
+  plus those sidecars; `common.pt` is written first, `metadata.json` last), claimed before the
+  plain DCP layout;
 - `iter_NNNNNNN/` with `mp_rank_XX[_YYY]/` subfolders (Megatron's legacy torch format).
 
 Megatron writes `latest_checkpointed_iteration.txt` in the parent once every rank has saved.
@@ -35,9 +36,9 @@ def rank_files_announces(_folder_name: str, name: str) -> bool:
 
 
 def megatron_dist_recognises(name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
-    return bool(ITER_FOLDER.match(name)) and bool(
-        {MEGATRON_CONFIG, MEGATRON_COMMON} & files or any(_DCP.match(f) for f in files)
-    )
+    # Megatron-Core writes common.pt first, then the DCP files, metadata.json last
+    # (dist_checkpointing.serialization.save): an iter_N/ of DCP files alone is plain DCP
+    return bool(ITER_FOLDER.match(name)) and bool({MEGATRON_CONFIG, MEGATRON_COMMON} & files)
 
 
 def megatron_dist_announces(folder_name: str, name: str) -> bool:

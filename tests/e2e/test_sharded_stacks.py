@@ -100,6 +100,7 @@ DAMAGES = {  # copy name -> (fixture part, the entry in it, what is done to it)
     "verl-b": ("verl", "global_step_3/actor", "truncate optim_world_size_2_rank_0.pt"),
     "megatron-a": ("megatron", "iter_0000010", "tracker 5"),
     "megatron-b": ("megatron", "iter_0000010", "remove __1_0.distcp"),
+    "megatron-c": ("megatron", "iter_0000010", "remove metadata.json"),  # Megatron writes it last
 }
 
 

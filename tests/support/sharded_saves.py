@@ -100,14 +100,19 @@ def _rank(rank: int, port: int, out: Path) -> None:
     names |= {"head.weight": "output_layer.weight", "head.bias": "output_layer.bias"}
     sharded = {names[k]: v for k, v in model.state_dict().items()}
     sharded |= {f"optimizer.state.exp_avg.{names[k]}": v for k, v in _moments(msd, osd).items()}
-    dcp.save(sharded, checkpoint_id=str(iteration))
-    dist.barrier()
+    # Megatron-Core's order (dist_checkpointing.serialization.save): common.pt by rank 0, the
+    # sharded tensors through DCP, metadata.json last, then the tracker
+    args = argparse.Namespace(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+    args.world_size, args.ckpt_format, args.iteration = WORLD, "torch_dist", MEGATRON_ITER
     if rank == 0:
-        args = argparse.Namespace(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
-        args.world_size, args.ckpt_format, args.iteration = WORLD, "torch_dist", MEGATRON_ITER
+        iteration.mkdir(parents=True)
         common = {"args": args, "checkpoint_version": 3.0, "iteration": MEGATRON_ITER}
         common["num_floating_point_operations_so_far"] = 0
         torch.save(common, iteration / "common.pt")
+    dist.barrier()
+    dcp.save(sharded, checkpoint_id=str(iteration))
+    dist.barrier()
+    if rank == 0:
         config = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
         config |= {"common_backend": "torch", "common_backend_version": 1}
         (iteration / "metadata.json").write_text(json.dumps(config))
