@@ -1,31 +1,28 @@
 """Consolidate a sharded save into one safetensors of the full model (or shards with an index),
 without torch: a DCP folder, a Megatron torch_dist `iter_N/` (DCP too), a folder of FSDP2 /
-verl per-rank torch files. Only the model's tensors go in (never optimizer state), each in the
-dtype it was saved in.
+verl per-rank torch files, a legacy Megatron `iter_N/` of one model-parallel rank. Only the
+model's tensors go in (never optimizer state), each in the dtype it was saved in.
 
 Where each piece is, from metadata alone: DCP's `.metadata` gives each tensor's global shape,
 its chunks (offsets, sizes) and, per chunk, the byte range of its item in a `__R_N.distcp` file
 (`storage_data`). With the default serialization each item is a small `torch.save` zip of its
 own (its storage member is read where it lies, through the item's pickle record: shape,
-stride, offset); an item of raw bytes (DCP's other serialization) is the chunk contiguous.
-Items with `transform_descriptors` (compressed, encrypted) are refused. A per-rank file's
-DTensor records give each rank's piece (`formats.rank_files`).
+stride, offset); an item of raw bytes is the chunk contiguous. Items with
+`transform_descriptors` (compressed, encrypted) and data files in DCP's safetensors
+serialization are refused. A per-rank file's DTensor records give each rank's piece
+(`formats.rank_files`). Pieces must tile their tensor exactly (`core.tiling`), else refused.
 
-The output is written in order (`transforms.safetensors_out`): each tensor a block of leading
-rows at a time (about `BLOCK_BYTES`), each block filled from the chunks that cover it by
-byte copies (a chunk whole along the other dimensions is one `pread` per block; any other is a
-strided copy through a mapping made and dropped per block), so memory stays one block whatever
-the model's size. Chunks must tile the tensor exactly (no gap, no overlap), else refused.
+The output is written in order (`transforms.safetensors_out`), each tensor's bytes assembled
+a block of rows at a time by byte copies (`transforms.tensor_blocks`): memory stays one block
+whatever the model's size.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
 
@@ -34,37 +31,29 @@ import numpy as np
 from ..core.errors import CorruptCheckpoint, UsageError
 from ..core.model import Format
 from ..core.tiling import check_tiles
-from ..formats import dcp_folder, pickle_safe, rank_files, safetensors_file, torch_zip, window
+from ..formats import (
+    dcp_folder,
+    pickle_safe,
+    rank_files,
+    safetensors_file,
+    torch_state,
+    torch_zip,
+    window,
+)
+from ..formats.megatron import LEGACY_FILES
 from ..formats.pickle_safe import Opaque, StorageRef, TensorRecord
 from ..fs import beneath, fsops
+from ..fs.sharded_names import MP_RANK_FOLDER
 from . import marker, safetensors_out
 from .safetensors_out import Tensor
 from .split import SplitResult, check_unchanged
+from .tensor_blocks import Chunk, Planned, tensor_bytes
 
 SUFFIX = ".consolidated.safetensors"
-BLOCK_BYTES = 4 << 20
 SHARD_BYTES = 5 * 10**9  # the Hugging Face default `max_shard_size` ("5GB")
-CONSOLIDATED = (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS)
+CONSOLIDATED = (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS, Format.MEGATRON_LEGACY)
 _SAFETENSORS_DTYPES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _OPTIMIZER = re.compile(r"^(optim|optimizer|optim_state|optimizer_state)\.")
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One piece of a tensor: its place in the global tensor and its elements in a file."""
-
-    file: str  # relative to the checkpoint folder
-    start: int  # where the piece's storage begins in the file (bytes)
-    record: TensorRecord  # the piece's view of that storage (elements)
-    offsets: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Planned:
-    out: Tensor
-    itemsize: int
-    chunks: tuple[Chunk, ...]
 
 
 def inference_path(source: Path, out_dir: Path | None = None) -> Path:
@@ -87,7 +76,8 @@ def split(
         raise UsageError(f"{out} is not a folder")
     final = inference_path(source, out)
     before = fsops.current_stat(root, [source])
-    plan = plan_ranks(source, root) if fmt == Format.TORCH_RANKS else plan_dcp(source, root)
+    planner = {Format.TORCH_RANKS: plan_ranks, Format.MEGATRON_LEGACY: plan_legacy}
+    plan = planner.get(fmt, plan_dcp)(source, root)
     if not plan:
         raise UsageError(f"not split: {source} holds no model tensors")
     by_name = {p.out.name: p for p in plan}
@@ -193,6 +183,11 @@ def _dcp_chunk(
     with os.fdopen(fd, "rb") as raw:
         if os.fstat(raw.fileno()).st_size < at + length:
             raise CorruptCheckpoint(f"{name} ends before {key}'s item")
+        head = raw.read(9)
+        if safetensors_file.looks_like(head, os.fstat(raw.fileno()).st_size):
+            raise UsageError(  # its ranges count from the data after a header: not read here
+                f"not split: {name} is a safetensors file (DCP's safetensors serialization)"
+            )
         raw.seek(at)
         if raw.read(4) != b"PK\x03\x04":  # DCP's raw serialization: the chunk's bytes
             numel = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
@@ -224,29 +219,63 @@ def _dcp_chunk(
 
 def plan_ranks(folder: Path, root: Path | None) -> list[Planned]:
     """The model of a folder of per-rank files, each rank's DTensor piece where it lies."""
-    ranks = rank_files.rank_set(folder)
-    plan = []
-    for t in rank_files.model_tensors(ranks, root):
-        out = Tensor(t.name, _dtype_code(t.name, t.dtype), t.shape)
-        pieces = []
+    tensors = rank_files.model_tensors(rank_files.rank_set(folder), root)
+    by_file: dict[str, list[tuple[str, TensorRecord]]] = {}
+    for t in tensors:
         for piece in t.pieces:
-            with rank_files.opened(folder / piece.file, root) as (raw, archive):
-                member = torch_zip.pickle_member(archive) or ""
-                prefix = member[: -len(torch_zip.PICKLE_MEMBER)]
-                assert piece.record.storage is not None
-                try:
-                    info = archive.getinfo(f"{prefix}data/{piece.record.storage.key}")
-                except KeyError:
-                    raise CorruptCheckpoint(
-                        f"{t.name}: rank {piece.rank}'s storage is missing"
-                    ) from None
-                if info.compress_type != zipfile.ZIP_STORED:
-                    raise CorruptCheckpoint(f"{t.name}: its storage is not stored raw")
-                _check_view(t.name, piece.record, info.file_size)
-                start = window.member_offset(raw, info)
-            pieces.append(Chunk(piece.file, start, piece.record, piece.offsets))
+            by_file.setdefault(piece.file, []).append((t.name, piece.record))
+    starts = {name: _starts(folder / name, root, wanted) for name, wanted in by_file.items()}
+    plan = []
+    for t in tensors:
+        out = Tensor(t.name, _dtype_code(t.name, t.dtype), t.shape)
+        pieces = [Chunk(p.file, starts[p.file][t.name], p.record, p.offsets) for p in t.pieces]
         plan.append(Planned(out, pickle_safe.ITEM_SIZES[t.dtype], _tiled(out, pieces)))
     return plan
+
+
+def plan_legacy(folder: Path, root: Path | None) -> list[Planned]:
+    """A legacy Megatron `iter_N/` of one model-parallel rank: its file's model tensors whole.
+    Several ranks are refused: how a layer is cut (by rows or by columns) is Megatron's code."""
+    ranks = sorted(d for d in os.listdir(folder) if MP_RANK_FOLDER.match(d))
+    if len(ranks) != 1:
+        raise UsageError(
+            f"not split: {folder} has {len(ranks)} model-parallel ranks (how each layer is cut "
+            "across them is known to Megatron's code only)"
+        )
+    names = [f"{ranks[0]}/{n}" for n in LEGACY_FILES if (folder / ranks[0] / n).is_file()]
+    if not names:
+        raise CorruptCheckpoint(f"{folder}/{ranks[0]} holds no {LEGACY_FILES[0]}")
+    with rank_files.opened(folder / names[0], root) as (_raw, archive):
+        tensors = torch_state.model_tensors_of(rank_files.state_of(archive, names[0]))
+    starts = _starts(folder / names[0], root, tensors)
+    plan = []
+    for name, record in tensors:
+        out = Tensor(name, _dtype_code(name, record.dtype), record.shape)
+        chunk = Chunk(names[0], starts[name], record, (0,) * len(record.shape))
+        plan.append(Planned(out, pickle_safe.ITEM_SIZES[record.dtype], _tiled(out, [chunk])))
+    return plan
+
+
+def _starts(
+    path: Path, root: Path | None, wanted: list[tuple[str, TensorRecord]]
+) -> dict[str, int]:
+    """Where each tensor's storage starts in the torch zip `path` (STORED, holding its view)."""
+    starts = {}
+    with rank_files.opened(path, root) as (raw, archive):
+        member = torch_zip.pickle_member(archive) or ""
+        prefix = member[: -len(torch_zip.PICKLE_MEMBER)]
+        for name, record in wanted:
+            if record.storage is None:
+                raise CorruptCheckpoint(f"{name}: no storage")
+            try:
+                info = archive.getinfo(f"{prefix}data/{record.storage.key}")
+            except KeyError:
+                raise CorruptCheckpoint(f"{name}: its storage is missing in {path.name}") from None
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise CorruptCheckpoint(f"{name}: its storage is not stored raw")
+            _check_view(name, record, info.file_size)
+            starts[name] = window.member_offset(raw, info)
+    return starts
 
 
 def _dtype_code(name: str, dtype: str) -> str:
@@ -287,74 +316,3 @@ def _tiled(out: Tensor, chunks: list[Chunk]) -> tuple[Chunk, ...]:
     """The chunks, checked to tile `out` exactly (`core.tiling`), in order."""
     check_tiles(out.name, out.shape, [(c.offsets, c.record.shape) for c in chunks])
     return tuple(sorted(chunks, key=lambda c: c.offsets))
-
-
-# ---- the bytes, in order ----
-
-
-def tensor_bytes(p: Planned, handles: dict[str, int]) -> Iterator[bytes]:
-    """The tensor's bytes in row-major order, one block of leading rows at a time."""
-    shape, size = p.out.shape, p.itemsize
-    if not shape:  # a 0-d tensor: one element, one chunk
-        c = p.chunks[0]
-        yield _pread(handles[c.file], size, c.start + c.record.offset * size)
-        return
-    row = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
-    rows = max(1, BLOCK_BYTES // max(1, row * size))
-    for first in range(0, shape[0], rows):
-        last = min(shape[0], first + rows)
-        block = np.empty((last - first, *shape[1:]), dtype=_UNSIGNED[size])
-        for c in p.chunks:
-            lo, hi = max(first, c.offsets[0]), min(last, c.offsets[0] + c.record.shape[0])
-            if lo >= hi:
-                continue
-            target = block[(slice(lo - first, hi - first), *_spans(c)[1:])]
-            _fill(target, c, lo - c.offsets[0], hi - c.offsets[0], handles[c.file], size)
-        yield block.tobytes()
-
-
-def _spans(c: Chunk) -> tuple[slice, ...]:
-    return tuple(slice(o, o + s) for o, s in zip(c.offsets, c.record.shape, strict=True))
-
-
-def _fill(target: np.ndarray, c: Chunk, lo: int, hi: int, fd: int, size: int) -> None:
-    """`target` = rows lo..hi of chunk `c`: one pread when those rows are one byte range."""
-    r = c.record
-    dense = all(
-        s == int(np.prod(r.shape[i + 1 :], dtype=np.int64))
-        for i, s in enumerate(r.stride)
-        if r.shape[i] != 1
-    )
-    if dense:
-        begin = c.start + (r.offset + lo * r.stride[0]) * size
-        data = _pread(fd, target.size * size, begin)
-        target[...] = np.frombuffer(data, dtype=target.dtype).reshape(target.shape)
-        return
-    count = r.offset + sum((d - 1) * s for d, s in zip(r.shape, r.stride, strict=True)) + 1
-    aligned = c.start - c.start % mmap.ALLOCATIONGRANULARITY
-    mapping = mmap.mmap(
-        fd, c.start - aligned + count * size, offset=aligned, access=mmap.ACCESS_READ
-    )
-    try:
-        storage = np.frombuffer(mapping, target.dtype, count, offset=c.start - aligned)
-        view = np.lib.stride_tricks.as_strided(
-            storage[r.offset :],
-            shape=r.shape,
-            strides=tuple(s * size for s in r.stride),
-            writeable=False,
-        )
-        target[...] = view[lo:hi]
-        del view, storage  # the mapping closes only once nothing points into it
-    finally:
-        mapping.close()
-
-
-def _pread(fd: int, count: int, at: int) -> bytes:
-    parts, left = [], count
-    while left:
-        got = os.pread(fd, min(left, 1 << 24), at + count - left)
-        if not got:
-            raise CorruptCheckpoint("a data file ends before the bytes its metadata names")
-        parts.append(got)
-        left -= len(got)
-    return b"".join(parts)
