@@ -2,7 +2,7 @@
 
 `transforms.hf_split.split` (in a fresh interpreter: no catalog, the transform alone) of a real
 Trainer `checkpoint-1/` (one AdamW step of a BERT built from a config, made once in bench/out/ by
-bench/torch_index_cost.py's generator) into a fresh folder, against `cp -p` of the files it keeps
+bench/index_cost.py's torch generator) into a fresh folder, against `cp -p` of the files it keeps
 (config.json, model.safetensors) into a fresh folder, and against that copy made durable (`cp`
 then `sync` of the files and the folder: the split fsyncs each file), interleaved, page cache
 warm; each in a fresh process. The ratios take the split call alone (timed inside its process:
@@ -26,7 +26,7 @@ import subprocess
 from pathlib import Path
 
 from _common import CHILD_ENV, OUT, PYTHON, Check, Timing, interleaved, median, report, table
-from torch_index_cost import HF_BIG, HF_QUICK_BIG, make_hf_folder, warm
+from index_cost import HF_BIG, HF_QUICK_BIG, make_hf_folder, warm
 
 SPLIT = r"""
 import json, sys, time

@@ -13,8 +13,7 @@ import time
 from _common import BENCH, OUT, PYTHON, machine, table
 
 BENCHES = (
-    "index_cost",
-    "torch_index_cost",
+    "index_cost",  # --family keras and torch (orbax: its own run, ~10 GB)
     "hash_throughput",
     "catalog_scale",
     "cli_latency",

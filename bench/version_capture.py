@@ -7,7 +7,7 @@ hash, then the rename. Against, in the same run and on the same file: `cp` (no f
 flatters cp) and `cp` + `sync -f` (what a durable copy costs). Page cache warm (the trainer just
 wrote the file), interleaved runs, medians. The window a trainer leaves is its next save to the
 same name; the service starts the copy about 0.25 s after the trainer closes the file
-(detection_latency.py, inotify p50) plus the metadata read (index_cost.py, ~13 ms).
+(detection_latency.py, inotify p50) plus the metadata read (index_cost.py --family keras, ~13 ms).
 
     python3 bench/version_capture.py [--quick] [--repeats N]
 """

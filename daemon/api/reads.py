@@ -104,15 +104,15 @@ class CatalogReads:
         the checkpoints only in the object store (tiered) are listed too: a checkpoint whose
         verified copy is in the store is still a checkpoint (`locations` says where)."""
         if location is not None:
-            from ..usecases.locations import filtered
+            from ..usecases.tier.locations import filtered
 
             every = self.list(run, where, sort, desc, None, format, status, kind, versions, True)
             return filtered(self._store, every, location, limit)
         if status is None and not every_row:
-            from ..usecases.locations import uses_remote
+            from ..usecases.tier.locations import uses_remote
 
             if uses_remote(self.config):
-                from ..usecases.locations import with_tiered
+                from ..usecases.tier.locations import with_tiered
 
                 every = self.list(run, where, sort, desc, None, format, None, kind, versions, True)
                 rows = [c for c in every if versions or c.version_of is None]
@@ -305,12 +305,12 @@ class CatalogReads:
     def runs(self) -> builtins.list[Run]:
         """Each run: its checkpoints' count and bytes on the local disk, its newest and its best
         per metric (with a `remote:`, a checkpoint only in the object store can be either)."""
-        from ..usecases.locations import uses_remote
+        from ..usecases.tier.locations import uses_remote
 
         found = self._store.runs()
         if not uses_remote(self.config):
             return found
-        from ..usecases import remote_answers
+        from ..usecases.tier import remote_answers
 
         return remote_answers.runs(self._store, found)
 
@@ -332,11 +332,11 @@ class CatalogReads:
         """Trashed checkpoints: original and trash paths, bytes, when and why; then the remote
         copies in their stores' trash (`location: remote`, `remote_url`, `trash_url`)."""
         from ..core.views import trashed_json
-        from ..usecases.locations import uses_remote
+        from ..usecases.tier.locations import uses_remote
 
         found = [trashed_json(t) for t in self._store.trashed()]
         if uses_remote(self.config):
-            from ..usecases.remote_trash import trashed
+            from ..usecases.tier.remote_trash import trashed
 
             found += [trashed_json(t) for t in trashed(self.config, self._store)]
         return found

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import NotFound
 from ..core.model import Checkpoint
-from ..usecases import remote_answers
-from ..usecases.remote_answers import Answer
+from ..usecases.tier import remote_answers
+from ..usecases.tier.remote_answers import Answer
 from .acts import CatalogActs, _actor
 
 if TYPE_CHECKING:
-    from ..usecases.remote_trash import GiveUpReport
-    from ..usecases.tiering import TierReport
+    from ..usecases.tier.remote_trash import GiveUpReport
+    from ..usecases.tier.tiering import TierReport
     from ..usecases.verifier import Verdict
 
 
@@ -26,7 +26,7 @@ class CatalogRemote(CatalogActs):
         """{id: (location, remote_url)} of these rows: where their bytes are (`local`,
         `remote`, `both`, `none`) and their verified remote copy's `s3://` URL. Without a
         `remote:` in the config, from the status alone (no Store opened)."""
-        from ..usecases.locations import locations
+        from ..usecases.tier.locations import locations
 
         return locations(self.config, lambda: self._store, found)
 
@@ -35,7 +35,7 @@ class CatalogRemote(CatalogActs):
     ) -> TierReport:
         """Upload each checkpoint to its root's object store, verify the copy, record it, then
         move the local copy to the trash (`ckpt tier`)."""
-        from ..usecases.tiering import tier
+        from ..usecases.tier.tiering import tier
 
         return tier(
             self.config,
@@ -50,7 +50,7 @@ class CatalogRemote(CatalogActs):
     ) -> Path:
         """Bring a checkpoint's bytes back from its remote copy, verified against the catalog's
         hash, to its own path (or `to`): the local path (`ckpt fetch`)."""
-        from ..usecases.fetching import fetch
+        from ..usecases.tier.fetching import fetch
 
         return fetch(
             self.config,
@@ -66,7 +66,7 @@ class CatalogRemote(CatalogActs):
         """Give up checkpoints' verified remote copies: each moved under its store's trash
         prefix (purged after trash.purge_after, `restore` puts it back); never the copy of a
         pinned, newest, best or last resumable checkpoint (`ckpt trash remote`)."""
-        from ..usecases.remote_trash import give_up
+        from ..usecases.tier.remote_trash import give_up
 
         return give_up(
             self.config,
@@ -82,7 +82,7 @@ class CatalogRemote(CatalogActs):
         """Read back each verified remote copy (of `refs`; none: all): size, the service's
         checksum, our metadata hash. One found changed or missing is marked, never trusted
         again (`ckpt verify --remote`)."""
-        from ..usecases.remote_verify import verify_remote
+        from ..usecases.tier.remote_verify import verify_remote
 
         return verify_remote(
             self.config, self._store, [self.ref(r) for r in refs], actor=actor or _actor()
@@ -132,7 +132,7 @@ class CatalogRemote(CatalogActs):
         anywhere: Callable[[Any, Callable[[], Checkpoint | None]], Answer | None],
         fetch: bool,
     ) -> Answer:
-        from ..usecases.locations import uses_remote
+        from ..usecases.tier.locations import uses_remote
 
         if not uses_remote(self.config):
             return remote_answers.Answer(local(), "local", None)

@@ -73,7 +73,7 @@ def latest(
     if as_json:
         doc = documents.latest(found)
         if "resumable" not in found.details:  # an answer from the store: judged on its row
-            from ..usecases.remote_answers import may_resume
+            from ..usecases.tier.remote_answers import may_resume
 
             doc["resumable"] = may_resume(found)
         emit_json({**doc, "location": answer.location, "remote_url": answer.remote_url})

@@ -4,7 +4,7 @@ why. Pure: the clock is an argument (`now`), as `artifacts.split_after`'s is.
 The demotion ladder is full -> inference artifact -> remote -> trash:
 
 - `tier_after D`: a checkpoint the rules keep, `ok`, written more than D before `now`, is
-  tiered (uploaded, verified, recorded, then its local copy trashed: `usecases.tiering`). Its
+  tiered (uploaded, verified, recorded, then its local copy trashed: `usecases.tier.tiering`). Its
   keep reasons stay in the decision: it is still kept, in the store.
 - Over budget (`max_bytes`, the run's local bytes), `core.retention` tiers after demoting and
   before trashing, in the budget's order.

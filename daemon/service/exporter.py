@@ -272,11 +272,11 @@ def _remote_families(snap: Snapshot) -> Iterator[Metric]:
 
 def remote_counters(config: Config) -> dict[str, dict[str, int]]:
     """{store URL: its client's counters} of the stores this process has used (JSON-able)."""
-    from ..usecases.locations import uses_remote
+    from ..usecases.tier.locations import uses_remote
 
     if not uses_remote(config):
         return {}
-    from ..usecases.tiering import object_store
+    from ..usecases.tier.tiering import object_store
 
     found: dict[str, dict[str, int]] = {}
     for root in config.roots:

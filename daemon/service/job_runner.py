@@ -269,7 +269,7 @@ class JobRunner(threading.Thread):
     def _remote_verify(self, who: str) -> None:
         """A sample of the verified remote copies read back, those verified longest ago first:
         one gone or changed is marked so (`location` stops saying `remote`), and logged."""
-        from ..usecases.remote_verify import verify_sample
+        from ..usecases.tier.remote_verify import verify_sample
 
         verdicts = verify_sample(
             self.config, self.store, self.config.schedule.remote_sample, actor=who

@@ -24,7 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config
-from ..usecases.locations import uses_remote
+from ..usecases.tier.locations import uses_remote
 
 
 class Jobs:

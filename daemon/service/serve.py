@@ -115,7 +115,7 @@ class Service:
         self._remember_config()
         try:
             if any(self.config.remote_for(r) for r in self.config.roots):
-                from ..usecases.remote_start import check_remotes
+                from ..usecases.tier.remote_start import check_remotes
 
                 # Unreachable or read-only: exit 2, naming the key.
                 self.remotes = [asdict(c) for c in check_remotes(self.config)]

@@ -6,7 +6,7 @@ Roots on one filesystem (same `st_dev`) share one guard, with the largest thresh
 the catalog, the re-check of the file against what was indexed, fsops' trash and purge, and an
 audit event whose reason says "disk pressure" and why this one (`ckpt log`). Demotion is
 artifacts' split, then the full file to the trash and purged; a tier act is
-`usecases.tiering`'s (uploaded, verified, recorded, then the local copy trashed), then purged.
+`usecases.tier.tiering`'s (uploaded, verified, recorded, then the local copy trashed), then purged.
 When the object store fails a tier act (unreachable after its retries), the rest of the pass is
 planned again without tiering. After each act the filesystem is measured again: the guard stops
 as soon as it is back above its threshold.

@@ -155,10 +155,10 @@ def _give_up_remote(
     lease: HeldLease,
 ) -> None:
     """The remote copies the rules give up, each to the store's trash by the remote trash's own
-    act (`usecases.remote_trash.give_up_one`: its protection re-checked under the lease)."""
+    act (`usecases.tier.remote_trash.give_up_one`: its protection re-checked under the lease)."""
     if not rp.remote_doomed():
         return
-    from .remote_trash import give_up_one  # boto3 stays unimported until a remote act
+    from .tier.remote_trash import give_up_one  # boto3 stays unimported until a remote act
 
     for decision in rp.remote_doomed():
         if should_stop() or _lost_lease(lease) is not None:
@@ -243,7 +243,7 @@ def trash_decided(
     """Carry out one decision to trash, demote or tier `c` under its run's `lease` (retention's
     and the disk guard's): refused if it is pinned or not `ok` any more; a demotion splits first
     (its inference artifact stays in its place), then the file goes to the trash; a tier act
-    is `usecases.tiering`'s (the local copy trashed only once the remote one verified). An
+    is `usecases.tier.tiering`'s (the local copy trashed only once the remote one verified). An
     abandoned folder save may go to the trash too, never while a process has a file of it open."""
     # A standby copy of ours holds what its file holds: the disk guard may free it, whole.
     spare_copy = c.status == CheckpointStatus.STANDBY and c.version_of is not None
@@ -258,7 +258,7 @@ def trash_decided(
             raise fsops.Refused(f"{c.path} is abandoned: only trashed, never {decision.action}")
         save_checks.refuse_if_written(Path(c.path))
     if decision.action == "tier":  # up, verified, recorded; only then the local copy trashed
-        from .tiering import tier_one
+        from .tier.tiering import tier_one
 
         tier_one(config, store, c, reason="; ".join(decision.reasons), actor=actor, lease=lease)
         return

@@ -1,9 +1,9 @@
 """The one rail for every destructive act on a checkpoint's files.
 
 Prune, purge, `trash restore`, `restore --version`, split and compress, the disk guard, the
-space reserve, version capture, the remote tier's local move and `ckpt fetch` all move, delete
-or rewrite files through this module, and only through it (`tests/unit/test_architecture.py`
-holds every other module to that). Each act
+space reserve, version capture, the remote tier (its upload in `acting_on`, then the local move)
+and `ckpt fetch` all move, delete, send away or rewrite files through this module, and only
+through it (`tests/unit/test_architecture.py` holds every other module to that). Each act
 follows the same sequence: take the run's lease (its fencing token confirmed in the act's first
 write; a lease taken over from a killed command settles what that command left planned), re-check
 the file under it (`guards.recheck`: the bytes are the ones indexed and decided on), act through
@@ -229,21 +229,24 @@ def acting_on(
     actor: str,
     *,
     leased: HeldLease | None = None,
+    reason: str | None = None,
+    rehash: bool = True,
 ) -> Iterator[tuple[Path, list[Path]]]:
     """The rail of an act that writes beside or over a checkpoint (split, its card, an export,
-    compress): the run's lease (`leased`: one the caller holds), the file re-checked under it,
-    an audit event `action` around the block. Yields (its root, its files); the transforms the
-    block runs write through `fsops.rewrite`."""
+    compress) or sends it away (the tier's upload): the run's lease (`leased`: one the caller
+    holds), the file re-checked under it (`rehash` False: the stat only, for an act that hashes
+    every byte it reads), an audit event `action` (with `reason`) around the block. Yields (its
+    root, its files); the transforms the block runs write through `fsops.rewrite`."""
     root, members = guards.located(config, store, c)
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     # The lease is renewed while the transform runs (a split of a large file takes long).
     with run_lease(config, store, guards.run_id(store, c), actor, held=leased) as lease:
-        guards.recheck(store, c, root, members)
+        guards.recheck(store, c, root, members, rehash=rehash)
         with store.audited(
             action=action,
             checkpoint_id=c.id,
             path=c.path,
-            reason=None,
+            reason=reason,
             size=c.size_bytes,
             actor=actor,
             lease=lease,

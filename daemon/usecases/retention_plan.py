@@ -27,8 +27,8 @@ from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
 from .artifacts import SPLIT_BY_POLICY
-from .locations import uses_remote
 from .pipeline import awaiting_stages
+from .tier.locations import uses_remote
 from .trainer_housekeeping import trainer_best
 
 REMOTE_TRASH = "trash-remote"
@@ -322,13 +322,13 @@ def may_resume(c: Checkpoint) -> bool:
 
 
 def tier_blocked(config: Config, c: Checkpoint) -> str | None:
-    """Why `c` cannot go to its root's object store now (None: it can; `usecases.tiering`)."""
+    """Why `c` cannot go to its root's object store now (None: it can; `usecases.tier.tiering`)."""
     if config.remote is None and not any(r.remote for r in config.roots):
         return NO_REMOTE  # no object store at all: no path to resolve (1,000 per run page)
     root = config.root_for(Path(c.path))
     if root is None or config.remote_for(root) is None:
         return NO_REMOTE
-    from .tiering import why_not  # boto3 stays unimported until a tier act
+    from .tier.tiering import why_not  # boto3 stays unimported until a tier act
 
     return why_not(config, c)
 

@@ -17,8 +17,9 @@ from ..core.errors import CkptError, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
 from ..core.units import iso_utc, parse_duration
 from ..settings.config import Config
-from . import guards, rail, remote_trash
-from .locations import uses_remote
+from . import guards, rail
+from .tier import remote_trash
+from .tier.locations import uses_remote
 
 
 def restore(config: Config, store: Store, ref: str, actor: str) -> Checkpoint:
@@ -79,7 +80,7 @@ def remote_gone(config: Config, store: Store, checkpoint_id: int, actor: str) ->
     only where a remote store is configured."""
     if not uses_remote(config):  # no store configured: no copy of ours is anywhere else
         return None
-    from .remote_verify import before_purge
+    from .tier.remote_verify import before_purge
 
     return before_purge(config, store, checkpoint_id, actor=actor)
 

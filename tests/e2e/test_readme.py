@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from ckpt_daemon.cli.main import all_commands
+from tests.support.doc_links import heading_anchors
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
@@ -38,16 +39,6 @@ def test_every_command_is_documented() -> None:
 def test_the_readme_is_a_lobby() -> None:
     size = len(README.encode())
     assert size <= README_MAX_BYTES, f"README.md is {size} bytes: move the detail into docs/"
-
-
-def heading_anchors(page: str) -> set[str]:
-    """The ids MkDocs gives a page's headings (Python-Markdown's toc slugify), outside code."""
-    text = re.sub(r"^(`{3,}).*?^\1", "", page, flags=re.M | re.S)
-    slugs = set()
-    for title in re.findall(r"^#{1,6} (.+)$", text, re.M):
-        slug = re.sub(r"[^\w\s-]", "", title.replace("`", "")).strip().lower()
-        slugs.add(re.sub(r"[-\s]+", "-", slug))
-    return slugs
 
 
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")

@@ -1,8 +1,10 @@
-"""`remote.s3.ObjectStore.upload` and `remote.parts` against a real S3 API server on loopback
-(moto's server mode): a file of several parts read once, in order, into reused buffers and
-hashed as it is read; the service's composite checksum read back equals the one we sent; a
-killed upload's parts kept on the next one; bytes that are not the catalog's never completed.
-Parts here are the smallest S3 takes (5 MiB), so a 12 MiB file makes three."""
+"""`remote.s3.S3Store` (the S3 adapter of `remote.store.ObjectStore`) and `remote.parts`
+against a real S3 API server on loopback (moto's server mode): a file of several parts read
+once, in order, into reused buffers and hashed as it is read; the service's composite checksum
+read back equals the one we sent; a killed upload's parts kept on the next one; bytes that are
+not the catalog's never completed; a copy inside the service (the remote trash's) keeps the
+bytes and our metadata, in one call or in ranges. Parts here are the smallest S3 takes (5 MiB),
+so a 12 MiB file makes three."""
 
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from ckpt_daemon.remote.parts import (
     read_parts,
     threads_for,
 )
-from ckpt_daemon.remote.s3 import ObjectStore
+from ckpt_daemon.remote.s3 import S3Store
 from ckpt_daemon.remote.sources import FileSource, TarSource
+from ckpt_daemon.remote.store import Uploaded
 from ckpt_daemon.settings.remote import Remote
 from tests.support.s3_server import CREDENTIALS, S3Server
 
@@ -56,9 +59,17 @@ def big(tmp_path: Path) -> Path:
     return path
 
 
-def store_for(s3: S3Server, threads: int = 2) -> ObjectStore:
+def store_for(s3: S3Server, threads: int = 2) -> S3Store:
     remote = Remote(bucket="uploads", prefix="t", endpoint_url=s3.url, region="us-east-1")
-    return ObjectStore(remote, part_size=PART, threads=threads)
+    return S3Store(remote, part_size=PART, threads=threads)
+
+
+def put_file(objects: S3Store, key: str, path: Path, indexed: str) -> Uploaded:
+    source = FileSource(path, path.parent)
+    try:
+        return objects.put(key, source, indexed, conditional=True)
+    finally:
+        source.close()
 
 
 def test_parts_are_read_once_in_order_into_the_buffers_given(big: Path) -> None:
@@ -93,13 +104,12 @@ def test_parts_in_flight_shrink_as_parts_grow_so_memory_stays_bounded() -> None:
 def test_a_multipart_upload_verifies_by_the_service_checksum(s3: S3Server, big: Path) -> None:
     objects = store_for(s3)
     indexed = hash_files([big])
-    sent = objects.upload("t/a/big.safetensors", big, big.parent, indexed, conditional=True)
+    sent = put_file(objects, "t/a/big.safetensors", big, indexed)
     assert (sent.parts, sent.size, sent.resumed_parts, sent.existing) == (3, SIZE, 0, False)
     found = objects.head(sent.key)
     assert found is not None and found.checksum == sent.checksum
     assert sent.checksum.startswith("sha256:") and found.content_hash == hash_files([big])
-    body = objects.client.get_object(Bucket="uploads", Key=sent.key)["Body"].read()
-    assert body == big.read_bytes()
+    assert b"".join(objects.get(sent.key)) == big.read_bytes()
     assert objects.counters.uploaded_bytes == SIZE
 
 
@@ -112,7 +122,7 @@ def test_a_killed_uploads_parts_are_kept_on_the_next_upload(s3: S3Server, big: P
     objects.client.upload_part(  # what a killed `ckpt tier` left: its first part
         Bucket="uploads", Key=key, UploadId=upload_id, PartNumber=1, Body=data[:PART]
     )
-    sent = objects.upload(key, big, big.parent, hash_files([big]), conditional=True)
+    sent = put_file(objects, key, big, hash_files([big]))
     assert (sent.parts, sent.resumed_parts) == (3, 1)
     assert objects.counters.uploaded_bytes == SIZE - PART
     found = objects.head(key)
@@ -130,9 +140,9 @@ def test_bytes_that_are_not_the_catalogs_are_never_completed(s3: S3Server, big: 
         f.seek(SIZE - 1)
         f.write(b"\0" if big.read_bytes()[-1:] != b"\0" else b"\1")
     with pytest.raises(Refused, match="not the ones indexed"):
-        objects.upload(key, big, big.parent, indexed, conditional=True)
+        put_file(objects, key, big, indexed)
     assert objects.head(key) is None
-    assert not objects.uploads(key)  # aborted, not left to resume
+    assert not objects.pending_uploads(key)  # aborted, not left to resume
 
 
 def tar_of(folder: Path) -> tuple[TarSource, list[str]]:
@@ -165,7 +175,7 @@ def test_a_tar_of_several_files_is_streamed_resumed_and_read_back_whole(
         Bucket="uploads", Key=key, UploadId=upload_id, PartNumber=1, Body=bytes(first)
     )
     try:
-        sent = objects.upload_source(key, source, indexed, conditional=True)
+        sent = objects.put(key, source, indexed, conditional=True)
     finally:
         source.close()
     assert (sent.parts, sent.resumed_parts, sent.size) == (3, 1, source.size)
@@ -188,7 +198,26 @@ def test_a_tar_whose_member_changed_is_never_completed(s3: S3Server, tmp_path: P
         f.write(b"\0" if (tmp_path / names[1]).read_bytes()[:1] != b"\0" else b"\1")
     try:
         with pytest.raises(Refused, match="not the ones indexed"):
-            objects.upload_source(key, source, indexed, conditional=True)
+            objects.put(key, source, indexed, conditional=True)
     finally:
         source.close()
-    assert objects.head(key) is None and not objects.uploads(key)
+    assert objects.head(key) is None and not objects.pending_uploads(key)
+
+
+@pytest.mark.parametrize("limit", [5 << 30, 1], ids=["one-call", "in-ranges"])
+def test_a_copy_inside_the_service_keeps_the_bytes_and_our_hash(
+    s3: S3Server, tmp_path: Path, limit: int
+) -> None:
+    """The remote trash's move: `CopyObject` up to 5 GiB, a multipart copy of ranges above it
+    (`limit`: 1 byte forces the ranges), our BLAKE3 kept in the metadata either way."""
+    objects, key = store_for(s3), f"t/f{limit}/small.safetensors"
+    path = tmp_path / "small.safetensors"
+    path.write_bytes(os.urandom(3 << 20))
+    indexed = hash_files([path])
+    sent = put_file(objects, key, path, indexed)
+    objects.multipart.copy(key, key + ".copy", sent.size, limit=limit)
+    found = objects.head(key + ".copy")
+    assert found is not None and (found.size, found.content_hash) == (sent.size, indexed)
+    assert b"".join(objects.get(key + ".copy")) == path.read_bytes()
+    objects.delete(key + ".copy")
+    assert objects.head(key + ".copy") is None

@@ -22,7 +22,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "formats": {"core", "fs"},
     "children": {"core", "fs", "formats", "__init__"},  # reader_child runs the readers
     "transforms": {"core", "fs", "formats"},
-    "remote": {"core", "fs", "settings"},  # the object store (the only boto3 import: remote.s3)
+    "remote": {"core", "fs", "settings"},  # the object store: remote.store, its adapters
     "usecases": {
         "core",
         "fs",
@@ -411,6 +411,36 @@ def test_the_rail_itself_takes_the_lease_rechecks_and_audits() -> None:
     source = ast.unparse(modules()[RAIL])
     for step in ("store.lease(", "guards.recheck(", "store.audited(", "store.claim("):
         assert step in source, step
+
+
+# The object store's adapters (client libraries behind `remote.store.ObjectStore`): a use case
+# names the interface, never one of them, so another service joins as one more adapter.
+STORE_ADAPTERS = {"remote.s3", "remote.s3_multipart"}
+
+
+def test_use_cases_reach_the_object_store_only_through_its_interface() -> None:
+    offenders = [
+        f"{name} imports {target}"
+        for name, tree in modules().items()
+        if layer(name) != "remote"
+        for target in ours(name, tree)
+        if target in STORE_ADAPTERS
+    ]
+    assert not offenders, "use remote.store.ObjectStore / open_store: " + "; ".join(offenders)
+    store = next(t for t in modules().items() if t[0] == "remote.store")[1]
+    assert not third_party(store) & {"boto3", "botocore"}
+
+
+def test_the_tier_act_goes_through_the_rails_acting_on() -> None:
+    """`tier_one` takes the lease, re-checks and audits by `rail.acting_on`, never by copies of
+    its steps."""
+    name = "usecases.tier.tiering"
+    tree, names = modules()[name], _imported_names(name, modules()[name])
+    [tier_one] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "tier_one"]
+    calls = {_called(n, names) for n in ast.walk(tier_one) if isinstance(n, ast.Call)}
+    assert f"{RAIL}.acting_on" in calls
+    source = ast.unparse(tree)
+    assert "guards.recheck(" not in source and "store.audited(" not in source
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..core.errors import UsageError
-from ..core.model import Checkpoint, CheckpointStatus
-from ..core.query import OFF_DISK
-from ..core.remote import Location, RemoteCopy, location, verified_copy
+from ...core.errors import UsageError
+from ...core.model import Checkpoint, CheckpointStatus
+from ...core.query import OFF_DISK
+from ...core.remote import Location, RemoteCopy, location, verified_copy
 
 if TYPE_CHECKING:  # `ckpt list` without a remote never imports SQLAlchemy
-    from ..catalog.store import Store
-    from ..settings.config import Config
+    from ...catalog.store import Store
+    from ...settings.config import Config
 
 LOCATIONS = tuple(v.value for v in Location)
 

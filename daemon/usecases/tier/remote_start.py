@@ -10,11 +10,11 @@ import os
 import socket
 from dataclasses import dataclass
 
-from ..core.errors import ConfigError, RemoteFailed
-from ..logs import event
-from ..remote.keys import root_prefix
-from ..settings.config import Config
-from ..settings.remote import Remote
+from ...core.errors import ConfigError, RemoteFailed
+from ...logs import event
+from ...remote.keys import root_prefix
+from ...settings.config import Config
+from ...settings.remote import Remote
 from .tiering import object_store
 
 
@@ -57,8 +57,8 @@ def check_remotes(config: Config, *, abort_stale: bool = True) -> list[RemoteChe
         aborted = 0
         if abort_stale:
             for prefix in prefixes:
-                for object_key, upload_id in objects.uploads(prefix):
-                    objects.abort(object_key, upload_id)
+                for object_key, upload_id in objects.pending_uploads(prefix):
+                    objects.abort_upload(object_key, upload_id)
                     event("remote_upload_aborted", url=remote.object_url(object_key))
                     aborted += 1
         checks.append(RemoteCheck(remote.url, key, honoured, aborted))

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..catalog.store import Store
-from ..core.errors import UsageError
-from ..core.model import Checkpoint, CheckpointStatus
-from ..settings.config import Config
-from . import rail, trash
-from .copy_room import check_copy
+from ...catalog.store import Store
+from ...core.errors import UsageError
+from ...core.model import Checkpoint, CheckpointStatus
+from ...settings.config import Config
+from .. import rail, trash
+from ..copy_room import check_copy
 from .tiering import is_archive, object_store, remote_of, require_copy
 
 _AT_PATH = {CheckpointStatus.OK, CheckpointStatus.INCOMPLETE, CheckpointStatus.CORRUPT}
@@ -42,7 +42,7 @@ def fetch(config: Config, store: Store, ref: str, *, to: Path | None, actor: str
     copy = require_copy(store, c)
     _root, remote = remote_of(config, c)
     check_copy(config, store, Path(c.path), c.size_bytes, "the fetched copy", actor=actor)
-    chunks = object_store(remote).download(copy.key)
+    chunks = object_store(remote).get(copy.key)
     rail.receive_checkpoint(config, store, c, chunks, actor, copy.url, archive=is_archive(c))
     return Path(c.path)
 
@@ -58,12 +58,12 @@ def _fetch_to(config: Config, store: Store, c: Checkpoint, to: Path) -> Path:
         if not target.is_dir():
             raise UsageError(f"--to {to}: a checkpoint of several files goes into a folder")
         expected, _digest, files = store.identity(c.id)
-        chunks = object_store(remote).download(copy.key)
+        chunks = object_store(remote).get(copy.key)
         hash_ = c.hash or copy.content_hash
         rail.receive_copy(config, target, chunks, hash_, files=files, size=expected.size)
         return target / Path(c.path).name
     if target.is_dir():
         target = target / Path(c.path).name
-    chunks = object_store(remote).download(copy.key)
+    chunks = object_store(remote).get(copy.key)
     rail.receive_copy(config, target, chunks, c.hash or copy.content_hash)
     return target

@@ -2,7 +2,7 @@
 store (tiered, its local copy trashed or purged) can be the answer. The local winner comes
 from the catalog's ordinary reads; the store's candidates are the rows of the same runs with a
 verified remote copy and no local bytes; the better of the two answers (a tie: the local one,
-nothing to fetch). `--fetch` then brings a remote answer back (`usecases.fetching`).
+nothing to fetch). `--fetch` then brings a remote answer back (`usecases.tier.fetching`).
 
 `best`: the metric's best value by its mode. `latest`: the furthest along by epoch, step, then
 mtime (`core.moments.progress_key`; the store's rows carry no optimizer iteration count), and
@@ -17,15 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.model import Checkpoint, CheckpointStatus, Format, Run
-from ..core.moments import progress_key
-from ..core.query import ListQuery, default_mode
-from ..core.remote import Location, RemoteCopy, location, verified_copy
-from ..core.resume import resumability
-from ..core.runs import run_scope
+from ...core.model import Checkpoint, CheckpointStatus, Format, Run
+from ...core.moments import progress_key
+from ...core.query import ListQuery, default_mode
+from ...core.remote import Location, RemoteCopy, location, verified_copy
+from ...core.resume import resumability
+from ...core.runs import run_scope
 
 if TYPE_CHECKING:  # `ckpt best` without a remote never imports SQLAlchemy
-    from ..catalog.store import Store
+    from ...catalog.store import Store
 
 _OFF_DISK = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 

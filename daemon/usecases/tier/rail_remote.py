@@ -13,15 +13,14 @@ takes the original if it is still there, the purge deletes it too.
 
 from __future__ import annotations
 
-from ..catalog.store import Store
-from ..catalog.store_leases import HeldLease
-from ..core.errors import Refused, RemoteFailed
-from ..core.model import Checkpoint
-from ..core.remote import RemoteCopy, RemoteState
-from ..remote import copies
-from ..remote.keys import trash_key
-from ..settings.config import Config
-from . import guards, rail
+from ...catalog.store import Store
+from ...catalog.store_leases import HeldLease
+from ...core.errors import Refused, RemoteFailed
+from ...core.model import Checkpoint
+from ...core.remote import RemoteCopy, RemoteState
+from ...remote.keys import trash_key
+from ...settings.config import Config
+from .. import guards, rail
 from .remote_verify import differences
 from .tiering import object_store, remote_of
 
@@ -67,7 +66,7 @@ def trash_remote_copy(
             state = RemoteState.MISSING if problem == "not in the store" else RemoteState.CHANGED
             store.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
             raise Refused(f"{copy.url}: {problem}: marked {state.value}, not moved")
-        copies.copy(objects, copy.key, moved_to, copy.size_bytes)
+        objects.copy(copy.key, moved_to, copy.size_bytes)
         problem = differences(objects.head(moved_to), copy, checksum=False)
         if problem is not None:
             raise RemoteFailed(
@@ -101,7 +100,7 @@ def restore_remote_copy(
         ):
             found = objects.head(copy.key)
             if found is None:
-                copies.copy(objects, copy.trash_key, copy.key, copy.size_bytes)
+                objects.copy(copy.trash_key, copy.key, copy.size_bytes)
                 found = objects.head(copy.key)
             problem = differences(found, copy, checksum=False)
             if problem is not None:

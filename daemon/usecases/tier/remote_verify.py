@@ -15,15 +15,15 @@ say `remote` for days after the object went.
 
 from __future__ import annotations
 
-from ..catalog.store import Store
-from ..core.errors import CkptError
-from ..core.model import Checkpoint
-from ..core.remote import RemoteCopy, RemoteState, verified_copy
-from ..remote.s3 import RemoteObject
-from ..settings.config import Config
-from . import guards
+from ...catalog.store import Store
+from ...core.errors import CkptError
+from ...core.model import Checkpoint
+from ...core.remote import RemoteCopy, RemoteState, verified_copy
+from ...remote.store import RemoteObject
+from ...settings.config import Config
+from .. import guards
+from ..verifier import Verdict
 from .tiering import object_store, remote_of
-from .verifier import Verdict
 
 
 def differences(

@@ -13,16 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..catalog.store import Store
-from ..catalog.store_leases import HeldLease
-from ..core.errors import CkptError, Refused
-from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
-from ..core.query import ListQuery
-from ..core.remote import RemoteCopy, RemoteState, verified_copy
-from ..core.remote_keep import why_kept
-from ..remote.keys import TRASH_PREFIX
-from ..settings.config import Config
-from . import guards, rail, rail_remote
+from ...catalog.store import Store
+from ...catalog.store_leases import HeldLease
+from ...core.errors import CkptError, Refused
+from ...core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
+from ...core.query import ListQuery
+from ...core.remote import RemoteCopy, RemoteState, verified_copy
+from ...core.remote_keep import why_kept
+from ...remote.keys import TRASH_PREFIX
+from ...settings.config import Config
+from .. import guards, rail
+from . import rail_remote
 from .tiering import remote_of
 
 

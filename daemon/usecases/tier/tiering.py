@@ -1,14 +1,15 @@
 """The remote tier: `ckpt tier` (and retention's `tier_after`) moves a checkpoint's bytes to the
 object store and only then frees the local disk.
 
-One tier act, under the run's lease: the file re-checked against the catalog (its stat), streamed
-up (`remote.s3`: multipart, bounded memory, resumed after a crash; the bytes hashed as they are
-read, and the upload aborted before it completes unless they are the catalog's), the remote copy
-verified by reading it back (size, the SHA-256 checksum the service computed from the parts it
-received, our BLAKE3 in its metadata), recorded in the catalog, and only then the local copy
-re-checked once more and moved to the local trash (claimed like a prune's move: a pin committed
-first keeps it; purged after `trash.purge_after`). Anything that fails before the record leaves
-the local copy where it was; a remote copy that does not verify is never recorded.
+One tier act, on the rail (`rail.acting_on`: the run's lease, audited): the file re-checked
+against the catalog (its stat), streamed up (`remote.store.ObjectStore`; S3's adapter:
+multipart, bounded memory, resumed after a crash; the bytes hashed as they are read, and the
+upload aborted before it completes unless they are the catalog's), the remote copy verified by
+reading it back (size, the SHA-256 checksum the service computed from the parts it received,
+our BLAKE3 in its metadata), recorded in the catalog, and only then the local copy re-checked
+once more and moved to the local trash (claimed like a prune's move: a pin committed first
+keeps it; purged after `trash.purge_after`). Anything that fails before the record leaves the
+local copy where it was; a remote copy that does not verify is never recorded.
 
 A checkpoint of several files (a TF checkpoint, every folder format) goes as one tar object
 (`<name>.tar`, `remote.sources.TarSource`): generated from its recorded files as the parts are
@@ -24,21 +25,22 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..catalog.store import Store
-from ..catalog.store_leases import HeldLease
-from ..core.errors import CkptError, NotFound, RemoteFailed, UsageError
-from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, Format
-from ..core.remote import RemoteCopy, location, verified_copy
-from ..core.units import iso_utc
-from ..fs import fsops
-from ..logs import event
-from ..remote.keys import object_key
-from ..remote.s3 import ObjectStore, Uploaded
-from ..remote.sources import TarSource
-from ..settings.config import Config, RootConfig
-from ..settings.remote import Remote
-from . import guards, rail
-from .settlement import settle_events
+from ...catalog.store import Store
+from ...catalog.store_leases import HeldLease
+from ...core.errors import CkptError, NotFound, RemoteFailed, UsageError
+from ...core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, Format
+from ...core.remote import RemoteCopy, verified_copy
+from ...core.units import iso_utc
+from ...fs import fsops
+from ...logs import event
+from ...remote.adapters import open_store
+from ...remote.keys import object_key
+from ...remote.sources import FileSource, TarSource
+from ...remote.store import ObjectStore, Uploaded
+from ...settings.config import Config, RootConfig
+from ...settings.remote import Remote
+from .. import guards, rail
+from ..settlement import settle_events
 
 # One object per checkpoint: a regular file as itself; a checkpoint of several files (a TF
 # checkpoint's prefix files, every folder format) as one tar of them (`core.ustar`), generated
@@ -55,7 +57,7 @@ def is_archive(c: Checkpoint) -> bool:
 @cache
 def object_store(remote: Remote) -> ObjectStore:
     """One client per store per process (its counters feed the metrics)."""
-    return ObjectStore(remote)
+    return open_store(remote)
 
 
 @dataclass
@@ -181,73 +183,67 @@ def tier_one(
     lease: HeldLease | None = None,
     item: TierItem | None = None,
 ) -> int:
-    """Upload, verify, record, then trash the local copy. Returns the parts resumed (`item`:
-    told whether an identical object was already there)."""
-    if lease is None:
-        with rail.run_lease(config, store, guards.run_id(store, c), actor) as held:
-            return tier_one(config, store, c, reason=reason, actor=actor, lease=held, item=item)
+    """Upload, verify, record, then trash the local copy: on the rail (`rail.acting_on`: the
+    run's lease, or `lease` held by the caller; the stat re-checked under it, the bytes hashed
+    by the upload as it reads them, one pass; audited `tier`), the local copy freed under the
+    same lease. Returns the parts resumed (`item`: told whether an identical object was
+    already there)."""
     remote, key = key_of(config, c)
-    root, members = guards.located(config, store, c)
-    # The stat here; the bytes are hashed by the upload as it reads them (one pass), and an
-    # upload whose bytes are not the catalog's is aborted before it completes.
-    guards.recheck(store, c, root, members, rehash=False)
     url = remote.object_url(key)
     objects = object_store(remote)
-    with store.audited(
-        action="tier",
-        checkpoint_id=c.id,
-        path=c.path,
-        reason=f"{reason}: to {url}",
-        size=c.size_bytes,
-        actor=actor,
-        lease=lease,
-    ):
-        started = iso_utc(time.time())
-        if is_archive(c):
-            sent = _upload_archive(store, objects, key, c, root)
-        else:
-            sent = objects.upload(key, members[0], root, c.hash or "", conditional=True)
-            verify_uploaded(objects, sent, c, c.size_bytes)
-        if item is not None:
-            item.kept_existing = sent.existing
-        store.record_remote(
-            c.id,
+    with rail.run_lease(config, store, guards.run_id(store, c), actor, held=lease) as held:
+        with rail.acting_on(
+            config, store, c, "tier", actor, leased=held, reason=f"{reason}: to {url}", rehash=False
+        ) as (root, members):
+            started = iso_utc(time.time())
+            sent = _send(store, objects, key, c, root, members)
+            if item is not None:
+                item.kept_existing = sent.existing
+            store.record_remote(
+                c.id,
+                url=url,
+                endpoint=remote.endpoint_url,
+                size_bytes=sent.size,
+                checksum=sent.checksum,
+                content_hash=sent.content_hash,
+                uploaded_at=started,
+            )
+        event(
+            "tiered",
+            path=c.path,
             url=url,
-            endpoint=remote.endpoint_url,
-            size_bytes=sent.size,
-            checksum=sent.checksum,
-            content_hash=sent.content_hash,
-            uploaded_at=started,
+            bytes=sent.size,
+            resumed_parts=sent.resumed_parts,
+            kept_existing=sent.existing,
         )
-    event(
-        "tiered",
-        path=c.path,
-        url=url,
-        bytes=sent.size,
-        resumed_parts=sent.resumed_parts,
-        kept_existing=sent.existing,
-    )
-    free_local(config, store, c, f"tiered to {url} (verified)", actor, lease)
+        free_local(config, store, c, f"tiered to {url} (verified)", actor, held)
     return sent.resumed_parts
 
 
-def _upload_archive(
-    store: Store, objects: ObjectStore, key: str, c: Checkpoint, root: Path
+def _send(
+    store: Store, objects: ObjectStore, key: str, c: Checkpoint, root: Path, members: list[Path]
 ) -> Uploaded:
-    """The tar of `c`'s recorded files (their recorded order and names, every header's mtime
-    the indexed one), generated as it is sent; verified as a file is, its expected size the
-    tar's (headers and padding around the indexed bytes)."""
-    expected, _digest, files = store.identity(c.id)
-    if not files:
-        raise fsops.Refused(f"{c.path}: no member files recorded: the next scan re-indexes it")
-    source = TarSource(c.path, Path(c.path).parent, files, root, expected.mtime_ns // 10**9)
+    """`c`'s one object sent and read back: its file, or the tar of its recorded files (their
+    recorded order and names, every header's mtime the indexed one) generated as it is sent,
+    verified as a file is, its expected size the tar's (headers and padding around the
+    indexed bytes). An upload whose bytes are not the catalog's is aborted before it
+    completes."""
+    source: FileSource | TarSource
+    if is_archive(c):
+        expected, _digest, files = store.identity(c.id)
+        if not files:
+            raise fsops.Refused(f"{c.path}: no member files recorded: the next scan re-indexes it")
+        source = TarSource(c.path, Path(c.path).parent, files, root, expected.mtime_ns // 10**9)
+    else:
+        source = FileSource(members[0], root)
     try:
-        if source.data_bytes != c.size_bytes:
+        size = source.size if isinstance(source, TarSource) else c.size_bytes
+        if isinstance(source, TarSource) and source.data_bytes != c.size_bytes:
             raise fsops.Refused(f"{c.path}: {source.data_bytes} bytes, indexed {c.size_bytes}")
-        sent = objects.upload_source(key, source, c.hash or "", conditional=True)
+        sent = objects.put(key, source, c.hash or "", conditional=True)
     finally:
         source.close()
-    verify_uploaded(objects, sent, c, source.size)
+    verify_uploaded(objects, sent, c, size)
     return sent
 
 
@@ -282,12 +278,6 @@ def free_local(
     rail.trash_checkpoint(
         config, store, c, reason=reason, batch=rail.batch_name("tier"), actor=actor, lease=lease
     )
-
-
-def location_of(c: Checkpoint, copies: list[RemoteCopy]) -> tuple[str, str | None]:
-    """(`location`, `remote_url`) as listings show them."""
-    found = verified_copy(copies)
-    return location(c.status, copies).value, found.url if found else None
 
 
 def require_copy(store: Store, c: Checkpoint) -> RemoteCopy:
