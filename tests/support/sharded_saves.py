@@ -166,12 +166,15 @@ def _truth(out: Path, full: dict[str, Any], names: dict[str, str]) -> None:
 
 
 def write_all(out: Path) -> None:
+    import torch  # imported once, before the fork
+    import torch.distributed.checkpoint  # noqa: F401
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(port, out), nprocs=WORLD, join=True)
+    # forked: the ranks inherit the imported torch (spawn would import it twice more)
+    mp.start_processes(_rank, args=(port, out), nprocs=WORLD, join=True, start_method="fork")
 
 
 def cache_key() -> str:
