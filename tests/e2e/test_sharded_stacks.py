@@ -104,7 +104,7 @@ DAMAGES = {  # copy name -> (fixture part, the entry in it, what is done to it)
 }
 
 
-def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_never_resumable(
+def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_a_wrong_one_corrupt(
     workspace: Workspace, sharded: Path
 ) -> None:
     ws = workspace
@@ -119,8 +119,18 @@ def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_never_resumab
             (folder / what).write_bytes(data[: len(data) // 2])
         else:
             (folder.parent / "latest_checkpointed_iteration.txt").write_text(what)
-    ws.run("scan")
+    # Rank 0's model file under rank 1's name: every rank there and whole, but two pieces claim
+    # the same rows and the last rows have none: corrupt (core.tiling), never consolidated
+    shutil.copytree(sharded / "verl", ws.root / "verl-copied")
+    actor = ws.root / "verl-copied" / "global_step_3" / "actor"
+    shutil.copyfile(actor / "model_world_size_2_rank_0.pt", actor / "model_world_size_2_rank_1.pt")
+    assert ws.run("scan", check=False).returncode == 3  # the corrupt one is a failed item
     rows = _rows(ws)
+    copied = rows["verl-copied/global_step_3/actor"]
+    assert copied["status"] == "corrupt" and "overlap" in copied["reason"], copied
+    refused = ws.run("split", str(copied["id"]), check=False)
+    assert refused.returncode == 2 and "only ok checkpoints" in refused.stderr, refused
+    assert not list(actor.parent.glob("*.safetensors"))
     for copy, (_part, entry, damage) in DAMAGES.items():
         row = rows[f"{copy}/{entry}"]
         assert row["status"] == "incomplete", (damage, row)
@@ -134,23 +144,6 @@ def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_never_resumab
     rows = _rows(ws)
     for copy, (_part, entry, damage) in DAMAGES.items():
         assert rows[f"{copy}/{entry}"]["status"] == "abandoned", (damage, rows)
-
-
-def test_a_rank_file_copied_over_another_is_corrupt_never_consolidated(
-    workspace: Workspace, sharded: Path
-) -> None:
-    """Rank 0's model file under rank 1's name: every rank is there and whole, but two pieces
-    claim the same rows and the last rows have none: corrupt (core.tiling), never split."""
-    ws = workspace
-    _copy(ws, sharded, "verl")
-    actor = ws.root / "verl" / "global_step_3" / "actor"
-    shutil.copyfile(actor / "model_world_size_2_rank_0.pt", actor / "model_world_size_2_rank_1.pt")
-    ws.run("scan", check=False)
-    row = _rows(ws)["verl/global_step_3/actor"]
-    assert row["status"] == "corrupt" and "overlap" in row["reason"], row
-    refused = ws.run("split", str(row["id"]), check=False)
-    assert refused.returncode == 2 and "only ok checkpoints" in refused.stderr, refused
-    assert not list(actor.parent.glob("*.safetensors"))
 
 
 COMPARE = r"""
