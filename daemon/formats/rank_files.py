@@ -155,27 +155,42 @@ def _global(key: str, seen: list[tuple[int, str, Any]], world: int) -> GlobalTen
         rank, name, record = seen[0]
         whole = Piece(rank, name, record, (0,) * len(record.shape))
         return GlobalTensor(key, record.dtype, record.shape, (), (whole,))
-    pieces: list[Piece] = []
-    shape: tuple[int, ...] = ()
-    dtype, placements = "?", tuple[str, ...]()
-    for rank, name, value in seen:
-        local, shape, dtype, placements, coordinate = dtensor(value, key)
-        if len(placements) != 1:
-            raise CorruptCheckpoint(f"{key}: a {len(placements)}-D device mesh is not read here")
-        where = coordinate if coordinate is not None else rank
-        offsets = _offsets(key, shape, placements[0], where, world, local)
-        if offsets is None:
-            continue  # a replica: rank 0's piece is the tensor
-        pieces.append(Piece(rank, name, local, offsets))
-    pieces.sort(key=lambda p: p.offsets)
-    check_tiles(key, shape, [(p.offsets, p.record.shape) for p in pieces])
-    return GlobalTensor(key, dtype, shape, placements, tuple(pieces))
+    pieces: dict[int, Piece] = {}  # by coordinate on the mesh
+    records = [(rank, name, dtensor(value, key)) for rank, name, value in seen]
+    shape, placements = records[0][2].shape, records[0][2].placements
+    for rank, name, d in records:
+        if len(d.placements) != 1:
+            raise CorruptCheckpoint(f"{key}: a {len(d.placements)}-D device mesh is not read here")
+        if (d.shape, d.placements) != (shape, placements):
+            raise CorruptCheckpoint(f"{key}: ranks disagree on its shape or placement")
+        if d.mesh_size is not None and not 0 < d.mesh_size <= world:
+            raise CorruptCheckpoint(f"{key}: a mesh of {d.mesh_size} ranks, world size {world}")
+        where = d.coordinate if d.coordinate is not None else rank
+        offsets = _offsets(key, shape, placements[0], where, d.mesh_size or world, d.local)
+        if where in pieces and (d.mesh_size or world) == world:  # one mesh: one rank a piece
+            both = f"ranks {pieces[where].rank} and {rank}"
+            raise CorruptCheckpoint(f"{key}: {both} hold the same piece (overlap)")
+        if offsets is not None and where not in pieces:  # else a replica of a piece we have
+            pieces[where] = Piece(rank, name, d.local, offsets)
+    ordered = sorted(pieces.values(), key=lambda p: p.offsets)
+    check_tiles(key, shape, [(p.offsets, p.record.shape) for p in ordered])
+    dtype = records[0][2].local.dtype
+    return GlobalTensor(key, dtype, shape, placements, tuple(ordered))
 
 
-def dtensor(
-    value: Any, key: str
-) -> tuple[TensorRecord, tuple[int, ...], str, tuple[str, ...], int | None]:
-    """(local record, global shape, dtype, placements, coordinate) of a pickled DTensor."""
+@dataclass(frozen=True)
+class DTensorRecord:
+    """What a pickled DTensor says of itself (its values stay in its local tensor's storage)."""
+
+    local: TensorRecord
+    shape: tuple[int, ...]  # the global tensor's
+    placements: tuple[str, ...]
+    coordinate: int | None  # this rank's place on a 1-D mesh
+    mesh_size: int | None  # ranks on the mesh (its rank map's length)
+
+
+def dtensor(value: Any, key: str) -> DTensorRecord:
+    """The record of a pickled DTensor; CorruptCheckpoint for anything else."""
     if not (isinstance(value, Opaque) and value.global_name == _REBUILD and len(value.args) >= 4):
         raise CorruptCheckpoint(f"{key}: neither a tensor nor a DTensor")
     kind, args, state = value.args[1], value.args[2], value.args[3]
@@ -194,7 +209,9 @@ def dtensor(
     mesh_state = mesh.state if isinstance(mesh, Opaque) and isinstance(mesh.state, dict) else {}
     coordinate = mesh_state.get("_coordinate_on_dim")
     where = coordinate[0] if isinstance(coordinate, tuple) and len(coordinate) == 1 else None
-    return local, shape, local.dtype, placements, where if isinstance(where, int) else None
+    ranks = mesh_state.get("_rank_map", mesh_state.get("mesh"))  # torch 2.13; older releases
+    size = ranks.numel if isinstance(ranks, TensorRecord) else None
+    return DTensorRecord(local, shape, placements, where if isinstance(where, int) else None, size)
 
 
 def _placement(p: Any) -> str:
