@@ -78,6 +78,8 @@ def test_each_sharded_save_is_one_checkpoint_with_world_size_and_global_shapes(
         assert row["status"] == "ok", row
         shown = ws.json("show", str(row["id"]))
         assert shown["world_size"] == world, (path, shown["world_size"])
+        text = ws.run("show", str(row["id"])).stdout
+        assert f"format {ENTRIES[path]} " in text and f"world size {world}" in text, text
         weights = {
             w["name"]: [w["shape"], w["dtype"]] for x in shown["layers"] for w in x["weights"]
         }
