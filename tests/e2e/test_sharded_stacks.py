@@ -200,6 +200,10 @@ def test_split_consolidates_without_torch_bit_for_bit_like_dcp_to_torch_save(
         pairs.append([str(artifact), str(sharded / reference), nested])
     ws.run("scan")  # the artifacts are ours, never new checkpoints
     assert set(_rows(ws)) == set(rows)
+    # a torch_dist iteration loads through DCP in the sandboxed child, like a DCP folder
+    verdicts = ws.json("verify", "--load", str(rows["megatron/iter_0000010"]["id"]))
+    assert all(v["ok"] for v in verdicts), verdicts
+    assert any("loads with torch" in v["detail"] for v in verdicts), verdicts
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [sys.executable, "-c", COMPARE, json.dumps(pairs)],
