@@ -47,7 +47,7 @@ from ..fs.sharded_names import MP_RANK_FOLDER
 from . import marker, safetensors_out
 from .safetensors_out import Tensor
 from .split import SplitResult, check_unchanged
-from .tensor_blocks import Chunk, Planned, tensor_bytes
+from .tensor_blocks import Chunk, OpenFiles, Planned, tensor_bytes
 
 SUFFIX = ".consolidated.safetensors"
 SHARD_BYTES = 5 * 10**9  # the Hugging Face default `max_shard_size` ("5GB")
@@ -81,13 +81,10 @@ def split(
     if not plan:
         raise UsageError(f"not split: {source} holds no model tensors")
     by_name = {p.out.name: p for p in plan}
-    handles: dict[str, int] = {}
-    try:
-        for name in sorted({c.file for p in plan for c in p.chunks}):
-            handles[name] = beneath.open_regular(source / name, root)
+    with OpenFiles(source, root) as files:
 
         def chunks(t: Tensor) -> Iterator[bytes]:
-            return tensor_bytes(by_name[t.name], handles)
+            return tensor_bytes(by_name[t.name], files.fd)
 
         try:
             written = safetensors_out.write(
@@ -104,9 +101,6 @@ def split(
         except Exception as exc:
             check_unchanged(root, source, before, exc)
             raise
-    finally:
-        for fd in handles.values():
-            os.close(fd)
     return SplitResult(source, written.path, written.bytes, written.hash, before.size, len(plan))
 
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import CorruptCheckpoint
 from ..formats.pickle_safe import TensorRecord
+from ..fs import beneath
 from .safetensors_out import Tensor
 
 BLOCK_BYTES = 4 << 20
@@ -42,12 +45,40 @@ class Planned:
     chunks: tuple[Chunk, ...]
 
 
-def tensor_bytes(p: Planned, handles: dict[str, int]) -> Iterator[bytes]:
+class OpenFiles:
+    """The data files of a save, opened beneath its root when first read, at most `LIMIT` at
+    once (a save of 1,000 ranks has 1,000 files: more than a process's usual 1,024 fds once
+    the daemon's own are counted); closed least recently used first, all at the end."""
+
+    LIMIT = 64
+
+    def __init__(self, folder: Path, root: Path | None) -> None:
+        self.folder, self.root = folder, root
+        self.open: OrderedDict[str, int] = OrderedDict()
+
+    def fd(self, name: str) -> int:
+        if name in self.open:
+            self.open.move_to_end(name)
+            return self.open[name]
+        if len(self.open) >= self.LIMIT:
+            os.close(self.open.popitem(last=False)[1])
+        self.open[name] = beneath.open_regular(self.folder / name, self.root)
+        return self.open[name]
+
+    def __enter__(self) -> OpenFiles:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        while self.open:
+            os.close(self.open.popitem()[1])
+
+
+def tensor_bytes(p: Planned, fd_of: Callable[[str], int]) -> Iterator[bytes]:
     """The tensor's bytes in row-major order, one block of leading rows at a time."""
     shape, size = p.out.shape, p.itemsize
     if not shape:  # a 0-d tensor: one element, one chunk
         c = p.chunks[0]
-        yield _pread(handles[c.file], size, c.start + c.record.offset * size)
+        yield _pread(fd_of(c.file), size, c.start + c.record.offset * size)
         return
     row = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
     rows = max(1, BLOCK_BYTES // max(1, row * size))
@@ -59,7 +90,7 @@ def tensor_bytes(p: Planned, handles: dict[str, int]) -> Iterator[bytes]:
             if lo >= hi:
                 continue
             target = block[(slice(lo - first, hi - first), *_spans(c)[1:])]
-            _fill(target, c, lo - c.offsets[0], hi - c.offsets[0], handles[c.file], size)
+            _fill(target, c, lo - c.offsets[0], hi - c.offsets[0], fd_of(c.file), size)
         yield block.tobytes()
 
 

@@ -4,6 +4,7 @@ order, shards with an index above a size, nothing at the final name unless it ve
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -121,3 +122,23 @@ def test_two_tensors_of_one_name_or_an_unknown_dtype_are_refused(tmp_path: Path)
         safetensors_out.write(
             tmp_path, tmp_path / "m.safetensors", [Tensor("q", "Q8", (2,))], _pieces, like=source
         )
+
+
+def test_a_save_of_many_files_keeps_only_a_few_open(tmp_path: Path) -> None:
+    """transforms.tensor_blocks.OpenFiles: opened when first read, the least recently used
+    closed beyond its limit, each reopened when read again, all closed at the end."""
+    from ckpt_daemon.transforms.tensor_blocks import OpenFiles
+
+    class TwoOpen(OpenFiles):
+        LIMIT = 2
+
+    folder = tmp_path / "save"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"__{i}_0.distcp").write_bytes(bytes([i]) * 8)
+    with TwoOpen(folder, tmp_path) as files:
+        for i in [0, 1, 2, 0, 3, 4, 1]:
+            assert os.pread(files.fd(f"__{i}_0.distcp"), 1, 3) == bytes([i])
+            assert len(files.open) <= 2
+        assert list(files.open) == ["__4_0.distcp", "__1_0.distcp"]  # the last two read
+    assert files.open == {}
