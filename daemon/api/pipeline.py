@@ -4,7 +4,8 @@ recorded as the service records it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import NotFound, UsageError
 from ..core.pipeline import STATES, Stage
@@ -12,6 +13,27 @@ from .remote import CatalogRemote
 
 if TYPE_CHECKING:
     from ..catalog.store_stage_jobs import StageJob
+
+
+def job_json(job: StageJob, *, detailed: bool = False) -> dict[str, Any]:
+    """A job as `ckpt jobs --json` prints it (docs/cli-contract.md)."""
+    doc: dict[str, Any] = {
+        "id": job.id,
+        "stage": job.stage,
+        "path": job.path,
+        "run": job.run,
+        "state": job.state,
+        "attempts": job.attempts,
+        "error": job.error,
+        "started_at": job.started_at,
+        "ended_at": job.ended_at,
+        "checkpoint_id": job.checkpoint_id,
+        "holder": job.holder,
+        "result": job.result,
+    }
+    if detailed:
+        doc["output"] = job.output
+    return doc
 
 
 class CatalogPipeline(CatalogRemote):
@@ -23,6 +45,18 @@ class CatalogPipeline(CatalogRemote):
         found = self._store.stage_jobs.list(run=run, state=state)
         # A stage not due for a checkpoint is a decision, not work: listed when asked for.
         return found if state is not None else [j for j in found if j.state != "skipped"]
+
+    def checkpoint_jobs(self, checkpoint_ids: Sequence[int]) -> dict[int, list[StageJob]]:
+        """{checkpoint id: its jobs, oldest first}, skipped ones too (why a stage did not run
+        on it): what the web view shows of each checkpoint's stages."""
+        found: dict[int, list[StageJob]] = {}
+        for job in self._store.stage_jobs.list(checkpoint_ids=checkpoint_ids, limit=100_000):
+            found.setdefault(job.checkpoint_id, []).append(job)
+        return found
+
+    def jobs_changed(self) -> str:
+        """A text that changes whenever a job does (the web view's pages are drawn again)."""
+        return self._store.stage_jobs.signature()
 
     def retry_job(self, job_id: int) -> StageJob:
         """A failed or cancelled job back to the queue, its attempts counted afresh."""

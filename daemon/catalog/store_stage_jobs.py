@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Engine, Integer, and_, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -305,12 +305,15 @@ class StageJobs:
         state: str | None = None,
         checkpoint_id: int | None = None,
         limit: int = 1000,
+        checkpoint_ids: Sequence[int] | None = None,
     ) -> builtins.list[StageJob]:
         conditions = []
         if state is not None:
             conditions.append(jobs.c.state == state)
         if checkpoint_id is not None:
             conditions.append(jobs.c.checkpoint_id == checkpoint_id)
+        if checkpoint_ids is not None:  # a page of checkpoints' jobs (the web view's run table)
+            conditions.append(jobs.c.checkpoint_id.in_(list(checkpoint_ids)))
         with self._engine.connect() as conn:
             found = self._read(conn, and_(True, *conditions), limit=limit, run=run)
         return found
@@ -333,6 +336,15 @@ class StageJobs:
         stmt = select(jobs.c.stage, jobs.c.state, func.count()).group_by(jobs.c.stage, jobs.c.state)
         with self._engine.connect() as conn:
             return {(s, st): n for s, st, n in conn.execute(stmt)}
+
+    def signature(self) -> str:
+        """What moves at every change of a job (made, claimed, ended, cancelled, retried): the
+        web view draws a page again when it does (its checkpoints' stages are on it)."""
+        stmt = select(func.count(), func.sum(jobs.c.token), func.max(jobs.c.ended_at)).add_columns(
+            func.sum(jobs.c.state.in_(OPEN_STATES).cast(Integer))
+        )
+        with self._engine.connect() as conn:
+            return ":".join(str(v or 0) for v in conn.execute(stmt).one())
 
     def _read(
         self, conn: Any, condition: Any, *, limit: int | None = None, run: str | None = None

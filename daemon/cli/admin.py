@@ -172,6 +172,8 @@ def _disk_lines(disk: list[dict[str, Any]]) -> None:
         )
         if fs["why"]:
             echo(f"    {fs['why']}")
+        for lost in fs.get("gave_up") or []:  # evaluations the guard gave up, this episode
+            echo(f"    gave up stage(s) {', '.join(lost['stages'])} of {lost['path']}")
 
 
 def _daemon_lines(daemons: list[dict[str, Any]]) -> list[str]:

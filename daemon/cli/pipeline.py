@@ -3,10 +3,11 @@ REF` (a stage by hand on one checkpoint, recorded as the service records it)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from ..api.pipeline import job_json
 from ..core.pipeline import STATES
 from .context import Context, pass_context
 from .options import json_option
@@ -14,27 +15,6 @@ from .output import echo, emit_json
 
 if TYPE_CHECKING:
     from ..catalog.store_stage_jobs import StageJob
-
-
-def job_json(job: StageJob, *, detailed: bool = False) -> dict[str, Any]:
-    """A job as `ckpt jobs --json` prints it (docs/cli-contract.md)."""
-    doc: dict[str, Any] = {
-        "id": job.id,
-        "stage": job.stage,
-        "path": job.path,
-        "run": job.run,
-        "state": job.state,
-        "attempts": job.attempts,
-        "error": job.error,
-        "started_at": job.started_at,
-        "ended_at": job.ended_at,
-        "checkpoint_id": job.checkpoint_id,
-        "holder": job.holder,
-        "result": job.result,
-    }
-    if detailed:
-        doc["output"] = job.output
-    return doc
 
 
 @click.group(invoke_without_command=True)

@@ -29,15 +29,19 @@ Our own bytes go first, whole, before any checkpoint of the user's is touched:
    the rule overridden).
 
 Within steps 5 to 7 the oldest go first, by mtime across runs (the runs on one filesystem have
-no common epoch), then id. Never in any plan (`protections`): a run's newest checkpoint (by
-progress, and the last written) and every file of its newest training moment (kept copies never
-count), pinned ones, every one that
-is not `ok` (incomplete, corrupt, unreadable: still being written, or not understood), the best
-of each keep_best metric of the run's policy and of its monitored metric (val_loss by default),
-a run's last resumable one, and those the caller protects with a reason of its own
-(`Item.protected`; for a kept copy that reason only orders it within step 2). When the plan
-cannot free enough it says so, with what is holding the space: the biggest protected checkpoints
-and their reasons, and the bytes of the filesystem that the catalog does not know (other files).
+no common epoch), then id; those with a pipeline stage still pending or running on them
+(`RunFacts.pending`) go after the others of their step, and a step that takes one names the
+stages it gives up (`Step.gives_up`: the caller cancels those jobs, saying so).
+
+Never in any plan (`protections`): a run's newest checkpoint (by progress, and the last
+written) and every file of its newest training moment (kept copies never count), pinned ones,
+every one that is not `ok` (incomplete, corrupt, unreadable: still being written, or not
+understood), the best of each keep_best metric of the run's policy and of its monitored metric
+(val_loss by default), a run's last resumable one, and those the caller protects with a
+reason of its own (`Item.protected`; for a kept copy that reason only orders it within step 2).
+When the plan cannot free enough it says so, with what is holding the space: the biggest
+protected checkpoints and their reasons, and the bytes of the filesystem that the catalog does
+not know (other files).
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class RunFacts:
     last_resumable: int | None = None  # the id of the run's last resumable checkpoint
     # id -> the retention rules that keep it (the run's policy; absent: no rule keeps it).
     kept_by: Mapping[int, str] = field(default_factory=dict)
+    # id -> the pipeline stages pending or running on it (lost if its bytes go)
+    pending: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class Step:
     run: str | None
     frees: int
     reason: str
+    gives_up: tuple[str, ...] = ()  # the pipeline stages pending or running on it
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,9 @@ class GuardPlan:
             or "nothing to free"
         )
         line = f"{head}: {done} ({format_size(self.bytes_freed)})"
+        given_up = [step for step in self.steps if step.gives_up]
+        if given_up:
+            line += f"; gives up the pending stages of {len(given_up)} checkpoint(s)"
         if not self.enough:
             line += f"; cannot free enough: {'; '.join(self.holding)}"
         return line
@@ -221,6 +231,7 @@ def plan(
     protected: dict[int, str] = {}
     for run in runs:
         protected.update(protections(run))
+    pending = {item_id: stages for run in runs for item_id, stages in run.pending.items()}
     plan = _Planner(free, threshold)
     for own in sorted((o for o in ours if o.kind == "temp"), key=lambda o: o.path):
         plan.add("remove", own.id, own.path, None, own.bytes, "a leftover temp file of ours")
@@ -259,7 +270,8 @@ def plan(
             for item in run.items
             if item.id not in protected and item.status == CheckpointStatus.OK and not is_copy(item)
         ),
-        key=lambda pair: (pair[0].mtime, pair[0].id),
+        # The oldest first; those a stage still waits to run on after the others.
+        key=lambda pair: (pair[0].id in pending, pair[0].mtime, pair[0].id),
     )
     # Tiering first: a checkpoint's bytes stay whole, in the store; demoting or trashing one
     # that has no remote copy loses them (the demoted one its optimizer state).
@@ -267,7 +279,8 @@ def plan(
     for item, run_name in movable:
         if item.tier_blocked is None:
             why = "tiered to the object store (verified), local copy purged"
-            if plan.add("tier", item.id, item.path, run_name, item.size_bytes, why):
+            lost = pending.get(item.id, ())
+            if plan.add("tier", item.id, item.path, run_name, item.size_bytes, why, lost):
                 demoted.add(item.id)
     for item, run_name in movable:
         artifact = item.inference_bytes
@@ -275,7 +288,8 @@ def plan(
         if item.id in demoted or artifact is None or saves <= 0 or artifact >= plan.now:
             continue  # tiered, not splittable, nothing to gain, or its artifact would not fit
         reason = "demoted to its inference artifact (split), the full file trashed and purged"
-        if plan.add("demote", item.id, item.path, run_name, saves, reason):
+        lost = pending.get(item.id, ())
+        if plan.add("demote", item.id, item.path, run_name, saves, reason, lost):
             demoted.add(item.id)
     kept_by = {item_id: rules for run in runs for item_id, rules in run.kept_by.items()}
     # Those no retention rule keeps go first (the next retention pass would trash them anyway).
@@ -285,7 +299,8 @@ def plan(
         rules = kept_by.get(item.id)
         which = f"kept only by {rules}" if rules else "no retention rule keeps it"
         reason = f"oldest checkpoint no protection covers ({which}): trashed and purged"
-        plan.add("trash", item.id, item.path, run_name, item.size_bytes, reason)
+        lost = pending.get(item.id, ())
+        plan.add("trash", item.id, item.path, run_name, item.size_bytes, reason, lost)
     enough = plan.now >= threshold
     holding = () if enough else _holding(runs, protected, trash, other_bytes)
     return GuardPlan(free, threshold, tuple(plan.steps), plan.now, enough, holding, protected)
@@ -306,11 +321,23 @@ class _Planner:
         self.now, self.threshold = free, threshold
         self.steps: list[Step] = []
 
-    def add(self, action: str, id_: int, path: str, run: str | None, frees: int, what: str) -> bool:
+    def add(
+        self,
+        action: str,
+        id_: int,
+        path: str,
+        run: str | None,
+        frees: int,
+        what: str,
+        gives_up: tuple[str, ...] = (),
+    ) -> bool:
         """Plan this act if still short of the threshold and it frees something."""
         if self.now >= self.threshold or frees <= 0:
             return False
-        self.steps.append(Step(action, id_, path, run, frees, _why(self.now, self.threshold, what)))
+        if gives_up:
+            what += f"; gives up its pending stage{'s' * (len(gives_up) > 1)} {', '.join(gives_up)}"
+        why = _why(self.now, self.threshold, what)
+        self.steps.append(Step(action, id_, path, run, frees, why, gives_up))
         self.now += frees
         return True
 

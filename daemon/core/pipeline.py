@@ -1,7 +1,8 @@
 """The checkpoint pipeline's decisions, without I/O: which stages a complete checkpoint gets
 (`due`), a stage's argv with its placeholders filled (`argv_for`), what a stage's output says
 (`parse_result`: its last line of JSON), the metric names its results take (`<stage>:<name>`),
-and when a failed attempt may run again (`backoff_seconds`)."""
+when a failed attempt may run again (`backoff_seconds`), and whether a checkpoint is its run's
+final one (`final_verdict`, for `on: final`)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,17 @@ MAX_METRICS = 256  # a stage's result line: more metrics than this is refused, n
 RESULT_LINE_MAX = 1 << 20  # the last line of JSON is parsed only when this short
 
 
+FINAL_QUIET_SECONDS = 1800.0  # `on: final`: a run this quiet (no save, no writer) has ended
+
+
 @dataclass(frozen=True)
 class Trigger:
-    kind: str  # complete | new_best | every
+    kind: str  # complete | new_best | every | final
     metric: str | None = None  # new_best's metric
     every: int | None = None  # every N epochs
+    # final's: how long a run with no save and no process writing in its folder has been quiet
+    # before it is taken as ended (`on: {final: 10m}`; `on: final`: FINAL_QUIET_SECONDS)
+    quiet_seconds: float = FINAL_QUIET_SECONDS
 
 
 @dataclass(frozen=True)
@@ -157,3 +164,49 @@ def _result(stage: str, document: Mapping[str, Any]) -> StageResult | str:
 def backoff_seconds(attempts: int) -> float:
     """How long a failed job waits before its next attempt: 10 s, 20 s, 40 s, ... 30 min."""
     return float(min(10 * 2 ** max(attempts - 1, 0), 1800))
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """What is observed of a checkpoint's run for the `final` trigger (usecases.run_end)."""
+
+    newest: int | None  # the id of its newest complete checkpoint: the last written
+    newest_path: str | None = None
+    last_save: float | None = None  # the newest mtime of any save of the run, complete or not
+    in_flight: int = 0  # saves of the run not complete yet, or not indexed again since
+    writers: int = 0  # files in the run's folder some process holds open for writing
+    trainer_ended: str | None = None  # the framework's own record that training finished
+
+
+def final_verdict(trigger: Trigger, checkpoint_id: int, run: RunEnd, now: float) -> tuple[str, str]:
+    """Whether a complete checkpoint is its run's final one: ("final", why), ("skip", why) when
+    a newer one was saved after it (decided for good), or ("wait", why) while the run may still
+    be training. A run has ended when the framework's own record says so (an HF
+    `trainer_state.json` at `max_steps`), or once it has been quiet `trigger.quiet_seconds`:
+    no save, none in flight, no process writing in its folder. A run that resumes and ends
+    again has a newer final checkpoint: that one is final too."""
+    if run.newest != checkpoint_id:
+        return "skip", f"not its run's final checkpoint: {run.newest_path} was saved after it"
+    if run.in_flight:
+        return "wait", f"{run.in_flight} save(s) of its run in flight"
+    if run.trainer_ended:
+        return "final", run.trainer_ended
+    if run.writers:
+        return "wait", f"{run.writers} file(s) open for writing in its run's folder"
+    quiet = now - (run.last_save if run.last_save is not None else now)
+    if quiet < trigger.quiet_seconds:
+        return "wait", f"its run saved {quiet:.0f} s ago (ended after {trigger.quiet_seconds:g} s)"
+    return "final", f"its run has been quiet {quiet:.0f} s, with no process writing in its folder"
+
+
+def trainer_ended(training_config: Mapping[str, Any] | None) -> str | None:
+    """The framework's record that training finished, where its checkpoint keeps one: a Hugging
+    Face Trainer's `trainer_state.json` whose global_step reached max_steps. (Lightning and
+    Keras checkpoints record no planned length: their runs end by quiet time alone.)"""
+    state = (training_config or {}).get("trainer_state")
+    if not isinstance(state, Mapping):
+        return None
+    step, most = state.get("global_step"), state.get("max_steps")
+    if isinstance(step, int) and isinstance(most, int) and 0 < most <= step:
+        return f"trainer_state.json: global_step {step} of max_steps {most}"
+    return None

@@ -6,7 +6,9 @@ file (`poke`), and when free space is below `min_free` frees space through
 
 An episode is the time a filesystem spends below its threshold. It logs one warning when it
 starts (how far below, what the first pass freed and why, or why it cannot), calls the
-`disk_pressure` hook once, and one info line when it ends (what it freed in all). Every act is
+`disk_pressure` hook once, and one info line when it ends (what it freed in all). Freeing a
+checkpoint that pipeline stages still wait to run on gives them up: one warning per checkpoint
+(`disk_guard_gave_up`, naming the stages), and the episode's list in `ckpt status`. Every act is
 an audit event with its reason (`ckpt log`). A filesystem where nothing more can be freed is
 planned again only after an indexed file or every STUCK_RETRY_SECONDS: a full disk must not
 turn into a catalog read per second.
@@ -37,6 +39,7 @@ STUCK_RETRY_SECONDS = 10.0
 # it again at every save is one episode (one warning), not one per checkpoint.
 QUIET_SECONDS = 60.0
 ACTOR = "daemon:disk-guard"
+GAVE_UP_SHOWN = 50  # of an episode's given-up stages, the newest kept for `ckpt status`
 
 
 @dataclass
@@ -51,6 +54,8 @@ class Episode:
     above_since: float | None = None  # monotonic time free space got back above min_free
     why: str | None = None
     warned_unreachable: bool = False
+    # The pipeline stages given up with the checkpoints freed: [{path, run, action, stages}]
+    gave_up: list[dict[str, Any]] = field(default_factory=list)
 
 
 class DiskGuard(threading.Thread):
@@ -114,7 +119,7 @@ class DiskGuard(threading.Thread):
         episode = self.episodes.get(fs.dev)
         if now.free >= threshold:
             self._above(fs, episode, now.free)
-            return _state(fs, now.free, threshold, "ok", None)
+            return _state(fs, now.free, threshold, "ok", None, gave_up=self._gave_up(fs))
         if episode is None:
             episode = Episode(iso_utc(time.time()), now.free, threshold)
             self.episodes[fs.dev] = episode
@@ -130,7 +135,7 @@ class DiskGuard(threading.Thread):
         free = disk_guard.usage(fs.roots[0]).free
         if free >= threshold:
             self._above(fs, episode, free)
-            return _state(fs, free, threshold, "ok", None)
+            return _state(fs, free, threshold, "ok", None, gave_up=self._gave_up(fs))
         state = "cannot free" if episode.stuck_at is not None else "pressure"
         return _state(fs, free, threshold, state, episode.why, episode)
 
@@ -142,6 +147,12 @@ class DiskGuard(threading.Thread):
             episode.above_since = now
         if now - episode.above_since >= self.quiet_seconds:
             self._end(fs, episode, free)
+
+    def _gave_up(self, fs: Guarded) -> list[dict[str, Any]]:
+        """The stages the episode still open on `fs` gave up (back above min_free, it stays
+        open QUIET_SECONDS): `ckpt status` says so until it ends."""
+        episode = self.episodes.get(fs.dev)
+        return list(episode.gave_up) if episode else []
 
     def _floors(self, config: Config) -> dict[int, int]:
         return {
@@ -185,6 +196,18 @@ class DiskGuard(threading.Thread):
                 )
         for failure in relief.failures:
             event("disk_guard_skipped", level=logging.INFO, **failure)
+        for lost in relief.gave_up:  # evaluations that will not happen: said, one line each
+            event(
+                "disk_guard_gave_up",
+                level=logging.WARNING,
+                path=lost["path"],
+                run=lost["run"],
+                action=lost["action"],
+                stages=",".join(lost["stages"]),
+                reason="its bytes were freed before these stages ran on it (jobs cancelled)",
+            )
+            episode.gave_up.append({k: lost[k] for k in ("path", "run", "action", "stages")})
+        del episode.gave_up[:-GAVE_UP_SHOWN]
         # Nothing left to free, or nothing could be done (a lease held, a file changed): ask
         # again after an indexed file or STUCK_RETRY_SECONDS, not every second.
         stuck = relief.free_after < relief.plan.threshold and (
@@ -223,6 +246,7 @@ class DiskGuard(threading.Thread):
             freed=format_size(relief.freed),
             free_after=format_size(relief.free_after),
             plan=reason,
+            gave_up=_gave_up_text(relief.gave_up),
         )
         for root in fs.roots:
             self.hooks.disk_pressure(root, episode.free_at_start, episode.threshold, reason)
@@ -237,6 +261,7 @@ class DiskGuard(threading.Thread):
             freed=format_size(episode.freed),
             acts=acts,
             skipped=episode.failures,
+            gave_up=_gave_up_text(episode.gave_up),
             free=format_size(free),
             min_free=format_size(episode.threshold),
         )
@@ -249,6 +274,8 @@ def _state(
     state: str,
     why: str | None,
     episode: Episode | None = None,
+    *,
+    gave_up: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     return {
         "roots": list(fs.roots),
@@ -259,4 +286,11 @@ def _state(
         "why": why,
         "since": episode.since if episode else None,
         "freed_bytes": episode.freed if episode else 0,
+        "gave_up": list(episode.gave_up) if episode else list(gave_up or []),
     }
+
+
+def _gave_up_text(gave_up: list[dict[str, Any]]) -> str:
+    """`eval,export on /r/a/e01.keras; eval on /r/a/e02.keras`, or `none`."""
+    said = [f"{','.join(g['stages'])} on {g['path']}" for g in gave_up]
+    return "; ".join(said) or "none"

@@ -133,6 +133,7 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         for (stage, job_state), count in sorted(snap.stage_jobs.items()):
             stages.add_metric([stage, job_state], float(count))
         yield stages
+    yield from _stage_families(state.get("stages") or {})
 
     status = GaugeMetricFamily(
         "ckpt_checkpoints", "Checkpoint rows in the catalog by status.", labels=["status"]
@@ -233,6 +234,31 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
     yield jobs
 
 
+def _stage_families(timings: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
+    """The pipeline's attempts since the service started: how long each took (done or failed)
+    and how many failed (a non-zero exit, a time limit, a refused result line), by stage."""
+    if not timings:
+        return
+    durations = HistogramMetricFamily(
+        "ckpt_stage_duration_seconds",
+        "Seconds each attempt of a pipeline stage ran, by stage, since the service started.",
+        labels=["stage"],
+    )
+    failures = CounterMetricFamily(
+        "ckpt_stage_failures",
+        "Attempts of a pipeline stage that failed (retried or not), by stage, since the "
+        "service started.",
+        labels=["stage"],
+    )
+    for stage, timing in sorted(timings.items()):
+        buckets = [(_le(b), n) for b, n in zip(timing["le"], timing["buckets"], strict=True)]
+        buckets.append(("+Inf", timing["count"]))
+        durations.add_metric([stage], buckets, sum_value=timing["sum"])
+        failures.add_metric([stage], timing["failures"])
+    yield durations
+    yield failures
+
+
 def _remote_families(snap: Snapshot) -> Iterator[Metric]:
     """The object store's: bytes uploaded and tier acts failed (all time, from the audit
     events), bytes held there by root, the client's retries since the service started."""
@@ -300,6 +326,7 @@ def service_state(
     heartbeat_time: float | None = None,
     remote: Mapping[str, Mapping[str, int]] | None = None,
     catalog_disk_full: bool = False,
+    stages: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The service's part of the metrics: kept live by `ckpt serve` and in every heartbeat
     (for `ckpt metrics`), JSON-able."""
@@ -311,6 +338,8 @@ def service_state(
         "heartbeat_time": heartbeat_time,
         "remote": {url: dict(counted) for url, counted in (remote or {}).items()},
         "catalog_disk_full": catalog_disk_full,
+        # stage -> its attempts' durations (cumulative buckets, `le`) and failures
+        "stages": {name: dict(timing) for name, timing in (stages or {}).items()},
     }
 
 

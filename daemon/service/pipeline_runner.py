@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..catalog.store import Store
 from ..catalog.store_stage_jobs import QUEUE_ERRORS, StageJob
@@ -21,11 +22,13 @@ from ..core.errors import NotFound
 from ..core.pipeline import Stage
 from ..logs import event
 from ..settings.config import Config
-from ..usecases.pipeline import Attempt, make_jobs, record, runnable_here
+from ..usecases.pipeline import Attempt, final_recheck, make_jobs, record, runnable_here
 from .hooks import HookRunner
 from .stage_child import run_attempt
 
 POLL_SECONDS = 1.0
+# `ckpt_stage_duration_seconds`' buckets: a stage is a quick check, an eval, or a conversion.
+DURATION_BUCKETS = (1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
 
 
 class PipelineRunner(threading.Thread):
@@ -42,10 +45,13 @@ class PipelineRunner(threading.Thread):
         # Checkpoints a stage of which waits for another (its `needs`): looked at again when a
         # job of theirs ends, not at every pass ({id: hash}).
         self._waiting: dict[int, str] = {}
+        self._looked = time.monotonic()  # when the waiting ones were last let go (`on: final`)
         self._active: collections.Counter[str] = collections.Counter()
         self._attempts: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.failures = 0
+        # stage -> its attempts since the service started: durations and failures (/metrics)
+        self._timings: dict[str, dict[str, Any]] = {}
         self.tick = time.monotonic()
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -71,6 +77,11 @@ class PipelineRunner(threading.Thread):
 
     def _pass(self, config: Config) -> None:
         queue = self._store.stage_jobs
+        recheck = final_recheck(config.pipeline)
+        if recheck is not None and time.monotonic() - self._looked >= recheck:
+            with self._lock:  # whether their runs have ended: asked again
+                self._waiting.clear()
+            self._looked = time.monotonic()
         make_jobs(self._store, config.pipeline, self._waiting)
         queue.cancel_gone()
         queue.free_dead_holders(socket.gethostname())
@@ -91,7 +102,9 @@ class PipelineRunner(threading.Thread):
 
     def _attempt(self, config: Config, stage: Stage, job: StageJob) -> None:
         try:
+            started = time.monotonic()
             state = run_and_record(self._store, config, stage, job, self._stopping)
+            self._count(stage.name, state, time.monotonic() - started)
             if state == "failed":
                 self.failures += 1
                 failed = self._store.stage_jobs.get(job.id)
@@ -111,6 +124,28 @@ class PipelineRunner(threading.Thread):
                 self._active[stage.name] -= 1
                 self._waiting.pop(job.checkpoint_id, None)  # a stage that needs this one may run
             self._wake.set()
+
+    def _count(self, stage: str, state: str, seconds: float) -> None:
+        """An attempt that ran (done, failed, or failed and to be retried) in the stage's
+        durations; a failed one in its failures too."""
+        if state not in ("done", "failed", "pending"):
+            return  # cancelled before it ran, or lost to another daemon: no attempt of ours
+        with self._lock:
+            timing = self._timings.setdefault(
+                stage,
+                {"le": list(DURATION_BUCKETS), "buckets": [0] * len(DURATION_BUCKETS)}
+                | {"sum": 0.0, "count": 0, "failures": 0},
+            )
+            for i, bound in enumerate(DURATION_BUCKETS):
+                timing["buckets"][i] += seconds <= bound
+            timing["sum"] += seconds
+            timing["count"] += 1
+            timing["failures"] += state != "done"
+
+    def timings(self) -> dict[str, dict[str, Any]]:
+        """stage -> {le, buckets (cumulative), sum, count, failures} since the service started."""
+        with self._lock:
+            return {k: {**v, "buckets": list(v["buckets"])} for k, v in self._timings.items()}
 
     def counts(self) -> dict[str, int]:
         with self._lock:

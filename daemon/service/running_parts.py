@@ -59,6 +59,7 @@ class RunningParts:
             heartbeat_time=self.worker.last_beat_time,
             remote=exporter.remote_counters(self.runner.config),
             catalog_disk_full=self.worker.catalog_full.full,
+            stages=self.pipeline.timings() if self.pipeline is not None else None,
         )
 
     def state(self) -> dict[str, Any]:

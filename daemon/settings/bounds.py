@@ -93,6 +93,8 @@ NUMERIC_KEYS: dict[str, tuple[Bound, ...]] = {
     "pipeline[].retries": (Bound("count", 0, 100),),
     "pipeline[].concurrency": (Bound("count", 1, 64),),
     "pipeline[].on.every": (_COUNT,),
+    # `on: {final: QUIET}`: a run with no save and no writer this long has ended.
+    "pipeline[].on.final": (Bound("duration", 1, 30 * DAY),),
 }
 
 

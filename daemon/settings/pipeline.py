@@ -25,7 +25,7 @@ STAGE_KEYS = {
     "concurrency",
     "runs_on",
 }
-TRIGGERS = ("complete", "new_best", "every")
+TRIGGERS = ("complete", "new_best", "every", "final")
 STAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")  # also the prefix of its metrics
 
 
@@ -92,9 +92,10 @@ def _stage(value: Any, key: str, earlier: set[str]) -> Stage:
 
 
 def _trigger(value: Any, key: str) -> Trigger:
-    """`complete`, `{new_best: METRIC}` or `{every: N}` (epochs)."""
-    if value == "complete":
-        return Trigger("complete")
+    """`complete`, `final`, `{new_best: METRIC}`, `{every: N}` (epochs) or `{final: QUIET}`
+    (how long a run with no save and no writer is quiet before it is taken as ended)."""
+    if value in ("complete", "final"):
+        return Trigger(value)
     if isinstance(value, dict) and len(value) == 1:
         ((kind, arg),) = value.items()
         choice(kind, key, TRIGGERS[1:])
@@ -102,5 +103,9 @@ def _trigger(value: Any, key: str) -> Trigger:
             if not isinstance(arg, str) or not arg.strip():
                 raise ConfigError(f"{key}.new_best", "expected a metric name, e.g. val_loss")
             return Trigger("new_best", metric=arg)
+        if kind == "final":
+            return Trigger("final", quiet_seconds=float(bounded(arg, f"{key}.final")))
         return Trigger("every", every=int(bounded(arg, f"{key}.every")))
-    raise ConfigError(key, "expected complete, {new_best: METRIC} or {every: N} (epochs)")
+    raise ConfigError(
+        key, "expected complete, final, {new_best: METRIC}, {every: N} (epochs) or {final: QUIET}"
+    )

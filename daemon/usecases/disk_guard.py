@@ -25,12 +25,14 @@ from ..core import disk_guard, retention
 from ..core.disk_guard import GuardPlan, MinFree, OwnFile, RunFacts, Step, TrashEntry, is_copy
 from ..core.errors import CkptError, RemoteFailed
 from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.pipeline import OPEN_STATES
 from ..core.resume import resumability
 from ..fs import fsops, temp_names
 from ..settings.config import Config, RootConfig
 
 if TYPE_CHECKING:  # SQLAlchemy: `ckpt status` reads the disk state without paying for it
     from ..catalog.store import Store
+    from ..catalog.store_stage_jobs import StageJob
 
 _NOT_ON_DISK = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PURGED}
 
@@ -60,6 +62,8 @@ class Relief:
     failures: list[dict[str, Any]] = field(default_factory=list)
     free_after: int = 0
     starved: bool = False  # a catalog write failed for lack of space (usecases.catalog_room)
+    # Checkpoints whose pending stages were given up: {id, path, run, action, stages}
+    gave_up: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def freed(self) -> int:
@@ -132,6 +136,8 @@ def status(
                 "why": why,
                 "since": heard.get("since") if heard else None,
                 "freed_bytes": int(heard.get("freed_bytes") or 0) if heard else 0,
+                # pipeline stages the guard gave up this episode: [{path, run, action, stages}]
+                "gave_up": list(heard.get("gave_up") or []) if heard else [],
             }
         )
     return out
@@ -205,8 +211,13 @@ def relieve(
         if should_stop() or usage(fs.roots[0]).free >= threshold:
             break
         try:
-            act(config, store, step, batch, actor)
+            stages = act(config, store, step, batch, actor)
             relief.done.append(step)
+            if stages:
+                relief.gave_up.append(
+                    {"id": step.id, "path": step.path, "run": step.run}
+                    | {"action": step.action, "stages": stages}
+                )
         except Exception as exc:
             if not isinstance(exc, (CkptError, OSError, KeyError)):
                 from ..catalog import db
@@ -227,25 +238,26 @@ def relieve(
     return relief
 
 
-def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> None:
+def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> list[str]:
     """One step of a plan that trashes or demotes a checkpoint, on the rail: refused if the
     catalog says otherwise now (pinned, not `ok`, its run's newest), then trashed (a demotion
-    split first) and purged at once, with the step's reason."""
+    split first) and purged at once, with the step's reason. Returns the pipeline stages it
+    gave up: the jobs pending or running on the checkpoint, cancelled saying so."""
     from . import guards, pruner, rail
     from .retention_plan import planner_item, run_checkpoints
 
     if step.action == "purge":
         purge_early(config, store, step.id, step.reason, actor)
-        return
+        return []
     if step.action == "remove" and step.id == 0:  # a leftover temp of ours: no row, no lease
         fsops.remove_stale_temps(Path(step.path).parent, recursive=False)
-        return
+        return []
     c = store.get(str(step.id))
     if step.action == "remove":  # an artifact of ours beside a checkpoint whole at its path
         if c.status != CheckpointStatus.OK:
             raise fsops.Refused(f"{c.path} is {c.status.value} now: its artifact is kept")
         rail.remove_artifact(config, store, c, Path(step.path), reason=step.reason, actor=actor)
-        return
+        return []
     # The plan was made from a snapshot: pinned or no longer ok meanwhile, it is left alone
     # (a kept copy may be standby: it holds what its file holds).
     spare = c.version_of is not None and c.status == CheckpointStatus.STANDBY
@@ -260,9 +272,26 @@ def act(config: Config, store: Store, step: Step, batch: str, actor: str) -> Non
     if c.version_of is not None and step.action != "trash":
         raise fsops.Refused(f"refused: {c.path} is a kept copy: freed whole, never {step.action}d")
     decision = retention.Decision(c.id, c.path, step.action, (step.reason,), step.frees)
+    waiting = [j for j in store.stage_jobs.list(checkpoint_id=c.id) if j.state in OPEN_STATES]
     with rail.run_lease(config, store, guards.run_id(store, c), actor) as lease:
         pruner.trash_decided(config, store, c, decision, batch, actor, lease)
+    why = f"given up by the disk guard ({step.action}): {step.reason}"
+    given_up = _give_up(store, waiting, why)
     purge_early(config, store, c.id, step.reason, actor)
+    return given_up
+
+
+def _give_up(store: Store, waiting: list[StageJob], why: str) -> list[str]:
+    """The stages waiting on a checkpoint whose bytes the guard just took: their jobs cancelled
+    with `why` (a running one's child is killed when its lease is next renewed), also those the
+    pipeline's own pass cancelled meanwhile as "gone" (the guard is why they went)."""
+    given_up = []
+    for job in waiting:
+        if store.stage_jobs.set_state(
+            job.id, "cancelled", only_from=(*OPEN_STATES, "cancelled"), why=why
+        ):
+            given_up.append(job.stage)
+    return sorted(set(given_up))
 
 
 def purge_early(config: Config, store: Store, checkpoint_id: int, reason: str, actor: str) -> None:
@@ -321,7 +350,9 @@ def _facts(config: Config, store: Store, root: str, name: str, tiering: bool) ->
     if policy is not None and items:
         decided = retention.plan(items, policy).decisions
         kept_by = {d.id: ", ".join(d.reasons) for d in decided if d.action == "keep"}
-    return RunFacts(name, items, tuple(best), _last_resumable(found), kept_by)
+    waiting = store.stage_jobs.open_for([c.id for c in found]) if config.pipeline else {}
+    pending = {i: tuple(sorted(set(stages))) for i, stages in waiting.items()}
+    return RunFacts(name, items, tuple(best), _last_resumable(found), kept_by, pending)
 
 
 def _last_resumable(found: list[Checkpoint]) -> int | None:

@@ -6,6 +6,7 @@ service's (`service.stage_child`); deciding is `core.pipeline`'s."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -13,10 +14,18 @@ from ..catalog.store import Store
 from ..catalog.store_stage_jobs import StageJob, StageJobs
 from ..core.errors import NotFound
 from ..core.model import Checkpoint
-from ..core.pipeline import Stage, StageResult, backoff_seconds, not_due, parse_result
+from ..core.pipeline import (
+    Stage,
+    StageResult,
+    backoff_seconds,
+    final_verdict,
+    not_due,
+    parse_result,
+)
 from ..core.query import default_mode
 from ..core.retention import Policy
 from ..settings.config import Config
+from .run_end import RunEnds
 
 
 def runnable_here(stages: Iterable[Stage], labels: Sequence[str]) -> list[Stage]:
@@ -30,9 +39,12 @@ def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) ->
     `skipped` where it is not due (the decision recorded, so the checkpoint is looked at once),
     `cancelled` where a stage it needs failed. A stage whose needs are still open waits for the
     next pass: `waiting` ({checkpoint id: hash}) holds those, looked at again only once the
-    caller drops them (when a job of theirs ends). Returns how many were made."""
+    caller drops them (when a job of theirs ends), and so does a `final` stage's checkpoint
+    while its run may still be training (the caller drops those every `final_recheck`).
+    Returns how many were made."""
     queue = store.stage_jobs
     made = 0
+    ends, now = RunEnds(store), time.time()
     for ckpt_id in queue.without_jobs([s.name for s in stages], skip=waiting):
         try:
             checkpoint = store.get(str(ckpt_id))
@@ -50,6 +62,12 @@ def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) ->
                 continue
             key = [(ckpt_id, checkpoint.hash, stage.name)]
             why = not_due(stage, checkpoint, is_best=_is_best(store, stage, checkpoint))
+            if why is None and stage.trigger.kind == "final":
+                verdict, said = final_verdict(stage.trigger, ckpt_id, ends.of(checkpoint), now)
+                if verdict == "wait":  # the run may still be training: looked at again later
+                    waiting[ckpt_id] = checkpoint.hash
+                    continue
+                why = said if verdict == "skip" else None
             if why is not None:
                 made += queue.make(key, state="skipped", error=why)
                 continue
@@ -63,6 +81,13 @@ def make_jobs(store: Store, stages: Sequence[Stage], waiting: dict[int, str]) ->
             else:
                 waiting[ckpt_id] = checkpoint.hash
     return made
+
+
+def final_recheck(stages: Iterable[Stage]) -> float | None:
+    """How often checkpoints waiting for their run's end (`on: final`) are looked at again: a
+    quarter of the shortest quiet time, 1 to 30 s; None without a final stage."""
+    quiet = [s.trigger.quiet_seconds for s in stages if s.trigger.kind == "final"]
+    return min(max(min(quiet) / 4, 1.0), 30.0) if quiet else None
 
 
 def _is_best(store: Store, stage: Stage, checkpoint: Checkpoint) -> bool:

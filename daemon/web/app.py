@@ -211,7 +211,7 @@ def _environment() -> Environment:
 
 def _changes_key(doc: Mapping[str, Any]) -> str:
     """What live.js compares: the same text it builds from `/api/changes`."""
-    return f"{doc['event']}:{doc['checkpoints']}"
+    return f"{doc['event']}:{doc['checkpoints']}:{doc['jobs']}"
 
 
 def _required(params: Mapping[str, str], name: str) -> str:

@@ -8,11 +8,13 @@ what exists (the server answers 400 with it)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api import Catalog
+from ..api.pipeline import job_json
 from ..core.errors import UsageError
 from ..core.history import MarkedCheckpoint, history_json, series, series_json
 from ..core.observability import DEMOTED_REASON
@@ -21,6 +23,11 @@ from ..core.svg_curve import Curve, curve
 from ..core.usage import usage_json
 from ..core.views import run_json
 from .curve_markers import markers_svg
+
+if TYPE_CHECKING:
+    from ..core.model import Checkpoint
+
+StageJob = Any  # a job of the queue (catalog.store_stage_jobs), as the API hands it over
 
 Doc = dict[str, Any]
 Params = Mapping[str, str]
@@ -32,6 +39,7 @@ TRASH_ROWS = 200  # the disk page's trash table: its newest
 VIEW_GLYPHS = {"demoted": "▣", "remote": "☁"}
 GUARD_ACTOR = "daemon:disk-guard"
 GUARD_EVENTS = 50  # the disk page's: the guard's newest acts
+OUTPUT_LINES, OUTPUT_CHARS = 20, 4000  # of a failed stage's output, on its checkpoint's page
 
 
 @dataclass(frozen=True)
@@ -106,9 +114,16 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
     drawn = series(history, metric) if metric else None
     marked = history.checkpoints
     marks = _view_marks(cat, marked)
+    drawn_rows = marked[-shown:]
+    jobs = cat.checkpoint_jobs([m.checkpoint.id for m in drawn_rows])
     rows = [
-        {"marked": m, "decision": decided.get(m.checkpoint.id), "marks": marks[m.checkpoint.id]}
-        for m in marked[-shown:]
+        {
+            "marked": m,
+            "decision": decided.get(m.checkpoint.id),
+            "marks": marks[m.checkpoint.id],
+            "stages": _compact_stages(m.checkpoint, jobs.get(m.checkpoint.id, [])),
+        }
+        for m in drawn_rows
     ]
     table = {"rows": len(rows), "of": len(marked)}
 
@@ -130,6 +145,7 @@ def run_page(cat: Catalog, run: str, params: Params) -> Page:
         "markers": markers_svg(chart, marks) if chart else "",
         "metric": metric,
         "more_rows": min(len(marked), 4 * shown) if len(marked) > shown else None,
+        "has_stages": bool(jobs),
     }
     doc = {"prune_plan": plan, "table": table}  # what the HTML shows of the JSON
     return Page("run.html", f"Run {run}", doc, view, whole)
@@ -152,14 +168,23 @@ def _view_marks(cat: Catalog, marked: list[MarkedCheckpoint]) -> dict[int, dict[
 
 
 def checkpoint_page(cat: Catalog, ref: str) -> Page:
-    """One checkpoint: `ckpt show --json` and its model card (`ckpt describe --format json`;
-    the page shows the card's text as `ckpt describe --format txt` prints it)."""
+    """One checkpoint: `ckpt show --json`, its model card (`ckpt describe --format json`; the
+    page shows the card's text as `ckpt describe --format txt` prints it) and its pipeline
+    stages (`stages`: each job as `ckpt jobs --json` has it, with `duration_seconds`,
+    `current` (of its present bytes, not an earlier generation's) and, for a failed one,
+    `output_tail`: the last lines it printed)."""
     from ..core.card_layouts import as_json, text
     from ..core.views import checkpoint_json
 
     found = cat.get(ref)
     facts = cat.describe(found.id)
-    doc = {"show": checkpoint_json(found, detailed=True), "describe": as_json(facts)}
+    stages = [_stage_doc(job, found) for job in cat.checkpoint_jobs([found.id]).get(found.id, [])]
+    stages.sort(key=lambda d: not d["current"])  # its present bytes' first, then earlier ones'
+    doc = {
+        "show": checkpoint_json(found, detailed=True),
+        "describe": as_json(facts),
+        "stages": stages,
+    }
     view = {"checkpoint": found, "card_text": text(facts)}
     return Page("checkpoint.html", f"Checkpoint {found.id}", doc, view)
 
@@ -207,9 +232,41 @@ def log_page(cat: Catalog, params: Params) -> Page:
 
 def changes(cat: Catalog) -> Doc:
     """What the pages poll: the newest audit event's id (every index, trash, restore, purge
-    and pin is one) and the count of checkpoints; a page reloads its content when either moves."""
+    and pin is one), the count of checkpoints and the pipeline's jobs' signature; a page
+    reloads its content when one of them moves."""
     newest = cat.log(limit=1)
-    return {"event": newest[-1]["id"] if newest else 0, "checkpoints": cat.status()["checkpoints"]}
+    return {
+        "event": newest[-1]["id"] if newest else 0,
+        "checkpoints": cat.status()["checkpoints"],
+        "jobs": cat.jobs_changed(),  # a stage's job moved: the pages showing it change
+    }
+
+
+def _stage_doc(job: StageJob, checkpoint: Checkpoint) -> Doc:
+    """A job as the checkpoint page shows it: `ckpt jobs --json`'s document, how long its last
+    attempt ran, whether it is of the checkpoint's present bytes, and a failed one's last
+    lines of output."""
+    doc = job_json(job)
+    doc["duration_seconds"] = _seconds_between(job.started_at, job.ended_at)
+    doc["current"] = job.generation == checkpoint.hash
+    lines = (job.output or "").rstrip("\n").splitlines()[-OUTPUT_LINES:]
+    doc["output_tail"] = "\n".join(lines)[-OUTPUT_CHARS:] if job.state == "failed" else None
+    return doc
+
+
+def _compact_stages(checkpoint: Checkpoint, jobs: list[StageJob]) -> list[tuple[str, str]]:
+    """(stage, state) of the jobs of the checkpoint's present bytes, skipped ones aside (a
+    decision, not work): the run table's stages column."""
+    return [
+        (j.stage, j.state) for j in jobs if j.generation == checkpoint.hash and j.state != "skipped"
+    ]
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    took = dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)
+    return round(took.total_seconds(), 3)
 
 
 def _default_metric(found: list[Any]) -> str:

@@ -45,8 +45,8 @@ def document(root: Path, pattern: str, value: Any) -> dict[str, Any]:
         doc["retention"] = {"keep_best": [{"metric": "val_loss", "n": value}]}
     elif pattern == "hooks[].timeout":
         doc["hooks"] = [{"on": ["corrupt"], "command": ["/bin/true"], "timeout": value}]
-    elif pattern == "pipeline[].on.every":
-        doc["pipeline"] = [{"name": "eval", "uses": "verify", "on": {"every": value}}]
+    elif pattern in ("pipeline[].on.every", "pipeline[].on.final"):
+        doc["pipeline"] = [{"name": "eval", "uses": "verify", "on": {leaf: value}}]
     elif pattern.startswith("pipeline[]."):
         doc["pipeline"] = [{"name": "eval", "uses": "verify", leaf: value}]
     elif pattern in ("service.metrics_listen", "service.web_listen"):

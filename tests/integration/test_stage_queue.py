@@ -112,6 +112,24 @@ def test_a_failed_attempt_waits_its_backoff_then_runs_again(store: Store) -> Non
     assert again, "the job never became runnable again"
 
 
+def test_every_move_of_a_job_changes_the_queue_s_signature(store: Store) -> None:
+    """What the web view polls: a page showing a job is drawn again when the job moves."""
+    ckpt = add(store, "a.pt", "h1")
+    queue = store.stage_jobs
+    seen = [queue.signature()]
+    queue.make([(ckpt, "h1", "eval")])
+    seen.append(queue.signature())
+    (job,) = queue.claim(["eval"], "a", 60)
+    seen.append(queue.signature())
+    queue.finish(job, state="failed", error="exit 1", output="", result=None)
+    seen.append(queue.signature())
+    queue.set_state(job.id, "pending", only_from=("failed",), why="retried by hand")
+    seen.append(queue.signature())
+    assert len(set(seen)) == len(seen), seen
+    assert queue.list(checkpoint_ids=[ckpt])[0].id == job.id
+    assert queue.list(checkpoint_ids=[ckpt + 1]) == []
+
+
 def test_jobs_of_a_gone_or_rewritten_checkpoint_are_cancelled(store: Store) -> None:
     a, b = add(store, "a.pt", "h1"), add(store, "b.pt", "h2")
     queue = store.stage_jobs

@@ -42,6 +42,8 @@ SLOWEST_FIRST = (
     "e2e/test_postgres_catalog.py",
     "e2e/test_docs_site.py",
     "e2e/test_documented_commands.py",
+    "e2e/test_pipeline_views.py",
+    "e2e/test_guard_gives_up.py",
 )
 
 

@@ -162,6 +162,7 @@ NUMERIC_FIELDS = {
     ("Stage", "retries"): "pipeline[].retries",
     ("Stage", "concurrency"): "pipeline[].concurrency",
     ("Trigger", "every"): "pipeline[].on.every",
+    ("Trigger", "quiet_seconds"): "pipeline[].on.final",
     ("Listen", "port"): "service.metrics_listen service.web_listen",
     # the top-level one, each root's, and the reserve of our own copies
     ("MinFree", "bytes"): "min_free roots[].min_free versions.reserve versions.budget",
@@ -217,6 +218,7 @@ def test_every_numeric_key_of_the_config_has_bounds() -> None:
         ("pipeline: [{name: e, uses: verify, timeout: 0}]", "pipeline[0].timeout", "1s and 7d"),
         ("pipeline: [{name: e, uses: split, retries: 101}]", "pipeline[0].retries", "0 to 100"),
         ("pipeline: [{name: e, uses: tier, on: {every: 0}}]", "pipeline[0].on.every", "1 to"),
+        ("pipeline: [{name: e, uses: tier, on: {final: 0}}]", "pipeline[0].on.final", "1s and 30d"),
     ],
 )
 def test_bounds_are_said_with_the_key(text: str, key: str, said: str) -> None:

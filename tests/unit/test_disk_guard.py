@@ -380,3 +380,22 @@ def test_every_file_of_the_newest_training_moment_is_kept() -> None:
     plan = disk_guard.plan(5 * MB, 1000 * MB, [run(item(6, inference_bytes=3 * MB), *epoch7)])
     assert acts(plan) == [("demote", 6)]
     assert plan.protected[7].startswith("newest training moment"), plan.protected[7]
+
+
+def test_a_checkpoint_a_stage_waits_on_goes_last_and_its_stages_are_named() -> None:
+    """Issue 43: freeing a checkpoint whose evaluation is pending gives that evaluation up. The
+    guard takes the others of its step first, and a step that must take one says which stages
+    it gives up (the caller cancels those jobs)."""
+    facts = RunFacts(
+        "run",
+        (item(1), item(2), item(3), item(4)),
+        (),
+        None,
+        pending={1: ("eval", "export"), 2: ("eval",)},
+    )
+    plan = disk_guard.plan(10 * MB, 25 * MB, [facts])
+    assert acts(plan) == [("trash", 3), ("trash", 1)]  # 4 is the newest; 3 has no stage waiting
+    assert plan.steps[0].gives_up == ()
+    assert plan.steps[1].gives_up == ("eval", "export")
+    assert plan.steps[1].reason.endswith("; gives up its pending stages eval, export")
+    assert "gives up the pending stages of 1 checkpoint(s)" in plan.explain()

@@ -11,14 +11,17 @@ import pytest
 from ckpt_daemon.core.errors import ConfigError
 from ckpt_daemon.core.model import Checkpoint, CheckpointStatus, Format
 from ckpt_daemon.core.pipeline import (
+    RunEnd,
     Stage,
     StageResult,
     Trigger,
     argv_for,
     backoff_seconds,
     environment,
+    final_verdict,
     not_due,
     parse_result,
+    trainer_ended,
 )
 from ckpt_daemon.settings import config
 
@@ -127,7 +130,8 @@ def test_retries_back_off() -> None:
         ("{name: a, command: [x], uses: split}", "pipeline[0]", "either `command`"),
         ("{name: a, uses: integrity}", "pipeline[0].uses", "not one of verify, split, tier"),
         ("{name: a, uses: split, needs: [b]}", "pipeline[0].needs[0]", "no earlier stage"),
-        ("{name: a, uses: split, on: final}", "pipeline[0].on", "expected complete"),
+        ("{name: a, uses: split, on: finally}", "pipeline[0].on", "expected complete, final"),
+        ("{name: a, uses: split, on: {final: 1h, x: 1}}", "pipeline[0].on", "{final: QUIET}"),
         ("{name: a, uses: split, on: {new_best: ''}}", "pipeline[0].on.new_best", "metric name"),
         ("{name: 'a b', uses: split}", "pipeline[0].name", "letters, digits"),
         ("{name: a, uses: split, colour: red}", "pipeline[0].colour", "unknown key"),
@@ -164,3 +168,43 @@ pipeline:
     )
     assert (export.uses, export.needs, export.trigger.kind) == ("split", ("eval",), "complete")
     assert parsed.labels == ("gpu",)
+
+
+def test_a_run_s_final_checkpoint_is_its_newest_once_the_run_has_ended() -> None:
+    final = Trigger("final", quiet_seconds=60)
+    quiet = RunEnd(newest=7, newest_path="/r/exp1/last.pt", last_save=1000.0)
+    # An older checkpoint is never final: decided for good.
+    assert final_verdict(final, 6, quiet, 2000.0) == (
+        "skip",
+        "not its run's final checkpoint: /r/exp1/last.pt was saved after it",
+    )
+    # The newest: final once the run has been quiet long enough, with no writer.
+    assert final_verdict(final, 7, quiet, 1059.0)[0] == "wait"
+    verdict, why = final_verdict(final, 7, quiet, 1060.0)
+    assert verdict == "final" and "quiet 60 s" in why
+    writing = RunEnd(newest=7, last_save=1000.0, writers=1)
+    assert final_verdict(final, 7, writing, 9999.0) == (
+        "wait",
+        "1 file(s) open for writing in its run's folder",
+    )
+    in_flight = RunEnd(newest=7, last_save=1000.0, in_flight=1, trainer_ended="done")
+    assert final_verdict(final, 7, in_flight, 9999.0)[0] == "wait"
+    # The framework's own record ends the run at once, a writer still there or not.
+    recorded = RunEnd(newest=7, last_save=1000.0, writers=2, trainer_ended="max_steps reached")
+    assert final_verdict(final, 7, recorded, 1000.0) == ("final", "max_steps reached")
+
+
+def test_a_hugging_face_run_says_it_ended_in_trainer_state() -> None:
+    state = {"trainer_state": {"global_step": 6, "max_steps": 6, "epoch": 2.0}}
+    assert trainer_ended(state) == "trainer_state.json: global_step 6 of max_steps 6"
+    assert trainer_ended({"trainer_state": {"global_step": 4, "max_steps": 6}}) is None
+    assert trainer_ended({"trainer_state": {"global_step": 4, "max_steps": -1}}) is None
+    assert trainer_ended({"lightning_version": "2.4"}) is None and trainer_ended(None) is None
+
+
+def test_the_final_trigger_as_written() -> None:
+    text = "roots: [/a]\npipeline:\n  - {name: a, uses: split, on: final}\n"
+    text += "  - {name: b, uses: split, on: {final: 10m}}\n"
+    a, b = config.parse(text, base=Path("/"), source="t").pipeline
+    assert (a.trigger.kind, a.trigger.quiet_seconds) == ("final", 1800.0)
+    assert (b.trigger.kind, b.trigger.quiet_seconds) == ("final", 600.0)

@@ -1,6 +1,7 @@
 // Progressive enhancement: every page is complete without this file. With it, the page asks
 // /api/changes every few seconds and, when the catalog moved (a checkpoint indexed, trashed,
-// pinned...), fetches itself again and swaps its content in: no reload, scroll kept.
+// pinned, a stage's job ended...), fetches itself again and swaps its content in: no reload,
+// scroll kept.
 (function () {
   "use strict";
   var EVERY_MS = 2000;
@@ -26,7 +27,7 @@
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (doc) {
         if (doc === null) { return null; }
-        var now = doc.event + ":" + doc.checkpoints;
+        var now = doc.event + ":" + doc.checkpoints + ":" + doc.jobs;
         var changed = seen !== null && now !== seen;
         seen = now;
         return changed ? refresh() : null;
