@@ -11,8 +11,12 @@ the mesh are read as data, the local tensor as a record of its storage: no byte 
 is read, no torch class is ever made. A plain tensor in such a file is the same on every rank.
 
 Where a rank's piece sits in the global tensor is DTensor's `Shard` rule (`torch.chunk`: pieces
-of ceil(size / mesh size) along `dim`, the last ones shorter or empty); FSDP2 pads its local
-storage, so a piece is read by its record's shape and stride, never its storage's size.
+of ceil(size / mesh size) along `dim`, the last ones shorter or empty, the mesh size its rank
+map's length); FSDP2 pads its local storage, so a piece is read by its record's shape and
+stride, never its storage's size. The ranks must agree on each tensor's shape and placement, no
+two ranks of one mesh may hold one piece, and the pieces must tile the tensor (`core.tiling`):
+a rank's file copied over another's is `corrupt`, never a model. Meshes of more than one
+dimension (FSDP with tensor parallelism, HSDP) are refused with the reason.
 
 Complete: for every role present (model, optim, extra_state), every rank 0..W-1 of the one
 world size W the names declare, each file a whole zip (`torch.save` writes the central directory
