@@ -85,6 +85,8 @@ def test_each_sharded_save_is_one_checkpoint_with_world_size_and_global_shapes(
         }
         assert weights == tensors, (path, weights)
         assert row["weights_bytes"] == truth["model_bytes"], path
+    card = ws.run("describe", str(rows["verl/global_step_3/actor"]["id"])).stdout
+    assert "| world size | 2 |" in card, card
     assert rows["verl/global_step_3/actor"]["step"] == truth["fsdp_step"]
     assert rows["megatron/iter_0000010"]["step"] == truth["megatron_iteration"]
     assert rows["verl/global_step_3/actor"]["optimizer_bytes"] > 0
