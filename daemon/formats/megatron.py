@@ -48,10 +48,18 @@ def iteration_of(folder: Path) -> int:
 
 def check_tracker(folder: Path, root: Path | None) -> None:
     """UnfinishedSave unless the parent's tracker names this iteration or a later one."""
-    iteration = iteration_of(folder)
+    tracker_reached(folder.parent, iteration_of(folder), root, required=True)
+
+
+def tracker_reached(where: Path, number: int, root: Path | None, *, required: bool) -> None:
+    """UnfinishedSave unless `where`'s `latest_checkpointed_iteration.txt` names `number` or a
+    later one (or `release`); without the file, UnfinishedSave only if `required` (Megatron
+    always writes it; verl does, a plain FSDP loop does not)."""
     try:
-        text = beneath.read_bounded(folder.parent / TRACKER, _MAX_SMALL, root)
+        text = beneath.read_bounded(where / TRACKER, _MAX_SMALL, root)
     except FileNotFoundError:
+        if not required:
+            return
         raise UnfinishedSave(
             f"no {TRACKER} beside it (rank 0 writes it once every rank saved)"
         ) from None
@@ -60,10 +68,8 @@ def check_tracker(folder: Path, root: Path | None) -> None:
         return
     if not named.isdigit():
         raise CorruptCheckpoint(f"{TRACKER} holds {named[:40]!r}, not an iteration")
-    if int(named) < iteration:
-        raise UnfinishedSave(
-            f"{TRACKER} names iteration {int(named)}: iteration {iteration} not finished"
-        )
+    if int(named) < number:
+        raise UnfinishedSave(f"{TRACKER} names {int(named)}: save {number} not finished")
 
 
 def _whole_zip(path: Path, root: Path | None) -> None:

@@ -20,12 +20,15 @@ dimension (FSDP with tensor parallelism, HSDP) are refused with the reason.
 
 Complete: for every role present (model, optim, extra_state), every rank 0..W-1 of the one
 world size W the names declare, each file a whole zip (`torch.save` writes the central directory
-last: a file cut short is no zip). Else `UnfinishedSave` naming what is missing (the indexer
-judges `incomplete`, then `abandoned`).
+last: a file cut short is no zip); and where verl left its marks, its `fsdp_config.json` naming
+the same world size and its `latest_checkpointed_iteration.txt` (above `global_step_N/`, written
+once every role saved) naming N or later. Else `UnfinishedSave` naming what is missing (the
+indexer judges `incomplete`, then `abandoned`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import zipfile
@@ -39,7 +42,7 @@ from ..core.errors import CorruptCheckpoint, UnfinishedSave
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 from ..core.tiling import check_tiles
 from ..fs import beneath, sharded_names
-from . import pickle_safe, torch_zip, window
+from . import megatron, pickle_safe, torch_zip, window
 from .pickle_safe import Opaque, TensorRecord
 
 RANK_FILE = sharded_names.RANK_FILE
@@ -49,6 +52,7 @@ _DTENSOR = "torch.distributed.tensor.DTensor"
 _SHARD = "torch.distributed.tensor.placement_types.Shard"
 _REPLICATE = "torch.distributed.tensor.placement_types.Replicate"
 MAX_WORLD = 1 << 16
+FSDP_CONFIG = "fsdp_config.json"  # verl: {"FSDP_version": 1|2, "world_size": W}
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,7 @@ def _offsets(
 def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
     """The reader of `formats.folder_readers`: the set as one checkpoint (see module doc)."""
     ranks = rank_set(folder)
+    _check_verl(folder, ranks.world_size, root)
     tensors = model_tensors(ranks, root)
     optimizer_bytes, variables = 0, 0
     for role, files in ranks.files.items():
@@ -294,6 +299,26 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         world_size=ranks.world_size,
         recorded={"step": step} if (step := _step(folder)) is not None else None,
     )
+
+
+def _check_verl(folder: Path, world: int, root: Path | None) -> None:
+    """verl's own marks, where there: `fsdp_config.json` beside the files names the world size
+    (it must be the names'), and `latest_checkpointed_iteration.txt` above `global_step_N/`,
+    written once every role saved, must name N or later (else the save is in flight)."""
+    try:
+        raw = beneath.read_bounded(folder / FSDP_CONFIG, 1 << 16, root)
+    except FileNotFoundError:
+        raw = None
+    if raw is not None:
+        try:
+            declared = json.loads(raw).get("world_size")
+        except (ValueError, AttributeError):
+            raise CorruptCheckpoint(f"{FSDP_CONFIG} is not a JSON object") from None
+        if declared is not None and declared != world:
+            raise CorruptCheckpoint(f"{FSDP_CONFIG} says world size {declared}, the files {world}")
+    step = _step(folder)
+    if step is not None and re.fullmatch(r"global_step_?\d+", folder.parent.name):
+        megatron.tracker_reached(folder.parent.parent, step, root, required=False)
 
 
 def _step(folder: Path) -> int | None:

@@ -102,6 +102,7 @@ def test_each_sharded_save_is_one_checkpoint_with_world_size_and_global_shapes(
 DAMAGES = {  # copy name -> (fixture part, the entry in it, what is done to it)
     "verl-a": ("verl", "global_step_3/actor", "remove model_world_size_2_rank_1.pt"),
     "verl-b": ("verl", "global_step_3/actor", "truncate optim_world_size_2_rank_0.pt"),
+    "verl-c": ("verl", "global_step_3/actor", "tracker 2"),  # verl writes it once all saved
     "megatron-a": ("megatron", "iter_0000010", "tracker 5"),
     "megatron-b": ("megatron", "iter_0000010", "remove __1_0.distcp"),
     "megatron-c": ("megatron", "iter_0000010", "remove metadata.json"),  # Megatron writes it last
@@ -121,8 +122,9 @@ def test_a_missing_or_short_rank_file_is_incomplete_then_abandoned_a_wrong_one_c
         elif verb == "truncate":
             data = (folder / what).read_bytes()
             (folder / what).write_bytes(data[: len(data) // 2])
-        else:
-            (folder.parent / "latest_checkpointed_iteration.txt").write_text(what)
+        else:  # the tracker above the save's folder (Megatron's iter_N, verl's global_step_N)
+            tracker = ws.root / copy / "latest_checkpointed_iteration.txt"
+            tracker.write_text(what)
     # Rank 0's model file under rank 1's name: every rank there and whole, but two pieces claim
     # the same rows and the last rows have none: corrupt (core.tiling), never consolidated
     shutil.copytree(sharded / "verl", ws.root / "verl-copied")

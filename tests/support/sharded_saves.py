@@ -12,7 +12,7 @@ Layout of OUT::
 
     fsdp/step-3/{__0_0.distcp,__1_0.distcp,.metadata}        dcp.save(get_state_dict(...))
     references/fsdp-step-3.pt                                dcp_to_torch_save of it
-    verl/global_step_3/actor/{model,optim,extra_state}_world_size_2_rank_{0,1}.pt
+    verl/global_step_3/actor/{model,optim,extra_state}_world_size_2_rank_{0,1}.pt, fsdp_config.json
     verl/latest_checkpointed_iteration.txt                   "3" (verl's tracker)
     megatron/iter_0000010/{__0_0.distcp,__1_0.distcp,.metadata,common.pt,metadata.json}
     references/megatron-iter_0000010.pt
@@ -92,6 +92,9 @@ def _rank(rank: int, port: int, out: Path) -> None:
     torch.save(opt.state_dict(), actor / f"optim_{tag}.pt")
     extra = {"lr_scheduler": None, "rng": {"cpu": torch.get_rng_state()}}
     torch.save(extra, actor / f"extra_state_{tag}.pt")
+    if rank == 0:  # verl's checkpoint manager writes this beside the rank files
+        config = {"FSDP_version": 2, "world_size": WORLD}
+        (actor / "fsdp_config.json").write_text(json.dumps(config))
     # Megatron-Core torch_dist: DCP of the sharded state dict, common.pt, metadata.json
     iteration = out / "megatron" / f"iter_{MEGATRON_ITER:07d}"
     names = {"embed.weight": "embedding.word_embeddings.weight"}
