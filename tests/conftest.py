@@ -31,7 +31,7 @@ from tests.support.checkpoints import checkpoints_folder
 from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
 from tests.support.schedule import longest_first
-from tests.support.shared_fixtures import session_root
+from tests.support.shared_fixtures import generated_once, session_root
 from tests.support.torch_runs import session_torch_files
 from tests.support.training_runs import session_training_runs
 
@@ -93,6 +93,16 @@ def hf_runs() -> Path:
     Generated once per content of that script into `$CKPT_HF_FIXTURES` (default: the system temp
     folder's `ckpt-hf-fixtures/`), and read-only for tests: copy before changing anything."""
     return session_hf_runs()
+
+
+@pytest.fixture(scope="session")
+def peft_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real PEFT LoRA adapters of a tiny BERT and their base (tests/support/peft_runs.py, written
+    by peft's `save_pretrained` in a child): `models/tiny-bert/`, `runs/{linked,bin,orphan}/lora/`,
+    `runs/trainer/out/checkpoint-2/`, with `peft-truth.json`. Once per session; read-only."""
+    from tests.support import peft_runs as writer
+
+    return generated_once(tmp_path_factory, "peft", writer.generate)
 
 
 @pytest.fixture(scope="session")

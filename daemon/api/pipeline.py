@@ -1,6 +1,6 @@
 """The Python API's pipeline half (`ckpt_daemon.api.Catalog`): the stages' jobs (`jobs`), a job
 sent back to the queue or cancelled, and a stage run by hand on one checkpoint (`run_stage`),
-recorded as the service records it."""
+recorded as the service records it; and the `integrity` scan of one checkpoint's weights."""
 
 from __future__ import annotations
 
@@ -79,6 +79,13 @@ class CatalogPipeline(CatalogRemote):
         moved = queue.get(job_id)
         assert moved is not None
         return moved
+
+    def integrity(self, ref: str | int) -> dict[str, Any]:
+        """The health scan of a checkpoint's weights (`usecases.integrity`): the built-in
+        `integrity` stage's result line, `{metrics, note, flagged, path, format, files}`."""
+        from ..usecases.integrity import scan_checkpoint
+
+        return scan_checkpoint(self.get(ref))
 
     def stage(self, name: str) -> Stage:
         for stage in self.config.pipeline:

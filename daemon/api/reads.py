@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..catalog.store import Store
     from ..core.history import History
     from ..core.usage import RootUsage
+    from ..core.wait_match import WaitFor
 
 
 class CatalogReads:
@@ -225,8 +226,11 @@ class CatalogReads:
         return here
 
     def get(self, ref: str | int) -> Checkpoint:
-        """By catalog id or path; the result's `details` has layers, configs and events."""
-        return self._store.get(self.ref(ref))
+        """By catalog id or path; the result's `details` has layers, configs and events (and,
+        for an adapter, `base_model`: its lineage, `usecases.lineage`)."""
+        from ..usecases.lineage import with_lineage
+
+        return with_lineage(self.config, self._store, self._store.get(self.ref(ref)))
 
     def wait(
         self,
@@ -281,10 +285,13 @@ class CatalogReads:
         url = self.config.database
         waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
 
+        asked: builtins.list[WaitFor] = []  # the wait, once built from the first look
+
         def rows() -> builtins.list[Checkpoint]:
             # A copy we keep of a rewritten file is no new save of the trainer's (issue 39).
             found = self.list(run=run, status=CheckpointStatus.OK.value)
-            return [c for c in found if c.version_of is None]
+            found = [c for c in found if c.version_of is None]
+            return self._integrity_pending(found, asked[0]) if asked else found
 
         try:
             seen = frozenset((c.id, c.generation) for c in rows())
@@ -300,7 +307,35 @@ class CatalogReads:
         except BaseException:
             waker.close()
             raise
+        asked.append(wanted)
         return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck, check)
+
+    def _integrity_pending(
+        self, rows: builtins.list[Checkpoint], wanted: WaitFor
+    ) -> builtins.list[Checkpoint]:
+        """`rows`, the new ones whose integrity verdict is still to come marked so
+        (`core.health.PENDING`): due to an integrity stage of the config, none recorded yet,
+        and their integrity job not ended without one (failed, cancelled, skipped)."""
+        from ..core import health
+        from ..core.pipeline import OPEN_STATES
+        from ..core.wait_match import is_new
+
+        stages = [s for s in self.config.pipeline if s.uses == "integrity"]
+        if not stages:
+            return rows
+        names = {s.name for s in stages}
+        marked = []
+        for row in rows:
+            if is_new(row, wanted) and health.awaits_verdict(stages, row):
+                ended = [
+                    j
+                    for j in self._store.stage_jobs.list(checkpoint_id=row.id)
+                    if j.stage in names and j.generation == row.hash and j.state not in OPEN_STATES
+                ]
+                if not ended:
+                    row = dataclasses.replace(row, details={**row.details, health.PENDING: True})
+            marked.append(row)
+        return marked
 
     def runs(self) -> builtins.list[Run]:
         """Each run: its checkpoints' count and bytes on the local disk, its newest and its best

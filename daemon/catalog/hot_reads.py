@@ -133,11 +133,11 @@ class HotReads:
         statement = read_sql.best(metric, mode, run, self._dialect, versions)
         where = f" in run {run!r}" if run else ""
         with self._reading() as fetch:
-            outcome = self._pick(fetch, statement)
+            outcome = self._pick(fetch, statement, healthy=True)
             if outcome.row is None:
                 raise pick.not_found(outcome, f"ok checkpoint{where} has metric {metric!r}")
             found = _complete(fetch, outcome)
-            return self._stable(fetch, found, statement, found.metrics.get(metric))
+            return self._stable(fetch, found, statement, found.metrics.get(metric), healthy=True)
 
     def latest(
         self, run: str | None = None, resumable: bool = False, *, versions: bool = False
@@ -151,7 +151,7 @@ class HotReads:
             if run is None:
                 pick.one_run([row[0] for row in fetch(read_sql.RUNS_WITH_OK)])
             statement = read_sql.latest(run, resumable, self._dialect, versions)
-            outcome = self._pick(fetch, statement, resumable=resumable)
+            outcome = self._pick(fetch, statement, resumable=resumable, healthy=resumable)
             if outcome.row is None:
                 newest = None
                 if resumable:
@@ -160,7 +160,9 @@ class HotReads:
                     newest = found[0] if found else None
                 raise pick.not_found(outcome, f"ok checkpoint{where}", newest)
             winner = _complete(fetch, outcome)
-            return self._stable(fetch, winner, statement, None, resumable=resumable)
+            return self._stable(
+                fetch, winner, statement, None, resumable=resumable, healthy=resumable
+            )
 
     def _stable(
         self,
@@ -170,6 +172,7 @@ class HotReads:
         value: float | None,
         *,
         resumable: bool = False,
+        healthy: bool = False,
     ) -> Checkpoint:
         """`found`, or where it is a file its trainer rewrites (`last.ckpt`, `best.pt`), the
         first unchanged file of the same moment (epoch, step; `value` of the metric) that is
@@ -188,18 +191,35 @@ class HotReads:
         def page(offset: int, _limit: int) -> builtins.list[Sequence[Any]]:
             return rows if offset == 0 else []
 
-        outcome = pick.first_unchanged(page, self._details_of(fetch), resumable=resumable)
+        metrics_of = self._health_of(fetch) if healthy else None
+        outcome = pick.first_unchanged(
+            page, self._details_of(fetch), resumable=resumable, metrics_of=metrics_of
+        )
         if outcome.row is None:
             return found
         stable = _complete(fetch, outcome)
         said = preferred_over(stable.path, found.path, found.epoch, found.step)
         return dataclasses.replace(stable, details={**stable.details, "preferred_over": said})
 
-    def _pick(self, fetch: Fetch, statement: Statement, *, resumable: bool = False) -> pick.Outcome:
+    def _pick(
+        self, fetch: Fetch, statement: Statement, *, resumable: bool = False, healthy: bool = False
+    ) -> pick.Outcome:
+        """The winner of `statement`'s candidates; `healthy`: none whose weights the integrity
+        stage found non-finite."""
+
         def page(offset: int, limit: int) -> builtins.list[Sequence[Any]]:
             return self._local_rows(fetch(read_sql.page(statement, offset, limit)))
 
-        return pick.first_unchanged(page, self._details_of(fetch), resumable=resumable)
+        metrics_of = self._health_of(fetch) if healthy else None
+        return pick.first_unchanged(
+            page, self._details_of(fetch), resumable=resumable, metrics_of=metrics_of
+        )
+
+    def _health_of(self, fetch: Fetch) -> Callable[[int], dict[str, float | None]]:
+        def health_of(checkpoint_id: int) -> dict[str, float | None]:
+            return {str(n): v for n, v in fetch(read_sql.health_of(checkpoint_id))}
+
+        return health_of
 
     def _details_of(self, fetch: Fetch) -> Callable[[int], dict[str, Any]]:
         def details_of(checkpoint_id: int) -> dict[str, Any]:

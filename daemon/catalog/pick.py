@@ -5,7 +5,9 @@ A script resumes training or evaluates from the path these print; a file that ch
 catalog's back (rewritten while no daemon ran, bit rot that touched the size, a copy cut short) is
 not the checkpoint the row describes. Each candidate is stat'ed beneath its root (size, newest
 mtime_ns, inode of all its member files, as the indexer recorded them) before it is returned; a
-changed one is skipped for the next (at most `MAX_CHANGED` of them). Whether a candidate can
+changed one is skipped for the next (at most `MAX_CHANGED` of them), and so is one whose
+weights the integrity stage found non-finite (`core.health`; `best`, `latest --resumable`).
+Whether a candidate can
 resume training is `core.resume`'s one rule, judged on the row and, for the formats whose answer
 depends on it (a `.keras` whose compile config lost its optimizer), its `details`. No SQLAlchemy
 here."""
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import CkptError, NotFound, UsageError
+from ..core.health import unhealthy
 from ..core.model import FOLDER_FORMATS, Checkpoint, FileStat, Format
 from ..core.moments import rewritten_in_place
 from ..core.resume import Resumability, optimizer_config_lost, resumability
@@ -48,7 +51,8 @@ class Outcome:
     row: Row | None = None
     changed: list[str] = dataclasses.field(default_factory=list)  # "PATH: size changed ..."
     verdict: Resumability | None = None  # the winner's
-    # With `resumable`: newer candidates that cannot resume, {"path", "reason"}, newest first.
+    # Candidates passed over before the winner, {"path", "reason"}, in the reader's order: with
+    # `resumable`, those that cannot resume; with `health_of`, those with non-finite weights.
     passed_over: list[dict[str, str]] = dataclasses.field(default_factory=list)
 
 
@@ -60,19 +64,24 @@ def first_unchanged(
     details_of: Callable[[int], Details],
     *,
     resumable: bool = False,
+    metrics_of: Callable[[int], dict[str, float | None]] | None = None,
 ) -> Outcome:
     """Walk `pages(offset, limit)` (candidate rows in the reader's order) to the first row whose
-    files are unchanged (and, with `resumable`, that can resume training). `details_of(id)`: the
+    files are unchanged (and, with `resumable`, that can resume training; with `metrics_of(id)`,
+    its integrity metrics, whose weights were not found non-finite). `details_of(id)`: the
     row's `details` (member file names of a multi-file checkpoint, the optimizer config), read
     only for the formats that need them."""
     outcome = Outcome()
     for row in _rows(pages):
         details = details_of(row[_AT["id"]]) if _needs_details(row) else {}
         verdict = judge(row, details)
-        if resumable and not verdict.resumable:
-            # A Keras 3 legacy .h5 or a .keras without its optimizer config: the SQL lets it by.
+        # A Keras 3 legacy .h5 or a .keras without its optimizer config: the SQL lets it by.
+        why = None if not resumable or verdict.resumable else verdict.reason
+        if why is None and metrics_of is not None:
+            why = unhealthy(metrics_of(row[_AT["id"]]))
+        if why is not None:
             if len(outcome.passed_over) < MAX_PASSED_OVER:
-                outcome.passed_over.append({"path": row[_AT["path"]], "reason": verdict.reason})
+                outcome.passed_over.append({"path": row[_AT["path"]], "reason": why})
             continue
         difference = changed(row, list(details.get("files") or []))
         if difference is None:
@@ -176,6 +185,11 @@ def not_found(outcome: Outcome, what: str, newest: Row | None = None) -> NotFoun
         return NotFound(
             f"no {what} with its bytes unchanged since indexed: {n} candidate(s) changed"
             f"{bound}, e.g. {first}; `ckpt scan` re-indexes them"
+        )
+    if newest is None and outcome.passed_over:
+        sick, n = outcome.passed_over[0], len(outcome.passed_over)
+        return NotFound(
+            f"no {what} with finite weights: {n} passed over, e.g. {sick['path']}: {sick['reason']}"
         )
     if newest is not None:
         judged = {p["path"]: p["reason"] for p in outcome.passed_over}

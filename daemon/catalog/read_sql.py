@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core.health import NONFINITE
+from ..core.health import PREFIX as HEALTH
 from ..core.model import CheckpointStatus, Format, Kind
 from ..core.query import COLUMN_KEYS, OFF_DISK, ListQuery
 from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
@@ -290,6 +292,15 @@ def metric_values(ids: Sequence[int]) -> Statement:
 
 def metric_sources(checkpoint_id: int) -> Statement:
     return "SELECT name, source FROM metrics WHERE checkpoint_id = ?", [checkpoint_id]
+
+
+def health_of(checkpoint_id: int) -> Statement:
+    """A checkpoint's metrics `core.health.unhealthy` reads (one seek of the primary key)."""
+    names = [NONFINITE, f"{HEALTH}:nan", f"{HEALTH}:inf"]
+    return (
+        "SELECT name, value FROM metrics WHERE checkpoint_id = ? AND name IN (?, ?, ?)",
+        [checkpoint_id, *names],
+    )
 
 
 def details_of(checkpoint_id: int) -> Statement:

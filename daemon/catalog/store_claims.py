@@ -19,12 +19,12 @@ import datetime as dt
 import enum
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import JSON, Engine, delete, insert, select, type_coerce, update
 
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import iso
-from .schema import CHECKPOINTS, CLAIMS
+from .schema import CHECKPOINTS, CLAIMS, RUNS, codepoint_order
 
 checkpoints, claims = CHECKPOINTS, CLAIMS
 # Rows whose bytes need no second read when the stat is unchanged (indexer._SETTLED).
@@ -78,6 +78,31 @@ class ReadClaims:
                 return Claim.ELSEWHERE, held.node
             _put(conn, path, node, moment + dt.timedelta(seconds=ttl_seconds), held is None)
             return Claim.OURS, None
+
+    def trashed_in_place(self, root: str, start: str | None = None) -> dict[str, FileStat]:
+        """The files under `root` (at or below `start`) trashed where they are (a root that
+        cannot rename: `usecases.rail`), with the stat they were trashed with: not read again
+        while they are still those bytes (they are in the trash, deleted when due)."""
+        # The JSON test in SQL: a root's trash may hold thousands of rows, never read whole.
+        in_place = type_coerce(checkpoints.c.details, JSON)[("trash", "in_place")].as_boolean()
+        query = (
+            select(checkpoints.c.path, checkpoints.c.details)
+            .join(RUNS, RUNS.c.id == checkpoints.c.run_id)
+            .where(RUNS.c.root == root, checkpoints.c.status == CheckpointStatus.TRASHED.value)
+            .where(in_place.is_(True))
+        )
+        if start is not None and start != root:  # as `Store.known_under`: a range on the path
+            path = codepoint_order(checkpoints.c.path)
+            query = query.where(
+                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
+            )
+        found = {}
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            for row in conn.execute(query):
+                trash = (row.details or {}).get("trash") or {}
+                if trash.get("in_place") and trash.get("stat"):
+                    found[row.path] = FileStat(*trash["stat"])
+        return found
 
     def release_read(self, path: str, node: str) -> None:
         """Our claim on `path` ends without a record (the file was not a checkpoint, vanished)."""

@@ -111,7 +111,9 @@ def status(obj: Context, as_json: bool) -> None:
         f"heartbeat {doc['heartbeat_at']}"
     )
     for root in doc["roots"]:
-        echo(f"  root {root['path']} ({root['observer']})")
+        on = f", {root['filesystem']}" if root.get("filesystem") else ""
+        trash = ", trash in the catalog" if root.get("trash") == "in_place" else ""
+        echo(f"  root {root['path']} ({root['observer']}{on}{trash})")
     echo(
         f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
         f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
@@ -276,7 +278,10 @@ def config_group() -> None:
 @click.argument("path", required=False)
 @pass_context
 def check(obj: Context, path: str | None) -> None:
-    """Validate a config file (default: the one `ckpt` would use) and summarize it.
+    """Validate a config file (default: the one `ckpt` would use) and summarize it: for each
+    root, its filesystem (from the mount table), whether inotify events arrive there (else it
+    is polled) and whether its trash moves files or is kept in the catalog (a delayed delete,
+    where rename is impossible: object-store FUSE mounts, a rename probe that fails).
 
     \b
     Example:  ckpt config check /etc/ckpt/config.yaml
@@ -284,8 +289,12 @@ def check(obj: Context, path: str | None) -> None:
     loaded = obj.validated_config(obj.config_path if path is None else path)
     echo(f"ok: {loaded.source}")
     echo(f"  database: {loaded.database}")
+    from ..usecases.storage import lines, root_storage
+
     for root in loaded.roots:
-        echo(f"  root: {root.path} (observer {root.observer})")
+        echo(f"  root: {root.path} (observer {root.observer}, trash {root.trash})")
+        for line in lines(root_storage(root)):
+            echo(line)
 
 
 def _remote_lines(remotes: list[dict[str, Any]]) -> None:

@@ -13,7 +13,7 @@ from ..core.errors import CkptError, NotFound, PartialFailure
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
 from .options import json_option
-from .output import echo, emit_json, emit_json_rows, live_work, table
+from .output import echo, emit_json, emit_json_rows, live_work, say_passed_over, table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,7 +119,7 @@ def _scan_lines(work: Any, as_json: bool) -> Callable[[Progress], None]:
     is_flag=True,
     help="Every row: kept versions, and files trashed, purged or removed by their trainer.",
 )
-@click.option("--kind", help="Only this kind: full, weights.")
+@click.option("--kind", help="Only this kind: full, weights, adapter (a PEFT adapter).")
 @click.option(
     "--where",
     multiple=True,
@@ -271,8 +271,9 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     "it, only the trainers' own checkpoints are).",
 )
 @json_option(
-    "The checkpoint's row + `artifact`, `location` and `remote_url` as JSON (with --artifact, "
-    "`path` is the artifact's)."
+    "The checkpoint's row + `artifact`, `passed_over` (better checkpoints whose weights the "
+    "integrity stage found non-finite, with path and reason), `location` and `remote_url` as "
+    "JSON (with --artifact, `path` is the artifact's)."
 )
 @pass_context
 def best(
@@ -292,6 +293,9 @@ def best(
     the local disk) can be the best: its `s3://` URL is printed instead, or with --fetch it is
     brought back and its local path printed.
 
+    A checkpoint whose weights the `integrity` stage found non-finite is never the answer: the
+    next best is, and stderr says which was passed over and why.
+
     \b
     Example:  python eval.py --weights "$(ckpt best --metric val_loss --run exp1)"
     """
@@ -302,6 +306,7 @@ def best(
         chosen = _artifact(cat.get(found.id), artifact) if artifact else None
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)
+    say_passed_over(found.details)  # better ones with non-finite weights (integrity stage)
     if better is not None:
         echo(f"ckpt: a kept copy is better: {better} (ckpt best --versions)", err=True)
     if as_json:

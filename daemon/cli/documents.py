@@ -51,6 +51,8 @@ def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
     # A file its trainer rewrites (last.ckpt, best.pt) passed over for the stable file of the
     # same moment: {path, why}; None when the answer is the winner itself.
     doc["preferred_over"] = found.details.get("preferred_over")
+    # Better candidates passed over because the integrity stage found non-finite weights.
+    doc["passed_over"] = [dict(p) for p in found.details.get("passed_over") or []]
     if artifact is None:
         doc["artifact"] = None
         return doc
@@ -63,9 +65,10 @@ def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
 
 
 def waited(found: Checkpoint) -> Doc:
-    """`ckpt wait --json`: the row + `preferred_over` (as `best --json`'s)."""
+    """`ckpt wait --json`: the row + `preferred_over` and `passed_over` (as `best --json`'s)."""
     doc = checkpoint(found)
     doc["preferred_over"] = found.details.get("preferred_over")
+    doc["passed_over"] = [dict(p) for p in found.details.get("passed_over") or []]
     return doc
 
 

@@ -44,6 +44,7 @@ COMMANDS = {
     "fetch": "remote:fetch",
     "jobs": "pipeline:jobs",
     "stage": "pipeline:stage",
+    "integrity": "pipeline:integrity",
 }
 
 

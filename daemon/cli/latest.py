@@ -9,7 +9,7 @@ import click
 from . import documents
 from .context import Context, pass_context
 from .options import json_option
-from .output import echo, emit_json
+from .output import echo, emit_json, say_passed_over
 
 
 @click.command()
@@ -40,7 +40,8 @@ from .output import echo, emit_json
 )
 @json_option(
     "The checkpoint's row + `resumable`, `resume_reason`, `passed_over` (newer "
-    "checkpoints --resumable passed over, each with its path and reason), `location` and "
+    "checkpoints --resumable passed over, each with its path and reason: one that cannot "
+    "resume, or whose weights the integrity stage found non-finite), `location` and "
     "`remote_url` as JSON."
 )
 @pass_context
@@ -52,6 +53,8 @@ def latest(
     Newest is the most training progress: optimizer iterations, then epoch, then step, then
     mtime. For a TF checkpoint the path is the prefix `tf.train.Checkpoint.restore` takes. A
     checkpoint whose files changed since they were indexed is never printed: the next one is.
+    With --resumable, neither is one whose weights the `integrity` stage found non-finite (NaN
+    or Inf): stderr says which was passed over and why.
 
     With object storage (`remote:`), a checkpoint tiered to the store can be the newest: its
     `s3://` URL is printed instead, or with --fetch it is brought back and its local path
@@ -65,11 +68,7 @@ def latest(
         found = answer.checkpoint
     for skipped in found.details.get("skipped") or []:
         echo(f"ckpt: skipped {skipped}", err=True)
-    passed = found.details.get("passed_over") or []
-    if passed:  # why the answer is not the newest: said once, the list is in --json
-        first = passed[0]
-        more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""
-        echo(f"ckpt: passed over {first['path']}{more}: {first['reason']}", err=True)
+    say_passed_over(found.details)  # why the answer is not the newest
     if as_json:
         doc = documents.latest(found)
         if "resumable" not in found.details:  # an answer from the store: judged on its row

@@ -34,6 +34,16 @@ def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2 if sys.stdout.isatty() else None))
 
 
+def say_passed_over(details: dict[str, Any]) -> None:
+    """Why the answer is not the first candidate (`passed_over`: cannot resume, non-finite
+    weights): said once on stderr, the whole list is in --json."""
+    passed = details.get("passed_over") or []
+    if passed:
+        first = passed[0]
+        more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""
+        echo(f"ckpt: passed over {first['path']}{more}: {first['reason']}", err=True)
+
+
 def emit_json_rows(rows: Iterable[dict[str, Any]]) -> None:
     """A JSON array, one compact row per line: fast (C encoder) and still greppable. Rows are
     written a batch at a time (100,000 rows: not 200,000 writes), each batch as it is ready."""

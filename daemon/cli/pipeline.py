@@ -1,5 +1,6 @@
-"""`ckpt jobs` (the pipeline's queue: list, `retry ID`, `cancel ID`) and `ckpt stage run NAME
-REF` (a stage by hand on one checkpoint, recorded as the service records it)."""
+"""`ckpt jobs` (the pipeline's queue: list, `retry ID`, `cancel ID`), `ckpt stage run NAME
+REF` (a stage by hand on one checkpoint, recorded as the service records it) and `ckpt
+integrity REF` (the built-in integrity stage's scan of the weights)."""
 
 from __future__ import annotations
 
@@ -126,3 +127,35 @@ def stage_run(obj: Context, name: str, ref: str, as_json: bool) -> None:
         echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): {job.state} {_outcome(job)}")
     if job.state != "done":
         raise PartialFailure(f"stage {name} {job.state}: {job.error}")
+
+
+@click.command()
+@click.argument("ref")
+@json_option(
+    "One line: {metrics: {integrity:scanned, integrity:tensors, integrity:nonfinite_tensors, "
+    "integrity:nan, integrity:inf, integrity:zero_tensors, integrity:huge_tensors, "
+    "integrity:dense_nan_tensors}, note, flagged, path, format, files} (the stage's result line)."
+)
+@pass_context
+def integrity(obj: Context, ref: str, as_json: bool) -> None:
+    """Scan checkpoint REF's weights for NaN, Inf, all-zero and huge (|x| > 1e30) tensors.
+
+    Reads safetensors files, torch zips (.pt, .pth, .bin, Lightning .ckpt), Hugging Face
+    folders, DCP folders and Keras HDF5 weights a chunk at a time, running nothing of the
+    file; other formats are `not scanned`. This is the built-in `integrity` stage (`uses:
+    integrity`): recorded as the checkpoint's `integrity:*` metrics, its health, by which
+    `latest --resumable`, `best` and `wait` pass over a checkpoint with non-finite weights.
+    Exit 0 whatever it found (the finding is the answer); 1 for weights that contradict
+    themselves.
+
+    \b
+    Example:  ckpt integrity runs/exp1/ckpt_epoch003.pt
+    """
+    with obj.catalog() as cat:
+        found = cat.integrity(ref)
+    if as_json:
+        emit_json(found)
+        return
+    echo(f"{obj.shown(found['path'])}: {found['note']}")
+    for tensor in found["flagged"]:
+        echo(f"  {tensor['name']} ({tensor['dtype']}, {tensor['elements']}): {tensor['found']}")

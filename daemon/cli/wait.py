@@ -8,7 +8,7 @@ from ..core.errors import UsageError
 from ..core.units import parse_duration
 from . import documents
 from .context import Context, pass_context
-from .output import echo, emit_json
+from .output import echo, emit_json, say_passed_over
 
 
 @click.command()
@@ -41,7 +41,13 @@ from .output import echo, emit_json
     show_default=True,
     help="Give up after this long (exit 6): 90s, 30m, 2h.",
 )
-@click.option("--json", "as_json", is_flag=True, help="The checkpoint's row as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The checkpoint's row + `preferred_over` and `passed_over` (new checkpoints with "
+    "non-finite weights, each with its path and reason) as JSON.",
+)
 @pass_context
 def wait(
     obj: Context,
@@ -58,10 +64,13 @@ def wait(
     New: past --newer-than STEP, or past --after REF, or (neither) one the catalog did not
     hold when the wait began. Complete: `ok` only; a save in flight (an Orbax
     `.orbax-checkpoint-tmp` folder, a DCP folder without its `.metadata`), an abandoned one or
-    a file still being written never answers. It wakes on the catalog's change (PostgreSQL
-    LISTEN/NOTIFY, so a daemon on another host sharing the catalog wakes it; inotify on an
-    SQLite catalog file), not a busy poll. Exit 6 at the timeout; exit 2 at once (one line
-    saying which) when its SQLite catalog file is deleted, replaced or overwritten meanwhile.
+    a file still being written never answers, nor one whose weights the `integrity` stage
+    found non-finite (passed over, said on stderr and at the timeout); with an `integrity`
+    stage due on the run, a new checkpoint answers once its verdict is recorded. It wakes on
+    the catalog's change (PostgreSQL LISTEN/NOTIFY, so a daemon on another host sharing the
+    catalog wakes it; inotify on an SQLite catalog file), not a busy poll. Exit 6 at the
+    timeout; exit 2 at once (one line saying which) when its SQLite catalog file is deleted,
+    replaced or overwritten meanwhile.
 
     \b
     Example:  while ck=$(ckpt wait --run exp1 --after "$ck" --timeout 2h); do
@@ -82,6 +91,7 @@ def wait(
             timeout=seconds,
         )
         # Printed before the catalog closes: the caller is waiting for this line.
+        say_passed_over(found.details)
         if as_json:
             emit_json(documents.waited(found))
         else:

@@ -140,7 +140,9 @@ def facts(
         metrics=metrics,
         sizes=sizes,
         lineage=_lineage(doc, artifact),
-        load=load_line(
+        load=_adapter_load(doc)
+        if doc["kind"] == Kind.ADAPTER.value and not inference
+        else load_line(
             path, fmt, doc["keras_version"], artifact, doc.get("codec"), doc.get("model_class")
         ),
         # The checkpoint's resume note is not the artifact's (its own line says why not).
@@ -186,6 +188,10 @@ def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
         return f"{doc['format']} (inference artifact: architecture + weights)"
     kind = doc["kind"]
     shown = {Kind.FULL.value: "full model", "weights": "weights only"}.get(kind or "", kind or "-")
+    if kind == Kind.ADAPTER.value:
+        a = (doc.get("training_config") or {}).get("adapter") or {}
+        shown = f"PEFT {a.get('peft_type') or '?'} adapter r={_dash(a.get('r'))}"
+        shown += f" alpha={_dash(a.get('lora_alpha'))}: loaded on its base model"
     if kind == Kind.WEIGHTS.value and doc.get("optimizer_bytes"):
         # A torch file, a DCP or Orbax folder with optimizer state: no architecture, but far
         # from "weights only" (it resumes).
@@ -282,8 +288,34 @@ def _training(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, config_text(training[k])) for k in keys if training[k] is not None]
 
 
+def _base_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """An adapter's base model (`usecases.lineage`): its name, revision, and where it is here,
+    or why it is missing."""
+    base = doc.get("base_model")
+    if not isinstance(base, dict):
+        return []
+    rows = [("base model", base.get("name") or "-"), ("base revision", _dash(base.get("revision")))]
+    if base.get("missing"):
+        return [*rows, ("base missing", base["missing"])]
+    if base.get("path"):
+        where = "" if base.get("in_root") else " (outside every root)"
+        shown = relative_path(base["path"], [doc["root"]])
+        ident = f" (checkpoint {base['checkpoint_id']})" if base.get("checkpoint_id") else ""
+        return [*rows, ("base path", f"{shown}{ident}{where}")]
+    return [*rows, ("base path", "- (not saved in any root: from the hub by name)")]
+
+
+def _adapter_load(doc: dict[str, Any]) -> str:
+    base = doc.get("base_model") or {}
+    named = repr(base.get("path") or base.get("name") or "BASE_MODEL")
+    return (
+        f"import peft, transformers; base = transformers.AutoModel.from_pretrained({named}); "
+        f"model = peft.PeftModel.from_pretrained(base, {doc['path']!r})"
+    )
+
+
 def _lineage(doc: dict[str, Any], artifact: dict[str, Any] | None) -> list[tuple[str, str]]:
-    pairs = [("run", doc["run"]), ("root", doc["root"])]
+    pairs = [("run", doc["run"]), ("root", doc["root"]), *_base_rows(doc)]
     if artifact:
         pairs += [
             ("derived from", relative_path(doc["path"], [doc["root"]])),

@@ -85,6 +85,12 @@ class Refused(CkptError):
     exit_code = 3
 
 
+class RenameUnsupported(Refused):
+    """rename(2) failed as it does where a root cannot rename (an object store's FUSE mount,
+    a folder on another mount than the trash): the trash is kept in the catalog there
+    (a delayed delete, `usecases.rail`), nothing was moved."""
+
+
 class NotARegularFile(Refused):
     """A symlink, a FIFO, a socket or a device where a file was expected: never read."""
 
@@ -105,6 +111,11 @@ class Changed(CkptError):
     `fsops` turns it into `Refused` for its callers."""
 
     exit_code = 3
+
+
+class NotScanned(CkptError):
+    """Weights the integrity scan does not read (a legacy torch file, a big-endian one, a DCP
+    item stored transformed): the stage says `not scanned`, never healthy, never failed."""
 
 
 class TooHostile(UsageError):

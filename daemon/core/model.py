@@ -62,6 +62,9 @@ FOLDER_FORMATS |= {Format.TORCH_RANKS, Format.MEGATRON_DIST, Format.MEGATRON_LEG
 class Kind(enum.StrEnum):
     FULL = "full"  # architecture + weights (+ optimizer state when present)
     WEIGHTS = "weights"  # weights only, no architecture
+    # A PEFT adapter (LoRA, ...): its own small weights, loaded on top of its base model
+    # (formats.peft_adapter; `details["base_model"]` is its lineage, usecases.lineage)
+    ADAPTER = "adapter"
 
 
 @dataclass(frozen=True)

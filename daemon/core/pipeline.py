@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from .model import Checkpoint
 
 # Our own stages, run as `ckpt` commands in a child (the same code and rail as by hand).
-BUILT_IN_STAGES = ("verify", "split", "tier")
+BUILT_IN_STAGES = ("verify", "split", "tier", "integrity")
 BUILT_IN_ARGV = {
+    "integrity": ("integrity", "{path}", "--json"),
     "verify": ("verify", "{path}", "--json"),
     "split": ("split", "{path}", "--json"),
     "tier": ("tier", "{path}", "--json"),
@@ -53,12 +54,18 @@ class Stage:
     trigger: Trigger
     runs: str = "*"  # a glob over run names
     command: tuple[str, ...] = ()  # argv with {placeholders} (empty: `uses`)
-    uses: str | None = None  # a built-in stage: verify, split, tier
+    uses: str | None = None  # a built-in stage: verify, split, tier, integrity
     needs: tuple[str, ...] = ()  # stages that must be done first, on the same checkpoint
     timeout_seconds: float = 3600.0
     retries: int = 0  # further attempts after a failure (with backoff)
     concurrency: int = 1  # jobs of this stage at once on one host
     runs_on: tuple[str, ...] = ()  # labels a host must have (service.labels)
+
+    @property
+    def metric_prefix(self) -> str:
+        """What its metrics are named under: its name, but `integrity` for the built-in
+        integrity stage whatever it is called (`core.health` reads `integrity:*`)."""
+        return "integrity" if self.uses == "integrity" else self.name
 
     def wants_artifact(self) -> bool:
         """Whether its command names `{artifact}`: the inference artifact is made first."""

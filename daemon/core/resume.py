@@ -110,6 +110,12 @@ def resumability(
             True, "torch checkpoint with optimizer and trainer state: load_state_dict on each"
         )
     if format == Format.HF_FOLDER:
+        if kind == Kind.ADAPTER.value:  # optimizer state: a Trainer checkpoint of the adapter
+            return Resumability(
+                True,
+                "Trainer checkpoint of a PEFT adapter with optimizer state: "
+                "Trainer.train(resume_from_checkpoint=...) on the base model with the adapter",
+            )
         if kind != Kind.FULL.value:
             return Resumability(
                 False, "no optimizer.pt, scheduler.pt and trainer_state.json all together"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .card import facts
+from .health import summary as health_summary
 from .text import metric_text, packed, relative_path, visible_doc
 from .units import format_size, shortest_float
 
@@ -43,9 +44,14 @@ def show_text(doc: dict[str, Any]) -> str:
     ]
     if doc["hash"]:
         lines.append(f"  hash {doc['hash']}")
+    lines += [f"  {k} {lineage[k]}" for k in ("base model", "base revision") if k in lineage]
+    lines += [f"  {k}: {lineage[k]}" for k in ("base path", "base missing") if k in lineage]
     if doc.get("version_of"):
         lines.append(f"  version {doc['generation']} of {doc['version_of']}")
     lines += [f"  metric {name} = {value} ({source})" for name, value, source in f.metrics]
+    said = health_summary(doc.get("metrics") or {})
+    if said is not None:  # the integrity stage's verdict on its weights
+        lines.append(f"  health {said}")
     lines += _generations(doc) + _versions(doc)
     lines += packed("  training config", [f"{k}={v}" for k, v in f.training])
     if isinstance(doc.get("optimizer_config"), dict):

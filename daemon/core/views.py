@@ -33,6 +33,8 @@ SHOW_FIELDS = (
     "first_seen_at",
     "artifacts",
     "events",
+    # an adapter's base model: {name, revision, path, checkpoint_id, in_root, missing}
+    "base_model",
     "world_size",  # ranks that wrote a sharded save (FSDP, DeepSpeed, Megatron, DCP)
 )
 

@@ -5,7 +5,9 @@ checkpoint `after` names (further along, or at the same point and written later)
 neither, not among the rows (and generations) the catalog held when the wait began. With a
 metric, it must also hold that metric better than `better_than` (`mode`: min or max). Of the
 new ones the furthest along is the answer, a file of that moment its trainer does not rewrite
-first (`core.moments.rewritten_in_place`).
+first (`core.moments.rewritten_in_place`). A new checkpoint whose weights the integrity stage
+found non-finite is passed over (`core.health`), and one whose integrity verdict is still to
+come (`details[core.health.PENDING]`) is not answered yet.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from posixpath import basename
 
+from .health import PENDING, unhealthy
 from .model import Checkpoint
 from .moments import preferred_over, rewritten_in_place
 
@@ -63,10 +66,15 @@ def pick(rows: Iterable[Checkpoint], wanted: WaitFor) -> Checkpoint | None:
     """The furthest along of the new rows; of the files of that moment, one its trainer does
     not rewrite (the epoch file over `best.pt` or `last.ckpt` saved beside it), which says
     so in `details["preferred_over"]`."""
-    new = [row for row in rows if is_new(row, wanted)]
+    new = [row for row in rows if is_new(row, wanted) and not row.details.get(PENDING)]
+    sick = passed_over(new)
+    new = [row for row in new if row.path not in sick]
     if not new:
         return None
     found = max(new, key=lambda row: (order(row)[0], not _rewritten(row), row.mtime))
+    skipped = [{"path": p, "reason": why} for p, why in sick.items()]
+    if skipped:
+        found = replace(found, details={**found.details, "passed_over": skipped})
     point = progress(found)
     passed = [
         row
@@ -77,6 +85,21 @@ def pick(rows: Iterable[Checkpoint], wanted: WaitFor) -> Checkpoint | None:
         return found
     said = preferred_over(found.path, passed[0].path, found.epoch, found.step)
     return replace(found, details={**found.details, "preferred_over": said})
+
+
+def passed_over(rows: Iterable[Checkpoint]) -> dict[str, str]:
+    """{path: why} of the rows whose weights the integrity stage found non-finite."""
+    found = {}
+    for row in rows:
+        why = unhealthy(row.metrics)
+        if why is not None:
+            found[row.path] = why
+    return found
+
+
+def sick_news(rows: Iterable[Checkpoint], wanted: WaitFor) -> dict[str, str]:
+    """`passed_over` of the new rows: what a wait that timed out says it did not answer."""
+    return passed_over(row for row in rows if is_new(row, wanted))
 
 
 def _rewritten(row: Checkpoint) -> bool:

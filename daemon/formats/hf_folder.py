@@ -6,6 +6,10 @@ Trainer writes after everything else: a Trainer folder without it is a save that
 (or never will). Every pickle among them is read by the restricted unpickler (`training_args.bin`'s
 `TrainingArguments` stays a named placeholder); none is ever run. Resumable means optimizer,
 scheduler and trainer state are all there (`save_only_model=True` writes none of them).
+
+A PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`/`.bin`, alone or as
+the model of a Trainer checkpoint) is read here too, as the same HF folder: its weights by the
+same weights reader, its config by `formats.peft_adapter`; its kind is `adapter`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from typing import Any
 from ..core.errors import CorruptCheckpoint
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
 from ..fs import folder_layouts
-from ..fs.folder_layouts import HF_CONFIG, TRAINER_FOLDER, TRAINER_STATE
-from . import hf_weights, torch_state
+from ..fs.folder_layouts import ADAPTER_CONFIG, HF_CONFIG, TRAINER_FOLDER, TRAINER_STATE
+from . import hf_weights, peft_adapter, torch_state
 
 _CONFIG_KEYS = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version")
 # Trainer state that `save_only_model=True` leaves out: all three make a checkpoint resumable.
@@ -53,8 +57,12 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         training["config"] = config
         archs = config.get("architectures")
         model_class = archs[0] if isinstance(archs, list) and archs else None
-    elif not weights.index:
+    elif not weights.index and ADAPTER_CONFIG not in names:
         notes.append("no config.json: from_pretrained cannot build the model from this folder")
+    adapter = peft_adapter.read_config(folder, root) if ADAPTER_CONFIG in names else None
+    if adapter is not None:  # a PEFT adapter (alone, or inside a Trainer checkpoint)
+        training["adapter"] = adapter
+        notes.extend(peft_adapter.notes(adapter))
     state = trainer_state(hf_weights.read_json(folder / TRAINER_STATE, root)) if trainer else {}
     if state:
         training["trainer_state"] = state
@@ -78,10 +86,11 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         lacking = ", ".join(n for n in RESUME_FILES if n not in names)
         notes.append(f"not resumable: no {lacking} (saved with save_only_model?)")
     training["resumable"] = resumable
+    kind = Kind.FULL if resumable else Kind.WEIGHTS
     return CheckpointInfo(
         format=Format.HF_FOLDER,
-        kind=Kind.FULL if resumable else Kind.WEIGHTS,
-        model_class=model_class,
+        kind=Kind.ADAPTER if adapter is not None else kind,
+        model_class=model_class or (f"PEFT {adapter.get('peft_type')}" if adapter else None),
         model_name=(training.get("config") or {}).get("model_type"),
         backend=weights.backend or "torch",
         layers=merge_layers(weights.layers),

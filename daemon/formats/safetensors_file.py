@@ -172,3 +172,18 @@ def _numel(shape: list[int]) -> int:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62
+
+
+def layout(raw: IO[bytes]) -> list[tuple[str, str, tuple[int, ...], int, int]]:
+    """Each tensor as (name, safetensors dtype, shape, absolute offset in the file, bytes), once
+    the header has passed every check of `read` (offsets inside the file, tiling the buffer):
+    what a reader of the tensors' bytes may trust."""
+    header, n, size = _header(raw)
+    header.pop("__metadata__", None)
+    _tensors(header, size - MAGIC_BYTES - n)  # refuses an inconsistent header, with the reason
+    base = MAGIC_BYTES + n
+    found = []
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        found.append((name, str(entry["dtype"]), tuple(entry["shape"]), base + begin, end - begin))
+    return found

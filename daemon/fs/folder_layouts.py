@@ -69,6 +69,7 @@ class FolderLayout:
 
 TRAINER_FOLDER = re.compile(r"^checkpoint-\d+$")
 HF_CONFIG = "config.json"
+ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter's (formats.peft_adapter)
 TRAINER_STATE = "trainer_state.json"
 TRAINER_FILES = frozenset(
     {TRAINER_STATE, "optimizer.pt", "scheduler.pt", "training_args.bin", "scaler.pt"}
@@ -91,7 +92,7 @@ def _hf_recognises(name: str, files: frozenset[str], _dirs: frozenset[str]) -> b
         return True  # a sharded model: one checkpoint, whatever else is there
     if TRAINER_FOLDER.match(name):  # the Trainer's: claimed from its first file on
         return weights or bool(files & TRAINER_FILES) or HF_CONFIG in files
-    return weights and (HF_CONFIG in files or TRAINER_STATE in files)
+    return weights and bool(files & {HF_CONFIG, TRAINER_STATE, ADAPTER_CONFIG})
 
 
 def _hf_announces(folder_name: str, name: str) -> bool:
@@ -99,7 +100,7 @@ def _hf_announces(folder_name: str, name: str) -> bool:
         return True
     return bool(
         name in TRAINER_FILES
-        or name == HF_CONFIG
+        or name in (HF_CONFIG, ADAPTER_CONFIG)
         or _RNG_STATE.match(name)
         or _INDEX.search(name)
         or (_WEIGHTS.match(name) and "-of-" in name)

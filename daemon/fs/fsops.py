@@ -3,7 +3,9 @@
 Containment: every path is reached by walking directory file descriptors from its root with
 O_NOFOLLOW, so neither the file nor any parent folder may be a symlink (a link could lead out of
 the root, or be swapped in between a check and the act). Deletion is two-phase: a rename into
-`<root>/.ckpt-trash/` (same filesystem, refused across one), then a purge after a grace period.
+`<root>/.ckpt-trash/` (same filesystem), then a purge after a grace period; where rename fails
+(`RenameUnsupported`: EXDEV, ENOTSUP, EPERM, ENOSYS) the files stay at their path until the
+purge deletes them there, if they are still the very files trashed (`purge(in_place=...)`).
 Rewrites go to `.ckpt-tmp-<pid>h<host>-<token>-<name>` in the same folder (`temp_names`: the
 name bounded to 255 bytes), are fsynced, then renamed over the target, and the folder is
 fsynced.
@@ -19,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from ..core.errors import Refused, WouldReplace
+from ..core.errors import Refused, RenameUnsupported, WouldReplace
 from ..core.model import FileStat
 from . import fsswap, name_limits, procfs
 from .fsswap import Identity
@@ -27,6 +29,9 @@ from .temp_names import TEMP_PREFIX, stale_temps, temp_name
 
 TRASH_DIR = ".ckpt-trash"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# rename(2) is not there: another mount (EXDEV), an object store's FUSE mount (ENOTSUP, ENOSYS,
+# EPERM: mountpoint-s3#1174, gcsfuse#2570)
+_NO_RENAME = {errno.EXDEV, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.ENOSYS}
 
 
 # ---- walking beneath a root without following links ----
@@ -118,6 +123,8 @@ def move_to_trash(root: Path, members: Sequence[Path], batch: str) -> list[Path]
     except BaseException:
         for original, trashed in reversed(moved):
             _rename_beneath(root, relative_parts(root, trashed), relative_parts(root, original))
+        with suppress(OSError, Refused):  # the batch's folders made for the failed member
+            _prune_empty(root, (TRASH_DIR, batch, *relative_parts(root, member)[:-1]))
         raise
     return [trashed for _original, trashed in moved]
 
@@ -141,12 +148,20 @@ def _exists(root: Path, parts: Sequence[str]) -> bool:
     return True
 
 
-def purge(root: Path, trashed: Sequence[Path]) -> int:
-    """Delete trashed members for good; returns the bytes freed. Empty trash folders go too."""
+def purge(root: Path, trashed: Sequence[Path], *, in_place: FileStat | None = None) -> int:
+    """Delete trashed members for good; returns the bytes freed. Empty trash folders go too.
+    `in_place`: members trashed where they are (rename impossible), deleted there only if
+    they are still the files trashed (this stat), else left alone (a new save took the path)."""
     freed = 0
+    if in_place is not None:
+        try:
+            if current_stat(root, trashed) != in_place:
+                return 0
+        except FileNotFoundError:  # gone already (its trainer's rotation): nothing to delete
+            return 0
     for path in trashed:
         parts = relative_parts(root, path)
-        if parts[0] != TRASH_DIR:
+        if parts[0] != TRASH_DIR and in_place is None:
             raise Refused(f"{path} is not in the trash")
         with folder_beneath(root, parts[:-1]) as fd:
             try:
@@ -155,7 +170,8 @@ def purge(root: Path, trashed: Sequence[Path]) -> int:
                 continue
             freed += _remove(fd, parts[-1], info)
             os.fsync(fd)
-        _prune_empty(root, parts[:-1])
+        if in_place is None:
+            _prune_empty(root, parts[:-1])
     return freed
 
 
@@ -190,10 +206,10 @@ def _rename_beneath(root: Path, source: Sequence[str], target: Sequence[str]) ->
         try:
             os.rename(source[-1], target[-1], src_dir_fd=src_fd, dst_dir_fd=dst_fd)
         except OSError as exc:
-            if exc.errno == errno.EXDEV:
-                raise Refused(
-                    f"{root.joinpath(*source)} is on another filesystem than {TRASH_DIR}: "
-                    "moving it would copy, not rename; refused"
+            if exc.errno in _NO_RENAME:
+                raise RenameUnsupported(
+                    f"{root.joinpath(*source)} cannot be renamed into {TRASH_DIR} "
+                    f"({errno.errorcode[exc.errno]}: {exc.strerror})"
                 ) from None
             raise
         os.fsync(dst_fd)

@@ -26,11 +26,14 @@ import os
 import stat
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from ..core.errors import Changed
 from .name_limits import bounded
+from .temp_names import temp_name
 
 RENAME_NOREPLACE = 1
 SETTLE_SECONDS = 0.1  # the grace before the file swapped out is judged unwritten
@@ -189,3 +192,31 @@ def _renameat2(dir_fd: int, old: str, new: str, flags: int) -> bool:
     if code in _UNSUPPORTED:
         return False
     raise OSError(code, os.strerror(code), new)
+
+
+def rename_probe(root: Path, trash_dir: str) -> str | None:
+    """Whether a file renames from `root` into `root/trash_dir` (made if missing) here: None
+    if it does, else the errno that said no (an object store's FUSE mount, a read-only root).
+    The probe is a new empty temp file of ours (`temp_names`), removed at once."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    name = temp_name(root / "rename-probe", os.urandom(4).hex()).name
+    root_fd = os.open(root, flags)
+    try:
+        with suppress(FileExistsError):
+            os.mkdir(trash_dir, 0o700, dir_fd=root_fd)
+        trash_fd = os.open(trash_dir, flags, dir_fd=root_fd)
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=root_fd))
+            try:
+                os.rename(name, name, src_dir_fd=root_fd, dst_dir_fd=trash_fd)
+            except OSError as exc:
+                os.unlink(name, dir_fd=root_fd)
+                return f"{errno.errorcode.get(exc.errno or 0, exc.errno)}: {exc.strerror}"
+            os.unlink(name, dir_fd=trash_fd)
+            return None
+        finally:
+            os.close(trash_fd)
+    except OSError as exc:  # no room, read-only, not ours to write
+        return f"{errno.errorcode.get(exc.errno or 0, exc.errno)}: {exc.strerror}"
+    finally:
+        os.close(root_fd)

@@ -21,7 +21,7 @@ from ..catalog import change_feed
 from ..catalog.postgres_reads import conninfo_parts
 from ..core.errors import ConfigError, NotFound, UsageError
 from ..core.model import Checkpoint
-from ..core.wait_match import WaitFor, pick
+from ..core.wait_match import WaitFor, pick, sick_news
 from . import watcher
 
 RECHECK_S = 5.0
@@ -155,13 +155,16 @@ def wait_for(
     try:
         while True:
             check()
-            found = pick(rows(), wanted)
+            looked = list(rows())
+            found = pick(looked, wanted)
             if found is not None:
                 return found
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                sick = sick_news(looked, wanted)
+                said = "".join(f"; passed over {p}: {why}" for p, why in list(sick.items())[:3])
                 raise NotFound(
-                    f"no new complete checkpoint of run {wanted.run!r} within {timeout_s:g}s"
+                    f"no new complete checkpoint of run {wanted.run!r} within {timeout_s:g}s" + said
                 )
             waker.wait(min(remaining, recheck_s))
     except Exception:

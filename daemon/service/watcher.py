@@ -23,6 +23,7 @@ from ..core.model import Hint, HintKind
 from ..fs import mounts
 from ..logs import event
 from ..settings.config import RootConfig
+from ..usecases.storage import root_storage
 
 Sink = Callable[[Hint], None]
 _INOTIFY_LOGGER = "watchdog.observers.inotify_c"
@@ -73,6 +74,7 @@ class Watch:
     root: RootConfig
     kind: str  # inotify | polling
     observer: BaseObserver
+    storage: dict[str, Any]  # usecases.storage.root_storage: filesystem, events, trash
 
 
 class Watcher:
@@ -112,8 +114,10 @@ class Watcher:
         observer.schedule(_Handler(self._sink), str(root.path), recursive=True)
         observer.daemon = True
         observer.start()
-        event("watching", root=root.path, observer=kind)
-        return Watch(root, kind, observer)
+        storage = root_storage(root)
+        fs, trash = storage["filesystem"], storage["trash"]
+        event("watching", root=root.path, observer=kind, filesystem=fs, trash=trash)
+        return Watch(root, kind, observer, storage)
 
     def stop(self) -> None:
         logging.getLogger(_INOTIFY_LOGGER).removeHandler(self._alarm)
@@ -127,11 +131,19 @@ class Watcher:
         return all(w.observer.is_alive() for w in self._watches)
 
     def describe(self) -> list[dict[str, Any]]:
-        return [{"path": str(w.root.path), "observer": w.kind} for w in self._watches]
+        return [
+            {
+                "path": str(w.root.path),
+                "observer": w.kind,
+                **{k: w.storage[k] for k in ("filesystem", "events", "trash")},
+            }
+            for w in self._watches
+        ]
 
 
 def choose_observer(root: RootConfig) -> str:
-    """`auto` means polling on a network filesystem (inotify cannot see other hosts' writes)."""
+    """`auto` means polling where inotify events cannot arrive (`fs.mounts`: a network or
+    cluster filesystem, a FUSE mount: inotify sees no other host's, no FUSE daemon's writes)."""
     if root.observer != "auto":
         return root.observer
     return "polling" if mounts.is_network(root.path) else "inotify"

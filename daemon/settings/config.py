@@ -41,6 +41,7 @@ from .web_view import WebView
 from .web_view import web_view as _web_view
 
 OBSERVERS = ("auto", "inotify", "polling")
+TRASH_MODES = ("auto", "move", "in_place")  # roots[].trash (fs.mounts.trash_mode)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOAD_SANDBOX_MODES = ("require", "warn")  # `children.sandbox`
 PACKAGED_DEFAULT = Path(__file__).with_name("default_config.yaml")
@@ -59,6 +60,9 @@ class RootConfig:
     # catalog stores its files relative to it (`core.root_names`). None: stored absolute.
     name: str | None = None
     remote: Remote | None = None  # the object store it tiers to (None: the top-level one)
+    # How its trash works: move (rename into .ckpt-trash), in_place (kept in the catalog: a
+    # delayed delete), auto (in place on an object store's FUSE mount or where rename fails)
+    trash: str = "auto"
 
     @property
     def remote_name(self) -> str:
@@ -278,6 +282,7 @@ TOP_KEYS = {
 }
 ROOT_KEYS = {
     "path",
+    "trash",
     "name",
     "observer",
     "poll_interval",
@@ -336,6 +341,7 @@ def _root(item: Any, key: str, base: Path) -> RootConfig:
     return RootConfig(
         path=_path(raw["path"], f"{key}.path", base),
         observer=_choice(raw.get("observer", "auto"), f"{key}.observer", OBSERVERS),
+        trash=_choice(raw.get("trash", "auto"), f"{key}.trash", TRASH_MODES),
         poll_interval=_number(raw.get("poll_interval", 30), f"{key}.poll_interval"),
         filename_templates=_templates(templates, f"{key}.filename_template"),
         metrics_files=_strings(

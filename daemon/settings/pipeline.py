@@ -70,6 +70,12 @@ def _stage(value: Any, key: str, earlier: set[str]) -> Stage:
                     f"unknown placeholder {{{field}}}: one of {', '.join(PLACEHOLDERS)}",
                 )
     built_in = choice(uses, f"{key}.uses", BUILT_IN_STAGES) if uses is not None else None
+    if name == "integrity" and built_in != "integrity":
+        raise ConfigError(
+            f"{key}.name",
+            "integrity is the built-in integrity stage's name (its metrics are the "
+            "checkpoint's health): give it `uses: integrity`, or another name",
+        )
     needs = strings(raw["needs"], f"{key}.needs") if "needs" in raw else ()
     for j, need in enumerate(needs):
         if need not in earlier:

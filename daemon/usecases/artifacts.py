@@ -19,7 +19,7 @@ from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..children.sandbox import UNSANDBOXED
 from ..core.errors import UsageError
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format, Kind
 from ..core.progress import Counter, OnProgress
 from ..fs import fsops, name_limits
 from ..logs import event
@@ -368,9 +368,19 @@ _TORCH_REFUSALS["compress"][Format.HF_FOLDER] = (
 )
 
 
+def is_adapter(c: Checkpoint) -> bool:
+    return c.kind == Kind.ADAPTER.value
+
+
 def refuse_torch(c: Checkpoint, action: str) -> None:
-    """A one-line refusal (exit 2) for what split and compress cannot do to the torch family."""
+    """A one-line refusal (exit 2) for what split and compress cannot do to the torch family
+    (and to a PEFT adapter: already the small file that inference loads)."""
     done = {"split": "split", "compress": "compressed"}[action]
+    if is_adapter(c):
+        raise UsageError(
+            f"not {done}: {c.path} is a PEFT adapter: already small (only the adapter's "
+            "weights), loaded as it is on its base model; nothing to take out of it"
+        )
     why = _TORCH_REFUSALS[action].get(c.format) if c.format is not None else None
     if why is not None:
         raise UsageError(f"not {done}: {c.path} is {c.format}: {why}")
@@ -399,6 +409,7 @@ def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], lis
         if cfg.split_after is not None
         and now - c.mtime >= cfg.split_after
         and c.format in SPLIT_BY_POLICY
+        and not is_adapter(c)
         and (c.optimizer_bytes or 0) > 0
         and c.id not in split_done
     ]

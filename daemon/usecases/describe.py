@@ -26,7 +26,7 @@ from ..core.model import Checkpoint, Format
 from ..core.views import checkpoint_json
 from ..fs import beneath, fsops
 from ..settings.config import Config
-from . import guards
+from . import guards, lineage
 
 CARD_KIND = "card"
 JSON_H5 = "json+h5"  # the kind of an export's `<stem>.json`
@@ -51,7 +51,7 @@ def card_path(artifact: Path) -> Path:
 def describe(config: Config, store: Store, ref: str) -> card.Facts:
     """The card's facts for `ref`: a checkpoint (id or path) or one of its artifacts' paths."""
     c, artifact = _find(store, ref)
-    return _facts(config, c, artifact)
+    return _facts(config, c, artifact, store)
 
 
 def render(facts: card.Facts, fmt: str) -> str:
@@ -73,7 +73,7 @@ def write_card(config: Config, store: Store, c: Checkpoint, artifact: Path) -> P
     root = guards.configured_root(config, c)
     target = card_path(artifact)
     replacing = own_card(root, fresh, target)
-    text = render(_facts(config, fresh, rows[0]), "md").encode()
+    text = render(_facts(config, fresh, rows[0], store), "md").encode()
     if replacing is None:
         store.add_artifact(c.id, kind=CARD_KIND, path=str(target), size=0, codec=None, digest=None)
     # Its times: the artifact's (for an inference folder, its config.json's: a file's times).
@@ -127,7 +127,11 @@ def _find(store: Store, ref: str) -> tuple[Checkpoint, dict[str, Any] | None]:
     return c, None  # a card, or the checkpoint compressed in place: the checkpoint's card
 
 
-def _facts(config: Config, c: Checkpoint, artifact: dict[str, Any] | None) -> card.Facts:
+def _facts(
+    config: Config, c: Checkpoint, artifact: dict[str, Any] | None, store: Store | None = None
+) -> card.Facts:
+    if store is not None:
+        c = lineage.with_lineage(config, store, c)
     return card.facts(
         checkpoint_json(c, detailed=True), _model_config(config, c, artifact), artifact
     )

@@ -123,6 +123,7 @@ class _Scan:
         # The catalog holds paths as text (a name that is not UTF-8 escaped): so are queries.
         where = discovery.display_path(start)[0]
         self.known = store.known_under(str(root.path), where)
+        self.trashed_in_place = store.trashed_in_place(str(root.path), where)
         self.artifacts = store.artifact_paths(where)
         self.uncaptured = {  # fixed names whose current bytes have no copy: a crash's undone
             path
@@ -243,6 +244,9 @@ class _Scan:
             stat = discovery.stat_members(cand.members, cand.path)
         except OSError:
             return False
+        if self.trashed_in_place.get(text) == stat:  # in the catalog's trash, still there
+            self.report.skipped.append((text, "in the trash (deleted where it is when due)"))
+            return True
         known = self.known.get(text)
         if known and known.stat == stat and known.status in _SETTLED:
             self._unchanged(cand, known)

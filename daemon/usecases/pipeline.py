@@ -116,7 +116,7 @@ def record(queue: StageJobs, job: StageJob, stage: Stage, attempt: Attempt) -> s
     result: StageResult | str | None = None
     error = attempt.error
     if error is None and attempt.exit_code == 0:
-        result = parse_result(stage.name, attempt.stdout_tail)
+        result = parse_result(stage.metric_prefix, attempt.stdout_tail)
         if isinstance(result, str):
             error = f"its result line was refused: {result}"
     elif error is None:

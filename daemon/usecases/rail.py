@@ -35,7 +35,7 @@ from ..formats import tf_state
 from ..fs import fsclone, fsfetch, fsops, fsunpack
 from ..fs.hashing import hash_files
 from ..settings.config import Config, RootConfig
-from . import guards, trash_found
+from . import guards, trash_found, trash_in_place
 from .settlement import settle_events
 
 
@@ -84,15 +84,19 @@ def trash_checkpoint(
     guards.recheck(store, c, root, members)
     if with_artifacts:
         members = [*members, *_artifact_files(store, root, c)]
+    now = time.time()
     trash = {
         "paths": [
             str(root.joinpath(fsops.TRASH_DIR, batch, *fsops.relative_parts(root, m)))
             for m in members
         ],
-        "at": iso_utc(time.time()),
+        "at": iso_utc(now),
         "batch": batch,
         "members": [str(m) for m in members],
     }
+    mode = trash_in_place.trash_mode(config, Path(c.path))
+    if mode.in_place:  # known before the act: the claim records the delayed delete
+        trash = trash_in_place.record(config, store, c, root, members, trash, now, mode.why)
     # The claim confirms the run's lease in its transaction: a prune whose lease was taken
     # over (it was stopped past the expiry) moves nothing more.
     event_id, refused = store.claim(
@@ -101,11 +105,21 @@ def trash_checkpoint(
     if event_id is None:
         raise fsops.Refused(refused)
     try:
-        trashed = fsops.move_to_trash(root, members, batch)
+        trashed = [Path(p) for p in trash["paths"]]
+        if not mode.in_place:
+            trashed = fsops.move_to_trash(root, members, batch)
+    except fsops.RenameUnsupported as exc:  # found by the act: the files stay where they are
+        if mode.setting == "move":
+            store.end_claim(event_id, c.id, failed=guards.one_line(exc))
+            raise
+        trash = trash_in_place.record(
+            config, store, c, root, members, trash, now, guards.one_line(exc)
+        )
+        trashed = [Path(p) for p in trash["paths"]]
     except BaseException as exc:
         store.end_claim(event_id, c.id, failed=guards.one_line(exc))
         raise
-    if [str(p) for p in trashed] != trash["paths"]:  # the catalog names where they really went
+    if [str(p) for p in trashed] != trash["paths"] or trash.get("in_place"):
         moved = {**trash, "paths": [str(p) for p in trashed]}
         store.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
     store.end_claim(event_id, c.id)
@@ -156,8 +170,10 @@ def purge_trashed(
         )
         if event_id is None:
             raise fsops.Refused(refused)
+        held = item.trash.get("members_stat") if item.trash.get("in_place") else None
         try:
-            fsops.purge(root.path, [Path(p) for p in item.trash_paths])
+            in_place = FileStat(*held) if held else None
+            fsops.purge(root.path, [Path(p) for p in item.trash_paths], in_place=in_place)
         except BaseException as exc:
             store.end_claim(event_id, item.id, failed=guards.one_line(exc))
             raise
@@ -186,11 +202,14 @@ def remove_artifact(
     ):
         if store.artifact_owner(str(path)) != c.id:
             raise fsops.Refused(f"{path} is not an artifact of {c.path} now: left alone")
-        trashed = (
-            fsops.move_to_trash(root, [path], batch_name("guard"))
-            if fsops.identity(root, path) is not None
-            else []
-        )
+        held, trashed = fsops.identity(root, path), []
+        try:
+            trashed = fsops.move_to_trash(root, [path], batch_name("guard")) if held else []
+        except fsops.RenameUnsupported:  # a root that cannot rename: deleted where it is
+            in_place = fsops.current_stat(root, [path])
+            store.forget_artifact(str(path))
+            fsops.purge(root, [path], in_place=in_place)
+            return
         store.forget_artifact(str(path))
         fsops.purge(root, trashed)
 
@@ -213,7 +232,11 @@ def restore_trashed(config: Config, store: Store, c: Checkpoint, actor: str) -> 
             lease=lease,
         ),
     ):
-        fsops.restore(root, [Path(p) for p in info["paths"]], [Path(p) for p in info["members"]])
+        originals = [Path(p) for p in info["members"]]
+        if not info.get("in_place"):
+            fsops.restore(root, [Path(p) for p in info["paths"]], originals)
+        elif fsops.current_stat(root, originals) != FileStat(*info["members_stat"]):
+            raise Refused(f"{c.path} changed since it was trashed: its trashed bytes are gone")
         # A record found in the trash was never read: the next scan reads it.
         status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
         reason = None if c.hash else "restored from the trash: read at the next scan"

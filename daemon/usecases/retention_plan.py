@@ -26,7 +26,7 @@ from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
-from .artifacts import SPLIT_BY_POLICY
+from .artifacts import SPLIT_BY_POLICY, is_adapter
 from .pipeline import awaiting_stages
 from .tier.locations import uses_remote
 from .trainer_housekeeping import trainer_best
@@ -334,5 +334,6 @@ def tier_blocked(config: Config, c: Checkpoint) -> str | None:
 
 
 def demotable(c: Checkpoint) -> bool:
-    """Split into an inference artifact would free its optimizer state."""
-    return c.format in SPLIT_BY_POLICY and (c.optimizer_bytes or 0) > 0
+    """Split into an inference artifact would free its optimizer state (never an adapter's:
+    `artifacts.refuse_torch`)."""
+    return not is_adapter(c) and c.format in SPLIT_BY_POLICY and (c.optimizer_bytes or 0) > 0

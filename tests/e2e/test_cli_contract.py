@@ -220,6 +220,7 @@ def documents(contract_ws: Workspace) -> dict[str, Any]:
     out["plot"] = ws.json("plot", "--run", "exp1", "--metric", "val_loss", "-o", "exp1.png")
     out["du"] = ws.json("du")
     out["stage run"] = ws.json("stage", "run", "probe", str(best))
+    out["integrity"] = ws.json("integrity", str(best))  # a tf-keras .h5: its datasets read
     out["jobs"] = ws.json("jobs")
     out["tier"] = ws.json("tier", str(other), "--dry-run")  # no remote here: a skip, with why
     out["trash remote"] = ws.json("trash", "remote", str(other), "--dry-run")  # kept: no copy
@@ -250,6 +251,20 @@ def test_the_fixture_exercises_nested_fields(documents: dict[str, Any]) -> None:
     assert documents["runs"][0]["best"] and documents["list"][0]["metrics"]
     assert documents["history"]["checkpoints"] and documents["history"]["epochs"]
     assert documents["plot"]["series"][0]["markers"] and documents["du"]["roots"][0]["runs"]
+
+
+@pytest.mark.slow
+def test_show_of_a_peft_adapter_carries_its_kind_and_base_model(
+    workspace: Workspace, peft_runs: Path
+) -> None:
+    """The `show` shape's `base_model` object, on a real adapter (a real base's lineage)."""
+    shutil.copytree(peft_runs / "models", workspace.root / "models")
+    shutil.copytree(peft_runs / "runs" / "linked", workspace.root / "linked")
+    workspace.run("scan")
+    doc = workspace.json("show", str(workspace.root / "linked" / "lora"))
+    conforms(doc, contract_documents()["show"], "ckpt show --json")
+    assert doc["kind"] == "adapter" and doc["base_model"]["missing"] is None, doc["base_model"]
+    assert doc["training_config"]["adapter"]["peft_type"] == "LORA"
 
 
 @pytest.mark.slow

@@ -134,17 +134,23 @@ def test_symlink_escapes_are_refused(
     assert FILES[0] not in trashed and trashed.count(FILES[1]) == 1  # only the real one
 
 
-def test_trash_across_a_filesystem_boundary_is_refused(
+def test_trash_across_a_filesystem_boundary_is_kept_in_the_catalog(
     workspace: Workspace, keras_checkpoints: Path
 ) -> None:
-    """The run folder is its own (tmpfs) mount: a rename into the root's trash would copy."""
+    """The run folder is its own (tmpfs) mount: a rename into the root's trash fails (EXDEV),
+    so the files stay where they are, trashed in the catalog (a delayed delete,
+    usecases.trash_in_place), invisible to `list`, and `trash purge` deletes them there."""
     run = workspace.root / RUN
     run.mkdir(parents=True)
     script = (
         'set -e; mount -t tmpfs ckpt-test "$1"; shift\n'
         'for f in "$@"; do cp -p "$f" "$RUNDIR/"; done\n'
-        '"$PY" -m ckpt_daemon --config "$CFG" scan >/dev/null\n'
-        '"$PY" -m ckpt_daemon --config "$CFG" prune --run k3/run_zip --keep-last 1 --json\n'
+        'ckpt() { "$PY" -m ckpt_daemon --config "$CFG" "$@"; }\n'
+        "ckpt scan >/dev/null\n"
+        "ckpt prune --run k3/run_zip --keep-last 1 --json; echo '#'\n"
+        "ckpt scan >/dev/null; ls \"$RUNDIR\"; echo '#'; ckpt list --json; echo '#'\n"
+        "ckpt trash list --json; echo '#'\n"
+        'ckpt trash purge --older-than 0 --json >/dev/null; ls "$RUNDIR"\n'
     )
     sources = [str(keras_checkpoints / RUN / name) for name in FILES]
     prefix = (
@@ -159,10 +165,18 @@ def test_trash_across_a_filesystem_boundary_is_refused(
         text=True,
         env=env,
     )
-    assert result.returncode == 3, result.stderr
-    failures = json.loads(result.stdout)["failures"]
-    assert len(failures) == 2
-    assert all("another filesystem" in f["error"] for f in failures)
+    assert result.returncode == 0, result.stderr
+    pruned, after_scan, listed, trash, after_purge = result.stdout.split("#\n")
+    assert json.loads(pruned)["failures"] == [], pruned
+    assert after_scan.split() == FILES  # still at their paths: nothing renamed
+    assert [Path(r["path"]).name for r in json.loads(listed)] == [FILES[-1]]
+    items = json.loads(trash)
+    assert sorted(Path(t["path"]).name for t in items) == FILES[:2]
+    for t in items:
+        assert t["in_place"] is True and t["paths"] == t["members"] == [t["path"]], t
+        assert "EXDEV" in t["why"] and t["due"] > t["at"], t
+    assert after_purge.split() == [FILES[-1]]  # deleted where they were
+    assert not list((workspace.root / ".ckpt-trash").rglob("*.keras"))
 
 
 def test_tf_checkpoint_sets_move_as_a_unit_and_the_state_file_stays_valid(

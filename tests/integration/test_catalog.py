@@ -12,6 +12,7 @@ from pathlib import Path
 from ckpt_daemon.catalog import db
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+from ckpt_daemon.core.query import ListQuery
 from tests.support.catalogs import sql, tables
 
 
@@ -86,6 +87,7 @@ def record(store: Store, path: str, digest: str) -> int:
 WRITER = """
 import sys
 from ckpt_daemon.core.model import CheckpointStatus, FileStat, IndexRecord
+from ckpt_daemon.core.query import ListQuery
 from ckpt_daemon.catalog.store import Store
 url, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 store = Store(url)
@@ -160,6 +162,29 @@ def test_known_under_a_start_path_is_exactly_that_subtree(catalog_url: str) -> N
     assert set(store.known_under("/r", "/r/run")) == {"/r/run/a.h5", "/r/run/sub/b.h5"}
     assert set(store.known_under("/r", "/r/run.h5")) == {"/r/run.h5"}
     assert len(store.known_under("/r")) == 5
+    store.close()
+
+
+def test_trashed_in_place_rows_are_found_by_their_json_record_on_both_backends(
+    catalog_url: str,
+) -> None:
+    """The scan's skip list (usecases.trash_in_place): only rows trashed in place, by a JSON
+    test in SQL, with the stat they were trashed with; a moved trash record is not one."""
+    store = Store(catalog_url)
+    for path in ("/r/run/a.h5", "/r/run/b.h5", "/r/run/c.h5", "/r/other/d.h5"):
+        record(store, path, path)
+    ids = {c.path: c.id for c in store.list(ListQuery())}
+    for path, in_place in (("/r/run/a.h5", True), ("/r/run/b.h5", False), ("/r/other/d.h5", True)):
+        trash = {"paths": [path], "members": [path], "at": "2026-01-01T00:00:00Z"}
+        if in_place:
+            trash |= {"in_place": True, "stat": [7, 8, 9], "members_stat": [7, 8, 9]}
+        store.set_status(ids[path], CheckpointStatus.TRASHED, "test", trash=trash)
+    assert store.trashed_in_place("/r") == {
+        "/r/run/a.h5": FileStat(7, 8, 9),
+        "/r/other/d.h5": FileStat(7, 8, 9),
+    }
+    assert store.trashed_in_place("/r", "/r/run") == {"/r/run/a.h5": FileStat(7, 8, 9)}
+    assert store.trashed_in_place("/elsewhere") == {}
     store.close()
 
 

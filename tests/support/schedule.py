@@ -31,6 +31,7 @@ SLOWEST_FIRST = (
     "e2e/test_version_crash_campaign.py",
     "e2e/test_packaging.py",
     "e2e/test_first_hour.py",
+    "e2e/test_pipeline.py",
     "e2e/test_never_lose_the_best.py",
     "e2e/test_fleet.py",
     "integration/test_split.py",
@@ -44,6 +45,8 @@ SLOWEST_FIRST = (
     "e2e/test_documented_commands.py",
     "e2e/test_pipeline_views.py",
     "e2e/test_guard_gives_up.py",
+    "e2e/test_cluster_storage.py",  # ~20 s: a daemon under a preloaded no-rename library
+    "e2e/test_peft_adapters.py",  # ~15 s: peft's save_pretrained in a child, once
 )
 
 

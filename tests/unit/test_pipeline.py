@@ -128,7 +128,12 @@ def test_retries_back_off() -> None:
         ),
         ("{name: a}", "pipeline[0]", "either `command`"),
         ("{name: a, command: [x], uses: split}", "pipeline[0]", "either `command`"),
-        ("{name: a, uses: integrity}", "pipeline[0].uses", "not one of verify, split, tier"),
+        (
+            "{name: a, uses: vacuum}",
+            "pipeline[0].uses",
+            "not one of verify, split, tier, integrity",
+        ),
+        ("{name: integrity, uses: split}", "pipeline[0].name", "built-in integrity stage"),
         ("{name: a, uses: split, needs: [b]}", "pipeline[0].needs[0]", "no earlier stage"),
         ("{name: a, uses: split, on: finally}", "pipeline[0].on", "expected complete, final"),
         ("{name: a, uses: split, on: {final: 1h, x: 1}}", "pipeline[0].on", "{final: QUIET}"),

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...core.health import unhealthy
 from ...core.model import Checkpoint, CheckpointStatus, Format, Run
 from ...core.moments import progress_key
 from ...core.query import ListQuery, default_mode
@@ -69,7 +70,11 @@ def best(
         v = c.metrics.get(metric)
         return None if v is None or math.isnan(v) else float(v)
 
-    remote = [(c, url) for c, url in remote_only(store, run) if value(c) is not None]
+    remote = [
+        (c, url)
+        for c, url in remote_only(store, run)
+        if value(c) is not None and unhealthy(c.metrics) is None  # as the local winner's
+    ]
     candidate = min(remote, key=lambda pair: sign * (value(pair[0]) or 0.0), default=None)
     here = local()
     if candidate is not None:
@@ -84,7 +89,11 @@ def latest(
     store: Store, local: Callable[[], Checkpoint | None], run: str | None, resumable: bool
 ) -> Answer | None:
     """The furthest along of the local winner and the store's candidates."""
-    remote = [(c, url) for c, url in remote_only(store, run) if not resumable or may_resume(c)]
+    remote = [
+        (c, url)
+        for c, url in remote_only(store, run)
+        if not resumable or (may_resume(c) and unhealthy(c.metrics) is None)
+    ]
     candidate = max(remote, key=lambda pair: progress_key(pair[0]), default=None)
     here = local()
     if candidate is not None and (
