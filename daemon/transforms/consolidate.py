@@ -42,7 +42,7 @@ from ..formats import (
 )
 from ..formats.megatron import LEGACY_FILES
 from ..formats.pickle_safe import Opaque, StorageRef, TensorRecord
-from ..fs import beneath, fsops
+from ..fs import beneath, folder_layouts, fsops
 from ..fs.sharded_names import MP_RANK_FOLDER
 from . import marker, safetensors_out
 from .safetensors_out import Tensor
@@ -64,16 +64,22 @@ def inference_path(source: Path, out_dir: Path | None = None) -> Path:
 def split(
     root: Path,
     source: Path,
-    fmt: Format,
+    fmt: Format | None = None,
     *,
     out: Path | None = None,
     replacing: fsops.Identity | None = None,
     source_hash: str | None = None,
     shard_bytes: int | None = SHARD_BYTES,
 ) -> SplitResult:
-    """Write the consolidated model of the sharded checkpoint folder `source` (below `root`)."""
+    """Write the consolidated model of the sharded checkpoint folder `source` (below `root`),
+    a save of format `fmt` (None: the layout that claims the folder says, `fs.folder_layouts`)."""
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
+    if fmt is None:
+        claimed = folder_layouts.claim_of(source)
+        fmt = Format(claimed.family) if claimed is not None else None
+    if fmt not in CONSOLIDATED:
+        raise UsageError(f"not split: {source} is not a sharded save consolidated here")
     final = inference_path(source, out)
     before = fsops.current_stat(root, [source])
     planner = {Format.TORCH_RANKS: plan_ranks, Format.MEGATRON_LEGACY: plan_legacy}

@@ -85,12 +85,7 @@ def split_checkpoint(
                 )
             elif c.format in consolidate.CONSOLIDATED:  # sharded -> the full model, no torch
                 result = consolidate.split(
-                    root,
-                    Path(c.path),
-                    Format(c.format),
-                    out=out,
-                    replacing=replacing,
-                    source_hash=c.hash,
+                    root, Path(c.path), out=out, replacing=replacing, source_hash=c.hash
                 )
             elif c.format in TORCH_SPLITTABLE:  # -> an inference .safetensors, without torch
                 result = torch_split.split(
@@ -390,8 +385,7 @@ SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)
 COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
 # What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer state
 # permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders; the
-# sharded saves (DCP, Megatron torch_dist, FSDP/verl rank files) by their consolidated model, a
-# complete weights copy verified before the save itself goes (transforms.consolidate).
+# sharded saves by their consolidated model, verified before the save goes (transforms.consolidate)
 SPLIT_BY_POLICY: tuple[Format, ...] = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
 SPLIT_BY_POLICY += (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS)
 
