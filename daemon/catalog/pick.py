@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import CkptError, NotFound, UsageError
+from ..core.families import folder_formats
 from ..core.health import unhealthy
-from ..core.model import FOLDER_FORMATS, Checkpoint, FileStat, Format
+from ..core.model import Checkpoint, FileStat, Format
 from ..core.moments import rewritten_in_place
 from ..core.resume import Resumability, optimizer_config_lost, resumability
 from ..fs import fsops
@@ -119,7 +120,11 @@ def one_run(names: Sequence[str]) -> None:
 
 
 def _needs_details(row: Row) -> bool:
-    return row[_AT["format"]] in _MEMBERED or row[_AT["format"]] == Format.KERAS_ZIP.value
+    return _membered(row[_AT["format"]]) or row[_AT["format"]] == Format.KERAS_ZIP
+
+
+def _membered(fmt: str | None) -> bool:
+    return fmt == Format.TF_CHECKPOINT or fmt in folder_formats()
 
 
 def judge(row: Row, details: Details | None = None) -> Resumability:
@@ -134,16 +139,13 @@ def judge(row: Row, details: Details | None = None) -> Resumability:
     )
 
 
-_MEMBERED = frozenset({Format.TF_CHECKPOINT.value, *(f.value for f in FOLDER_FORMATS)})
-
-
 def changed(row: Row, files: list[str]) -> str | None:
     """None if the row's files are the bytes it was indexed from, else what differs. `files`:
     the member file names of a multi-file checkpoint, as the catalog recorded them."""
     path = Path(row[_AT["path"]])
     members = [path]
     # Multi-file checkpoints were stat'ed over their members (recorded relative to the parent)
-    if row[_AT["format"]] in _MEMBERED:
+    if _membered(row[_AT["format"]]):
         members = [path.parent / name for name in files] or members
     expected = FileStat(row[_AT["size_bytes"]], row[_AT["mtime_ns"]], row[_AT["inode"]])
     try:

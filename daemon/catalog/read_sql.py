@@ -18,7 +18,7 @@ from ..core.health import NONFINITE
 from ..core.health import PREFIX as HEALTH
 from ..core.model import CheckpointStatus, Format, Kind
 from ..core.query import COLUMN_KEYS, OFF_DISK, ListQuery
-from ..core.resume import LEGACY_H5_RESUMES_IN, MAY_RESUME
+from ..core.resume import LEGACY_H5_RESUMES_IN, may_resume
 from ..core.runs import run_scope
 from . import pick
 from .rows import HEARTBEAT_ROWS, LISTING_COLUMNS
@@ -41,18 +41,27 @@ _NEWEST_FIRST = (
     )
     + ", checkpoints.mtime_ns DESC, checkpoints.id DESC"
 )
-# `latest --resumable`'s filter: the rows `core.resume` may call resumable (it judges each one).
-_MAY_RESUME = (
-    f"checkpoints.format IN ({', '.join('?' * len(MAY_RESUME))})"
-    " AND checkpoints.optimizer_bytes > 0 AND (checkpoints.format != ? OR (checkpoints.kind = ?"
-    f" AND ({' OR '.join(['checkpoints.keras_version LIKE ?'] * len(LEGACY_H5_RESUMES_IN))})))"
-)
-_MAY_RESUME_PARAMS = (
-    *(f.value for f in MAY_RESUME),
-    Format.KERAS_LEGACY_H5.value,
-    Kind.FULL.value,
-    *(f"{m}.%" for m in LEGACY_H5_RESUMES_IN),
-)
+
+
+def _may_resume() -> tuple[str, tuple[Any, ...]]:
+    """`latest --resumable`'s filter: the rows `core.resume` may call resumable (it judges each
+    one); asked at each query, so a format row registered later counts."""
+    formats = may_resume()
+    sql = (
+        f"checkpoints.format IN ({', '.join('?' * len(formats))})"
+        " AND checkpoints.optimizer_bytes > 0 AND (checkpoints.format != ? OR"
+        " (checkpoints.kind = ?"
+        f" AND ({' OR '.join(['checkpoints.keras_version LIKE ?'] * len(LEGACY_H5_RESUMES_IN))})))"
+    )
+    params = (
+        *(f.value for f in formats),
+        Format.KERAS_LEGACY_H5.value,
+        Kind.FULL.value,
+        *(f"{m}.%" for m in LEGACY_H5_RESUMES_IN),
+    )
+    return sql, params
+
+
 _GONE = (
     CheckpointStatus.MISSING.value,
     CheckpointStatus.REMOVED.value,
@@ -208,8 +217,9 @@ def latest(run: str | None, resumable: bool, dialect: Dialect, versions: bool = 
         sql += f" AND {condition}"
         params += bounds
     if resumable:
-        sql += f" AND {_MAY_RESUME}"
-        params += _MAY_RESUME_PARAMS
+        condition, more = _may_resume()
+        sql += f" AND {condition}"
+        params += more
     return f"{sql} ORDER BY {_NEWEST_FIRST}", params
 
 

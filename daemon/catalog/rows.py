@@ -40,7 +40,7 @@ LISTING_COLUMNS = (
     ("checkpoints", "version_of"),
 )
 STATUSES = {s.value: s for s in CheckpointStatus}
-FORMATS = {f.value: f for f in Format}
+FORMATS = Format.known()  # live: a format registered later is found too
 # The fields of a `Checkpoint` a listing row does not hold: their defaults (`details` and
 # `metric_sources` are filled by `show`, `best` and `latest`; `versions_kept` by the listing).
 _UNLISTED = ("metric_sources", "details", "versions_kept")

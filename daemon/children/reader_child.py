@@ -12,6 +12,7 @@ every read, so a read costs a round trip, not a Python start.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import python_module
+from ..core import families
 from ..core.errors import (
     CorruptCheckpoint,
     NotACheckpoint,
@@ -36,6 +38,9 @@ from ..core.errors import (
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo, WeightInfo
 from .protocol import read_line
 
+# The modules outside the package that registered format rows (`core.families.extra_modules`):
+# the child imports them, so that it knows their rows too (set by the parent when it starts one).
+FAMILY_MODULES = "CKPT_FAMILY_MODULES"
 READ_TIMEOUT_SECONDS = 30.0
 MEMORY_BUDGET_BYTES = 192 << 20  # address space the child may add to what its imports took
 RESTART_ABOVE_RSS_BYTES = 160 << 20  # a child that grew this big is replaced after the read
@@ -105,6 +110,7 @@ class _Child:
         self._buffer = b""
         self._lock = threading.Lock()
         self.last_used = time.monotonic()
+        self._modules = ""  # the FAMILY_MODULES it was started with
 
     def read(self, path: Path, root: Path | None, timeout: float) -> CheckpointInfo:
         path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root)) if root else None
@@ -137,8 +143,12 @@ class _Child:
             self._running()
 
     def _running(self) -> subprocess.Popen[bytes]:
+        modules = ",".join(families.extra_modules())
+        if self.proc is not None and modules != self._modules:
+            self.close()  # a format row registered since it started: one that knows it
         if self.proc is None or self.proc.poll() is not None:
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+            env[FAMILY_MODULES] = self._modules = modules
             self._buffer = b""
             self.proc = subprocess.Popen(
                 python_module("children.reader_child"),
@@ -244,6 +254,9 @@ def _serve() -> None:
     os.dup2(2, 1)
     _die_with_parent()
     from ..formats import detect  # imported before the limit: h5py and numpy are big
+
+    for name in filter(None, os.environ.get(FAMILY_MODULES, "").split(",")):
+        importlib.import_module(name)  # a format outside the package registers its row
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     limit = _address_space() + MEMORY_BUDGET_BYTES

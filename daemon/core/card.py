@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import families
 from .model import Format, Kind
 from .resume import optimizer_config_lost, resumability
 from .text import config_text, relative_path, visible_doc
@@ -85,7 +86,9 @@ def facts(
     n, trainable = doc["n_params"], doc["n_trainable_params"]
     optimizer_bytes = 0 if inference else doc["optimizer_bytes"]
     inputs, outputs = ports(model_config)
-    keras_family = fmt in KERAS_FAMILY  # a torch or HF file has no Keras version to show
+    # Keras and TensorFlow files say their Keras version and backend ("-" when unknown); any
+    # other format's only when it records one
+    keras_family = (row := families.row(fmt)) is not None and row.writer == "keras"
     what = [
         ("format", _format_text(doc, artifact)),
         *[
@@ -148,20 +151,6 @@ def facts(
         # The checkpoint's resume note is not the artifact's (its own line says why not).
         notes=[n for n in doc.get("notes") or [] if not (inference and n.startswith("resume"))],
     )
-
-
-# The formats Keras or TensorFlow write: their card says the Keras version and backend ("-"
-# when unknown); any other format's only when it records one.
-KERAS_FAMILY = frozenset(
-    {
-        Format.KERAS_ZIP,
-        Format.KERAS_WEIGHTS_H5,
-        Format.KERAS_LEGACY_H5,
-        Format.KERAS_LEGACY_WEIGHTS_H5,
-        Format.TF_CHECKPOINT,
-        Format.SAVED_MODEL,
-    }
-)
 
 
 def _format(value: str | None) -> Format | None:
@@ -369,25 +358,12 @@ def load_line(
             f"from safetensors.torch import load_file; model.load_state_dict(load_file({quoted}))"
             "  # model: built with the same architecture"
         )
-    elif fmt in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
-        line = f"import {lib}; model = {lib}.models.load_model({quoted})"
-    elif fmt in (Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_WEIGHTS_H5):
-        line = f"model.load_weights({quoted})  # model: built with the same architecture"
-    elif fmt == Format.TF_CHECKPOINT:
-        line = f"tf.train.Checkpoint(model=model, optimizer=optimizer).restore({quoted})"
-    elif fmt == Format.SAVED_MODEL:
-        line = f"import tensorflow as tf; loaded = tf.saved_model.load({quoted})"
-    elif fmt == Format.HF_FOLDER:  # the class is config.json's `architectures`
+    else:  # the format row's line (an HF folder: by its class, config.json's architecture)
+        row = families.row(fmt)
+        if row is None or row.load_line is None:
+            return "-"
         named = model_class if (model_class or "").isidentifier() else "AutoModel"
-        line = f"import transformers; model = transformers.{named}.from_pretrained({quoted})"
-    elif fmt == Format.SAFETENSORS:
-        line = f"from safetensors.torch import load_file; state_dict = load_file({quoted})"
-    elif fmt == Format.LIGHTNING:
-        line = f"model = Model.load_from_checkpoint({quoted})  # Model: your LightningModule"
-    elif fmt in (Format.TORCH_ZIP, Format.TORCH_LEGACY):
-        line = f"import torch; state = torch.load({quoted}, weights_only=True)"
-    else:
-        return "-"
+        line = row.load_line.format(path=quoted, lib=lib, model=named)
     needs_plugin = any(c in (codec or "") for c in PLUGIN_CODECS)
     return f"import hdf5plugin; {line}" if needs_plugin else line
 

@@ -26,22 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import Format
+from . import families
 
-# Formats whose epoch is a 0-based loop index or Lightning's 0-based `current_epoch`.
-ZERO_BASED_FORMATS = frozenset(
-    {Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING, Format.TORCH_DCP, Format.SAFETENSORS}
-)
-KERAS_FORMATS = frozenset(
-    {
-        Format.KERAS_ZIP,
-        Format.KERAS_WEIGHTS_H5,
-        Format.KERAS_LEGACY_H5,
-        Format.KERAS_LEGACY_WEIGHTS_H5,
-        Format.TF_CHECKPOINT,
-        Format.SAVED_MODEL,
-    }
-)
 KERAS_RULE = 1  # offset: 0-based log row r is the checkpoint of epoch r + 1
 
 
@@ -116,11 +102,13 @@ def _decide(
         return 0, f"values agree with the logs' epoch counted from 0 ({scores[0][3]})"
     if agree1 > agree0 and against1 <= against0:
         return 1, f"values agree with the logs' epoch + 1 ({scores[1][3]})"
-    formats = {m.format for m in members}
-    zero_based = sorted(f for f in formats if f in ZERO_BASED_FORMATS)
-    if zero_based and not formats & KERAS_FORMATS:
+    # who wrote the files (their format rows): Keras counts epochs from 1, a torch loop from 0
+    writers = {m.format: getattr(families.row(m.format), "writer", None) for m in members}
+    keras = "keras" in writers.values()
+    zero_based = sorted(str(f) for f, w in writers.items() if w == "torch")
+    if zero_based and not keras:
         return 0, f"{zero_based[0]} files count epochs from 0, as the logs do"
-    if not formats & KERAS_FORMATS and any(m.epoch == 0 for m in members):
+    if not keras and any(m.epoch == 0 for m in members):
         return 0, "a checkpoint of epoch 0: the run counts epochs from 0, as the logs do"
     return KERAS_RULE, ""
 

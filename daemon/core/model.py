@@ -7,8 +7,9 @@ No I/O here, no clock: these are frozen values that cross module boundaries.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 class CheckpointStatus(enum.StrEnum):
@@ -28,35 +29,91 @@ class CheckpointStatus(enum.StrEnum):
     STANDBY = "standby"
 
 
-class Format(enum.StrEnum):
-    """A checkpoint's format: the value is what the catalog stores and `--json` prints."""
+class _Formats(type):
+    """`for f in Format`: every format known, built in or added by a row of `core.families`."""
 
-    KERAS_ZIP = "keras-v3-zip"  # Keras 3 (or tf-keras) `.keras` archive
-    KERAS_WEIGHTS_H5 = "keras-v3-weights-h5"  # Keras 3 `.weights.h5`
-    KERAS_LEGACY_H5 = "keras-legacy-h5"  # `model.save('x.h5')`, Keras 2 or Keras 3
-    KERAS_LEGACY_WEIGHTS_H5 = "keras-legacy-weights-h5"  # tf-keras `save_weights('x.h5')`
-    TF_CHECKPOINT = "tf-checkpoint"  # `prefix.index` + `prefix.data-*`
-    SAVED_MODEL = "savedmodel"  # a directory with `saved_model.pb`
-    TORCH_ZIP = "torch-zip"  # `torch.save` (>= 1.6): a zip of `*/data.pkl` + `*/data/<key>`
-    TORCH_LEGACY = "torch-legacy"  # `torch.save(..., _use_new_zipfile_serialization=False)`
-    LIGHTNING = "lightning-ckpt"  # a torch zip holding a Lightning `Trainer` checkpoint
-    SAFETENSORS = "safetensors"  # 8-byte header length, JSON header, tensor bytes
-    ORBAX = "orbax-step"  # an Orbax step folder `<dir>/<step>/` (`_CHECKPOINT_METADATA`, items)
-    TORCH_DCP = "torch-dcp"  # torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
-    # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
-    HF_FOLDER = "hf-folder"
-    # Large-model stacks (issue 44): a folder of per-rank torch files (FSDP2 / verl
-    # `model_world_size_W_rank_R.pt`), a Megatron `iter_N/` of torch_dist (DCP + `common.pt` +
-    # `metadata.json`) or of the legacy `mp_rank_XX/model_optim_rng.pt`
-    TORCH_RANKS = "torch-rank-files"
-    MEGATRON_DIST = "megatron-torch-dist"
-    MEGATRON_LEGACY = "megatron-legacy"
+    def __iter__(cls) -> Iterator[Format]:
+        return iter(tuple(_KNOWN.values()))
 
 
-# Formats whose checkpoint is a folder: one catalog entry, its files as members, moved whole
-# (fs.folder_layouts describes how a layout is added).
-FOLDER_FORMATS = frozenset({Format.SAVED_MODEL, Format.HF_FOLDER, Format.ORBAX, Format.TORCH_DCP})
-FOLDER_FORMATS |= {Format.TORCH_RANKS, Format.MEGATRON_DIST, Format.MEGATRON_LEGACY}
+class Format(str, metaclass=_Formats):
+    """A checkpoint's format: the value is what the catalog stores and `--json` prints.
+
+    An open vocabulary: a format is one row of `core.families` (`core.families.register` adds
+    one), not a member of a closed enum. `Format(value)` answers the one object of a known
+    value (so `is` compares as it did for the enum) and refuses an unknown one (ValueError)."""
+
+    __slots__ = ()
+    KERAS_ZIP: ClassVar[Format]
+    KERAS_WEIGHTS_H5: ClassVar[Format]
+    KERAS_LEGACY_H5: ClassVar[Format]
+    KERAS_LEGACY_WEIGHTS_H5: ClassVar[Format]
+    TF_CHECKPOINT: ClassVar[Format]
+    SAVED_MODEL: ClassVar[Format]
+    TORCH_ZIP: ClassVar[Format]
+    TORCH_LEGACY: ClassVar[Format]
+    LIGHTNING: ClassVar[Format]
+    SAFETENSORS: ClassVar[Format]
+    ORBAX: ClassVar[Format]
+    TORCH_DCP: ClassVar[Format]
+    HF_FOLDER: ClassVar[Format]
+    TORCH_RANKS: ClassVar[Format]
+    MEGATRON_DIST: ClassVar[Format]
+    MEGATRON_LEGACY: ClassVar[Format]
+
+    def __new__(cls, value: str) -> Format:
+        known = _KNOWN.get(value)
+        if known is None:
+            raise ValueError(f"{value!r} is not a known format")
+        return known
+
+    @classmethod
+    def add(cls, value: str) -> Format:
+        """The format `value`, known from now on (idempotent)."""
+        if value not in _KNOWN:
+            _KNOWN[value] = str.__new__(cls, value)
+        return _KNOWN[value]
+
+    @classmethod
+    def forget(cls, value: str) -> None:
+        """`value` is no format any more (a toy format's row, unregistered)."""
+        _KNOWN.pop(value, None)
+
+    @classmethod
+    def known(cls) -> Mapping[str, Format]:
+        """{value: format} of every known format (live: it grows as formats are added)."""
+        return _KNOWN
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+
+_KNOWN: dict[str, Format] = {}
+Format.KERAS_ZIP = Format.add("keras-v3-zip")  # Keras 3 (or tf-keras) `.keras` archive
+Format.KERAS_WEIGHTS_H5 = Format.add("keras-v3-weights-h5")  # Keras 3 `.weights.h5`
+Format.KERAS_LEGACY_H5 = Format.add("keras-legacy-h5")  # `model.save('x.h5')`, Keras 2 or 3
+Format.KERAS_LEGACY_WEIGHTS_H5 = Format.add("keras-legacy-weights-h5")  # tf-keras save_weights
+Format.TF_CHECKPOINT = Format.add("tf-checkpoint")  # `prefix.index` + `prefix.data-*`
+Format.SAVED_MODEL = Format.add("savedmodel")  # a directory with `saved_model.pb`
+# `torch.save` (>= 1.6): a zip of `*/data.pkl` + `*/data/<key>`
+Format.TORCH_ZIP = Format.add("torch-zip")
+# `torch.save(..., _use_new_zipfile_serialization=False)`
+Format.TORCH_LEGACY = Format.add("torch-legacy")
+Format.LIGHTNING = Format.add("lightning-ckpt")  # a torch zip holding a Lightning checkpoint
+Format.SAFETENSORS = Format.add("safetensors")  # 8-byte header length, JSON header, tensors
+# an Orbax step folder `<dir>/<step>/` (`_CHECKPOINT_METADATA`, items)
+Format.ORBAX = Format.add("orbax-step")
+# torch.distributed.checkpoint: `.metadata` + `__R_N.distcp` files
+Format.TORCH_DCP = Format.add("torch-dcp")
+# A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
+Format.HF_FOLDER = Format.add("hf-folder")
+# Large-model stacks (issue 44): a folder of per-rank torch files (FSDP2 / verl
+# `model_world_size_W_rank_R.pt`), a Megatron `iter_N/` of torch_dist (DCP + `common.pt` +
+# `metadata.json`) or of the legacy `mp_rank_XX/model_optim_rng.pt`
+Format.TORCH_RANKS = Format.add("torch-rank-files")
+Format.MEGATRON_DIST = Format.add("megatron-torch-dist")
+Format.MEGATRON_LEGACY = Format.add("megatron-legacy")
 
 
 class Kind(enum.StrEnum):

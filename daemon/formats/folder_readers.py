@@ -1,4 +1,4 @@
-"""The reader of each folder layout (`fs.folder_layouts`): family -> read(folder, root).
+"""The reader of a folder checkpoint: the `reader` of the format row whose layout claims it.
 
 A reader judges its folder as a whole: every file its layout requires is there and itself
 complete, or it raises `CorruptCheckpoint` naming what is missing or broken (the indexer makes
@@ -10,24 +10,12 @@ read. SavedModel folders keep their own path (`formats.savedmodel`: TensorFlow's
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
+from ..core import families
 from ..core.errors import NotACheckpoint
-from ..core.model import CheckpointInfo, Format
+from ..core.model import CheckpointInfo
 from ..fs import folder_layouts
-from . import folder_saves, hf_folder, megatron, rank_files
-
-Reader = Callable[[Path, Path | None], CheckpointInfo]
-
-READERS: dict[str, Reader] = {
-    Format.HF_FOLDER.value: hf_folder.read,
-    Format.ORBAX.value: folder_saves.read,
-    Format.TORCH_DCP.value: folder_saves.read,
-    Format.TORCH_RANKS.value: rank_files.read,  # issue 44's stacks (fs.sharded_names)
-    Format.MEGATRON_DIST.value: megatron.read_dist,
-    Format.MEGATRON_LEGACY.value: megatron.read_legacy,
-}
 
 
 def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
@@ -35,7 +23,8 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
     claimed = folder_layouts.claim_of(folder)
     if claimed is None:
         raise NotACheckpoint(f"{folder.name}: a folder no checkpoint layout claims")
-    reader = READERS.get(claimed.family)
-    if reader is None:
+    row = families.row(claimed.family)
+    if row is None or row.reader is None:
         raise NotACheckpoint(f"{folder.name}: no reader for {claimed.family} folders")
-    return reader(folder, root)
+    info: CheckpointInfo = families.resolve(row.reader)(folder, root)
+    return info

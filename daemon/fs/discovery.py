@@ -14,16 +14,13 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import families
 from ..core.housekeeping import BACKUP_STATE, backup_state_names
 from ..core.model import FileStat, Format
 from ..core.versions import VERSIONS_DIR
 from . import folder_layouts
 from .temp_names import TEMP_PREFIX
 
-# Keras/HDF5, then the torch family (`.bin`, `.pt`... are judged by content: a `.bin` that
-# is not a torch or safetensors file is recorded with the reader's reason).
-CHECKPOINT_SUFFIXES: tuple[str, ...] = (".keras", ".h5", ".hdf5", ".he5")
-CHECKPOINT_SUFFIXES += (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
 SAVED_MODEL_MARKERS = ("saved_model.pb", "saved_model.pbtxt")
 # Folders that belong to us or to tools, never to a run.
 _SKIPPED_DIRS = {".ckpt", ".ckpt-trash", VERSIONS_DIR, ".git", "__pycache__", ".ipynb_checkpoints"}
@@ -129,7 +126,7 @@ def walk(
                     stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(entry.name)
-            elif entry.name.lower().endswith(CHECKPOINT_SUFFIXES):
+            elif entry.name.lower().endswith(families.suffixes()):
                 with suppress(FileNotFoundError):
                     mode = entry.stat(follow_symlinks=False).st_mode
                     yield Skipped(Path(entry.path), _special_file(mode))
@@ -185,14 +182,14 @@ def _file_candidates(
             continue
         path = folder / name
         if name in backup:
-            if name.endswith(".index") or name.lower().endswith(CHECKPOINT_SUFFIXES):
+            if name.endswith(".index") or name.lower().endswith(families.suffixes()):
                 yield Skipped(folder / name.removesuffix(".index"), BACKUP_STATE)
         elif name.endswith(".index"):
             prefix = name[: -len(".index")]
             members = tf_members(folder, prefix, present)
             if members is not None:
                 yield Candidate(folder / prefix, folder, members, TF_CHECKPOINT)
-        elif name.lower().endswith(CHECKPOINT_SUFFIXES):
+        elif name.lower().endswith(families.suffixes()):
             yield Candidate(path, folder, (path,))
 
 

@@ -6,17 +6,12 @@ hash over them) are its members, its completeness is judged as a whole by its fo
 *recognises* a folder from the names in it (no file is opened here); what the files say is the
 reader's business.
 
-To add a layout (Orbax step folders, torch DCP folders, ...):
-
-1. give it a `core.model.Format` value (that value is the `family` of its candidates) and add
-   it to `core.model.FOLDER_FORMATS` (guards, verify and split then treat it as a folder);
-2. write a `FolderLayout` below and append it to `LAYOUTS` (order matters: the first layout
-   that claims a folder wins);
-3. register its reader in `formats.folder_readers.READERS` (it runs in the reader child, under
-   its limits, and raises `CorruptCheckpoint`/`NotReady` for what is missing: the indexer turns
-   that into `incomplete` while the folder is young and `corrupt` once it has settled);
-4. if files inside its folders have names the watcher would not map to the folder, say so in
-   `announces` (the service then re-reads the folder, never the file alone).
+A layout is a format row's (`core.families`: `layout`); a folder format is added by its row and
+its module, nothing here. Its reader (the row's `reader`) runs in the reader child, under its
+limits, and raises `CorruptCheckpoint`/`NotReady` for what is missing: the indexer turns that
+into `incomplete` while the folder is young and `corrupt` once it has settled. Files inside its
+folders whose names the watcher would not map to the folder are its `announces`' (the service
+then re-reads the folder, never the file alone).
 
 A claim says whether the folder is *whole*: every file under it belongs to the checkpoint, so
 discovery does not descend into it and trash renames the folder itself. A folder that also holds
@@ -36,8 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.families import resolve, rows
 from ..core.model import Format
-from . import sharded_names as sharded
 from .temp_names import TEMP_PREFIX
 
 
@@ -154,26 +149,16 @@ DCP_LAYOUT = FolderLayout(
     family=Format.TORCH_DCP.value, recognises=_dcp_recognises, announces=_dcp_announces
 )
 
-# Large-model stacks (fs.sharded_names): Megatron's iter_N/ before plain DCP (torch_dist is DCP)
-MEGATRON_DIST_LAYOUT = FolderLayout(
-    Format.MEGATRON_DIST.value, sharded.megatron_dist_recognises, sharded.megatron_dist_announces
-)
-MEGATRON_LEGACY_LAYOUT = FolderLayout(
-    Format.MEGATRON_LEGACY.value, sharded.megatron_legacy_recognises, sharded.never
-)
-RANK_FILES_LAYOUT = FolderLayout(
-    Format.TORCH_RANKS.value, sharded.rank_files_recognises, sharded.rank_files_announces
-)
 
-# The layouts discovery tries, first match wins. SavedModel folders are found by discovery's own
-# markers (fs.discovery.SAVED_MODEL_MARKERS) before any of these.
-LAYOUTS: list[FolderLayout] = [HF_FOLDER_LAYOUT, ORBAX_LAYOUT, MEGATRON_DIST_LAYOUT]
-LAYOUTS += [MEGATRON_LEGACY_LAYOUT, RANK_FILES_LAYOUT, DCP_LAYOUT]
+def layouts() -> list[FolderLayout]:
+    """The layouts discovery tries, the format rows' in order, first match wins. SavedModel
+    folders are found by discovery's own markers (fs.discovery.SAVED_MODEL_MARKERS) first."""
+    return [resolve(r.layout) for r in rows() if r.layout is not None]
 
 
 def claim(folder: Path, files: frozenset[str], dirs: frozenset[str]) -> Claim | None:
     """The layout claim on `folder` (its regular file names and subfolder names), if any."""
-    for layout in LAYOUTS:
+    for layout in layouts():
         if layout.recognises(folder.name, files, dirs):
             whole = layout.owns_subfolders(folder.name, files, dirs)
             members = tuple(tree_files(folder)) if whole else _own_files(folder, files)
@@ -195,7 +180,7 @@ def claim_of(folder: Path) -> Claim | None:
 def announced_folder(path: Path) -> Path | None:
     """The folder a file's event should re-read as a whole (pure: names only), or None."""
     folder = path.parent
-    if any(layout.announces(folder.name, path.name) for layout in LAYOUTS):
+    if any(layout.announces(folder.name, path.name) for layout in layouts()):
         return folder
     return None
 

@@ -1,8 +1,8 @@
 """The names that make a folder one sharded checkpoint of a large-model stack (issue 44), from
 its entries alone (no file opened): FSDP2 / verl per-rank files, Megatron `iter_N/` folders.
 
-`fs.folder_layouts` builds its layouts from these (`formats.rank_files` and `formats.megatron`
-read what the files say):
+Their `FolderLayout`s are at the end, named by the formats' rows (`core.families`);
+`formats.rank_files` and `formats.megatron` read what the files say:
 
 - a folder holding `model_world_size_W_rank_R.pt` (and `optim_`, `extra_state_` ones): verl's
   `global_step_N/actor/`, one checkpoint of every rank's files;
@@ -17,6 +17,9 @@ Megatron writes `latest_checkpointed_iteration.txt` in the parent once every ran
 from __future__ import annotations
 
 import re
+
+from ..core.model import Format
+from .folder_layouts import FolderLayout
 
 RANK_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 ITER_FOLDER = re.compile(r"^iter_(\d+)$")
@@ -53,3 +56,16 @@ def megatron_legacy_recognises(name: str, _files: frozenset[str], dirs: frozense
 
 def never(_folder_name: str, _name: str) -> bool:
     return False  # a legacy rank file sits one level down: the scan finds its iter_N folder
+
+
+# The layouts of these formats' rows (core.families names them; its row order puts them before
+# the plain DCP layout, which would claim a torch_dist folder too)
+MEGATRON_DIST_LAYOUT = FolderLayout(
+    Format.MEGATRON_DIST.value, megatron_dist_recognises, megatron_dist_announces
+)
+MEGATRON_LEGACY_LAYOUT = FolderLayout(
+    Format.MEGATRON_LEGACY.value, megatron_legacy_recognises, never
+)
+RANK_FILES_LAYOUT = FolderLayout(
+    Format.TORCH_RANKS.value, rank_files_recognises, rank_files_announces
+)

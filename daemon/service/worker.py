@@ -23,7 +23,7 @@ from typing import Any
 from ..catalog.audit import actor
 from ..catalog.store import Store
 from ..children import reader_child
-from ..core import completion
+from ..core import completion, families
 from ..core.model import FileStat, Hint, HintKind, Rescan
 from ..core.units import iso_utc
 from ..fs import discovery, folder_layouts, procfs
@@ -86,7 +86,7 @@ def target_for(path: Path, is_dir: bool) -> tuple[Path, bool] | None:
         return path.parent.parent, True
     if name in _TF_NAMES or name.endswith(".index") or discovery.is_data_shard(name):
         return path.parent, True  # a TF checkpoint completes as a set: look at the folder
-    if name.lower().endswith(discovery.CHECKPOINT_SUFFIXES):
+    if name.lower().endswith(families.suffixes()):
         return path, False
     if name.lower().endswith(_METRICS_SUFFIXES):
         return path.parent, True  # metrics of the run's checkpoints may have changed

@@ -68,6 +68,7 @@ def split(
     *,
     out: Path | None = None,
     replacing: fsops.Identity | None = None,
+    keep_compile: bool = False,  # every splitter's signature: a sharded save compiles nothing
     source_hash: str | None = None,
     shard_bytes: int | None = SHARD_BYTES,
 ) -> SplitResult:

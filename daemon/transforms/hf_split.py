@@ -103,14 +103,15 @@ def split(
     source: Path,
     *,
     out: Path | None = None,
-    existing: bool = False,
+    replacing: fsops.Identity | None = None,
+    keep_compile: bool = False,  # every splitter's signature: an HF folder compiles nothing
     source_hash: str | None = None,
 ) -> SplitResult:
     """Write the inference folder of the HF folder `source` (below `root`) beside it or into
     `out`; nothing there is ever replaced (WouldReplace). Refused (and nothing left behind) if
-    the checkpoint changed meanwhile; ArtifactMismatch if the copy does not verify. `existing`:
-    the folder there is this checkpoint's own (the caller checked): re-verified against the
-    source and kept as it is."""
+    the checkpoint changed meanwhile; ArtifactMismatch if the copy does not verify. `replacing`
+    given: the folder there is this checkpoint's own (the caller checked): re-verified against
+    the source and kept as it is."""
     if out is not None and not out.is_dir():
         raise UsageError(f"{out} is not a folder")
     final = inference_path(source, Path(os.path.abspath(out)) if out is not None else None)
@@ -121,7 +122,7 @@ def split(
     expected = hf_weights.read_weights(source, _names(planned.kept), root)
     folder_before = _folder_stat(source)
     before = fsops.current_stat(root, planned.kept)  # also refuses a source outside `root`
-    if existing:
+    if replacing is not None:
         digests = {src.name: hashing.hash_files([src], root) for src in planned.kept}
         files, digest = verify(root, final, digests, expected.n_params)
         _check_unchanged(root, planned, before, folder_before)

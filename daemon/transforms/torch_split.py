@@ -68,6 +68,7 @@ def split(
     *,
     out: Path | None = None,
     replacing: fsops.Identity | None = None,
+    keep_compile: bool = False,  # every splitter's signature: a torch file compiles nothing
     source_hash: str | None = None,
 ) -> SplitResult:
     """Write the inference `.safetensors` of the torch zip `source` (below `root`) beside it or

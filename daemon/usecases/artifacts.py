@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..catalog.store import Store
 from ..catalog.store_leases import HeldLease
 from ..children.sandbox import UNSANDBOXED
+from ..core import families
 from ..core.errors import UsageError
 from ..core.model import Checkpoint, CheckpointStatus, Format, Kind
 from ..core.progress import Counter, OnProgress
@@ -56,19 +57,17 @@ def split_checkpoint(
     model card (`<stem>.inference` + `.md`, `usecases.describe`) is written beside it, registered
     as part of it. `on_progress` hears the checkpoint start (its bytes the total) and finish
     (`split`)."""
-    from ..transforms import consolidate, hf_split, torch_split
-    from ..transforms.split import split
     from .describe import card_path, own_card, write_card
 
     c = store.get(ref)
-    refuse_torch(c, "split")
-    inference_path = _inference_path(c)
+    refuse_by_row(c, "split")
+    splitter = _splitter(c)
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
     _refuse(c, "split")
     with rail.acting_on(config, store, c, "split", actor, leased=leased) as (root, _members):
         _check_out(root, out)
-        final = inference_path(Path(c.path), out)
+        final = splitter.inference_path(Path(c.path), out)
         _fit(c, (final, "its inference artifact"), (card_path(final), "its model card"))
         if leased is None:  # a demotion frees more than it writes
             weights = c.size_bytes - (c.optimizer_bytes or 0)
@@ -79,27 +78,14 @@ def split_checkpoint(
         if pending:
             _register(store, c.id, "inference", final, 0, None, None)
         try:
-            if c.format == Format.HF_FOLDER:  # -> an inference folder beside it
-                result = hf_split.split(
-                    root, Path(c.path), out=out, existing=not pending, source_hash=c.hash
-                )
-            elif c.format in consolidate.CONSOLIDATED:  # sharded -> the full model, no torch
-                result = consolidate.split(
-                    root, Path(c.path), out=out, replacing=replacing, source_hash=c.hash
-                )
-            elif c.format in TORCH_SPLITTABLE:  # -> an inference .safetensors, without torch
-                result = torch_split.split(
-                    root, Path(c.path), out=out, replacing=replacing, source_hash=c.hash
-                )
-            else:
-                result = split(
-                    root,
-                    Path(c.path),
-                    out=out,
-                    keep_compile=keep_compile,
-                    replacing=replacing,
-                    source_hash=c.hash,
-                )
+            result = splitter.split(
+                root,
+                Path(c.path),
+                out=out,
+                keep_compile=keep_compile,
+                replacing=replacing,
+                source_hash=c.hash,
+            )
         except BaseException:
             if pending:
                 store.forget_artifact(str(final))
@@ -179,17 +165,12 @@ def export_checkpoint(
     return store.get(str(c.id)), result
 
 
-def _inference_path(c: Checkpoint) -> Any:
-    """The artifact naming of the transform for `c`'s format: a torch zip becomes a
-    `.safetensors` (`transforms.torch_split`), an HF folder an inference folder
-    (`transforms.hf_split`), a Keras file a Keras file (`transforms.split`)."""
-    from ..transforms import consolidate, hf_split, split, torch_split
-
-    if c.format == Format.HF_FOLDER:
-        return hf_split.inference_path
-    if c.format in consolidate.CONSOLIDATED:
-        return consolidate.inference_path
-    return (torch_split if c.format in TORCH_SPLITTABLE else split).inference_path
+def _splitter(c: Checkpoint) -> Any:
+    """The splitter of `c`'s format row (a module with `split` and `inference_path`): a torch
+    zip becomes a `.safetensors`, an HF folder an inference folder, a Keras file a Keras file;
+    a row without one gets `transforms.split`, which refuses what it cannot split."""
+    row = families.row(c.format)
+    return families.resolve(row.splitter if row and row.splitter else "transforms.split")
 
 
 def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | None:
@@ -252,7 +233,7 @@ def compress_checkpoint(
     from ..transforms.compress import compress
 
     c = store.get(ref)
-    refuse_torch(c, "compress")
+    refuse_by_row(c, "compress")
     counter = Counter(on_progress, 1, c.size_bytes)
     counter.start(c.path)
     _refuse(c, "compress")
@@ -342,52 +323,38 @@ def _check_out(root: Path, out: Path | None) -> None:
         raise UsageError(f"--out {out} is not inside the checkpoint's root {root}")
 
 
-TORCH_FAMILY = (Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING, Format.SAFETENSORS)
-TORCH_SPLITTABLE = (Format.TORCH_ZIP, Format.LIGHTNING)  # -> an inference .safetensors
-_TORCH_REFUSALS = {
-    "split": {
-        Format.TORCH_LEGACY: "a legacy (pre-1.6) torch file is not split (re-save it with a "
-        "current torch: its storages are then a zip's members, copied as they are)",
-        Format.SAFETENSORS: "a safetensors file holds weights only: nothing to split",
-    },
-    "compress": dict.fromkeys(
-        TORCH_FAMILY,
-        "a torch-family file has no lossless compressed form of its own (a compressed "
-        ".safetensors or .pt is no longer one its loader opens)",
-    ),
-}
-# A Hugging Face folder is split into an inference folder (transforms.hf_split), never compressed.
-_TORCH_REFUSALS["compress"][Format.HF_FOLDER] = (
-    "a Hugging Face folder's files have no lossless compressed form that from_pretrained "
-    "still opens"
-)
-
-
 def is_adapter(c: Checkpoint) -> bool:
     return c.kind == Kind.ADAPTER.value
 
 
-def refuse_torch(c: Checkpoint, action: str) -> None:
-    """A one-line refusal (exit 2) for what split and compress cannot do to the torch family
-    (and to a PEFT adapter: already the small file that inference loads)."""
+def refuse_by_row(c: Checkpoint, action: str) -> None:
+    """A one-line refusal (exit 2) for what a format's row says split or compress cannot do
+    (`split_refusal`, `compress_refusal`), and for a PEFT adapter (already the small file that
+    inference loads), before anything else is looked at."""
     done = {"split": "split", "compress": "compressed"}[action]
     if is_adapter(c):
         raise UsageError(
             f"not {done}: {c.path} is a PEFT adapter: already small (only the adapter's "
             "weights), loaded as it is on its base model; nothing to take out of it"
         )
-    why = _TORCH_REFUSALS[action].get(c.format) if c.format is not None else None
+    row = families.row(c.format)
+    why = getattr(row, f"{action}_refusal") if row is not None else None
     if why is not None:
         raise UsageError(f"not {done}: {c.path} is {c.format}: {why}")
 
 
-SPLITTABLE = (Format.KERAS_ZIP, Format.KERAS_WEIGHTS_H5, Format.KERAS_LEGACY_H5)
-COMPRESSIBLE = (*SPLITTABLE, Format.KERAS_LEGACY_WEIGHTS_H5)
-# What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer state
-# permitting: Keras files, torch zips and Lightning files, Hugging Face Trainer folders; the
-# sharded saves by their consolidated model, verified before the save goes (transforms.consolidate)
-SPLIT_BY_POLICY: tuple[Format, ...] = (*SPLITTABLE, *TORCH_SPLITTABLE, Format.HF_FOLDER)
-SPLIT_BY_POLICY += (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS)
+def split_by_policy(c: Checkpoint) -> bool:
+    """What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer
+    state permitting: the formats whose row has a splitter (Keras files, torch zips and
+    Lightning files, Hugging Face Trainer folders), never a PEFT adapter (`refuse_by_row`)."""
+    row = families.row(c.format)
+    splits = row is not None and row.splitter is not None and not is_adapter(c)
+    return splits and (c.optimizer_bytes or 0) > 0
+
+
+def _compressible(c: Checkpoint) -> bool:
+    row = families.row(c.format)
+    return row is not None and row.compressible
 
 
 def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], list[Checkpoint]]:
@@ -402,9 +369,7 @@ def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], lis
         for c in cold
         if cfg.split_after is not None
         and now - c.mtime >= cfg.split_after
-        and c.format in SPLIT_BY_POLICY
-        and not is_adapter(c)
-        and (c.optimizer_bytes or 0) > 0
+        and split_by_policy(c)
         and c.id not in split_done
     ]
     to_compress = [
@@ -412,7 +377,7 @@ def due(store: Store, cfg: Artifacts, now: float) -> tuple[list[Checkpoint], lis
         for c in cold
         if cfg.compress_after is not None
         and now - c.mtime >= cfg.compress_after
-        and c.format in COMPRESSIBLE
+        and _compressible(c)
         and c.id not in compressed
     ]
     return to_split, to_compress

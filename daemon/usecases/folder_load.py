@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import CkptError
-from ..core.model import Checkpoint, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..formats import dcp_folder, pickle_ops
 from ..fs import beneath
 from . import guards
@@ -25,6 +25,8 @@ def load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     """(ok, detail) of loading `c`, an Orbax or DCP folder, in a child."""
     from ..children import folder_load_probe
 
+    if c.status != CheckpointStatus.OK:  # the reader already said what is wrong
+        return False, f"load: not run ({c.status.value}: {c.reason})"
     kind, library = LIBRARIES.get(c.format, ("", "")) if c.format else ("", "")
     foreign = _dcp_foreign(Path(c.path)) if kind == "dcp" else []
     if foreign:  # judged from the opcodes here, no child started; the child judges its copy too

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..core.errors import NotFound
-from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.families import folder_formats
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
 from ..fs import fsops
 from ..settings.config import Config
 from . import folder_units
@@ -37,7 +38,7 @@ def _is_layout_folder(c: Checkpoint) -> bool:
     or an abandoned folder save (never read whole, so no format: its files are recorded)."""
     if c.format is None and c.status == CheckpointStatus.ABANDONED:
         return True
-    return c.format in FOLDER_FORMATS and c.format != Format.SAVED_MODEL
+    return c.format in folder_formats() and c.format != Format.SAVED_MODEL
 
 
 def recheck(

@@ -17,9 +17,9 @@ from pathlib import Path
 from ..catalog.store import Known, Store
 from ..catalog.store_claims import Claim
 from ..children import reader_child
-from ..core import completion
+from ..core import completion, families
 from ..core.errors import NotACheckpoint, NotReady, ReadProblem, UnfinishedSave, UsageError
-from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, Format, IndexRecord
+from ..core.model import CheckpointInfo, CheckpointStatus, FileStat, IndexRecord
 from ..core.progress import Counter, OnProgress
 from ..core.training_metrics import compile_template
 from ..core.units import iso_utc
@@ -38,7 +38,6 @@ from .scan_report import ScanReport, record_outcome
 # Read again only once their bytes change (an abandoned save: nobody writes in it any more).
 _SETTLED = {CheckpointStatus.OK, CheckpointStatus.CORRUPT, CheckpointStatus.ABANDONED}
 _FAILED = {CheckpointStatus.CORRUPT, CheckpointStatus.UNREADABLE}
-_MARKED = (discovery.FILE, Format.HF_FOLDER.value)  # what split writes: files, HF folders
 
 
 def scan(
@@ -336,7 +335,7 @@ class _Scan:
         # Our own outputs carry a marker; looked for only once the limited child has read the
         # file within bounds, so the hostile-file rails stand in front of this read too. An
         # inference folder (an HF checkpoint's split) carries it as a file inside.
-        if cand.family in _MARKED and (ours := adopt(self.store, cand.path)) is not None:
+        if _marked(cand.family) and (ours := adopt(self.store, cand.path)) is not None:
             self.report.skipped.append((text, ours))  # marked as split's output: not a checkpoint
             return True
         if save_checks.is_folder_save(cand.family):  # a writer in it, or not confirmed yet
@@ -400,3 +399,10 @@ class _Scan:
             return discovery.display_path(run_dir.relative_to(self.root.path))[0]
         except ValueError:
             return "."
+
+
+def _marked(family: str) -> bool:
+    """What a split may have written: a file, or a folder of a format whose row splits (an HF
+    checkpoint's inference folder)."""
+    row = families.row(family)
+    return family == discovery.FILE or (row is not None and row.folder and bool(row.splitter))

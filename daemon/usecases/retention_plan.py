@@ -26,7 +26,7 @@ from ..core.runs import run_scope
 from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
-from .artifacts import SPLIT_BY_POLICY, is_adapter
+from .artifacts import split_by_policy
 from .pipeline import awaiting_stages
 from .tier.locations import uses_remote
 from .trainer_housekeeping import trainer_best
@@ -334,6 +334,5 @@ def tier_blocked(config: Config, c: Checkpoint) -> str | None:
 
 
 def demotable(c: Checkpoint) -> bool:
-    """Split into an inference artifact would free its optimizer state (never an adapter's:
-    `artifacts.refuse_torch`)."""
-    return not is_adapter(c) and c.format in SPLIT_BY_POLICY and (c.optimizer_bytes or 0) > 0
+    """Split into an inference artifact would free its optimizer state."""
+    return split_by_policy(c)

@@ -12,19 +12,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..core import families
 from ..core.errors import Refused
-from ..core.model import CheckpointInfo, CheckpointStatus, Format
+from ..core.model import CheckpointInfo, CheckpointStatus
 from ..core.save_verdict import SaveObservation, SaveVerdict, judge
 from ..fs import procfs
 from ..settings.config import Config
 
-FOLDER_SAVES = frozenset({Format.ORBAX.value, Format.TORCH_DCP.value})
-FOLDER_SAVES |= {Format.TORCH_RANKS.value, Format.MEGATRON_DIST.value, Format.MEGATRON_LEGACY.value}
 UNCONFIRMED_NOTE = "unconfirmed save: "  # formats.folder_saves writes these notes
 
 
 def is_folder_save(family: str) -> bool:
-    return family in FOLDER_SAVES
+    """Whether the format row's completeness rule is an async save's (`core.families.SAVE`)."""
+    row = families.row(family)
+    return row is not None and row.completeness == families.SAVE
 
 
 def unfinished(folder: Path, signs: str, config: Config, now_ns: int) -> SaveVerdict:

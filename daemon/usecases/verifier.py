@@ -16,8 +16,10 @@ from pathlib import Path
 
 from ..catalog.store import Store
 from ..children.sandbox import UNSANDBOXED
+from ..core import families
 from ..core.errors import CkptError
-from ..core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.families import folder_formats
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
@@ -103,91 +105,88 @@ def _verdicts(
 
 
 def _load(c: Checkpoint, mode: str) -> Verdict:
-    """Load with the Keras that wrote it (tf-keras for Keras 2 files) in a child process that
-    runs none of the file's code, sandboxed (`children.sandbox`; `mode`: `load_sandbox`)
-    (`children.keras_load_probe`)."""
-    from ..children import keras_load_probe
-
-    if c.status != CheckpointStatus.OK and (c.format is None or c.format in TORCH_LOADED):
-        # unreadable: the reader already said what is wrong, no loader is handed it
-        return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
-    if c.format in TORCH_LOADED:
-        return _torch_load(c, mode)
-    if c.format in folder_load.LIBRARIES:
-        if c.status != CheckpointStatus.OK:
-            return Verdict(c.id, c.path, False, f"load: not run ({c.status.value}: {c.reason})")
-        return Verdict(c.id, c.path, *folder_load.load(c, mode))
-    if c.format not in (Format.KERAS_ZIP, Format.KERAS_LEGACY_H5):
+    """Load it in a child that runs none of the file's code, sandboxed (`children.sandbox`;
+    `mode`: `load_sandbox`), by its format row's `load` check."""
+    row = families.row(c.format)
+    if row is None or row.load is None:
+        if c.status != CheckpointStatus.OK and c.format is None:
+            return Verdict(c.id, c.path, *not_run(c))
         return Verdict(
             c.id,
             c.path,
             True,
             f"load: not checked ({c.format} has no architecture or is not a Keras file)",
         )
+    return Verdict(c.id, c.path, *families.resolve(row.load)(c, mode))
+
+
+def not_run(c: Checkpoint) -> tuple[bool, str]:
+    """An unreadable checkpoint: the reader already said what is wrong, no loader is handed it."""
+    return False, f"load: not run ({c.status.value}: {c.reason})"
+
+
+def keras_load(c: Checkpoint, mode: str) -> tuple[bool, str]:
+    """Load with the Keras that wrote it (tf-keras for Keras 2 files)
+    (`children.keras_load_probe`), and its inference artifact beside it."""
+    from ..children import keras_load_probe
+
     library = "tf_keras" if str(c.details.get("keras_version") or "").startswith("2.") else "keras"
     inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
     try:
         result = keras_load_probe.probe(library, [Path(c.path), *map(Path, inference)], mode=mode)
     except (CkptError, OSError) as exc:
-        return Verdict(c.id, c.path, False, f"load with {library} not run: {guards.one_line(exc)}")
+        return (False, f"load with {library} not run: {guards.one_line(exc)}")
     if "refused" in result:
         reasons = "; ".join(str(r) for r in result["refused"])
-        return Verdict(c.id, c.path, False, f"load refused, nothing of the file run: {reasons}")
+        return (False, f"load refused, nothing of the file run: {reasons}")
     if "error" in result:
-        return Verdict(c.id, c.path, False, f"load with {library} failed: {result['error']}")
+        return (False, f"load with {library} failed: {result['error']}")
     user = f" ({result['sandbox']})" if result.get("sandbox") else ""
     if result["identical"] is None:
-        return Verdict(c.id, c.path, True, f"loads with {library}{user}")
+        return (True, f"loads with {library}{user}")
     same = bool(result["identical"])
-    return Verdict(
-        c.id,
-        c.path,
+    return (
         same,
         f"loads with {library}{user}; inference artifact predicts "
         + ("identically" if same else f"differently (max {result['max_abs_diff']})"),
     )
 
 
-TORCH_LOADED = frozenset(
-    {Format.TORCH_ZIP, Format.TORCH_LEGACY, Format.LIGHTNING, Format.SAFETENSORS, Format.HF_FOLDER}
-)
 _HF_WEIGHTS = ("model*.safetensors", "pytorch_model*.bin")
 
 
-def _torch_load(c: Checkpoint, mode: str) -> Verdict:
+def torch_load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     """Load with torch in a child (`children.torch_load_probe`: `weights_only=True`, or
     safetensors; sandboxed), and compare its inference artifact's
     tensors with the checkpoint's. An HF folder: its weight files."""
     from ..children import torch_load_probe
 
+    if c.status != CheckpointStatus.OK:
+        return not_run(c)
     paths = [Path(c.path)]
     if c.format == Format.HF_FOLDER:
         paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
     inference = [a["path"] for a in c.details.get("artifacts", []) if a["kind"] == "inference"]
     if inference and c.format == Format.HF_FOLDER and Path(inference[0]).is_dir():
-        return Verdict(c.id, c.path, *folder_load.hf_inference(c, Path(inference[0]), mode))
+        return folder_load.hf_inference(c, Path(inference[0]), mode)
     artifact = Path(inference[0]) if inference and Path(inference[0]).is_file() else None
     try:
         result = torch_load_probe.probe(paths, artifact, mode=mode)
     except (CkptError, OSError) as exc:
-        return Verdict(c.id, c.path, False, f"load with torch not run: {guards.one_line(exc)}")
+        return (False, f"load with torch not run: {guards.one_line(exc)}")
     if "refused" in result:
-        return Verdict(
-            c.id,
-            c.path,
+        return (
             False,
             f"load refused by torch (weights_only), nothing run: {result['refused']}",
         )
     if "error" in result:
-        return Verdict(c.id, c.path, False, f"load with torch failed: {result['error']}")
+        return (False, f"load with torch failed: {result['error']}")
     done = f"loads with torch, weights_only ({result['tensors']} tensors, {result['sandbox']})"
     if result["identical"] is None:
-        return Verdict(c.id, c.path, True, done)
+        return (True, done)
     same = bool(result["identical"])
     differs = ", ".join(result.get("differs") or [])
-    return Verdict(
-        c.id,
-        c.path,
+    return (
         same,
         f"{done}; inference artifact holds "
         + ("identical tensors" if same else f"different tensors: {differs}"),
@@ -207,7 +206,7 @@ def _checkpoint(config: Config, store: Store, c: Checkpoint, actor: str | None) 
         if c.format == Format.SAVED_MODEL:  # a folder: its files are hashed by name, see hashing
             same = before == expected
             return Verdict(c.id, c.path, same, "stat matches" if same else "stat differs")
-        if c.format in FOLDER_FORMATS:  # a folder checkpoint: its recorded files
+        if c.format in folder_formats():  # a folder checkpoint: its recorded files
             members = folder_units.member_files(Path(c.path), _files)
             before = fsops.current_stat(root, members)
         actual = hash_files(members)

@@ -8,7 +8,7 @@ import pytest
 from ckpt_daemon.core.model import Format
 from ckpt_daemon.core.resume import (
     LEGACY_H5_RESUMES_IN,
-    MAY_RESUME,
+    may_resume,
     optimizer_config_lost,
     resumability,
 )
@@ -84,14 +84,14 @@ def test_every_format_is_in_the_table() -> None:
 
 
 def test_the_catalog_prefilter_keeps_every_resumable_row() -> None:
-    """The readers ask SQL only for MAY_RESUME formats with optimizer_bytes > 0: a row outside
+    """The readers ask SQL only for may_resume() formats with optimizer_bytes > 0: a row outside
     that could never be resumable, so the filter loses nothing."""
     for fmt, kind, optimizer, version, resumable, _word in TABLE:
         if resumable:
-            assert fmt in MAY_RESUME and optimizer and optimizer > 0
+            assert fmt in may_resume() and optimizer and optimizer > 0
         if resumable and fmt == Format.KERAS_LEGACY_H5:  # SQL: kind full, keras_version 'N.%'
             assert kind == "full" and version and version.split(".")[0] in LEGACY_H5_RESUMES_IN
-    for fmt in set(Format) - set(MAY_RESUME):
+    for fmt in set(Format) - set(may_resume()):
         for kind in ("full", "weights"):
             for version in ("2.21.0", "3.15.1", None):
                 assert not resumability(fmt, kind, 10**6, version).resumable

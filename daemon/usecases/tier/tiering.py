@@ -28,7 +28,8 @@ from typing import Any
 from ...catalog.store import Store
 from ...catalog.store_leases import HeldLease
 from ...core.errors import CkptError, NotFound, RemoteFailed, UsageError
-from ...core.model import FOLDER_FORMATS, Checkpoint, CheckpointStatus, Format
+from ...core.families import folder_formats
+from ...core.model import Checkpoint, CheckpointStatus, Format
 from ...core.remote import RemoteCopy, verified_copy
 from ...core.units import iso_utc
 from ...fs import fsops
@@ -45,13 +46,12 @@ from ..settlement import settle_events
 # One object per checkpoint: a regular file as itself; a checkpoint of several files (a TF
 # checkpoint's prefix files, every folder format) as one tar of them (`core.ustar`), generated
 # as it is sent and unpacked as it is fetched.
-SEVERAL_FILES = frozenset({Format.TF_CHECKPOINT} | FOLDER_FORMATS)
 ARCHIVE_SUFFIX = ".tar"
 
 
 def is_archive(c: Checkpoint) -> bool:
     """Whether `c`'s remote copy is the tar of its files (not the file itself)."""
-    return c.format in SEVERAL_FILES
+    return c.format == Format.TF_CHECKPOINT or c.format in folder_formats()
 
 
 @cache
