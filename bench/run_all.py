@@ -31,6 +31,7 @@ BENCHES = (
     "split_bench",
     "hf_split_bench",
     "sharded_consolidate_bench",
+    "deepspeed_bench",
     "describe_bench",
     "compress_bench",
     "crash_campaign",

@@ -28,6 +28,7 @@ from tests.support.async_saves import session_async_saves
 from tests.support.bytecode import compile_once
 from tests.support.catalogs import BACKENDS, catalog_urls
 from tests.support.checkpoints import checkpoints_folder
+from tests.support.deepspeed_runs import session_deepspeed_runs
 from tests.support.hf_runs import session_hf_runs
 from tests.support.postgres import PostgresServer, start_server
 from tests.support.schedule import longest_first
@@ -93,6 +94,14 @@ def hf_runs() -> Path:
     Generated once per content of that script into `$CKPT_HF_FIXTURES` (default: the system temp
     folder's `ckpt-hf-fixtures/`), and read-only for tests: copy before changing anything."""
     return session_hf_runs()
+
+
+@pytest.fixture(scope="session")
+def deepspeed_runs() -> Path:
+    """Real DeepSpeed ZeRO-2 and ZeRO-3 checkpoints of 2 CPU ranks (tests/support/deepspeed_runs.py,
+    written by torchrun in a child), DeepSpeed's own consolidation of each tag beside them and
+    `ds-truth.json`. Cached by the script's content like `hf_runs`; read-only for tests."""
+    return session_deepspeed_runs()
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,9 @@ from .audit import close_event, now_iso, patch_details, record_event
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, codepoint_order
 from .store_leases import HeldLease
 from .store_reads import in_run
-from .store_versions import sync_standby
+from .store_versions import content_hashes, sync_standby
 
-checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
-artifacts = ARTIFACTS
+checkpoints, events, runs, artifacts = CHECKPOINTS, EVENTS, RUNS, ARTIFACTS
 # Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
 RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 # What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
@@ -91,8 +90,7 @@ class Actions:
         `was` (`ok`, or an abandoned save's) can be trashed, only an unpinned `trashed` row
         purged. The row takes its new status and the audit event is planned before any file
         moves. Returns (event id, "") or (None, why it was refused).
-        `lease`: the run's lease, confirmed in the same transaction (LeaseLost if it is gone).
-        """
+        `lease`: the run's lease, confirmed in the same transaction (LeaseLost if it is gone)."""
         was = was or CheckpointStatus.OK
         if action == "trash" and was not in TRASHABLE:
             return None, f"a {was.value} checkpoint is never trashed"
@@ -247,14 +245,15 @@ class Actions:
         """A checkpoint we rewrote in place (compressed): same content, new bytes on disk (the
         generation the trainer wrote is still the newest: it keeps its epoch, with our hash)."""
         with self._engine.begin() as conn:
-            details = conn.execute(
-                select(checkpoints.c.details)
+            row = conn.execute(
+                select(checkpoints.c.details, checkpoints.c.hash, checkpoints.c.path)
                 .where(checkpoints.c.id == checkpoint_id)
                 .with_for_update()
-            ).scalar()
-            generations = [dict(g) for g in (details or {}).get("generations") or []]
-            if generations:
-                generations[-1]["hash"] = digest
+            ).one()
+            generations = [dict(g) for g in (row.details or {}).get("generations") or []]
+            before = sorted(content_hashes(row.hash, row.details) - {digest})
+            if generations:  # its copies of the old bytes stay standby (`sync_standby`)
+                generations[-1].update(hash=digest, rewritten_from=before)
             patch_details(
                 conn,
                 checkpoint_id,
@@ -264,6 +263,7 @@ class Actions:
                 inode=stat.inode,
                 hash=digest,
             )
+            sync_standby(conn, row.path)
 
     def artifact_paths(self, start: str) -> set[str]:
         """Paths of our derived files at or below `start`: never indexed as new checkpoints.

@@ -1,8 +1,9 @@
 """Kept versions in the catalog: a version is a checkpoint row of its own (its run, epoch,
 metrics, hash) with `version_of` naming the file it was kept of (`usecases.versions` copies,
-`core.versions` names). Its status is `standby` while that file still holds the same bytes, and
-`ok` (a version like any checkpoint) once the file was rewritten or is gone: `sync_standby`
-keeps that true in the same transaction as every change of the file's row."""
+`core.versions` names). Its status is `standby` while that file still holds the same bytes (or
+the same generation compressed in place since: `content_hashes`), and `ok` (a version like any
+checkpoint) once the file was rewritten or is gone: `sync_standby` keeps that true in the same
+transaction as every change of the file's row."""
 
 from __future__ import annotations
 
@@ -72,29 +73,44 @@ class VersionRow:
     mtime_ns: int
 
 
+def content_hashes(current: str | None, details: dict[str, Any] | None) -> frozenset[str]:
+    """The hashes a file's generation whose bytes are `current` has had: those bytes, and the
+    bytes the trainer wrote before we rewrote them in place (`ckpt compress`: new bytes, the
+    same generation, `record_rewrite` keeps the old hash in its `rewritten_from`). A copy of
+    any of them holds what the file holds."""
+    if current is None:
+        return frozenset()
+    entries = [g for g in (details or {}).get("generations") or [] if isinstance(g, dict)]
+    entry = next((g for g in reversed(entries) if g.get("hash") == current), {})
+    before = entry.get("rewritten_from")
+    return frozenset([current, *(h for h in before or [] if isinstance(h, str))])
+
+
 def sync_standby(conn: Any, path: str) -> None:
-    """Versions of `path` that hold what the file holds now are `standby`; the others `ok`."""
-    current = conn.execute(
-        select(checkpoints.c.hash).where(
+    """Versions of `path` that hold what the file holds now (its bytes, or its generation's
+    bytes before a compress rewrote them: `content_hashes`) are `standby`; the others `ok`."""
+    row = conn.execute(
+        select(checkpoints.c.hash, checkpoints.c.details).where(
             checkpoints.c.path == path,
             checkpoints.c.status == OK,
             checkpoints.c.version_of.is_(None),
         )
-    ).scalar()
+    ).first()
     mine = checkpoints.c.version_of == path
-    if current is None:
+    same = content_hashes(row.hash, row.details) if row is not None else frozenset()
+    if not same:
         conn.execute(
             update(checkpoints).where(mine, checkpoints.c.status == STANDBY).values(status=OK)
         )
         return
     conn.execute(
         update(checkpoints)
-        .where(mine, checkpoints.c.status == STANDBY, checkpoints.c.hash != current)
+        .where(mine, checkpoints.c.status == STANDBY, checkpoints.c.hash.not_in(sorted(same)))
         .values(status=OK)
     )
     conn.execute(
         update(checkpoints)
-        .where(mine, checkpoints.c.status == OK, checkpoints.c.hash == current)
+        .where(mine, checkpoints.c.status == OK, checkpoints.c.hash.in_(sorted(same)))
         .values(status=STANDBY)
     )
 
@@ -135,17 +151,25 @@ class VersionRecords:
                     checkpoints.c.mtime_ns,
                     checkpoints.c.inode,
                     checkpoints.c.version_of,
+                    checkpoints.c.details,
                 )
                 .join(runs, runs.c.id == checkpoints.c.run_id)
                 .where(checkpoints.c.id == checkpoint_id)
             ).first()
             if row is None:
                 return None
-            kept = conn.execute(
-                select(checkpoints.c.hash).where(
-                    checkpoints.c.version_of == row.path, checkpoints.c.status.in_((OK, STANDBY))
-                )
-            ).scalars()
+            kept = {
+                h
+                for h in conn.execute(
+                    select(checkpoints.c.hash).where(
+                        checkpoints.c.version_of == row.path,
+                        checkpoints.c.status.in_((OK, STANDBY)),
+                    )
+                ).scalars()
+                if h
+            }
+            if row.hash is not None and kept & content_hashes(row.hash, row.details):
+                kept.add(row.hash)  # compressed since its copy was kept: the same generation
             return Source(
                 row.id,
                 row.path,
@@ -155,7 +179,7 @@ class VersionRecords:
                 row.generation,
                 FileStat(row.size_bytes, row.mtime_ns, row.inode),
                 row.version_of,
-                frozenset(h for h in kept if h),
+                frozenset(kept),
             )
 
     def add_version(
@@ -194,7 +218,7 @@ class VersionRecords:
             details = dict(row.details or {})
             generations = details.pop("generations", None) or []
             values: dict[str, Any] = {name: row._mapping[name] for name in _COPIED}
-            same = row.hash == source.hash
+            same = source.hash in content_hashes(row.hash, row.details)  # compressed since: same
             own: dict[str, Any] = {}
             if not same:
                 seen = [g for g in generations if isinstance(g, dict)]

@@ -274,5 +274,19 @@ for _row in (
         writer="torch",
         splitter="transforms.consolidate",  # the model consolidated without torch (issue 44)
     ),
+    # DeepSpeed ZeRO tag folders (formats.deepspeed_zero, deepspeed_tag): judged as a save
+    Family(
+        Format.DEEPSPEED_ZERO,
+        rules.deepspeed,
+        reader="formats.deepspeed_tag:read",
+        layout="fs.folder_layouts:DEEPSPEED_LAYOUT",
+        folder=True,
+        completeness=SAVE,
+        splitter="transforms.deepspeed_consolidate",
+        compress_refusal="a DeepSpeed tag's rank files have no lossless compressed form that "
+        "DeepSpeed still loads",
+        load_line="engine.load_checkpoint(os.path.dirname({path}), tag=os.path.basename({path}))",
+        writer="torch",
+    ),
 ):
     register(_row)

@@ -60,6 +60,7 @@ class Format(str, metaclass=_Formats):
     TORCH_RANKS: ClassVar[Format]
     MEGATRON_DIST: ClassVar[Format]
     MEGATRON_LEGACY: ClassVar[Format]
+    DEEPSPEED_ZERO: ClassVar[Format]
 
     def __new__(cls, value: str) -> Format:
         known = _KNOWN.get(value)
@@ -114,6 +115,8 @@ Format.HF_FOLDER = Format.add("hf-folder")
 Format.TORCH_RANKS = Format.add("torch-rank-files")
 Format.MEGATRON_DIST = Format.add("megatron-torch-dist")
 Format.MEGATRON_LEGACY = Format.add("megatron-legacy")
+# A DeepSpeed ZeRO tag folder `global_stepN/`: per-rank model and optimizer states
+Format.DEEPSPEED_ZERO = Format.add("deepspeed-zero")
 
 
 class Kind(enum.StrEnum):

@@ -153,6 +153,11 @@ torch_ranks = with_optimizer(
     "(verl's checkpoint manager, or load_state_dict of its DTensors)"
 )
 megatron = with_optimizer("Megatron checkpoint with optimizer state: --load the parent folder")
+# A DeepSpeed tag folder is read only when every rank's files are there and whole
+# (formats.deepspeed_zero): `engine.load_checkpoint(save_dir, tag)` restores each partition.
+deepspeed = with_optimizer(
+    "DeepSpeed tag with every rank's optimizer partition: engine.load_checkpoint(save_dir, tag)"
+)
 # A Hugging Face folder is `full` when optimizer.pt, scheduler.pt and trainer_state.json are all
 # there (formats.hf_folder): `Trainer.train(resume_from_checkpoint=folder)` restores each.
 _hf_full = with_optimizer(

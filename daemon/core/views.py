@@ -68,6 +68,13 @@ def checkpoint_json(c: Checkpoint, *, detailed: bool = False) -> dict[str, Any]:
         for name in SHOW_FIELDS:
             doc[name] = c.details.get(name)
         doc["metric_sources"] = c.metric_sources
+        # a sharded checkpoint's layout (formats.deepspeed_zero): null for one-process saves
+        recorded = c.details.get("recorded")
+        sharding = recorded.get("sharding") if isinstance(recorded, dict) else None
+        sharding = sharding if isinstance(sharding, dict) else {}
+        # DeepSpeed's in `recorded.sharding`; FSDP/verl, DCP, Megatron's in details (issue 44)
+        doc["world_size"] = sharding.get("world_size") or c.details.get("world_size")
+        doc["zero_stage"] = sharding.get("zero_stage")
     return doc
 
 

@@ -3,7 +3,10 @@
 A Trainer checkpoint holds `config.json`, the weights (`formats.hf_weights`), `optimizer.pt`,
 `scheduler.pt`, `rng_state*.pth`, `training_args.bin`, and `trainer_state.json`, which the
 Trainer writes after everything else: a Trainer folder without it is a save that has not finished
-(or never will). Every pickle among them is read by the restricted unpickler (`training_args.bin`'s
+(or never will). A Trainer run with a DeepSpeed config writes `latest` and the DeepSpeed tag
+folder (`global_stepN/`) instead of `optimizer.pt`/`scheduler.pt`: that tag is the folder's
+resume state, judged whole by DeepSpeed's rules (`formats.deepspeed_tag.in_trainer_folder`).
+Every pickle among them is read by the restricted unpickler (`training_args.bin`'s
 `TrainingArguments` stays a named placeholder); none is ever run. Resumable means optimizer,
 scheduler and trainer state are all there (`save_only_model=True` writes none of them).
 
@@ -22,7 +25,7 @@ from ..core.errors import CorruptCheckpoint
 from ..core.model import CheckpointInfo, Format, Kind, Layer, OptimizerInfo
 from ..fs import folder_layouts
 from ..fs.folder_layouts import ADAPTER_CONFIG, HF_CONFIG, TRAINER_FOLDER, TRAINER_STATE
-from . import hf_weights, peft_adapter, torch_state
+from . import deepspeed_tag, hf_weights, peft_adapter, torch_state
 
 _CONFIG_KEYS = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version")
 # Trainer state that `save_only_model=True` leaves out: all three make a checkpoint resumable.
@@ -38,7 +41,11 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
     names = frozenset(p.name for p in folder_layouts.tree_files(folder) if p.parent == folder)
     trainer = bool(TRAINER_FOLDER.match(folder.name)) or bool(names & {TRAINER_STATE})
     trainer = trainer or "optimizer.pt" in names
-    weights = hf_weights.read_weights(folder, names, root)
+    zero = deepspeed_tag.in_trainer_folder(folder, names, root) if trainer else None
+    if zero is not None and not any(folder_layouts.is_hf_weights(n) for n in names):
+        weights = deepspeed_tag.weights_of(zero)  # ZeRO-3 without 16-bit gathering: none
+    else:
+        weights = hf_weights.read_weights(folder, names, root)
     if trainer and TRAINER_STATE not in names:
         raise CorruptCheckpoint(
             f"{TRAINER_STATE} not written (the Trainer writes it last): the save has not "
@@ -82,6 +89,11 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         notes.extend(f"{name}: {n}" for n in extra.notes if "placeholders" not in n)
     present = [n for n in RESUME_FILES if n in names]
     resumable = len(present) == len(RESUME_FILES)
+    recorded = _recorded(state)
+    if zero is not None:  # DeepSpeed holds the optimizer (and scheduler) state
+        optimizer = optimizer or deepspeed_tag.optimizer_of(zero)
+        training["deepspeed"] = recorded["sharding"] = deepspeed_tag.sharding_of(zero)
+        resumable = optimizer is not None and TRAINER_STATE in names
     if trainer and not resumable:
         lacking = ", ".join(n for n in RESUME_FILES if n not in names)
         notes.append(f"not resumable: no {lacking} (saved with save_only_model?)")
@@ -99,7 +111,7 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         optimizer=optimizer,
         training_config=training,
         notes=tuple(notes),
-        recorded=_recorded(state),
+        recorded=recorded,
     )
 
 

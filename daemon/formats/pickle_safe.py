@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import CorruptCheckpoint
-from . import pickle_ops
+from . import deepspeed_records, pickle_ops
 from .pickle_ops import MAX_MEMO, MAX_OPS, MAX_PICKLE_BYTES, Ops
 
 __all__ = ["MAX_MEMO", "MAX_OPS", "MAX_PICKLE_BYTES", "Ops"]
@@ -254,6 +254,7 @@ for _module in ("builtins", "__builtin__"):
     _ALLOWED[(_module, "set")] = _container(set)
     _ALLOWED[(_module, "frozenset")] = _container(frozenset)
     _ALLOWED[(_module, "complex")] = _complex
+_ALLOWED |= deepspeed_records.records(_rebuild_tensor)  # ZeRO's stage, scaler, flat groups
 
 
 def resolve_global(module: str, name: str) -> Any:

@@ -149,6 +149,25 @@ DCP_LAYOUT = FolderLayout(
     family=Format.TORCH_DCP.value, recognises=_dcp_recognises, announces=_dcp_announces
 )
 
+# ---- DeepSpeed ZeRO: a tag folder `global_stepN/` of per-rank states (formats.deepspeed_zero) ----
+
+_ZERO_FILE = re.compile(
+    r"^(mp_rank_\d+_model_states|(bf16_)?zero_pp_rank_\d+_mp_rank_\d+_(model|optim)_states)\.pt$"
+)
+
+
+def _zero_recognises(_name: str, files: frozenset[str], _dirs: frozenset[str]) -> bool:
+    return any(_ZERO_FILE.match(f) for f in files)
+
+
+def _zero_announces(_folder_name: str, name: str) -> bool:
+    return bool(_ZERO_FILE.match(name))
+
+
+DEEPSPEED_LAYOUT = FolderLayout(
+    family=Format.DEEPSPEED_ZERO.value, recognises=_zero_recognises, announces=_zero_announces
+)
+
 
 def layouts() -> list[FolderLayout]:
     """The layouts discovery tries, the format rows' in order, first match wins. SavedModel
@@ -180,6 +199,8 @@ def claim_of(folder: Path) -> Claim | None:
 def announced_folder(path: Path) -> Path | None:
     """The folder a file's event should re-read as a whole (pure: names only), or None."""
     folder = path.parent
+    if TRAINER_FOLDER.match(folder.parent.name) and _ZERO_FILE.match(path.name):
+        return folder.parent  # DeepSpeed's tag inside a Trainer folder: the Trainer folder's
     if any(layout.announces(folder.name, path.name) for layout in layouts()):
         return folder
     return None

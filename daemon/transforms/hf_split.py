@@ -47,6 +47,9 @@ TRAINING_STATE = frozenset(
     {"optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin"}
 )
 _TRAINING_STATE = re.compile(r"^(rng_state(_\d+)?\.pth|optimizer(_\d+)?\.(pt|bin))$")
+# DeepSpeed's, in a Trainer folder saved under it: `latest` names the tag folder of optimizer
+# partitions (the folder's optimizer state); its two scripts consolidate that tag.
+DEEPSPEED_STATE = frozenset({"latest", "zero_to_fp32.py", "zero_to_torch.py"})
 _ROTATED = re.compile(r"^checkpoint-")  # what the Trainer's rotation globs (`checkpoint-*`)
 
 
@@ -68,7 +71,19 @@ def inference_path(source: Path, out_dir: Path | None = None) -> Path:
 
 
 def is_training_state(name: str) -> bool:
-    return name in TRAINING_STATE or bool(_TRAINING_STATE.match(name))
+    return name in TRAINING_STATE or name in DEEPSPEED_STATE or bool(_TRAINING_STATE.match(name))
+
+
+def _deepspeed_tag(source: Path, dropped: list[str]) -> str | None:
+    """The DeepSpeed tag folder `latest` names, when it is among the dropped subfolders."""
+    if "latest" not in dropped:
+        return None
+    try:
+        with open(source / "latest", "rb") as f:
+            tag = f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return tag if f"{tag}/" in dropped else None
 
 
 def plan(source: Path) -> Plan:
@@ -89,12 +104,14 @@ def plan(source: Path) -> Plan:
         else:
             kept.append(Path(entry.path))
     names = {p.name for p in kept}
-    if "optimizer.pt" not in dropped:
+    tag = _deepspeed_tag(source, dropped)
+    if "optimizer.pt" not in dropped and tag is None:
         raise UsageError(f"nothing to split: {source} has no optimizer state (optimizer.pt)")
     if folder_layouts.HF_CONFIG not in names:
         raise UsageError(f"not split: {source} has no config.json: from_pretrained needs it")
     if not any(folder_layouts.is_hf_weights(n) for n in names):
-        raise UsageError(f"not split: {source} has no weights file")
+        only = f": its only copy is DeepSpeed's partitions in {tag}/ (ZeRO-3)" if tag else ""
+        raise UsageError(f"not split: {source} has no weights file{only}")
     return Plan(source, tuple(kept), tuple(dropped))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..catalog.store import Store
 from ..catalog.store_runs import Derivation, RunMember
+from ..catalog.store_versions import content_hashes
 from ..core.derive import Derived, Logged, Member, Sighting, derive_run, member
 from ..core.kept_metrics import as_record, keep_recorded, record_of
 from ..core.log_alignment import KERAS_RULE, Evidence, align
@@ -288,7 +289,7 @@ def _version_updates(
         if row is None or row.id not in derived:
             continue  # the file is gone: its versions keep what they were given
         d = derived[row.id]
-        if kept.hash == row.hash:
+        if kept.hash in content_hashes(row.hash, row.details):  # compressed since: the same
             epoch, step, values, source = d.epoch, d.step, d.metrics, d.epoch_source
         else:
             found = _generation_epochs(row, d).get(kept.hash or "")

@@ -299,8 +299,7 @@ def planner_item(
         step=c.step,
         pinned=c.pinned,
         metrics=c.metrics,
-        # Without its optimizer state a checkpoint is about its weights plus the config.
-        inference_bytes=c.size_bytes - (c.optimizer_bytes or 0) if can_demote else None,
+        inference_bytes=_inference_bytes(c) if can_demote else None,
         protected=protected,
         tier_blocked=blocked,
         trash_reason=f"abandoned: {c.reason or 'no reason recorded'}"
@@ -331,6 +330,15 @@ def tier_blocked(config: Config, c: Checkpoint) -> str | None:
     from .tier.tiering import why_not  # boto3 stays unimported until a tier act
 
     return why_not(config, c)
+
+
+def _inference_bytes(c: Checkpoint) -> int:
+    """The size of `c`'s inference artifact, about: without its optimizer state a checkpoint
+    is its weights plus the config; a DeepSpeed tag's is the consolidated fp32 model (its
+    ZeRO-3 model states are placeholders: their size says nothing of the model's)."""
+    if c.format == Format.DEEPSPEED_ZERO and c.weights_bytes:
+        return c.weights_bytes
+    return c.size_bytes - (c.optimizer_bytes or 0)
 
 
 def demotable(c: Checkpoint) -> bool:

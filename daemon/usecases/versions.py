@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..catalog.store import Store
-from ..catalog.store_versions import NOT_COPIED, Source
+from ..catalog.store_versions import NOT_COPIED, Source, content_hashes
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
@@ -302,8 +302,8 @@ def _judge_orphan(store: Store, root: RootConfig, path: Path, actor: str) -> str
 
 def _seen(store: Store, row: Checkpoint, digest: str) -> bool:
     full = store.get(str(row.id))
-    return any(
-        isinstance(g, dict) and g.get("hash") == digest
+    return any(  # its bytes, or the bytes a compress rewrote (the same generation)
+        isinstance(g, dict) and digest in [g.get("hash"), *(g.get("rewritten_from") or [])]
         for g in full.details.get("generations") or []
     )
 
@@ -335,11 +335,12 @@ def restore_version(
     if store.get(absolute).version_of is not None:
         raise UsageError(f"{path} is itself a kept version: give the file it keeps")
     current, here = _as_indexed(store, root, absolute, index)
-    if current.hash == chosen.hash:
+    holds = content_hashes(current.hash, current.details)  # compressed since: the same
+    if chosen.hash in holds:
         raise UsageError(f"{path} already holds generation {chosen.generation}: nothing to do")
     if current.status == CheckpointStatus.OK:
         capture(config, store, root, current.id, actor=actor, force=True)
-        if current.hash not in {v.hash for v in store.versions_of(absolute)}:
+        if not holds & {v.hash for v in store.versions_of(absolute)}:
             raise Refused(f"{path}: its current generation could not be kept first; not restored")
     # Its copy is written beside the file before the swap: the same room as any copy of ours.
     check_copy(

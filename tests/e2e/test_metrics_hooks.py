@@ -94,6 +94,9 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) 
         for what, condition in (
             ("the cut archive marked corrupt", ("ckpt_checkpoints", {"status": "corrupt"}, 1)),
             ("full.h5 indexed", ("ckpt_indexed_total", {}, 4)),
+            # The worker keeps the copy of generation 1 after it recorded it: the compress
+            # below must rewrite a generation already kept (else the copy is of its new bytes).
+            ("generation 1 of full.h5 kept", ("ckpt_checkpoints", {"status": "standby"}, 1)),
         ):
             name, labels, expected = condition
             daemon.wait_until(

@@ -40,6 +40,15 @@ SCENARIOS = {
         policy={"keep_last": 1, "keep_best": {"metric": "eval_loss", "n": 1}},
         kill_after=3,
     ),
+    # The same Trainer under DeepSpeed ZeRO-2: the optimizer state is the tag folder inside
+    # each checkpoint-N/ (no optimizer.pt); resumed by DeepSpeed.
+    "hf-deepspeed": tc.Scenario(
+        trainer="hf-deepspeed",
+        epochs=5,
+        size=16,
+        policy={"keep_last": 1, "keep_best": {"metric": "eval_loss", "n": 1}},
+        kill_after=3,
+    ),
     # save_top_k 2 + save_last; the user's policy keeps one moment.
     "lightning": tc.Scenario(
         trainer="lightning", epochs=6, size=64, policy={"keep_last": 1}, kill_after=3

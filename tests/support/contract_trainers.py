@@ -39,6 +39,7 @@ from typing import Any
 BEST_AT = 2  # epochs at the good learning rate; then it is far too high
 ACK_TIMEOUT_S = 300.0
 METRIC = {"torch": "val_loss", "hf": "eval_loss", "lightning": "val_loss", "keras": "val_loss"}
+METRIC["hf-deepspeed"] = "eval_loss"
 
 
 def digest(path: Path) -> str:
@@ -164,7 +165,32 @@ def torch_loop(spec: dict[str, Any], rep: Reporter) -> None:
     tb.close()
 
 
-def hf_trainer(spec: dict[str, Any], rep: Reporter) -> None:
+def hf_deepspeed(spec: dict[str, Any], rep: Reporter) -> None:
+    """The same Trainer under DeepSpeed ZeRO-2 (one CPU rank on gloo, as `deepspeed --num_gpus
+    0` or `torchrun` would set it up): each `checkpoint-N/` holds `latest` and `global_stepN/`
+    (the optimizer partition) instead of optimizer.pt; resumed by DeepSpeed's load_checkpoint."""
+    import socket
+
+    with socket.socket() as free:  # the rendezvous of a one-rank world
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import deepspeed.comm.torch as ds_comm
+
+    ds_comm.build_shm_op = lambda: None  # its JIT-built shm all-reduce: ~80 s, not needed
+    auto = "auto"
+    config = {
+        "train_micro_batch_size_per_gpu": auto,
+        "train_batch_size": auto,
+        "gradient_accumulation_steps": auto,
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {"lr": auto, "torch_adam": True}},
+    }
+    hf_trainer(spec, rep, deepspeed=config)
+
+
+def hf_trainer(spec: dict[str, Any], rep: Reporter, deepspeed: Any = None) -> None:
     """The Hugging Face Trainer: eval and save every `save_steps`, `save_total_limit 2`,
     `load_best_model_at_end` on eval_loss; resumes with `resume_from_checkpoint`."""
     import torch
@@ -251,6 +277,7 @@ def hf_trainer(spec: dict[str, Any], rep: Reporter) -> None:
         report_to="none",
         dataloader_num_workers=0,
         seed=spec["seed"],
+        **({"deepspeed": deepspeed, "ddp_backend": "gloo"} if deepspeed else {}),
     )
     trainer = Trainer(
         model=BertForSequenceClassification(config),
@@ -434,6 +461,7 @@ def keras_fit(spec: dict[str, Any], rep: Reporter) -> None:
 
 
 TRAINERS = {"torch": torch_loop, "hf": hf_trainer, "lightning": lightning_loop, "keras": keras_fit}
+TRAINERS["hf-deepspeed"] = hf_deepspeed
 
 
 def main(spec_path: str) -> int:

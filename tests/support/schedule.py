@@ -34,6 +34,7 @@ SLOWEST_FIRST = (
     "e2e/test_pipeline.py",
     "e2e/test_never_lose_the_best.py",
     "e2e/test_fleet.py",
+    "e2e/test_deepspeed.py",  # real DeepSpeed fixtures (torchrun children) on a fresh cache
     "integration/test_split.py",
     "e2e/test_sharded_stacks.py",
     "integration/test_describe.py",

@@ -60,6 +60,7 @@ PRELOAD = {
     "hf": "torch,transformers,transformers.trainer",
     "lightning": "torch,lightning.pytorch",
     "keras": "tensorflow,keras",
+    "hf-deepspeed": "torch,transformers,transformers.trainer,deepspeed",
 }
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 

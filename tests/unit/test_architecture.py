@@ -325,6 +325,7 @@ WRITERS = {
     "transforms.safetensors_out": {"write"},
     "transforms.consolidate": {"split"},
     "transforms.hf_split": {"split"},
+    "transforms.deepspeed_consolidate": {"split"},
     "transforms.compress": {"compress"},
     "transforms.export_json_h5": {"export"},
     "usecases.describe": {"write_card"},

@@ -19,6 +19,8 @@ CASES = [
     ("run", T({"model.safetensors"}), T(), (False, False)),  # a lone safetensors file is a file
     ("run", T({"config.json", "notes.txt"}), T(), (False, False)),
     ("checkpoint-x", T({"config.json"}), T(), (False, False)),
+    # the HF Trainer under DeepSpeed: the tag folder inside is the Trainer folder's
+    ("checkpoint-4", T({"latest", "config.json"}), T({"global_step4"}), (True, True)),
 ]
 
 
@@ -31,6 +33,20 @@ def test_claims(name: str, files: frozenset[str], dirs: frozenset[str], expected
 
 
 @pytest.mark.parametrize(
+    ("files", "claimed"),
+    [
+        (T({"mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"}), True),
+        (T({"zero_pp_rank_3_mp_rank_00_model_states.pt"}), True),  # ZeRO-3, a rank's first
+        (T({"bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"}), True),
+        (T({"model_states.pt", "latest"}), False),
+    ],
+)
+def test_deepspeed_tag_folders(files: frozenset[str], claimed: bool) -> None:
+    found = folder_layouts.claim(Path("/nowhere/global_step7"), files, T())
+    assert (found is not None and found.family == "deepspeed-zero" and found.whole) == claimed
+
+
+@pytest.mark.parametrize(
     ("path", "folder"),
     [
         ("/r/out/checkpoint-6/anything.bin", "/r/out/checkpoint-6"),
@@ -39,6 +55,13 @@ def test_claims(name: str, files: frozenset[str], dirs: frozenset[str], expected
         ("/r/m/pytorch_model.bin.index.json", "/r/m"),
         ("/r/m/model.safetensors", None),  # a file of its own unless its folder is claimed
         ("/r/m/e01.keras", None),
+        # DeepSpeed: a rank file announces its tag folder, or the Trainer folder holding it
+        ("/r/ds/global_step3/zero_pp_rank_1_mp_rank_00_optim_states.pt", "/r/ds/global_step3"),
+        ("/r/ds/my-tag/mp_rank_00_model_states.pt", "/r/ds/my-tag"),
+        (
+            "/r/o/checkpoint-4/global_step4/zero_pp_rank_0_mp_rank_00_model_states.pt",
+            "/r/o/checkpoint-4",
+        ),
     ],
 )
 def test_announced_folder(path: str, folder: str | None) -> None:

@@ -61,6 +61,8 @@ TABLE = [
     (F.MEGATRON_DIST, "weights", 2954, None, True, "--load the parent"),
     (F.MEGATRON_LEGACY, "full", 2954, None, True, "--load the parent"),
     (F.MEGATRON_LEGACY, "full", 0, None, False, "no optimizer state"),
+    (F.DEEPSPEED_ZERO, "full", 14526, None, True, "load_checkpoint"),
+    (F.DEEPSPEED_ZERO, "weights", 0, None, False, "no optimizer state"),
     (None, None, 1828, None, False, "format unknown"),
 ]
 

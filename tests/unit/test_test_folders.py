@@ -65,6 +65,7 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "torch_files",
     "async_saves",  # Orbax (jax, Keras) and DCP (torch) saves written in child processes
     "hf_runs",  # a real transformers Trainer run, in a child
+    "deepspeed_runs",  # real DeepSpeed ZeRO saves (torchrun, 2 ranks), in children
     "peft_runs",  # real peft LoRA adapters (save_pretrained), in a child
     "postgres",  # starts a PostgreSQL server; the two below may ask it for a database
     "catalog_url",
