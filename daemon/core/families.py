@@ -48,6 +48,9 @@ class Family:
     completeness: str = SETTLE
     splitter: Ref | None = None  # None: transforms.split judges it (and refuses)
     split_refusal: str | None = None  # why it is never split (exit 2, before anything)
+    # Pure: whether the schedule and retention's demotions may split this checkpoint (None:
+    # every one its splitter takes); False leaves it whole rather than planning a refused split.
+    splits: Callable[[Any], bool] | None = None
     compress_refusal: str | None = None  # why it is never compressed
     compressible: bool = False  # compressed in place by transforms.compress
     load: Ref | None = None  # None: `verify --load` says it is not checked
@@ -258,6 +261,9 @@ for _row in (
         reader="formats.megatron:read_legacy",
         layout="fs.sharded_names:MEGATRON_LEGACY_LAYOUT",
         load=None,
+        # Split by hand or by policy only with one model-parallel rank: how a layer is cut
+        # across several is Megatron's code (transforms.consolidate refuses them).
+        splits=lambda c: (c.details.get("world_size") or 1) == 1,
     ),
     _sharded(
         Format.TORCH_RANKS,
