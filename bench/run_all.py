@@ -30,6 +30,7 @@ BENCHES = (
     "version_space",
     "split_bench",
     "hf_split_bench",
+    "sharded_consolidate_bench",
     "deepspeed_bench",
     "describe_bench",
     "compress_bench",

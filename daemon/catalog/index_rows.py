@@ -95,4 +95,6 @@ def _details(rec: IndexRecord) -> dict[str, Any]:
     )
     if info.recorded is not None:
         details["recorded"] = info.recorded
+    if info.world_size is not None:
+        details["world_size"] = info.world_size
     return details

@@ -97,6 +97,8 @@ def facts(
             if keras_family or doc[key]
         ],
         ("model", f"{doc['model_class'] or '-'} {doc['model_name'] or ''}".rstrip()),
+        # a sharded save (FSDP/verl rank files, DCP, Megatron): the ranks that wrote it
+        *([("world size", str(doc["world_size"]))] if doc.get("world_size") else []),
         (
             "resumable",
             "no - an inference artifact: no optimizer state"

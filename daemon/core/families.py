@@ -48,6 +48,9 @@ class Family:
     completeness: str = SETTLE
     splitter: Ref | None = None  # None: transforms.split judges it (and refuses)
     split_refusal: str | None = None  # why it is never split (exit 2, before anything)
+    # Pure: whether the schedule and retention's demotions may split this checkpoint (None:
+    # every one its splitter takes); False leaves it whole rather than planning a refused split.
+    splits: Callable[[Any], bool] | None = None
     compress_refusal: str | None = None  # why it is never compressed
     compressible: bool = False  # compressed in place by transforms.compress
     load: Ref | None = None  # None: `verify --load` says it is not checked
@@ -176,6 +179,11 @@ _save = partial(
     load="usecases.folder_load:load",
 )
 
+# Large-model stacks (issue 44): their layouts (fs.sharded_names), readers (formats.rank_files,
+# formats.megatron), consolidated by transforms.consolidate; tried before plain DCP's layout
+_sharded = partial(
+    _save, splitter="transforms.consolidate", writer="torch", compress_refusal=_TORCH_COMPRESS
+)
 for _row in (
     _keras_h5(
         Format.KERAS_LEGACY_H5, rules.keras_legacy_h5, load=_KERAS_LOAD, load_line=_LOAD_MODEL
@@ -241,8 +249,37 @@ for _row in (
         load="usecases.verifier:torch_load",
         load_line="import transformers; model = transformers.{model}.from_pretrained({path})",
     ),
+    _sharded(
+        Format.MEGATRON_DIST,
+        rules.megatron,
+        reader="formats.megatron:read_dist",
+        layout="fs.sharded_names:MEGATRON_DIST_LAYOUT",
+    ),
+    _sharded(
+        Format.MEGATRON_LEGACY,
+        rules.megatron,
+        reader="formats.megatron:read_legacy",
+        layout="fs.sharded_names:MEGATRON_LEGACY_LAYOUT",
+        load=None,
+        # Split by hand or by policy only with one model-parallel rank: how a layer is cut
+        # across several is Megatron's code (transforms.consolidate refuses them).
+        splits=lambda c: (c.details.get("world_size") or 1) == 1,
+    ),
+    _sharded(
+        Format.TORCH_RANKS,
+        rules.torch_ranks,
+        reader="formats.rank_files:read",
+        layout="fs.sharded_names:RANK_FILES_LAYOUT",
+        load=None,
+    ),
     _save(Format.ORBAX, rules.orbax, layout="fs.folder_layouts:ORBAX_LAYOUT"),
-    _save(Format.TORCH_DCP, rules.dcp, layout="fs.folder_layouts:DCP_LAYOUT", writer="torch"),
+    _save(
+        Format.TORCH_DCP,
+        rules.dcp,
+        layout="fs.folder_layouts:DCP_LAYOUT",
+        writer="torch",
+        splitter="transforms.consolidate",  # the model consolidated without torch (issue 44)
+    ),
     # DeepSpeed ZeRO tag folders (formats.deepspeed_zero, deepspeed_tag): judged as a save
     Family(
         Format.DEEPSPEED_ZERO,

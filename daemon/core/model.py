@@ -57,6 +57,9 @@ class Format(str, metaclass=_Formats):
     ORBAX: ClassVar[Format]
     TORCH_DCP: ClassVar[Format]
     HF_FOLDER: ClassVar[Format]
+    TORCH_RANKS: ClassVar[Format]
+    MEGATRON_DIST: ClassVar[Format]
+    MEGATRON_LEGACY: ClassVar[Format]
     DEEPSPEED_ZERO: ClassVar[Format]
 
     def __new__(cls, value: str) -> Format:
@@ -106,6 +109,12 @@ Format.ORBAX = Format.add("orbax-step")
 Format.TORCH_DCP = Format.add("torch-dcp")
 # A Hugging Face folder: a Trainer `checkpoint-N/` or a `save_pretrained` model (sharded too)
 Format.HF_FOLDER = Format.add("hf-folder")
+# Large-model stacks (issue 44): a folder of per-rank torch files (FSDP2 / verl
+# `model_world_size_W_rank_R.pt`), a Megatron `iter_N/` of torch_dist (DCP + `common.pt` +
+# `metadata.json`) or of the legacy `mp_rank_XX/model_optim_rng.pt`
+Format.TORCH_RANKS = Format.add("torch-rank-files")
+Format.MEGATRON_DIST = Format.add("megatron-torch-dist")
+Format.MEGATRON_LEGACY = Format.add("megatron-legacy")
 # A DeepSpeed ZeRO tag folder `global_stepN/`: per-rank model and optimizer states
 Format.DEEPSPEED_ZERO = Format.add("deepspeed-zero")
 
@@ -165,6 +174,8 @@ class CheckpointInfo:
     # What the file records of its own training progress, as plain JSON: {"epoch", "step",
     # "metrics": {name: value}} (torch dicts, Lightning); derivation takes it like a sidecar.
     recorded: dict[str, Any] | None = None
+    # How many ranks wrote a sharded save (its files' names and metadata declare it)
+    world_size: int | None = None
 
 
 @dataclass(frozen=True)

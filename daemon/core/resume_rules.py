@@ -147,6 +147,12 @@ orbax = with_optimizer(
     "(Keras: OrbaxCheckpoint restores it into the model)"
 )
 dcp = with_optimizer("DCP folder with optimizer state: dcp.load into the model and optimizer dicts")
+# Large-model stacks (issue 44): each restored by its own stack from the folder
+torch_ranks = with_optimizer(
+    "per-rank model and optimizer files: each rank loads its own "
+    "(verl's checkpoint manager, or load_state_dict of its DTensors)"
+)
+megatron = with_optimizer("Megatron checkpoint with optimizer state: --load the parent folder")
 # A DeepSpeed tag folder is read only when every rank's files are there and whole
 # (formats.deepspeed_zero): `engine.load_checkpoint(save_dir, tag)` restores each partition.
 deepspeed = with_optimizer(

@@ -29,6 +29,8 @@ def show_text(doc: dict[str, Any]) -> str:
     if doc.get("reason"):
         lines.append(f"  reason: {doc['reason']}")
     framework = "".join(f", {k} {what[k]}" for k in ("keras", "backend") if k in what)
+    if doc.get("world_size"):  # a sharded save: how many ranks wrote it
+        framework += f", world size {doc['world_size']}"
     lines += [
         f"  format {doc['format'] or '-'} ({doc['kind'] or '-'}){framework}",
         f"  model {what['model']}",

@@ -35,6 +35,7 @@ SHOW_FIELDS = (
     "events",
     # an adapter's base model: {name, revision, path, checkpoint_id, in_root, missing}
     "base_model",
+    "world_size",  # ranks that wrote a sharded save (FSDP, DeepSpeed, Megatron, DCP)
 )
 
 
@@ -71,7 +72,8 @@ def checkpoint_json(c: Checkpoint, *, detailed: bool = False) -> dict[str, Any]:
         recorded = c.details.get("recorded")
         sharding = recorded.get("sharding") if isinstance(recorded, dict) else None
         sharding = sharding if isinstance(sharding, dict) else {}
-        doc["world_size"] = sharding.get("world_size")
+        # DeepSpeed's in `recorded.sharding`; FSDP/verl, DCP, Megatron's in details (issue 44)
+        doc["world_size"] = sharding.get("world_size") or c.details.get("world_size")
         doc["zero_stage"] = sharding.get("zero_stage")
     return doc
 

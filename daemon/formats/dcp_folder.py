@@ -29,6 +29,7 @@ from . import pickle_allowed, pickle_ops, pickle_safe
 
 METADATA = ".metadata"
 DATA_FILE = re.compile(r"^__\d+_\d+\.distcp$")
+_DATA_RANK = re.compile(r"^__(\d+)_\d+\.distcp$")
 _METADATA_CLASS = "torch.distributed.checkpoint.metadata.Metadata"
 _TENSOR_CLASS = "torch.distributed.checkpoint.metadata.TensorStorageMetadata"
 _OPTIMIZER_PREFIXES = ("optim.", "optimizer.", "optim_state.", "optimizer_state.")
@@ -176,7 +177,14 @@ def info_of(dcp: DcpFolder) -> CheckpointInfo:
         weights_bytes=sum(t.nbytes for t in model),
         optimizer=opt,
         notes=tuple(notes),
+        world_size=world_size(dcp.needed),
     )
+
+
+def world_size(needed: dict[str, int]) -> int | None:
+    """The ranks that wrote data files (`__<rank>_<n>.distcp`), as `.metadata` names them."""
+    ranks = {int(m[1]) for name in needed if (m := _DATA_RANK.match(name))}
+    return max(ranks) + 1 if ranks else None
 
 
 def _entries(metadata: Any) -> tuple[list[DcpTensor], list[str]]:

@@ -64,14 +64,20 @@ class _TensorType:
     """`torch.Tensor` named as the type `_rebuild_from_type_v2` rebuilds into."""
 
 
-def records(rebuild_tensor: Callable[..., Any]) -> dict[tuple[str, str], Any]:
+def records(
+    rebuild_tensor: Callable[..., Any], otherwise: Callable[..., Any] | None = None
+) -> dict[tuple[str, str], Any]:
     """The (module, name) -> record table `pickle_safe` adds to its own; `rebuild_tensor` is
-    its tensor rebuilder (the only function `_rebuild_from_type_v2` may hand the args to)."""
+    its tensor rebuilder (the only function `_rebuild_from_type_v2` may hand the args to);
+    `otherwise` makes the inert record of any other call (a DTensor's wrapper subclass keeps
+    its args and state there: formats.rank_files reads them)."""
 
-    def rebuild_from_type(func: Any = None, new_type: Any = None, args: Any = (), *_: Any) -> Any:
+    def rebuild_from_type(
+        func: Any = None, new_type: Any = None, args: Any = (), *rest: Any
+    ) -> Any:
         if func is rebuild_tensor and new_type is _TensorType and isinstance(args, tuple):
             return rebuild_tensor(*args)
-        return None
+        return otherwise(func, new_type, args, *rest) if otherwise is not None else None
 
     return {
         ("deepspeed.runtime.zero.config", "ZeroStageEnum"): _zero_stage,

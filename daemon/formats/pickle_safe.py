@@ -28,6 +28,7 @@ import io
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..core.errors import CorruptCheckpoint
@@ -254,7 +255,10 @@ for _module in ("builtins", "__builtin__"):
     _ALLOWED[(_module, "set")] = _container(set)
     _ALLOWED[(_module, "frozenset")] = _container(frozenset)
     _ALLOWED[(_module, "complex")] = _complex
-_ALLOWED |= deepspeed_records.records(_rebuild_tensor)  # ZeRO's stage, scaler, flat groups
+# ZeRO's stage, scaler, flat groups; any other `_rebuild_from_type_v2` (a DTensor) stays inert
+_ALLOWED |= deepspeed_records.records(
+    _rebuild_tensor, partial(_opaque, "torch._tensor._rebuild_from_type_v2")
+)
 
 
 def resolve_global(module: str, name: str) -> Any:

@@ -352,9 +352,11 @@ def refuse_by_row(c: Checkpoint, action: str) -> None:
 def split_by_policy(c: Checkpoint) -> bool:
     """What the schedule (`artifacts.split_after`) and retention's demotions split, optimizer
     state permitting: the formats whose row has a splitter (Keras files, torch zips and
-    Lightning files, Hugging Face Trainer folders), never a PEFT adapter (`refuse_by_row`)."""
+    Lightning files, Hugging Face Trainer folders), never a PEFT adapter (`refuse_by_row`),
+    nor one its row's `splits` leaves whole (a legacy Megatron save of several ranks)."""
     row = families.row(c.format)
     splits = row is not None and row.splitter is not None and not is_adapter(c)
+    splits = splits and (row is None or row.splits is None or row.splits(c))
     return splits and (c.optimizer_bytes or 0) > 0
 
 

@@ -18,6 +18,7 @@ from ..fs import beneath
 from . import guards
 
 LIBRARIES = {Format.ORBAX: ("orbax", "orbax"), Format.TORCH_DCP: ("dcp", "torch")}
+LIBRARIES[Format.MEGATRON_DIST] = ("dcp", "torch")  # its tensors are a DCP save
 
 
 def load(c: Checkpoint, mode: str) -> tuple[bool, str]:

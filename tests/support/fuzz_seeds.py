@@ -1,6 +1,6 @@
 """Writes the seeds of tests/fuzz_corpus/ with the libraries that write such files for real
-(torch, DCP, safetensors, TensorBoard, Orbax, TensorFlow). Run by hand when a reader's input
-changes; the output is committed (a few KB a file) so CI needs none of the libraries.
+(torch, DCP, FSDP2's DTensors, safetensors, TensorBoard, Orbax, TensorFlow). Run by hand when a
+reader's input changes; the output is committed (a few KB a file) so CI needs none of the libraries.
 
     python3 tests/support/fuzz_seeds.py tests/fuzz_corpus
 """
@@ -108,9 +108,41 @@ def tf_seeds(out: Path) -> None:
         _put(out, "tf_protos", "object_graph", graph)
 
 
+def rank_file_seeds(out: Path) -> None:
+    """One rank's `torch.save` of DTensors (Shard(0), Replicate()) and a plain tensor, as FSDP2
+    and verl write per-rank files; a process group of one (gloo)."""
+    import os
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        state = {
+            "w": distribute_tensor(torch.randn(3, 4), mesh, [Shard(0)]),
+            "b": distribute_tensor(torch.randn(4).to(torch.bfloat16), mesh, [Replicate()]),
+            "plain": torch.arange(3),
+        }
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        _put(out, "rank_file", "dtensors-world-1.pt", buffer.getvalue())
+    finally:
+        dist.destroy_process_group()
+
+
 def main(out: Path) -> None:
     for writer in (json_seeds, safetensors_seeds, torch_seeds, tensorboard_seeds, orbax_seeds):
         writer(out)
+    rank_file_seeds(out)
     tf_seeds(out)
 
 

@@ -28,6 +28,7 @@ from ckpt_daemon.formats import (
     metric_files,
     orbax_step,
     pickle_safe,
+    rank_files,
     tb_events,
     tf_protos,
     torch_state,
@@ -91,6 +92,13 @@ def _json(data: bytes, scratch: Path) -> None:
     hf_folder.trainer_state(hf_weights.read_json(path, scratch))
 
 
+def _rank_file(data: bytes, scratch: Path) -> None:
+    """One rank's file of a world of one: its DTensors through the restricted unpickler, the
+    placements and pieces checked (core.tiling)."""
+    (scratch / "model_world_size_1_rank_0.pt").write_bytes(data)
+    rank_files.read(scratch, scratch)
+
+
 TARGETS: dict[str, Callable[[bytes, Path], None]] = {
     "pickle": _pickle,
     "dcp_metadata": _dcp,
@@ -100,6 +108,7 @@ TARGETS: dict[str, Callable[[bytes, Path], None]] = {
     "tb_events": _events,
     "tf_protos": _protos,
     "json_sidecar": _json,
+    "rank_file": _rank_file,  # FSDP2 / verl per-rank DTensor state dicts
 }
 
 

@@ -36,6 +36,7 @@ SLOWEST_FIRST = (
     "e2e/test_fleet.py",
     "e2e/test_deepspeed.py",  # real DeepSpeed fixtures (torchrun children) on a fresh cache
     "integration/test_split.py",
+    "e2e/test_sharded_stacks.py",
     "integration/test_describe.py",
     "e2e/test_version_capture_crash.py",
     "e2e/test_it_just_knows.py",

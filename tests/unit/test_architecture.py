@@ -323,6 +323,7 @@ WRITERS = {
     "transforms.split": {"split"},
     "transforms.torch_split": {"split"},
     "transforms.safetensors_out": {"write"},
+    "transforms.consolidate": {"split"},
     "transforms.hf_split": {"split"},
     "transforms.deepspeed_consolidate": {"split"},
     "transforms.compress": {"compress"},
