@@ -91,7 +91,9 @@ def toy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     folder.mkdir()
     (folder / "toy_format.py").write_text(TOY_MODULE)
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
+    # Unset in CI (the package is installed): the child then finds it the same way.
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), *inherited]))
     yield
     families.unregister("toy-ckpt")
     sys.modules.pop("toy_format", None)
