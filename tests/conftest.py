@@ -9,6 +9,7 @@ to reuse one generated set across runs (it is generated there once, if the direc
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,18 @@ def scanned(tmp_path_factory: pytest.TempPathFactory, keras_checkpoints: Path) -
     ws = copy_generated(Workspace(tmp_path_factory.mktemp("scanned")), keras_checkpoints)
     ws.run("scan")
     return ws
+
+
+@pytest.fixture(autouse=True)
+def _the_ckpt_logger_is_left_as_found() -> Iterator[None]:
+    """A test that runs the CLI in this process (`cli.main.run`) sets the `ckpt` logger up on
+    its captured stderr, closed after the test, and stops propagation: a later test's caplog
+    then saw none of our events ('I/O operation on closed file'). Restored after each test."""
+    logger = logging.getLogger("ckpt")
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    yield
+    logger.handlers[:], logger.propagate = handlers, propagate
+    logger.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
