@@ -71,12 +71,14 @@ PROCESS_FIXTURES = {  # generate checkpoints with TensorFlow, or run the CLI or 
     "catalog_url",
     "empty_catalog_url",
 }
-# Autouse: they stop nothing a unit test started, or only check that no thread is left.
+# Autouse: they stop nothing a unit test started, only check that no thread is left, or put
+# the `ckpt` logger back as they found it.
 PURE_FIXTURES = {
     "_no_daemon_outlives_its_test",
     "_no_thread_outlives_its_test",
     "_no_thread_outlives_its_module",
     "_no_thread_outlives_the_session",
+    "_the_ckpt_logger_is_left_as_found",  # puts back the `ckpt` logger's handlers
 }
 
 
