@@ -261,9 +261,10 @@ for _row in (
         reader="formats.megatron:read_legacy",
         layout="fs.sharded_names:MEGATRON_LEGACY_LAYOUT",
         load=None,
-        # Split by hand or by policy only with one model-parallel rank: how a layer is cut
-        # across several is Megatron's code (transforms.consolidate refuses them).
-        splits=lambda c: (c.details.get("world_size") or 1) == 1,
+        # Split by policy only when known to hold one model-parallel rank: how a layer is cut
+        # across several is Megatron's code (transforms.consolidate refuses them). A listing's
+        # row carries no details: unknown is left whole (`ckpt split` by hand still works).
+        splits=lambda c: c.details.get("world_size") == 1,
     ),
     _sharded(
         Format.TORCH_RANKS,
