@@ -326,6 +326,13 @@ def _codepoint_order_pg(element: Any, compiler: Any, **kw: Any) -> str:
     return f'({compiler.process(element.clauses, **kw)}) COLLATE "C"'
 
 
+def at_or_below(column: Any, path: str) -> Any:
+    """SQL: `column` is `path` or a path below it, as a range on its index (from `path/` to
+    `path0`: "0" is the character after "/"), without LIKE and its wildcards."""
+    ordered = codepoint_order(column)
+    return (column == path) | ((ordered >= path + "/") & (ordered < path + "0"))
+
+
 # The tables as Core objects, for the store's SQL (typed: `__table__` is only a FromClause).
 RUNS = cast(Table, RunRow.__table__)
 CHECKPOINTS = cast(Table, CheckpointRow.__table__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from . import db, store_reads
+from . import db
 from .root_adoption import adopt_named_roots
 from .store_actions import Acts
 from .store_claims import Claims
@@ -50,8 +50,7 @@ class Store:
         # A root named since its rows were written keeps them (and its history): {name: rows}.
         self.adopted = adopt_named_roots(engine, named_roots or {})
         # The hot reads: the fast path's own statements (`read_sql`), over this engine.
-        hot = store_reads.hot_reads(engine)
-        self.reads = Reads(engine, hot)
+        self.reads = Reads(engine)
         self.index = Index(engine, url)
         self.claims = Claims(engine, url)
         self.acts = Acts(engine)
@@ -60,7 +59,7 @@ class Store:
         self.runs = Runs(engine)
         self.versions = Versions(engine)
         self.usage = UsageReads(engine)
-        self.daemons = Daemons(engine, hot)
+        self.daemons = Daemons(engine, self.reads)
         self.remote = RemoteCopies(engine)
         self.stage_jobs = StageJobs(engine)
 

@@ -21,7 +21,7 @@ from sqlalchemy import delete, insert, select, update
 from ..core.model import AuditEvent, CheckpointStatus, FileStat, TrashedCheckpoint
 from . import db
 from .audit import close_event, now_iso, patch_details, record_event
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, codepoint_order
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, at_or_below
 from .store_leases import HeldLease
 from .store_reads import in_run
 from .store_versions import content_hashes, sync_standby
@@ -266,10 +266,8 @@ class Acts(db.Facet):
     def artifact_paths(self, start: str) -> set[str]:
         """Paths of our derived files at or below `start`: never indexed as new checkpoints.
         (A `compressed` artifact is the checkpoint itself, rewritten: not one of them.)"""
-        path, ordered = artifacts.c.path, codepoint_order(artifacts.c.path)
-        stmt = select(path).where(
-            (artifacts.c.kind != "compressed")
-            & ((path == start) | ((ordered >= start + "/") & (ordered < start + "0")))
+        stmt = select(artifacts.c.path).where(
+            artifacts.c.kind != "compressed", at_or_below(artifacts.c.path, start)
         )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return set(conn.execute(stmt).scalars())

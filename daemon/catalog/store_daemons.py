@@ -43,31 +43,15 @@ class Daemons(db.Facet):
         cannot both register."""
         with self._engine.begin() as conn:
             db.serialize(conn, "node", node)
-            row = conn.execute(
-                select(heartbeat)
-                .where(heartbeat.c.node == node)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-            if row is not None:
-                beat = Heartbeat(
-                    row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {})
+            beat = _newest(conn, node)
+            if beat is not None and is_live(beat):
+                raise DaemonRunning(
+                    f"a daemon of node {node!r} is running on this catalog (pid {beat.pid} "
+                    f"on {beat.host}, heartbeat {beat.heartbeat_at}): stop it, or give this "
+                    "one another service.node"
                 )
-                if is_live(beat):
-                    raise DaemonRunning(
-                        f"a daemon of node {node!r} is running on this catalog (pid {row.pid} "
-                        f"on {row.host}, heartbeat {row.heartbeat_at}): stop it, or give this "
-                        "one another service.node"
-                    )
-            values = {
-                "node": node,
-                "pid": pid,
-                "host": host,
-                "started_at": started_at,
-                "heartbeat_at": now_iso(),
-                "state": state,
-            }
-            return _insert_id(conn, values)
+            values = _row(node, pid, host, started_at, state)
+            return db.inserted_id(conn, insert(heartbeat).values(**values))
 
     def record_once(
         self,
@@ -82,30 +66,16 @@ class Daemons(db.Facet):
         """`serve --once`'s row, so that `ckpt status` says what last ran. Not written while the
         node's daemon runs (its own heartbeat is the status); the node's previous `--once` row
         is replaced, so that cron does not pile rows up."""
-        values = {
-            "node": node,
-            "pid": pid,
-            "host": host,
-            "started_at": started_at,
-            "heartbeat_at": now_iso(),
-            "state": {**state, "once": True},
-        }
+        values = _row(node, pid, host, started_at, {**state, "once": True})
         with self._engine.begin() as conn:
             db.serialize(conn, "node", node)
-            row = conn.execute(
-                select(heartbeat)
-                .where(heartbeat.c.node == node)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-            if row is not None:
-                was = dict(row.state or {})
-                if is_live(Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, was)):
-                    return
-                if was.get("once"):
-                    conn.execute(update(heartbeat).where(heartbeat.c.id == row.id).values(**values))
-                    return
-            _insert_id(conn, values)
+            beat = _newest(conn, node)
+            if beat is not None and is_live(beat):
+                return
+            if beat is not None and beat.state.get("once"):
+                conn.execute(update(heartbeat).where(heartbeat.c.id == beat.id).values(**values))
+                return
+            db.inserted_id(conn, insert(heartbeat).values(**values))
 
     def heartbeats(self) -> builtins.list[Heartbeat]:
         """The newest heartbeat of each daemon node, newest first."""
@@ -122,14 +92,7 @@ class Daemons(db.Facet):
         node: str | None = None,
     ) -> int:
         """Record that this daemon is alive (one row per daemon run); returns the row id."""
-        values = {
-            "node": node,
-            "pid": pid,
-            "host": host,
-            "started_at": started_at,
-            "heartbeat_at": now_iso(),
-            "state": state,
-        }
+        values = _row(node, pid, host, started_at, state)
         with self._engine.begin() as conn:
             if heartbeat_id is not None:
                 done = conn.execute(
@@ -137,13 +100,35 @@ class Daemons(db.Facet):
                 )
                 if done.rowcount:
                     return heartbeat_id
-            return _insert_id(conn, values)
+            return db.inserted_id(conn, insert(heartbeat).values(**values))
 
     def latest_heartbeat(self) -> Heartbeat | None:
         return self._hot.latest_heartbeat()
 
 
-def _insert_id(conn: Any, values: dict[str, Any]) -> int:
-    key = conn.execute(insert(heartbeat).values(**values)).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])
+def _row(
+    node: str | None, pid: int, host: str, started_at: str, state: dict[str, Any]
+) -> dict[str, Any]:
+    """A heartbeat row's values, beating now."""
+    return {
+        "node": node,
+        "pid": pid,
+        "host": host,
+        "started_at": started_at,
+        "heartbeat_at": now_iso(),
+        "state": state,
+    }
+
+
+def _newest(conn: Any, node: str) -> Heartbeat | None:
+    """The newest heartbeat row of `node`."""
+    row = conn.execute(
+        select(heartbeat)
+        .where(heartbeat.c.node == node)
+        .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    state = dict(row.state or {})
+    return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, state, row.node, row.id)

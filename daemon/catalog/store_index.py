@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
-from sqlalchemy import JSON, Engine, Table, insert, select, type_coerce, update
+from sqlalchemy import JSON, Engine, insert, select, type_coerce, update
 
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat, IndexRecord
 from . import change_feed, db
 from .audit import now_iso, record_event
 from .index_rows import row_values, sightings
-from .schema import CHECKPOINTS, RUNS, codepoint_order
+from .schema import CHECKPOINTS, RUNS, at_or_below
 from .store_claims import drop_claim
 from .store_recovery import move_in_flight
 from .store_runs import replace_metrics, run_id_for
@@ -84,7 +83,7 @@ class Index(db.Facet):
                 generation = 1
                 values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
                 values["details"]["generations"] = sightings([], rec, generation, now)
-                ckpt_id = _insert_id(conn, checkpoints, values)
+                ckpt_id = db.inserted_id(conn, insert(checkpoints).values(**values))
             else:
                 ckpt_id = row.id
                 seen = list((row.details or {}).get("generations") or [])
@@ -180,13 +179,8 @@ class Index(db.Facet):
             .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
             .where(checkpoints.c.version_of.is_(None))  # kept versions: not in any walk
         )
-        if start is not None and start != root:
-            # A range on the unique path index: `start` itself, and everything below `start/`
-            # ("0" is the character after "/"), without LIKE and its wildcards.
-            path = codepoint_order(checkpoints.c.path)
-            query = query.where(
-                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
-            )
+        if start is not None and start != root:  # a range on the unique path index
+            query = query.where(at_or_below(checkpoints.c.path, start))
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return {
                 r.path: Known(
@@ -211,10 +205,7 @@ class Index(db.Facet):
             .where(in_place.is_(True))
         )
         if start is not None and start != root:  # as `known_under`: a range on the path
-            path = codepoint_order(checkpoints.c.path)
-            query = query.where(
-                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
-            )
+            query = query.where(at_or_below(checkpoints.c.path, start))
         found = {}
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             for row in conn.execute(query):
@@ -248,9 +239,3 @@ class Index(db.Facet):
             raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
-
-
-def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
-    key = conn.execute(insert(table).values(**values)).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])

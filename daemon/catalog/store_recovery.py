@@ -150,7 +150,7 @@ class Recovery(db.Facet):
                 )
             else:
                 details = {"trash": trash, "notes": [reason], **({"files": files} if files else {})}
-                checkpoint_id = _new_id(
+                checkpoint_id = db.inserted_id(
                     conn,
                     insert(checkpoints).values(
                         run_id=run_id,
@@ -250,12 +250,6 @@ class Recovery(db.Facet):
                         reason=_status_reason(status),
                     )
             close_event(conn, event_id, state, reason)
-
-
-def _new_id(conn: Any, statement: Any) -> int:
-    key = conn.execute(statement).inserted_primary_key
-    assert key is not None
-    return int(key[0])
 
 
 def _status_reason(status: CheckpointStatus) -> str | None:

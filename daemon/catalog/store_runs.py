@@ -142,11 +142,7 @@ def run_id_for(conn: Any, root: str, name: str, now: str) -> int:
         found = conn.execute(query).scalar()
     if found is not None:
         return int(found)
-    key = conn.execute(
-        insert(runs).values(root=root, name=name, created_at=now)
-    ).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])
+    return db.inserted_id(conn, insert(runs).values(root=root, name=name, created_at=now))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import now_iso, record_event
-from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
+from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, at_or_below
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
@@ -248,9 +248,7 @@ class Versions(db.Facet):
                 pinned=False,
                 first_seen_at=now,
             )
-            key = conn.execute(insert(checkpoints).values(**values)).inserted_primary_key
-            assert key is not None
-            version_id = int(key[0])
+            version_id = db.inserted_id(conn, insert(checkpoints).values(**values))
             copied = (
                 conn.execute(
                     select(metrics.c.name, metrics.c.value, metrics.c.source).where(
@@ -312,7 +310,6 @@ class Versions(db.Facet):
         have no kept copy: a capture a crash (or `versions.capture: off`, then on) left undone,
         which a scan then does."""
         kept = checkpoints.alias("kept")
-        ordered = codepoint_order(checkpoints.c.path)
         has_copy = (
             select(kept.c.id)
             .where(kept.c.version_of == checkpoints.c.path, kept.c.hash == checkpoints.c.hash)
@@ -325,11 +322,7 @@ class Versions(db.Facet):
                 .join(runs, runs.c.id == checkpoints.c.run_id)
                 .where(runs.c.root == root, checkpoints.c.status == OK)
                 .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
-                .where(~has_copy)
-                .where(
-                    (checkpoints.c.path == start)
-                    | ((ordered >= start + "/") & (ordered < start + "0"))
-                )
+                .where(~has_copy, at_or_below(checkpoints.c.path, start))
             ).all()
         return {r.path: r.generation for r in rows}
 
