@@ -27,6 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
 
+from ..core.model import CheckpointStatus
 from ..core.root_names import PathCodec
 
 NAMING_CONVENTION = {
@@ -110,6 +111,8 @@ class RunRow(Base):
 # A trash record lives until restore or purge, whatever appears at its old path meanwhile: only
 # rows of files that are (or may again be) at their path are unique by path.
 LIVE_PATH = "status NOT IN ('trashed', 'purged')"
+# The statuses of those records: many rows may share a path (`status.not_in(RECORDS)`: live).
+RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 class CheckpointRow(Base):

@@ -21,14 +21,13 @@ from sqlalchemy import delete, insert, select, update
 from ..core.model import AuditEvent, CheckpointStatus, FileStat, TrashedCheckpoint
 from . import db
 from .audit import close_event, now_iso, patch_details, record_event
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, at_or_below
+from .rows import to_record
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RECORDS, RUNS, at_or_below
 from .store_leases import HeldLease
 from .store_reads import in_run
 from .store_versions import content_hashes, sync_standby
 
 checkpoints, events, runs, artifacts = CHECKPOINTS, EVENTS, RUNS, ARTIFACTS
-# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
-RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 # What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
 TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)  # guard
 
@@ -303,11 +302,11 @@ class Acts(db.Facet):
             select(
                 checkpoints.c.id,
                 checkpoints.c.path,
-                checkpoints.c.size_bytes,
+                checkpoints.c.size_bytes.label("bytes"),
                 checkpoints.c.reason,
                 checkpoints.c.details,
                 checkpoints.c.pinned,
-                runs.c.name,
+                runs.c.name.label("run"),
                 runs.c.root,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
@@ -319,13 +318,9 @@ class Acts(db.Facet):
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             rows = conn.execute(stmt).all()
         return [
-            TrashedCheckpoint(
-                id=r.id,
-                path=r.path,
-                run=r.name,
-                root=r.root,
-                bytes=r.size_bytes,
-                reason=r.reason,
+            to_record(
+                TrashedCheckpoint,
+                r,
                 pinned=bool(r.pinned),
                 trash=dict((r.details or {}).get("trash", {})),
             )
@@ -358,22 +353,7 @@ class Acts(db.Facet):
             stmt = stmt.limit(limit)
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             rows = conn.execute(stmt).all()
-        return [
-            AuditEvent(
-                id=r.id,
-                at=r.at,
-                action=r.action,
-                state=r.state,
-                checkpoint_id=r.checkpoint_id,
-                run=r.run,
-                path=r.path,
-                reason=r.reason,
-                bytes=r.bytes,
-                actor=r.actor,
-                node=r.node,
-            )
-            for r in reversed(rows)
-        ]
+        return [to_record(AuditEvent, r) for r in reversed(rows)]
 
 
 def _unclaim(conn: Any, checkpoint_id: int, action: str) -> None:

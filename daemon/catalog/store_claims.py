@@ -24,12 +24,11 @@ from sqlalchemy import Engine, delete, insert, select, update
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import iso
-from .schema import CHECKPOINTS, CLAIMS
+from .schema import CHECKPOINTS, CLAIMS, RECORDS
 
 checkpoints, claims = CHECKPOINTS, CLAIMS
 # Rows whose bytes need no second read when the stat is unchanged (indexer._SETTLED).
 _SETTLED = (CheckpointStatus.OK.value, CheckpointStatus.CORRUPT.value)
-_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 class Claim(enum.Enum):
@@ -61,7 +60,7 @@ class Claims(db.Facet):
                     checkpoints.c.mtime_ns,
                     checkpoints.c.inode,
                     checkpoints.c.status,
-                ).where(checkpoints.c.path == path, checkpoints.c.status.not_in(_RECORDS))
+                ).where(checkpoints.c.path == path, checkpoints.c.status.not_in(RECORDS))
             ).first()
             if (
                 row is not None

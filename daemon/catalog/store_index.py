@@ -14,15 +14,13 @@ from ..core.model import CheckpointStatus, FileStat, IndexRecord
 from . import change_feed, db
 from .audit import now_iso, record_event
 from .index_rows import row_values, sightings
-from .schema import CHECKPOINTS, RUNS, at_or_below
+from .schema import CHECKPOINTS, RECORDS, RUNS, at_or_below
 from .store_claims import drop_claim
 from .store_recovery import move_in_flight
 from .store_runs import replace_metrics, run_id_for
 from .store_versions import sync_standby
 
 checkpoints, runs = CHECKPOINTS, RUNS
-# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
-_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +61,7 @@ class Index(db.Facet):
                     checkpoints.c.generation,
                     checkpoints.c.status,
                     checkpoints.c.details,
-                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(_RECORDS))
+                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(RECORDS))
             ).first()
             if row is None:
                 moving = conn.execute(
@@ -115,9 +113,6 @@ class Index(db.Facet):
             change_feed.announce(conn)  # `ckpt wait` on any host: at this commit
             return int(ckpt_id)
 
-    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
-        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
-
     def mark(
         self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
     ) -> int:
@@ -134,7 +129,7 @@ class Index(db.Facet):
                 select(checkpoints.c.id, checkpoints.c.path, checkpoints.c.run_id)
                 .where(
                     checkpoints.c.id.in_(ids),
-                    checkpoints.c.status.not_in((*_RECORDS, status.value)),
+                    checkpoints.c.status.not_in((*RECORDS, status.value)),
                 )
                 .with_for_update()
             ).all()
@@ -176,7 +171,7 @@ class Index(db.Facet):
                 checkpoints.c.metrics_at,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
+            .where(runs.c.root == root, checkpoints.c.status.not_in(RECORDS))
             .where(checkpoints.c.version_of.is_(None))  # kept versions: not in any walk
         )
         if start is not None and start != root:  # a range on the unique path index

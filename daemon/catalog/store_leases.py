@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy import Engine, and_, insert, select, update
@@ -69,36 +69,25 @@ class HeldLease:
     def renew(self, conn: Any = None) -> None:
         """Confirm the lease is still ours and push its expiry forward, atomically (in `conn`'s
         transaction if given: an act's first write). LeaseLost if it is not ours any more."""
-        if self._lost is not None:
-            raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
-        host, pid = this_process()
-
-        def renewal(conn: Any) -> Any:
-            moment = db.clock(conn)  # the database's clock: hosts may disagree
-            return conn.execute(
-                update(leases)
-                .where(
-                    leases.c.run_id == self.run_id,
-                    leases.c.holder == self.holder,
-                    leases.c.host == host,
-                    leases.c.pid == pid,
-                    leases.c.token == self.token,
-                    leases.c.expires_at > iso(moment),  # expired: another may have it now
+        if self._lost is None:
+            host, pid = this_process()
+            with nullcontext(conn) if conn is not None else self._engine.begin() as renewing:
+                moment = db.clock(renewing)  # the database's clock: hosts may disagree
+                done = renewing.execute(
+                    update(leases)
+                    .where(
+                        leases.c.run_id == self.run_id,
+                        leases.c.holder == self.holder,
+                        leases.c.host == host,
+                        leases.c.pid == pid,
+                        leases.c.token == self.token,
+                        leases.c.expires_at > iso(moment),  # expired: another may have it now
+                    )
+                    .values(expires_at=iso(moment + dt.timedelta(seconds=self.ttl_seconds)))
                 )
-                .values(expires_at=iso(moment + dt.timedelta(seconds=self.ttl_seconds)))
-            )
-
-        if conn is None:
-            with self._engine.begin() as own:
-                done = renewal(own)
-        else:
-            done = renewal(conn)
-        if done.rowcount != 1:
-            if conn is None:
-                with self._engine.connect() as own:
-                    self._lost = _taken_by(own, self.run_id, self.token)
-            else:
-                self._lost = _taken_by(conn, self.run_id, self.token)
+                if done.rowcount != 1:
+                    self._lost = _taken_by(renewing, self.run_id, self.token)
+        if self._lost is not None:
             raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
 
     @property

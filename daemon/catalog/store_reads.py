@@ -20,7 +20,16 @@ from . import db, read_sql
 from .hot_reads import Fetch, HotReads
 from .read_sql import Statement
 from .rows import LISTING_COLUMNS, to_checkpoint
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order, path_codec
+from .schema import (
+    ARTIFACTS,
+    CHECKPOINTS,
+    EVENTS,
+    METRICS,
+    RECORDS,
+    RUNS,
+    codepoint_order,
+    path_codec,
+)
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 MAX_ID = 2**63 - 1
@@ -75,9 +84,7 @@ class Reads(HotReads):
         else:
             condition = checkpoints.c.path == os.path.abspath(ref)
         show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
-        record = checkpoints.c.status.in_(
-            (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
-        )
+        record = checkpoints.c.status.in_(RECORDS)
         stmt = (
             select(*_LIST_COLUMNS, checkpoints.c.details, *show_columns)
             .join(runs, runs.c.id == checkpoints.c.run_id)

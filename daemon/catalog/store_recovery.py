@@ -14,8 +14,8 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import close_event, iso, now_iso, patch_details, record_event
-from .schema import CHECKPOINTS, EVENTS, LEASES, RUNS
-from .store_actions import RECORDS, free_path
+from .schema import CHECKPOINTS, EVENTS, LEASES, RECORDS, RUNS
+from .store_actions import free_path
 from .store_runs import run_id_for
 
 checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
@@ -136,7 +136,7 @@ class Recovery(db.Facet):
                     checkpoints.c.path == path,
                     checkpoints.c.run_id == run_id,
                     checkpoints.c.inode == stat.inode,
-                    checkpoints.c.status.not_in([s.value for s in RECORDS]),
+                    checkpoints.c.status.not_in(RECORDS),
                 )
             ).scalar()
             if found is not None:
@@ -266,7 +266,7 @@ def move_in_flight(conn: Any, path: str, run_id: int) -> bool:
         .join(checkpoints, checkpoints.c.id == events.c.checkpoint_id)
         .where(
             checkpoints.c.path == path,
-            checkpoints.c.status.not_in([s.value for s in RECORDS]),
+            checkpoints.c.status.not_in(RECORDS),
             events.c.action == "trash",
             events.c.state == "planned",
         )

@@ -14,6 +14,7 @@ from sqlalchemy import delete, insert, select, update
 from ..core.model import CheckpointStatus, MetricValue
 from . import change_feed, db
 from .audit import patch_details
+from .rows import to_record
 from .schema import CHECKPOINTS, METRICS, RUNS
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
@@ -79,19 +80,12 @@ class Runs(db.Facet):
                 ):
                     values.setdefault(m.checkpoint_id, {})[m.name] = (m.value, m.source)
         return [
-            RunMember(
-                r.id,
-                r.path,
-                r.status,
-                r.hash,
-                r.iterations,
-                r.mtime_ns,
-                r.epoch,
-                r.step,
-                r.metrics_at,
-                dict(r.details or {}),
-                values.get(r.id, {}),
-                r.format or "",
+            to_record(
+                RunMember,
+                r,
+                details=dict(r.details or {}),
+                metrics=values.get(r.id, {}),
+                format=r.format or "",
             )
             for r in rows
         ]

@@ -5,6 +5,7 @@ the metrics' figures (`store_figures`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import case, func, select
 
@@ -79,17 +80,7 @@ class UsageReads(db.Facet):
     def largest_checkpoint(self, roots: Iterable[str]) -> int:
         """The size of the biggest file a trainer wrote in `roots` that is at its path (kept
         versions not counted): what its next save may need again (core.space_reserve)."""
-        wanted = list(roots)
-        if not wanted:
-            return 0
-        stmt = (
-            select(func.coalesce(func.max(checkpoints.c.size_bytes), 0))
-            .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root.in_(wanted), checkpoints.c.version_of.is_(None))
-            .where(checkpoints.c.status.in_(_AT_PATH))
-        )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return int(conn.execute(stmt).scalar() or 0)
+        return self._at_path(roots, func.max, checkpoints.c.version_of.is_(None))
 
     def spare_artifacts(self, roots: Iterable[str]) -> list[tuple[int, str, int]]:
         """(checkpoint id, path, bytes) of our finished artifacts beside a checkpoint that is
@@ -112,14 +103,17 @@ class UsageReads(db.Facet):
     def kept_copies_bytes(self, roots: Iterable[str]) -> int:
         """The bytes of the kept copies of rewritten files in `roots` (versions and standby
         copies at their paths): what `versions.budget` bounds (core.space_reserve)."""
+        return self._at_path(roots, func.sum, checkpoints.c.version_of.is_not(None))
+
+    def _at_path(self, roots: Iterable[str], aggregate: Any, which: Any) -> int:
+        """`aggregate` (max, sum) of the sizes of the `which` rows at their path in `roots`."""
         wanted = list(roots)
         if not wanted:
             return 0
         stmt = (
-            select(func.coalesce(func.sum(checkpoints.c.size_bytes), 0))
+            select(func.coalesce(aggregate(checkpoints.c.size_bytes), 0))
             .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root.in_(wanted), checkpoints.c.version_of.is_not(None))
-            .where(checkpoints.c.status.in_(_AT_PATH))
+            .where(runs.c.root.in_(wanted), which, checkpoints.c.status.in_(_AT_PATH))
         )
         with self._engine.connect().execution_options(**db.READONLY) as conn:
             return int(conn.execute(stmt).scalar() or 0)

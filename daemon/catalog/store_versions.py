@@ -17,7 +17,8 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import now_iso, record_event
-from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, at_or_below
+from .rows import to_record
+from .schema import CHECKPOINTS, EVENTS, METRICS, RECORDS, RUNS, at_or_below
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
@@ -168,17 +169,8 @@ class Versions(db.Facet):
             }
             if row.hash is not None and kept & content_hashes(row.hash, row.details):
                 kept.add(row.hash)  # compressed since its copy was kept: the same generation
-            return Source(
-                row.id,
-                row.path,
-                row.root,
-                row.status,
-                row.hash,
-                row.generation,
-                FileStat(row.size_bytes, row.mtime_ns, row.inode),
-                row.version_of,
-                frozenset(kept),
-            )
+            stat = FileStat(row.size_bytes, row.mtime_ns, row.inode)
+            return to_record(Source, row, stat=stat, kept_hashes=frozenset(kept))
 
     def add_version(
         self,
@@ -199,7 +191,7 @@ class Versions(db.Facet):
             db.serialize(conn, "path", path)
             there = conn.execute(  # adopted by a reconcile meanwhile: one row per version file
                 select(checkpoints.c.id).where(
-                    checkpoints.c.path == path, checkpoints.c.status.not_in(("trashed", "purged"))
+                    checkpoints.c.path == path, checkpoints.c.status.not_in(RECORDS)
                 )
             ).scalar()
             if there is not None:
@@ -333,7 +325,7 @@ class Versions(db.Facet):
                 select(checkpoints.c.path)
                 .join(runs, runs.c.id == checkpoints.c.run_id)
                 .where(runs.c.root == root, checkpoints.c.version_of.is_not(None))
-                .where(checkpoints.c.status.not_in(("trashed", "purged")))
+                .where(checkpoints.c.status.not_in(RECORDS))
             ).scalars()
             return set(rows)
 
