@@ -16,7 +16,6 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from ..core.units import iso_utc
-from . import db
 from .schema import CHECKPOINTS, EVENTS
 
 
@@ -68,8 +67,7 @@ def record_event(
     """Insert one audit event in the caller's transaction; returns its id. `process`: record
     this host and pid (a `planned` event of a process that died is settled by recovery)."""
     host, pid = this_process() if process else (None, None)
-    return db.inserted_id(
-        conn,
+    key = conn.execute(
         insert(EVENTS).values(
             at=at or now_iso(),
             action=action,
@@ -82,8 +80,10 @@ def record_event(
             host=host,
             pid=pid,
             node=getattr(conn.dialect, "ckpt_node", None) or socket.gethostname(),
-        ),
-    )
+        )
+    ).inserted_primary_key
+    assert key is not None, "INSERT returned no primary key"
+    return int(key[0])
 
 
 def close_event(conn: Any, event_id: int, state: str, reason: str | None = None) -> None:

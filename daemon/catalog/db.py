@@ -396,3 +396,8 @@ class Facet:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def _read(self, statement: Any) -> list[Any]:
+        """The rows of one statement, in a read-only transaction of its own."""
+        with self._engine.connect().execution_options(**READONLY) as conn:
+            return list(conn.execute(statement).all())

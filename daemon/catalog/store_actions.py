@@ -220,21 +220,13 @@ class Acts(db.Facet):
 
     def artifact_owner(self, path: str) -> int | None:
         """The checkpoint id whose registered artifact is at `path` (None: no artifact there)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return conn.execute(
-                select(artifacts.c.checkpoint_id).where(artifacts.c.path == path)
-            ).scalar()
+        found = self._read(select(artifacts.c.checkpoint_id).where(artifacts.c.path == path))
+        return found[0][0] if found else None
 
     def ids_with_artifact(self, kind: str) -> set[int]:
         """Checkpoints with a finished artifact of `kind` (a pending row: a killed split)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return set(
-                conn.execute(
-                    select(artifacts.c.checkpoint_id).where(
-                        artifacts.c.kind == kind, artifacts.c.hash.is_not(None)
-                    )
-                ).scalars()
-            )
+        finished = (artifacts.c.kind == kind) & artifacts.c.hash.is_not(None)
+        return {r[0] for r in self._read(select(artifacts.c.checkpoint_id).where(finished))}
 
     def record_rewrite(
         self, checkpoint_id: int, *, stat: FileStat, digest: str, codec: str
@@ -268,8 +260,7 @@ class Acts(db.Facet):
         stmt = select(artifacts.c.path).where(
             artifacts.c.kind != "compressed", at_or_below(artifacts.c.path, start)
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return set(conn.execute(stmt).scalars())
+        return {r[0] for r in self._read(stmt)}
 
     def set_pinned(self, checkpoint_id: int, pinned: bool, actor: str) -> bool:
         """Returns whether it changed."""
@@ -315,8 +306,6 @@ class Acts(db.Facet):
         )
         if not include_pinned:
             stmt = stmt.where(checkpoints.c.pinned.is_(False))
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(stmt).all()
         return [
             to_record(
                 TrashedCheckpoint,
@@ -324,7 +313,7 @@ class Acts(db.Facet):
                 pinned=bool(r.pinned),
                 trash=dict((r.details or {}).get("trash", {})),
             )
-            for r in rows
+            for r in self._read(stmt)
         ]
 
     def audit_log(
@@ -351,9 +340,7 @@ class Acts(db.Facet):
                 stmt = stmt.where(events.c[column] == wanted)
         if limit is not None:
             stmt = stmt.limit(limit)
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(stmt).all()
-        return [to_record(AuditEvent, r) for r in reversed(rows)]
+        return [to_record(AuditEvent, r) for r in reversed(self._read(stmt))]
 
 
 def _unclaim(conn: Any, checkpoint_id: int, action: str) -> None:

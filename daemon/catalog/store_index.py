@@ -176,16 +176,15 @@ class Index(db.Facet):
         )
         if start is not None and start != root:  # a range on the unique path index
             query = query.where(at_or_below(checkpoints.c.path, start))
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                r.path: Known(
-                    r.id,
-                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
-                    CheckpointStatus(r.status),
-                    r.metrics_at,
-                )
-                for r in conn.execute(query)
-            }
+        return {
+            r.path: Known(
+                r.id,
+                FileStat(r.size_bytes, r.mtime_ns, r.inode),
+                CheckpointStatus(r.status),
+                r.metrics_at,
+            )
+            for r in self._read(query)
+        }
 
     def trashed_in_place(self, root: str, start: str | None = None) -> dict[str, FileStat]:
         """The files under `root` (at or below `start`) trashed where they are (a root that
@@ -202,11 +201,10 @@ class Index(db.Facet):
         if start is not None and start != root:  # as `known_under`: a range on the path
             query = query.where(at_or_below(checkpoints.c.path, start))
         found = {}
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            for row in conn.execute(query):
-                trash = (row.details or {}).get("trash") or {}
-                if trash.get("in_place") and trash.get("stat"):
-                    found[row.path] = FileStat(*trash["stat"])
+        for row in self._read(query):
+            trash = (row.details or {}).get("trash") or {}
+            if trash.get("in_place") and trash.get("stat"):
+                found[row.path] = FileStat(*trash["stat"])
         return found
 
     def quick_check(self) -> str | None:
@@ -220,17 +218,17 @@ class Index(db.Facet):
 
     def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
         """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(
-                    checkpoints.c.size_bytes,
-                    checkpoints.c.mtime_ns,
-                    checkpoints.c.inode,
-                    checkpoints.c.hash,
-                    checkpoints.c.details,
-                ).where(checkpoints.c.id == ckpt_id)
-            ).first()
-        if row is None:
+        found = self._read(
+            select(
+                checkpoints.c.size_bytes,
+                checkpoints.c.mtime_ns,
+                checkpoints.c.inode,
+                checkpoints.c.hash,
+                checkpoints.c.details,
+            ).where(checkpoints.c.id == ckpt_id)
+        )
+        if not found:
             raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
+        row = found[0]
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files

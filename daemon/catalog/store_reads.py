@@ -52,13 +52,13 @@ _SHOW_COLUMNS = (
 )
 
 
-class Reads(HotReads):
+class Reads(HotReads, db.Facet):
     """The catalog's reads: the hot reads (`hot_reads`: the fast path's statements and row
     shaping, sent to the driver as they are, paths converted with the codec `db.identify` gave
     this engine), one checkpoint in full, runs."""
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+        db.Facet.__init__(self, engine)
 
         @contextmanager
         def snapshot() -> Iterator[Fetch]:
@@ -71,7 +71,7 @@ class Reads(HotReads):
                 yield fetch
 
         dialect = read_sql.dialect_named(engine.dialect.name)
-        super().__init__(snapshot, dialect, path_codec(engine.dialect))
+        HotReads.__init__(self, snapshot, dialect, path_codec(engine.dialect))
 
     def get(self, ref: str) -> Checkpoint:
         """A checkpoint by catalog id or by path (absolute or relative to the working folder),
@@ -127,11 +127,10 @@ class Reads(HotReads):
 
     def run_keys(self) -> builtins.list[tuple[int, str, str]]:
         """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
-            )
-            return [(r.id, r.root, r.name) for r in rows]
+        rows = self._read(
+            select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
+        )
+        return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
         """Every run's summary, with its last save when that did not complete."""

@@ -49,13 +49,10 @@ class Recovery(db.Facet):
     """The recovery reads and writes (the `recovery` facet)."""
 
     def run_of(self, checkpoint_id: int) -> int:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            run_id = conn.execute(
-                select(checkpoints.c.run_id).where(checkpoints.c.id == checkpoint_id)
-            ).scalar()
-        if run_id is None:
+        found = self._read(select(checkpoints.c.run_id).where(checkpoints.c.id == checkpoint_id))
+        if not found:
             raise NotFound(f"no checkpoint {checkpoint_id} in the catalog")
-        return int(run_id)
+        return int(found[0][0])
 
     def trashed_at(self, path: str) -> list[int]:
         """Ids of the trashed checkpoints that were at `path` (several if trashed again)."""
@@ -67,8 +64,7 @@ class Recovery(db.Facet):
             )
             .order_by(checkpoints.c.id)
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return [int(i) for i in conn.execute(stmt).scalars()]
+        return [int(r[0]) for r in self._read(stmt)]
 
     def trash_paths(self, root: str) -> set[str]:
         """Every trash path the catalog knows under `root`: trashed rows, and purges under way
@@ -88,12 +84,11 @@ class Recovery(db.Facet):
                 ),
             )
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                p
-                for details in conn.execute(stmt).scalars()
-                for p in ((details or {}).get("trash") or {}).get("paths", [])
-            }
+        return {
+            p
+            for (details,) in self._read(stmt)
+            for p in ((details or {}).get("trash") or {}).get("paths", [])
+        }
 
     def adopt_trashed(
         self,
@@ -205,20 +200,19 @@ class Recovery(db.Facet):
             events.c.host,
             events.c.pid,
         ).where(events.c.state == "planned")
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return [PlannedEvent(**r._mapping) for r in conn.execute(stmt)]
+        return [PlannedEvent(**r._mapping) for r in self._read(stmt)]
 
     def row_state(self, checkpoint_id: int | None) -> RowState | None:
         if checkpoint_id is None:
             return None
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(checkpoints.c.status, checkpoints.c.details, checkpoints.c.hash).where(
-                    checkpoints.c.id == checkpoint_id
-                )
-            ).first()
-        if row is None:
+        found = self._read(
+            select(checkpoints.c.status, checkpoints.c.details, checkpoints.c.hash).where(
+                checkpoints.c.id == checkpoint_id
+            )
+        )
+        if not found:
             return None
+        row = found[0]
         return RowState(checkpoint_id, row.status, (row.details or {}).get("trash"), row.hash)
 
     def settle(

@@ -40,9 +40,9 @@ class RemoteCopies(db.Facet):
 
     def remote_usage(self) -> list[RemoteBytes]:
         """Bytes of verified remote copies per root and run (`ckpt du`)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(verified_bytes()).all()
-        return [RemoteBytes(r[0], r[1], int(r[2]), int(r[3] or 0)) for r in rows]
+        return [
+            RemoteBytes(r[0], r[1], int(r[2]), int(r[3] or 0)) for r in self._read(verified_bytes())
+        ]
 
     def record_remote(
         self,

@@ -92,9 +92,8 @@ class Runs(db.Facet):
 
     def run_details(self, root: str) -> dict[str, dict[str, Any]]:
         """Each run of `root` by name: its `details` ({} when nothing was derived yet)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(select(runs.c.name, runs.c.details).where(runs.c.root == root))
-            return {r.name: dict(r.details or {}) for r in rows}
+        rows = self._read(select(runs.c.name, runs.c.details).where(runs.c.root == root))
+        return {r.name: dict(r.details or {}) for r in rows}
 
     def set_run_details(self, root: str, run: str, details: dict[str, Any]) -> None:
         with self._engine.begin() as conn:

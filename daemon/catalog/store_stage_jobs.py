@@ -150,7 +150,7 @@ class StageJobs(db.Facet):
             conn.execute(
                 update(jobs).where(jobs.c.id.in_(ids)).values(_taken(holder, moment, ttl_seconds))
             )
-            return self._read(conn, jobs.c.id.in_(ids))
+            return self._jobs(conn, jobs.c.id.in_(ids))
 
     def claim_one(self, job_id: int, holder: str, ttl_seconds: float) -> StageJob | None:
         """Take job `job_id` if it is pending (`ckpt stage run`): None if another has it."""
@@ -162,7 +162,7 @@ class StageJobs(db.Facet):
             )
             if done.rowcount != 1:
                 return None
-            return self._read(conn, jobs.c.id == job_id)[0]
+            return self._jobs(conn, jobs.c.id == job_id)[0]
 
     def free_dead_holders(self, host: str) -> int:
         """Running jobs whose holder was a process of this host that is gone (a daemon
@@ -269,7 +269,7 @@ class StageJobs(db.Facet):
 
     def get(self, job_id: int) -> StageJob | None:
         with self._engine.connect() as conn:
-            found = self._read(conn, jobs.c.id == job_id)
+            found = self._jobs(conn, jobs.c.id == job_id)
         return found[0] if found else None
 
     def list(
@@ -289,7 +289,7 @@ class StageJobs(db.Facet):
         if checkpoint_ids is not None:  # a page of checkpoints' jobs (the web view's run table)
             conditions.append(jobs.c.checkpoint_id.in_(list(checkpoint_ids)))
         with self._engine.connect() as conn:
-            return self._read(conn, and_(True, *conditions), limit=limit, run=run)
+            return self._jobs(conn, and_(True, *conditions), limit=limit, run=run)
 
     def open_for(self, checkpoint_ids: Sequence[int]) -> dict[int, builtins.list[str]]:
         """{checkpoint id: [stages pending or running]}: what retention must wait for."""
@@ -319,7 +319,7 @@ class StageJobs(db.Facet):
         with self._engine.connect() as conn:
             return ":".join(str(v or 0) for v in conn.execute(stmt).one())
 
-    def _read(
+    def _jobs(
         self, conn: Any, condition: Any, *, limit: int | None = None, run: str | None = None
     ) -> builtins.list[StageJob]:
         stmt = (

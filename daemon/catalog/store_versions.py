@@ -279,22 +279,21 @@ class Versions(db.Facet):
         return self._versions(checkpoints.c.version_of == path)
 
     def _versions(self, condition: Any) -> list[VersionRow]:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(
-                    checkpoints.c.id,
-                    checkpoints.c.path,
-                    checkpoints.c.version_of,
-                    checkpoints.c.generation,
-                    checkpoints.c.status,
-                    checkpoints.c.hash,
-                    checkpoints.c.mtime_ns,
-                )
-                .join(runs, runs.c.id == checkpoints.c.run_id)
-                .where(condition, checkpoints.c.version_of.is_not(None))
-                .where(checkpoints.c.status.in_((OK, STANDBY)))
-                .order_by(checkpoints.c.version_of, checkpoints.c.generation)
-            ).all()
+        rows = self._read(
+            select(
+                checkpoints.c.id,
+                checkpoints.c.path,
+                checkpoints.c.version_of,
+                checkpoints.c.generation,
+                checkpoints.c.status,
+                checkpoints.c.hash,
+                checkpoints.c.mtime_ns,
+            )
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(condition, checkpoints.c.version_of.is_not(None))
+            .where(checkpoints.c.status.in_((OK, STANDBY)))
+            .order_by(checkpoints.c.version_of, checkpoints.c.generation)
+        )
         return [VersionRow(*r) for r in rows]
 
     def uncaptured(self, root: str, start: str) -> dict[str, int]:
@@ -308,26 +307,24 @@ class Versions(db.Facet):
             .where(kept.c.status.in_((OK, STANDBY)))
             .exists()
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(checkpoints.c.path, checkpoints.c.generation)
-                .join(runs, runs.c.id == checkpoints.c.run_id)
-                .where(runs.c.root == root, checkpoints.c.status == OK)
-                .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
-                .where(~has_copy, at_or_below(checkpoints.c.path, start))
-            ).all()
+        rows = self._read(
+            select(checkpoints.c.path, checkpoints.c.generation)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.status == OK)
+            .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
+            .where(~has_copy, at_or_below(checkpoints.c.path, start))
+        )
         return {r.path: r.generation for r in rows}
 
     def version_files(self, root: str) -> set[str]:
         """Paths of every version row under `root` that is not trashed or purged."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(checkpoints.c.path)
-                .join(runs, runs.c.id == checkpoints.c.run_id)
-                .where(runs.c.root == root, checkpoints.c.version_of.is_not(None))
-                .where(checkpoints.c.status.not_in(RECORDS))
-            ).scalars()
-            return set(rows)
+        rows = self._read(
+            select(checkpoints.c.path)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.version_of.is_not(None))
+            .where(checkpoints.c.status.not_in(RECORDS))
+        )
+        return {r.path for r in rows}
 
     def record_capture_skipped(
         self,
