@@ -51,8 +51,8 @@ class Store:
         self.adopted = adopt_named_roots(engine, named_roots or {})
         # The hot reads: the fast path's own statements (`read_sql`), over this engine.
         self.reads = Reads(engine)
-        self.index = Index(engine, url)
-        self.claims = Claims(engine, url)
+        self.index = Index(engine)
+        self.claims = Claims(engine)
         self.acts = Acts(engine)
         self.recovery = Recovery(engine)
         self.leases = Leases(engine)

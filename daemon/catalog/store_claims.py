@@ -19,7 +19,7 @@ import datetime as dt
 import enum
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from ..core.model import CheckpointStatus, FileStat
 from . import db
@@ -40,13 +40,9 @@ class Claim(enum.Enum):
 class Claims(db.Facet):
     """The read claims (the `claims` facet)."""
 
-    def __init__(self, engine: Engine, url: str) -> None:
-        super().__init__(engine)
-        self.url = url
-
     def claims_reads(self) -> bool:
         """Whether claims are kept: on a catalog several hosts share (not SQLite)."""
-        return not db.is_sqlite(self.url)
+        return self._engine.dialect.name != "sqlite"
 
     def claim_read(
         self, path: str, stat: FileStat, node: str, ttl_seconds: float

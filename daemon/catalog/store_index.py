@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from sqlalchemy import JSON, Engine, insert, select, type_coerce, update
+from sqlalchemy import JSON, insert, select, type_coerce, update
 
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat, IndexRecord
@@ -35,10 +35,6 @@ class Known:
 
 class Index(db.Facet):
     """The indexer's side of the catalog (the `index` facet)."""
-
-    def __init__(self, engine: Engine, url: str) -> None:
-        super().__init__(engine)
-        self.url = url
 
     # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
 
@@ -210,7 +206,7 @@ class Index(db.Facet):
     def quick_check(self) -> str | None:
         """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):
         None when fine or not SQLite, else what it reported."""
-        if not db.is_sqlite(self.url):
+        if self._engine.dialect.name != "sqlite":
             return None
         with self._engine.connect() as conn:
             rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
