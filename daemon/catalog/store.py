@@ -1,12 +1,12 @@
 """The catalog's one way in: `Store` opens the catalog (its engine never leaves the catalog
 layer) and holds it as facets, each the reads and writes of one concern built from the engine:
-`reads` (listings, best, latest, show, runs), `index` (the indexer's writes), `claims` (read
-claims), `acts` (the writes of destructive acts), `recovery` (crash recovery), `leases`,
-`runs` (run derivation), `versions` (kept versions), `usage` (bytes and figures), `daemons`
-(heartbeats), `remote` (remote copies), `stage_jobs` (the pipeline's queue). A use case takes
-the facets it uses, or `Acting` when it acts through the rail; only the orchestrators hold the
-Store. Rows become `core.model` values (or
-the small frozen records of those modules) before they leave."""
+`reads` (listings, best, latest, show, runs, heartbeats), `index` (the indexer's writes),
+`claims` (read claims), `acts` (the writes of destructive acts), `recovery` (crash recovery),
+`leases`, `runs` (run derivation), `versions` (kept versions), `usage` (bytes and figures),
+`daemons` (heartbeat writes), `remote` (remote copies), `stage_jobs` (the pipeline's queue). A
+use case takes the facets it uses, or `Acting` when it acts through the rail; only the
+orchestrators hold the Store. Rows become `core.model` values (or the small frozen records of
+those modules) before they leave."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class Store:
         self.runs = Runs(engine)
         self.versions = Versions(engine)
         self.usage = UsageReads(engine)
-        self.daemons = Daemons(engine, self.reads)
+        self.daemons = Daemons(engine)
         self.remote = RemoteCopies(engine)
         self.stage_jobs = StageJobs(engine)
 

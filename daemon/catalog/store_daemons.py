@@ -1,31 +1,25 @@
 """Daemons in the catalog: one heartbeat row per daemon run, naming its node (`service.node`),
 host and pid; a second daemon of a node that has a live one is refused (`register`); `ckpt status`
-reads each node's newest row (`heartbeats`)."""
+reads each node's newest row (`Reads.heartbeats`)."""
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import insert, select, update
 
 from ..core.errors import DaemonRunning
 from ..core.model import Heartbeat
 from . import db
 from .audit import now_iso
-from .hot_reads import HotReads
 from .schema import HEARTBEAT
 
 heartbeat = HEARTBEAT
 
 
 class Daemons(db.Facet):
-    """The heartbeat reads and writes (the `daemons` facet)."""
-
-    def __init__(self, engine: Engine, hot: HotReads) -> None:
-        super().__init__(engine)
-        self._hot = hot  # the heartbeat reads: the fast path's own statements
+    """The heartbeat writes (the `daemons` facet)."""
 
     def register(
         self,
@@ -77,10 +71,6 @@ class Daemons(db.Facet):
                 return
             db.inserted_id(conn, insert(heartbeat).values(**values))
 
-    def heartbeats(self) -> builtins.list[Heartbeat]:
-        """The newest heartbeat of each daemon node, newest first."""
-        return self._hot.heartbeats()
-
     def beat(
         self,
         heartbeat_id: int | None,
@@ -101,9 +91,6 @@ class Daemons(db.Facet):
                 if done.rowcount:
                     return heartbeat_id
             return db.inserted_id(conn, insert(heartbeat).values(**values))
-
-    def latest_heartbeat(self) -> Heartbeat | None:
-        return self._hot.latest_heartbeat()
 
 
 def _row(

@@ -50,6 +50,9 @@ _SHOW_COLUMNS = (
     "first_seen_at",
     "metrics_at",
 )
+# What `show` prints of each of its artifacts and audit events.
+_ARTIFACT_KEYS = ("kind", "path", "bytes", "codec", "hash", "created_at")
+_EVENT_KEYS = ("at", "action", "state", "reason", "bytes", "actor")
 
 
 class Reads(HotReads, db.Facet):
@@ -98,31 +101,23 @@ class Reads(HotReads, db.Facet):
                 raise NotFound(f"no checkpoint {ref!r} in the catalog")
             found = _complete(conn, row[: len(_LIST_COLUMNS)])
             found_artifacts = conn.execute(
-                select(artifacts)
+                select(*(artifacts.c[k] for k in _ARTIFACT_KEYS))
                 .where(artifacts.c.checkpoint_id == row.id)
                 .order_by(artifacts.c.id)
             ).all()
             history = conn.execute(
-                select(events).where(events.c.checkpoint_id == row.id).order_by(events.c.id)
+                select(*(events.c[k] for k in _EVENT_KEYS))
+                .where(events.c.checkpoint_id == row.id)
+                .order_by(events.c.id)
             ).all()
             kept = _versions_of(conn, found.path) if found.version_of is None else []
         details = dict(row.details or {})
         details["versions"] = kept
         details.update(
             {name: row._mapping[name] for name in _SHOW_COLUMNS},
-            artifacts=[_artifact_json(a) for a in found_artifacts],
+            artifacts=[dict(a._mapping) for a in found_artifacts],
         )
-        details["events"] = [
-            {
-                "at": e.at,
-                "action": e.action,
-                "state": e.state,
-                "reason": e.reason,
-                "bytes": e.bytes,
-                "actor": e.actor,
-            }
-            for e in history
-        ]
+        details["events"] = [dict(e._mapping) for e in history]
         return dataclasses.replace(found, details=details)
 
     def run_keys(self) -> builtins.list[tuple[int, str, str]]:
@@ -199,17 +194,6 @@ def _is_catalog_id(ref: str) -> bool:
     # ASCII digits only: str.isdigit() is also true for "²" and "١", which int() refuses or
     # reads as another number; and no id is past a 64-bit column.
     return ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID
-
-
-def _artifact_json(a: Any) -> dict[str, Any]:
-    return {
-        "kind": a.kind,
-        "path": a.path,
-        "bytes": a.bytes,
-        "codec": a.codec,
-        "hash": a.hash,
-        "created_at": a.created_at,
-    }
 
 
 def _metric_values(conn: Any, ids: list[int]) -> dict[int, dict[str, float | None]]:
