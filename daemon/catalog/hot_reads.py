@@ -106,7 +106,7 @@ class HotReads:
         with self._reading() as fetch:
             if len(paths) > _WHOLE_VERSION_TABLE:
                 wanted = {self._stored(p) for p in paths}
-                rows = [r for r in fetch(read_sql.ALL_VERSION_COUNTS) if r[0] in wanted]
+                rows = [r for r in fetch(read_sql.version_counts()) if r[0] in wanted]
             else:
                 rows = []
                 for start in range(0, len(paths), read_sql.IN_CHUNK):

@@ -318,20 +318,13 @@ def details_of(checkpoint_id: int) -> Statement:
     return "SELECT details FROM checkpoints WHERE id = ?", [checkpoint_id]
 
 
-def version_counts(stored_paths: Sequence[str]) -> Statement:
-    """How many versions of each of these files (stored paths) are kept: standby copies and the
-    rows of trashed or purged ones are not counted."""
+def version_counts(stored_paths: Sequence[str] | None = None) -> Statement:
+    """How many versions of each of these files (stored paths; None: of every file) are kept:
+    standby copies and the rows of trashed or purged ones are not counted."""
     counted = (CheckpointStatus.STANDBY.value, *OFF_DISK)
+    files = "IS NOT NULL" if stored_paths is None else f"IN ({', '.join('?' * len(stored_paths))})"
     return (
-        "SELECT version_of, count(*) FROM checkpoints WHERE version_of IN "
-        f"({', '.join('?' * len(stored_paths))}) AND status NOT IN "
+        f"SELECT version_of, count(*) FROM checkpoints WHERE version_of {files} AND status NOT IN "
         f"({', '.join('?' * len(counted))}) GROUP BY version_of",
-        [*stored_paths, *counted],
+        [*(stored_paths or []), *counted],
     )
-
-
-ALL_VERSION_COUNTS: Statement = (
-    "SELECT version_of, count(*) FROM checkpoints WHERE version_of IS NOT NULL AND status NOT IN "
-    f"({', '.join('?' * (1 + len(OFF_DISK)))}) GROUP BY version_of",
-    [CheckpointStatus.STANDBY.value, *OFF_DISK],
-)

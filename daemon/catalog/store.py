@@ -43,7 +43,6 @@ class Store:
     ) -> None:
         """`named_roots`: `Config.named_roots()`; `node`: `Config.node_name` (None: the host
         name), written on every audit event."""
-        self.url = url
         self._engine = engine = db.make_engine(url)
         db.identify(engine, named_roots=named_roots, node=node)
         db.ensure_schema(url, engine, may_migrate=may_migrate)
