@@ -99,7 +99,11 @@ class Reads(HotReads, db.Facet):
             row = conn.execute(stmt).first()
             if row is None:
                 raise NotFound(f"no checkpoint {ref!r} in the catalog")
-            found = _complete(conn, row[: len(_LIST_COLUMNS)])
+            values = _metric_values(conn, [row.id]).get(row.id, {})
+            found = to_checkpoint(row[: len(_LIST_COLUMNS)], values)
+            sources = conn.execute(
+                select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == row.id)
+            ).all()
             found_artifacts = conn.execute(
                 select(*(artifacts.c[k] for k in _ARTIFACT_KEYS))
                 .where(artifacts.c.checkpoint_id == row.id)
@@ -118,7 +122,7 @@ class Reads(HotReads, db.Facet):
             artifacts=[dict(a._mapping) for a in found_artifacts],
         )
         details["events"] = [dict(e._mapping) for e in history]
-        return dataclasses.replace(found, details=details)
+        return dataclasses.replace(found, details=details, metric_sources=dict(sources))
 
     def run_keys(self) -> builtins.list[tuple[int, str, str]]:
         """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
@@ -149,14 +153,6 @@ def in_run(run: str) -> Any:
     # scan of every run: an equality in the database's collation cannot use such an index.
     name = codepoint_order(runs.c.name)
     return (name == scope.exact) | ((name >= scope.low) & (name < scope.high))
-
-
-def _complete(conn: Any, row: Any) -> Checkpoint:
-    """One checkpoint (a listing row) with its metrics and where each came from."""
-    row_id = row[0]
-    values = _metric_values(conn, [row_id])
-    checkpoint = to_checkpoint(row, values.get(row_id, {}))
-    return dataclasses.replace(checkpoint, metric_sources=_metric_sources(conn, row_id))
 
 
 def _versions_of(conn: Any, path: str) -> list[dict[str, Any]]:
@@ -207,8 +203,3 @@ def _metric_values(conn: Any, ids: list[int]) -> dict[int, dict[str, float | Non
             finite = value is not None and math.isfinite(value)
             out.setdefault(checkpoint_id, {})[name] = value if finite else None
     return out
-
-
-def _metric_sources(conn: Any, checkpoint_id: int) -> dict[str, str]:
-    stmt = select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == checkpoint_id)
-    return {name: source for name, source in conn.execute(stmt)}
