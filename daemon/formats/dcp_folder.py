@@ -16,6 +16,7 @@ and none of them is newer than `.metadata` (`DcpFolder.problems` says what is no
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -44,10 +45,7 @@ class DcpTensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

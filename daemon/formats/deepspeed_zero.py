@@ -21,6 +21,7 @@ file is an unfinished sign (incomplete while the folder changes, abandoned once 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import zipfile
@@ -252,10 +253,7 @@ def _dict(value: Any) -> dict[Any, Any]:
 
 
 def numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)
 
 
 def _list(value: Any) -> list[Any]:

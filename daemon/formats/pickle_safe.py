@@ -25,6 +25,7 @@ so a file naming 10,000 globals changes nothing for the next file.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -129,10 +130,7 @@ class TensorRecord:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

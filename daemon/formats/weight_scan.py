@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import mmap
 import os
 import zipfile
@@ -357,9 +358,7 @@ def _slabs(dataset: h5py.Dataset) -> Iterator[np.ndarray]:
     if not shape:
         yield np.ascontiguousarray(dataset[()], dtype=little)
         return
-    row_bytes = dataset.dtype.itemsize
-    for d in shape[1:]:
-        row_bytes *= d
+    row_bytes = dataset.dtype.itemsize * math.prod(shape[1:])
     rows = max(1, CHUNK // max(1, row_bytes))
     for first in range(0, shape[0], rows):
         yield np.ascontiguousarray(dataset[first : first + rows], dtype=little)
