@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,9 +180,10 @@ def info_of(dcp: DcpFolder) -> CheckpointInfo:
     )
 
 
-def world_size(needed: dict[str, int]) -> int | None:
-    """The ranks that wrote data files (`__<rank>_<n>.distcp`), as `.metadata` names them."""
-    ranks = {int(m[1]) for name in needed if (m := _DATA_RANK.match(name))}
+def world_size(names: Iterable[str]) -> int | None:
+    """The ranks that wrote data files (`__<rank>_<n>.distcp`), from their names (as
+    `.metadata` names them, or a folder's listing)."""
+    ranks = {int(m[1]) for name in names if (m := _DATA_RANK.match(name))}
     return max(ranks) + 1 if ranks else None
 
 
