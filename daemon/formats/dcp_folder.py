@@ -63,10 +63,6 @@ class DcpFolder:
     problems: tuple[str, ...] = field(default=())  # why the folder is not a complete save
     foreign: tuple[str, ...] = field(default=())  # what `verify --load` refuses to unpickle
 
-    @property
-    def storage_files(self) -> tuple[str, ...]:
-        return tuple(sorted(self.needed))
-
 
 def is_dcp_folder(folder: Path) -> bool:
     """A folder holding `.metadata` or a `__R_N.distcp` data file (a save in flight has no

@@ -290,7 +290,9 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         kind=Kind.WEIGHTS,
         layers=(layer,),
         n_params=n_params,
-        weights_bytes=sum(math.prod(t.shape) * _itemsize(t.dtype) for t in tensors),
+        weights_bytes=sum(
+            math.prod(t.shape) * pickle_safe.ITEM_SIZES.get(t.dtype, 1) for t in tensors
+        ),
         optimizer=optimizer,
         notes=tuple(notes),
         world_size=ranks.world_size,
@@ -333,7 +335,3 @@ def _ints(values: Any) -> tuple[int, ...]:
     return tuple(
         v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
     )
-
-
-def _itemsize(dtype: str) -> int:
-    return pickle_safe.ITEM_SIZES.get(dtype, 1)
