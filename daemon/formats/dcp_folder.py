@@ -62,6 +62,8 @@ class DcpFolder:
     version: str | None
     problems: tuple[str, ...] = field(default=())  # why the folder is not a complete save
     foreign: tuple[str, ...] = field(default=())  # what `verify --load` refuses to unpickle
+    # `.metadata`'s `storage_data` as read: MetadataIndex -> _StorageInfo records (inert)
+    storage: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def is_dcp_folder(folder: Path) -> bool:
@@ -102,6 +104,7 @@ def read_folder(folder: Path, root: Path | None = None) -> DcpFolder:
         version if isinstance(version, str) else None,
         tuple(problems),
         tuple(pickle_ops.refusals(ops, ALLOWED, ENUMS)),
+        state["storage_data"],  # a dict: `_needed` refused anything else
     )
 
 

@@ -259,12 +259,8 @@ def _dcp(folder: Path, found: Scan) -> None:
     if dcp.problems:
         raise CorruptCheckpoint(dcp.problems[0])
     floats = {t.key for t in dcp.tensors if is_float(t.dtype)}
-    with os.fdopen(beneath.open_regular(folder / dcp_folder.METADATA, None), "rb") as fh:
-        record, _ops = pickle_safe.read(fh.read(pickle_safe.MAX_PICKLE_BYTES + 1))
-    state = record.state if isinstance(record, pickle_safe.Opaque) else None
-    storage = state.get("storage_data") if isinstance(state, dict) else None
     items: dict[str, list[tuple[str, int, int, int]]] = {}
-    for index, info in (storage if isinstance(storage, dict) else {}).items():
+    for index, info in dcp.storage.items():
         key = _fields(index).get("fqn")
         where = _fields(info)
         if key not in floats:
