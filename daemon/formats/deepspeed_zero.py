@@ -194,7 +194,7 @@ def look(folder: Path, root: Path | None = None) -> ZeroFolder:
     module = _dict(top.get("module"))
     buffer_names = _list(top.get("buffer_names"))
     tensors = [(str(k), v) for k, v in module.items() if isinstance(v, TensorRecord)]
-    zf = ZeroFolder(
+    return ZeroFolder(
         path=folder,
         tag=folder.name,
         zero_stage=stage,
@@ -213,7 +213,6 @@ def look(folder: Path, root: Path | None = None) -> ZeroFolder:
         unfinished=tuple(signs),
         unconfirmed=_latest_sign(folder),
     )
-    return zf
 
 
 def _empty(folder: Path, signs: tuple[str, ...], present: tuple[str, ...]) -> ZeroFolder:

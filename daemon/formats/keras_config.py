@@ -136,8 +136,7 @@ def snake_case(class_name: str) -> str:
     """Keras 3's `naming.to_snake_case`: the key a layer's weights are stored under."""
     name = re.sub(r"\W+", "", class_name)
     name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-    name = re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
-    return name
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def weights_store_keys(layers: list[LayerConfig]) -> dict[str, LayerConfig]:
