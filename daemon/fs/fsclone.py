@@ -62,10 +62,7 @@ def clone_new(
             try:
                 how = _copy_new(src, dst_dir, temp.name, chunk, keep_mode_and_times=True)
                 verify(root.joinpath(*dst_parts[:-1], temp.name))
-                try:
-                    fsswap.publish_new(dst_dir, temp.name, dst_parts[-1])
-                except FileExistsError:
-                    raise WouldReplace(f"{target} exists already") from None
+                fsswap.publish_new(dst_dir, temp.name, dst_parts[-1], f"{target} exists already")
                 os.fsync(dst_dir)
             except BaseException:
                 remove_own_temp(dst_dir, temp.name)
@@ -86,8 +83,9 @@ def new_folder(root: Path, final: Path, *, like: Path) -> Iterator[Path]:
     with folder_beneath(root, like_parts[:-1]) as like_fd:
         model = entry_stat(like_fd, like_parts[-1])
     with folder_beneath(root, parts[:-1]) as fd:
+        refusal = f"{final} exists: refused, nothing replaced"
         if fsswap.identity_at(fd, parts[-1]) is not None:
-            raise WouldReplace(f"{final} exists: refused, nothing replaced")
+            raise WouldReplace(refusal)
         os.mkdir(temp.name, 0o700, dir_fd=fd)
         try:
             yield temp
@@ -96,10 +94,7 @@ def new_folder(root: Path, final: Path, *, like: Path) -> Iterator[Path]:
                 os.fsync(folder)
                 os.chmod(folder, stat.S_IMODE(model.st_mode))
                 os.utime(folder, ns=(model.st_atime_ns, model.st_mtime_ns))
-            try:
-                fsswap.publish_new(fd, temp.name, parts[-1])
-            except FileExistsError:
-                raise WouldReplace(f"{final} exists: refused, nothing replaced") from None
+            fsswap.publish_new(fd, temp.name, parts[-1], refusal)
             os.fsync(fd)
         except BaseException:
             remove_own_temp(fd, temp.name)

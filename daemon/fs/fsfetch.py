@@ -59,10 +59,7 @@ def receive(
                 )
             if mtime_ns is not None:
                 os.utime(temp, ns=(mtime_ns, mtime_ns), dir_fd=fd, follow_symlinks=False)
-            try:
-                publish_new(fd, temp, parts[-1])
-            except FileExistsError:
-                raise WouldReplace(f"{final} appeared meanwhile: never replaced") from None
+            publish_new(fd, temp, parts[-1], f"{final} appeared meanwhile: never replaced")
             temp = ""
             os.fsync(fd)
             return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)

@@ -364,10 +364,7 @@ def _identity(dir_fd: int, name: str, path: Path) -> Identity:
 
 def _put(dir_fd: int, temp: str, final: Path, expected: Identity | None) -> str | None:
     if expected is None:
-        try:
-            fsswap.publish_new(dir_fd, temp, final.name)
-        except FileExistsError:
-            raise WouldReplace(_would_replace(final)) from None
+        fsswap.publish_new(dir_fd, temp, final.name, _would_replace(final))
         return None
 
     def writers(name: str) -> list[int]:
