@@ -72,19 +72,15 @@ class RunningParts:
         }
 
     def healthy(self, config: Config) -> bool:
-        """WATCHDOG=1 only while every part works: observers, scheduler, worker, catalog."""
+        """WATCHDOG=1 only while every part works: observers, scheduler, worker, jobs thread and
+        disk guard (each ticking)."""
         stats = self.worker.stats
         now = time.monotonic()
         worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
         runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
         guard_ok = not self.guard.is_alive() or now - self.guard.tick < RUNNER_STALL_SECONDS
         return (
-            worker_ok
-            and runner_ok
-            and guard_ok
-            and self.watcher.healthy()
-            and self.jobs.healthy()
-            and stats.db_ok
+            worker_ok and runner_ok and guard_ok and self.watcher.healthy() and self.jobs.healthy()
         )
 
     def status_line(self) -> str:

@@ -42,7 +42,6 @@ def retry_due(stuck_at: float | None, poked: bool) -> bool:
 @dataclass
 class Episode:
     since: str
-    free_at_start: int
     reserve: int
     freed: int = 0
     acts: int = 0
@@ -86,7 +85,7 @@ class ReserveWatch:
                 self._end(fs, episode, free)
             return
         if episode is None:
-            episode = Episode(iso_utc(time.time()), free, reserve)
+            episode = Episode(iso_utc(time.time()), reserve)
             self.episodes[fs.dev] = episode
             relief = self._relieve(config, fs, episode, reserve)
             event(

@@ -61,7 +61,6 @@ class Stats:
     last_index_at: str | None = None
     last_error: str | None = None
     failed: int = 0
-    db_ok: bool = True  # the last heartbeat write reached the catalog
     last_scan_time: float | None = None  # when the last walk of every root ended (epoch s)
     index_errors: int = 0  # files found corrupt or unreadable (each once, until it changes)
     worker_errors: int = 0  # the worker loop's own exceptions (catalog down, disk errors)
