@@ -13,7 +13,7 @@ import platform
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -292,12 +292,7 @@ def remote_counters(config: Config) -> dict[str, dict[str, int]]:
     for root in config.roots:
         remote = config.remote_for(root)
         if remote is not None and remote.url not in found:
-            counters = object_store(remote).counters
-            found[remote.url] = {
-                "retries": counters.retries,
-                "failures": counters.failures,
-                "uploaded_bytes": counters.uploaded_bytes,
-            }
+            found[remote.url] = asdict(object_store(remote).counters)
     return found
 
 
