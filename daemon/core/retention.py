@@ -57,7 +57,6 @@ Semantics:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -258,8 +257,8 @@ def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, 
     sign = 1 if rule.resolved_mode == "min" else -1
     valued: list[tuple[float, Item]] = []
     for item in newest_first:
-        value = item.metrics.get(rule.metric)
-        if value is None or math.isnan(value):
+        value = item.value(rule.metric)
+        if value is None:
             if rule.keep_missing:  # conservative: no evidence it is worse, so keep it
                 yield item.id, RANKED, f"no {rule.metric}: kept"
         else:

@@ -4,6 +4,7 @@ what a plan does with it. Pure values, read by `core.retention`, `core.newest` a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -41,6 +42,11 @@ class Item:
     # (`core.newest.placed_by_save_time`); None: not placed (its epoch or step is known, or
     # none is).
     placed: tuple[float, float] | None = None
+
+    def value(self, metric: str) -> float | None:
+        """Its value of `metric`; None when it has none, or NaN."""
+        value = self.metrics.get(metric)
+        return None if value is None or math.isnan(value) else float(value)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ The demotion ladder is full -> inference artifact -> remote -> trash:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -100,16 +99,11 @@ def stays_local(
             _merge(found, [(i.id, f"keep_local last #{rank}") for i in moment.items])
     for metric, mode in best_rules if keep.best else ():
         sign = 1.0 if mode == "min" else -1.0
-        valued = [(v, i) for i in ok[::-1] if (v := _value(i, metric)) is not None]
+        valued = [(v, i) for i in ok[::-1] if (v := i.value(metric)) is not None]
         valued.sort(key=lambda pair: sign * pair[0])  # stable: ties keep the newer first
         for rank, (_v, i) in enumerate(valued[: keep.best], start=1):
             _merge(found, [(i.id, f"keep_local best {metric} #{rank}")])
     return {item_id: ", ".join(reasons) for item_id, reasons in found.items()}
-
-
-def _value(item: Item, metric: str) -> float | None:
-    value = item.metrics.get(metric)
-    return None if value is None or math.isnan(value) else float(value)
 
 
 def _merge(found: dict[int, list[str]], pairs: Sequence[tuple[int, str]]) -> None:
