@@ -321,26 +321,22 @@ def _trim(
         key=lambda item: (strength[item.id] == RANKED, progress_key(item)),
     )
     over: dict[int, tuple[str, str]] = {}
+
+    def over_budget(then: str = "") -> str:  # the bytes as they are before this act
+        return f"over budget: {format_size(total)} > {format_size(max_bytes)}{then}"
+
     for item in order:
         saved = item.size_bytes - (item.inference_bytes or 0)
         if total <= max_bytes:
             break
         if item.inference_bytes is not None and saved > 0:
-            over[item.id] = (
-                "demote",
-                f"over budget: {format_size(total)} > "
-                f"{format_size(max_bytes)}: demoted to its inference artifact",
-            )
+            over[item.id] = ("demote", over_budget(": demoted to its inference artifact"))
             total -= saved
     for item in order:
         if total <= max_bytes:
             break
         if item.id not in over and budget_tierable(item, local):
-            over[item.id] = (
-                "tier",
-                f"over budget: {format_size(total)} > {format_size(max_bytes)}: "
-                "tiered to the object store",
-            )
+            over[item.id] = ("tier", over_budget(": tiered to the object store"))
             total -= item.size_bytes
     for item in order:
         if total <= max_bytes:
@@ -350,7 +346,7 @@ def _trim(
         left = item.inference_bytes if item.id in over else item.size_bytes
         if not left or left <= 0:
             continue  # trashing it frees nothing
-        over[item.id] = ("trash", f"over budget: {format_size(total)} > {format_size(max_bytes)}")
+        over[item.id] = ("trash", over_budget())
         total -= left
     if total <= max_bytes:
         return over, ()
