@@ -45,11 +45,6 @@ class KeepLocal:
         return "keep_local " + (" ".join(parts) if parts else "none")
 
 
-def due(item: Item, tier_after: float, now: float) -> bool:
-    """Written at least `tier_after` before `now` (inclusive, as keep_within is), and local."""
-    return item.status == "ok" and item.where != "remote" and item.mtime <= now - tier_after
-
-
 def placed(
     decision: Decision,
     item: Item,
@@ -59,15 +54,15 @@ def placed(
 ) -> tuple[str, tuple[str, ...]]:
     """(action, reasons) of a decision once where its bytes are is weighed: a remote-only
     checkpoint kept stays in the store, one dropped has its remote copy trashed; a local one
-    kept tiers once `due` (when `tier_after` is set and there is a clock), unless it stays
-    local (`local`: {id: why}) or cannot be tiered."""
+    kept and ok tiers once written `tier_after` before `now` (when both are set), unless it
+    stays local (`local`: {id: why}) or cannot be tiered."""
     if item.where == "remote":
         if decision.action == "keep":
             return "keep", (*decision.reasons, "in the object store")
         return "trash-remote", (*decision.reasons, "its remote copy to the store's trash")
     if tier_after is None or now is None or decision.action != "keep":
         return decision.action, decision.reasons
-    if not due(item, tier_after, now):
+    if item.status != "ok" or item.mtime > now - tier_after:  # newer than tier_after: not due
         return decision.action, decision.reasons
     if item.id in local:
         return "keep", (*decision.reasons, f"stays local ({local[item.id]})")
