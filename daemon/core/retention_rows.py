@@ -1,6 +1,6 @@
 """The retention planner's rows: `Item`, one checkpoint as the planner sees it, and `Decision`,
-what a plan does with it. Pure values, read by `core.retention`, `core.newest` and
-`core.tier_plan` alike (and built by `usecases.retention_plan`)."""
+what a plan does with it. Pure values, shared by `core.retention` and the modules it consults
+(`core.newest`, `core.tier_plan`, `core.best_twins`), and built by `usecases.retention_plan`."""
 
 from __future__ import annotations
 
