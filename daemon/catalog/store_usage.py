@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from ..core.history import VERSIONS_COMPONENT
 from ..core.model import CheckpointStatus
 from ..core.observability import (
     BYTE_KINDS,
@@ -25,6 +24,7 @@ from ..core.observability import (
     iso_seconds,
 )
 from ..core.usage import ArtifactBytes, CheckpointBytes
+from ..core.versions import VERSIONS_COMPONENT
 from . import db
 from .rows import STATUSES
 from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS
