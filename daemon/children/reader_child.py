@@ -125,7 +125,7 @@ class _Child:
                 assert proc.stdin is not None
                 proc.stdin.write(json.dumps(request).encode() + b"\n")
                 proc.stdin.flush()
-                line = self._readline(proc, time.monotonic() + timeout)
+                line, self._buffer = read_line(proc, self._buffer, time.monotonic() + timeout)
             except TimeoutError:
                 self.close(kill=True)
                 raise CorruptCheckpoint(f"read timed out after {timeout:g} s") from None
@@ -159,10 +159,6 @@ class _Child:
                 cwd="/",
             )
         return self.proc
-
-    def _readline(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
-        line, self._buffer = read_line(proc, self._buffer, deadline)
-        return line
 
     def _death(self) -> str:
         proc, code = self.proc, None
@@ -247,8 +243,6 @@ def info_from_json(data: dict[str, Any]) -> CheckpointInfo:
 
 def _serve() -> None:
     """Answer one JSON line per request line on stdin until it closes."""
-    import resource
-
     # C libraries may print to fd 1: keep the protocol on a private copy of it.
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -258,9 +252,7 @@ def _serve() -> None:
     for name in filter(None, os.environ.get(FAMILY_MODULES, "").split(",")):
         importlib.import_module(name)  # a format outside the package registers its row
 
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    limit = _address_space() + MEMORY_BUDGET_BYTES
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    limit_memory(MEMORY_BUDGET_BYTES)
     for line in sys.stdin:
         request = json.loads(line)
         path = Path(os.fsdecode(bytes.fromhex(request["path"])))
@@ -286,9 +278,14 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _address_space() -> int:
+def limit_memory(budget: int) -> None:
+    """No core dump, and at most `budget` bytes of address space more than the imports took."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + budget
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _die_with_parent() -> None:

@@ -21,13 +21,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import Refused, UsageError
-from . import sandbox
+from . import protocol, sandbox
 
 STAGING_ENV = "CKPT_LOAD_STAGING"
 _SHM = Path("/dev/shm")
@@ -78,10 +78,8 @@ def run_probe(
             )
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:g} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        result = dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
+    result = protocol.last_reply(done.stdout)
+    if result is None:
         return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
     if "unsandboxed" in result:
         raise Refused(
@@ -96,11 +94,12 @@ def confinement() -> str:
     return os.environ.get(sandbox.DESCRIPTION_ENV) or f"{sandbox.UNSANDBOXED} (not started by ckpt)"
 
 
-def torch_weights_only(env: dict[str, str]) -> None:
-    """A torch child's environment: `torch.load` weights-only whatever the caller's environment
-    said (a user's TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD would let a pickle run code), one thread."""
+def torch_weights_only(env: MutableMapping[str, str]) -> None:
+    """A torch child's environment (the parent's side sets it, and the child's again on
+    `os.environ`): `torch.load` weights-only whatever the caller's environment said (a user's
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD would let a pickle run code), one thread."""
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
+    env.update(TORCH_FORCE_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS="1")
 
 
 def _bytes(path: Path) -> int:
@@ -170,8 +169,6 @@ def refusals(keras: object, path: str, *, with_compile: bool = False) -> list[st
     code, from its stored config alone: `.keras` `config.json`, a legacy `.h5` `model_config`,
     or a `.json` export. `with_compile`: the compile config counts too (`model_from_json`
     compiles; `load_model(compile=False)` never reads it)."""
-    import json
-
     from ..core.model_code import code_in_config
     from ..formats import model_config
 
