@@ -63,9 +63,10 @@ def _answer(library: str, paths: list[str]) -> dict[str, Any]:
     np, keras = start(library)
     checkpoint, config, weights = unprivileged.stage(paths)
     confined = unprivileged.confinement()
-    refused = [f"{paths[0]}: {why}" for why in unprivileged.refusals(keras, checkpoint)]
+    refused = [f"{paths[0]}: {why}" for why in load_precheck.staged_refusals(keras, checkpoint)]
     refused += [
-        f"{paths[1]}: {why}" for why in unprivileged.refusals(keras, config, with_compile=True)
+        f"{paths[1]}: {why}"
+        for why in load_precheck.staged_refusals(keras, config, with_compile=True)
     ]
     if refused:
         return {"refused": refused, "sandbox": confined}

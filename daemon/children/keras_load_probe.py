@@ -42,7 +42,7 @@ def probe(library: str, paths: list[Path], *, mode: str = "require") -> dict[str
 
 def load(keras: Any, path: str) -> Any:
     """`load_model(compile=False)`, in safe mode where the library has one for the format
-    (refusals were checked before: `unprivileged.refusals`)."""
+    (refusals were checked before: `load_precheck.staged_refusals`)."""
     if keras.__name__ == "keras" or path.endswith(".keras"):
         return keras.models.load_model(path, compile=False, safe_mode=True)
     return keras.models.load_model(path, compile=False)  # tf-keras .h5: no safe mode at all
@@ -98,7 +98,7 @@ def _answer(library: str, paths: list[str]) -> dict[str, Any]:
     refused = [
         f"{named}: {why}"
         for named, copy in zip(paths, staged, strict=True)
-        for why in unprivileged.refusals(keras, copy)
+        for why in load_precheck.staged_refusals(keras, copy)
     ]
     if refused:
         return {"refused": refused, "sandbox": confined}

@@ -210,10 +210,6 @@ def _answer(reply: dict[str, Any]) -> CheckpointInfo:
     raise problem(str(reply.get("reason") or "unknown problem"))
 
 
-def info_to_json(info: CheckpointInfo) -> dict[str, Any]:
-    return dataclasses.asdict(info)
-
-
 def info_from_json(data: dict[str, Any]) -> CheckpointInfo:
     layers = tuple(
         Layer(
@@ -258,7 +254,9 @@ def _serve() -> None:
         path = Path(os.fsdecode(bytes.fromhex(request["path"])))
         root = Path(os.fsdecode(bytes.fromhex(request["root"]))) if request["root"] else None
         try:
-            reply: dict[str, Any] = {"info": info_to_json(detect.read_checkpoint(path, root=root))}
+            reply: dict[str, Any] = {
+                "info": dataclasses.asdict(detect.read_checkpoint(path, root=root))
+            }
         except MemoryError:
             reply = {"problem": "CorruptCheckpoint", "reason": _out_of_memory()}
         except (ReadProblem, FileNotFoundError) as exc:
