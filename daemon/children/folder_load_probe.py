@@ -4,10 +4,8 @@
 
     python -m ckpt_daemon.children.folder_load_probe orbax|dcp FOLDER
 
-What it runs, in order (`children.unprivileged`): the libraries imported; the folder copied into
-the private staging folder the parent made (`stage_folder`: no symlink followed), so what is
-checked is what is loaded; all of it in the sandbox (`children.sandbox`: no network, no write
-outside that folder); then:
+What it runs, in order: the libraries imported; the folder staged privately (no symlink
+followed, so what is checked is what is loaded), in the sandbox (`children.unprivileged`); then:
 - Orbax: each item folder holding `_METADATA` (not `metrics`, not Keras' `model_config`)
   restored with `orbax.checkpoint.PyTreeCheckpointer().restore` on the CPU;
 - DCP: the staged `.metadata` judged from its opcodes and refused when it names or calls a
@@ -38,8 +36,7 @@ _LIBRARIES = {"orbax": ("jax", "orbax.checkpoint"), "dcp": ("torch",)}
 
 
 def probe(kind: str, folder: Path, *, mode: str = "require") -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
-    (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`)."""
     cmd = [*python_module("children.folder_load_probe"), kind, str(folder)]
 
     def settings(env: dict[str, str]) -> None:
@@ -70,14 +67,13 @@ def _key(key: Any) -> str:
     return str(key)
 
 
-def _dcp(modules: dict[str, Any], staged: str) -> dict[str, list[int]]:
+def _dcp(modules: dict[str, Any], staged: str, data: bytes) -> dict[str, list[int]]:
     from .torch_load_probe import flat
 
     torch = modules["torch"]
     filesystem = importlib.import_module("torch.distributed.checkpoint.filesystem")
     planner = importlib.import_module("torch.distributed.checkpoint.default_planner")
     loader = importlib.import_module("torch.distributed.checkpoint.state_dict_loader")
-    data = Path(staged, dcp_folder.METADATA).read_bytes()
 
     class Reader(filesystem.FileSystemReader):  # type: ignore[name-defined]
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
@@ -112,11 +108,12 @@ def _answer(kind: str, folder: str) -> dict[str, Any]:
     confined = unprivileged.confinement()
     if kind == "orbax":
         return {"arrays": _orbax(modules, staged), "sandbox": confined}
-    foreign = dcp_folder.foreign_globals(Path(staged, dcp_folder.METADATA).read_bytes())
+    data = Path(staged, dcp_folder.METADATA).read_bytes()  # judged, then built: read once
+    foreign = dcp_folder.foreign_globals(data)
     if foreign:
         refused = f".metadata names {', '.join(foreign[:5])}"  # as the parent says
         return {"refused": refused, "sandbox": confined}
-    return {"arrays": _dcp(modules, staged), "sandbox": confined}
+    return {"arrays": _dcp(modules, staged, data), "sandbox": confined}
 
 
 if __name__ == "__main__":

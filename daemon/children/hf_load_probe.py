@@ -3,9 +3,8 @@ process, and compare them: `ckpt verify --load` of an HF folder with an inferenc
 
     python -m ckpt_daemon.children.hf_load_probe CHECKPOINT_FOLDER INFERENCE_FOLDER
 
-What it runs, in order (`children.unprivileged`): torch imported (transformers too, if it is
-installed); both folders copied into the private staging folder the parent made, in the sandbox
-(`children.sandbox`: no network, no write outside that folder); then:
+What it runs, in order: torch imported (transformers too, if it is installed); both folders
+staged privately, in the sandbox (`children.unprivileged`); then:
 
 1. every weight file of each folder loaded (`safetensors.torch.load_file`, no pickle; a `.bin`
    with `torch.load(weights_only=True)`, `TORCH_FORCE_WEIGHTS_ONLY_LOAD` set), and the inference
@@ -42,8 +41,7 @@ _PROBE_TOKENS = 8
 
 
 def probe(checkpoint: Path, inference: Path, *, mode: str = "require") -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
-    (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`)."""
     cmd = [*python_module("children.hf_load_probe"), str(checkpoint), str(inference)]
 
     def settings(env: dict[str, str]) -> None:

@@ -5,12 +5,12 @@ bit-identically to the full checkpoint (`load_model`), on the fixed random input
 
     python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT CONFIG.json WEIGHTS
 
-Before anything is loaded, as `keras_load_probe` does (`children.unprivileged`): the three files
-staged privately in the sandbox (`children.sandbox`: no network, no write outside that folder),
-and both configs (the checkpoint's, and the JSON with its compile config: `model_from_json`
-compiles) refused if loading would run the file's code. Prints one JSON object: {"identical":
-true|false, "max_abs_diff": float, "outputs": N, "sandbox": "..."}, {"refused": [...]} or
-{"error": "..."}. Only ever a child: the daemon and the CLI never import Keras.
+Before anything is loaded, as `keras_load_probe` does: the three files staged privately, in the
+sandbox (`children.unprivileged`), and both configs (the checkpoint's, and the JSON with its
+compile config: `model_from_json` compiles) refused if loading would run the file's code.
+Prints one JSON object: {"identical": true|false, "max_abs_diff": float, "outputs": N,
+"sandbox": "..."}, {"refused": [...]} or {"error": "..."}. Only ever a child: the daemon and the
+CLI never import Keras.
 """
 
 from __future__ import annotations

@@ -4,12 +4,11 @@ their predictions on a fixed random input: `ckpt verify --load`.
     python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CHECKPOINT [ARTIFACT]
 
 Before it starts, the parent refuses what the stored configs give away without Keras
-(`children.load_precheck`). What the child runs, in order (`children.unprivileged`): Keras
-imported; each file copied into the private staging folder the parent made, in the sandbox
-(`children.sandbox`: no network, no write outside that folder); each staged config read (never
-loaded) and the file refused if loading would run its code (a `Lambda` layer, a custom object, a
-function reference: `core.model_code`); then `load_model(compile=False)` (Keras 3:
-`safe_mode=True`) and `predict` on the fixed input. Prints one JSON object: {"loaded": true,
+(`children.load_precheck`). What the child runs, in order: Keras imported; each file staged
+privately, in the sandbox (`children.unprivileged`); each staged config read (never loaded) and
+the file refused if loading would run its code (a `Lambda` layer, a custom object, a function
+reference: `core.model_code`); then `load_model(compile=False)` (Keras 3: `safe_mode=True`) and
+`predict` on the fixed input. Prints one JSON object: {"loaded": true,
 "outputs": N, "identical": true|false|null, "max_abs_diff": float|null, "sandbox": "sandboxed:
 ..."}, {"refused": ["layer 'f' (Lambda): ...", ...], "sandbox": ...} or {"error": "..."}. It
 runs only as a child process: the daemon and the CLI never import Keras themselves.
@@ -31,8 +30,8 @@ TIMEOUT_SECONDS = 600.0
 
 
 def probe(library: str, paths: list[Path], *, mode: str = "require") -> dict[str, Any]:
-    """The parent's side: the child's JSON answer for `paths` (a checkpoint, maybe its
-    inference artifact), or {"error": ...} when it died without one (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`): `paths` are a checkpoint, maybe its
+    inference artifact."""
     refused = load_precheck.refusals(paths)
     if refused:  # what the child would refuse, found without importing Keras
         return {"refused": refused}

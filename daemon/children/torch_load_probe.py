@@ -4,19 +4,18 @@ the checkpoint it was split from: `ckpt verify --load` for `.pt`/`.pth`/`.bin`, 
 
     python -m ckpt_daemon.children.torch_load_probe FILE... [--artifact ARTIFACT]
 
-What it runs, in order (`children.unprivileged`): torch imported; each file copied into the
-private staging folder the parent made, in the sandbox (`children.sandbox`: no network, no write
-outside that folder); then each file loaded: a safetensors file with
+What it runs, in order: torch imported; each file staged privately, in the sandbox
+(`children.unprivileged`); then each file loaded: a safetensors file with
 `safetensors.torch.load_file` (no pickle at all), anything else with
 `torch.load(weights_only=True)` (torch's own restricted unpickler: a GLOBAL outside its allow-
 list, `os.system` among them, is refused, never called; the same list is checked first against
 the file's opcodes, `formats.pickle_allowed.torch_file_refusals`, as on every pickle path;
 `TORCH_FORCE_WEIGHTS_ONLY_LOAD` is set and its opposite removed, so no environment turns it
-off). With `--artifact`, the artifact's
-tensors are compared with the checkpoint's model tensors of the same names: dtype, shape and
-bytes. Prints one JSON object: {"loaded": N files, "tensors": T, "identical": true|false|null,
-"differs": [...], "sandbox": "..."} or {"refused": "..."} (weights_only said no) or {"error":
-"..."}. It runs only as a child process: the daemon and the CLI never import torch.
+off). With `--artifact`, the artifact's tensors are compared with the checkpoint's model
+tensors of the same names: dtype, shape and bytes. Prints one JSON object: {"loaded": N files,
+"tensors": T, "identical": true|false|null, "differs": [...], "sandbox": "..."} or {"refused":
+"..."} (weights_only said no) or {"error": "..."}. It runs only as a child process: the daemon
+and the CLI never import torch.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ _MODEL_KEYS = ("state_dict", "model_state_dict", "model", "model_state", "net", 
 def probe(
     paths: list[Path], artifact: Path | None = None, *, mode: str = "require"
 ) -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
-    (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`)."""
     extra = ["--artifact", str(artifact)] if artifact is not None else []
     cmd = [*python_module("children.torch_load_probe"), *map(str, paths), *extra]
     staged = [*paths, *([artifact] if artifact is not None else [])]
