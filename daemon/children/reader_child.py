@@ -43,6 +43,8 @@ from .protocol import read_line
 FAMILY_MODULES = "CKPT_FAMILY_MODULES"
 READ_TIMEOUT_SECONDS = 30.0
 MEMORY_BUDGET_BYTES = 192 << 20  # address space the child may add to what its imports took
+# Made once: a child out of memory answers without building it.
+_OUT_OF_MEMORY = f"reading needs more than {MEMORY_BUDGET_BYTES >> 20} MiB of memory: refused"
 RESTART_ABOVE_RSS_BYTES = 160 << 20  # a child that grew this big is replaced after the read
 _PROBLEMS: dict[str, type[Exception]] = {
     "CorruptCheckpoint": CorruptCheckpoint,
@@ -258,17 +260,13 @@ def _serve() -> None:
                 "info": dataclasses.asdict(detect.read_checkpoint(path, root=root))
             }
         except MemoryError:
-            reply = {"problem": "CorruptCheckpoint", "reason": _out_of_memory()}
+            reply = {"problem": "CorruptCheckpoint", "reason": _OUT_OF_MEMORY}
         except (ReadProblem, FileNotFoundError) as exc:
             reply = {"problem": type(exc).__name__, "reason": _first_line(exc)}
         except Exception as exc:  # a hostile file: say what broke, serve the next one
             reason = f"unexpected {type(exc).__name__} while reading: {_first_line(exc)}"
             reply = {"problem": "CorruptCheckpoint", "reason": reason}
         out.write(json.dumps(reply) + "\n")
-
-
-def _out_of_memory() -> str:
-    return f"reading needs more than {MEMORY_BUDGET_BYTES >> 20} MiB of memory: refused"
 
 
 def _first_line(exc: BaseException) -> str:
