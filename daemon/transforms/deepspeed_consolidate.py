@@ -42,17 +42,17 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import CorruptCheckpoint, UsageError
-from ..formats import deepspeed_zero, safetensors_file, window
+from ..formats import deepspeed_zero, window
 from ..formats.deepspeed_zero import ZeroFolder, numel
 from ..formats.pickle_safe import ITEM_SIZES, TensorRecord
 from ..fs import beneath, fsops
-from . import marker, safetensors_out
+from . import safetensors_out
 from .safetensors_out import Tensor
-from .split import SplitResult, check_unchanged
+from .split import SplitResult
 
 _CHUNK = 1 << 20  # bytes per read: what the consolidation holds of the model at once
 SHARD_BYTES = 5 * 10**9  # above it, shards + index: zero_to_fp32's own default max_shard_size
-_CODES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
+_CODES = safetensors_out.DTYPE_CODES
 _FLOATS = ("float16", "bfloat16", "float32", "float64")  # what is cast to the output's dtype
 
 
@@ -103,7 +103,6 @@ def split(
     if zf.unfinished:
         raise UsageError(f"not split: {source} is not a whole save ({zf.unfinished[0]})")
     _refuse(zf, source)
-    mark = marker.encode("inference", source, source_hash)
     with ExitStack() as stack:
         fds: dict[str, int] = {}
 
@@ -114,18 +113,18 @@ def split(
             return fds[name]
 
         tensors, sources = _plan(zf, source, fd_of)
-        written = safetensors_out.write(
+        return safetensors_out.write_inference(
             root,
+            source,
             final,
             tensors,
             lambda t: _bytes(sources[t.name]),
+            before=before,
             like=source / zf.expected[0],  # its mode and times: a rank file's
-            metadata={marker.ATTRIBUTE: mark},
-            shard_bytes=shard_bytes,
+            source_hash=source_hash,
             replacing=replacing,
-            before_rename=lambda: check_unchanged(root, source, before),
+            shard_bytes=shard_bytes,
         )
-    return SplitResult(source, written.path, written.bytes, written.hash, before.size, len(tensors))
 
 
 def _refuse(zf: ZeroFolder, source: Path) -> None:
