@@ -46,7 +46,7 @@ from ..fs.sharded_names import MP_RANK_FOLDER
 from . import safetensors_out
 from .safetensors_out import Tensor, dtype_code
 from .split import SplitResult
-from .tensor_blocks import Chunk, OpenFiles, Planned, storage_starts, tensor_bytes
+from .tensor_blocks import Chunk, OpenFiles, Planned, row_major, storage_starts, tensor_bytes
 
 SUFFIX = ".consolidated.safetensors"
 SHARD_BYTES = 5 * 10**9  # the Hugging Face default `max_shard_size` ("5GB")
@@ -184,7 +184,10 @@ def _dcp_chunk(
             numel = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
             if length != numel * pickle_safe.ITEM_SIZES[dtype]:
                 raise CorruptCheckpoint(f"{key}: an item of {length} bytes for {sizes} {dtype}")
-            return Chunk(name, at, _contiguous(dtype, sizes), offsets)
+            dense = TensorRecord(
+                dtype, sizes, row_major(sizes), 0, StorageRef("raw", dtype, numel, "cpu")
+            )
+            return Chunk(name, at, dense, offsets)
         item = cast(IO[bytes], window.Window(raw, at, length))
         try:
             archive = zipfile.ZipFile(item)
@@ -247,16 +250,6 @@ def _starts(
 ) -> dict[str, int]:
     with rank_files.opened(path, root) as (raw, archive):
         return storage_starts(raw, archive, wanted, path.name)
-
-
-def _contiguous(dtype: str, shape: tuple[int, ...]) -> TensorRecord:
-    stride, acc = [], 1
-    for d in reversed(shape):
-        stride.append(acc)
-        acc *= d
-    return TensorRecord(
-        dtype, shape, tuple(reversed(stride)), 0, StorageRef("raw", dtype, acc, "cpu")
-    )
 
 
 def _tiled(out: Tensor, chunks: list[Chunk]) -> tuple[Chunk, ...]:

@@ -49,6 +49,7 @@ from ..fs import beneath, fsops
 from . import safetensors_out
 from .safetensors_out import Tensor
 from .split import SplitResult
+from .tensor_blocks import row_major
 
 _CHUNK = 1 << 20  # bytes per read: what the consolidation holds of the model at once
 SHARD_BYTES = 5 * 10**9  # above it, shards + index: zero_to_fp32's own default max_shard_size
@@ -198,7 +199,7 @@ def _frozen(
         record = fragments.get(name) if isinstance(fragments, dict) else None
         if not isinstance(record, TensorRecord) or record.dtype not in _FLOATS:
             raise UsageError(f"not split: {file} holds no fragment of the frozen {name}")
-        if record.numel and record.stride != _row_major(record.shape):
+        if record.numel and record.stride != row_major(record.shape):
             raise UsageError(f"not split: the frozen {name} in {file} is not contiguous")
         fd = fd_of(file)
         start = _data_start(fd, file, f.prefix, record)
@@ -207,14 +208,6 @@ def _frozen(
         raise UsageError(f"not split: the frozen {name}'s fragments differ in dtype")
     stored = zf.files[files[0]].obj["frozen_param_fragments"][name].dtype
     return _slice(runs, 0, n), stored
-
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
 
 
 def _groups(obj: Any, key: str, name: str) -> list[TensorRecord]:

@@ -136,7 +136,7 @@ def split(
     if final.parent.is_relative_to(source):
         raise UsageError(f"not split into {final.parent}: nothing is written into the checkpoint")
     planned = plan(source)
-    expected = hf_weights.read_weights(source, _names(planned.kept), root)
+    expected = hf_weights.read_weights(source, frozenset(p.name for p in planned.kept), root)
     folder_before = _folder_stat(source)
     before = fsops.current_stat(root, planned.kept)  # also refuses a source outside `root`
     if replacing is not None:
@@ -174,11 +174,6 @@ def refuse_rotated(root: Path, final: Path) -> None:
         )
 
 
-def folder_files(folder: Path) -> list[Path]:
-    """The files of an inference folder as hashed and verified: every regular file, sorted."""
-    return sorted(folder_layouts.tree_files(folder))
-
-
 def verify(
     root: Path, folder: Path, digests: dict[str, str], n_params: int | None
 ) -> tuple[list[Path], str]:
@@ -186,7 +181,7 @@ def verify(
     source's hashes in `digests`, taken from the source's bytes) and our marker, each file
     re-hashed, read back as a checkpoint reader reads it. Returns its files and the hash of
     them all (`fs.hashing.hash_artifact`'s, the catalog's), from the same read."""
-    files = folder_files(folder)
+    files = sorted(folder_layouts.tree_files(folder))  # every regular file, sorted
     names = sorted(p.name for p in files)
     wanted = sorted([*digests, marker.FOLDER_FILE])
     if names != wanted or any(p.parent != folder for p in files):
@@ -212,10 +207,6 @@ def _copy(root: Path, src: Path, target: Path) -> str:
     expected = hashing.hash_files([src], root)
     fsclone.clone_new(root, src, target, lambda _temp: None)
     return expected
-
-
-def _names(paths: tuple[Path, ...]) -> frozenset[str]:
-    return frozenset(p.name for p in paths)
 
 
 def folder_bytes(folder: Path) -> int:

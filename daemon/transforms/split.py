@@ -182,12 +182,18 @@ def _split_h5(source: Path, temp: Path, drop: _Drop, mark: str) -> int:
     with hdf5.open_h5(str(source)) as src:
         if drop.state not in src:
             raise _nothing_to_split(source)
-        with h5py.File(temp, "w-", locking=False) as dst:
-            _copy_tree(src, dst, drop)
-            dst.attrs[marker.ATTRIBUTE] = mark
-        with h5py.File(temp, "r", locking=False) as dst:  # verify what is on disk
-            _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
-            return _verify_tree(src, dst, drop, added=frozenset({marker.ATTRIBUTE}))
+        return copy_marked(src, temp, drop, mark)
+
+
+def copy_marked(src: h5py.Group, temp: Path, drop: _Drop, mark: str) -> int:
+    """`src` without `drop` as the new HDF5 file `temp`, our marker `mark` at its root; then
+    read back from disk and verified (`_verify_tree`): the datasets compared."""
+    with h5py.File(temp, "w-", locking=False) as dst:
+        _copy_tree(src, dst, drop)
+        dst.attrs[marker.ATTRIBUTE] = mark
+    with h5py.File(temp, "r", locking=False) as dst:  # verify what is on disk
+        _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
+        return _verify_tree(src, dst, drop, added=frozenset({marker.ATTRIBUTE}))
 
 
 def _copy_tree(src: h5py.Group, dst: h5py.File, drop: _Drop) -> None:
@@ -323,7 +329,10 @@ def _split_archive(source: Path, temp: Path, keep_compile: bool, mark: str) -> i
             with _inner_temp(temp.parent) as inner:
                 with h5py.File(inner, "w", locking=False) as dst:
                     _copy_tree(src, dst, _STORE_DROP)
-                _write_archive(temp, archive, config, inner, comment)
+                with open(inner, "rb") as weights:
+                    members: dict[str, IO[bytes]] = {WEIGHTS_MEMBER: weights}
+                    members[CONFIG_MEMBER] = io.BytesIO(config)
+                    rezip(temp, archive, members, comment)
             return _verify_archive(temp, archive, config, src, comment)
 
 
@@ -349,33 +358,29 @@ def _inner_temp(folder: Path) -> Iterator[Path]:
         yield Path(f.name)
 
 
-def _write_archive(
-    temp: Path, archive: zipfile.ZipFile, config: bytes, inner: Path, comment: bytes
+def rezip(
+    temp: Path, archive: zipfile.ZipFile, members: dict[str, IO[bytes]], comment: bytes
 ) -> None:
-    """Every member in the source's order, STORED, as Keras writes them; streamed; our marker
-    as the archive's comment."""
-    with zipfile.ZipFile(temp, "x") as out:
+    """`archive` as `temp`: every member in its order, STORED (as Keras writes them), streamed;
+    those in `members` with those bytes instead of their own; `comment` the archive's."""
+    with zipfile.ZipFile(temp, "x", zipfile.ZIP_STORED, allowZip64=True) as out:
         out.comment = comment
         for info in archive.infolist():
-            if info.filename == WEIGHTS_MEMBER:
-                with open(inner, "rb") as data:
-                    _add(out, info, data, os.fstat(data.fileno()).st_size)
-            elif info.filename == CONFIG_MEMBER:
-                _add(out, info, io.BytesIO(config), len(config))
-            else:  # metadata.json, assets/...: the same bytes
-                with archive.open(info) as data:
-                    _add(out, info, data, info.file_size)
-
-
-def _add(out: zipfile.ZipFile, like: zipfile.ZipInfo, data: IO[bytes], size: int) -> None:
-    entry = zipfile.ZipInfo(like.filename, date_time=like.date_time)
-    entry.compress_type = zipfile.ZIP_STORED
-    entry.external_attr, entry.create_system = like.external_attr, like.create_system
-    # zipfile writes the local header before the data: it needs the size up front to choose
-    # zip64 (members over 2 GiB), and cannot switch afterwards.
-    entry.file_size = size
-    with out.open(entry, "w", force_zip64=size >= zipfile.ZIP64_LIMIT) as member:
-        shutil.copyfileobj(data, member, _CHUNK)
+            entry = zipfile.ZipInfo(info.filename, info.date_time)
+            entry.external_attr, entry.create_system = info.external_attr, info.create_system
+            entry.comment = info.comment
+            # zipfile writes the local header before the data: it needs the size up front to
+            # choose zip64 (members over 2 GiB), and cannot switch afterwards.
+            data = members.get(info.filename)
+            if data is None:
+                entry.file_size = info.file_size
+                with archive.open(info) as r, out.open(entry, "w") as w:
+                    shutil.copyfileobj(r, w, _CHUNK)
+            else:
+                entry.file_size = data.seek(0, os.SEEK_END)
+                data.seek(0)
+                with out.open(entry, "w") as w:
+                    shutil.copyfileobj(data, w, _CHUNK)
 
 
 def _verify_archive(

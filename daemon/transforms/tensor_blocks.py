@@ -152,9 +152,7 @@ def _fill(target: np.ndarray, c: Chunk, lo: int, hi: int, fd: int, size: int) ->
     """`target` = rows lo..hi of chunk `c`: one pread when those rows are one byte range."""
     r = c.record
     dense = all(
-        s == int(np.prod(r.shape[i + 1 :], dtype=np.int64))
-        for i, s in enumerate(r.stride)
-        if r.shape[i] != 1
+        s == e for s, e, d in zip(r.stride, row_major(r.shape), r.shape, strict=True) if d != 1
     )
     if dense:
         begin = c.start + (r.offset + lo * r.stride[0]) * size
@@ -178,6 +176,15 @@ def _fill(target: np.ndarray, c: Chunk, lo: int, hi: int, fd: int, size: int) ->
         del view, storage  # the mapping closes only once nothing points into it
     finally:
         mapping.close()
+
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides (in elements) of a dense tensor of `shape`."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
 
 
 def _pread(fd: int, count: int, at: int) -> bytes:
