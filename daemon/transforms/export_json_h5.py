@@ -150,5 +150,6 @@ def _write_legacy(source: Path, config_temp: Path, weights_temp: Path, mark: str
 
 
 def _write_config(temp: Path, config: bytes, what: str) -> None:
-    temp.write_bytes(config)  # our own temp, named by fsops.rewrite
+    with open(temp, "wb") as out:  # our own temp, named by fsops.rewrite
+        out.write(config)
     _expect(temp.read_bytes() == config, what)
