@@ -93,12 +93,10 @@ class S3Store:
         for attempt in range(self.attempts):
             try:
                 return method(**params)
-            except ClientError as exc:
-                if code(exc) not in _RETRYABLE_CODES or attempt == self.attempts - 1:
-                    self._failed()
-                    raise RemoteFailed(f"{what}: {_reason(exc)}") from None
-            except BotoCoreError as exc:  # connection refused or reset, timeouts
-                if attempt == self.attempts - 1:
+            except (ClientError, BotoCoreError) as exc:
+                # BotoCoreError: connection refused or reset, timeouts; all transient
+                transient = isinstance(exc, BotoCoreError) or code(exc) in _RETRYABLE_CODES
+                if not transient or attempt == self.attempts - 1:
                     self._failed()
                     raise RemoteFailed(f"{what}: {_reason(exc)}") from None
             with self._lock:

@@ -3,14 +3,10 @@
 h5py runs every HDF5 call under one lock, so HDF5's own filters would use one core. Our threads
 encode the chunks instead (the encoders release the GIL) and the main thread stores them with
 HDF5's direct chunk write into datasets declaring the same filter pipeline, which any HDF5
-reader then decodes as usual. Encoders (all direct + threaded): gzip `zlib.compress` (HDF5's
-deflate filter stores a plain zlib stream); lzf `lzf_compress` exported by h5py's h5z extension
-(its lzf filter's own encoder); zstd `ZSTD_compress` exported by hdf5plugin's zstd plugin. If
-one cannot be loaded, that codec falls back to h5py's ordinary write (HDF5 filters, one core).
-Scalars and datasets under 1 KiB stay contiguous and raw; datasets that are not plain numbers
-are copied as stored (H5Ocopy); groups, links and attributes exactly, attribute types included.
-Memory: one ~4 MiB slab per chunk, at most 2 x workers in flight. Every dataset is read back
-through HDF5 and compared with the source before `fsops.rewrite` swaps the file in.
+reader then decodes as usual (an encoder that cannot be loaded leaves its codec to h5py's
+ordinary write: HDF5's filter, one core). Memory: one ~4 MiB slab per chunk, at most 2 x workers
+in flight. Every dataset is read back through HDF5 and compared with the source before
+`fsops.rewrite` swaps the file in.
 
 This module holds the rewrite itself (the file's identity, the .keras re-zip, the swap); the
 codecs, encoders and chunk pipe are `transforms.chunk_codecs`', the tree copy
