@@ -138,11 +138,9 @@ class S3Store:
         params = {"Bucket": self.remote.bucket, "Key": key, "ChecksumMode": "ENABLED"}
         try:
             found = self.client.head_object(**params)
-        except ClientError as exc:
-            if code(exc) in ("404", "NoSuchKey", "NotFound"):
+        except Exception as exc:  # else a transient fault: the retried call says what it was
+            if isinstance(exc, ClientError) and code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
-            found = self.call(f"head {key}", "head_object", **params)
-        except Exception:  # a transient fault: the retried call says what it was
             found = self.call(f"head {key}", "head_object", **params)
         return RemoteObject(
             key=key,

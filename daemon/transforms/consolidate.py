@@ -150,12 +150,7 @@ def _storage_items(
             raise CorruptCheckpoint(f".metadata names a data file {name!r}")
         if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
             raise CorruptCheckpoint(f".metadata: a bad byte range for {key.get('fqn')}")
-        offsets = key.get("offset")
-        items[(str(key.get("fqn")), tuple(offsets) if offsets is not None else ())] = (
-            name,
-            offset,
-            length,
-        )
+        items[(str(key.get("fqn")), tuple(key.get("offset") or ()))] = (name, offset, length)
     return items
 
 

@@ -64,16 +64,18 @@ class _Run:
     fd: int
     start: int  # byte offset of element 0 in the file
     count: int  # elements
-    size: int = 4  # bytes per element (float32 partitions; a frozen fragment's own)
+    size: int = 4  # bytes per element (float32 partitions; a frozen fragment's, a buffer's own)
 
 
 @dataclass(frozen=True)
 class _Source:
-    """Where an output tensor's bytes come from: runs of float32 (params) or a buffer."""
+    """Where an output tensor's bytes come from: runs of elements, in order."""
 
-    runs: tuple[tuple[_Run, int, int], ...] = ()  # (run, first element, elements)
-    buffer: tuple[int, int, int] | None = None  # (fd, byte start, bytes)
+    runs: tuple[tuple[_Run, int, int], ...]
     cast: tuple[str, str] | None = None  # (stored dtype, output dtype) when they differ
+
+
+Runs = list[tuple[_Run, int, int]]  # (run, first element, elements), in the tensor's order
 
 
 def inference_path(source: Path, out_dir: Path | None = None) -> Path:
@@ -144,6 +146,11 @@ def _refuse(zf: ZeroFolder, source: Path) -> None:
 def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[str, _Source]]:
     tensors: list[Tensor] = []
     sources: dict[str, _Source] = {}
+
+    def add(name: str, shape: tuple[int, ...], runs: Runs, stored: str, dtype: str) -> None:
+        tensors.append(Tensor(name, _CODES[dtype], shape))
+        sources[name] = _Source(tuple(runs), (stored, dtype) if stored != dtype else None)
+
     model = zf.files[zf.expected[0]]
     out = trained_dtype(zf.ds_config)
     for name, record in zf.buffers:
@@ -152,13 +159,11 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
             raise UsageError(f"not split: buffer {name} is {record.dtype}")
         fd = fd_of(model.name)
         start = _data_start(fd, model.name, model.prefix, record)
-        tensors.append(Tensor(name, _CODES[dtype], record.shape))
-        cast = (record.dtype, dtype) if dtype != record.dtype else None
-        sources[name] = _Source(buffer=(fd, start, record.nbytes), cast=cast)
+        run = _Run(fd, start, record.numel, ITEM_SIZES[record.dtype])
+        add(name, record.shape, [(run, 0, record.numel)], record.dtype, dtype)
     for name, shape in zf.frozen_shapes:
         runs, stored = _frozen(zf, source, fd_of, name, numel(shape))
-        tensors.append(Tensor(name, _CODES[out], shape))
-        sources[name] = _Source(runs=tuple(runs), cast=(stored, out) if stored != out else None)
+        add(name, shape, runs, stored, out)
     ranks = [zf.files[name] for name in zf.optim_files()]
     key = "fp32_flat_groups" if zf.zero_stage == 3 else "single_partition_of_fp32_groups"
     flats = [[_run(source, f, fd_of, r) for r in _groups(f.obj, key, f.name)] for f in ranks]
@@ -166,10 +171,7 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
     for name, shape, runs in placed:
         if name in sources:
             raise UsageError(f"not split: {source} names {name!r} twice")
-        tensors.append(Tensor(name, _CODES[out], shape))
-        sources[name] = _Source(
-            runs=tuple(runs), cast=("float32", out) if out != "float32" else None
-        )
+        add(name, shape, runs, "float32", out)
     return tensors, sources
 
 
@@ -183,9 +185,7 @@ def trained_dtype(config: dict[str, Any]) -> str:
     return "float32"
 
 
-def _frozen(
-    zf: ZeroFolder, source: Path, fd_of: Any, name: str, n: int
-) -> tuple[list[tuple[_Run, int, int]], str]:
+def _frozen(zf: ZeroFolder, source: Path, fd_of: Any, name: str, n: int) -> tuple[Runs, str]:
     """A frozen parameter's element runs (whole in ZeRO 1/2's model states, a slice in each
     ZeRO-3 rank's) and its stored dtype."""
     if zf.zero_stage == 3:
@@ -243,12 +243,12 @@ def _data_start(fd: int, name: str, prefix: str, record: TensorRecord) -> int:
         return window.member_offset(raw, info) + record.offset * size
 
 
-Placed = list[tuple[str, tuple[int, ...], list[tuple[_Run, int, int]]]]
+Placed = list[tuple[str, tuple[int, ...], Runs]]
 
 
-def _slice(runs: list[_Run], first: int, count: int) -> list[tuple[_Run, int, int]]:
+def _slice(runs: list[_Run], first: int, count: int) -> Runs:
     """Elements [first, first + count) of the virtual concatenation of `runs`."""
-    out: list[tuple[_Run, int, int]] = []
+    out: Runs = []
     at = 0
     for run in runs:
         if count <= 0:
@@ -293,7 +293,7 @@ def _zero3(zf: ZeroFolder, flats: list[list[_Run]]) -> Placed:
         for name, shape in shapes:
             n = numel(shape)
             part = -(-n // world)
-            runs: list[tuple[_Run, int, int]] = []
+            runs: Runs = []
             left = n
             for rank in flats:
                 take = min(part, left)
@@ -309,17 +309,9 @@ def _zero3(zf: ZeroFolder, flats: list[list[_Run]]) -> Placed:
 
 def _bytes(src: _Source) -> Iterator[bytes]:
     """A tensor's bytes in order (cast when its output dtype differs), `_CHUNK` at a time."""
-    if src.buffer is not None:
-        fd, start, nbytes = src.buffer
-        pieces = _read(fd, start, nbytes)
-    else:
-        pieces = (
-            p
-            for run, first, n in src.runs
-            for p in _read(run.fd, run.start + first * run.size, n * run.size)
-        )
-    for piece in pieces:
-        yield piece if src.cast is None else cast(piece, *src.cast)
+    for run, first, n in src.runs:
+        for piece in _read(run.fd, run.start + first * run.size, n * run.size):
+            yield piece if src.cast is None else cast(piece, *src.cast)
 
 
 def _read(fd: int, at: int, nbytes: int) -> Iterator[bytes]:

@@ -141,17 +141,15 @@ def split(
     before = fsops.current_stat(root, planned.kept)  # also refuses a source outside `root`
     if replacing is not None:
         digests = {src.name: hashing.hash_files([src], root) for src in planned.kept}
-        files, digest = verify(root, final, digests, expected.n_params)
+        size, digest = verify(root, final, digests, expected.n_params)
         _check_unchanged(root, planned, before, folder_before)
-        size = sum(p.stat().st_size for p in files)
         return SplitResult(source, final, size, digest, folder_bytes(source), len(digests))
     mark = marker.encode("inference", source, source_hash)
     with fsclone.new_folder(root, final, like=source) as temp:
         try:
             digests = {src.name: _copy(root, src, temp / src.name) for src in planned.kept}
             fsops.atomic_write(root, temp / marker.FOLDER_FILE, marker.folder_file(mark))
-            files, digest = verify(root, temp, digests, expected.n_params)
-            size = sum(p.stat().st_size for p in files)
+            size, digest = verify(root, temp, digests, expected.n_params)
         except Exception as exc:
             _check_unchanged(root, planned, before, folder_before, exc)
             raise
@@ -176,11 +174,11 @@ def refuse_rotated(root: Path, final: Path) -> None:
 
 def verify(
     root: Path, folder: Path, digests: dict[str, str], n_params: int | None
-) -> tuple[list[Path], str]:
+) -> tuple[int, str]:
     """The inference folder (or its temp) against its source: exactly the copied files (their
     source's hashes in `digests`, taken from the source's bytes) and our marker, each file
-    re-hashed, read back as a checkpoint reader reads it. Returns its files and the hash of
-    them all (`fs.hashing.hash_artifact`'s, the catalog's), from the same read."""
+    re-hashed, read back as a checkpoint reader reads it. Returns its bytes and the hash of
+    its files (`fs.hashing.hash_artifact`'s, the catalog's), from the same read."""
     files = sorted(folder_layouts.tree_files(folder))  # every regular file, sorted
     names = sorted(p.name for p in files)
     wanted = sorted([*digests, marker.FOLDER_FILE])
@@ -198,7 +196,7 @@ def verify(
         raise ArtifactMismatch(
             f"inference folder holds {found_weights.n_params} parameters, its source {n_params}"
         )
-    return files, whole
+    return sum(p.stat().st_size for p in files), whole
 
 
 def _copy(root: Path, src: Path, target: Path) -> str:

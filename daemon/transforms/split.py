@@ -19,7 +19,6 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -326,13 +325,17 @@ def _split_archive(source: Path, temp: Path, keep_compile: bool, mark: str) -> i
         with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as src:
             if _STORE_DROP.state not in src:
                 raise _nothing_to_split(source)
-            with _inner_temp(temp.parent) as inner:
-                with h5py.File(inner, "w", locking=False) as dst:
+            # The new `model.weights.h5` beside the artifact, named like fsops temps (with our
+            # pid), so `remove_stale_temps` takes it only after a crash.
+            prefix, suffix = temp_names.temp_prefix(), f"-{WEIGHTS_MEMBER}"
+            with tempfile.NamedTemporaryFile(
+                dir=temp.parent, prefix=prefix, suffix=suffix
+            ) as inner:
+                with h5py.File(inner.name, "w", locking=False) as dst:
                     _copy_tree(src, dst, _STORE_DROP)
-                with open(inner, "rb") as weights:
-                    members: dict[str, IO[bytes]] = {WEIGHTS_MEMBER: weights}
-                    members[CONFIG_MEMBER] = io.BytesIO(config)
-                    rezip(temp, archive, members, comment)
+                members: dict[str, IO[bytes]] = {WEIGHTS_MEMBER: inner}
+                members[CONFIG_MEMBER] = io.BytesIO(config)
+                rezip(temp, archive, members, comment)
             return _verify_archive(temp, archive, config, src, comment)
 
 
@@ -347,15 +350,6 @@ def _config_bytes(archive: zipfile.ZipFile, keep_compile: bool) -> bytes:
     # silently (§2); a kept one would build a fresh optimizer and warn about its variables.
     config["compile_config"] = None
     return json.dumps(config).encode()  # as Keras writes it: json.dumps with the defaults
-
-
-@contextmanager
-def _inner_temp(folder: Path) -> Iterator[Path]:
-    """A temporary file beside the artifact for the new `model.weights.h5`, removed afterwards.
-    Named like fsops temps (with our pid), so `remove_stale_temps` takes it only after a crash."""
-    prefix = temp_names.temp_prefix()
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=f"-{WEIGHTS_MEMBER}") as f:
-        yield Path(f.name)
 
 
 def rezip(
