@@ -204,7 +204,7 @@ def _frozen(zf: ZeroFolder, source: Path, fd_of: Any, name: str, n: int) -> tupl
         fd = fd_of(file)
         start = _data_start(fd, file, f.prefix, record)
         runs.append(_Run(fd, start, record.numel, ITEM_SIZES[record.dtype]))
-    if len({ITEM_SIZES[zf.files[f].obj["frozen_param_fragments"][name].dtype] for f in files}) > 1:
+    if len({run.size for run in runs}) > 1:
         raise UsageError(f"not split: the frozen {name}'s fragments differ in dtype")
     stored = zf.files[files[0]].obj["frozen_param_fragments"][name].dtype
     return _slice(runs, 0, n), stored

@@ -91,11 +91,6 @@ def shard_names(count: int) -> list[str]:
     return [f"model-{i + 1:05d}-of-{count:05d}{SUFFIX}" for i in range(count)]
 
 
-def sharded_path(final: Path) -> Path:
-    """The folder a sharded output takes instead of `final` (`x.safetensors` -> `x/`)."""
-    return final.with_suffix("") if final.suffix == SUFFIX else final
-
-
 def plan(tensors: Sequence[Tensor], shard_bytes: int | None) -> list[list[Tensor]]:
     """The tensors by output file: one list, or shards of at most `shard_bytes` of data each
     (a tensor bigger than the bound alone in its shard)."""
@@ -155,9 +150,10 @@ def write(
     before_rename: Callable[[], None] | None = None,
 ) -> Written:
     """Write `tensors` (their bytes from `chunks`, called once per tensor in order) to `final`
-    (a `.safetensors` below `root`), or, above `shard_bytes`, to the folder
-    `sharded_path(final)`; the output takes the mode and times of `like` (a folder output
-    those of `like`'s folder when `like` is a file). Never replaces anything but `replacing`."""
+    (a `.safetensors` below `root`), or, above `shard_bytes`, to the folder `final` without its
+    suffix (`x.safetensors` -> `x/`); the output takes the mode and times of `like` (a folder
+    output those of `like`'s folder when `like` is a file). Never replaces anything but
+    `replacing`."""
     groups = plan(tensors, shard_bytes)
     meta = dict(metadata or {})
     if len(groups) == 1:
@@ -168,7 +164,7 @@ def write(
                 before_rename()
             digest, size = hashing.hash_files([temp]), temp.stat().st_size
         return Written(final, (final,), size, digest, len(tensors))
-    folder = sharded_path(final)
+    folder = final.with_suffix("") if final.suffix == SUFFIX else final
     like_folder = like if like.is_dir() else like.parent
     names = shard_names(len(groups))
     with fsclone.new_folder(root, folder, like=like_folder) as temp:

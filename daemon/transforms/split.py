@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,10 +35,8 @@ from ..formats.window import open_member
 from ..fs import fsops, hashing, temp_names
 from ..fs.discovery import is_data_shard
 from . import bounds, marker
+from .h5_copy import SLAB_BYTES, chunk_shape, grid
 
-# The most of one dataset held in memory at a time, per side. Bigger slabs gain nothing
-# measurable, and with 4 MiB the splitter's peak RSS is the same for a 30 MB and a 300 MB model.
-SLAB_BYTES = 4 << 20
 _CHUNK = 1 << 20
 _SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".h5")  # longest first: ".weights.h5" ⊃ ".h5"
 _TF_REASON = (
@@ -245,6 +243,8 @@ class _SlabReader:
     """Two slab buffers, reused for every dataset: memory stays flat whatever the file holds."""
 
     def __init__(self) -> None:
+        # The most of one dataset held in memory at a time, per side. Bigger slabs gain nothing
+        # measurable; with 4 MiB the splitter's peak RSS is the same for a 30 MB and a 300 MB model.
         self.buffers = (np.empty(SLAB_BYTES, np.uint8), np.empty(SLAB_BYTES, np.uint8))
 
     def same(self, s: h5py.Dataset, d: h5py.Dataset, sel: tuple[Any, ...], shape: Any) -> bool:
@@ -267,28 +267,13 @@ class _SlabReader:
 def _verify_dataset(path: str, s: h5py.Dataset, d: h5py.Dataset, slabs: _SlabReader) -> None:
     _expect(s.dtype == d.dtype and s.shape == d.shape, f"/{path} dtype or shape")
     decoded = s.dtype.hasobject or s.dtype.subdtype is not None  # not a flat run of bytes
-    for sel, shape in _slabs(s.shape, s.dtype.itemsize):
-        same = _same(s[sel], d[sel]) if decoded else slabs.same(s, d, sel, shape)
+    shape = s.shape or ()
+    if not math.prod(shape):
+        return  # no element to compare
+    for _offset, sel in grid(shape, chunk_shape(shape, s.dtype.itemsize)):  # slabs in order
+        sizes = tuple(part.stop - part.start for part in sel)
+        same = _same(s[sel], d[sel]) if decoded else slabs.same(s, d, sel, sizes)
         _expect(same, f"/{path} data")
-
-
-def _slabs(shape: tuple[int, ...], itemsize: int) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    """(selection, its shape) pieces of at most SLAB_BYTES covering a dataset: runs of whole
-    rows along axis 0, or, when one row is bigger than that, each row split one axis deeper."""
-    if not shape:
-        yield (), ()
-        return
-    rest = shape[1:]
-    row = itemsize * math.prod(rest)
-    if row <= SLAB_BYTES or not rest:
-        step = max(1, SLAB_BYTES // max(row, 1))
-        for start in range(0, shape[0], step):
-            stop = min(start + step, shape[0])
-            yield (slice(start, stop),), (stop - start, *rest)
-        return
-    for index in range(shape[0]):
-        for inner, inner_shape in _slabs(rest, itemsize):
-            yield (index, *inner), inner_shape
 
 
 def _same(a: Any, b: Any) -> bool:
