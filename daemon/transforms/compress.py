@@ -210,10 +210,8 @@ def _verify_archive(archive: zipfile.ZipFile, src: h5py.File, temp: Path) -> Non
             raise VerifyFailed(f"{temp.name}: a member is not stored")
         for old in archive.infolist():  # copied bytes: same CRC (checked by testzip) and size
             copy = new.getinfo(old.filename)
-            if old.filename != KERAS_MEMBER and (old.CRC, old.file_size) != (
-                copy.CRC,
-                copy.file_size,
-            ):
+            same = (old.CRC, old.file_size) == (copy.CRC, copy.file_size)
+            if old.filename != KERAS_MEMBER and not same:
                 raise VerifyFailed(f"{temp.name}: member {old.filename} differs")
         with window.open_member(new, raw, KERAS_MEMBER) as member, hdf5.open_h5(member) as dst:
             verify_group(src, dst)
