@@ -17,6 +17,7 @@ from .audit import close_event, iso, now_iso, patch_details, record_event
 from .schema import CHECKPOINTS, EVENTS, LEASES, RECORDS, RUNS
 from .store_actions import free_path
 from .store_runs import run_id_for
+from .store_versions import sync_standby
 
 checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
 
@@ -231,9 +232,11 @@ class Recovery(db.Facet):
         with self._engine.begin() as conn:
             if checkpoint_id is not None and status is not None and expect is not None:
                 current = conn.execute(
-                    select(checkpoints.c.status).where(checkpoints.c.id == checkpoint_id)
-                ).scalar()
-                if current == expect:
+                    select(
+                        checkpoints.c.status, checkpoints.c.path, checkpoints.c.version_of
+                    ).where(checkpoints.c.id == checkpoint_id)
+                ).first()
+                if current is not None and current.status == expect:
                     if status not in RECORDS:
                         free_path(conn, checkpoint_id)
                     patch_details(
@@ -243,6 +246,8 @@ class Recovery(db.Facet):
                         status=status.value,
                         reason=_status_reason(status),
                     )
+                    # back `ok` at its path: its kept copies of the same bytes are standby again
+                    sync_standby(conn, current.version_of or current.path)
             close_event(conn, event_id, state, reason)
 
 

@@ -17,9 +17,10 @@ from ckpt_daemon.api import open_catalog
 from ckpt_daemon.catalog.store import Store
 from ckpt_daemon.core.errors import Refused, WouldReplace
 from ckpt_daemon.core.query import ListQuery
+from ckpt_daemon.fs import fsops
 from ckpt_daemon.fs.fsclone import clone_new
 from ckpt_daemon.settings import config as config_module
-from ckpt_daemon.usecases import indexer, pruner, recovery
+from ckpt_daemon.usecases import guards, indexer, pruner, rail, recovery
 from tests.support import Workspace
 
 pytestmark = pytest.mark.slow
@@ -243,3 +244,49 @@ def test_a_torch_version_found_after_a_crash_carries_its_generations_own_epoch(
     assert (row["epoch"], row["metrics"].get("val_loss")) == (0, 1.0), row
     ws.run("restore", str(run / "best.pt"), "--epoch", "0")
     assert (run / "best.pt").read_bytes() == first
+
+
+def test_a_restore_killed_after_its_move_settles_with_its_copies_standby_again(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    """`ckpt trash restore` killed after the files are back, before the catalog says so: the
+    next reconcile settles the row `ok` and the kept copy of the bytes the file holds again is
+    `standby` (a spare the disk guard frees first), as an uninterrupted restore leaves it."""
+    ws = Workspace(tmp_path)
+    (ws.config).write_text(ws.config.read_text() + "versions:\n  capture: rewritten\n")
+    for n in (1, 2, 3):
+        best = save(ws, keras_checkpoints, n)
+        config, store = scan(ws)
+        store.close()
+    store = Store(config.database)
+    row = store.reads.get(str(best))
+    with rail.run_lease(config, store, guards.run_id(store.reads, row), "test") as lease:
+        rail.trash_checkpoint(
+            config, store.reads, store.index, store.acts, row,
+            reason="test", batch=rail.batch_name(), actor="test", lease=lease,
+        )  # fmt: skip
+    assert {v.status for v in store.versions.versions_of(str(best))} == {"ok"}
+    store.close()
+
+    pid = os.fork()
+    if pid == 0:  # the restore, dead between its move and its record
+        try:
+            child = Store(config.database)
+            c = child.reads.get(str(row.id))
+            info = c.details["trash"]
+            with child.acts.audited(
+                action="restore", checkpoint_id=c.id, path=c.path, reason=None,
+                size=c.size_bytes, actor="test", lease=None,
+            ):  # fmt: skip
+                fsops.restore(ws.root, [Path(p) for p in info["paths"]], [Path(info["members"][0])])
+                os._exit(0)
+        finally:
+            os._exit(1)
+    assert os.waitpid(pid, 0)[1] == 0 and best.exists()
+
+    store = Store(config.database)
+    recovery.reconcile(config, store, store.versions)
+    assert store.reads.get(str(row.id)).status == "ok"
+    kept = {v.generation: v.status for v in store.versions.versions_of(str(best))}
+    assert kept == {2: "ok", 3: "standby"}  # 3 is what the file holds again
+    store.close()
