@@ -161,9 +161,7 @@ def purge_trashed(
     """Delete a trashed checkpoint's files for good, under its run's lease, claimed right
     before the unlink (a pin committed before it keeps the files). `reason`: why it is purged
     before its grace period (the disk guard's), for `ckpt log`."""
-    root = config.root_for(Path(item.path))
-    if root is None or str(root.path) != item.root:
-        raise fsops.Refused(f"{item.path} is not inside a configured root: never touched")
+    root = guards.configured_root(config, item)
     with run_lease(config, store, store.recovery.run_of(item.id), actor) as lease:
         event_id, refused = store.acts.claim(
             item.id, action="purge", reason=reason, actor=actor, lease=lease
@@ -187,7 +185,7 @@ def remove_artifact(
     weights) removed, under the run's lease, audited (`remove-artifact`): moved to the trash,
     its row forgotten, then purged. Killed in between, the file left in the trash is adopted and
     purged by the next reconcile of the trash; a row whose file is gone is only forgotten."""
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     with (
         run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
         audited(
@@ -212,7 +210,7 @@ def restore_trashed(config: Config, store: Acting, c: Checkpoint, actor: str) ->
     """Put a trashed checkpoint's files back where they were, under its run's lease, audited
     (`restore`); never over a file that is there now (fsops)."""
     info = c.details.get("trash") or {}
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     with (
         run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
@@ -353,7 +351,7 @@ def receive_checkpoint(
     its own path, under its run's lease, audited (`fetch`): checked against the catalog's hash
     and published without replacing anything (`fs.fsfetch`; `archive`: the tar of its files,
     unpacked by `fs.fsunpack`); the row `ok` again with the new files' identity."""
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed fetches
     with (
         run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,

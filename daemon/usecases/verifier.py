@@ -19,7 +19,7 @@ from ..children.sandbox import UNSANDBOXED
 from ..core import families
 from ..core.errors import CkptError
 from ..core.families import folder_formats
-from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
@@ -228,7 +228,7 @@ def _checkpoint(
             c.id,
             c.path,
             False,
-            f"hash differs: the file changed since indexed ({_stat_diff(expected, after)}): "
+            f"hash differs: the file changed since indexed ({guards.stat_diff(expected, after)}): "
             "the next scan re-indexes it",
         )
     _mark_corrupt(acts, c, actor)
@@ -249,11 +249,6 @@ def _mark_corrupt(acts: Acts, c: Checkpoint, actor: str | None) -> None:
         actor=actor or process_actor(),
     ):
         acts.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
-
-
-def _stat_diff(expected: FileStat, found: FileStat) -> str:
-    names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
-    return ", ".join(names) + " differ"
 
 
 def _artifact(c: Checkpoint, artifact: dict[str, object]) -> Verdict:

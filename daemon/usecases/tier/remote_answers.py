@@ -21,9 +21,10 @@ from ...core.health import unhealthy
 from ...core.model import Checkpoint, CheckpointStatus, Run
 from ...core.moments import progress_key
 from ...core.query import ListQuery, default_mode
-from ...core.remote import Location, RemoteCopy, location, verified_copy
+from ...core.remote import Location, location, verified_copy
 from ...core.resume import may_resume_listed
 from ...core.runs import run_scope
+from .locations import by_checkpoint
 
 if TYPE_CHECKING:  # `ckpt best` without a remote never imports SQLAlchemy
     from ...catalog.store import Reads, RemoteCopies
@@ -50,9 +51,7 @@ def remote_only(
         for c in reads.list(ListQuery(run=run, status=status.value))
         if c.version_of is None and (scope is None or scope.covers(c.run))
     ]
-    copies: dict[int, list[RemoteCopy]] = {}
-    for copy in remote_copies.remote_copies(c.id for c in rows):
-        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    copies = by_checkpoint(remote_copies, rows)
     found = []
     for c in rows:
         mine = copies.get(c.id, [])

@@ -103,9 +103,7 @@ class TierReport:
 
 
 def remote_of(config: Config, c: Checkpoint) -> tuple[RootConfig, Remote]:
-    root = config.root_for(Path(c.path))
-    if root is None or str(root.path) != c.root:
-        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
+    root = guards.configured_root(config, c)
     remote = config.remote_for(root)
     if remote is None:
         raise UsageError(f"{c.path}: no `remote:` configured for its root ({root.path})")
