@@ -128,10 +128,9 @@ def _find(reads: Reads, acts: Acts, ref: str) -> tuple[Checkpoint, dict[str, Any
 
 
 def _facts(
-    config: Config, c: Checkpoint, artifact: dict[str, Any] | None, reads: Reads | None = None
+    config: Config, c: Checkpoint, artifact: dict[str, Any] | None, reads: Reads
 ) -> card.Facts:
-    if reads is not None:
-        c = lineage.with_lineage(config, reads, c)
+    c = lineage.with_lineage(config, reads, c)
     return card.facts(
         checkpoint_json(c, detailed=True), _model_config(config, c, artifact), artifact
     )

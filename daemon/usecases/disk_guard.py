@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,7 +211,8 @@ def relieve(
     `before_acting` sees the plan first (the service warns of one that cannot be met)."""
     from . import guards, rail
 
-    relief = Relief(plan_for(config, store.reads, store.acts, store.usage, store.stage_jobs, fs))
+    planned = partial(plan_for, config, store.reads, store.acts, store.usage, store.stage_jobs, fs)
+    relief = Relief(planned())
     if relief.plan.steps:
         before_acting(relief.plan)
     threshold = relief.plan.threshold
@@ -242,15 +244,7 @@ def relieve(
                 break
             if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
                 tiering = False
-                relief.plan = plan_for(
-                    config,
-                    store.reads,
-                    store.acts,
-                    store.usage,
-                    store.stage_jobs,
-                    fs,
-                    tiering=False,
-                )
+                relief.plan = planned(tiering=False)
                 steps = list(relief.plan.steps)
     relief.free_after = usage(fs.roots[0]).free
     return relief

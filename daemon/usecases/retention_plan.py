@@ -30,14 +30,9 @@ from .artifacts import split_by_policy
 from .pipeline import awaiting_stages
 from .tier.locations import uses_remote
 from .trainer_housekeeping import trainer_best
+from .vanished import GONE
 
 REMOTE_TRASH = "trash-remote"
-_GONE = {
-    CheckpointStatus.MISSING,
-    CheckpointStatus.REMOVED,
-    CheckpointStatus.TRASHED,
-    CheckpointStatus.PURGED,
-}
 
 
 @dataclass
@@ -220,7 +215,7 @@ def run_checkpoints(reads: Reads, root: str, run: str) -> list[Checkpoint]:
 def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
     """Of `found` (rows of one root), those of run `run` itself that the planner weighs (the
     plan orders them by age: the listing's order does not matter)."""
-    return [c for c in found if c.run == run and c.status not in _GONE]
+    return [c for c in found if c.run == run and c.status not in GONE]
 
 
 def remote_places(
