@@ -377,13 +377,10 @@ def _last_resumable(found: list[Checkpoint]) -> int | None:
     (`core.resume.may_resume_listed`)."""
     from .retention_plan import planner_item
 
-    files = [c for c in _ok(found) if c.version_of is None]  # a copy is no training moment
+    ok = [c for c in found if c.status == CheckpointStatus.OK]
+    files = [c for c in ok if c.version_of is None]  # a copy is no training moment
     able = [planner_item(c, False) for c in files if may_resume_listed(c)]
     return max(able, key=retention.progress_key).id if able else None
-
-
-def _ok(found: list[Checkpoint]) -> list[Checkpoint]:
-    return [c for c in found if c.status == CheckpointStatus.OK]
 
 
 def _catalogued_bytes(catalog_usage: UsageReads, roots: tuple[str, ...]) -> int:
