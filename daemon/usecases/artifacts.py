@@ -301,7 +301,7 @@ def _refuse(c: Checkpoint, action: str) -> None:
     """Only an `ok` Keras checkpoint is split or compressed: anything else is refused (exit 2)
     with the reason, before the rail takes the lease."""
     if c.status != CheckpointStatus.OK:
-        done = _DONE_TO.get(action, f"{action} targets")
+        done = _DONE_TO[action]
         back = (
             f" (put it back first: ckpt trash restore {c.id})"
             if c.status.value == "trashed"
@@ -337,7 +337,7 @@ def refuse_by_row(c: Checkpoint, action: str) -> None:
     """A one-line refusal (exit 2) for what a format's row says split or compress cannot do
     (`split_refusal`, `compress_refusal`), and for a PEFT adapter (already the small file that
     inference loads), before anything else is looked at."""
-    done = {"split": "split", "compress": "compressed"}[action]
+    done = _DONE_TO[action]
     if is_adapter(c):
         raise UsageError(
             f"not {done}: {c.path} is a PEFT adapter: already small (only the adapter's "
