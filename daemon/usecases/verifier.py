@@ -114,7 +114,7 @@ def _load(c: Checkpoint, mode: str) -> Verdict:
     row = families.row(c.format)
     if row is None or row.load is None:
         if c.status != CheckpointStatus.OK and c.format is None:
-            return Verdict(c.id, c.path, *not_run(c))
+            return Verdict(c.id, c.path, *folder_load.not_run(c))
         return Verdict(
             c.id,
             c.path,
@@ -122,11 +122,6 @@ def _load(c: Checkpoint, mode: str) -> Verdict:
             f"load: not checked ({c.format} has no architecture or is not a Keras file)",
         )
     return Verdict(c.id, c.path, *families.resolve(row.load)(c, mode))
-
-
-def not_run(c: Checkpoint) -> tuple[bool, str]:
-    """An unreadable checkpoint: the reader already said what is wrong, no loader is handed it."""
-    return False, f"load: not run ({c.status.value}: {c.reason})"
 
 
 def keras_load(c: Checkpoint, mode: str) -> tuple[bool, str]:
@@ -166,7 +161,7 @@ def torch_load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     from ..children import torch_load_probe
 
     if c.status != CheckpointStatus.OK:
-        return not_run(c)
+        return folder_load.not_run(c)
     paths = [Path(c.path)]
     if c.format == Format.HF_FOLDER:
         paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
