@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -252,6 +252,7 @@ class CatalogReads:
         after `timeout` seconds; `recheck`: a look every so many seconds even without a change
         (an event lost). `ckpt wait` is this call."""
         from ..catalog import db
+        from ..core.wait_match import WaitFor
         from ..service import catalog_wait
 
         if newer_than is not None and after is not None:
@@ -261,30 +262,6 @@ class CatalogReads:
         url = self.config.database
         sqlite_file = db.sqlite_path(url) if db.is_sqlite(url) else None
         check = catalog_wait.SqliteFileCheck(sqlite_file) if sqlite_file else lambda: None
-        try:
-            found = (newer_than, after, metric, better_than, mode)
-            return self._wait(run, found, timeout, recheck, check)
-        except Exception:
-            check()  # a read failed because the catalog went away meanwhile: say that
-            raise
-
-    def _wait(
-        self,
-        run: str,
-        wanted_of: tuple[int | None, str | int | None, str | None, float | None, str | None],
-        timeout: float,
-        recheck: float,
-        check: Callable[[], None],
-    ) -> Checkpoint:
-        """`wait` on its catalog, `check()` before each look (`catalog_wait.wait_for`)."""
-        from ..catalog import db
-        from ..core.wait_match import WaitFor
-        from ..service import catalog_wait
-
-        newer_than, after, metric, better_than, mode = wanted_of
-        url = self.config.database
-        waker = catalog_wait.waker_for(url, db.sqlite_path(url) if db.is_sqlite(url) else None)
-
         asked: builtins.list[WaitFor] = []  # the wait, once built from the first look
 
         def rows() -> builtins.list[Checkpoint]:
@@ -294,21 +271,26 @@ class CatalogReads:
             return self._integrity_pending(found, asked[0]) if asked else found
 
         try:
-            seen = frozenset((c.id, c.generation) for c in rows())
-            wanted = WaitFor(
-                run=run,
-                newer_than=newer_than,
-                after=self.get(after) if after is not None else None,
-                metric=metric,
-                better_than=better_than,
-                mode=mode or (default_mode(metric) if metric else "min"),
-                seen=seen if newer_than is None and after is None else frozenset(),
-            )
-        except BaseException:
-            waker.close()
+            waker = catalog_wait.waker_for(url, sqlite_file)
+            try:
+                seen = frozenset((c.id, c.generation) for c in rows())
+                wanted = WaitFor(
+                    run=run,
+                    newer_than=newer_than,
+                    after=self.get(after) if after is not None else None,
+                    metric=metric,
+                    better_than=better_than,
+                    mode=mode or (default_mode(metric) if metric else "min"),
+                    seen=seen if newer_than is None and after is None else frozenset(),
+                )
+            except BaseException:
+                waker.close()
+                raise
+            asked.append(wanted)
+            return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck, check)
+        except Exception:
+            check()  # a read failed because the catalog went away meanwhile: say that
             raise
-        asked.append(wanted)
-        return catalog_wait.wait_for(wanted, rows, waker, timeout, recheck, check)
 
     def _integrity_pending(
         self, rows: builtins.list[Checkpoint], wanted: WaitFor

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 
 from sqlalchemy import case, func, select
 
-from ..core.history import VERSIONS_COMPONENT
 from ..core.model import CheckpointStatus
 from ..core.observability import Figures
 from ..core.usage import ArtifactBytes, CheckpointBytes
+from ..core.versions import VERSIONS_COMPONENT
 from . import db, store_figures
 from .rows import STATUSES
 from .schema import ARTIFACTS, CHECKPOINTS, RUNS

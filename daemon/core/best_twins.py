@@ -6,14 +6,15 @@ it was saved with). It goes, since the best stays in its twin, but its reason sa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from .retention_rows import Item
 
 
 def seconds_of_the_best(
-    ok: Sequence[Any], tags: Mapping[int, Sequence[tuple[int, str]]], metrics: Sequence[str]
+    ok: Sequence[Item], tags: Mapping[int, Sequence[tuple[int, str]]], metrics: Sequence[str]
 ) -> dict[int, str]:
-    """{id: why it goes} for the untagged items of `ok` (retention's `Item`s: id, path, epoch,
-    step, metrics) that are twins of an item kept as `best METRIC #k` for one of `metrics`."""
+    """{id: why it goes} for the untagged items of `ok` that are twins of an item kept as
+    `best METRIC #k` for one of `metrics`."""
     seconds: dict[int, str] = {}
     for metric in metrics:
         kept = [i for i in ok if any(r.startswith(f"best {metric} #") for _, r in tags[i.id])]
@@ -25,5 +26,5 @@ def seconds_of_the_best(
     return seconds
 
 
-def _twins(a: Any, b: Any, metric: str) -> bool:
+def _twins(a: Item, b: Item, metric: str) -> bool:
     return (a.epoch, a.step, a.metrics.get(metric)) == (b.epoch, b.step, b.metrics.get(metric))

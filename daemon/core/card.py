@@ -16,8 +16,8 @@ from typing import Any
 from . import families
 from .model import Format, Kind
 from .resume import optimizer_config_lost, resumability
-from .text import config_text, relative_path, visible_doc
-from .units import format_size, shortest_float
+from .text import config_text, dash_text, relative_path, visible_doc
+from .units import format_size
 
 # The codecs whose HDF5 filters Keras cannot read without `import hdf5plugin` (keras-formats §0.7).
 PLUGIN_CODECS = ("zstd", "blosc", "blosc2", "bitshuffle", "lz4")
@@ -112,9 +112,9 @@ def facts(
         ("non-trainable", _count(None if n is None or trainable is None else n - trainable)),
     ]
     epoch = [
-        ("epoch", _dash(doc["epoch"])),
-        ("step", _dash(doc["step"])),
-        ("iterations", _dash(doc["iterations"])),
+        ("epoch", dash_text(doc["epoch"])),
+        ("step", dash_text(doc["step"])),
+        ("iterations", dash_text(doc["iterations"])),
         ("epoch from", doc.get("epoch_source") or "-"),
     ]
     sources = doc.get("metric_sources") or {}
@@ -179,8 +179,8 @@ def _format_text(doc: dict[str, Any], artifact: dict[str, Any] | None) -> str:
     shown = {Kind.FULL.value: "full model", "weights": "weights only"}.get(kind or "", kind or "-")
     if kind == Kind.ADAPTER.value:
         a = (doc.get("training_config") or {}).get("adapter") or {}
-        shown = f"PEFT {a.get('peft_type') or '?'} adapter r={_dash(a.get('r'))}"
-        shown += f" alpha={_dash(a.get('lora_alpha'))}: loaded on its base model"
+        shown = f"PEFT {a.get('peft_type') or '?'} adapter r={dash_text(a.get('r'))}"
+        shown += f" alpha={dash_text(a.get('lora_alpha'))}: loaded on its base model"
     if kind == Kind.WEIGHTS.value and doc.get("optimizer_bytes"):
         # A torch file, a DCP or Orbax folder with optimizer state: no architecture, but far
         # from "weights only" (it resumes).
@@ -261,7 +261,7 @@ def _layers(doc: dict[str, Any], model_config: Any) -> list[LayerRow]:
 def _optimizer(doc: dict[str, Any]) -> list[tuple[str, str]]:
     if not doc["optimizer"] and not doc.get("optimizer_config"):
         return []
-    pairs = [("class", doc["optimizer"] or "-"), ("learning rate", _dash(doc["learning_rate"]))]
+    pairs = [("class", doc["optimizer"] or "-"), ("learning rate", dash_text(doc["learning_rate"]))]
     config = doc.get("optimizer_config")
     if isinstance(config, dict):
         pairs += [(k, config_text(v)) for k, v in config.items() if v is not None]
@@ -283,7 +283,10 @@ def _base_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     base = doc.get("base_model")
     if not isinstance(base, dict):
         return []
-    rows = [("base model", base.get("name") or "-"), ("base revision", _dash(base.get("revision")))]
+    rows = [
+        ("base model", base.get("name") or "-"),
+        ("base revision", dash_text(base.get("revision"))),
+    ]
     if base.get("missing"):
         return [*rows, ("base missing", base["missing"])]
     if base.get("path"):
@@ -373,12 +376,6 @@ def _torch_split(artifact: dict[str, Any]) -> bool:
     return artifact.get("kind") == "inference" and str(artifact.get("path", "")).endswith(
         ".safetensors"
     )
-
-
-def _dash(value: Any) -> str:
-    if isinstance(value, float):
-        return shortest_float(value)
-    return "-" if value is None else str(value)
 
 
 def _count(value: int | None) -> str:

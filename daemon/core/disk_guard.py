@@ -347,7 +347,7 @@ def _why(free: int, threshold: int, what: str) -> str:
 
 
 def _best(ok: Sequence[retention.Item], metric: str, mode: str) -> retention.Item | None:
-    valued = [(value, item) for item in ok if (value := _value(item, metric)) is not None]
+    valued = [(value, item) for item in ok if (value := item.value(metric)) is not None]
     if not valued:
         return None
     sign = 1.0 if mode == "min" else -1.0
@@ -357,14 +357,9 @@ def _best(ok: Sequence[retention.Item], metric: str, mode: str) -> retention.Ite
 
 def _better(a: retention.Item, b: retention.Item, metric: str, mode: str) -> bool:
     """`a` strictly better than `b` by `metric`."""
-    va, vb = _value(a, metric), _value(b, metric)
+    va, vb = a.value(metric), b.value(metric)
     assert va is not None and vb is not None
     return va < vb if mode == "min" else va > vb
-
-
-def _value(item: retention.Item, metric: str) -> float | None:
-    value = item.metrics.get(metric)
-    return None if value is None or math.isnan(value) else float(value)
 
 
 def _holding(

@@ -16,7 +16,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from . import resume_rules as rules
 from .model import Format
@@ -70,6 +70,7 @@ class Family:
 
 
 _ROWS: dict[str, Family] = {}
+T = TypeVar("T")
 _CACHE: dict[str, Any] = {}  # answers asked per file or per listed row, until a register
 
 
@@ -98,7 +99,7 @@ def rows() -> Iterator[Family]:
     return iter(tuple(_ROWS.values()))
 
 
-def _cached(name: str, compute: Callable[[], Any]) -> Any:
+def _cached(name: str, compute: Callable[[], T]) -> T:
     if name not in _CACHE:
         _CACHE[name] = compute()
     return _CACHE[name]
@@ -106,18 +107,12 @@ def _cached(name: str, compute: Callable[[], Any]) -> Any:
 
 def folder_formats() -> frozenset[Format]:
     """Formats whose checkpoint is a folder: one catalog entry, its files as members."""
-    found: frozenset[Format] = _cached(
-        "folders", lambda: frozenset(r.format for r in rows() if r.folder)
-    )
-    return found
+    return _cached("folders", lambda: frozenset(r.format for r in rows() if r.folder))
 
 
 def suffixes() -> tuple[str, ...]:
     """The file names discovery hands to the file readers: every row's `suffixes`."""
-    found: tuple[str, ...] = _cached(
-        "suffixes", lambda: tuple(dict.fromkeys(s for r in rows() for s in r.suffixes))
-    )
-    return found
+    return _cached("suffixes", lambda: tuple(dict.fromkeys(s for r in rows() for s in r.suffixes)))
 
 
 def extra_modules() -> tuple[str, ...]:

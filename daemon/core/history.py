@@ -19,10 +19,8 @@ from .moments import rewritten_in_place
 from .query import default_mode
 from .table import Column, number_cells
 from .text import relative_path
+from .versions import VERSIONS_DIR, is_version_path
 
-# A version of a rewritten checkpoint lives in a folder of ours (issue 11): a path component.
-VERSIONS_FOLDER = ".ckpt-versions"
-VERSIONS_COMPONENT = f"/{VERSIONS_FOLDER}/"
 # Marks, most telling first: a checkpoint's chart glyph and plot marker is its first mark here.
 MARKS = ("best", "pinned", "trashed", "missing", "version", "kept")
 GLYPHS = {
@@ -45,21 +43,18 @@ _GONE = {CheckpointStatus.MISSING, CheckpointStatus.REMOVED, CheckpointStatus.PU
 DEFAULT_METRICS = ("val_loss", "loss")
 
 
-def is_version(path: str) -> bool:
-    """Whether `path` is a kept version of a rewritten checkpoint (in our versions folder)."""
-    return VERSIONS_COMPONENT in path or path.startswith(f"{VERSIONS_FOLDER}/")
-
-
 def versioned_run(run: str) -> str:
     """The run whose versions a run folder holds: `exp1/.ckpt-versions` (or
     `.ckpt-versions/exp1`) → `exp1`; any other run is its own."""
-    parts = [p for p in run.split("/") if p != VERSIONS_FOLDER]
+    parts = [p for p in run.split("/") if p != VERSIONS_DIR]
     return "/".join(parts) or "."
 
 
 def members_of(run: str, rows: Sequence[Checkpoint]) -> list[Checkpoint]:
     """The rows of `run` itself, with the versions of its checkpoints wherever they are kept."""
-    return [c for c in rows if c.run == run or (is_version(c.path) and versioned_run(c.run) == run)]
+    return [
+        c for c in rows if c.run == run or (is_version_path(c.path) and versioned_run(c.run) == run)
+    ]
 
 
 @dataclass(frozen=True)
@@ -145,7 +140,7 @@ def marks_of(c: Checkpoint, best_for: Sequence[str]) -> tuple[str, ...]:
         found.add("trashed")
     elif c.status in _GONE:
         found.add("missing")
-    if is_version(c.path):
+    if is_version_path(c.path):
         found.add("version")
     elif c.status in _ON_DISK:
         found.add("kept")

@@ -11,51 +11,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol, TypeVar
 
 from .model import CheckpointStatus
 from .moments import progress_key, training_moments
+from .retention_rows import Item
 
 
-class Planned(Protocol):
-    """What these protections read of a checkpoint (`retention.Item` is one)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def mtime(self) -> float: ...
-    @property
-    def epoch(self) -> int | None: ...
-    @property
-    def step(self) -> int | None: ...
-    @property
-    def where(self) -> str: ...
-    @property
-    def resumable(self) -> bool: ...
-    @property
-    def trainer_file(self) -> str | None: ...
-    @property
-    def copy(self) -> bool: ...
-    @property
-    def placed(self) -> tuple[float, float] | None: ...
-
-
-P = TypeVar("P", bound=Planned)
-
-
-def _age(item: Planned) -> tuple[float, int]:
+def _age(item: Item) -> tuple[float, int]:
     return (item.mtime, item.id)
 
 
-def placed_by_save_time(items: Sequence[P]) -> list[P]:
+def placed_by_save_time(items: Sequence[Item]) -> list[Item]:
     """`items`, those of unknown progress (neither epoch nor step) in a run where others have
     one placed by when they were saved: at the furthest along known checkpoint written at or
     before them (`progress_key` sorts them just before its moment), or before every one when
     none was. So a file without an epoch is never "newest" nor "last #1" for being unknown."""
 
-    def known(i: P) -> bool:  # only complete checkpoints say how far the run got
+    def known(i: Item) -> bool:  # only complete checkpoints say how far the run got
         return (i.epoch is not None or i.step is not None) and i.status == CheckpointStatus.OK
 
     if not any(known(i) for i in items):
@@ -68,13 +40,10 @@ def placed_by_save_time(items: Sequence[P]) -> list[P]:
             furthest = key if furthest is None else max(furthest, key)
         elif item.epoch is None and item.step is None and item.placed is None:
             anchors[item.id] = furthest[:2] if furthest else (-math.inf, -math.inf)
-    return [
-        replace(i, placed=anchors[i.id]) if i.id in anchors else i  # type: ignore[type-var]
-        for i in items
-    ]
+    return [replace(i, placed=anchors[i.id]) if i.id in anchors else i for i in items]
 
 
-def newest(ok: Sequence[P]) -> dict[int, str]:
+def newest(ok: Sequence[Item]) -> dict[int, str]:
     """{id: reason} of the checkpoints protected as a run's newest among `ok` ones: the
     furthest along by `progress_key` and every other file of its training moment, the last
     written (mtime) if that is another one, the furthest along that training can resume
@@ -88,10 +57,8 @@ def newest(ok: Sequence[P]) -> dict[int, str]:
     found = {max(ok, key=progress_key).id: "newest"}
     moment = training_moments(ok)[0]
     if len(moment.items) > 1:
-        where = f"epoch {moment.epoch}" if moment.epoch is not None else f"step {moment.step}"
-        reason = f"newest training moment ({where}: {len(moment.items)} files)"
-        for item in moment.items:
-            found.setdefault(item.id, reason)
+        for item_id, _, reason in moment.reasons(0, "newest training moment"):
+            found.setdefault(item_id, reason)
     found.setdefault(max(ok, key=_age).id, "newest mtime")
     resumable = [item for item in ok if item.resumable]
     if resumable:

@@ -11,9 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Where version capture keeps the generations a rewrite would lose: a row whose path has this
-# component is a version (or its standby copy), not a checkpoint of its own.
-from .versions import VERSIONS_DIR
+from .versions import is_version_path
 
 # The byte kinds of `ckpt_bytes{kind}`: a closed set (the label's cardinality is 4 per root).
 BYTE_KINDS = ("checkpoint", "inference_artifact", "version", "trash")
@@ -51,8 +49,7 @@ def byte_kind(path: str, trashed: bool) -> str:
     """The `kind` label of a catalog row's bytes."""
     if trashed:
         return "trash"
-    parts = path.split("/")
-    return "version" if VERSIONS_DIR in parts[:-1] else "checkpoint"
+    return "version" if is_version_path(path) else "checkpoint"
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,7 @@ if TYPE_CHECKING:
 
 # Our own stages, run as `ckpt` commands in a child (the same code and rail as by hand).
 BUILT_IN_STAGES = ("verify", "split", "tier", "integrity")
-BUILT_IN_ARGV = {
-    "integrity": ("integrity", "{path}", "--json"),
-    "verify": ("verify", "{path}", "--json"),
-    "split": ("split", "{path}", "--json"),
-    "tier": ("tier", "{path}", "--json"),
-}
+BUILT_IN_ARGV = {name: (name, "{path}", "--json") for name in BUILT_IN_STAGES}  # ckpt NAME PATH
 PLACEHOLDERS = ("path", "run", "epoch", "step", "format", "id", "stage", "artifact")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
 STATES = ("pending", "running", "done", "failed", "cancelled", "skipped")

@@ -57,9 +57,8 @@ Semantics:
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from .best_twins import seconds_of_the_best
@@ -68,7 +67,8 @@ from .model import CheckpointStatus
 from .moments import Moment, progress_key, training_moments
 from .newest import newest, placed_by_save_time
 from .query import default_mode
-from .tier_plan import NO_REMOTE, KeepLocal, budget_tierable, placed, stays_local
+from .retention_rows import Decision, Item
+from .tier_plan import KeepLocal, budget_tierable, placed, stays_local
 from .units import format_duration, format_size
 
 NOT_CANDIDATES = frozenset(
@@ -83,38 +83,6 @@ COUNT_RULES = ("keep_last", "keep_every", "keep_hourly", "keep_daily", "keep_wee
 # How much a reason protects under budget pressure: the budget trashes LOOSE before RANKED and
 # never touches PROTECTED.
 PROTECTED, RANKED, LOOSE = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Item:
-    """One checkpoint as the planner sees it."""
-
-    id: int
-    path: str
-    status: str  # a CheckpointStatus value
-    mtime: float  # seconds since the epoch (UTC)
-    size_bytes: int
-    epoch: int | None = None
-    step: int | None = None
-    pinned: bool = False
-    metrics: Mapping[str, float | None] = field(default_factory=dict)
-    # The size of its inference artifact if it can be demoted to one (split), else None.
-    inference_bytes: int | None = None
-    protected: str | None = None  # kept whatever the rules say, for this reason
-    tier_blocked: str | None = NO_REMOTE  # why it cannot go to the object store (None: it can)
-    trash_reason: str | None = None  # why it goes if nothing keeps it (an abandoned save's)
-    where: str = "local"  # local | remote (only in the object store: status given as ok) | both
-    # Training can resume from it (`core.resume`): the newest such one is never trashed.
-    resumable: bool = False
-    # Why its trainer will save to it again (a rolling pointer such as `last.pt`, Lightning's
-    # `last.ckpt`): never trashed while it is the trainer's file. None: no such file.
-    trainer_file: str | None = None
-    # A kept copy of a rewritten file (`.ckpt-versions`): never a training moment, never
-    # "newest"; planned by the versions' own policy (`usecases.retention_plan`).
-    copy: bool = False
-    # (epoch, step) this checkpoint of unknown progress is placed at by its save time
-    # (`placed_by_save_time`); None: not placed (its epoch or step is known, or none is).
-    placed: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -166,17 +134,6 @@ class Policy:
         if self.keep_local is not None:
             parts.append(self.keep_local.describe())
         return ", ".join(parts) or "no rule"
-
-
-@dataclass(frozen=True)
-class Decision:
-    id: int
-    path: str
-    # "keep" | "trash" | "demote" (by its inference artifact) | "tier" (to the store) |
-    # "trash-remote" (a tiered checkpoint's remote copy to the store's trash)
-    action: str
-    reasons: tuple[str, ...]
-    size_bytes: int
 
 
 @dataclass(frozen=True)
@@ -300,8 +257,8 @@ def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, 
     sign = 1 if rule.resolved_mode == "min" else -1
     valued: list[tuple[float, Item]] = []
     for item in newest_first:
-        value = item.metrics.get(rule.metric)
-        if value is None or math.isnan(value):
+        value = item.value(rule.metric)
+        if value is None:
             if rule.keep_missing:  # conservative: no evidence it is worse, so keep it
                 yield item.id, RANKED, f"no {rule.metric}: kept"
         else:
@@ -364,26 +321,22 @@ def _trim(
         key=lambda item: (strength[item.id] == RANKED, progress_key(item)),
     )
     over: dict[int, tuple[str, str]] = {}
+
+    def over_budget(then: str = "") -> str:  # the bytes as they are before this act
+        return f"over budget: {format_size(total)} > {format_size(max_bytes)}{then}"
+
     for item in order:
         saved = item.size_bytes - (item.inference_bytes or 0)
         if total <= max_bytes:
             break
         if item.inference_bytes is not None and saved > 0:
-            over[item.id] = (
-                "demote",
-                f"over budget: {format_size(total)} > "
-                f"{format_size(max_bytes)}: demoted to its inference artifact",
-            )
+            over[item.id] = ("demote", over_budget(": demoted to its inference artifact"))
             total -= saved
     for item in order:
         if total <= max_bytes:
             break
-        if item.id not in over and budget_tierable(item, item.id, local):
-            over[item.id] = (
-                "tier",
-                f"over budget: {format_size(total)} > {format_size(max_bytes)}: "
-                "tiered to the object store",
-            )
+        if item.id not in over and budget_tierable(item, local):
+            over[item.id] = ("tier", over_budget(": tiered to the object store"))
             total -= item.size_bytes
     for item in order:
         if total <= max_bytes:
@@ -393,7 +346,7 @@ def _trim(
         left = item.inference_bytes if item.id in over else item.size_bytes
         if not left or left <= 0:
             continue  # trashing it frees nothing
-        over[item.id] = ("trash", f"over budget: {format_size(total)} > {format_size(max_bytes)}")
+        over[item.id] = ("trash", over_budget())
         total -= left
     if total <= max_bytes:
         return over, ()

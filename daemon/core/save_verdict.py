@@ -85,22 +85,6 @@ def judge(
     return SaveVerdict(SaveState.COMPLETE, None)
 
 
-def recheck_after_s(
-    verdict: SaveVerdict,
-    seen: SaveObservation,
-    now_ns: int,
-    abandoned_after_s: float,
-    settle_s: float,
-) -> float | None:
-    """Seconds until the verdict could change by time alone (an incomplete save becoming
-    abandoned, an unconfirmed one complete); None when only a new change can change it."""
-    if verdict.state is not SaveState.INCOMPLETE or seen.writers:
-        return None
-    age_s = max(0.0, (now_ns - seen.newest_mtime_ns) / 1e9)
-    limit = abandoned_after_s if seen.unfinished else settle_s
-    return max(0.0, limit - age_s)
-
-
 def _span(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f}s"

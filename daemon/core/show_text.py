@@ -8,8 +8,8 @@ from typing import Any
 
 from .card import facts
 from .health import summary as health_summary
-from .text import metric_text, packed, relative_path, visible_doc
-from .units import format_size, shortest_float
+from .text import dash_text, metric_text, packed, relative_path, visible_doc
+from .units import format_size
 
 
 def show_text(doc: dict[str, Any]) -> str:
@@ -39,7 +39,7 @@ def show_text(doc: dict[str, Any]) -> str:
         f"  parameters {params['total']} ({params['trainable']} trainable)",
         f"  epoch {epoch['epoch']}  step {epoch['step']}  iterations {epoch['iterations']}"
         + (f"  (epoch from {epoch['epoch from']})" if doc.get("epoch_source") else ""),
-        f"  optimizer {doc['optimizer'] or '-'}  learning rate {_dash(doc['learning_rate'])}",
+        f"  optimizer {doc['optimizer'] or '-'}  learning rate {dash_text(doc['learning_rate'])}",
         f"  mtime {lineage['mtime']}  indexed {doc['indexed_at'] or '-'}",
     ]
     if doc["hash"]:
@@ -55,7 +55,7 @@ def show_text(doc: dict[str, Any]) -> str:
     lines += _generations(doc) + _versions(doc)
     lines += packed("  training config", [f"{k}={v}" for k, v in f.training])
     if isinstance(doc.get("optimizer_config"), dict):
-        shown = _dash(doc["learning_rate"])  # on the `optimizer` line: not said twice
+        shown = dash_text(doc["learning_rate"])  # on the `optimizer` line: not said twice
         pairs = [
             f"{k}={v}"
             for k, v in f.optimizer[2:]  # after class and learning rate
@@ -82,8 +82,8 @@ def _generations(doc: dict[str, Any]) -> list[str]:
     lines = [f"  generations seen: {len(seen)}"]
     for g in seen:
         lines.append(
-            f"    {g.get('generation')}: epoch {_dash(g.get('epoch'))}  iterations "
-            f"{_dash(g.get('iterations'))}  indexed {g.get('indexed_at') or '-'}"
+            f"    {g.get('generation')}: epoch {dash_text(g.get('epoch'))}  iterations "
+            f"{dash_text(g.get('iterations'))}  indexed {g.get('indexed_at') or '-'}"
         )
     return lines
 
@@ -98,15 +98,9 @@ def _versions(doc: dict[str, Any]) -> list[str]:
         values = "  ".join(f"{k} {metric_text(x)}" for k, x in sorted(v["metrics"].items()))
         state = "current (the file holds it)" if v["current"] else v["status"]
         where = relative_path(v["path"], [doc["root"]])
-        parts = [f"v{v['generation']}: epoch {_dash(v['epoch'])}", values, state, where]
+        parts = [f"v{v['generation']}: epoch {dash_text(v['epoch'])}", values, state, where]
         lines.append("    " + "  ".join(p for p in parts if p))
     return lines
-
-
-def _dash(value: Any) -> str:
-    if isinstance(value, float):
-        return shortest_float(value)
-    return "-" if value is None else str(value)
 
 
 def _artifacts(doc: dict[str, Any]) -> list[str]:

@@ -55,19 +55,11 @@ def cell_width(text: str) -> int:
 
 
 def cut_left(text: str, width: int) -> str:
-    """`text` in at most `width` columns, keeping its end: `…/exp1/e07.keras`."""
+    """`text` in at most `width` columns, keeping its end: `…/exp1/e07.keras` (`cut_right` of
+    the reversed text, reversed back)."""
     if cell_width(text) <= width:
         return text
-    if text.isascii():  # one column per character: the fast path of a 100k-row listing
-        return ELLIPSIS + text[len(text) - width + 1 :] if width > 1 else ELLIPSIS
-    kept: list[str] = []
-    used = 1  # the ellipsis
-    for char in reversed(text):
-        used += cell_width(char)
-        if used > width:
-            break
-        kept.append(char)
-    return ELLIPSIS + "".join(reversed(kept))
+    return cut_right(text[::-1], width)[::-1]
 
 
 def cut_right(text: str, width: int) -> str:

@@ -65,6 +65,14 @@ def metric_text(value: float | None) -> str:
     return "null" if value is None else f"{value:.4g}"
 
 
+def dash_text(value: Any) -> str:
+    """A value as a card or `show` line prints it: `-` for none, a float as its shortest
+    decimal."""
+    if isinstance(value, float):
+        return shortest_float(value)
+    return "-" if value is None else str(value)
+
+
 def config_text(value: Any) -> str:
     """A config value as a person reads it: floats shortest (`0.001`), JSON's words
     (`true`, `null`), a Keras object `{class_name, config}` as its class name."""

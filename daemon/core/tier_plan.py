@@ -25,15 +25,12 @@ The demotion ladder is full -> inference artifact -> remote -> trash:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from .moments import training_moments
+from .retention_rows import Decision, Item
 from .units import format_duration
-
-NO_REMOTE = "no `remote:` configured for its root"
 
 
 @dataclass(frozen=True)
@@ -48,98 +45,36 @@ class KeepLocal:
         return "keep_local " + (" ".join(parts) if parts else "none")
 
 
-class Decided(Protocol):
-    """A planner decision (`retention.Decision`: a frozen dataclass)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def action(self) -> str: ...
-    @property
-    def reasons(self) -> tuple[str, ...]: ...
-
-
-class Tierable(Protocol):
-    @property
-    def status(self) -> str: ...
-    @property
-    def where(self) -> str: ...
-    @property
-    def mtime(self) -> float: ...
-    @property
-    def tier_blocked(self) -> str | None: ...
-
-
-class Candidate(Protocol):
-    """What `stays_local` needs of a planner item (`retention.Item` is one)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def mtime(self) -> float: ...
-    @property
-    def epoch(self) -> int | None: ...
-    @property
-    def step(self) -> int | None: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def pinned(self) -> bool: ...
-    @property
-    def protected(self) -> str | None: ...
-    @property
-    def metrics(self) -> Mapping[str, float | None]: ...
-    @property
-    def where(self) -> str: ...
-
-
-def due(item: Tierable, tier_after: float, now: float) -> bool:
-    """Written at least `tier_after` before `now` (inclusive, as keep_within is), and local."""
-    return item.status == "ok" and item.where != "remote" and item.mtime <= now - tier_after
-
-
 def placed(
-    decision: Decided,
-    item: Tierable,
+    decision: Decision,
+    item: Item,
     local: Mapping[int, str],
     tier_after: float | None,
     now: float | None,
 ) -> tuple[str, tuple[str, ...]]:
     """(action, reasons) of a decision once where its bytes are is weighed: a remote-only
     checkpoint kept stays in the store, one dropped has its remote copy trashed; a local one
-    kept may tier (`aged`, when `tier_after` is set and there is a clock)."""
+    kept and ok tiers once written `tier_after` before `now` (when both are set), unless it
+    stays local (`local`: {id: why}) or cannot be tiered."""
     if item.where == "remote":
         if decision.action == "keep":
             return "keep", (*decision.reasons, "in the object store")
         return "trash-remote", (*decision.reasons, "its remote copy to the store's trash")
-    if tier_after is None or now is None:
+    if tier_after is None or now is None or decision.action != "keep":
         return decision.action, decision.reasons
-    return aged(decision, item, local, tier_after, now, format_duration(tier_after))
-
-
-def aged(
-    decision: Decided,
-    item: Tierable,
-    local: Mapping[int, str],
-    tier_after: float,
-    now: float,
-    after_text: str,
-) -> tuple[str, tuple[str, ...]]:
-    """(action, reasons) of a kept checkpoint once `tier_after` is applied. `local`: {id: why
-    it stays local}; `after_text`: `tier_after` as people write it."""
-    if decision.action != "keep" or not due(item, tier_after, now):
+    if item.status != "ok" or item.mtime > now - tier_after:  # newer than tier_after: not due
         return decision.action, decision.reasons
-    if decision.id in local:
-        return "keep", (*decision.reasons, f"stays local ({local[decision.id]})")
+    if item.id in local:
+        return "keep", (*decision.reasons, f"stays local ({local[item.id]})")
     if item.tier_blocked is not None:
         return "keep", (*decision.reasons, f"not tiered: {item.tier_blocked}")
-    why = f"older than tier_after {after_text}: tiered to the object store"
+    why = f"older than tier_after {format_duration(tier_after)}: tiered to the object store"
     return "tier", (why, *decision.reasons)
 
 
 def stays_local(
-    candidates: Sequence[Candidate],
-    ok: Sequence[Candidate],
+    candidates: Sequence[Item],
+    ok: Sequence[Item],
     newest: Mapping[int, str],
     keep_local: KeepLocal | None,
     best_rules: Sequence[tuple[str, str]],
@@ -159,16 +94,11 @@ def stays_local(
             _merge(found, [(i.id, f"keep_local last #{rank}") for i in moment.items])
     for metric, mode in best_rules if keep.best else ():
         sign = 1.0 if mode == "min" else -1.0
-        valued = [(v, i) for i in ok[::-1] if (v := _value(i, metric)) is not None]
+        valued = [(v, i) for i in ok[::-1] if (v := i.value(metric)) is not None]
         valued.sort(key=lambda pair: sign * pair[0])  # stable: ties keep the newer first
         for rank, (_v, i) in enumerate(valued[: keep.best], start=1):
             _merge(found, [(i.id, f"keep_local best {metric} #{rank}")])
     return {item_id: ", ".join(reasons) for item_id, reasons in found.items()}
-
-
-def _value(item: Candidate, metric: str) -> float | None:
-    value = item.metrics.get(metric)
-    return None if value is None or math.isnan(value) else float(value)
 
 
 def _merge(found: dict[int, list[str]], pairs: Sequence[tuple[int, str]]) -> None:
@@ -176,6 +106,6 @@ def _merge(found: dict[int, list[str]], pairs: Sequence[tuple[int, str]]) -> Non
         found.setdefault(item_id, []).append(reason)
 
 
-def budget_tierable(item: Tierable, item_id: int, local: Mapping[int, str]) -> bool:
+def budget_tierable(item: Item, local: Mapping[int, str]) -> bool:
     """The budget may tier it (after demotion, before trashing)."""
-    return item.tier_blocked is None and item_id not in local
+    return item.tier_blocked is None and item.id not in local

@@ -11,7 +11,6 @@ import io
 import math
 import re
 import string
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -28,11 +27,6 @@ _NANINF = r"0*(?i:nan|inf)"
 _GENERAL = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _DIGITS = frozenset("0123456789")
 _FLOAT_TAIL = _DIGITS | frozenset(".eE+-naifNAIF")
-_TF_SUFFIX = re.compile(r"(.+)\.(?:index|data-\d+-of-\d+)")
-_FALLBACK = (
-    ("step", re.compile(r"(?<![A-Za-z0-9])(?:ckpt|step)[-_]?(\d+)", re.I)),
-    ("epoch", re.compile(r"(?<![A-Za-z0-9])(?:epoch[-_]?|e)(\d+)", re.I)),
-)
 
 
 @dataclass(frozen=True)
@@ -258,22 +252,6 @@ def _keyed(obj: object, key_name: str) -> ByKey:
         if key is not None and values:
             out.setdefault(key, {}).update(values)
     return out
-
-
-def from_filename(
-    name: str, templates: Sequence[FilenameTemplate]
-) -> tuple[dict[str, int], dict[str, str]]:
-    """(epoch/step/batch, {metric: its text as written}) from a checkpoint's file name: the first
-    template that matches (also against a TF checkpoint's prefix), else epoch/step digits alone."""
-    tf_prefix = _TF_SUFFIX.fullmatch(name)
-    for candidate in (name, tf_prefix[1]) if tf_prefix else (name,):
-        for template in templates:
-            texts = template._texts(candidate)
-            values = None if texts is None else _convert(texts)
-            if texts is not None and values is not None:
-                ints = {k: int(v) for k, v in values.items() if k in INT_FIELDS}
-                return ints, {k: v for k, v in texts.items() if k not in INT_FIELDS}
-    return {key: int(m[1]) for key, pattern in _FALLBACK if (m := pattern.search(name))}, {}
 
 
 def disagrees(text: str, precise: float) -> bool:

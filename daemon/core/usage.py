@@ -1,8 +1,8 @@
 """Bytes on disk per root, run and kind (`ckpt du`), decided from catalog rows. Pure.
 
-The catalog says what each file is and how big it was when indexed; nothing is walked. Kinds:
-a checkpoint at its path, an inference artifact we wrote, a kept version of a rewritten
-checkpoint (`core.history.is_version`), a checkpoint in the trash. A missing, removed or purged
+The catalog says what each file is and how big it was when indexed; nothing is walked. Kinds: a
+checkpoint at its path, an inference artifact we wrote, a kept version of a rewritten checkpoint
+(`core.versions.is_version_path`), a checkpoint in the trash. A missing, removed or purged
 checkpoint takes no space and is not counted. What versions cost is also given whole: those kept
 and those in the trash (which the `trash` kind counts too), since both hold the filesystem's
 space until purged.

@@ -66,11 +66,6 @@ def entries(names: Sequence[str], sizes: Sequence[int]) -> list[Entry]:
     return out
 
 
-def archive_size(items: Sequence[Entry]) -> int:
-    """The bytes of the archive of `items`: each header, data and padding, and the end."""
-    return sum(BLOCK + e.size + padding(e.size) for e in items) + len(END)
-
-
 def header(entry: Entry, mtime: int) -> bytes:
     """The 512-byte header of `entry` with the fixed fields and `mtime` (seconds)."""
     folder = entry.kind is Kind.FOLDER

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 from .housekeeping import KERAS_WEIGHTS
 
 VERSIONS_DIR = ".ckpt-versions"
+VERSIONS_COMPONENT = f"/{VERSIONS_DIR}/"  # in a version's path (a folder of ours: issue 11)
 CAPTURE_MODES = ("fixed_names", "rewritten", "off")
 # Longest first: `.weights.h5` must win over `.h5`.
 _SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".he5", ".h5")
@@ -114,7 +115,9 @@ def original_parts(parts: Sequence[str]) -> tuple[tuple[str, ...], int] | None:
 
 
 def is_version_path(path: str) -> bool:
-    return VERSIONS_DIR in PurePosixPath(path).parts
+    """Whether `path` is in our versions folder: a kept version of a rewritten checkpoint (or
+    its standby copy), not a checkpoint of its own."""
+    return VERSIONS_COMPONENT in path or path.startswith(f"{VERSIONS_DIR}/")
 
 
 @dataclass(frozen=True)

@@ -117,30 +117,11 @@ def _finite(values: dict[str, float | None]) -> dict[str, float | None]:
 
 def trashed_json(t: TrashedCheckpoint) -> dict[str, Any]:
     """`trash list --json` (and `trash purge --json`'s `purged`): the row, then where it went."""
-    return {
-        "id": t.id,
-        "path": t.path,
-        "run": t.run,
-        "root": t.root,
-        "bytes": t.bytes,
-        "reason": t.reason,
-        "pinned": t.pinned,
-        **t.trash,
-    }
+    row = dict(vars(t))  # its fields in order (`dataclasses.asdict` deep-copies: 30x slower)
+    trash = row.pop("trash")
+    return {**row, **trash}
 
 
 def event_json(e: AuditEvent) -> dict[str, Any]:
-    """`log --json`: one audit event."""
-    return {
-        "id": e.id,
-        "at": e.at,
-        "action": e.action,
-        "state": e.state,
-        "checkpoint_id": e.checkpoint_id,
-        "run": e.run,
-        "path": e.path,
-        "reason": e.reason,
-        "bytes": e.bytes,
-        "actor": e.actor,
-        "node": e.node,
-    }
+    """`log --json`: one audit event: every field of its row, in order."""
+    return dict(vars(e))

@@ -10,12 +10,13 @@ starts (how far below, what the first pass freed and why, or why it cannot), cal
 checkpoint that pipeline stages still wait to run on gives them up: one warning per checkpoint
 (`disk_guard_gave_up`, naming the stages), and the episode's list in `ckpt status`. Every act is
 an audit event with its reason (`ckpt log`). A filesystem where nothing more can be freed is
-planned again only after an indexed file or every STUCK_RETRY_SECONDS: a full disk must not
-turn into a catalog read per second.
+planned again only after an indexed file or every STUCK_RETRY_SECONDS (as the space reserve's:
+`space_reserve.retry_due`): a full disk must not turn into a catalog read per second.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -31,10 +32,9 @@ from ..settings.config import Config
 from ..usecases import catalog_room, disk_guard
 from ..usecases.disk_guard import Guarded, Relief
 from .hooks import HookRunner
-from .space_reserve import ReserveWatch
+from .space_reserve import ReserveWatch, retry_due
 
 CHECK_EVERY_SECONDS = 1.0
-STUCK_RETRY_SECONDS = 10.0
 # An episode ends once free space has stayed above min_free this long: a trainer that crosses
 # it again at every save is one episode (one warning), not one per checkpoint.
 QUIET_SECONDS = 60.0
@@ -86,24 +86,23 @@ class DiskGuard(threading.Thread):
             poked = self._wake.wait(timeout=CHECK_EVERY_SECONDS)
             self._wake.clear()
             self.tick = time.monotonic()
-            try:
-                self.check(poked=poked)
-            except Exception as exc:  # a catalog hiccup must not end the guard
-                self.errors += 1
-                event("disk_guard_error", level=logging.ERROR, error=str(exc))
+            # a catalog hiccup must not end the guard
+            self._logged("disk_guard_error", functools.partial(self.check, poked=poked))
+
+    def _logged(self, error_event: str, step: Callable[[], object]) -> None:
+        """`step()`; its failure counted and logged as `error_event`, and the guard goes on."""
+        try:
+            step()
+        except Exception as exc:
+            self.errors += 1
+            event(error_event, level=logging.ERROR, error=str(exc))
 
     def check(self, *, poked: bool = True) -> None:
         config = self.config()
-        try:
-            self.reserve.check(config, poked=poked)
-        except Exception as exc:  # the reserve's failure must not keep min_free's guard away
-            self.errors += 1
-            event("space_reserve_error", level=logging.ERROR, error=str(exc))
-        try:  # the catalog's room given to the guard's bookkeeping on a nearly full disk
-            catalog_room.tend(config, self._floors(config))
-        except Exception as exc:
-            self.errors += 1
-            event("catalog_room_error", level=logging.ERROR, error=str(exc))
+        # the reserve's failure must not keep min_free's guard away
+        self._logged("space_reserve_error", lambda: self.reserve.check(config, poked=poked))
+        # the catalog's room given to the guard's bookkeeping on a nearly full disk
+        self._logged("catalog_room_error", lambda: catalog_room.tend(config, self._floors(config)))
         states = []
         seen = set()
         for fs in disk_guard.guarded(config):
@@ -118,41 +117,35 @@ class DiskGuard(threading.Thread):
         threshold = fs.min_free.threshold(now.total)
         episode = self.episodes.get(fs.dev)
         if now.free >= threshold:
-            self._above(fs, episode, now.free)
-            return _state(fs, now.free, threshold, "ok", None, gave_up=self._gave_up(fs))
+            return self._ok(fs, episode, now.free, threshold)
         if episode is None:
             episode = Episode(iso_utc(time.time()), now.free, threshold)
             self.episodes[fs.dev] = episode
             relief = self._relieve(config, fs, episode)
             self._start(fs, episode, relief)
-        elif (
-            episode.stuck_at is None
-            or poked
-            or (time.monotonic() - episode.stuck_at >= STUCK_RETRY_SECONDS)
-        ):
+        elif retry_due(episode.stuck_at, poked):
             self._relieve(config, fs, episode)
         episode.above_since = None
         free = disk_guard.usage(fs.roots[0]).free
         if free >= threshold:
-            self._above(fs, episode, free)
-            return _state(fs, free, threshold, "ok", None, gave_up=self._gave_up(fs))
+            return self._ok(fs, episode, free, threshold)
         state = "cannot free" if episode.stuck_at is not None else "pressure"
         return _state(fs, free, threshold, state, episode.why, episode)
 
-    def _above(self, fs: Guarded, episode: Episode | None, free: int) -> None:
-        if episode is None:
-            return
-        now = time.monotonic()
-        if episode.above_since is None:
-            episode.above_since = now
-        if now - episode.above_since >= self.quiet_seconds:
-            self._end(fs, episode, free)
-
-    def _gave_up(self, fs: Guarded) -> list[dict[str, Any]]:
-        """The stages the episode still open on `fs` gave up (back above min_free, it stays
-        open QUIET_SECONDS): `ckpt status` says so until it ends."""
-        episode = self.episodes.get(fs.dev)
-        return list(episode.gave_up) if episode else []
+    def _ok(
+        self, fs: Guarded, episode: Episode | None, free: int, threshold: int
+    ) -> dict[str, Any]:
+        """Above min_free: an episode ends once it has stayed so QUIET_SECONDS; until then,
+        `ckpt status` still says which stages it gave up."""
+        if episode is not None:
+            now = time.monotonic()
+            if episode.above_since is None:
+                episode.above_since = now
+            if now - episode.above_since >= self.quiet_seconds:
+                self._end(fs, episode, free)
+                episode = None
+        gave_up = list(episode.gave_up) if episode else []
+        return _state(fs, free, threshold, "ok", None, gave_up=gave_up)
 
     def _floors(self, config: Config) -> dict[int, int]:
         return {

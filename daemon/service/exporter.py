@@ -13,9 +13,9 @@ import platform
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import (
@@ -35,6 +35,7 @@ from ..settings.operations import Listen
 
 # Errors the service counts since it started (`ckpt_errors_total{kind}`): a closed set.
 ERROR_KINDS = ("index", "scan", "worker", "job", "scheduler", "hook", "stage")
+F = TypeVar("F", GaugeMetricFamily, CounterMetricFamily)
 
 
 @dataclass(frozen=True)
@@ -130,42 +131,31 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
             "The pipeline's jobs by stage and state (pending: the queue's depth).",
             labels=["stage", "state"],
         )
-        for (stage, job_state), count in sorted(snap.stage_jobs.items()):
-            stages.add_metric([stage, job_state], float(count))
-        yield stages
+        yield _filled(stages, snap.stage_jobs)
     yield from _stage_families(state.get("stages") or {})
 
     status = GaugeMetricFamily(
         "ckpt_checkpoints", "Checkpoint rows in the catalog by status.", labels=["status"]
     )
-    for name, n in sorted(fig.by_status.items()):
-        status.add_metric([name], n)
-    yield status
+    yield _filled(status, fig.by_status)
 
     size = GaugeMetricFamily(
         "ckpt_bytes",
         "Bytes on disk by root and kind (checkpoint, inference_artifact, version, trash).",
         labels=["root", "kind"],
     )
-    for (root, kind), n in sorted(fig.bytes.items()):
-        size.add_metric([root, kind], n)
-    yield size
+    yield _filled(size, fig.bytes)
 
     free = GaugeMetricFamily(
         "ckpt_root_free_bytes", "Free bytes for unprivileged users (statvfs).", labels=["root"]
     )
-    for root, available in sorted(snap.free.items()):
-        if available is not None:
-            free.add_metric([root], available)
-    yield free
+    yield _filled(free, {root: n for root, n in snap.free.items() if n is not None})
     threshold = GaugeMetricFamily(
         "ckpt_root_min_free_bytes",
         "The disk guard's min_free threshold (0: none).",
         labels=["root"],
     )
-    for root, n in sorted(snap.min_free.items()):
-        threshold.add_metric([root], n)
-    yield threshold
+    yield _filled(threshold, snap.min_free)
 
     latency = HistogramMetricFamily(
         "ckpt_index_latency_seconds",
@@ -197,9 +187,7 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
     failed = CounterMetricFamily(
         "ckpt_actions_failed", "Audited acts that failed, by action, all time.", labels=["action"]
     )
-    for action, n in sorted(fig.failed.items()):
-        failed.add_metric([action], n)
-    yield failed
+    yield _filled(failed, fig.failed)
 
     errors = CounterMetricFamily(
         "ckpt_errors", "Errors of the service since it started, by kind.", labels=["kind"]
@@ -209,9 +197,11 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         errors.add_metric([kind], int(counted.get(kind, 0)))
     yield errors
 
-    queue = GaugeMetricFamily("ckpt_worker_queue_length", "Hints and files waiting to be indexed.")
-    queue.add_metric([], int(state.get("queue", 0)))
-    yield queue
+    yield GaugeMetricFamily(
+        "ckpt_worker_queue_length",
+        "Hints and files waiting to be indexed.",
+        value=int(state.get("queue", 0)),
+    )
     yield GaugeMetricFamily(
         "ckpt_catalog_disk_full",
         "1 while the service cannot write its catalog for lack of space (it waits, then resumes).",
@@ -229,9 +219,7 @@ def _families(snap: Snapshot) -> Iterator[Metric]:
         "When each background job last finished without a failure.",
         labels=["job"],
     )
-    for job, at in sorted((state.get("last_ok") or {}).items()):
-        jobs.add_metric([job], float(at))
-    yield jobs
+    yield _filled(jobs, state.get("last_ok") or {})
 
 
 def _stage_families(timings: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
@@ -276,9 +264,7 @@ def _remote_families(snap: Snapshot) -> Iterator[Metric]:
     remote = GaugeMetricFamily(
         "ckpt_remote_bytes", "Bytes of verified copies in the object store.", labels=["root"]
     )
-    for root, n in sorted(fig.remote_bytes.items()):
-        remote.add_metric([root], n)
-    yield remote
+    yield _filled(remote, fig.remote_bytes)
     retries = CounterMetricFamily(
         "ckpt_remote_retries",
         "Object store calls retried after a transient fault, since the service started.",
@@ -289,11 +275,9 @@ def _remote_families(snap: Snapshot) -> Iterator[Metric]:
         "Object store calls that failed after their retries, since the service started.",
         labels=["store"],
     )
-    for url, counted in sorted((snap.state.get("remote") or {}).items()):
-        retries.add_metric([url], int(counted.get("retries", 0)))
-        calls.add_metric([url], int(counted.get("failures", 0)))
-    yield retries
-    yield calls
+    stores = snap.state.get("remote") or {}
+    yield _filled(retries, {url: int(c.get("retries", 0)) for url, c in stores.items()})
+    yield _filled(calls, {url: int(c.get("failures", 0)) for url, c in stores.items()})
 
 
 def remote_counters(config: Config) -> dict[str, dict[str, int]]:
@@ -308,12 +292,7 @@ def remote_counters(config: Config) -> dict[str, dict[str, int]]:
     for root in config.roots:
         remote = config.remote_for(root)
         if remote is not None and remote.url not in found:
-            counters = object_store(remote).counters
-            found[remote.url] = {
-                "retries": counters.retries,
-                "failures": counters.failures,
-                "uploaded_bytes": counters.uploaded_bytes,
-            }
+            found[remote.url] = asdict(object_store(remote).counters)
     return found
 
 
@@ -341,6 +320,14 @@ def service_state(
         # stage -> its attempts' durations (cumulative buckets, `le`) and failures
         "stages": {name: dict(timing) for name, timing in (stages or {}).items()},
     }
+
+
+def _filled(family: F, values: Mapping[Any, float]) -> F:
+    """`family` with one sample per key of `values` (a label's value, or a tuple of the
+    labels' values), in key order."""
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return family
 
 
 def _le(bound: float) -> str:

@@ -43,16 +43,15 @@ def daemons_status(rows: list[Heartbeat], checkpoints: int) -> dict[str, Any]:
 
 def daemon_status(row: Heartbeat | None, checkpoints: int) -> dict[str, Any]:
     """The `ckpt status --json` document; `running` is false with a `reason` when it is not."""
-    if row is None:
-        return _not_running("no daemon has run against this catalog", checkpoints)
-    state = dict(row.state)
-    doc: dict[str, Any] = {
-        "running": True,
-        "reason": None,
-        "pid": row.pid,
-        "host": row.host,
-        "started_at": row.started_at,
-        "heartbeat_at": row.heartbeat_at,
+    state = dict(row.state) if row is not None else {}
+    reason = _why_not_running(row, state)
+    return {
+        "running": reason is None,
+        "reason": reason,
+        "pid": row.pid if row else None,
+        "host": row.host if row else None,
+        "started_at": row.started_at if row else None,
+        "heartbeat_at": row.heartbeat_at if row else None,
         "roots": state.get("roots", []),
         "disk": state.get("disk", []),
         "checkpoints": checkpoints,
@@ -64,13 +63,11 @@ def daemon_status(row: Heartbeat | None, checkpoints: int) -> dict[str, Any]:
         # Each object store as the start probed it: {url, key, conditional_writes, aborted_uploads}
         "remotes": state.get("remotes", []),
     }
-    reason = _why_not_running(row, state)
-    if reason:
-        doc.update(running=False, reason=reason)
-    return doc
 
 
-def _why_not_running(row: Heartbeat, state: dict[str, Any]) -> str | None:
+def _why_not_running(row: Heartbeat | None, state: dict[str, Any]) -> str | None:
+    if row is None:
+        return "no daemon has run against this catalog"
     if state.get("once"):
         return f"no daemon running: `serve --once` last ran, until {state['stopped_at']}"
     if state.get("stopped_at"):
@@ -83,23 +80,3 @@ def _why_not_running(row: Heartbeat, state: dict[str, Any]) -> str | None:
     if age > limit:
         return f"last heartbeat {age:.0f}s ago (stale after {limit:.0f}s)"
     return None
-
-
-def _not_running(reason: str, checkpoints: int) -> dict[str, Any]:
-    return {
-        "running": False,
-        "reason": reason,
-        "pid": None,
-        "host": None,
-        "started_at": None,
-        "heartbeat_at": None,
-        "roots": [],
-        "disk": [],
-        "checkpoints": checkpoints,
-        "queue": None,
-        "indexed": None,
-        "last_index_at": None,
-        "jobs": {},
-        "last_error": None,
-        "remotes": [],
-    }

@@ -248,25 +248,21 @@ class Notifications:
             )
 
     def corrupt(self, path: str, reason: str) -> None:
-        if not self.hooks.wanted("corrupt"):
+        self._with_run("corrupt", path, reason)
+
+    def save_failed(self, path: str, reason: str) -> None:
+        """A folder save judged abandoned: nobody will finish it (orbax#605: nothing else says)."""
+        self._with_run("save_failed", path, reason)
+
+    def _with_run(self, name: str, path: str, reason: str) -> None:
+        if not self.hooks.wanted(name):
             return
         try:  # the row was just written: its run, as `new_best` and `retention` give it
             run: str | None = self.store.reads.get(path).run
         except Exception as exc:  # a catalog hiccup: the event still goes, without its run
             event("hook_error", level=logging.WARNING, path=path, error=str(exc))
             run = None
-        self.hooks.emit("corrupt", path=path, run=run, reason=reason)
-
-    def save_failed(self, path: str, reason: str) -> None:
-        """A folder save judged abandoned: nobody will finish it (orbax#605: nothing else says)."""
-        if not self.hooks.wanted("save_failed"):
-            return
-        try:
-            run: str | None = self.store.reads.get(path).run
-        except Exception as exc:  # a catalog hiccup: the event still goes, without its run
-            event("hook_error", level=logging.WARNING, path=path, error=str(exc))
-            run = None
-        self.hooks.emit("save_failed", path=path, run=run, reason=reason)
+        self.hooks.emit(name, path=path, run=run, reason=reason)
 
     def retention(self, path: str, run: str, action: str, reason: str) -> None:
         self.hooks.emit("retention", path=path, run=run, reason=reason, action=action)

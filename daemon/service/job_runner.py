@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import python_module
 from ..catalog.audit import actor
 from ..catalog.store import Store
 from ..core.model import Job, JobName, Rescan
 from ..logs import event
 from ..settings.config import Config
+from .stage_child import ckpt_command
 from .worker import Stats
 
 if TYPE_CHECKING:
@@ -180,16 +180,7 @@ class JobRunner(threading.Thread):
             self.tick = time.monotonic()
 
     def _child(self, *args: str) -> None:
-        config = [] if self.config.source.startswith("<") else ["--config", self.config.source]
-        cmd = [
-            *self._nice_prefix(),
-            *python_module(""),
-            *config,
-            "--db",
-            self.config.database,
-            *args,
-            "--json",
-        ]
+        cmd = [*self._nice_prefix(), *ckpt_command(self.config), *args, "--json"]
         env = {**os.environ, "CKPT_ACTOR": f"daemon:{actor()}"}
         child = subprocess.Popen(
             cmd,

@@ -147,10 +147,6 @@ class PipelineRunner(threading.Thread):
         with self._lock:
             return {k: {**v, "buckets": list(v["buckets"])} for k, v in self._timings.items()}
 
-    def counts(self) -> dict[str, int]:
-        with self._lock:
-            return {k: v for k, v in self._active.items() if v}
-
 
 def run_and_record(
     store: Store, config: Config, stage: Stage, job: StageJob, stopping: threading.Event

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..settings.config import Config
@@ -23,22 +24,16 @@ WORKER_STALL_SECONDS = 300.0  # longer than any single read (the TF probe times 
 RUNNER_STALL_SECONDS = 3600.0
 
 
+@dataclass
 class RunningParts:
-    """The running pieces, for health checks, status lines and an orderly stop."""
-
-    def __init__(
-        self,
-        worker: Worker,
-        watcher: Watcher,
-        jobs: Jobs,
-        runner: JobRunner,
-        hooks: HookRunner,
-        guard: DiskGuard,
-    ) -> None:
-        self.worker, self.watcher, self.jobs, self.runner = worker, watcher, jobs, runner
-        self.hooks, self.guard = hooks, guard
-        self.metrics: exporter.MetricsServer | None = None
-        self.pipeline: PipelineRunner | None = None  # the stages' thread (`pipeline:`)
+    worker: Worker
+    watcher: Watcher
+    jobs: Jobs
+    runner: JobRunner
+    hooks: HookRunner
+    guard: DiskGuard
+    pipeline: PipelineRunner  # the stages' thread (idle without a `pipeline:`)
+    metrics: exporter.MetricsServer | None = None
 
     def metrics_state(self) -> dict[str, Any]:
         """The service's part of the Prometheus metrics (also kept in every heartbeat)."""
@@ -54,12 +49,12 @@ class RunningParts:
                 "job": self.runner.failures,
                 "scheduler": sum(self.jobs.errors.values()),
                 "hook": self.hooks.failed,
-                "stage": self.pipeline.failures if self.pipeline is not None else 0,
+                "stage": self.pipeline.failures,
             },
             heartbeat_time=self.worker.last_beat_time,
             remote=exporter.remote_counters(self.runner.config),
             catalog_disk_full=self.worker.catalog_full.full,
-            stages=self.pipeline.timings() if self.pipeline is not None else None,
+            stages=self.pipeline.timings(),
         )
 
     def state(self) -> dict[str, Any]:
@@ -77,19 +72,15 @@ class RunningParts:
         }
 
     def healthy(self, config: Config) -> bool:
-        """WATCHDOG=1 only while every part works: observers, scheduler, worker, catalog."""
+        """WATCHDOG=1 only while every part works: observers, scheduler, worker, jobs thread and
+        disk guard (each ticking)."""
         stats = self.worker.stats
         now = time.monotonic()
         worker_ok = self.worker.is_alive() and now - stats.tick < WORKER_STALL_SECONDS
         runner_ok = self.runner.is_alive() and now - self.runner.tick < RUNNER_STALL_SECONDS
         guard_ok = not self.guard.is_alive() or now - self.guard.tick < RUNNER_STALL_SECONDS
         return (
-            worker_ok
-            and runner_ok
-            and guard_ok
-            and self.watcher.healthy()
-            and self.jobs.healthy()
-            and stats.db_ok
+            worker_ok and runner_ok and guard_ok and self.watcher.healthy() and self.jobs.healthy()
         )
 
     def status_line(self) -> str:
@@ -117,5 +108,5 @@ class RunningParts:
             self.runner.join(timeout=90)
         if self.guard.is_alive():  # a demotion's split in progress finishes first
             self.guard.join(timeout=90)
-        if self.pipeline is not None and self.pipeline.is_alive():  # its children are ended
+        if self.pipeline.is_alive():  # its children are ended
             self.pipeline.join(timeout=90)

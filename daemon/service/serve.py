@@ -245,8 +245,7 @@ class Service:
 
         worker.after_scan = after_scan
         runner.notifications = notifications
-        parts = RunningParts(worker, watcher, jobs, runner, hooks, guard)
-        parts.pipeline = pipeline
+        parts = RunningParts(worker, watcher, jobs, runner, hooks, guard, pipeline)
         worker.more_state = lambda: {**parts.state(), "remotes": self.remotes}
         self._store = store
         # One daemon per node on a catalog: a second one is refused (exit 2) before it acts.

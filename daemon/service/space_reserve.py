@@ -33,10 +33,15 @@ RESERVE_REFRESH_SECONDS = 30.0
 ACTOR = "daemon:space-reserve"
 
 
+def retry_due(stuck_at: float | None, poked: bool) -> bool:
+    """Whether an episode's filesystem is planned again now: at each check, unless its last pass
+    could not free enough (`stuck_at`); then after an indexed file or STUCK_RETRY_SECONDS."""
+    return stuck_at is None or poked or time.monotonic() - stuck_at >= STUCK_RETRY_SECONDS
+
+
 @dataclass
 class Episode:
     since: str
-    free_at_start: int
     reserve: int
     freed: int = 0
     acts: int = 0
@@ -80,7 +85,7 @@ class ReserveWatch:
                 self._end(fs, episode, free)
             return
         if episode is None:
-            episode = Episode(iso_utc(time.time()), free, reserve)
+            episode = Episode(iso_utc(time.time()), reserve)
             self.episodes[fs.dev] = episode
             relief = self._relieve(config, fs, episode, reserve)
             event(
@@ -93,11 +98,7 @@ class ReserveWatch:
                 free_after=format_size(relief.free_after),
                 plan=relief.plan.explain(),
             )
-        elif (
-            episode.stuck_at is None
-            or poked
-            or time.monotonic() - episode.stuck_at >= STUCK_RETRY_SECONDS
-        ):
+        elif retry_due(episode.stuck_at, poked):
             self._relieve(config, fs, episode, reserve)
 
     def _relieve(

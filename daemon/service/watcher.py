@@ -174,7 +174,8 @@ class FileChanges:
         self._event = threading.Event()
         self._names = names
         self._observer = Observer()
-        self._observer.schedule(_Touches(self), str(folder), recursive=False)
+        touched = _Handler(lambda hint: self.touched(hint.path))
+        self._observer.schedule(touched, str(folder), recursive=False)
         self._observer.daemon = True
         self._observer.start()
 
@@ -191,16 +192,3 @@ class FileChanges:
     def close(self) -> None:
         self._observer.stop()
         self._observer.join(timeout=5)
-
-
-class _Touches(FileSystemEventHandler):
-    def __init__(self, changes: FileChanges) -> None:
-        self._changes = changes
-
-    def on_any_event(self, ev: FileSystemEvent) -> None:
-        try:
-            self._changes.touched(os.fsdecode(ev.src_path))
-            if ev.dest_path:
-                self._changes.touched(os.fsdecode(ev.dest_path))
-        except Exception:  # never let an exception kill the observer thread
-            logging.getLogger("ckpt").exception("catalog watch handler failed")

@@ -61,7 +61,6 @@ class Stats:
     last_index_at: str | None = None
     last_error: str | None = None
     failed: int = 0
-    db_ok: bool = True  # the last heartbeat write reached the catalog
     last_scan_time: float | None = None  # when the last walk of every root ended (epoch s)
     index_errors: int = 0  # files found corrupt or unreadable (each once, until it changes)
     worker_errors: int = 0  # the worker loop's own exceptions (catalog down, disk errors)
@@ -217,12 +216,7 @@ class Worker(threading.Thread):
                 continue
             del self.pending[target]
             self.folders.discard(target)
-            self._index(target, now)
-
-    def _index(self, target: Path, now: float) -> None:
-        report = self._scan([target], reconcile=False)
-        for path, _reason in report.incomplete:  # not finished after all: wait for it to settle
-            self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
+            self._scan([target], reconcile=False)
 
     def rescan(self, request: Rescan) -> ScanReport:
         self._rescan = None
@@ -230,9 +224,6 @@ class Worker(threading.Thread):
         report = self._scan([Path(request.target)] if request.target else [])
         if not request.target and not report.cancelled:
             self.stats.last_scan_time = time.time()
-        now = time.monotonic()
-        for path, _reason in report.incomplete:
-            self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
         return report
 
     def _scan(self, targets: list[Path], *, reconcile: bool = True) -> ScanReport:
@@ -253,6 +244,9 @@ class Worker(threading.Thread):
         self.stats.scan_errors += len(report.errors)
         if report.errors:
             self.stats.last_error = report.errors[-1]
+        now = time.monotonic()
+        for path, _reason in report.incomplete:  # not finished after all: wait for it to settle
+            self.pending[Path(path)] = completion.Pending(_stat(Path(path)), now, False)
         self.after_scan(report)
         return report
 
@@ -262,14 +256,7 @@ class Worker(threading.Thread):
             return
         self._beat_at = now
         self.last_beat_time = time.time()
-        self._heartbeat_id = self.store.daemons.beat(
-            self._heartbeat_id,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            node=self.config.node_name,
-            started_at=self.stats.started_at,
-            state=self.state(),
-        )
+        self._beat(self.state())
 
     def state(self, **extra: Any) -> dict[str, Any]:
         return {
@@ -292,13 +279,16 @@ class Worker(threading.Thread):
     def final_heartbeat(self, **extra: Any) -> None:
         """The service's last word in the catalog (`stopped_at`), written by the main thread
         once this thread has ended."""
+        self._beat(self.state(**extra))
+
+    def _beat(self, state: dict[str, Any]) -> None:
         self._heartbeat_id = self.store.daemons.beat(
             self._heartbeat_id,
             pid=os.getpid(),
             host=socket.gethostname(),
             node=self.config.node_name,
             started_at=self.stats.started_at,
-            state=self.state(**extra),
+            state=state,
         )
 
 

@@ -328,7 +328,7 @@ def _facts(
     config: Config, reads: Reads, stage_jobs: StageJobs, root: str, name: str, tiering: bool
 ) -> RunFacts:
     from ..core.query import ListQuery
-    from ..core.tier_plan import NO_REMOTE
+    from ..core.retention_rows import NO_REMOTE
     from .retention_plan import (
         demotable,
         own_rows,

@@ -12,7 +12,6 @@ from pathlib import Path
 from ..catalog.store import Reads, RemoteCopies, Runs, UsageReads
 from ..core.errors import NotFound, UsageError
 from ..core.history import (
-    VERSIONS_FOLDER,
     History,
     build,
     chosen_metrics,
@@ -23,6 +22,7 @@ from ..core.log_alignment import Alignment
 from ..core.model import Checkpoint
 from ..core.query import ListQuery
 from ..core.usage import RootUsage, summarize
+from ..core.versions import VERSIONS_DIR
 from ..formats.run_logs import read_run_logs
 from ..settings.config import Config
 from .derivation import covered_logs
@@ -58,7 +58,7 @@ def _run_rows(reads: Reads, run: str) -> tuple[str, str, list[Checkpoint]]:
     run = versioned_run(run)  # a versions folder is its run's: the whole history is shown
     rows = reads.list(ListQuery(run=run, sort="id"))
     # Versions kept in a folder of ours at the root (`.ckpt-versions/RUN/...`), if any.
-    rows += reads.list(ListQuery(run=f"{VERSIONS_FOLDER}/{run}", sort="id")) if rows else []
+    rows += reads.list(ListQuery(run=f"{VERSIONS_DIR}/{run}", sort="id")) if rows else []
     if not rows:
         raise NotFound(f"no checkpoint of run {run!r} in the catalog (see `ckpt runs`)")
     own = {(r.root, versioned_run(r.run)) for r in rows}

@@ -22,8 +22,8 @@ from ..core.query import ListQuery
 from ..core.remote import RemoteState, location
 from ..core.remote_keep import why_kept
 from ..core.resume import may_resume_listed
+from ..core.retention_rows import NO_REMOTE
 from ..core.runs import run_scope
-from ..core.tier_plan import NO_REMOTE
 from ..core.versions import Kept, previous_generations, trainer_file
 from ..settings.config import Config
 from .artifacts import split_by_policy

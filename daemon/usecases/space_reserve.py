@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from ..core import disk_guard as guard_core
 from ..core import space_reserve
 from ..core.errors import CkptError
-from ..core.history import is_version
 from ..core.model import Checkpoint, CheckpointStatus
 from ..core.space_reserve import Ours, ReservePlan, Step
 from ..core.units import iso_utc
+from ..core.versions import is_version_path
 from ..settings.config import Config, RootConfig
 from . import disk_guard
 from .copy_room import Filesystem, filesystems, room_to_keep
@@ -109,7 +109,7 @@ def plan_for(
     """The plan for `fs` as it is now (nothing acted)."""
     free = disk_guard.usage(fs.roots[0]).free
     trashed = [
-        Ours(t.id, t.path, t.bytes, t.trashed_at, version=is_version(t.path))
+        Ours(t.id, t.path, t.bytes, t.trashed_at, version=is_version_path(t.path))
         for t in acts.trashed(include_pinned=False)
         if t.root in fs.roots
     ]

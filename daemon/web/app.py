@@ -157,11 +157,11 @@ class WebApp:
         """The page's HTML; `state`: the catalog's state it was drawn at (read before the page,
         so a change meanwhile makes the next poll draw it again)."""
         roots = sorted((str(r.path) for r in self.catalog.config.roots), key=len, reverse=True)
-        template = self._env.get_template(page.template)
-        text = template.render(
+        return self._render(
+            page.template,
+            status,
             title=page.title,
             doc=page.doc,
-            nav=NAV,
             params=dict(params),
             roots=roots,
             marks=MARKS,
@@ -171,21 +171,24 @@ class WebApp:
             changes=state,
             **page.view,
         )
-        return Response(status, "text/html; charset=utf-8", text.encode())
 
     def _error(self, path: str, status: int, message: str) -> Response:
         if path.startswith("/api/"):
             return _json(status, {"error": message, "status": status})
-        text = self._env.get_template("error.html").render(
+        return self._render(
+            "error.html",
+            status,
             title=f"Error {status}",
             status=status,
             message=message,
-            nav=NAV,
             params={},
             request_path="",
             changes="",
         )
-        return Response(status, "text/html; charset=utf-8", text.encode())
+
+    def _render(self, template: str, code: int, /, **values: Any) -> Response:
+        text = self._env.get_template(template).render(nav=NAV, **values)
+        return Response(code, "text/html; charset=utf-8", text.encode())
 
 
 def _environment() -> Environment:

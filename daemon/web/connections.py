@@ -75,12 +75,8 @@ class BoundedServer(HTTPServer):
         handler: Any,
         *,
         max_connections: int = MAX_CONNECTIONS,
-        request_deadline: float = REQUEST_DEADLINE_SECONDS,
-        response_timeout: float = RESPONSE_TIMEOUT_SECONDS,
     ) -> None:
         self.max_connections = max_connections
-        self.request_deadline = request_deadline
-        self.response_timeout = response_timeout
         self._slots = threading.BoundedSemaphore(max_connections)
         self._lock = threading.Lock()
         self._open: dict[socket.socket, threading.Thread] = {}

@@ -55,11 +55,7 @@ class WebServer:
         self.drawing = threading.Lock()  # one page at a time: one catalog connection, one cache
         self.request_deadline, self.response_timeout = request_deadline, response_timeout
         self._httpd = connections.BoundedServer(
-            (view.listen.host, view.listen.port),
-            _handler(self),
-            max_connections=max_connections,
-            request_deadline=request_deadline,
-            response_timeout=response_timeout,
+            (view.listen.host, view.listen.port), _handler(self), max_connections=max_connections
         )
         self.port = int(self._httpd.server_address[1])
         self.address = Listen(view.listen.host, self.port)

@@ -15,7 +15,6 @@ from ckpt_daemon.core.history import (
     build,
     chosen_metrics,
     history_json,
-    is_version,
     marks_of,
     members_of,
     series,
@@ -25,6 +24,7 @@ from ckpt_daemon.core.history import (
 from ckpt_daemon.core.model import Checkpoint, CheckpointStatus
 from ckpt_daemon.core.table import cell_width, layout
 from ckpt_daemon.core.usage import ArtifactBytes, CheckpointBytes, summarize, usage_json
+from ckpt_daemon.core.versions import is_version_path
 
 ROOT = "/data/runs"
 S = CheckpointStatus
@@ -80,10 +80,10 @@ def test_marks_say_what_became_of_each_checkpoint() -> None:
 
 
 def test_versions_are_a_path_component_and_belong_to_their_run() -> None:
-    assert is_version(f"{ROOT}/exp1/.ckpt-versions/a.keras")
-    assert is_version(".ckpt-versions/exp1/a.keras")
-    assert not is_version(f"{ROOT}/exp1/my.ckpt-versions/a.keras")
-    assert not is_version(f"{ROOT}/exp1/.ckpt-versions2/a.keras")
+    assert is_version_path(f"{ROOT}/exp1/.ckpt-versions/a.keras")
+    assert is_version_path(".ckpt-versions/exp1/a.keras")
+    assert not is_version_path(f"{ROOT}/exp1/my.ckpt-versions/a.keras")
+    assert not is_version_path(f"{ROOT}/exp1/.ckpt-versions2/a.keras")
     assert versioned_run("exp1/.ckpt-versions") == "exp1"
     assert versioned_run(".ckpt-versions/exp1") == "exp1"
     assert versioned_run("exp1") == "exp1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ckpt_daemon.core.model import CheckpointStatus
-from ckpt_daemon.core.save_verdict import SaveObservation, SaveState, judge, recheck_after_s
+from ckpt_daemon.core.save_verdict import SaveObservation, SaveState, judge
 
 S = 10**9
 TMP = ("Orbax's in-flight name (.orbax-checkpoint-tmp)",)
@@ -38,10 +38,6 @@ def test_verdicts(seen: SaveObservation, age_s: int, state: SaveState, words: st
         assert verdict.reason is not None and words in verdict.reason
 
 
-def test_states_map_to_catalog_statuses_and_a_recheck_time() -> None:
+def test_states_map_to_catalog_statuses() -> None:
     assert SaveState.COMPLETE.status is CheckpointStatus.OK
     assert SaveState.ABANDONED.status is CheckpointStatus.ABANDONED
-    seen = SaveObservation(unfinished=TMP, newest_mtime_ns=0)
-    verdict = judge(seen, 10 * S, 60, 5)
-    assert recheck_after_s(verdict, seen, 10 * S, 60, 5) == pytest.approx(50)
-    assert recheck_after_s(judge(SaveObservation(), 0, 60, 5), SaveObservation(), 0, 60, 5) is None
