@@ -9,7 +9,6 @@ import click
 
 from ..core.errors import ConfigError, PartialFailure
 from ..core.units import counted
-from . import documents
 from .context import Context, pass_context
 from .options import json_option
 from .output import echo, emit_json
@@ -87,43 +86,34 @@ def status(obj: Context, as_json: bool) -> None:
     doc["disk"] = disk_status(config, doc["disk"], running=bool(doc["running"]))
     doc.setdefault("catalog_disk_full", None)
     if as_json:
-        emit_json(documents.status(doc))
+        emit_json(doc)  # the service's health document (`service.health`), as it is
         return
-    in_use = f"  config {doc['config']}, catalog {doc['catalog']}"
     if doc["catalog_disk_full"]:
         echo(
             f"{doc['catalog_disk_full']}: nothing can be recorded, heartbeats "
             "included (a daemon waits for space, event=catalog_disk_full in its log, and "
             "resumes by itself)"
         )
-    nodes = _daemon_lines(doc.get("daemons") or [])
     if not doc["running"]:
         echo(f"not running: {doc['reason']} ({doc['checkpoints']} checkpoints catalogued)")
-        _failed_save_lines(doc["last_save_failed"])
-        _disk_lines(doc["disk"])
-        _remote_lines(doc.get("remotes") or [])
-        for line in nodes:
-            echo(line)
-        echo(in_use)
-        return
-    echo(
-        f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
-        f"heartbeat {doc['heartbeat_at']}"
-    )
-    for root in doc["roots"]:
-        on = f", {root['filesystem']}" if root.get("filesystem") else ""
-        trash = ", trash in the catalog" if root.get("trash") == "in_place" else ""
-        echo(f"  root {root['path']} ({root['observer']}{on}{trash})")
-    echo(
-        f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
-        f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
-    )
+    else:
+        echo(
+            f"running: pid {doc['pid']} on {doc['host']} since {doc['started_at']}, "
+            f"heartbeat {doc['heartbeat_at']}"
+        )
+        for root in doc["roots"]:
+            on = f", {root['filesystem']}" if root.get("filesystem") else ""
+            trash = ", trash in the catalog" if root.get("trash") == "in_place" else ""
+            echo(f"  root {root['path']} ({root['observer']}{on}{trash})")
+        echo(
+            f"  {doc['checkpoints']} checkpoints, queue {doc['queue']}, last indexed "
+            f"{doc['last_index_at'] or '-'}, last error {doc['last_error'] or 'none'}"
+        )
     _failed_save_lines(doc["last_save_failed"])
     _disk_lines(doc["disk"])
     _remote_lines(doc.get("remotes") or [])
-    for line in nodes:
-        echo(line)
-    echo(in_use)
+    _daemon_lines(doc.get("daemons") or [])
+    echo(f"  config {doc['config']}, catalog {doc['catalog']}")
 
 
 def _catalog_status(obj: Context) -> tuple[dict[str, Any], Any]:
@@ -178,15 +168,14 @@ def _disk_lines(disk: list[dict[str, Any]]) -> None:
             echo(f"    gave up stage(s) {', '.join(lost['stages'])} of {lost['path']}")
 
 
-def _daemon_lines(daemons: list[dict[str, Any]]) -> list[str]:
+def _daemon_lines(daemons: list[dict[str, Any]]) -> None:
     """One line per daemon node of the catalog, when there is more than one."""
     if len(daemons) < 2:
-        return []
-    lines = [f"  daemons ({sum(d['running'] for d in daemons)} of {len(daemons)} running):"]
+        return
+    echo(f"  daemons ({sum(d['running'] for d in daemons)} of {len(daemons)} running):")
     for d in daemons:
         state = "running" if d["running"] else f"not running ({d['reason']})"
-        lines.append(f"    {d['node']}: pid {d['pid']} on {d['host']}, {state}")
-    return lines
+        echo(f"    {d['node']}: pid {d['pid']} on {d['host']}, {state}")
 
 
 @click.group()
@@ -223,12 +212,11 @@ def current(obj: Context) -> None:
     Example:  ckpt db current     # "0007 (head)"; "0006 (needs 0007)": run `ckpt db upgrade`
     """
     from ..catalog import db as database
-    from ..settings.config import sqlite_file
 
     url = obj.config().database
     database.check_url(url)
-    path = sqlite_file(url)  # no catalog file yet: nothing to create just to say it is empty
-    revision = database.revision_at(url) if path is None or path.exists() else None
+    # No catalog file yet: nothing to create just to say it is empty.
+    revision = None if obj.missing_catalog() else database.revision_at(url)
     state = "head" if revision == database.SCHEMA_HEAD else f"needs {database.SCHEMA_HEAD}"
     echo(f"{revision or 'empty'} ({state})")
 

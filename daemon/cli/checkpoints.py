@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import CkptError, NotFound, PartialFailure
+from ..core.views import checkpoint_json
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
-from .options import json_option
+from .options import json_option, versions_option
 from .output import echo, emit_json, emit_json_rows, live_work, say_passed_over, table
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def scan(obj: Context, paths: tuple[str, ...], reindex: bool, as_json: bool) -> 
         with live_work("checked", as_json=as_json, roots=roots) as work:
             report = cat.scan(paths, reindex=reindex, on_progress=_scan_lines(work, as_json))
     if as_json:
-        emit_json(documents.scan(report))
+        emit_json(report.as_dict())
     else:
         echo(
             f"{len(report.indexed)} indexed, {report.unchanged} unchanged, "
@@ -235,7 +236,7 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     Example:  ckpt show runs/exp1/weights.07-0.23.hdf5
     """
     with obj.catalog() as cat:
-        doc = documents.checkpoint(cat.get(ref), detailed=True)
+        doc = checkpoint_json(cat.get(ref), detailed=True)
     if as_json:
         emit_json(doc)
         return
@@ -264,12 +265,7 @@ def show(obj: Context, ref: str, as_json: bool) -> None:
     help="When the best is only in the object store (`remote:`), bring it back first "
     "(`ckpt fetch`) and print its local path.",
 )
-@click.option(
-    "--versions",
-    is_flag=True,
-    help="Our kept copies of rewritten files (.ckpt-versions) may be the answer too (without "
-    "it, only the trainers' own checkpoints are).",
-)
+@versions_option
 @json_option(
     "The checkpoint's row + `artifact`, `passed_over` (better checkpoints whose weights the "
     "integrity stage found non-finite, with path and reason), `location` and `remote_url` as "

@@ -94,12 +94,8 @@ class Context:
         """Say once (stderr) when what runs inside creates a new SQLite catalog: a command run
         from an unexpected folder otherwise quietly starts an empty one. `up_front`: the
         service runs for days, so it says so before it starts, not when it stops."""
-        from ..settings.config import sqlite_file
-
-        config = self.config()
-        path = sqlite_file(config.database)
-        path = None if path is None or path.exists() else path
-        where = f"at {path} (config: {config.source})"
+        path = self.missing_catalog()
+        where = f"at {path} (config: {self.config().source})"
         if path is not None and up_front:
             echo(f"ckpt: creating a new catalog {where}", err=True)
         yield

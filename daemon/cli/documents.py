@@ -1,7 +1,8 @@
-"""Every `--json` document of the `ckpt` command, one function per command, built here only.
+"""Every `--json` document the `ckpt` command builds, one function per command, built here only.
 
 Checkpoint and run rows come from `core.views` (the Python API's values as JSON); reports that
-the use cases already describe as JSON (`as_dict`) are passed through. The "JSON documents"
+the use cases and the catalog already give as JSON (`as_dict`, the status, trash and audit
+records) are emitted as they are, by the command. The "JSON documents"
 paragraph of docs/cli-contract.md is the contract: tests/e2e/test_cli_contract.py checks every
 command's real output against it. Fields may be added, never renamed or removed."""
 
@@ -14,8 +15,6 @@ from ..core.views import checkpoint_json, run_json
 
 if TYPE_CHECKING:
     from ..core.model import Checkpoint, Run
-    from ..usecases.pruner import PruneReport
-    from ..usecases.scan_report import ScanReport
     from ..usecases.verifier import Verdict
 
 Doc = dict[str, Any]
@@ -35,24 +34,26 @@ def list_rows(
         yield doc
 
 
-def checkpoint(found: Checkpoint, *, detailed: bool = False) -> Doc:
-    """`ckpt show --json` (detailed) and a listing's row."""
-    return checkpoint_json(found, detailed=detailed)
-
-
 ARTIFACT_FIELDS = ("kind", "path", "bytes", "codec", "hash")
 
 
-def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
-    """`ckpt best --json`, with or without `--artifact`: one shape, a row + `artifact`. With an
-    artifact, `path` is the artifact's (what the text output prints: what a script loads) and
-    `artifact.checkpoint` the checkpoint's; the row's other fields are the checkpoint's."""
+def answer(found: Checkpoint) -> Doc:
+    """`ckpt wait --json`, and `best --json`'s row: the row + `preferred_over` and
+    `passed_over`."""
     doc = checkpoint_json(found)
     # A file its trainer rewrites (last.ckpt, best.pt) passed over for the stable file of the
     # same moment: {path, why}; None when the answer is the winner itself.
     doc["preferred_over"] = found.details.get("preferred_over")
     # Better candidates passed over because the integrity stage found non-finite weights.
     doc["passed_over"] = [dict(p) for p in found.details.get("passed_over") or []]
+    return doc
+
+
+def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
+    """`ckpt best --json`, with or without `--artifact`: one shape, a row + `artifact`. With an
+    artifact, `path` is the artifact's (what the text output prints: what a script loads) and
+    `artifact.checkpoint` the checkpoint's; the row's other fields are the checkpoint's."""
+    doc = answer(found)
     if artifact is None:
         doc["artifact"] = None
         return doc
@@ -61,14 +62,6 @@ def best(found: Checkpoint, artifact: dict[str, Any] | None) -> Doc:
         "checkpoint": found.path,
     }
     doc["path"] = artifact["path"]
-    return doc
-
-
-def waited(found: Checkpoint) -> Doc:
-    """`ckpt wait --json`: the row + `preferred_over` and `passed_over` (as `best --json`'s)."""
-    doc = checkpoint(found)
-    doc["preferred_over"] = found.details.get("preferred_over")
-    doc["passed_over"] = [dict(p) for p in found.details.get("passed_over") or []]
     return doc
 
 
@@ -85,14 +78,6 @@ def latest(found: Checkpoint) -> Doc:
 
 def runs(found: Iterable[Run]) -> list[Doc]:
     return [run_json(r) for r in found]
-
-
-def scan(report: ScanReport) -> Doc:
-    return report.as_dict()
-
-
-def prune(report: PruneReport) -> Doc:
-    return report.as_dict()
 
 
 def verify(verdicts: Iterable[Verdict]) -> list[Doc]:
@@ -129,18 +114,3 @@ def compress(found: Checkpoint, result: Any) -> Doc:
 
 def purge(dry_run: bool, purged: list[Doc], failures: list[Doc]) -> Doc:
     return {"dry_run": dry_run, "purged": purged, "failures": failures}
-
-
-def status(doc: Doc) -> Doc:
-    """`ckpt status --json`: the service's health document (`service.health`), as it is."""
-    return doc
-
-
-def trash(items: list[Doc]) -> list[Doc]:
-    """`ckpt trash list --json`: the catalog's trash records, as they are."""
-    return items
-
-
-def log(events: list[Doc]) -> list[Doc]:
-    """`ckpt log --json`: the audit events, oldest first, as the catalog keeps them."""
-    return events

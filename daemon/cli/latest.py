@@ -8,7 +8,7 @@ import click
 
 from . import documents
 from .context import Context, pass_context
-from .options import json_option
+from .options import json_option, versions_option
 from .output import echo, emit_json, say_passed_over
 
 
@@ -32,12 +32,7 @@ from .output import echo, emit_json, say_passed_over
     help="When the newest is only in the object store (`remote:`), bring it back first "
     "(`ckpt fetch`) and print its local path: resuming from the store in one command.",
 )
-@click.option(
-    "--versions",
-    is_flag=True,
-    help="Our kept copies of rewritten files (.ckpt-versions) may be the answer too (without "
-    "it, only the trainers' own checkpoints are).",
-)
+@versions_option
 @json_option(
     "The checkpoint's row + `resumable`, `resume_reason`, `passed_over` (newer "
     "checkpoints --resumable passed over, each with its path and reason: one that cannot "

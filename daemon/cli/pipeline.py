@@ -70,32 +70,24 @@ def _outcome(job: StageJob) -> str:
     return ", ".join(f"{k}={v:g}" if v is not None else f"{k}=nan" for k, v in metrics.items())
 
 
-@jobs.command(name="retry")
-@click.argument("job_id", metavar="ID", type=int)
-@pass_context
-def jobs_retry(obj: Context, job_id: int) -> None:
-    """Send job ID back to the queue (attempts counted afresh).
+def _job_action(name: str, state: str, summary: str) -> None:
+    """`ckpt jobs NAME ID`: the catalog's `NAME_job` on job ID, then the job's new state."""
 
-    \b
-    Example:  ckpt jobs retry 12
-    """
-    with obj.catalog() as cat:
-        job = cat.retry_job(job_id)
-    echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): pending")
+    @jobs.command(name=name, help=f"{summary}\n\n\b\nExample:  ckpt jobs {name} 12")
+    @click.argument("job_id", metavar="ID", type=int)
+    @pass_context
+    def act(obj: Context, job_id: int) -> None:
+        with obj.catalog() as cat:
+            job = getattr(cat, f"{name}_job")(job_id)
+        _say(obj, job, state)
 
 
-@jobs.command(name="cancel")
-@click.argument("job_id", metavar="ID", type=int)
-@pass_context
-def jobs_cancel(obj: Context, job_id: int) -> None:
-    """Cancel job ID (pending or failed).
+def _say(obj: Context, job: StageJob, outcome: str) -> None:
+    echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): {outcome}")
 
-    \b
-    Example:  ckpt jobs cancel 12
-    """
-    with obj.catalog() as cat:
-        job = cat.cancel_job(job_id)
-    echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): cancelled")
+
+_job_action("retry", "pending", "Send job ID back to the queue (attempts counted afresh).")
+_job_action("cancel", "cancelled", "Cancel job ID (pending or failed).")
 
 
 @click.group()
@@ -124,7 +116,7 @@ def stage_run(obj: Context, name: str, ref: str, as_json: bool) -> None:
     if as_json:
         emit_json(job_json(job, detailed=True))
     else:
-        echo(f"job {job.id} ({job.stage} of {obj.shown(job.path)}): {job.state} {_outcome(job)}")
+        _say(obj, job, f"{job.state} {_outcome(job)}")
     if job.state != "done":
         raise PartialFailure(f"stage {name} {job.state}: {job.error}")
 

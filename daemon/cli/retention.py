@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..core.errors import LeaseLost, PartialFailure
+from ..core.errors import LeaseLost, PartialFailure, UsageError
 from . import documents
 from .context import MAX_LIMIT, Context, pass_context
 from .options import json_option
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..core.progress import Progress
-    from ..core.retention import Decision, Policy
+    from ..core.retention import Decision
     from ..usecases.pruner import PruneReport
 
 
@@ -62,41 +62,6 @@ def prune(
     \b
     Example:  ckpt prune --run exp1 --keep-last 3 --keep-best 2 --metric val_loss --dry-run
     """
-    policy = _policy(keep_last, keep_best, metric, mode, keep_every, keep_within, max_bytes)
-    with obj.catalog() as cat:
-        if metric is not None:
-            cat.check_metric("--metric", metric)
-        roots = [str(r.path) for r in cat.config.roots]
-        with live_work("moved to the trash", as_json=as_json, roots=roots) as work:
-
-            def moved(p: Progress) -> None:  # each move as it is done; the plan at the end
-                work.update(p)
-                if p.finished and not as_json:
-                    why = f": {p.detail}" if p.detail else ""
-                    work.line(f"{p.outcome} {work.relative(p.item)}{why}")
-
-            report = cat.prune(list(runs), policy, dry_run=dry_run, on_progress=moved)
-    if as_json:
-        emit_json(documents.prune(report))
-    else:
-        _print_plan(report, obj.shown)
-    if report.lease_lost:  # another process took a run: exit 4, as a lease held at the start
-        runs_lost = ", ".join(lost["run"] for lost in report.lease_lost)
-        raise LeaseLost(f"prune: stopped: the lease of {runs_lost} was lost (see above)")
-    if report.failures:
-        raise PartialFailure(f"prune: {len(report.failures)} move(s) failed")
-
-
-def _policy(
-    keep_last: int | None,
-    keep_best: int | None,
-    metric: str | None,
-    mode: str | None,
-    keep_every: int | None,
-    keep_within: str | None,
-    max_bytes: str | None,
-) -> Policy | None:
-    from ..core.errors import UsageError
     from ..core.retention import KeepBest, Policy
     from ..core.units import parse_duration, parse_size
 
@@ -113,7 +78,7 @@ def _policy(
     except ValueError as exc:
         raise UsageError(f"--max-bytes: {exc}") from None
     try:
-        policy = Policy(
+        given = Policy(
             keep_last=keep_last,
             keep_best=(KeepBest(metric, keep_best, mode),) if keep_best and metric else (),
             keep_every=keep_every,
@@ -122,7 +87,29 @@ def _policy(
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return None if policy.is_empty() else policy
+    policy = None if given.is_empty() else given
+    with obj.catalog() as cat:
+        if metric is not None:
+            cat.check_metric("--metric", metric)
+        roots = [str(r.path) for r in cat.config.roots]
+        with live_work("moved to the trash", as_json=as_json, roots=roots) as work:
+
+            def moved(p: Progress) -> None:  # each move as it is done; the plan at the end
+                work.update(p)
+                if p.finished and not as_json:
+                    why = f": {p.detail}" if p.detail else ""
+                    work.line(f"{p.outcome} {work.relative(p.item)}{why}")
+
+            report = cat.prune(list(runs), policy, dry_run=dry_run, on_progress=moved)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        _print_plan(report, obj.shown)
+    if report.lease_lost:  # another process took a run: exit 4, as a lease held at the start
+        runs_lost = ", ".join(lost["run"] for lost in report.lease_lost)
+        raise LeaseLost(f"prune: stopped: the lease of {runs_lost} was lost (see above)")
+    if report.failures:
+        raise PartialFailure(f"prune: {len(report.failures)} move(s) failed")
 
 
 def _print_plan(report: PruneReport, shown: Callable[[str], str]) -> None:
@@ -234,7 +221,7 @@ def trash_list(obj: Context, as_json: bool) -> None:
     with obj.catalog() as cat:
         items = cat.trash()
     if as_json:
-        emit_json(documents.trash(items))
+        emit_json(items)  # the catalog's trash records, as they are
         return
     from ..core.table import Column
 
@@ -328,7 +315,7 @@ def log_command(obj: Context, run: str | None, limit: int, as_json: bool) -> Non
     with obj.catalog() as cat:
         events = cat.log(run, limit)
         if as_json:
-            emit_json(documents.log(events))
+            emit_json(events)  # oldest first, as the catalog keeps them
             return
         roots = [str(root.path) for root in cat.config.roots]
     from .tables import log_columns, log_rows

@@ -7,7 +7,7 @@ The layout itself (widths, alignment, fitting a terminal) is core.table's."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +93,7 @@ def list_table(
         if name in LIST_COLUMNS:
             base = LIST_COLUMNS[name]
             if name == "path":  # cut down to the file names before any column is left out
-                base = replace(base, min_width=_path_floor(rows))
+                base = replace(base, min_width=path_floor([c.path for c in rows]))
             header.append(replace(base, keep=base.keep or explicit))
             for row, c in zip(cells, rows, strict=True):
                 row.append(_cell(c, name, places or {}))
@@ -102,10 +102,6 @@ def list_table(
             for row, cell in zip(cells, _metric_cells(rows, name), strict=True):
                 row.append(cell)
     return header, cells, root_headings([c.root for c in rows])
-
-
-def _path_floor(rows: Sequence[Checkpoint]) -> int:
-    return path_floor([c.path for c in rows])
 
 
 def path_floor(paths: Sequence[str]) -> int:
@@ -130,35 +126,28 @@ def _column_names(columns: str, present: Sequence[str], rows: Sequence[Checkpoin
     return names
 
 
+# What each column of LIST_COLUMNS but `location` (see `_cell`) says of a checkpoint.
+_CELLS: dict[str, Callable[[Checkpoint], str]] = {
+    "id": lambda c: str(c.id),
+    "path": lambda c: relative_path(c.path, [c.root]),
+    "run": lambda c: c.run,
+    "epoch": lambda c: "" if c.epoch is None else str(c.epoch),
+    "step": lambda c: "" if c.step is None else str(c.step),
+    "size": lambda c: format_size(c.size_bytes),
+    "format": lambda c: c.format or "",
+    "kind": lambda c: c.kind or "",
+    "optimizer": lambda c: c.optimizer or "",
+    "status": lambda c: c.status.value + (REASON_FLAG if c.reason else ""),
+    "mtime": lambda c: short_time(iso_utc(c.mtime)),
+    "versions": lambda c: str(c.versions_kept) if c.versions_kept else "",
+}
+
+
 def _cell(c: Checkpoint, name: str, places: Mapping[int, tuple[str, str | None]]) -> str:
-    if name == "id":
-        return str(c.id)
-    if name == "path":
-        return relative_path(c.path, [c.root])
-    if name == "run":
-        return c.run
-    if name == "epoch":
-        return "" if c.epoch is None else str(c.epoch)
-    if name == "step":
-        return "" if c.step is None else str(c.step)
-    if name == "size":
-        return format_size(c.size_bytes)
-    if name == "format":
-        return c.format or ""
-    if name == "kind":
-        return c.kind or ""
-    if name == "optimizer":
-        return c.optimizer or ""
-    if name == "status":
-        return c.status.value + (REASON_FLAG if c.reason else "")
     if name == "location":  # the bytes at the path need no word; elsewhere they do
         place = places.get(c.id, ("local", None))[0]
         return "" if place == "local" else place
-    if name == "mtime":
-        return short_time(iso_utc(c.mtime))
-    if name == "versions":
-        return str(c.versions_kept) if c.versions_kept else ""
-    raise AssertionError(name)
+    return _CELLS[name](c)
 
 
 def _metric_cells(rows: Sequence[Checkpoint], metric: str) -> list[str]:

@@ -93,6 +93,6 @@ def wait(
         # Printed before the catalog closes: the caller is waiting for this line.
         say_passed_over(found.details)
         if as_json:
-            emit_json(documents.waited(found))
+            emit_json(documents.answer(found))
         else:
             echo(found.path)

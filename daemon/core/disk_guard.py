@@ -54,6 +54,7 @@ from . import retention
 from .model import CheckpointStatus
 from .moments import training_moments
 from .query import default_mode
+from .retention_rows import best_first
 from .units import format_size
 from .versions import is_version_path
 
@@ -347,12 +348,9 @@ def _why(free: int, threshold: int, what: str) -> str:
 
 
 def _best(ok: Sequence[retention.Item], metric: str, mode: str) -> retention.Item | None:
-    valued = [(value, item) for item in ok if (value := item.value(metric)) is not None]
-    if not valued:
-        return None
-    sign = 1.0 if mode == "min" else -1.0
-    # Ties: the newer one (retention's keep_best order), so both agree on which is the best.
-    return min(valued, key=lambda pair: (sign * pair[0], -pair[1].mtime, -pair[1].id))[1]
+    valued = [item for item in ok if item.value(metric) is not None]
+    # retention's keep_best order, so that both protect the same one of tied checkpoints
+    return min(valued, key=best_first(metric, mode), default=None)
 
 
 def _better(a: retention.Item, b: retention.Item, metric: str, mode: str) -> bool:

@@ -67,7 +67,7 @@ from .model import CheckpointStatus
 from .moments import Moment, progress_key, training_moments
 from .newest import newest, placed_by_save_time
 from .query import default_mode
-from .retention_rows import Decision, Item
+from .retention_rows import Decision, Item, best_first
 from .tier_plan import KeepLocal, budget_tierable, placed, stays_local
 from .units import format_duration, format_size
 
@@ -254,23 +254,17 @@ def _reasons(
 
 
 def _keep_best(newest_first: list[Item], rule: KeepBest) -> Iterator[tuple[int, int, str]]:
-    sign = 1 if rule.resolved_mode == "min" else -1
-    valued: list[tuple[float, Item]] = []
+    valued: list[Item] = []
     for item in newest_first:
-        value = item.value(rule.metric)
-        if value is None:
-            if rule.keep_missing:  # conservative: no evidence it is worse, so keep it
-                yield item.id, RANKED, f"no {rule.metric}: kept"
-        else:
-            valued.append((value, item))
-    # A stable sort of a newest-first list: equal values keep the newer checkpoint first; but
-    # first the file no trainer rewrites (`ckpt_epoch001.pt` beside the `best.pt` it was saved
-    # with): a resumed Keras ModelCheckpoint overwrites `best.keras` with a worse model
-    # (keras#17012), so the best is never left in a file its trainer rewrites alone.
-    valued.sort(key=lambda pair: (sign * pair[0], pair[1].trainer_file is not None))
-    for rank, (value, item) in enumerate(valued[: rule.n], start=1):
+        if item.value(rule.metric) is not None:
+            valued.append(item)
+        elif rule.keep_missing:  # conservative: no evidence it is worse, so keep it
+            yield item.id, RANKED, f"no {rule.metric}: kept"
+    # The best is never left in a file its trainer rewrites alone (`best_first`).
+    valued.sort(key=best_first(rule.metric, rule.resolved_mode))
+    for rank, item in enumerate(valued[: rule.n], start=1):
         tier = PROTECTED if rank == 1 else RANKED
-        yield item.id, tier, f"best {rule.metric} #{rank} ({value:.4g})"
+        yield item.id, tier, f"best {rule.metric} #{rank} ({item.value(rule.metric):.4g})"
 
 
 def _keep_every(moments: list[Moment], n: int) -> Iterator[tuple[int, int, str]]:

@@ -5,7 +5,7 @@ what a plan does with it. Pure values, shared by `core.retention` and the module
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 NO_REMOTE = "no `remote:` configured for its root"
@@ -47,6 +47,21 @@ class Item:
         """Its value of `metric`; None when it has none, or NaN."""
         value = self.metrics.get(metric)
         return None if value is None or math.isnan(value) else float(value)
+
+
+def best_first(metric: str, mode: str) -> Callable[[Item], tuple[float, bool, float, int]]:
+    """The sort key of "best by `metric`" that retention's keep_best, the disk guard and
+    keep_local share, so that all three protect the same checkpoint: the best value first (`mode`
+    "min" or "max"; items without a value are left out by the caller); on a tie the file no
+    trainer rewrites (`ckpt_epoch003.pt` beside the `best.pt` saved with it: a resumed trainer
+    overwrites `best.pt` with a worse model, keras#17012), then the newest."""
+    sign = 1.0 if mode == "min" else -1.0
+    return lambda item: (
+        sign * (item.value(metric) or 0.0),
+        item.trainer_file is not None,
+        -item.mtime,
+        -item.id,
+    )
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .moments import training_moments
-from .retention_rows import Decision, Item
+from .retention_rows import Decision, Item, best_first
 from .units import format_duration
 
 
@@ -93,10 +93,8 @@ def stays_local(
         for rank, moment in enumerate(training_moments(ok)[: keep.last], start=1):
             _merge(found, [(i.id, f"keep_local last #{rank}") for i in moment.items])
     for metric, mode in best_rules if keep.best else ():
-        sign = 1.0 if mode == "min" else -1.0
-        valued = [(v, i) for i in ok[::-1] if (v := i.value(metric)) is not None]
-        valued.sort(key=lambda pair: sign * pair[0])  # stable: ties keep the newer first
-        for rank, (_v, i) in enumerate(valued[: keep.best], start=1):
+        valued = [i for i in ok if i.value(metric) is not None]
+        for rank, i in enumerate(sorted(valued, key=best_first(metric, mode))[: keep.best], 1):
             _merge(found, [(i.id, f"keep_local best {metric} #{rank}")])
     return {item_id: ", ".join(reasons) for item_id, reasons in found.items()}
 

@@ -16,8 +16,10 @@ and none of them is newer than `.metadata` (`DcpFolder.problems` says what is no
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +46,7 @@ class DcpTensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -63,10 +62,8 @@ class DcpFolder:
     version: str | None
     problems: tuple[str, ...] = field(default=())  # why the folder is not a complete save
     foreign: tuple[str, ...] = field(default=())  # what `verify --load` refuses to unpickle
-
-    @property
-    def storage_files(self) -> tuple[str, ...]:
-        return tuple(sorted(self.needed))
+    # `.metadata`'s `storage_data` as read: MetadataIndex -> _StorageInfo records (inert)
+    storage: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def is_dcp_folder(folder: Path) -> bool:
@@ -107,6 +104,7 @@ def read_folder(folder: Path, root: Path | None = None) -> DcpFolder:
         version if isinstance(version, str) else None,
         tuple(problems),
         tuple(pickle_ops.refusals(ops, ALLOWED, ENUMS)),
+        state["storage_data"],  # a dict: `_needed` refused anything else
     )
 
 
@@ -181,9 +179,10 @@ def info_of(dcp: DcpFolder) -> CheckpointInfo:
     )
 
 
-def world_size(needed: dict[str, int]) -> int | None:
-    """The ranks that wrote data files (`__<rank>_<n>.distcp`), as `.metadata` names them."""
-    ranks = {int(m[1]) for name in needed if (m := _DATA_RANK.match(name))}
+def world_size(names: Iterable[str]) -> int | None:
+    """The ranks that wrote data files (`__<rank>_<n>.distcp`), from their names (as
+    `.metadata` names them, or a folder's listing)."""
+    ranks = {int(m[1]) for name in names if (m := _DATA_RANK.match(name))}
     return max(ranks) + 1 if ranks else None
 
 

@@ -21,6 +21,7 @@ file is an unfinished sign (incomplete while the folder changes, abandoned once 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import zipfile
@@ -193,7 +194,7 @@ def look(folder: Path, root: Path | None = None) -> ZeroFolder:
     module = _dict(top.get("module"))
     buffer_names = _list(top.get("buffer_names"))
     tensors = [(str(k), v) for k, v in module.items() if isinstance(v, TensorRecord)]
-    zf = ZeroFolder(
+    return ZeroFolder(
         path=folder,
         tag=folder.name,
         zero_stage=stage,
@@ -212,7 +213,6 @@ def look(folder: Path, root: Path | None = None) -> ZeroFolder:
         unfinished=tuple(signs),
         unconfirmed=_latest_sign(folder),
     )
-    return zf
 
 
 def _empty(folder: Path, signs: tuple[str, ...], present: tuple[str, ...]) -> ZeroFolder:
@@ -252,10 +252,7 @@ def _dict(value: Any) -> dict[Any, Any]:
 
 
 def numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)
 
 
 def _list(value: Any) -> list[Any]:

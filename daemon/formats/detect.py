@@ -65,7 +65,7 @@ def outside_references(path: Path) -> list[str]:
         head = raw.read(file_detect.HEAD_BYTES)
         if hdf5.find_superblock(head) is not None:
             with hdf5.open_h5(file_detect.name_of(raw)) as f:
-                return hdf5.outside_references(f)
+                return hdf5.survey(f)
         if head[:4] in file_detect.ZIP_MAGIC:
             window.check_directory(raw)
             with zipfile.ZipFile(raw) as archive:
@@ -75,7 +75,7 @@ def outside_references(path: Path) -> list[str]:
                     window.open_member(archive, raw, keras_v3.WEIGHTS_MEMBER) as member,
                     hdf5.open_h5(member) as f,
                 ):
-                    return hdf5.outside_references(f)
+                    return hdf5.survey(f)
     return []
 
 

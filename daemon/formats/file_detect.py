@@ -98,9 +98,9 @@ def read_zip(raw: BinaryIO, head: bytes, _size: int) -> CheckpointInfo | None:
         archive = zipfile.ZipFile(raw)
     except zipfile.BadZipFile as exc:
         raise CorruptCheckpoint(f"zip archive without a central directory: {exc}") from exc
-    except ValueError as exc:  # a member name flagged UTF-8 that is not, an offset past 2**63
-        raise CorruptCheckpoint(f"zip archive zipfile cannot read: {exc}") from exc
-    except NotImplementedError as exc:  # "zip file version 9.6": found by fuzzing
+    # ValueError: a member name flagged UTF-8 that is not, an offset past 2**63;
+    # NotImplementedError: "zip file version 9.6" (found by fuzzing)
+    except (ValueError, NotImplementedError) as exc:
         raise CorruptCheckpoint(f"zip archive zipfile cannot read: {exc}") from exc
     with archive:
         if torch_zip.is_torch_zip(archive):

@@ -151,12 +151,6 @@ def survey(f: h5py.File, limits: Limits = LIMITS) -> list[str]:
     return outside
 
 
-def outside_references(f: h5py.File) -> list[str]:
-    """What in `f` lives outside it (see `survey`): a file that has any is never rewritten,
-    since a rewrite would copy (or lose) bytes from outside the root."""
-    return survey(f)
-
-
 def outside_note(outside: list[str]) -> str:
     shown = "; ".join(outside[:3]) + (f"; and {len(outside) - 3} more" if len(outside) > 3 else "")
     return f"refers to data outside the file, never followed: {shown}; split and compress refuse it"
@@ -301,19 +295,15 @@ def attr_text(obj: h5py.HLObject, name: str) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, np.ndarray) and value.shape == ():
-        return attr_text_from_scalar(value.item())
+        return _text(value.item())
     return str(value)
-
-
-def attr_text_from_scalar(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def attr_list(obj: h5py.HLObject, name: str) -> list[str]:
     value = obj.attrs.get(name)
     if value is None:
         return []
-    return [attr_text_from_scalar(v) for v in np.atleast_1d(value).tolist()]
+    return [_text(v) for v in np.atleast_1d(value).tolist()]
 
 
 def attr_json(obj: h5py.HLObject, name: str) -> Any:

@@ -19,6 +19,7 @@ from ..core.errors import CorruptCheckpoint, NotACheckpoint
 from ..core.model import CheckpointInfo, Layer
 from ..fs import beneath
 from . import file_detect
+from .torch_state import MAX_LAYERS
 
 MAX_INDEX_BYTES = 64 << 20  # a 400B-parameter model's index is ~2 MB
 # What HF writes, preferred first: safetensors since transformers 4.35, `.bin` before.
@@ -114,7 +115,7 @@ def _sharded(folder: Path, index: str, names: frozenset[str], root: Path | None)
         info = read_file(folder / shard, root)
         present = {w.name for layer in info.layers for w in layer.weights}
         absent = sorted(by_shard[shard] - present)
-        if absent and len(present) < _listed_cap():
+        if absent and len(present) < MAX_LAYERS:
             raise CorruptCheckpoint(
                 f"shard {shard} lacks {len(absent)} tensor(s) {index} puts in it "
                 f"(first: {absent[0]})"
@@ -134,12 +135,6 @@ def _refuse_link(folder: Path, name: str) -> None:
     what = beneath.not_regular(folder / name)
     if what not in (None, "missing"):
         raise CorruptCheckpoint(f"{name} is {what}: refused, never followed or read")
-
-
-def _listed_cap() -> int:
-    from .torch_state import MAX_LAYERS
-
-    return MAX_LAYERS
 
 
 def _add(weights: Weights, name: str, info: CheckpointInfo) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -82,18 +83,11 @@ def count_params(
     for layer in layers:
         key = (store_keys or {}).get(layer.name, "")
         for weight in layer.weights:
-            size = _elements(weight.shape)
+            size = math.prod(weight.shape)
             total += size
             if is_trainable(weight, trainable.get(layer.name, True), key):
                 n_trainable += size
     return total, n_trainable
-
-
-def _elements(shape: tuple[int, ...]) -> int:
-    n = 1
-    for dim in shape:
-        n *= dim
-    return n
 
 
 def optimizer_class(config: Any) -> tuple[str | None, dict[str, Any] | None]:
@@ -142,8 +136,7 @@ def snake_case(class_name: str) -> str:
     """Keras 3's `naming.to_snake_case`: the key a layer's weights are stored under."""
     name = re.sub(r"\W+", "", class_name)
     name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-    name = re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
-    return name
+    return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
 def weights_store_keys(layers: list[LayerConfig]) -> dict[str, LayerConfig]:

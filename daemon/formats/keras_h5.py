@@ -65,7 +65,7 @@ def _weights_only(f: h5py.File) -> CheckpointInfo:
         layers=tuple(layers),
         n_params=total,
         n_trainable_params=trainable,
-        weights_bytes=sum(hdf5.nbytes(d) for _n, d in hdf5.datasets(f)),
+        weights_bytes=_bytes_below(f),
         notes=("weights only: rebuild the architecture in code, then load_weights()",),
     )
 

@@ -24,7 +24,7 @@ import fnmatch
 import functools
 import os
 import stat
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,43 +215,40 @@ def _entries(folder: Path, root: Path, notes: list[str]) -> tuple[Listing, bool]
     opened; checkpoints too, unstatted (the folder type comes from the listing itself)."""
     out: dict[str, os.stat_result | None] = {}
     checkpoints = False
-    try:
-        with os.scandir(folder) as listing:
-            for count, entry in enumerate(listing):
-                if count >= MAX_ENTRIES_PER_FOLDER:
-                    notes.append(f"{label(folder, root)}: over {count} entries, the rest unread")
-                    break
-                if entry.is_dir(follow_symlinks=False):
-                    out[entry.name] = None
-                elif not entry.is_file(follow_symlinks=False):
-                    continue
-                elif looks_like_checkpoint(entry.name):
-                    checkpoints = True
-                else:
-                    try:
-                        out[entry.name] = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-    except OSError as exc:
-        notes.append(f"{label(folder, root)}: cannot list ({exc.strerror or exc})")
+    for entry, is_dir in _listing(folder, root, notes):
+        if is_dir:
+            out[entry.name] = None
+        elif not entry.is_file(follow_symlinks=False):
+            continue
+        elif looks_like_checkpoint(entry.name):
+            checkpoints = True
+        else:
+            try:
+                out[entry.name] = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
     return out, checkpoints
 
 
 def _subfolders(folder: Path, root: Path, notes: list[str]) -> list[str]:
     """The names of `folder`'s real folders (not symlinks), from the listing alone (no stat):
     the entries `_entries` maps to None, with its cap and its notes."""
-    out: list[str] = []
+    return [entry.name for entry, is_dir in _listing(folder, root, notes) if is_dir]
+
+
+def _listing(folder: Path, root: Path, notes: list[str]) -> Iterator[tuple[os.DirEntry[str], bool]]:
+    """`folder`'s entries, each with whether it is a real folder (not a symlink to one), the
+    first MAX_ENTRIES_PER_FOLDER only; a note when there are more, or when it cannot be listed
+    (the folder test is made here, so its OSError is that note too)."""
     try:
         with os.scandir(folder) as listing:
             for count, entry in enumerate(listing):
                 if count >= MAX_ENTRIES_PER_FOLDER:
                     notes.append(f"{label(folder, root)}: over {count} entries, the rest unread")
                     break
-                if entry.is_dir(follow_symlinks=False):
-                    out.append(entry.name)
+                yield entry, entry.is_dir(follow_symlinks=False)
     except OSError as exc:
         notes.append(f"{label(folder, root)}: cannot list ({exc.strerror or exc})")
-    return out
 
 
 def _configured(

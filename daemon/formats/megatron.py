@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import zipfile
 from pathlib import Path
 
@@ -32,10 +31,9 @@ from ..fs.sharded_names import (
     MP_RANK_FOLDER,
     TRACKER,
 )
-from . import folder_saves, torch_zip
+from . import dcp_folder, folder_saves, torch_zip
 
 LEGACY_FILES = ("model_optim_rng.pt", "model_rng.pt")
-_DATA_RANK = re.compile(r"^__(\d+)_\d+\.distcp$")
 _MAX_SMALL = 1 << 16
 
 
@@ -102,16 +100,9 @@ def read_dist(folder: Path, root: Path | None = None) -> CheckpointInfo:
     _whole_zip(folder / MEGATRON_COMMON, root)
     info = folder_saves.read(folder, root)  # the DCP part: UnfinishedSave while in flight
     check_tracker(folder, root)
-    ranks = {int(m[1]) for name in os.listdir(folder) if (m := _DATA_RANK.match(name))}
-    recorded = dict(info.recorded or {}) | {"step": iteration_of(folder)}
+    world_size = info.world_size or dcp_folder.world_size(os.listdir(folder))
     note = f"Megatron torch_dist (sharded_backend_version {config.get('sharded_backend_version')})"
-    return dataclasses.replace(
-        info,
-        format=Format.MEGATRON_DIST,
-        world_size=info.world_size or (max(ranks) + 1 if ranks else None),
-        recorded=recorded,
-        notes=(note, *info.notes),
-    )
+    return _as_megatron(info, folder, Format.MEGATRON_DIST, world_size, note)
 
 
 def read_legacy(folder: Path, root: Path | None = None) -> CheckpointInfo:
@@ -130,12 +121,16 @@ def read_legacy(folder: Path, root: Path | None = None) -> CheckpointInfo:
     fd = beneath.open_regular(files[0], root)
     with os.fdopen(fd, "rb") as raw, zipfile.ZipFile(raw) as archive:
         info = torch_zip.read_zip(archive, raw)
-    recorded = dict(info.recorded or {}) | {"step": iteration_of(folder)}
     note = f"Megatron legacy checkpoint: {len(ranks)} model-parallel rank file(s)"
+    return _as_megatron(info, folder, Format.MEGATRON_LEGACY, len(ranks), note)
+
+
+def _as_megatron(
+    info: CheckpointInfo, folder: Path, fmt: Format, world_size: int | None, note: str
+) -> CheckpointInfo:
+    """The info read of the save's torch part, as the Megatron save it is part of: its format,
+    world size, the iteration as its step, and a note first."""
+    recorded = dict(info.recorded or {}) | {"step": iteration_of(folder)}
     return dataclasses.replace(
-        info,
-        format=Format.MEGATRON_LEGACY,
-        world_size=len(ranks),
-        recorded=recorded,
-        notes=(note, *info.notes),
+        info, format=fmt, world_size=world_size, recorded=recorded, notes=(note, *info.notes)
     )

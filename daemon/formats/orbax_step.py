@@ -19,6 +19,7 @@ Leaves under `optimizer_variables` (Keras 3) or `opt_state` are optimizer state;
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -50,10 +51,7 @@ class Leaf:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape or ():
-            n *= d
-        return n
+        return math.prod(self.shape or ())
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ so a file naming 10,000 globals changes nothing for the next file.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -129,10 +130,7 @@ class TensorRecord:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -303,21 +301,14 @@ class _Unpickler(pickle.Unpickler):
         return _opaque("persistent id", pid)
 
 
-def check_ops(data: bytes) -> Ops:
-    """What `data`'s opcodes name and call (`pickle_ops.scan`): refused when too big, too long
-    or not resolvable exactly, before it is unpickled."""
-    return pickle_ops.scan(data)
-
-
 def read(data: bytes) -> tuple[Any, Ops]:
     """The object `data` pickles, with every global inert (see the module doc), and what its
-    opcodes name and call."""
-    ops = check_ops(data)
+    opcodes name and call (`pickle_ops.scan`: refused when too big, too long or not
+    resolvable exactly, before it is unpickled)."""
+    ops = pickle_ops.scan(data)
     try:
         return _Unpickler(io.BytesIO(data)).load(), ops
-    except CorruptCheckpoint:
-        raise
-    except MemoryError:
+    except (CorruptCheckpoint, MemoryError):
         raise
     except Exception as exc:  # malformed opcodes, a REDUCE on a non-callable: a broken pickle
         raise CorruptCheckpoint(f"pickle does not load: {type(exc).__name__}: {exc}") from exc

@@ -29,6 +29,7 @@ indexer judges `incomplete`, then `abandoned`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import zipfile
@@ -79,10 +80,6 @@ class RankSet:
     folder: Path
     world_size: int
     files: dict[str, dict[int, str]]  # role -> rank -> file name
-
-
-def is_rank_file(name: str) -> bool:
-    return bool(RANK_FILE.match(name))
 
 
 def rank_set(folder: Path, names: frozenset[str] | None = None) -> RankSet:
@@ -279,7 +276,7 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
                 variables += len(moments)
                 optimizer_bytes += sum(t.nbytes for t in moments)
     weights = tuple(WeightInfo(t.name, t.shape, t.dtype) for t in tensors)
-    n_params = sum(_numel(t.shape) for t in tensors)
+    n_params = sum(math.prod(t.shape) for t in tensors)
     layer = Layer(name="state_dict", class_name=None, n_params=n_params, weights=weights)
     placements = sorted({p for t in tensors for p in t.placements})
     roles = ", ".join(sorted(ranks.files))
@@ -293,7 +290,9 @@ def read(folder: Path, root: Path | None = None) -> CheckpointInfo:
         kind=Kind.WEIGHTS,
         layers=(layer,),
         n_params=n_params,
-        weights_bytes=sum(_numel(t.shape) * _itemsize(t.dtype) for t in tensors),
+        weights_bytes=sum(
+            math.prod(t.shape) * pickle_safe.ITEM_SIZES.get(t.dtype, 1) for t in tensors
+        ),
         optimizer=optimizer,
         notes=tuple(notes),
         world_size=ranks.world_size,
@@ -330,20 +329,9 @@ def _step(folder: Path) -> int | None:
     return None
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _ints(values: Any) -> tuple[int, ...]:
     if not isinstance(values, tuple | list):
         return ()
     return tuple(
         v for v in values if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
     )
-
-
-def _itemsize(dtype: str) -> int:
-    return pickle_safe.ITEM_SIZES.get(dtype, 1)

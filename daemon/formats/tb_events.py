@@ -47,7 +47,6 @@ from ..core.protowire import (
 )
 from ..core.tb_scalars import Scalar
 from ..core.training_metrics import MAX_READ_BYTES
-from ..fs import beneath
 from .run_index import RunIndex, as_index
 
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -115,22 +114,6 @@ def decode_events(data: bytes, label: str, max_records: int = MAX_RECORDS) -> Ev
         tail = "kept what came before (a writer may be mid-record)" if framing.truncated else ""
         decoder.note(f"{framing.problem}; {tail or 'rest ignored'}")
     return EventScalars(tuple(out), decoder.finished_notes())
-
-
-def read_event_file(
-    path: Path, root: Path, label: str, limit: int = MAX_READ_BYTES
-) -> EventScalars:
-    """`decode_events` of the file, opened beneath `root` (no symlink followed, regular files
-    only). A file over `limit` bytes is read up to the limit (its first records are kept).
-    Raises what `beneath.open_regular` raises (OSError, fsops.Refused)."""
-    fd = beneath.open_regular(path, root)
-    with os.fdopen(fd, "rb") as fh:
-        data = beneath.read_at_most(fh, limit + 1)
-    result = decode_events(data[:limit], label)
-    if len(data) > limit:
-        cut = (f"{label}: larger than {limit} bytes, only the records before that read",)
-        return EventScalars(result.scalars, cut + result.notes)
-    return result
 
 
 def _event_scalars(buf: bytes, decoder: _Decoder) -> list[Scalar]:

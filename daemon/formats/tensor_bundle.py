@@ -87,7 +87,7 @@ def read_capped(path: Path, cap: int) -> bytes | None:
 # -- the table ---------------------------------------------------------------------------------
 
 
-def _handle(index: Path, buf: bytes, pos: int) -> tuple[int, int, int]:
+def _handle(buf: bytes, pos: int) -> tuple[int, int, int]:
     offset, pos = read_varint(buf, pos)
     size, pos = read_varint(buf, pos)
     return offset, size, pos
@@ -141,11 +141,11 @@ def table_items(index: Path, table: bytes) -> list[tuple[bytes, bytes]]:
         raise CorruptCheckpoint("index file truncated or not a TF checkpoint index")
     footer = table[-FOOTER_LEN:]
     try:
-        _, _, pos = _handle(index, footer, 0)  # the metaindex: TF writes it empty
-        offset, size, _ = _handle(index, footer, pos)
+        _, _, pos = _handle(footer, 0)  # the metaindex: TF writes it empty
+        offset, size, _ = _handle(footer, pos)
         items: list[tuple[bytes, bytes]] = []
         for _, handle in _block_entries(index, _block(index, table, offset, size)):
-            block_offset, block_size, _ = _handle(index, handle, 0)
+            block_offset, block_size, _ = _handle(handle, 0)
             items += _block_entries(index, _block(index, table, block_offset, block_size))
             if len(items) > MAX_ENTRIES:
                 raise _corrupt(index, f"more than {MAX_ENTRIES:,} entries")

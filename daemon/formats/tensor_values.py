@@ -62,10 +62,6 @@ def is_float(dtype: str) -> bool:
     return canonical(dtype) in FLOAT_BITS
 
 
-def item_size(dtype: str) -> int:
-    return int(np.dtype(FLOAT_BITS[canonical(dtype)].unsigned).itemsize)
-
-
 @dataclass
 class Counts:
     """One tensor's (or chunk's) tally."""

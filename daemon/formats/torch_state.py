@@ -57,7 +57,7 @@ def interpret(
         names = ", ".join(sorted(opaque)[:8])
         notes.append(f"objects of other classes kept as named placeholders, never run: {names}")
     top = _top(obj)
-    optimizers = _optimizers(obj)
+    optimizers = optimizer_state_of(obj)
     model_tensors = model_tensors_of(obj)
     optimizer = _optimizer_info(optimizers, scalar, top)
     scheduler = _scheduler(top)
@@ -121,15 +121,10 @@ def model_tensors_of(obj: Any) -> list[tuple[str, TensorRecord]]:
     if _is_optimizer_state(obj):
         return []  # an optimizer's state alone (`optimizer.pt`)
     top = _top(obj)
-    optimizer_paths = {id(o) for o in _optimizers(obj)}
+    optimizer_paths = {id(o) for o in optimizer_state_of(obj)}
     skip = {id(v) for k, v in top.items() if _is_training_state(k, v, optimizer_paths)}
     kept = {k: v for k, v in top.items() if id(v) not in skip and not _scalar_tensor(v)}
     return _tensors_of(kept if top else obj)
-
-
-def optimizer_state_of(obj: Any) -> list[dict[str, Any]]:
-    """The optimizer state dicts a torch file's top-level object holds (what a split drops)."""
-    return _optimizers(obj)
 
 
 def tensors_info(
@@ -168,7 +163,8 @@ def _is_optimizer_state(value: Any) -> bool:
     return isinstance(value, dict) and "param_groups" in value and "state" in value
 
 
-def _optimizers(obj: Any) -> list[dict[str, Any]]:
+def optimizer_state_of(obj: Any) -> list[dict[str, Any]]:
+    """The optimizer state dicts a torch file's top-level object holds (what a split drops)."""
     if _is_optimizer_state(obj):
         return [obj]
     if not isinstance(obj, dict):
@@ -202,8 +198,6 @@ def _model_dict(obj: Any) -> Any:
             return value
     if obj and all(isinstance(v, TensorRecord) for v in obj.values()):
         return obj  # a bare state_dict
-    if "param_groups" in obj:
-        return None
     return None
 
 

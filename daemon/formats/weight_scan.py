@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import mmap
 import os
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -46,21 +47,6 @@ from .pickle_safe import TensorRecord
 from .tensor_values import Counts, canonical, count, is_float
 
 CHUNK = 1 << 20  # bytes of a tensor counted at once
-SCANNED = frozenset(
-    {
-        Format.SAFETENSORS,
-        Format.TORCH_ZIP,
-        Format.LIGHTNING,
-        Format.HF_FOLDER,
-        Format.TORCH_DCP,
-        Format.KERAS_ZIP,
-        Format.KERAS_WEIGHTS_H5,
-        Format.KERAS_LEGACY_H5,
-        Format.KERAS_LEGACY_WEIGHTS_H5,
-    }
-)
-_H5 = frozenset(SCANNED - {Format.SAFETENSORS, Format.TORCH_ZIP, Format.LIGHTNING})
-_H5 -= {Format.HF_FOLDER, Format.TORCH_DCP}
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -73,24 +59,16 @@ class Scan:
 
 
 def scannable(fmt: Format | None) -> bool:
-    return fmt in SCANNED
+    return fmt in _SCANNERS
 
 
 def scan(path: Path, fmt: Format) -> Scan:
     """The tallies of the checkpoint at `path` (a file, or an HF folder) of format `fmt`."""
-    found = Scan()
-    if fmt == Format.SAFETENSORS:
-        _safetensors(path, found, "")
-    elif fmt in (Format.TORCH_ZIP, Format.LIGHTNING):
-        _torch(path, found, "")
-    elif fmt == Format.HF_FOLDER:
-        _hf_folder(path, found)
-    elif fmt == Format.TORCH_DCP:
-        _dcp(path, found)
-    elif fmt in _H5:
-        _keras(path, fmt, found)
-    else:
+    scanner = _SCANNERS.get(fmt)
+    if scanner is None:
         raise ValueError(f"{fmt} is not scanned")  # callers ask `scannable` first
+    found = Scan()
+    scanner(path, found)
     return found
 
 
@@ -123,7 +101,7 @@ def _ranges(fd: int, start: int, nbytes: int, what: str) -> Iterator[bytes]:
 # -- safetensors --------------------------------------------------------------------------
 
 
-def _safetensors(path: Path, found: Scan, prefix: str) -> None:
+def _safetensors(path: Path, found: Scan, prefix: str = "") -> None:
     with open(path, "rb") as raw:
         for name, dtype, _shape, start, nbytes in safetensors_file.layout(raw):
             if is_float(dtype):
@@ -135,7 +113,7 @@ def _safetensors(path: Path, found: Scan, prefix: str) -> None:
 # -- torch zips ---------------------------------------------------------------------------
 
 
-def _torch(path: Path, found: Scan, prefix: str) -> None:
+def _torch(path: Path, found: Scan, prefix: str = "") -> None:
     with open(path, "rb") as raw:
         if torch_zip.is_legacy(raw.read(len(torch_zip.LEGACY_MAGIC))):
             raise NotScanned(f"{path.name} is a legacy (pre-1.6) torch file")
@@ -281,12 +259,8 @@ def _dcp(folder: Path, found: Scan) -> None:
     if dcp.problems:
         raise CorruptCheckpoint(dcp.problems[0])
     floats = {t.key for t in dcp.tensors if is_float(t.dtype)}
-    with os.fdopen(beneath.open_regular(folder / dcp_folder.METADATA, None), "rb") as fh:
-        record, _ops = pickle_safe.read(fh.read(pickle_safe.MAX_PICKLE_BYTES + 1))
-    state = record.state if isinstance(record, pickle_safe.Opaque) else None
-    storage = state.get("storage_data") if isinstance(state, dict) else None
     items: dict[str, list[tuple[str, int, int, int]]] = {}
-    for index, info in (storage if isinstance(storage, dict) else {}).items():
+    for index, info in dcp.storage.items():
         key = _fields(index).get("fqn")
         where = _fields(info)
         if key not in floats:
@@ -323,23 +297,25 @@ def _fields(value: object) -> dict[str, object]:
 # -- Keras HDF5 ---------------------------------------------------------------------------
 
 
-def _keras(path: Path, fmt: Format, found: Scan) -> None:
+def _keras_zip(path: Path, found: Scan) -> None:
     with open(path, "rb") as raw:
-        if fmt == Format.KERAS_ZIP:
-            window.check_directory(raw)
-            try:
-                archive = zipfile.ZipFile(raw)
-            except zipfile.BadZipFile as exc:
-                raise CorruptCheckpoint(f"{path.name} is not a zip ({exc})") from exc
-            with (
-                archive,
-                window.open_member(archive, raw, keras_v3.WEIGHTS_MEMBER) as member,
-                hdf5.open_h5(member) as f,
-            ):
-                _h5_datasets(f, found)
-        else:
-            with hdf5.open_h5(raw) as f:
-                _h5_datasets(f, found)
+        window.check_directory(raw)
+        try:
+            archive = zipfile.ZipFile(raw)
+        except zipfile.BadZipFile as exc:
+            raise CorruptCheckpoint(f"{path.name} is not a zip ({exc})") from exc
+        with (
+            archive,
+            window.open_member(archive, raw, keras_v3.WEIGHTS_MEMBER) as member,
+            hdf5.open_h5(member) as f,
+        ):
+            _h5_datasets(f, found)
+    found.files.append(path.name)
+
+
+def _keras_h5(path: Path, found: Scan) -> None:
+    with open(path, "rb") as raw, hdf5.open_h5(raw) as f:
+        _h5_datasets(f, found)
     found.files.append(path.name)
 
 
@@ -357,9 +333,21 @@ def _slabs(dataset: h5py.Dataset) -> Iterator[np.ndarray]:
     if not shape:
         yield np.ascontiguousarray(dataset[()], dtype=little)
         return
-    row_bytes = dataset.dtype.itemsize
-    for d in shape[1:]:
-        row_bytes *= d
+    row_bytes = dataset.dtype.itemsize * math.prod(shape[1:])
     rows = max(1, CHUNK // max(1, row_bytes))
     for first in range(0, shape[0], rows):
         yield np.ascontiguousarray(dataset[first : first + rows], dtype=little)
+
+
+# Each scanned format's scanner; a format not here is not scanned (`scannable`).
+_SCANNERS: dict[Format, Callable[[Path, Scan], None]] = {
+    Format.SAFETENSORS: _safetensors,
+    Format.TORCH_ZIP: _torch,
+    Format.LIGHTNING: _torch,
+    Format.HF_FOLDER: _hf_folder,
+    Format.TORCH_DCP: _dcp,
+    Format.KERAS_ZIP: _keras_zip,
+    Format.KERAS_WEIGHTS_H5: _keras_h5,
+    Format.KERAS_LEGACY_H5: _keras_h5,
+    Format.KERAS_LEGACY_WEIGHTS_H5: _keras_h5,
+}

@@ -180,7 +180,7 @@ def claim(folder: Path, files: frozenset[str], dirs: frozenset[str]) -> Claim | 
     for layout in layouts():
         if layout.recognises(folder.name, files, dirs):
             whole = layout.owns_subfolders(folder.name, files, dirs)
-            members = tuple(tree_files(folder)) if whole else _own_files(folder, files)
+            members = tuple(tree_files(folder) if whole else (folder / f for f in sorted(files)))
             return Claim(layout.family, members, whole)
     return None
 
@@ -191,9 +191,11 @@ def claim_of(folder: Path) -> Claim | None:
         entries = list(os.scandir(folder))
     except OSError:
         return None
-    files = frozenset(e.name for e in entries if e.is_file(follow_symlinks=False))
+    files = frozenset(
+        e.name for e in entries if e.is_file(follow_symlinks=False) and not is_temp_name(e.name)
+    )
     dirs = frozenset(e.name for e in entries if e.is_dir(follow_symlinks=False))
-    return claim(folder, _not_temp(files), dirs)
+    return claim(folder, files, dirs)
 
 
 def announced_folder(path: Path) -> Path | None:
@@ -212,12 +214,8 @@ def tree_files(folder: Path) -> Iterator[Path]:
         dirs.sort()
         for name in sorted(files):
             path = Path(dirpath) / name
-            if not path.is_symlink() and not _is_temp(name):
+            if not path.is_symlink() and not is_temp_name(name):
                 yield path
-
-
-def _own_files(folder: Path, files: frozenset[str]) -> tuple[Path, ...]:
-    return tuple(folder / name for name in sorted(files))
 
 
 # Writers' temp files inside a folder being saved (safetensors' `.tmpXXXXXX`, TF's
@@ -225,12 +223,6 @@ def _own_files(folder: Path, files: frozenset[str]) -> tuple[Path, ...]:
 _TEMP = re.compile(rf"(\.tempstate\d*$|\.tmp\w*$|^{re.escape(TEMP_PREFIX)})")
 
 
-def _is_temp(name: str) -> bool:
+def is_temp_name(name: str) -> bool:
+    """A writer's temp file inside a folder checkpoint (never a member)."""
     return bool(_TEMP.search(name))
-
-
-is_temp_name = _is_temp  # a writer's temp file inside a folder checkpoint (never a member)
-
-
-def _not_temp(files: frozenset[str]) -> frozenset[str]:
-    return frozenset(f for f in files if not _is_temp(f))

@@ -20,13 +20,13 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..core.errors import Refused, WouldReplace
 from . import fsswap, name_limits
-from .fsops import entry_stat, folder_beneath, relative_parts, remove_own_temp
+from .fsops import entry_stat, folder_beneath, opened, relative_parts, remove_own_temp
 from .temp_names import temp_name
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): linux/fs.h
@@ -57,35 +57,16 @@ def clone_new(
     ):
         if fsswap.identity_at(dst_dir, dst_parts[-1]) is not None:
             raise WouldReplace(f"{target} exists already")
-        src = _open_regular(src_dir, src_parts[-1], source)
         temp = temp_name(target, os.urandom(4).hex())
-        try:
-            info = os.fstat(src)
-            out = os.open(
-                temp.name,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                0o600,
-                dir_fd=dst_dir,
-            )
+        with opened(_open_regular(src_dir, src_parts[-1], source)) as src:
             try:
-                how = _copy(src, out, info.st_size, chunk)
-                os.fchmod(out, stat.S_IMODE(info.st_mode))
-                os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
-                os.fsync(out)
-            finally:
-                os.close(out)
-            verify(_dir_path(root, dst_parts[:-1]) / temp.name)
-            try:
-                fsswap.publish_new(dst_dir, temp.name, dst_parts[-1])
-            except FileExistsError:
-                raise WouldReplace(f"{target} exists already") from None
-            os.fsync(dst_dir)
-        except BaseException:
-            with suppress(FileNotFoundError):
-                os.unlink(temp.name, dir_fd=dst_dir)
-            raise
-        finally:
-            os.close(src)
+                how = _copy_new(src, dst_dir, temp.name, chunk, keep_mode_and_times=True)
+                verify(root.joinpath(*dst_parts[:-1], temp.name))
+                fsswap.publish_new(dst_dir, temp.name, dst_parts[-1], f"{target} exists already")
+                os.fsync(dst_dir)
+            except BaseException:
+                remove_own_temp(dst_dir, temp.name)
+                raise
     return how
 
 
@@ -102,22 +83,18 @@ def new_folder(root: Path, final: Path, *, like: Path) -> Iterator[Path]:
     with folder_beneath(root, like_parts[:-1]) as like_fd:
         model = entry_stat(like_fd, like_parts[-1])
     with folder_beneath(root, parts[:-1]) as fd:
+        refusal = f"{final} exists: refused, nothing replaced"
         if fsswap.identity_at(fd, parts[-1]) is not None:
-            raise WouldReplace(f"{final} exists: refused, nothing replaced")
+            raise WouldReplace(refusal)
         os.mkdir(temp.name, 0o700, dir_fd=fd)
         try:
             yield temp
-            folder = os.open(temp.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            try:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+            with opened(os.open(temp.name, flags, dir_fd=fd)) as folder:
                 os.fsync(folder)
                 os.chmod(folder, stat.S_IMODE(model.st_mode))
                 os.utime(folder, ns=(model.st_atime_ns, model.st_mtime_ns))
-            finally:
-                os.close(folder)
-            try:
-                fsswap.publish_new(fd, temp.name, parts[-1])
-            except FileExistsError:
-                raise WouldReplace(f"{final} exists: refused, nothing replaced") from None
+            fsswap.publish_new(fd, temp.name, parts[-1], refusal)
             os.fsync(fd)
         except BaseException:
             remove_own_temp(fd, temp.name)
@@ -131,19 +108,32 @@ def copy_into(root: Path, source: Path, temp: Path) -> str:
     with (
         folder_beneath(root, src_parts[:-1]) as src_dir,
         folder_beneath(root, dst_parts[:-1]) as dst_dir,
+        opened(_open_regular(src_dir, src_parts[-1], source)) as src,
     ):
-        src = _open_regular(src_dir, src_parts[-1], source)
-        try:
-            size = os.fstat(src).st_size
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            out = os.open(dst_parts[-1], flags, 0o600, dir_fd=dst_dir)
-            try:
-                how = _copy(src, out, size, lambda _n: None)
-                os.fsync(out)
-            finally:
-                os.close(out)
-        finally:
-            os.close(src)
+        return _copy_new(src, dst_dir, dst_parts[-1], lambda _n: None)
+
+
+def _copy_new(
+    src: int,
+    dir_fd: int,
+    name: str,
+    chunk: Callable[[int], None],
+    *,
+    keep_mode_and_times: bool = False,
+) -> str:
+    """Copy the open file `src` into the new file `name` (0600, or with `src`'s mode and
+    times) in the folder `dir_fd`, fsynced; "reflink" or "copy"."""
+    info = os.fstat(src)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    out = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    try:
+        how = _copy(src, out, info.st_size, chunk)
+        if keep_mode_and_times:
+            os.fchmod(out, stat.S_IMODE(info.st_mode))
+            os.utime(out, ns=(info.st_atime_ns, info.st_mtime_ns))
+        os.fsync(out)
+    finally:
+        os.close(out)
     return how
 
 
@@ -191,7 +181,3 @@ def _read_write(src: int, out: int, chunk: Callable[[int], None]) -> str:
         copied += len(block)
         chunk(copied)
     return "copy"
-
-
-def _dir_path(root: Path, parts: Sequence[str]) -> Path:
-    return root.joinpath(*parts)

@@ -10,13 +10,13 @@ whatever appeared at the name meanwhile (a trainer's new save) is never replaced
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from ..core.errors import HashMismatch, Refused, WouldReplace
-from .fsops import folder_beneath, relative_parts, temp_name
-from .fsswap import publish_new
+from .fsops import folder_beneath, opened, relative_parts, temp_name
+from .fsswap import identity_at, publish_new
 from .hashing import StreamHash
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -32,16 +32,16 @@ def receive(
 ) -> os.stat_result:
     """Write `chunks` as the new file `final` (beneath `root` when given: reached without
     following a symlink). Returns the published file's stat."""
-    opened: AbstractContextManager[int]
+    destination: AbstractContextManager[int]
     if root is not None:
         parts = relative_parts(root, final)
-        opened = folder_beneath(root, parts[:-1])
+        destination = folder_beneath(root, parts[:-1])
     else:
         parts = (final.name,)
-        opened = plain_folder(final.parent)
+        destination = plain_folder(final.parent)
     temp = temp_name(final, os.urandom(4).hex()).name
-    with opened as fd:
-        if _exists(fd, parts[-1]):
+    with destination as fd:
+        if identity_at(fd, parts[-1]) is not None:
             raise WouldReplace(f"{final} exists: never replaced (move it away or use --to)")
         out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=fd)
         try:
@@ -59,10 +59,7 @@ def receive(
                 )
             if mtime_ns is not None:
                 os.utime(temp, ns=(mtime_ns, mtime_ns), dir_fd=fd, follow_symlinks=False)
-            try:
-                publish_new(fd, temp, parts[-1])
-            except FileExistsError:
-                raise WouldReplace(f"{final} appeared meanwhile: never replaced") from None
+            publish_new(fd, temp, parts[-1], f"{final} appeared meanwhile: never replaced")
             temp = ""
             os.fsync(fd)
             return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
@@ -72,27 +69,12 @@ def receive(
                 os.unlink(temp, dir_fd=fd)
 
 
-def _exists(fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-class plain_folder:
+@contextmanager
+def plain_folder(folder: Path) -> Iterator[int]:
     """A descriptor of a folder outside the roots (`ckpt fetch --to`), no symlink at its end."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.fd = -1
-
-    def __enter__(self) -> int:
-        try:
-            self.fd = os.open(self.folder, _DIR_FLAGS)
-        except FileNotFoundError:
-            raise Refused(f"{self.folder} does not exist: create the folder first") from None
-        return self.fd
-
-    def __exit__(self, *_exc: object) -> None:
-        os.close(self.fd)
+    try:
+        fd = os.open(folder, _DIR_FLAGS)
+    except FileNotFoundError:
+        raise Refused(f"{folder} does not exist: create the folder first") from None
+    with opened(fd):
+        yield fd

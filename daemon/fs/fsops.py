@@ -180,7 +180,7 @@ def _remove(dir_fd: int, name: str, info: os.stat_result) -> int:
         os.unlink(name, dir_fd=dir_fd)
         return info.st_size
     freed = 0
-    with _opened(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child:
+    with opened(os.open(name, _DIR_FLAGS, dir_fd=dir_fd)) as child:
         for entry in os.listdir(child):
             freed += _remove(child, entry, os.stat(entry, dir_fd=child, follow_symlinks=False))
     os.rmdir(name, dir_fd=dir_fd)
@@ -217,7 +217,8 @@ def _rename_beneath(root: Path, source: Sequence[str], target: Sequence[str]) ->
 
 
 @contextmanager
-def _opened(fd: int) -> Iterator[int]:
+def opened(fd: int) -> Iterator[int]:
+    """The descriptor `fd`, closed when the block ends."""
     try:
         yield fd
     finally:
@@ -336,15 +337,14 @@ def rewrite(
         old: str | None = None
         try:
             yield temp
-            with _opened(os.open(temp.name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)) as out:
+            with opened(os.open(temp.name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)) as out:
                 os.chmod(out, model.mode)
                 os.utime(out, ns=(model.atime_ns, model.mtime_ns))
                 os.fsync(out)
             old = _put(fd, temp.name, final, expected)
             os.fsync(fd)
         except BaseException:
-            with suppress(FileNotFoundError):
-                os.unlink(temp.name, dir_fd=fd)
+            remove_own_temp(fd, temp.name)
             raise
         if old is not None:  # the file replaced, swapped out to the temp name
             os.unlink(old, dir_fd=fd)
@@ -364,10 +364,7 @@ def _identity(dir_fd: int, name: str, path: Path) -> Identity:
 
 def _put(dir_fd: int, temp: str, final: Path, expected: Identity | None) -> str | None:
     if expected is None:
-        try:
-            fsswap.publish_new(dir_fd, temp, final.name)
-        except FileExistsError:
-            raise WouldReplace(_would_replace(final)) from None
+        fsswap.publish_new(dir_fd, temp, final.name, _would_replace(final))
         return None
 
     def writers(name: str) -> list[int]:
@@ -399,7 +396,7 @@ def remove_stale_temps(root: Path, *, recursive: bool = True) -> list[Path]:
     removed = []
     for path in stale_temps(root, time.time(), recursive=recursive):
         try:
-            with _opened(os.open(path.parent, _DIR_FLAGS)) as fd:
+            with opened(os.open(path.parent, _DIR_FLAGS)) as fd:
                 remove_own_temp(fd, path.name)
             removed.append(path)
         except FileNotFoundError:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ..core.errors import Changed
+from ..core.errors import Changed, WouldReplace
 from .name_limits import bounded
 from .temp_names import temp_name
 
@@ -81,8 +81,15 @@ def identity_at(dir_fd: int, name: str) -> Identity | None:
         return None
 
 
-def publish_new(dir_fd: int, temp: str, name: str) -> None:
-    """Give `temp` the name `name`; FileExistsError if anything is (or appears) there."""
+def publish_new(dir_fd: int, temp: str, name: str, refusal: str) -> None:
+    """Give `temp` the name `name`; WouldReplace(`refusal`) if anything is (or appears) there."""
+    try:
+        _publish(dir_fd, temp, name)
+    except FileExistsError:
+        raise WouldReplace(refusal) from None
+
+
+def _publish(dir_fd: int, temp: str, name: str) -> None:
     if _renameat2(dir_fd, temp, name, RENAME_NOREPLACE):
         return
     try:

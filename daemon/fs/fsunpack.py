@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 
 from ..core import ustar
 from ..core.errors import BadArchive, HashMismatch, WouldReplace
 from .fsfetch import plain_folder
-from .fsops import folder_beneath, relative_parts, remove_own_temp, temp_name
+from .fsops import folder_beneath, opened, relative_parts, remove_own_temp, temp_name
 from .fsswap import move_new
 from .hashing import StreamHash, member_prefix
 
@@ -97,19 +97,19 @@ def receive_tree(
     the paths published."""
     if not names:
         raise BadArchive(f"{folder}: no member files recorded: nothing to unpack")
-    opened: AbstractContextManager[int]
+    destination: AbstractContextManager[int]
     if root is not None:  # the root itself, or a folder below it
         same = os.path.normpath(folder) == os.path.normpath(root)
-        opened = folder_beneath(root, () if same else relative_parts(root, folder))
+        destination = folder_beneath(root, () if same else relative_parts(root, folder))
     else:
-        opened = plain_folder(folder)
+        destination = plain_folder(folder)
     temp = temp_name(folder / names[0].split("/")[0], os.urandom(4).hex()).name
-    with opened as fd:
+    with destination as fd:
         for name in names:  # before a byte is fetched (the renames check again)
             _refuse_early(folder / name)
         os.mkdir(temp, 0o700, dir_fd=fd)
         try:
-            with _opened(os.open(temp, _DIR, dir_fd=fd)) as tfd:
+            with opened(os.open(temp, _DIR, dir_fd=fd)) as tfd:
                 _unpack(tfd, names, _Blocks(chunks), expected_hash, expected_bytes, folder)
                 _set_times(tfd, mtime_ns)
                 published = _publish(tfd, fd, folder)
@@ -142,9 +142,9 @@ def _unpack(
         parts = entry.name.split("/")
         if several:
             digest.update(member_prefix(parts[-1], entry.size))
-        with _opened(_mkdirs(tfd, parts[:-1])) as dfd:
+        with opened(_mkdirs(tfd, parts[:-1])) as dfd:
             out = os.open(parts[-1], _NEW, 0o644, dir_fd=dfd)
-            with _opened(out), os.fdopen(out, "wb", closefd=False) as sink:
+            with opened(out), os.fdopen(out, "wb", closefd=False) as sink:
                 for piece in blocks.pieces(entry.size):
                     digest.update(piece)
                     sink.write(piece)
@@ -251,8 +251,8 @@ def _same_file_bytes(
     # Non-blocking: a FIFO swapped in after the stat must not hang the open; checked again.
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     with (
-        _opened(os.open(name, flags, dir_fd=src)) as a,
-        _opened(os.open(name, flags, dir_fd=dst)) as b,
+        opened(os.open(name, flags, dir_fd=src)) as a,
+        opened(os.open(name, flags, dir_fd=dst)) as b,
     ):
         if not stat.S_ISREG(os.fstat(b).st_mode):
             return False
@@ -262,11 +262,3 @@ def _same_file_bytes(
                 return False
             if not left:
                 return True
-
-
-@contextmanager
-def _opened(fd: int) -> Iterator[int]:
-    try:
-        yield fd
-    finally:
-        os.close(fd)

@@ -106,12 +106,6 @@ def _unescape(field: str) -> str:
     return field
 
 
-def filesystem_type(path: Path, mountinfo: str) -> str | None:
-    """The type of the filesystem holding `path`, from /proc/self/mountinfo text."""
-    found = mount_of(path, mountinfo)
-    return found.fstype if found is not None else None
-
-
 def mount_table() -> str | None:
     """The mount table's text: `$CKPT_MOUNTINFO`'s file if set, else the kernel's."""
     try:

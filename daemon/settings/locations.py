@@ -30,23 +30,23 @@ SYSTEM_DIRS: tuple[Path, ...] = (Path("/etc/ckpt"),)
 
 
 def user_dir(env: Mapping[str, str]) -> Path | None:
-    """`$XDG_CONFIG_HOME/ckpt`, else `$HOME/.config/ckpt`. The XDG spec says a relative value
-    is invalid and must be ignored; with no home either, there is no user folder."""
-    xdg = env.get("XDG_CONFIG_HOME", "")
+    """`$XDG_CONFIG_HOME/ckpt`, else `$HOME/.config/ckpt`."""
+    return _xdg_dir(env, "XDG_CONFIG_HOME", ".config")
+
+
+def _xdg_dir(env: Mapping[str, str], variable: str, default: str) -> Path | None:
+    """`$VARIABLE/ckpt`, else `$HOME/DEFAULT/ckpt`. The XDG spec says a relative value is
+    invalid and must be ignored; with no home either, there is no such folder."""
+    xdg = env.get(variable, "")
     if os.path.isabs(xdg):
         return Path(xdg) / "ckpt"
-    home = _home(env)
-    return None if home is None else home / ".config" / "ckpt"
-
-
-def _home(env: Mapping[str, str]) -> Path | None:
     home = env.get("HOME", "")
     if not os.path.isabs(home):
         try:
             home = str(Path.home())  # from the password database
         except (RuntimeError, KeyError):
             return None
-    return Path(home)
+    return Path(home) / default / "ckpt"
 
 
 def search_path(env: Mapping[str, str] | None = None) -> list[Path]:
@@ -73,13 +73,8 @@ def find_config_file(explicit: str | None, env: Mapping[str, str] | None = None)
 
 
 def state_dir(env: Mapping[str, str]) -> Path | None:
-    """`$XDG_STATE_HOME/ckpt`, else `$HOME/.local/state/ckpt` (a relative value is ignored,
-    as the XDG spec says)."""
-    xdg = env.get("XDG_STATE_HOME", "")
-    if os.path.isabs(xdg):
-        return Path(xdg) / "ckpt"
-    home = _home(env)
-    return None if home is None else home / ".local" / "state" / "ckpt"
+    """`$XDG_STATE_HOME/ckpt`, else `$HOME/.local/state/ckpt`."""
+    return _xdg_dir(env, "XDG_STATE_HOME", ".local/state")
 
 
 def remembered_file(env: Mapping[str, str] | None = None) -> Path | None:

@@ -87,7 +87,7 @@ def test_dcp_folder_read_through_the_restricted_unpickler(async_saves: Path, run
         assert tensors[key].dtype == dtype.removeprefix("torch.")
         assert tensors[key].chunks and list(tensors[key].chunks[0][1]) == shape
     assert "step" in dcp.values
-    assert dcp.storage_files == ("__0_0.distcp",)
+    assert list(dcp.needed) == ["__0_0.distcp"]
     assert dcp.needed["__0_0.distcp"] <= (folder / "__0_0.distcp").stat().st_size
     info = dcp_folder.info_of(dcp)
     assert info.weights_bytes == expected["model_bytes"]

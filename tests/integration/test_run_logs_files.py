@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_daemon.formats.run_logs import logs_signature, read_run_logs
-from ckpt_daemon.formats.tb_events import read_event_file
+from ckpt_daemon.formats.log_discovery import Candidate
+from ckpt_daemon.formats.run_logs import _Reader, logs_signature, read_run_logs
 from tests.support import keras_csv
 from tests.support.event_files import file_version_event, scalar_event, tfrecord
 
@@ -187,10 +187,13 @@ def test_backup_and_restore_folders_are_the_runs_housekeeping(tmp_path: Path) ->
 def test_an_event_file_over_the_limit_keeps_its_first_records(tmp_path: Path) -> None:
     path = tmp_path / "train" / "events.out.tfevents.1.v2"
     _events(path, *(("epoch_loss", e, 0.5) for e in range(20)))
-    result = read_event_file(path, tmp_path, "train/f", limit=300)
-    assert 0 < len(result.scalars) < 20
-    assert result.notes[0] == "train/f: larger than 300 bytes, only the records before that read"
-    assert any("incomplete record" in n for n in result.notes[1:])
+    st = path.stat()
+    cand = Candidate(path, "train/f", "tensorboard", 0, st.st_size, st.st_mtime_ns, False)
+    reader = _Reader(tmp_path, budget=300)  # a run with 300 bytes left to read
+    reader.event_folder(path.parent, 0, [cand])
+    assert 0 < len(reader.layers[0].by_epoch) < 20
+    assert reader.notes[0] == "train/f: over 300 bytes, only the records before read"
+    assert any("incomplete record" in n for n in reader.notes[1:])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,6 +3,7 @@ is never touched, "cannot free enough" with what holds the space; and `min_free`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -399,3 +400,30 @@ def test_a_checkpoint_a_stage_waits_on_goes_last_and_its_stages_are_named() -> N
     assert plan.steps[1].gives_up == ("eval", "export")
     assert plan.steps[1].reason.endswith("; gives up its pending stages eval, export")
     assert "gives up the pending stages of 1 checkpoint(s)" in plan.explain()
+
+
+def test_the_guard_keep_best_and_keep_local_protect_the_same_of_tied_twins() -> None:
+    """A plain PyTorch loop saves `best.pt` (rewritten by its trainer) and `ckpt_epoch03.pt` at
+    the same moment with the same val_loss. Retention keeps the epoch file as the best (a
+    resumed trainer overwrites `best.pt` with a worse model, keras#17012); the guard and
+    keep_local must pick that same file, or under disk pressure the guard frees the only
+    checkpoint of the best that no trainer rewrites."""
+    from ckpt_daemon.core import retention
+    from ckpt_daemon.core.tier_plan import KeepLocal, stays_local
+
+    losses = {1: 0.9, 2: 0.7, 3: 0.5, 4: 0.6, 5: 0.8}
+    items = [item(e, metrics={"val_loss": v}, mtime=1000.0 + 10 * e) for e, v in losses.items()]
+    twin = item(9, metrics={"val_loss": 0.5}, epoch=3, mtime=1030.5, trainer_file="best.pt")
+    items = sorted([*items, replace(twin, path="/r/run/best.pt")], key=lambda i: i.mtime)
+
+    guarded = disk_guard.protections(run(*items))
+    assert "best val_loss" in guarded[3]
+    assert "best val_loss" not in guarded.get(9, "")
+
+    policy = retention.Policy(keep_last=1, keep_best=(retention.KeepBest("val_loss", 1, "min"),))
+    kept = {d.id: d.reasons for d in retention.plan(items, policy).decisions}
+    assert any(r.startswith("best val_loss #1") for r in kept[3])
+    assert not any(r.startswith("best val_loss #1") for r in kept[9])
+
+    local = stays_local(items, items, {}, KeepLocal(best=1), [("val_loss", "min")])
+    assert local == {3: "keep_local best val_loss #1"}

@@ -15,11 +15,15 @@ MOUNTINFO = """\
 """
 
 
-def test_filesystem_type_picks_the_innermost_mount() -> None:
-    assert mounts.filesystem_type(Path("/home/u/.ckpt"), MOUNTINFO) == "ext4"
-    assert mounts.filesystem_type(Path("/mnt/shared/state"), MOUNTINFO) == "nfs4"
-    assert mounts.filesystem_type(Path("/mnt/shared/local disk/state"), MOUNTINFO) == "ext4"
-    assert mounts.filesystem_type(Path("/mnt/sharedx"), MOUNTINFO) == "ext4"
+def test_mount_of_picks_the_innermost_mount() -> None:
+    def fstype(path: str) -> str | None:
+        found = mounts.mount_of(Path(path), MOUNTINFO)
+        return found.fstype if found is not None else None
+
+    assert fstype("/home/u/.ckpt") == "ext4"
+    assert fstype("/mnt/shared/state") == "nfs4"
+    assert fstype("/mnt/shared/local disk/state") == "ext4"
+    assert fstype("/mnt/sharedx") == "ext4"
 
 
 CLUSTER = """\
