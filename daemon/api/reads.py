@@ -382,8 +382,7 @@ class CatalogReads:
         from ..service.health import daemons_status
 
         source = self._reads or self._store.reads
-        beats = (self._reads or self._store.daemons).heartbeats()
-        doc = daemons_status(beats, source.count())
+        doc = daemons_status(source.heartbeats(), source.count())
         saves = source.unfinished_last_saves()
         doc["last_save_failed"] = [{"run": s["run"], **failed_save_json(s)} for s in saves]
         return doc

@@ -165,6 +165,13 @@ def identify(engine: Engine, *, named_roots: Mapping[str, str] | None, node: str
     engine.dialect.ckpt_node = node  # type: ignore[attr-defined]
 
 
+def inserted_id(conn: Any, statement: Any) -> int:
+    """Run an INSERT in the caller's transaction: the id of its new row."""
+    key = conn.execute(statement).inserted_primary_key
+    assert key is not None, "INSERT returned no primary key"
+    return int(key[0])
+
+
 def serialize(conn: Any, *key: object) -> None:
     """Serialize the caller's write transaction with every other one that names the same `key`
     (a row that may not exist yet: a path, a run, a run's lease), until it commits.
@@ -389,3 +396,8 @@ class Facet:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def _read(self, statement: Any) -> list[Any]:
+        """The rows of one statement, in a read-only transaction of its own."""
+        with self._engine.connect().execution_options(**READONLY) as conn:
+            return list(conn.execute(statement).all())

@@ -4,7 +4,7 @@ rows they return made into `core.model` values here.
 
 A `HotReads` runs on a `Snapshot`: a function that opens one read-only transaction and yields a
 `Fetch` (statement -> rows). `dbapi_reads` gives it a plain DB-API connection (sqlite3 or psycopg:
-the CLI's fast path, no SQLAlchemy); `store_snapshot` gives it the Store's engine. Stored paths
+the CLI's fast path, no SQLAlchemy); `store_reads.Reads` gives it the Store's engine. Stored paths
 of named roots are converted as the Store's column types convert them (`core.root_names`):
 stored -> local on every path read, local -> stored for path arguments. No SQLAlchemy here."""
 
@@ -106,7 +106,7 @@ class HotReads:
         with self._reading() as fetch:
             if len(paths) > _WHOLE_VERSION_TABLE:
                 wanted = {self._stored(p) for p in paths}
-                rows = [r for r in fetch(read_sql.ALL_VERSION_COUNTS) if r[0] in wanted]
+                rows = [r for r in fetch(read_sql.version_counts()) if r[0] in wanted]
             else:
                 rows = []
                 for start in range(0, len(paths), read_sql.IN_CHUNK):

@@ -193,13 +193,9 @@ def best(
         f"checkpoints.id AND metrics.name = ? WHERE checkpoints.status = ? AND "
         f"metrics.value {FINITE}"
     )
-    params: list[Any] = [metric, OK, *FINITE_BOUNDS]
-    if not versions:
-        sql += " AND checkpoints.version_of IS NULL"
-    if run is not None:
-        condition, bounds = in_run(run, dialect)
-        sql += f" AND {condition}"
-        params += bounds
+    scope, bounds = _scope(run, dialect, versions)
+    params: list[Any] = [metric, OK, *FINITE_BOUNDS, *bounds]
+    sql += scope
     order = "ASC" if mode == "min" else "DESC"
     sql += f" ORDER BY metrics.value {order}, checkpoints.mtime_ns DESC, checkpoints.id DESC"
     return sql, params
@@ -208,19 +204,24 @@ def best(
 def latest(run: str | None, resumable: bool, dialect: Dialect, versions: bool = False) -> Statement:
     """`latest`'s candidates, newest first: `ok` rows (with `resumable`, those `core.resume` may
     call resumable; our kept copies only with `versions`)."""
-    sql = f"SELECT {CANDIDATE_COLUMNS} {FROM} WHERE checkpoints.status = ?"
-    params: list[Any] = [OK]
-    if not versions:
-        sql += " AND checkpoints.version_of IS NULL"
-    if run is not None:
-        condition, bounds = in_run(run, dialect)
-        sql += f" AND {condition}"
-        params += bounds
+    scope, params = _scope(run, dialect, versions)
+    sql = f"SELECT {CANDIDATE_COLUMNS} {FROM} WHERE checkpoints.status = ?{scope}"
+    params = [OK, *params]
     if resumable:
         condition, more = _may_resume()
         sql += f" AND {condition}"
         params += more
     return f"{sql} ORDER BY {_NEWEST_FIRST}", params
+
+
+def _scope(run: str | None, dialect: Dialect, versions: bool) -> Statement:
+    """`best`'s and `latest`'s candidates' scope, as ` AND ...` conditions: in `run` (or any),
+    and our kept copies of rewritten files only with `versions`."""
+    sql = "" if versions else " AND checkpoints.version_of IS NULL"
+    if run is None:
+        return sql, []
+    condition, params = in_run(run, dialect)
+    return f"{sql} AND {condition}", params
 
 
 def same_moment(
@@ -317,20 +318,13 @@ def details_of(checkpoint_id: int) -> Statement:
     return "SELECT details FROM checkpoints WHERE id = ?", [checkpoint_id]
 
 
-def version_counts(stored_paths: Sequence[str]) -> Statement:
-    """How many versions of each of these files (stored paths) are kept: standby copies and the
-    rows of trashed or purged ones are not counted."""
+def version_counts(stored_paths: Sequence[str] | None = None) -> Statement:
+    """How many versions of each of these files (stored paths; None: of every file) are kept:
+    standby copies and the rows of trashed or purged ones are not counted."""
     counted = (CheckpointStatus.STANDBY.value, *OFF_DISK)
+    files = "IS NOT NULL" if stored_paths is None else f"IN ({', '.join('?' * len(stored_paths))})"
     return (
-        "SELECT version_of, count(*) FROM checkpoints WHERE version_of IN "
-        f"({', '.join('?' * len(stored_paths))}) AND status NOT IN "
+        f"SELECT version_of, count(*) FROM checkpoints WHERE version_of {files} AND status NOT IN "
         f"({', '.join('?' * len(counted))}) GROUP BY version_of",
-        [*stored_paths, *counted],
+        [*(stored_paths or []), *counted],
     )
-
-
-ALL_VERSION_COUNTS: Statement = (
-    "SELECT version_of, count(*) FROM checkpoints WHERE version_of IS NOT NULL AND status NOT IN "
-    f"({', '.join('?' * (1 + len(OFF_DISK)))}) GROUP BY version_of",
-    [CheckpointStatus.STANDBY.value, *OFF_DISK],
-)

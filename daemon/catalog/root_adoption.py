@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import JSON, Engine, Table, Text, select, type_coerce, update
+from sqlalchemy import JSON, Engine, Table, Text, or_, select, type_coerce, update
 
 from ..core.root_names import PathCodec
 from . import db
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, CatalogJSON, codepoint_order
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, CatalogJSON, at_or_below
 
 # (table, its path columns, its JSON columns that may hold paths)
 _PATHS: tuple[tuple[Table, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -52,13 +52,7 @@ def _raw(column: Any) -> Any:
 def _rewrite(conn: Any, codec: PathCodec, local: str) -> int:
     changed = 0
     for table, path_columns, json_columns in _PATHS:
-        below = None
-        for column in path_columns:
-            stored = _raw(table.c[column])
-            ordered = codepoint_order(stored)
-            inside = (stored == local) | ((ordered >= local + "/") & (ordered < local + "0"))
-            below = inside if below is None else below | inside
-        assert below is not None
+        below = or_(*(at_or_below(_raw(table.c[column]), local) for column in path_columns))
         columns = [_raw(table.c[c]).label(c) for c in (*path_columns, *json_columns)]
         for row in conn.execute(select(table.c.id, *columns).where(below)).all():
             values = {c: codec.stored(row._mapping[c]) for c in path_columns if row._mapping[c]}

@@ -1,6 +1,7 @@
 """Catalog rows → `core.model` values, shared by the two readers of the catalog: the SQLAlchemy
 ones (`store_reads`) and the standard library's sqlite3 ones (`sqlite_reads`, which keep the CLI
-fast). No SQLAlchemy import here: `sqlite_reads` must not pay for it."""
+fast); and any row → the frozen record of its columns (`to_record`, the facets' results). No
+SQLAlchemy import here: `sqlite_reads` must not pay for it."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import gc
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.model import Checkpoint, CheckpointStatus, Format, Heartbeat
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    Record = TypeVar("Record", bound=DataclassInstance)
 
 # What a listing reads, in the order `to_checkpoint` unpacks it. `details` (layers, configs) is
 # only read by `show`: listings of 100k rows must stay cheap.
@@ -107,6 +113,14 @@ def to_checkpoint(row: Any, values: dict[str, float | None]) -> Checkpoint:
         versions_kept=0,
     )
     return checkpoint
+
+
+def to_record(cls: type[Record], row: Any, **values: Any) -> Record:
+    """A frozen record of `row`: each field from the column of its name, but for `values`
+    (fields the row holds under another name or in another form)."""
+    columns = row._mapping
+    named = {f.name for f in dataclasses.fields(cls)} - set(values)
+    return cls(**{name: columns[name] for name in named if name in columns}, **values)
 
 
 def _check_fields() -> None:

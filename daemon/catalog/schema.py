@@ -27,6 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.types import TypeDecorator
 
+from ..core.model import CheckpointStatus
 from ..core.root_names import PathCodec
 
 NAMING_CONVENTION = {
@@ -110,6 +111,8 @@ class RunRow(Base):
 # A trash record lives until restore or purge, whatever appears at its old path meanwhile: only
 # rows of files that are (or may again be) at their path are unique by path.
 LIVE_PATH = "status NOT IN ('trashed', 'purged')"
+# The statuses of those records: many rows may share a path (`status.not_in(RECORDS)`: live).
+RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 class CheckpointRow(Base):
@@ -324,6 +327,13 @@ def _codepoint_order(element: Any, compiler: Any, **kw: Any) -> str:
 @compiles(codepoint_order, "postgresql")
 def _codepoint_order_pg(element: Any, compiler: Any, **kw: Any) -> str:
     return f'({compiler.process(element.clauses, **kw)}) COLLATE "C"'
+
+
+def at_or_below(column: Any, path: str) -> Any:
+    """SQL: `column` is `path` or a path below it, as a range on its index (from `path/` to
+    `path0`: "0" is the character after "/"), without LIKE and its wildcards."""
+    ordered = codepoint_order(column)
+    return (column == path) | ((ordered >= path + "/") & (ordered < path + "0"))
 
 
 # The tables as Core objects, for the store's SQL (typed: `__table__` is only a FromClause).

@@ -1,19 +1,19 @@
 """The catalog's one way in: `Store` opens the catalog (its engine never leaves the catalog
 layer) and holds it as facets, each the reads and writes of one concern built from the engine:
-`reads` (listings, best, latest, show, runs), `index` (the indexer's writes), `claims` (read
-claims), `acts` (the writes of destructive acts), `recovery` (crash recovery), `leases`,
-`runs` (run derivation), `versions` (kept versions), `usage` (bytes and figures), `daemons`
-(heartbeats), `remote` (remote copies), `stage_jobs` (the pipeline's queue). A use case takes
-the facets it uses, or `Acting` when it acts through the rail; only the orchestrators hold the
-Store. Rows become `core.model` values (or
-the small frozen records of those modules) before they leave."""
+`reads` (listings, best, latest, show, runs, heartbeats), `index` (the indexer's writes),
+`claims` (read claims), `acts` (the writes of destructive acts), `recovery` (crash recovery),
+`leases`, `runs` (run derivation), `versions` (kept versions), `usage` (bytes and figures),
+`daemons` (heartbeat writes), `remote` (remote copies), `stage_jobs` (the pipeline's queue). A
+use case takes the facets it uses, or `Acting` when it acts through the rail; only the
+orchestrators hold the Store. Rows become `core.model` values (or the small frozen records of
+those modules) before they leave."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Protocol
 
-from . import db, store_reads
+from . import db
 from .root_adoption import adopt_named_roots
 from .store_actions import Acts
 from .store_claims import Claims
@@ -43,24 +43,22 @@ class Store:
     ) -> None:
         """`named_roots`: `Config.named_roots()`; `node`: `Config.node_name` (None: the host
         name), written on every audit event."""
-        self.url = url
         self._engine = engine = db.make_engine(url)
         db.identify(engine, named_roots=named_roots, node=node)
         db.ensure_schema(url, engine, may_migrate=may_migrate)
         # A root named since its rows were written keeps them (and its history): {name: rows}.
         self.adopted = adopt_named_roots(engine, named_roots or {})
         # The hot reads: the fast path's own statements (`read_sql`), over this engine.
-        hot = store_reads.hot_reads(engine)
-        self.reads = Reads(engine, hot)
-        self.index = Index(engine, url)
-        self.claims = Claims(engine, url)
+        self.reads = Reads(engine)
+        self.index = Index(engine)
+        self.claims = Claims(engine)
         self.acts = Acts(engine)
         self.recovery = Recovery(engine)
         self.leases = Leases(engine)
         self.runs = Runs(engine)
         self.versions = Versions(engine)
         self.usage = UsageReads(engine)
-        self.daemons = Daemons(engine, hot)
+        self.daemons = Daemons(engine)
         self.remote = RemoteCopies(engine)
         self.stage_jobs = StageJobs(engine)
 

@@ -21,14 +21,13 @@ from sqlalchemy import delete, insert, select, update
 from ..core.model import AuditEvent, CheckpointStatus, FileStat, TrashedCheckpoint
 from . import db
 from .audit import close_event, now_iso, patch_details, record_event
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RUNS, codepoint_order
+from .rows import to_record
+from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, RECORDS, RUNS, at_or_below
 from .store_leases import HeldLease
 from .store_reads import in_run
 from .store_versions import content_hashes, sync_standby
 
 checkpoints, events, runs, artifacts = CHECKPOINTS, EVENTS, RUNS, ARTIFACTS
-# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
-RECORDS = (CheckpointStatus.TRASHED, CheckpointStatus.PURGED)
 # What may be moved to the trash: a complete checkpoint, or a save nobody will finish.
 TRASHABLE = (CheckpointStatus.OK, CheckpointStatus.ABANDONED, CheckpointStatus.STANDBY)  # guard
 
@@ -221,21 +220,13 @@ class Acts(db.Facet):
 
     def artifact_owner(self, path: str) -> int | None:
         """The checkpoint id whose registered artifact is at `path` (None: no artifact there)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return conn.execute(
-                select(artifacts.c.checkpoint_id).where(artifacts.c.path == path)
-            ).scalar()
+        found = self._read(select(artifacts.c.checkpoint_id).where(artifacts.c.path == path))
+        return found[0][0] if found else None
 
     def ids_with_artifact(self, kind: str) -> set[int]:
         """Checkpoints with a finished artifact of `kind` (a pending row: a killed split)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return set(
-                conn.execute(
-                    select(artifacts.c.checkpoint_id).where(
-                        artifacts.c.kind == kind, artifacts.c.hash.is_not(None)
-                    )
-                ).scalars()
-            )
+        finished = (artifacts.c.kind == kind) & artifacts.c.hash.is_not(None)
+        return {r[0] for r in self._read(select(artifacts.c.checkpoint_id).where(finished))}
 
     def record_rewrite(
         self, checkpoint_id: int, *, stat: FileStat, digest: str, codec: str
@@ -266,13 +257,10 @@ class Acts(db.Facet):
     def artifact_paths(self, start: str) -> set[str]:
         """Paths of our derived files at or below `start`: never indexed as new checkpoints.
         (A `compressed` artifact is the checkpoint itself, rewritten: not one of them.)"""
-        path, ordered = artifacts.c.path, codepoint_order(artifacts.c.path)
-        stmt = select(path).where(
-            (artifacts.c.kind != "compressed")
-            & ((path == start) | ((ordered >= start + "/") & (ordered < start + "0")))
+        stmt = select(artifacts.c.path).where(
+            artifacts.c.kind != "compressed", at_or_below(artifacts.c.path, start)
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return set(conn.execute(stmt).scalars())
+        return {r[0] for r in self._read(stmt)}
 
     def set_pinned(self, checkpoint_id: int, pinned: bool, actor: str) -> bool:
         """Returns whether it changed."""
@@ -305,11 +293,11 @@ class Acts(db.Facet):
             select(
                 checkpoints.c.id,
                 checkpoints.c.path,
-                checkpoints.c.size_bytes,
+                checkpoints.c.size_bytes.label("bytes"),
                 checkpoints.c.reason,
                 checkpoints.c.details,
                 checkpoints.c.pinned,
-                runs.c.name,
+                runs.c.name.label("run"),
                 runs.c.root,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
@@ -318,20 +306,14 @@ class Acts(db.Facet):
         )
         if not include_pinned:
             stmt = stmt.where(checkpoints.c.pinned.is_(False))
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(stmt).all()
         return [
-            TrashedCheckpoint(
-                id=r.id,
-                path=r.path,
-                run=r.name,
-                root=r.root,
-                bytes=r.size_bytes,
-                reason=r.reason,
+            to_record(
+                TrashedCheckpoint,
+                r,
                 pinned=bool(r.pinned),
                 trash=dict((r.details or {}).get("trash", {})),
             )
-            for r in rows
+            for r in self._read(stmt)
         ]
 
     def audit_log(
@@ -358,24 +340,7 @@ class Acts(db.Facet):
                 stmt = stmt.where(events.c[column] == wanted)
         if limit is not None:
             stmt = stmt.limit(limit)
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(stmt).all()
-        return [
-            AuditEvent(
-                id=r.id,
-                at=r.at,
-                action=r.action,
-                state=r.state,
-                checkpoint_id=r.checkpoint_id,
-                run=r.run,
-                path=r.path,
-                reason=r.reason,
-                bytes=r.bytes,
-                actor=r.actor,
-                node=r.node,
-            )
-            for r in reversed(rows)
-        ]
+        return [to_record(AuditEvent, r) for r in reversed(self._read(stmt))]
 
 
 def _unclaim(conn: Any, checkpoint_id: int, action: str) -> None:

@@ -19,17 +19,16 @@ import datetime as dt
 import enum
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import iso
-from .schema import CHECKPOINTS, CLAIMS
+from .schema import CHECKPOINTS, CLAIMS, RECORDS
 
 checkpoints, claims = CHECKPOINTS, CLAIMS
 # Rows whose bytes need no second read when the stat is unchanged (indexer._SETTLED).
 _SETTLED = (CheckpointStatus.OK.value, CheckpointStatus.CORRUPT.value)
-_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 class Claim(enum.Enum):
@@ -41,13 +40,9 @@ class Claim(enum.Enum):
 class Claims(db.Facet):
     """The read claims (the `claims` facet)."""
 
-    def __init__(self, engine: Engine, url: str) -> None:
-        super().__init__(engine)
-        self.url = url
-
     def claims_reads(self) -> bool:
         """Whether claims are kept: on a catalog several hosts share (not SQLite)."""
-        return not db.is_sqlite(self.url)
+        return self._engine.dialect.name != "sqlite"
 
     def claim_read(
         self, path: str, stat: FileStat, node: str, ttl_seconds: float
@@ -61,7 +56,7 @@ class Claims(db.Facet):
                     checkpoints.c.mtime_ns,
                     checkpoints.c.inode,
                     checkpoints.c.status,
-                ).where(checkpoints.c.path == path, checkpoints.c.status.not_in(_RECORDS))
+                ).where(checkpoints.c.path == path, checkpoints.c.status.not_in(RECORDS))
             ).first()
             if (
                 row is not None

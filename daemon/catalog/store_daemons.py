@@ -1,31 +1,25 @@
 """Daemons in the catalog: one heartbeat row per daemon run, naming its node (`service.node`),
 host and pid; a second daemon of a node that has a live one is refused (`register`); `ckpt status`
-reads each node's newest row (`heartbeats`)."""
+reads each node's newest row (`Reads.heartbeats`)."""
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import insert, select, update
 
 from ..core.errors import DaemonRunning
 from ..core.model import Heartbeat
 from . import db
 from .audit import now_iso
-from .hot_reads import HotReads
 from .schema import HEARTBEAT
 
 heartbeat = HEARTBEAT
 
 
 class Daemons(db.Facet):
-    """The heartbeat reads and writes (the `daemons` facet)."""
-
-    def __init__(self, engine: Engine, hot: HotReads) -> None:
-        super().__init__(engine)
-        self._hot = hot  # the heartbeat reads: the fast path's own statements
+    """The heartbeat writes (the `daemons` facet)."""
 
     def register(
         self,
@@ -43,31 +37,15 @@ class Daemons(db.Facet):
         cannot both register."""
         with self._engine.begin() as conn:
             db.serialize(conn, "node", node)
-            row = conn.execute(
-                select(heartbeat)
-                .where(heartbeat.c.node == node)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-            if row is not None:
-                beat = Heartbeat(
-                    row.pid, row.host, row.started_at, row.heartbeat_at, dict(row.state or {})
+            beat = _newest(conn, node)
+            if beat is not None and is_live(beat):
+                raise DaemonRunning(
+                    f"a daemon of node {node!r} is running on this catalog (pid {beat.pid} "
+                    f"on {beat.host}, heartbeat {beat.heartbeat_at}): stop it, or give this "
+                    "one another service.node"
                 )
-                if is_live(beat):
-                    raise DaemonRunning(
-                        f"a daemon of node {node!r} is running on this catalog (pid {row.pid} "
-                        f"on {row.host}, heartbeat {row.heartbeat_at}): stop it, or give this "
-                        "one another service.node"
-                    )
-            values = {
-                "node": node,
-                "pid": pid,
-                "host": host,
-                "started_at": started_at,
-                "heartbeat_at": now_iso(),
-                "state": state,
-            }
-            return _insert_id(conn, values)
+            values = _row(node, pid, host, started_at, state)
+            return db.inserted_id(conn, insert(heartbeat).values(**values))
 
     def record_once(
         self,
@@ -82,34 +60,16 @@ class Daemons(db.Facet):
         """`serve --once`'s row, so that `ckpt status` says what last ran. Not written while the
         node's daemon runs (its own heartbeat is the status); the node's previous `--once` row
         is replaced, so that cron does not pile rows up."""
-        values = {
-            "node": node,
-            "pid": pid,
-            "host": host,
-            "started_at": started_at,
-            "heartbeat_at": now_iso(),
-            "state": {**state, "once": True},
-        }
+        values = _row(node, pid, host, started_at, {**state, "once": True})
         with self._engine.begin() as conn:
             db.serialize(conn, "node", node)
-            row = conn.execute(
-                select(heartbeat)
-                .where(heartbeat.c.node == node)
-                .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
-                .limit(1)
-            ).first()
-            if row is not None:
-                was = dict(row.state or {})
-                if is_live(Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, was)):
-                    return
-                if was.get("once"):
-                    conn.execute(update(heartbeat).where(heartbeat.c.id == row.id).values(**values))
-                    return
-            _insert_id(conn, values)
-
-    def heartbeats(self) -> builtins.list[Heartbeat]:
-        """The newest heartbeat of each daemon node, newest first."""
-        return self._hot.heartbeats()
+            beat = _newest(conn, node)
+            if beat is not None and is_live(beat):
+                return
+            if beat is not None and beat.state.get("once"):
+                conn.execute(update(heartbeat).where(heartbeat.c.id == beat.id).values(**values))
+                return
+            db.inserted_id(conn, insert(heartbeat).values(**values))
 
     def beat(
         self,
@@ -122,14 +82,7 @@ class Daemons(db.Facet):
         node: str | None = None,
     ) -> int:
         """Record that this daemon is alive (one row per daemon run); returns the row id."""
-        values = {
-            "node": node,
-            "pid": pid,
-            "host": host,
-            "started_at": started_at,
-            "heartbeat_at": now_iso(),
-            "state": state,
-        }
+        values = _row(node, pid, host, started_at, state)
         with self._engine.begin() as conn:
             if heartbeat_id is not None:
                 done = conn.execute(
@@ -137,13 +90,32 @@ class Daemons(db.Facet):
                 )
                 if done.rowcount:
                     return heartbeat_id
-            return _insert_id(conn, values)
-
-    def latest_heartbeat(self) -> Heartbeat | None:
-        return self._hot.latest_heartbeat()
+            return db.inserted_id(conn, insert(heartbeat).values(**values))
 
 
-def _insert_id(conn: Any, values: dict[str, Any]) -> int:
-    key = conn.execute(insert(heartbeat).values(**values)).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])
+def _row(
+    node: str | None, pid: int, host: str, started_at: str, state: dict[str, Any]
+) -> dict[str, Any]:
+    """A heartbeat row's values, beating now."""
+    return {
+        "node": node,
+        "pid": pid,
+        "host": host,
+        "started_at": started_at,
+        "heartbeat_at": now_iso(),
+        "state": state,
+    }
+
+
+def _newest(conn: Any, node: str) -> Heartbeat | None:
+    """The newest heartbeat row of `node`."""
+    row = conn.execute(
+        select(heartbeat)
+        .where(heartbeat.c.node == node)
+        .order_by(heartbeat.c.heartbeat_at.desc(), heartbeat.c.id.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    state = dict(row.state or {})
+    return Heartbeat(row.pid, row.host, row.started_at, row.heartbeat_at, state, row.node, row.id)

@@ -6,24 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
 
-from sqlalchemy import JSON, Engine, Table, insert, select, type_coerce, update
+from sqlalchemy import JSON, insert, select, type_coerce, update
 
 from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat, IndexRecord
 from . import change_feed, db
 from .audit import now_iso, record_event
 from .index_rows import row_values, sightings
-from .schema import CHECKPOINTS, RUNS, codepoint_order
+from .schema import CHECKPOINTS, RECORDS, RUNS, at_or_below
 from .store_claims import drop_claim
 from .store_recovery import move_in_flight
 from .store_runs import replace_metrics, run_id_for
 from .store_versions import sync_standby
 
 checkpoints, runs = CHECKPOINTS, RUNS
-# Rows that record files no longer at their path: many may share a path (see schema.LIVE_PATH).
-_RECORDS = (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +35,6 @@ class Known:
 
 class Index(db.Facet):
     """The indexer's side of the catalog (the `index` facet)."""
-
-    def __init__(self, engine: Engine, url: str) -> None:
-        super().__init__(engine)
-        self.url = url
 
     # ---- writes (one short BEGIN IMMEDIATE transaction each) ----
 
@@ -64,7 +57,7 @@ class Index(db.Facet):
                     checkpoints.c.generation,
                     checkpoints.c.status,
                     checkpoints.c.details,
-                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(_RECORDS))
+                ).where(checkpoints.c.path == rec.path, checkpoints.c.status.not_in(RECORDS))
             ).first()
             if row is None:
                 moving = conn.execute(
@@ -84,7 +77,7 @@ class Index(db.Facet):
                 generation = 1
                 values.update(run_id=run_id, first_seen_at=now, generation=1, pinned=False)
                 values["details"]["generations"] = sightings([], rec, generation, now)
-                ckpt_id = _insert_id(conn, checkpoints, values)
+                ckpt_id = db.inserted_id(conn, insert(checkpoints).values(**values))
             else:
                 ckpt_id = row.id
                 seen = list((row.details or {}).get("generations") or [])
@@ -116,9 +109,6 @@ class Index(db.Facet):
             change_feed.announce(conn)  # `ckpt wait` on any host: at this commit
             return int(ckpt_id)
 
-    def mark_missing(self, ckpt_ids: Iterable[int], reason: str, *, actor_name: str) -> int:
-        return self.mark(ckpt_ids, CheckpointStatus.MISSING, reason, actor_name=actor_name)
-
     def mark(
         self, ckpt_ids: Iterable[int], status: CheckpointStatus, reason: str, *, actor_name: str
     ) -> int:
@@ -135,7 +125,7 @@ class Index(db.Facet):
                 select(checkpoints.c.id, checkpoints.c.path, checkpoints.c.run_id)
                 .where(
                     checkpoints.c.id.in_(ids),
-                    checkpoints.c.status.not_in((*_RECORDS, status.value)),
+                    checkpoints.c.status.not_in((*RECORDS, status.value)),
                 )
                 .with_for_update()
             ).all()
@@ -177,26 +167,20 @@ class Index(db.Facet):
                 checkpoints.c.metrics_at,
             )
             .join(runs, runs.c.id == checkpoints.c.run_id)
-            .where(runs.c.root == root, checkpoints.c.status.not_in(_RECORDS))
+            .where(runs.c.root == root, checkpoints.c.status.not_in(RECORDS))
             .where(checkpoints.c.version_of.is_(None))  # kept versions: not in any walk
         )
-        if start is not None and start != root:
-            # A range on the unique path index: `start` itself, and everything below `start/`
-            # ("0" is the character after "/"), without LIKE and its wildcards.
-            path = codepoint_order(checkpoints.c.path)
-            query = query.where(
-                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
+        if start is not None and start != root:  # a range on the unique path index
+            query = query.where(at_or_below(checkpoints.c.path, start))
+        return {
+            r.path: Known(
+                r.id,
+                FileStat(r.size_bytes, r.mtime_ns, r.inode),
+                CheckpointStatus(r.status),
+                r.metrics_at,
             )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                r.path: Known(
-                    r.id,
-                    FileStat(r.size_bytes, r.mtime_ns, r.inode),
-                    CheckpointStatus(r.status),
-                    r.metrics_at,
-                )
-                for r in conn.execute(query)
-            }
+            for r in self._read(query)
+        }
 
     def trashed_in_place(self, root: str, start: str | None = None) -> dict[str, FileStat]:
         """The files under `root` (at or below `start`) trashed where they are (a root that
@@ -211,22 +195,18 @@ class Index(db.Facet):
             .where(in_place.is_(True))
         )
         if start is not None and start != root:  # as `known_under`: a range on the path
-            path = codepoint_order(checkpoints.c.path)
-            query = query.where(
-                (checkpoints.c.path == start) | ((path >= start + "/") & (path < start + "0"))
-            )
+            query = query.where(at_or_below(checkpoints.c.path, start))
         found = {}
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            for row in conn.execute(query):
-                trash = (row.details or {}).get("trash") or {}
-                if trash.get("in_place") and trash.get("stat"):
-                    found[row.path] = FileStat(*trash["stat"])
+        for row in self._read(query):
+            trash = (row.details or {}).get("trash") or {}
+            if trash.get("in_place") and trash.get("stat"):
+                found[row.path] = FileStat(*trash["stat"])
         return found
 
     def quick_check(self) -> str | None:
         """SQLite's `PRAGMA quick_check` (its WAL-reset race is in the system's version range):
         None when fine or not SQLite, else what it reported."""
-        if not db.is_sqlite(self.url):
+        if self._engine.dialect.name != "sqlite":
             return None
         with self._engine.connect() as conn:
             rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
@@ -234,23 +214,17 @@ class Index(db.Facet):
 
     def identity(self, ckpt_id: int) -> tuple[FileStat, str | None, list[str]]:
         """What the catalog says a checkpoint's files are: (stat, hash, member names)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(
-                    checkpoints.c.size_bytes,
-                    checkpoints.c.mtime_ns,
-                    checkpoints.c.inode,
-                    checkpoints.c.hash,
-                    checkpoints.c.details,
-                ).where(checkpoints.c.id == ckpt_id)
-            ).first()
-        if row is None:
+        found = self._read(
+            select(
+                checkpoints.c.size_bytes,
+                checkpoints.c.mtime_ns,
+                checkpoints.c.inode,
+                checkpoints.c.hash,
+                checkpoints.c.details,
+            ).where(checkpoints.c.id == ckpt_id)
+        )
+        if not found:
             raise NotFound(f"no checkpoint {ckpt_id} in the catalog")
+        row = found[0]
         files = list((row.details or {}).get("files") or [])
         return FileStat(row.size_bytes, row.mtime_ns, row.inode), row.hash, files
-
-
-def _insert_id(conn: Any, table: Table, values: dict[str, Any]) -> int:
-    key = conn.execute(insert(table).values(**values)).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])

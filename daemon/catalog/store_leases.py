@@ -16,10 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from sqlalchemy import Engine, and_, insert, select, update
+from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import LeaseHeld, LeaseLost
@@ -69,36 +69,20 @@ class HeldLease:
     def renew(self, conn: Any = None) -> None:
         """Confirm the lease is still ours and push its expiry forward, atomically (in `conn`'s
         transaction if given: an act's first write). LeaseLost if it is not ours any more."""
-        if self._lost is not None:
-            raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
-        host, pid = this_process()
-
-        def renewal(conn: Any) -> Any:
-            moment = db.clock(conn)  # the database's clock: hosts may disagree
-            return conn.execute(
-                update(leases)
-                .where(
-                    leases.c.run_id == self.run_id,
-                    leases.c.holder == self.holder,
-                    leases.c.host == host,
-                    leases.c.pid == pid,
-                    leases.c.token == self.token,
-                    leases.c.expires_at > iso(moment),  # expired: another may have it now
+        if self._lost is None:
+            with nullcontext(conn) if conn is not None else self._engine.begin() as renewing:
+                moment = db.clock(renewing)  # the database's clock: hosts may disagree
+                done = renewing.execute(
+                    update(leases)
+                    .where(
+                        *_ours(self.run_id, self.holder, self.token),
+                        leases.c.expires_at > iso(moment),  # expired: another may have it now
+                    )
+                    .values(expires_at=iso(moment + dt.timedelta(seconds=self.ttl_seconds)))
                 )
-                .values(expires_at=iso(moment + dt.timedelta(seconds=self.ttl_seconds)))
-            )
-
-        if conn is None:
-            with self._engine.begin() as own:
-                done = renewal(own)
-        else:
-            done = renewal(conn)
-        if done.rowcount != 1:
-            if conn is None:
-                with self._engine.connect() as own:
-                    self._lost = _taken_by(own, self.run_id, self.token)
-            else:
-                self._lost = _taken_by(conn, self.run_id, self.token)
+                if done.rowcount != 1:
+                    self._lost = _taken_by(renewing, self.run_id, self.token)
+        if self._lost is not None:
             raise LeaseLost(f"stopped: run {self.run_id} is no longer ours: {self._lost}")
 
     @property
@@ -119,6 +103,16 @@ class HeldLease:
                 return
             except SQLAlchemyError:  # a busy or locked catalog: the next tick tries again
                 continue
+
+
+def _ours(run_id: int, holder: str, token: int | None) -> tuple[Any, ...]:
+    """SQL: the run's lease row while this process is its holder (with `token`, when given)."""
+    host, pid = this_process()
+    ours = [leases.c.run_id == run_id, leases.c.holder == holder]
+    ours += [leases.c.host == host, leases.c.pid == pid]
+    if token is not None:
+        ours.append(leases.c.token == token)
+    return tuple(ours)
 
 
 def _taken_by(conn: Any, run_id: int, token: int) -> str:
@@ -215,14 +209,8 @@ class Leases(db.Facet):
 
     def release_lease(self, run_id: int, holder: str, token: int | None = None) -> None:
         """Give the lease up: expired now, its row (and token) kept; only if it is still ours."""
-        host, pid = this_process()
         with self._engine.begin() as conn:
-            mine = and_(
-                leases.c.run_id == run_id,
-                leases.c.holder == holder,
-                leases.c.host == host,
-                leases.c.pid == pid,
+            moment = iso(db.clock(conn))
+            conn.execute(
+                update(leases).where(*_ours(run_id, holder, token)).values(expires_at=moment)
             )
-            if token is not None:
-                mine = and_(mine, leases.c.token == token)
-            conn.execute(update(leases).where(mine).values(expires_at=iso(db.clock(conn))))

@@ -15,13 +15,21 @@ from sqlalchemy import Engine, case, select, true
 
 from ..core.errors import NotFound
 from ..core.model import Checkpoint, CheckpointStatus, Run
-from ..core.query import ListQuery
 from ..core.runs import run_scope
 from . import db, read_sql
 from .hot_reads import Fetch, HotReads
 from .read_sql import Statement
 from .rows import LISTING_COLUMNS, to_checkpoint
-from .schema import ARTIFACTS, CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order, path_codec
+from .schema import (
+    ARTIFACTS,
+    CHECKPOINTS,
+    EVENTS,
+    METRICS,
+    RECORDS,
+    RUNS,
+    codepoint_order,
+    path_codec,
+)
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 MAX_ID = 2**63 - 1
@@ -42,86 +50,97 @@ _SHOW_COLUMNS = (
     "first_seen_at",
     "metrics_at",
 )
+# What `show` prints of each of its artifacts and audit events.
+_ARTIFACT_KEYS = ("kind", "path", "bytes", "codec", "hash", "created_at")
+_EVENT_KEYS = ("at", "action", "state", "reason", "bytes", "actor")
 
 
-def hot_reads(engine: Engine) -> HotReads:
-    """The hot reads over `engine`: the statements and row shaping of the fast path
-    (`dbapi_reads`), sent to the driver as they are (paths converted by `hot_reads`, as the
-    fast path converts them, with the codec `db.identify` gave this engine)."""
+class Reads(HotReads, db.Facet):
+    """The catalog's reads: the hot reads (`hot_reads`: the fast path's statements and row
+    shaping, sent to the driver as they are, paths converted with the codec `db.identify` gave
+    this engine), one checkpoint in full, runs."""
 
-    @contextmanager
-    def snapshot() -> Iterator[Fetch]:
-        with engine.connect().execution_options(**db.READONLY) as conn:
+    def __init__(self, engine: Engine) -> None:
+        db.Facet.__init__(self, engine)
 
-            def fetch(statement: Statement) -> list[Sequence[Any]]:
-                sql, params = statement
-                return list(conn.exec_driver_sql(sql, tuple(params)).all())
+        @contextmanager
+        def snapshot() -> Iterator[Fetch]:
+            with engine.connect().execution_options(**db.READONLY) as conn:
 
-            yield fetch
+                def fetch(statement: Statement) -> builtins.list[Sequence[Any]]:
+                    sql, params = statement
+                    return builtins.list(conn.exec_driver_sql(sql, tuple(params)).all())
 
-    dialect = read_sql.dialect_named(engine.dialect.name)
-    return HotReads(snapshot, dialect, path_codec(engine.dialect))
+                yield fetch
 
-
-class Reads(db.Facet):
-    """The catalog's reads: listings, best and latest, one checkpoint in full, runs."""
-
-    def __init__(self, engine: Engine, hot: HotReads) -> None:
-        super().__init__(engine)
-        self._hot = hot
-
-    def count(self) -> int:
-        """Checkpoints in the catalog that are on disk (any status but missing, removed,
-        trashed, purged)."""
-        return self._hot.count()
-
-    def list(self, query: ListQuery) -> builtins.list[Checkpoint]:
-        return self._hot.list(query)
-
-    def version_counts(self, paths: builtins.list[str]) -> dict[str, int]:
-        return self._hot.version_counts(paths)
-
-    def metric_names(self) -> set[str]:
-        return self._hot.metric_names()
-
-    def has_metric(self, name: str) -> bool:
-        return self._hot.has_metric(name)
-
-    def best(
-        self, metric: str, mode: str, run: str | None = None, *, versions: bool = False
-    ) -> Checkpoint:
-        return self._hot.best(metric, mode, run, versions=versions)
-
-    def latest(
-        self, run: str | None = None, resumable: bool = False, *, versions: bool = False
-    ) -> Checkpoint:
-        return self._hot.latest(run, resumable, versions=versions)
+        dialect = read_sql.dialect_named(engine.dialect.name)
+        HotReads.__init__(self, snapshot, dialect, path_codec(engine.dialect))
 
     def get(self, ref: str) -> Checkpoint:
-        """A checkpoint by catalog id or by path, with layers, configs, artifacts and events."""
-        return get(self._engine, ref)
+        """A checkpoint by catalog id or by path (absolute or relative to the working folder),
+        with layers, configs, artifacts and events. Several rows may have had a path (trashed,
+        then a new file there): the one of the file at the path wins, else the newest record."""
+        if _is_catalog_id(ref):
+            condition = checkpoints.c.id == int(ref)
+        elif ref.isascii() and ref.isdigit():
+            raise NotFound(f"no checkpoint {ref!r} in the catalog")  # past any 64-bit id
+        else:
+            condition = checkpoints.c.path == os.path.abspath(ref)
+        show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
+        record = checkpoints.c.status.in_(RECORDS)
+        stmt = (
+            select(*_LIST_COLUMNS, checkpoints.c.details, *show_columns)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(condition)
+            .order_by(case((record, 1), else_=0), checkpoints.c.id.desc())
+            .limit(1)
+        )
+        with self._engine.connect().execution_options(**db.READONLY) as conn:
+            row = conn.execute(stmt).first()
+            if row is None:
+                raise NotFound(f"no checkpoint {ref!r} in the catalog")
+            values = _metric_values(conn, [row.id]).get(row.id, {})
+            found = to_checkpoint(row[: len(_LIST_COLUMNS)], values)
+            sources = conn.execute(
+                select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == row.id)
+            ).all()
+            found_artifacts = conn.execute(
+                select(*(artifacts.c[k] for k in _ARTIFACT_KEYS))
+                .where(artifacts.c.checkpoint_id == row.id)
+                .order_by(artifacts.c.id)
+            ).all()
+            history = conn.execute(
+                select(*(events.c[k] for k in _EVENT_KEYS))
+                .where(events.c.checkpoint_id == row.id)
+                .order_by(events.c.id)
+            ).all()
+            kept = _versions_of(conn, found.path) if found.version_of is None else []
+        details = dict(row.details or {})
+        details["versions"] = kept
+        details.update(
+            {name: row._mapping[name] for name in _SHOW_COLUMNS},
+            artifacts=[dict(a._mapping) for a in found_artifacts],
+        )
+        details["events"] = [dict(e._mapping) for e in history]
+        return dataclasses.replace(found, details=details, metric_sources=dict(sources))
 
     def run_keys(self) -> builtins.list[tuple[int, str, str]]:
         """(id, root, name) of every run: cheap, unlike `runs()` and its per-metric bests."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
-            )
-            return [(r.id, r.root, r.name) for r in rows]
+        rows = self._read(
+            select(runs.c.id, runs.c.root, runs.c.name).order_by(runs.c.root, runs.c.name)
+        )
+        return [(r.id, r.root, r.name) for r in rows]
 
     def runs(self) -> builtins.list[Run]:
-        found = self._hot.runs()
-        failed = {(f["root"], f["run"]): f for f in self._hot.unfinished_last_saves()}
+        """Every run's summary, with its last save when that did not complete."""
+        found = super().runs()
+        failed = {(f["root"], f["run"]): f for f in self.unfinished_last_saves()}
         return [
             dataclasses.replace(r, last_save_failed=failed[(r.root, r.name)])
             if (r.root, r.name) in failed
             else r
             for r in found
         ]
-
-    def unfinished_last_saves(self) -> builtins.list[dict[str, Any]]:
-        """The runs whose last save did not complete, and that save (`ckpt status`)."""
-        return self._hot.unfinished_last_saves()
 
 
 def in_run(run: str) -> Any:
@@ -134,67 +153,6 @@ def in_run(run: str) -> Any:
     # scan of every run: an equality in the database's collation cannot use such an index.
     name = codepoint_order(runs.c.name)
     return (name == scope.exact) | ((name >= scope.low) & (name < scope.high))
-
-
-def _complete(conn: Any, row: Any) -> Checkpoint:
-    """One checkpoint (a listing row) with its metrics and where each came from."""
-    row_id = row[0]
-    values = _metric_values(conn, [row_id])
-    checkpoint = to_checkpoint(row, values.get(row_id, {}))
-    return dataclasses.replace(checkpoint, metric_sources=_metric_sources(conn, row_id))
-
-
-def get(engine: Engine, ref: str) -> Checkpoint:
-    """A checkpoint by catalog id or by path (absolute or relative to the working folder).
-    Several rows may have had a path (trashed, then a new file there): the one of the file at
-    the path wins, else the newest record."""
-    if _is_catalog_id(ref):
-        condition = checkpoints.c.id == int(ref)
-    elif ref.isascii() and ref.isdigit():
-        raise NotFound(f"no checkpoint {ref!r} in the catalog")  # past any 64-bit id
-    else:
-        condition = checkpoints.c.path == os.path.abspath(ref)
-    show_columns = [checkpoints.c[name] for name in _SHOW_COLUMNS]
-    record = checkpoints.c.status.in_(
-        (CheckpointStatus.TRASHED.value, CheckpointStatus.PURGED.value)
-    )
-    stmt = (
-        select(*_LIST_COLUMNS, checkpoints.c.details, *show_columns)
-        .join(runs, runs.c.id == checkpoints.c.run_id)
-        .where(condition)
-        .order_by(case((record, 1), else_=0), checkpoints.c.id.desc())
-        .limit(1)
-    )
-    with engine.connect().execution_options(**db.READONLY) as conn:
-        row = conn.execute(stmt).first()
-        if row is None:
-            raise NotFound(f"no checkpoint {ref!r} in the catalog")
-        found = _complete(conn, row[: len(_LIST_COLUMNS)])
-        found_artifacts = conn.execute(
-            select(artifacts).where(artifacts.c.checkpoint_id == row.id).order_by(artifacts.c.id)
-        ).all()
-        history = conn.execute(
-            select(events).where(events.c.checkpoint_id == row.id).order_by(events.c.id)
-        ).all()
-        kept = _versions_of(conn, found.path) if found.version_of is None else []
-    details = dict(row.details or {})
-    details["versions"] = kept
-    details.update(
-        {name: row._mapping[name] for name in _SHOW_COLUMNS},
-        artifacts=[_artifact_json(a) for a in found_artifacts],
-    )
-    details["events"] = [
-        {
-            "at": e.at,
-            "action": e.action,
-            "state": e.state,
-            "reason": e.reason,
-            "bytes": e.bytes,
-            "actor": e.actor,
-        }
-        for e in history
-    ]
-    return dataclasses.replace(found, details=details)
 
 
 def _versions_of(conn: Any, path: str) -> list[dict[str, Any]]:
@@ -234,32 +192,14 @@ def _is_catalog_id(ref: str) -> bool:
     return ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID
 
 
-def _artifact_json(a: Any) -> dict[str, Any]:
-    return {
-        "kind": a.kind,
-        "path": a.path,
-        "bytes": a.bytes,
-        "codec": a.codec,
-        "hash": a.hash,
-        "created_at": a.created_at,
-    }
-
-
-def _metric_values(
-    conn: Any, ids: list[int], *, whole_table: bool = False
-) -> dict[int, dict[str, float | None]]:
-    """{checkpoint id: {metric: value}} for `ids` (a full listing reads the table once)."""
+def _metric_values(conn: Any, ids: list[int]) -> dict[int, dict[str, float | None]]:
+    """{checkpoint id: {metric: value}} for `ids`."""
     out: dict[int, dict[str, float | None]] = {}
     stmt = select(metrics.c.checkpoint_id, metrics.c.name, metrics.c.value)
-    chunks = [None] if whole_table else [ids[i : i + 900] for i in range(0, len(ids), 900)]
-    for chunk in chunks if ids else []:
-        part = stmt if chunk is None else stmt.where(metrics.c.checkpoint_id.in_(chunk))
-        for checkpoint_id, name, value in conn.execute(part):
+    for chunk in (ids[i : i + 900] for i in range(0, len(ids), 900)):
+        for checkpoint_id, name, value in conn.execute(
+            stmt.where(metrics.c.checkpoint_id.in_(chunk))
+        ):
             finite = value is not None and math.isfinite(value)
             out.setdefault(checkpoint_id, {})[name] = value if finite else None
     return out
-
-
-def _metric_sources(conn: Any, checkpoint_id: int) -> dict[str, str]:
-    stmt = select(metrics.c.name, metrics.c.source).where(metrics.c.checkpoint_id == checkpoint_id)
-    return {name: source for name, source in conn.execute(stmt)}

@@ -14,8 +14,8 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import close_event, iso, now_iso, patch_details, record_event
-from .schema import CHECKPOINTS, EVENTS, LEASES, RUNS
-from .store_actions import RECORDS, free_path
+from .schema import CHECKPOINTS, EVENTS, LEASES, RECORDS, RUNS
+from .store_actions import free_path
 from .store_runs import run_id_for
 
 checkpoints, events, runs = CHECKPOINTS, EVENTS, RUNS
@@ -49,13 +49,10 @@ class Recovery(db.Facet):
     """The recovery reads and writes (the `recovery` facet)."""
 
     def run_of(self, checkpoint_id: int) -> int:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            run_id = conn.execute(
-                select(checkpoints.c.run_id).where(checkpoints.c.id == checkpoint_id)
-            ).scalar()
-        if run_id is None:
+        found = self._read(select(checkpoints.c.run_id).where(checkpoints.c.id == checkpoint_id))
+        if not found:
             raise NotFound(f"no checkpoint {checkpoint_id} in the catalog")
-        return int(run_id)
+        return int(found[0][0])
 
     def trashed_at(self, path: str) -> list[int]:
         """Ids of the trashed checkpoints that were at `path` (several if trashed again)."""
@@ -67,8 +64,7 @@ class Recovery(db.Facet):
             )
             .order_by(checkpoints.c.id)
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return [int(i) for i in conn.execute(stmt).scalars()]
+        return [int(r[0]) for r in self._read(stmt)]
 
     def trash_paths(self, root: str) -> set[str]:
         """Every trash path the catalog knows under `root`: trashed rows, and purges under way
@@ -88,12 +84,11 @@ class Recovery(db.Facet):
                 ),
             )
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return {
-                p
-                for details in conn.execute(stmt).scalars()
-                for p in ((details or {}).get("trash") or {}).get("paths", [])
-            }
+        return {
+            p
+            for (details,) in self._read(stmt)
+            for p in ((details or {}).get("trash") or {}).get("paths", [])
+        }
 
     def adopt_trashed(
         self,
@@ -136,7 +131,7 @@ class Recovery(db.Facet):
                     checkpoints.c.path == path,
                     checkpoints.c.run_id == run_id,
                     checkpoints.c.inode == stat.inode,
-                    checkpoints.c.status.not_in([s.value for s in RECORDS]),
+                    checkpoints.c.status.not_in(RECORDS),
                 )
             ).scalar()
             if found is not None:
@@ -150,7 +145,7 @@ class Recovery(db.Facet):
                 )
             else:
                 details = {"trash": trash, "notes": [reason], **({"files": files} if files else {})}
-                checkpoint_id = _new_id(
+                checkpoint_id = db.inserted_id(
                     conn,
                     insert(checkpoints).values(
                         run_id=run_id,
@@ -205,20 +200,19 @@ class Recovery(db.Facet):
             events.c.host,
             events.c.pid,
         ).where(events.c.state == "planned")
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            return [PlannedEvent(**r._mapping) for r in conn.execute(stmt)]
+        return [PlannedEvent(**r._mapping) for r in self._read(stmt)]
 
     def row_state(self, checkpoint_id: int | None) -> RowState | None:
         if checkpoint_id is None:
             return None
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            row = conn.execute(
-                select(checkpoints.c.status, checkpoints.c.details, checkpoints.c.hash).where(
-                    checkpoints.c.id == checkpoint_id
-                )
-            ).first()
-        if row is None:
+        found = self._read(
+            select(checkpoints.c.status, checkpoints.c.details, checkpoints.c.hash).where(
+                checkpoints.c.id == checkpoint_id
+            )
+        )
+        if not found:
             return None
+        row = found[0]
         return RowState(checkpoint_id, row.status, (row.details or {}).get("trash"), row.hash)
 
     def settle(
@@ -252,12 +246,6 @@ class Recovery(db.Facet):
             close_event(conn, event_id, state, reason)
 
 
-def _new_id(conn: Any, statement: Any) -> int:
-    key = conn.execute(statement).inserted_primary_key
-    assert key is not None
-    return int(key[0])
-
-
 def _status_reason(status: CheckpointStatus) -> str | None:
     return {
         CheckpointStatus.PURGED: "deleted from the trash",
@@ -272,7 +260,7 @@ def move_in_flight(conn: Any, path: str, run_id: int) -> bool:
         .join(checkpoints, checkpoints.c.id == events.c.checkpoint_id)
         .where(
             checkpoints.c.path == path,
-            checkpoints.c.status.not_in([s.value for s in RECORDS]),
+            checkpoints.c.status.not_in(RECORDS),
             events.c.action == "trash",
             events.c.state == "planned",
         )

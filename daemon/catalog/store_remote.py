@@ -13,27 +13,14 @@ from ..core.remote import RemoteCopy, RemoteState
 from ..core.usage import RemoteBytes
 from . import db
 from .audit import now_iso
+from .rows import to_record
 from .schema import CHECKPOINTS, REMOTE_COPIES, RUNS
 
 copies, checkpoints = REMOTE_COPIES, CHECKPOINTS
 
 
 def _copy(row: Any) -> RemoteCopy:
-    return RemoteCopy(
-        id=row.id,
-        checkpoint_id=row.checkpoint_id,
-        url=row.url,
-        endpoint=row.endpoint,
-        size_bytes=row.size_bytes,
-        checksum=row.checksum,
-        content_hash=row.content_hash,
-        state=RemoteState(row.state),
-        reason=row.reason,
-        uploaded_at=row.uploaded_at,
-        verified_at=row.verified_at,
-        trash_key=row.trash_key,
-        trashed_at=row.trashed_at,
-    )
+    return to_record(RemoteCopy, row, state=RemoteState(row.state))
 
 
 def verified_bytes() -> Any:
@@ -53,9 +40,9 @@ class RemoteCopies(db.Facet):
 
     def remote_usage(self) -> list[RemoteBytes]:
         """Bytes of verified remote copies per root and run (`ckpt du`)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(verified_bytes()).all()
-        return [RemoteBytes(r[0], r[1], int(r[2]), int(r[3] or 0)) for r in rows]
+        return [
+            RemoteBytes(r[0], r[1], int(r[2]), int(r[3] or 0)) for r in self._read(verified_bytes())
+        ]
 
     def record_remote(
         self,

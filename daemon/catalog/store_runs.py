@@ -14,6 +14,7 @@ from sqlalchemy import delete, insert, select, update
 from ..core.model import CheckpointStatus, MetricValue
 from . import change_feed, db
 from .audit import patch_details
+from .rows import to_record
 from .schema import CHECKPOINTS, METRICS, RUNS
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
@@ -79,28 +80,20 @@ class Runs(db.Facet):
                 ):
                     values.setdefault(m.checkpoint_id, {})[m.name] = (m.value, m.source)
         return [
-            RunMember(
-                r.id,
-                r.path,
-                r.status,
-                r.hash,
-                r.iterations,
-                r.mtime_ns,
-                r.epoch,
-                r.step,
-                r.metrics_at,
-                dict(r.details or {}),
-                values.get(r.id, {}),
-                r.format or "",
+            to_record(
+                RunMember,
+                r,
+                details=dict(r.details or {}),
+                metrics=values.get(r.id, {}),
+                format=r.format or "",
             )
             for r in rows
         ]
 
     def run_details(self, root: str) -> dict[str, dict[str, Any]]:
         """Each run of `root` by name: its `details` ({} when nothing was derived yet)."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(select(runs.c.name, runs.c.details).where(runs.c.root == root))
-            return {r.name: dict(r.details or {}) for r in rows}
+        rows = self._read(select(runs.c.name, runs.c.details).where(runs.c.root == root))
+        return {r.name: dict(r.details or {}) for r in rows}
 
     def set_run_details(self, root: str, run: str, details: dict[str, Any]) -> None:
         with self._engine.begin() as conn:
@@ -142,11 +135,7 @@ def run_id_for(conn: Any, root: str, name: str, now: str) -> int:
         found = conn.execute(query).scalar()
     if found is not None:
         return int(found)
-    key = conn.execute(
-        insert(runs).values(root=root, name=name, created_at=now)
-    ).inserted_primary_key
-    assert key is not None, "INSERT returned no primary key"
-    return int(key[0])
+    return db.inserted_id(conn, insert(runs).values(root=root, name=name, created_at=now))
 
 
 @dataclass(frozen=True)

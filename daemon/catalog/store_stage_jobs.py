@@ -22,7 +22,8 @@ from ..core.pipeline import OPEN_STATES
 from ..fs import procfs
 from . import change_feed, db
 from .audit import iso
-from .schema import CHECKPOINTS, METRICS, STAGE_JOBS
+from .rows import to_record
+from .schema import CHECKPOINTS, METRICS, RUNS, STAGE_JOBS
 
 jobs, checkpoints, metrics = STAGE_JOBS, CHECKPOINTS, METRICS
 # What a pass over the queue may meet on a busy, locked or full catalog: the caller tries again.
@@ -146,42 +147,22 @@ class StageJobs(db.Facet):
             ids = [row[0] for row in conn.execute(stmt)]
             if not ids:
                 return []
-            expires = iso(moment + dt.timedelta(seconds=ttl_seconds))
             conn.execute(
-                update(jobs)
-                .where(jobs.c.id.in_(ids))
-                .values(
-                    state="running",
-                    attempts=jobs.c.attempts + 1,
-                    token=jobs.c.token + 1,
-                    holder=holder,
-                    started_at=now,
-                    expires_at=expires,
-                    ended_at=None,
-                )
+                update(jobs).where(jobs.c.id.in_(ids)).values(_taken(holder, moment, ttl_seconds))
             )
-            return self._read(conn, jobs.c.id.in_(ids))
+            return self._jobs(conn, jobs.c.id.in_(ids))
 
     def claim_one(self, job_id: int, holder: str, ttl_seconds: float) -> StageJob | None:
         """Take job `job_id` if it is pending (`ckpt stage run`): None if another has it."""
         with self._engine.begin() as conn:
-            moment = db.clock(conn)
             done = conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.state == "pending")
-                .values(
-                    state="running",
-                    attempts=jobs.c.attempts + 1,
-                    token=jobs.c.token + 1,
-                    holder=holder,
-                    started_at=iso(moment),
-                    expires_at=iso(moment + dt.timedelta(seconds=ttl_seconds)),
-                    ended_at=None,
-                )
+                .values(_taken(holder, db.clock(conn), ttl_seconds))
             )
             if done.rowcount != 1:
                 return None
-            return self._read(conn, jobs.c.id == job_id)[0]
+            return self._jobs(conn, jobs.c.id == job_id)[0]
 
     def free_dead_holders(self, host: str) -> int:
         """Running jobs whose holder was a process of this host that is gone (a daemon
@@ -213,7 +194,7 @@ class StageJobs(db.Facet):
             moment = db.clock(conn)
             done = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.token == job.token, jobs.c.state == "running")
+                .where(*_held(job))
                 .values(expires_at=iso(moment + dt.timedelta(seconds=ttl_seconds)))
             )
             return done.rowcount == 1
@@ -247,11 +228,7 @@ class StageJobs(db.Facet):
                 values["not_before"] = iso(moment + dt.timedelta(seconds=retry_in))
             if uncount:  # an attempt cut short by our own stop: not one of its retries
                 values["attempts"] = jobs.c.attempts - 1
-            done = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.token == job.token, jobs.c.state == "running")
-                .values(**values)
-            )
+            done = conn.execute(update(jobs).where(*_held(job)).values(**values))
             if done.rowcount != 1:
                 return False
             if metrics_by_name:
@@ -292,7 +269,7 @@ class StageJobs(db.Facet):
 
     def get(self, job_id: int) -> StageJob | None:
         with self._engine.connect() as conn:
-            found = self._read(conn, jobs.c.id == job_id)
+            found = self._jobs(conn, jobs.c.id == job_id)
         return found[0] if found else None
 
     def list(
@@ -312,8 +289,7 @@ class StageJobs(db.Facet):
         if checkpoint_ids is not None:  # a page of checkpoints' jobs (the web view's run table)
             conditions.append(jobs.c.checkpoint_id.in_(list(checkpoint_ids)))
         with self._engine.connect() as conn:
-            found = self._read(conn, and_(True, *conditions), limit=limit, run=run)
-        return found
+            return self._jobs(conn, and_(True, *conditions), limit=limit, run=run)
 
     def open_for(self, checkpoint_ids: Sequence[int]) -> dict[int, builtins.list[str]]:
         """{checkpoint id: [stages pending or running]}: what retention must wait for."""
@@ -343,11 +319,9 @@ class StageJobs(db.Facet):
         with self._engine.connect() as conn:
             return ":".join(str(v or 0) for v in conn.execute(stmt).one())
 
-    def _read(
+    def _jobs(
         self, conn: Any, condition: Any, *, limit: int | None = None, run: str | None = None
     ) -> builtins.list[StageJob]:
-        from .schema import RUNS
-
         stmt = (
             select(
                 jobs,
@@ -364,26 +338,26 @@ class StageJobs(db.Facet):
         if limit is not None:
             stmt = stmt.limit(limit)
         return [
-            StageJob(
-                id=r.id,
-                checkpoint_id=r.checkpoint_id,
-                generation=r.generation,
-                stage=r.stage,
-                state=r.state,
-                attempts=r.attempts,
-                path=r.ckpt_path,
-                run=r.run_name,
-                error=r.error,
-                started_at=r.started_at,
-                ended_at=r.ended_at,
-                created_at=r.created_at,
-                token=r.token,
-                holder=r.holder,
-                output=r.output,
-                result=r.result,
-            )
-            for r in conn.execute(stmt)
+            to_record(StageJob, r, path=r.ckpt_path, run=r.run_name) for r in conn.execute(stmt)
         ]
+
+
+def _taken(holder: str, moment: dt.datetime, ttl_seconds: float) -> dict[str, Any]:
+    """A job's values once `holder` takes it at `moment`: its token moves on."""
+    return {
+        "state": "running",
+        "attempts": jobs.c.attempts + 1,
+        "token": jobs.c.token + 1,
+        "holder": holder,
+        "started_at": iso(moment),
+        "expires_at": iso(moment + dt.timedelta(seconds=ttl_seconds)),
+        "ended_at": None,
+    }
+
+
+def _held(job: StageJob) -> tuple[Any, ...]:
+    """SQL: the job's row while `job` still holds it (running, the same token: the fence)."""
+    return jobs.c.id == job.id, jobs.c.token == job.token, jobs.c.state == "running"
 
 
 def _replace_stage_metrics(conn: Any, job: StageJob, values: dict[str, float | None]) -> None:

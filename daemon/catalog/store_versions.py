@@ -17,7 +17,8 @@ from ..core.errors import NotFound
 from ..core.model import CheckpointStatus, FileStat
 from . import db
 from .audit import now_iso, record_event
-from .schema import CHECKPOINTS, EVENTS, METRICS, RUNS, codepoint_order
+from .rows import to_record
+from .schema import CHECKPOINTS, EVENTS, METRICS, RECORDS, RUNS, at_or_below
 
 checkpoints, metrics, runs = CHECKPOINTS, METRICS, RUNS
 OK, STANDBY = CheckpointStatus.OK.value, CheckpointStatus.STANDBY.value
@@ -168,17 +169,8 @@ class Versions(db.Facet):
             }
             if row.hash is not None and kept & content_hashes(row.hash, row.details):
                 kept.add(row.hash)  # compressed since its copy was kept: the same generation
-            return Source(
-                row.id,
-                row.path,
-                row.root,
-                row.status,
-                row.hash,
-                row.generation,
-                FileStat(row.size_bytes, row.mtime_ns, row.inode),
-                row.version_of,
-                frozenset(kept),
-            )
+            stat = FileStat(row.size_bytes, row.mtime_ns, row.inode)
+            return to_record(Source, row, stat=stat, kept_hashes=frozenset(kept))
 
     def add_version(
         self,
@@ -199,7 +191,7 @@ class Versions(db.Facet):
             db.serialize(conn, "path", path)
             there = conn.execute(  # adopted by a reconcile meanwhile: one row per version file
                 select(checkpoints.c.id).where(
-                    checkpoints.c.path == path, checkpoints.c.status.not_in(("trashed", "purged"))
+                    checkpoints.c.path == path, checkpoints.c.status.not_in(RECORDS)
                 )
             ).scalar()
             if there is not None:
@@ -248,9 +240,7 @@ class Versions(db.Facet):
                 pinned=False,
                 first_seen_at=now,
             )
-            key = conn.execute(insert(checkpoints).values(**values)).inserted_primary_key
-            assert key is not None
-            version_id = int(key[0])
+            version_id = db.inserted_id(conn, insert(checkpoints).values(**values))
             copied = (
                 conn.execute(
                     select(metrics.c.name, metrics.c.value, metrics.c.source).where(
@@ -289,22 +279,21 @@ class Versions(db.Facet):
         return self._versions(checkpoints.c.version_of == path)
 
     def _versions(self, condition: Any) -> list[VersionRow]:
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(
-                    checkpoints.c.id,
-                    checkpoints.c.path,
-                    checkpoints.c.version_of,
-                    checkpoints.c.generation,
-                    checkpoints.c.status,
-                    checkpoints.c.hash,
-                    checkpoints.c.mtime_ns,
-                )
-                .join(runs, runs.c.id == checkpoints.c.run_id)
-                .where(condition, checkpoints.c.version_of.is_not(None))
-                .where(checkpoints.c.status.in_((OK, STANDBY)))
-                .order_by(checkpoints.c.version_of, checkpoints.c.generation)
-            ).all()
+        rows = self._read(
+            select(
+                checkpoints.c.id,
+                checkpoints.c.path,
+                checkpoints.c.version_of,
+                checkpoints.c.generation,
+                checkpoints.c.status,
+                checkpoints.c.hash,
+                checkpoints.c.mtime_ns,
+            )
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(condition, checkpoints.c.version_of.is_not(None))
+            .where(checkpoints.c.status.in_((OK, STANDBY)))
+            .order_by(checkpoints.c.version_of, checkpoints.c.generation)
+        )
         return [VersionRow(*r) for r in rows]
 
     def uncaptured(self, root: str, start: str) -> dict[str, int]:
@@ -312,37 +301,30 @@ class Versions(db.Facet):
         have no kept copy: a capture a crash (or `versions.capture: off`, then on) left undone,
         which a scan then does."""
         kept = checkpoints.alias("kept")
-        ordered = codepoint_order(checkpoints.c.path)
         has_copy = (
             select(kept.c.id)
             .where(kept.c.version_of == checkpoints.c.path, kept.c.hash == checkpoints.c.hash)
             .where(kept.c.status.in_((OK, STANDBY)))
             .exists()
         )
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(checkpoints.c.path, checkpoints.c.generation)
-                .join(runs, runs.c.id == checkpoints.c.run_id)
-                .where(runs.c.root == root, checkpoints.c.status == OK)
-                .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
-                .where(~has_copy)
-                .where(
-                    (checkpoints.c.path == start)
-                    | ((ordered >= start + "/") & (ordered < start + "0"))
-                )
-            ).all()
+        rows = self._read(
+            select(checkpoints.c.path, checkpoints.c.generation)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.status == OK)
+            .where(checkpoints.c.version_of.is_(None), checkpoints.c.hash.is_not(None))
+            .where(~has_copy, at_or_below(checkpoints.c.path, start))
+        )
         return {r.path: r.generation for r in rows}
 
     def version_files(self, root: str) -> set[str]:
         """Paths of every version row under `root` that is not trashed or purged."""
-        with self._engine.connect().execution_options(**db.READONLY) as conn:
-            rows = conn.execute(
-                select(checkpoints.c.path)
-                .join(runs, runs.c.id == checkpoints.c.run_id)
-                .where(runs.c.root == root, checkpoints.c.version_of.is_not(None))
-                .where(checkpoints.c.status.not_in(("trashed", "purged")))
-            ).scalars()
-            return set(rows)
+        rows = self._read(
+            select(checkpoints.c.path)
+            .join(runs, runs.c.id == checkpoints.c.run_id)
+            .where(runs.c.root == root, checkpoints.c.version_of.is_not(None))
+            .where(checkpoints.c.status.not_in(RECORDS))
+        )
+        return {r.path for r in rows}
 
     def record_capture_skipped(
         self,

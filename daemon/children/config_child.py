@@ -8,17 +8,18 @@ Prints one JSON line: {"config": "<model_config as stored>" | null} or {"error":
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .. import python_module
 from ..core.errors import CorruptCheckpoint
+from . import protocol
+from .reader_child import MEMORY_BUDGET_BYTES, limit_memory  # metadata needs a few MB
 
 TIMEOUT_SECONDS = 30.0
-MEMORY_BUDGET_BYTES = 192 << 20  # as the reader child: metadata needs a few MB
 
 
 def stored_config(path: Path, root: Path | None = None) -> bytes | None:
@@ -32,11 +33,9 @@ def stored_config(path: Path, root: Path | None = None) -> bytes | None:
         )
     except subprocess.TimeoutExpired as exc:
         raise CorruptCheckpoint(f"{path}: reading its model config took over 30 s") from exc
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        reply = json.loads(lines[-1])
-    except (IndexError, ValueError) as exc:
-        raise CorruptCheckpoint(f"{path}: the config reader died (exit {done.returncode})") from exc
+    reply = protocol.last_reply(done.stdout)
+    if reply is None:
+        raise CorruptCheckpoint(f"{path}: the config reader died (exit {done.returncode})")
     if "error" in reply:
         raise CorruptCheckpoint(f"{path}: {reply['error']}")
     text = reply.get("config")
@@ -44,26 +43,15 @@ def stored_config(path: Path, root: Path | None = None) -> bytes | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (1, 2):
-        print("usage: python -m ckpt_daemon.children.config_child PATH [ROOT]", file=sys.stderr)
-        return 2
-    import resource
+    return protocol.answer(len(argv) in (1, 2), "config_child PATH [ROOT]", lambda: _config(argv))
 
+
+def _config(argv: list[str]) -> dict[str, Any]:
     from ..formats.model_config import h5_config  # before the limit: h5py and numpy are big
 
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[0])
-    limit = pages * os.sysconf("SC_PAGE_SIZE") + MEMORY_BUDGET_BYTES
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    try:
-        data = h5_config(Path(argv[0]), Path(argv[1]) if len(argv) == 2 else None)
-        reply = {"config": None if data is None else data.decode("utf-8", "replace")}
-    except Exception as exc:  # a hostile file: say what broke
-        text = str(exc).strip().splitlines()
-        reply = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
-    print(json.dumps(reply))
-    return 0
+    limit_memory(MEMORY_BUDGET_BYTES)
+    data = h5_config(Path(argv[0]), Path(argv[1]) if len(argv) == 2 else None)
+    return {"config": None if data is None else data.decode("utf-8", "replace")}
 
 
 if __name__ == "__main__":

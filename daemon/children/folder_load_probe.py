@@ -4,10 +4,8 @@
 
     python -m ckpt_daemon.children.folder_load_probe orbax|dcp FOLDER
 
-What it runs, in order (`children.unprivileged`): the libraries imported; the folder copied into
-the private staging folder the parent made (`stage_folder`: no symlink followed), so what is
-checked is what is loaded; all of it in the sandbox (`children.sandbox`: no network, no write
-outside that folder); then:
+What it runs, in order: the libraries imported; the folder staged privately (no symlink
+followed, so what is checked is what is loaded), in the sandbox (`children.unprivileged`); then:
 - Orbax: each item folder holding `_METADATA` (not `metrics`, not Keras' `model_config`)
   restored with `orbax.checkpoint.PyTreeCheckpointer().restore` on the CPU;
 - DCP: the staged `.metadata` judged from its opcodes and refused when it names or calls a
@@ -23,7 +21,6 @@ It runs only as a child process: the daemon and the CLI never import jax or torc
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -31,7 +28,7 @@ from typing import Any
 
 from .. import python_module
 from ..formats import dcp_folder, orbax_step
-from . import unprivileged
+from . import protocol, unprivileged
 
 TIMEOUT_SECONDS = 300.0
 _NOT_TREES = (orbax_step.METRICS_ITEM, "model_config")
@@ -39,8 +36,7 @@ _LIBRARIES = {"orbax": ("jax", "orbax.checkpoint"), "dcp": ("torch",)}
 
 
 def probe(kind: str, folder: Path, *, mode: str = "require") -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
-    (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`)."""
     cmd = [*python_module("children.folder_load_probe"), kind, str(folder)]
 
     def settings(env: dict[str, str]) -> None:
@@ -71,14 +67,13 @@ def _key(key: Any) -> str:
     return str(key)
 
 
-def _dcp(modules: dict[str, Any], staged: str) -> dict[str, list[int]]:
-    from .torch_load_probe import _flat
+def _dcp(modules: dict[str, Any], staged: str, data: bytes) -> dict[str, list[int]]:
+    from .torch_load_probe import flat
 
     torch = modules["torch"]
     filesystem = importlib.import_module("torch.distributed.checkpoint.filesystem")
     planner = importlib.import_module("torch.distributed.checkpoint.default_planner")
     loader = importlib.import_module("torch.distributed.checkpoint.state_dict_loader")
-    data = Path(staged, dcp_folder.METADATA).read_bytes()
 
     class Reader(filesystem.FileSystemReader):  # type: ignore[name-defined]
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
@@ -95,40 +90,30 @@ def _dcp(modules: dict[str, Any], staged: str) -> dict[str, list[int]]:
         planner=planner._EmptyStateDictLoadPlanner(),
         no_dist=True,
     )
-    return {name: [int(d) for d in t.shape] for name, t in _flat(torch, state).items()}
+    return {name: [int(d) for d in t.shape] for name, t in flat(torch, state).items()}
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in _LIBRARIES:
-        print("usage: python -m ckpt_daemon.children.folder_load_probe orbax|dcp FOLDER")
-        return 2
-    kind, folder = argv
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    usage = "folder_load_probe orbax|dcp FOLDER"
+    return protocol.answer(len(argv) == 2 and argv[0] in _LIBRARIES, usage, lambda: _answer(*argv))
+
+
+def _answer(kind: str, folder: str) -> dict[str, Any]:
+    unprivileged.torch_weights_only(os.environ)
     try:
         modules = {name: importlib.import_module(name) for name in _LIBRARIES[kind]}
     except ImportError:
-        print(json.dumps({"missing": "/".join(n.split(".")[0] for n in _LIBRARIES[kind])}))
-        return 0
-    try:
-        staged = unprivileged.stage_folder(folder)
-        confined = unprivileged.confinement()
-        if kind == "dcp":
-            data = Path(staged, dcp_folder.METADATA).read_bytes()
-            foreign = dcp_folder.foreign_globals(data)
-            if foreign:
-                refused = f".metadata names {', '.join(foreign[:5])}"  # as the parent says
-                print(json.dumps({"refused": refused, "sandbox": confined}))
-                return 0
-            arrays = _dcp(modules, staged)
-        else:
-            arrays = _orbax(modules, staged)
-        result: dict[str, Any] = {"arrays": arrays, "sandbox": confined}
-    except Exception as exc:  # the report says why it does not load
-        text = str(exc).strip().splitlines()
-        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
-    print(json.dumps(result))
-    return 0
+        return {"missing": "/".join(n.split(".")[0] for n in _LIBRARIES[kind])}
+    staged = unprivileged.stage_folder(folder)
+    confined = unprivileged.confinement()
+    if kind == "orbax":
+        return {"arrays": _orbax(modules, staged), "sandbox": confined}
+    data = Path(staged, dcp_folder.METADATA).read_bytes()  # judged, then built: read once
+    foreign = dcp_folder.foreign_globals(data)
+    if foreign:
+        refused = f".metadata names {', '.join(foreign[:5])}"  # as the parent says
+        return {"refused": refused, "sandbox": confined}
+    return {"arrays": _dcp(modules, staged, data), "sandbox": confined}
 
 
 if __name__ == "__main__":

@@ -3,9 +3,8 @@ process, and compare them: `ckpt verify --load` of an HF folder with an inferenc
 
     python -m ckpt_daemon.children.hf_load_probe CHECKPOINT_FOLDER INFERENCE_FOLDER
 
-What it runs, in order (`children.unprivileged`): torch imported (transformers too, if it is
-installed); both folders copied into the private staging folder the parent made, in the sandbox
-(`children.sandbox`: no network, no write outside that folder); then:
+What it runs, in order: torch imported (transformers too, if it is installed); both folders
+staged privately, in the sandbox (`children.unprivileged`); then:
 
 1. every weight file of each folder loaded (`safetensors.torch.load_file`, no pickle; a `.bin`
    with `torch.load(weights_only=True)`, `TORCH_FORCE_WEIGHTS_ONLY_LOAD` set), and the inference
@@ -34,15 +33,15 @@ from typing import Any
 
 from .. import python_module
 from ..formats import pickle_allowed
-from . import torch_load_probe, unprivileged
+from . import protocol, unprivileged
+from .torch_load_probe import same_bytes, weights_only_globals
 
 TIMEOUT_SECONDS = 600.0
 _PROBE_TOKENS = 8
 
 
 def probe(checkpoint: Path, inference: Path, *, mode: str = "require") -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
-    (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`)."""
     cmd = [*python_module("children.hf_load_probe"), str(checkpoint), str(inference)]
 
     def settings(env: dict[str, str]) -> None:
@@ -63,24 +62,11 @@ def _weights(torch: Any, folder: str) -> dict[str, Any]:
         if name.endswith(".safetensors"):
             tensors |= importlib.import_module("safetensors.torch").load_file(path)
         elif name.endswith(".bin") and name.startswith("pytorch_model"):
-            allowed = torch_load_probe.weights_only_globals(torch)
-            refused = pickle_allowed.torch_file_refusals(path, allowed)
+            refused = pickle_allowed.torch_file_refusals(path, weights_only_globals(torch))
             if refused:  # judged from its opcodes, before torch's unpickler sees a byte
                 raise pickle.UnpicklingError(f"{name} names {', '.join(refused[:5])}: refused")
             tensors |= torch.load(path, weights_only=True, map_location="cpu")
     return tensors
-
-
-def _same(torch: Any, a: Any, b: Any) -> bool:
-    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
-        return False
-    # Bytes, not values: NaN equals itself, -0.0 stays -0.0.
-    return bool(
-        torch.equal(
-            a.contiguous().reshape(-1).view(torch.uint8),
-            b.contiguous().reshape(-1).view(torch.uint8),
-        )
-    )
 
 
 def _predict(torch: Any, checkpoint: str, inference: str) -> dict[str, Any]:
@@ -109,41 +95,35 @@ def _predict(torch: Any, checkpoint: str, inference: str) -> dict[str, Any]:
             out = model(input_ids=ids)
         logits = getattr(out, "logits", None)
         outputs.append(logits if logits is not None else out[0])
-    return {"predicts": _same(torch, outputs[0], outputs[1]), "class": name}
+    return {"predicts": same_bytes(torch, outputs[0], outputs[1]), "class": name}
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m ckpt_daemon.children.hf_load_probe CHECKPOINT INFERENCE")
-        return 2
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    usage = "hf_load_probe CHECKPOINT INFERENCE"
+    return protocol.answer(len(argv) == 2, usage, lambda: _answer(*argv))
+
+
+def _answer(checkpoint_folder: str, inference_folder: str) -> dict[str, Any]:
+    unprivileged.torch_weights_only(os.environ)
+    torch = importlib.import_module("torch")
+    checkpoint = unprivileged.stage_folder(checkpoint_folder, index=0)
+    inference = unprivileged.stage_folder(inference_folder, index=1)
+    confined = unprivileged.confinement()
     try:
-        torch = importlib.import_module("torch")
-        checkpoint = unprivileged.stage_folder(argv[0], index=0)
-        inference = unprivileged.stage_folder(argv[1], index=1)
-        confined = unprivileged.confinement()
-        try:
-            source, split = _weights(torch, checkpoint), _weights(torch, inference)
-        except pickle.UnpicklingError as exc:
-            print(
-                json.dumps({"refused": str(exc).strip().splitlines()[0][:300], "sandbox": confined})
-            )
-            return 0
-        differs = [n for n, t in split.items() if n not in source or not _same(torch, t, source[n])]
-        differs += [n for n in source if n not in split]
-        result: dict[str, Any] = {
-            "tensors": len(split),
-            "identical": not differs and bool(split),
-            "differs": differs[:20],
-            "sandbox": confined,
-            **_predict(torch, checkpoint, inference),
-        }
-    except Exception as exc:  # the report says why it does not load
-        text = str(exc).strip().splitlines()
-        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
-    print(json.dumps(result))
-    return 0
+        source, split = _weights(torch, checkpoint), _weights(torch, inference)
+    except pickle.UnpicklingError as exc:
+        return {"refused": str(exc).strip().splitlines()[0][:300], "sandbox": confined}
+    differs = [
+        n for n, t in split.items() if n not in source or not same_bytes(torch, t, source[n])
+    ]
+    differs += [n for n in source if n not in split]
+    return {
+        "tensors": len(split),
+        "identical": not differs and bool(split),
+        "differs": differs[:20],
+        "sandbox": confined,
+        **_predict(torch, checkpoint, inference),
+    }
 
 
 if __name__ == "__main__":

@@ -5,21 +5,16 @@ bit-identically to the full checkpoint (`load_model`), on the fixed random input
 
     python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT CONFIG.json WEIGHTS
 
-Before anything is loaded, as `keras_load_probe` does (`children.unprivileged`): the three files
-staged privately in the sandbox (`children.sandbox`: no network, no write outside that folder),
-and both configs (the checkpoint's, and the JSON with its compile config: `model_from_json`
-compiles) refused if loading would run the file's code. Prints one JSON object: {"identical":
-true|false, "max_abs_diff": float, "outputs": N, "sandbox": "..."}, {"refused": [...]} or
-{"error": "..."}. Only
-ever a child: the daemon and the CLI never import Keras.
+Before anything is loaded, as `keras_load_probe` does: the three files staged privately, in the
+sandbox (`children.unprivileged`), and both configs (the checkpoint's, and the JSON with its
+compile config: `model_from_json` compiles) refused if loading would run the file's code.
+Prints one JSON object: {"identical": true|false, "max_abs_diff": float, "outputs": N,
+"sandbox": "..."}, {"refused": [...]} or {"error": "..."}. Only ever a child: the daemon and the
+CLI never import Keras.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -27,8 +22,8 @@ from typing import Any
 
 from .. import python_module
 from ..core.errors import ArtifactMismatch
-from . import load_precheck, unprivileged
-from .keras_load_probe import _inputs, load
+from . import load_precheck, protocol, unprivileged
+from .keras_load_probe import compare, inputs, load, outputs, start
 
 TIMEOUT_SECONDS = 600.0
 
@@ -39,16 +34,11 @@ def check(
     """The parent's side: raise ArtifactMismatch unless the export predicts identically
     (`mode`: `load_sandbox`; Refused where the sandbox is required and missing). Returns what
     the child ran under (`unprivileged.confinement`)."""
-    refused = load_precheck.refusals([checkpoint, config], with_compile=True)
-    if refused:  # what the child would refuse, found without importing Keras
-        reasons = "; ".join(refused)
-        raise ArtifactMismatch(f"json+h5 export not checked: load refused, nothing run: {reasons}")
-    cmd = [
-        *python_module("children.json_h5_probe"),
-        library,
-        *map(str, (checkpoint, config, weights)),
-    ]
-    result = unprivileged.run_probe(cmd, [checkpoint, config, weights], TIMEOUT_SECONDS, mode=mode)
+    paths = [checkpoint, config, weights]
+    cmd = [*python_module("children.json_h5_probe"), library, *map(str, paths)]
+    result: dict[str, Any] = {"refused": load_precheck.refusals(paths[:2], with_compile=True)}
+    if not result["refused"]:  # else what the child would refuse, found without importing Keras
+        result = unprivileged.run_probe(cmd, paths, TIMEOUT_SECONDS, mode=mode)
     if "refused" in result:
         reasons = "; ".join(str(r) for r in result["refused"])
         raise ArtifactMismatch(f"json+h5 export not checked: load refused, nothing run: {reasons}")
@@ -62,56 +52,31 @@ def check(
     return str(result.get("sandbox") or "")
 
 
-def _outputs(model: Any, feed: list[Any], np: Any) -> list[Any]:
-    out = model.predict(feed if len(feed) > 1 else feed[0], verbose=0)
-    return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])]
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[0] not in ("keras", "tf_keras"):
-        print(
-            "usage: python -m ckpt_daemon.children.json_h5_probe keras|tf_keras CKPT JSON WEIGHTS",
-            file=sys.stderr,
-        )
-        return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with contextlib.suppress(ImportError):
-        import hdf5plugin  # noqa: F401 - zstd-compressed files need its filters registered
-    import numpy as np
+    ok = len(argv) == 4 and argv[0] in ("keras", "tf_keras")
+    usage = "json_h5_probe keras|tf_keras CKPT JSON WEIGHTS"
+    return protocol.answer(ok, usage, lambda: _answer(argv[0], argv[1:]))
 
+
+def _answer(library: str, paths: list[str]) -> dict[str, Any]:
     warnings.simplefilter("ignore")  # model_from_json compiles: "skipping optimizer variables"
-    try:
-        keras = importlib.import_module(argv[0])
-        checkpoint, config, weights = unprivileged.stage(argv[1:])
-        confined = unprivileged.confinement()
-        refused = [f"{argv[1]}: {why}" for why in unprivileged.refusals(keras, checkpoint)]
-        refused += [
-            f"{argv[2]}: {why}" for why in unprivileged.refusals(keras, config, with_compile=True)
-        ]
-        if refused:
-            print(json.dumps({"refused": refused, "sandbox": confined}))
-            return 0
-        full = load(keras, checkpoint)
-        feed = _inputs(full, np)
-        expected = _outputs(full, feed, np)
-        model = keras.models.model_from_json(Path(config).read_text())
-        model.load_weights(weights)
-        got = _outputs(model, feed, np)
-        result: dict[str, Any] = {
-            "sandbox": confined,
-            "outputs": len(got),
-            "identical": len(got) == len(expected)
-            and all(np.array_equal(a, b) for a, b in zip(expected, got, strict=False)),
-            "max_abs_diff": max(
-                (float(np.max(np.abs(a - b))) for a, b in zip(expected, got, strict=False)),
-                default=0.0,
-            ),
-        }
-    except Exception as exc:  # the report says why it does not load
-        text = str(exc).strip().splitlines()
-        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
-    print(json.dumps(result))
-    return 0
+    np, keras = start(library)
+    checkpoint, config, weights = unprivileged.stage(paths)
+    confined = unprivileged.confinement()
+    refused = [f"{paths[0]}: {why}" for why in load_precheck.staged_refusals(keras, checkpoint)]
+    refused += [
+        f"{paths[1]}: {why}"
+        for why in load_precheck.staged_refusals(keras, config, with_compile=True)
+    ]
+    if refused:
+        return {"refused": refused, "sandbox": confined}
+    full = load(keras, checkpoint)
+    feed = inputs(full, np)
+    expected = outputs(full, feed, np)
+    model = keras.models.model_from_json(Path(config).read_text())
+    model.load_weights(weights)
+    got = outputs(model, feed, np)
+    return {"sandbox": confined, "outputs": len(got), **compare(expected, got, np)}
 
 
 if __name__ == "__main__":

@@ -4,12 +4,11 @@ their predictions on a fixed random input: `ckpt verify --load`.
     python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CHECKPOINT [ARTIFACT]
 
 Before it starts, the parent refuses what the stored configs give away without Keras
-(`children.load_precheck`). What the child runs, in order (`children.unprivileged`): Keras
-imported; each file copied into the private staging folder the parent made, in the sandbox
-(`children.sandbox`: no network, no write outside that folder); each staged config read (never
-loaded) and the file refused if loading would run its code (a `Lambda` layer, a custom object, a
-function reference: `core.model_code`); then `load_model(compile=False)` (Keras 3:
-`safe_mode=True`) and `predict` on the fixed input. Prints one JSON object: {"loaded": true,
+(`children.load_precheck`). What the child runs, in order: Keras imported; each file staged
+privately, in the sandbox (`children.unprivileged`); each staged config read (never loaded) and
+the file refused if loading would run its code (a `Lambda` layer, a custom object, a function
+reference: `core.model_code`); then `load_model(compile=False)` (Keras 3: `safe_mode=True`) and
+`predict` on the fixed input. Prints one JSON object: {"loaded": true,
 "outputs": N, "identical": true|false|null, "max_abs_diff": float|null, "sandbox": "sandboxed:
 ..."}, {"refused": ["layer 'f' (Lambda): ...", ...], "sandbox": ...} or {"error": "..."}. It
 runs only as a child process: the daemon and the CLI never import Keras themselves.
@@ -19,21 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from .. import python_module
-from . import load_precheck, unprivileged
+from . import load_precheck, protocol, unprivileged
 
 TIMEOUT_SECONDS = 600.0
 
 
 def probe(library: str, paths: list[Path], *, mode: str = "require") -> dict[str, Any]:
-    """The parent's side: the child's JSON answer for `paths` (a checkpoint, maybe its
-    inference artifact), or {"error": ...} when it died without one (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`): `paths` are a checkpoint, maybe its
+    inference artifact."""
     refused = load_precheck.refusals(paths)
     if refused:  # what the child would refuse, found without importing Keras
         return {"refused": refused}
@@ -43,13 +41,23 @@ def probe(library: str, paths: list[Path], *, mode: str = "require") -> dict[str
 
 def load(keras: Any, path: str) -> Any:
     """`load_model(compile=False)`, in safe mode where the library has one for the format
-    (refusals were checked before: `unprivileged.refusals`)."""
+    (refusals were checked before: `load_precheck.staged_refusals`)."""
     if keras.__name__ == "keras" or path.endswith(".keras"):
         return keras.models.load_model(path, compile=False, safe_mode=True)
     return keras.models.load_model(path, compile=False)  # tf-keras .h5: no safe mode at all
 
 
-def _inputs(model: Any, np: Any) -> list[Any]:
+def start(library: str) -> tuple[Any, Any]:
+    """A Keras child's libraries: numpy, and `library` (keras or tf_keras), TensorFlow quiet."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.suppress(ImportError):
+        import hdf5plugin  # noqa: F401 - zstd-compressed files need its filters registered
+    import numpy as np
+
+    return np, importlib.import_module(library)
+
+
+def inputs(model: Any, np: Any) -> list[Any]:
     rng = np.random.default_rng(0)
     batch = []
     for tensor in model.inputs:
@@ -62,59 +70,50 @@ def _inputs(model: Any, np: Any) -> list[Any]:
     return batch
 
 
-def _predict(keras: Any, path: str, np: Any, inputs: list[Any] | None) -> tuple[list[Any], Any]:
-    model = load(keras, path)
-    feed = inputs if inputs is not None else _inputs(model, np)
+def outputs(model: Any, feed: list[Any], np: Any) -> list[Any]:
     out = model.predict(feed if len(feed) > 1 else feed[0], verbose=0)
-    return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])], feed
+    return [np.asarray(o) for o in (out if isinstance(out, list | tuple) else [out])]
+
+
+def compare(expected: list[Any], got: list[Any], np: Any) -> dict[str, Any]:
+    """Two models' outputs on the same input: bit-identical?, and how far apart at most."""
+    pairs = list(zip(expected, got, strict=False))
+    return {
+        "identical": len(got) == len(expected) and all(np.array_equal(a, b) for a, b in pairs),
+        "max_abs_diff": max((float(np.max(np.abs(a - b))) for a, b in pairs), default=0.0),
+    }
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3) or argv[0] not in ("keras", "tf_keras"):
-        print(
-            "usage: python -m ckpt_daemon.children.keras_load_probe keras|tf_keras CKPT [ARTIFACT]",
-            file=sys.stderr,
-        )
-        return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with contextlib.suppress(ImportError):
-        import hdf5plugin  # noqa: F401 - zstd-compressed files need its filters registered
-    import numpy as np
+    ok = len(argv) in (2, 3) and argv[0] in ("keras", "tf_keras")
+    usage = "keras_load_probe keras|tf_keras CKPT [ARTIFACT]"
+    return protocol.answer(ok, usage, lambda: _answer(argv[0], argv[1:]))
 
-    try:
-        keras = importlib.import_module(argv[0])
-        staged = unprivileged.stage(argv[1:])
-        confined = unprivileged.confinement()
-        refused = [
-            f"{named}: {why}"
-            for named, copy in zip(argv[1:], staged, strict=True)
-            for why in unprivileged.refusals(keras, copy)
-        ]
-        if refused:
-            print(json.dumps({"refused": refused, "sandbox": confined}))
-            return 0
-        first, feed = _predict(keras, staged[0], np, None)
-        result: dict[str, Any] = {
-            "loaded": True,
-            "outputs": len(first),
-            "identical": None,
-            "max_abs_diff": None,
-            "sandbox": confined,
-        }
-        if len(staged) == 2:
-            second, _feed = _predict(keras, staged[1], np, feed)
-            result["identical"] = len(first) == len(second) and all(
-                np.array_equal(a, b) for a, b in zip(first, second, strict=False)
-            )
-            result["max_abs_diff"] = max(
-                (float(np.max(np.abs(a - b))) for a, b in zip(first, second, strict=False)),
-                default=0.0,
-            )
-    except Exception as exc:  # the report says why it does not load
-        text = str(exc).strip().splitlines()
-        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
-    print(json.dumps(result))
-    return 0
+
+def _answer(library: str, paths: list[str]) -> dict[str, Any]:
+    np, keras = start(library)
+    staged = unprivileged.stage(paths)
+    confined = unprivileged.confinement()
+    refused = [
+        f"{named}: {why}"
+        for named, copy in zip(paths, staged, strict=True)
+        for why in load_precheck.staged_refusals(keras, copy)
+    ]
+    if refused:
+        return {"refused": refused, "sandbox": confined}
+    model = load(keras, staged[0])
+    feed = inputs(model, np)
+    first = outputs(model, feed, np)
+    result: dict[str, Any] = {
+        "loaded": True,
+        "outputs": len(first),
+        "identical": None,
+        "max_abs_diff": None,
+        "sandbox": confined,
+    }
+    if len(staged) == 2:
+        result |= compare(first, outputs(load(keras, staged[1]), feed, np), np)
+    return result
 
 
 if __name__ == "__main__":

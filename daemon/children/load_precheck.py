@@ -1,8 +1,10 @@
-"""Refusals found before a load child starts: the stored configs checked with no Keras imported.
+"""Whether loading a Keras file would run its code, judged from its stored config alone: before a
+load child starts, with no Keras imported (`refusals`), and in the child on its private copy,
+against the Keras it imported (`staged_refusals`).
 
 A load child (`keras_load_probe`, `json_h5_probe`) imports TensorFlow and Keras first (seconds
 of CPU each), then refuses a file whose config would run its code, judging class names against
-the imported Keras (`unprivileged.refusals`). Most hostile files give themselves away without
+the imported Keras. Most hostile files give themselves away without
 Keras: a `Lambda`, a function reference, a custom object's module (`core.model_code` with no
 `known` test). Each refusal found here is one the child would find too (the child's test only
 adds the check of unknown class names), so when there is one the child is never started: the
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import CkptError
 from ..core.model_code import code_in_config
@@ -32,14 +36,36 @@ def refusals(paths: list[Path], *, with_compile: bool = False) -> list[str]:
     found: list[str] = []
     for path in paths:
         try:
-            raw = _stored_config(path)
-            doc = None if raw is None else json.loads(raw)
+            doc = _doc(_stored_config(path), with_compile and path.suffix == ".json")
         except (CkptError, OSError, ValueError):
             continue
-        if isinstance(doc, dict) and not (with_compile and path.suffix == ".json"):
-            doc.pop("compile_config", None)
         found += [f"{path}: {why}" for why in code_in_config(doc)]
     return found
+
+
+def staged_refusals(keras: object, path: str, *, with_compile: bool = False) -> list[str]:
+    """The child's side: why loading the staged `path` with `keras` (the imported module) would
+    run the file's code, from its stored config: `.keras` `config.json`, a legacy `.h5`
+    `model_config`, or a `.json` export. `with_compile`: the compile config counts too
+    (`model_from_json` compiles; `load_model(compile=False)` never reads it)."""
+    staged = Path(path)
+    if path.endswith(".json"):
+        raw: bytes | None = staged.read_bytes()
+    elif model_config.is_archive(staged):
+        raw = model_config.archive_config(staged)
+    else:
+        raw = model_config.h5_config(staged)
+    if raw is None:
+        return []
+    return code_in_config(_doc(raw, with_compile), known=_known_to(keras))
+
+
+def _doc(raw: bytes | None, with_compile: bool) -> Any:
+    """The stored config, its compile config left out unless `with_compile`."""
+    doc = None if raw is None else json.loads(raw)
+    if isinstance(doc, dict) and not with_compile:
+        doc.pop("compile_config", None)
+    return doc
 
 
 def _stored_config(path: Path) -> bytes | None:
@@ -52,3 +78,39 @@ def _stored_config(path: Path) -> bytes | None:
     if model_config.is_archive(path):
         return model_config.archive_config(path)
     return config_child.stored_config(path)
+
+
+_NAMESPACES = (
+    "layers",
+    "models",
+    "initializers",
+    "regularizers",
+    "constraints",
+    "optimizers",
+    "losses",
+    "metrics",
+    "activations",
+    "mixed_precision",
+)
+
+
+def _known_to(keras: object) -> Callable[[str], bool]:
+    spaces = [getattr(keras, n) for n in _NAMESPACES if hasattr(keras, n)]
+    schedules = getattr(getattr(keras, "optimizers", None), "schedules", None)
+    spaces += [keras, schedules] if schedules is not None else [keras]
+
+    def known(class_name: str) -> bool:
+        if class_name in ("Functional", "Sequential", "Model"):
+            return True
+        if not class_name.isidentifier() or class_name.startswith("_"):
+            return False
+        return any(isinstance(_public(s, class_name), type) for s in spaces)
+
+    return known
+
+
+def _public(space: object, name: str) -> object:
+    try:
+        return getattr(space, name, None)
+    except Exception:  # a lazy attribute that would import: not a class we know
+        return None

@@ -43,6 +43,8 @@ from .protocol import read_line
 FAMILY_MODULES = "CKPT_FAMILY_MODULES"
 READ_TIMEOUT_SECONDS = 30.0
 MEMORY_BUDGET_BYTES = 192 << 20  # address space the child may add to what its imports took
+# Made once: a child out of memory answers without building it.
+_OUT_OF_MEMORY = f"reading needs more than {MEMORY_BUDGET_BYTES >> 20} MiB of memory: refused"
 RESTART_ABOVE_RSS_BYTES = 160 << 20  # a child that grew this big is replaced after the read
 _PROBLEMS: dict[str, type[Exception]] = {
     "CorruptCheckpoint": CorruptCheckpoint,
@@ -125,7 +127,7 @@ class _Child:
                 assert proc.stdin is not None
                 proc.stdin.write(json.dumps(request).encode() + b"\n")
                 proc.stdin.flush()
-                line = self._readline(proc, time.monotonic() + timeout)
+                line, self._buffer = read_line(proc, self._buffer, time.monotonic() + timeout)
             except TimeoutError:
                 self.close(kill=True)
                 raise CorruptCheckpoint(f"read timed out after {timeout:g} s") from None
@@ -159,10 +161,6 @@ class _Child:
                 cwd="/",
             )
         return self.proc
-
-    def _readline(self, proc: subprocess.Popen[bytes], deadline: float) -> str | None:
-        line, self._buffer = read_line(proc, self._buffer, deadline)
-        return line
 
     def _death(self) -> str:
         proc, code = self.proc, None
@@ -214,10 +212,6 @@ def _answer(reply: dict[str, Any]) -> CheckpointInfo:
     raise problem(str(reply.get("reason") or "unknown problem"))
 
 
-def info_to_json(info: CheckpointInfo) -> dict[str, Any]:
-    return dataclasses.asdict(info)
-
-
 def info_from_json(data: dict[str, Any]) -> CheckpointInfo:
     layers = tuple(
         Layer(
@@ -247,8 +241,6 @@ def info_from_json(data: dict[str, Any]) -> CheckpointInfo:
 
 def _serve() -> None:
     """Answer one JSON line per request line on stdin until it closes."""
-    import resource
-
     # C libraries may print to fd 1: keep the protocol on a private copy of it.
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -258,17 +250,17 @@ def _serve() -> None:
     for name in filter(None, os.environ.get(FAMILY_MODULES, "").split(",")):
         importlib.import_module(name)  # a format outside the package registers its row
 
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    limit = _address_space() + MEMORY_BUDGET_BYTES
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    limit_memory(MEMORY_BUDGET_BYTES)
     for line in sys.stdin:
         request = json.loads(line)
         path = Path(os.fsdecode(bytes.fromhex(request["path"])))
         root = Path(os.fsdecode(bytes.fromhex(request["root"]))) if request["root"] else None
         try:
-            reply: dict[str, Any] = {"info": info_to_json(detect.read_checkpoint(path, root=root))}
+            reply: dict[str, Any] = {
+                "info": dataclasses.asdict(detect.read_checkpoint(path, root=root))
+            }
         except MemoryError:
-            reply = {"problem": "CorruptCheckpoint", "reason": _out_of_memory()}
+            reply = {"problem": "CorruptCheckpoint", "reason": _OUT_OF_MEMORY}
         except (ReadProblem, FileNotFoundError) as exc:
             reply = {"problem": type(exc).__name__, "reason": _first_line(exc)}
         except Exception as exc:  # a hostile file: say what broke, serve the next one
@@ -277,18 +269,19 @@ def _serve() -> None:
         out.write(json.dumps(reply) + "\n")
 
 
-def _out_of_memory() -> str:
-    return f"reading needs more than {MEMORY_BUDGET_BYTES >> 20} MiB of memory: refused"
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 
-def _address_space() -> int:
+def limit_memory(budget: int) -> None:
+    """No core dump, and at most `budget` bytes of address space more than the imports took."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        limit = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + budget
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _die_with_parent() -> None:

@@ -182,23 +182,12 @@ def _landlock(folder: str, abi: int) -> None:
 def confine(folder: str) -> list[str]:
     """Every layer this kernel gives, in order; what was missing (empty: fully confined)."""
     missing = []
-    try:
-        _namespaces()
-    except (_Unavailable, OSError) as exc:
-        missing.append(str(exc))
-    for layer in (_no_new_privs, _seccomp, lambda: _landlock(folder, landlock_abi())):
+    for layer in (_namespaces, _no_new_privs, _seccomp, lambda: _landlock(folder, landlock_abi())):
         try:
             layer()
         except (_Unavailable, OSError) as exc:
             missing.append(str(exc))
     return missing
-
-
-def command(mode: str, folder: str, cmd: list[str]) -> list[str]:
-    """The parent's side: `cmd` run through this launcher."""
-    from .. import python_module
-
-    return [*python_module("children.sandbox"), mode, folder, "--", *cmd]
 
 
 def main(argv: list[str]) -> int:

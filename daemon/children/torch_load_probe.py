@@ -4,25 +4,23 @@ the checkpoint it was split from: `ckpt verify --load` for `.pt`/`.pth`/`.bin`, 
 
     python -m ckpt_daemon.children.torch_load_probe FILE... [--artifact ARTIFACT]
 
-What it runs, in order (`children.unprivileged`): torch imported; each file copied into the
-private staging folder the parent made, in the sandbox (`children.sandbox`: no network, no write
-outside that folder); then each file loaded: a safetensors file with
+What it runs, in order: torch imported; each file staged privately, in the sandbox
+(`children.unprivileged`); then each file loaded: a safetensors file with
 `safetensors.torch.load_file` (no pickle at all), anything else with
 `torch.load(weights_only=True)` (torch's own restricted unpickler: a GLOBAL outside its allow-
 list, `os.system` among them, is refused, never called; the same list is checked first against
 the file's opcodes, `formats.pickle_allowed.torch_file_refusals`, as on every pickle path;
 `TORCH_FORCE_WEIGHTS_ONLY_LOAD` is set and its opposite removed, so no environment turns it
-off). With `--artifact`, the artifact's
-tensors are compared with the checkpoint's model tensors of the same names: dtype, shape and
-bytes. Prints one JSON object: {"loaded": N files, "tensors": T, "identical": true|false|null,
-"differs": [...], "sandbox": "..."} or {"refused": "..."} (weights_only said no) or {"error":
-"..."}. It runs only as a child process: the daemon and the CLI never import torch.
+off). With `--artifact`, the artifact's tensors are compared with the checkpoint's model
+tensors of the same names: dtype, shape and bytes. Prints one JSON object: {"loaded": N files,
+"tensors": T, "identical": true|false|null, "differs": [...], "sandbox": "..."} or {"refused":
+"..."} (weights_only said no) or {"error": "..."}. It runs only as a child process: the daemon
+and the CLI never import torch.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import pickle
 import sys
@@ -31,7 +29,7 @@ from typing import Any
 
 from .. import python_module
 from ..formats import pickle_allowed
-from . import unprivileged
+from . import protocol, unprivileged
 
 TIMEOUT_SECONDS = 300.0
 _MODEL_KEYS = ("state_dict", "model_state_dict", "model", "model_state", "net", "module")
@@ -40,8 +38,7 @@ _MODEL_KEYS = ("state_dict", "model_state_dict", "model", "model_state", "net", 
 def probe(
     paths: list[Path], artifact: Path | None = None, *, mode: str = "require"
 ) -> dict[str, Any]:
-    """The parent's side: the child's JSON answer, or {"error": ...} when it gave none
-    (`mode`: `load_sandbox`)."""
+    """The parent's side (`unprivileged.run_probe`)."""
     extra = ["--artifact", str(artifact)] if artifact is not None else []
     cmd = [*python_module("children.torch_load_probe"), *map(str, paths), *extra]
     staged = [*paths, *([artifact] if artifact is not None else [])]
@@ -69,7 +66,7 @@ def weights_only_globals(torch: Any) -> set[str]:
     return names | set(unpickler._get_user_allowed_globals())
 
 
-def _flat(torch: Any, obj: Any, prefix: str = "") -> dict[str, Any]:
+def flat(torch: Any, obj: Any, prefix: str = "") -> dict[str, Any]:
     """Every tensor under `obj` by its dotted path; each container once (a pickle can share
     one list a million times over), at most 20 deep."""
     out: dict[str, Any] = {}
@@ -95,16 +92,16 @@ def _model_tensors(torch: Any, loaded: list[Any], names: set[str]) -> dict[str, 
     for obj in loaded:
         candidates = [obj[k] for k in _MODEL_KEYS if isinstance(obj, dict) and k in obj]
         for candidate in [*candidates, obj]:
-            flat = _flat(torch, candidate)
-            if names <= set(flat):
-                return flat
+            tensors = flat(torch, candidate)
+            if names <= set(tensors):
+                return tensors
     merged: dict[str, Any] = {}
     for obj in loaded:
-        merged |= _flat(torch, obj)
+        merged |= flat(torch, obj)
     return merged
 
 
-def _same(torch: Any, a: Any, b: Any) -> bool:
+def same_bytes(torch: Any, a: Any, b: Any) -> bool:
     if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
         return False
     # Bytes, not values: NaN equals itself, -0.0 stays -0.0, float8 has no torch.equal.
@@ -121,51 +118,39 @@ def main(argv: list[str]) -> int:
     if "--artifact" in argv:
         at = argv.index("--artifact")
         artifact, argv = argv[at + 1 : at + 2], argv[:at] + argv[at + 2 :]
-    if not argv or artifact == []:
-        print(
-            "usage: python -m ckpt_daemon.children.torch_load_probe FILE... [--artifact A]",
-            file=sys.stderr,
-        )
-        return 2
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    try:
-        torch = importlib.import_module("torch")
-        staged = unprivileged.stage([*argv, *(artifact or [])])
-        confined = unprivileged.confinement()
-        loaded = []
-        for named, copy in zip(argv, staged, strict=False):
-            try:
-                loaded.append(_load(torch, copy))
-            except pickle.UnpicklingError as exc:
-                reason = str(exc).strip().splitlines()
-                print(
-                    json.dumps(
-                        {"refused": f"{Path(named).name}: {_why(reason)}", "sandbox": confined}
-                    )
-                )
-                return 0
-        result: dict[str, Any] = {
-            "loaded": len(loaded),
-            "tensors": sum(len(_flat(torch, obj)) for obj in loaded),
-            "identical": None,
-            "differs": [],
-            "sandbox": confined,
-        }
-        if artifact:
-            split = _flat(torch, _load(torch, staged[-1]))
-            model = _model_tensors(torch, loaded, set(split))
-            differs = [
-                n for n, t in split.items() if n not in model or not _same(torch, t, model[n])
-            ]
-            result["identical"] = not differs and bool(split)
-            result["differs"] = differs[:20]
-            result["artifact_tensors"] = len(split)
-    except Exception as exc:  # the report says why it does not load
-        text = str(exc).strip().splitlines()
-        result = {"error": f"{type(exc).__name__}: {text[0] if text else ''}"}
-    print(json.dumps(result))
-    return 0
+    usage = "torch_load_probe FILE... [--artifact A]"
+    return protocol.answer(bool(argv) and artifact != [], usage, lambda: _answer(argv, artifact))
+
+
+def _answer(files: list[str], artifact: list[str] | None) -> dict[str, Any]:
+    unprivileged.torch_weights_only(os.environ)
+    torch = importlib.import_module("torch")
+    staged = unprivileged.stage([*files, *(artifact or [])])
+    confined = unprivileged.confinement()
+    loaded = []
+    for named, copy in zip(files, staged, strict=False):
+        try:
+            loaded.append(_load(torch, copy))
+        except pickle.UnpicklingError as exc:
+            reason = str(exc).strip().splitlines()
+            return {"refused": f"{Path(named).name}: {_why(reason)}", "sandbox": confined}
+    result: dict[str, Any] = {
+        "loaded": len(loaded),
+        "tensors": sum(len(flat(torch, obj)) for obj in loaded),
+        "identical": None,
+        "differs": [],
+        "sandbox": confined,
+    }
+    if artifact:
+        split = flat(torch, _load(torch, staged[-1]))
+        model = _model_tensors(torch, loaded, set(split))
+        differs = [
+            n for n, t in split.items() if n not in model or not same_bytes(torch, t, model[n])
+        ]
+        result["identical"] = not differs and bool(split)
+        result["differs"] = differs[:20]
+        result["artifact_tensors"] = len(split)
+    return result
 
 
 def _why(lines: list[str]) -> str:

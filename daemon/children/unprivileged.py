@@ -1,12 +1,13 @@
 """What every child that loads a model does before it loads anything.
 
-1. The parent makes a private staging folder (`staging`: in /dev/shm when it has room, so the
-   copies take RAM, never the disk a trainer writes to) and starts the child through the
-   sandbox launcher (`children.sandbox`: no network, no write outside that folder; `run_probe`).
+1. The parent makes a private staging folder (in /dev/shm when it has room, so the copies take
+   RAM, never the disk a trainer writes to) and starts the child through the sandbox launcher
+   (`children.sandbox`: no network, no write outside that folder; `run_probe`).
 2. The child, its libraries imported, copies each file it will load into that folder (`stage`:
    opened without following a symlink), so what it checks is what it loads: a file rewritten
    meanwhile in the root changes nothing.
-3. It reads each staged config and refuses what would run the file's code (`core.model_code`).
+3. It reads each staged config and refuses what would run the file's code
+   (`load_precheck.staged_refusals`).
 
 `confinement` names what the child runs under, for its answer ("sandboxed: ...", or, where
 `load_sandbox: warn` let it run without a layer the kernel lacks, "NOT SANDBOXED (...)": the
@@ -15,40 +16,22 @@ use cases log a `load_unsandboxed` warning for each such load).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from .. import python_module
 from ..core.errors import Refused, UsageError
-from . import sandbox
+from . import protocol, sandbox
 
 STAGING_ENV = "CKPT_LOAD_STAGING"
 _SHM = Path("/dev/shm")
 _TMP_MARGIN = 1 << 30  # left free on a temp folder that is a disk
-
-
-@contextmanager
-def staging(paths: list[Path]) -> Iterator[dict[str, str]]:
-    """The parent's side: the child's environment with a fresh staging folder, removed after
-    (its home and temp folder too: the only place it can write)."""
-    need = sum(_bytes(p) for p in paths)
-    base = _staging_base(need)
-    with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=base) as folder:
-        os.chmod(folder, 0o700)
-        yield {
-            **os.environ,
-            STAGING_ENV: folder,
-            "HOME": folder,
-            "TMPDIR": folder,
-            "TF_CPP_MIN_LOG_LEVEL": "3",
-        }
 
 
 def run_probe(
@@ -59,17 +42,22 @@ def run_probe(
     *,
     mode: str = "require",
 ) -> dict[str, Any]:
-    """The parent's side of a load probe: `cmd` run in the sandbox (`mode`: `load_sandbox`)
-    with a staging folder for `paths` (its environment adjusted by `settings`), no stdin,
+    """The parent's side of a load probe: `cmd` run through the sandbox launcher (`mode`:
+    `load_sandbox`) with a fresh staging folder for `paths` (its home and temp folder too: the
+    only place it can write; removed after), its environment adjusted by `settings`, no stdin,
     killed after `timeout` seconds. The child's last JSON line, or {"error": ...} when it gave
     none (died, timed out, printed no JSON). Refused (not run) when the kernel lacks a layer
     of the sandbox and `mode` is `require`."""
-    with staging(paths) as env:
+    base = _staging_base(sum(_bytes(p) for p in paths))
+    with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=base) as folder:
+        os.chmod(folder, 0o700)
+        env = {**os.environ, STAGING_ENV: folder, "HOME": folder, "TMPDIR": folder}
+        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
         if settings is not None:
             settings(env)
         try:
             done = subprocess.run(
-                sandbox.command(mode, env[STAGING_ENV], cmd),
+                [*python_module("children.sandbox"), mode, folder, "--", *cmd],
                 capture_output=True,
                 text=True,
                 stdin=subprocess.DEVNULL,
@@ -78,10 +66,8 @@ def run_probe(
             )
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:g} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        result = dict(json.loads(lines[-1]))
-    except (IndexError, ValueError):
+    result = protocol.last_reply(done.stdout)
+    if result is None:
         return {"error": done.stderr.strip()[-300:] or f"exit {done.returncode}"}
     if "unsandboxed" in result:
         raise Refused(
@@ -96,11 +82,12 @@ def confinement() -> str:
     return os.environ.get(sandbox.DESCRIPTION_ENV) or f"{sandbox.UNSANDBOXED} (not started by ckpt)"
 
 
-def torch_weights_only(env: dict[str, str]) -> None:
-    """A torch child's environment: `torch.load` weights-only whatever the caller's environment
-    said (a user's TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD would let a pickle run code), one thread."""
+def torch_weights_only(env: MutableMapping[str, str]) -> None:
+    """A torch child's environment (the parent's side sets it, and the child's again on
+    `os.environ`): `torch.load` weights-only whatever the caller's environment said (a user's
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD would let a pickle run code), one thread."""
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    env |= {"TORCH_FORCE_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": "1"}
+    env.update(TORCH_FORCE_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS="1")
 
 
 def _bytes(path: Path) -> int:
@@ -163,64 +150,3 @@ def stage_folder(path: str, index: int = 0) -> str:
                 with open(os.path.join(target, name), "xb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
     return copy
-
-
-def refusals(keras: object, path: str, *, with_compile: bool = False) -> list[str]:
-    """Why loading the staged `path` with `keras` (the imported module) would run the file's
-    code, from its stored config alone: `.keras` `config.json`, a legacy `.h5` `model_config`,
-    or a `.json` export. `with_compile`: the compile config counts too (`model_from_json`
-    compiles; `load_model(compile=False)` never reads it)."""
-    import json
-
-    from ..core.model_code import code_in_config
-    from ..formats import model_config
-
-    staged = Path(path)
-    if path.endswith(".json"):
-        raw: bytes | None = staged.read_bytes()
-    elif model_config.is_archive(staged):
-        raw = model_config.archive_config(staged)
-    else:
-        raw = model_config.h5_config(staged)
-    if raw is None:
-        return []
-    doc = json.loads(raw)
-    if isinstance(doc, dict) and not with_compile:
-        doc.pop("compile_config", None)
-    return code_in_config(doc, known=_known_to(keras))
-
-
-_NAMESPACES = (
-    "layers",
-    "models",
-    "initializers",
-    "regularizers",
-    "constraints",
-    "optimizers",
-    "losses",
-    "metrics",
-    "activations",
-    "mixed_precision",
-)
-
-
-def _known_to(keras: object) -> Callable[[str], bool]:
-    spaces = [getattr(keras, n) for n in _NAMESPACES if hasattr(keras, n)]
-    schedules = getattr(getattr(keras, "optimizers", None), "schedules", None)
-    spaces += [keras, schedules] if schedules is not None else [keras]
-
-    def known(class_name: str) -> bool:
-        if class_name in ("Functional", "Sequential", "Model"):
-            return True
-        if not class_name.isidentifier() or class_name.startswith("_"):
-            return False
-        return any(isinstance(_public(s, class_name), type) for s in spaces)
-
-    return known
-
-
-def _public(space: object, name: str) -> object:
-    try:
-        return getattr(space, name, None)
-    except Exception:  # a lazy attribute that would import: not a class we know
-        return None

@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection, Sequence
 
 from .model import Checkpoint
-from .moments import progress_key
+from .moments import progress_key, rewritten_in_place
 from .query import default_mode
 from .resume import optimizer_config_lost, resumability
 
@@ -47,8 +47,10 @@ def _best(rows: Sequence[Checkpoint], metric: str) -> Checkpoint | None:
     for c in rows:
         value = c.metrics.get(metric)
         if isinstance(value, int | float) and math.isfinite(value):
-            valued.append((sign * float(value), -c.mtime, -c.id, c))
-    return min(valued, key=lambda v: v[:3])[3] if valued else None
+            # ties as retention's keep_best: the file no trainer rewrites, then the newest
+            stable = rewritten_in_place(c.path.rsplit("/", 1)[-1], c.generation)
+            valued.append((sign * float(value), stable, -c.mtime, -c.id, c))
+    return min(valued, key=lambda v: v[:4])[4] if valued else None
 
 
 def _resumable(c: Checkpoint) -> bool:

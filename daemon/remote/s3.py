@@ -93,12 +93,10 @@ class S3Store:
         for attempt in range(self.attempts):
             try:
                 return method(**params)
-            except ClientError as exc:
-                if code(exc) not in _RETRYABLE_CODES or attempt == self.attempts - 1:
-                    self._failed()
-                    raise RemoteFailed(f"{what}: {_reason(exc)}") from None
-            except BotoCoreError as exc:  # connection refused or reset, timeouts
-                if attempt == self.attempts - 1:
+            except (ClientError, BotoCoreError) as exc:
+                # BotoCoreError: connection refused or reset, timeouts; all transient
+                transient = isinstance(exc, BotoCoreError) or code(exc) in _RETRYABLE_CODES
+                if not transient or attempt == self.attempts - 1:
                     self._failed()
                     raise RemoteFailed(f"{what}: {_reason(exc)}") from None
             with self._lock:
@@ -140,11 +138,9 @@ class S3Store:
         params = {"Bucket": self.remote.bucket, "Key": key, "ChecksumMode": "ENABLED"}
         try:
             found = self.client.head_object(**params)
-        except ClientError as exc:
-            if code(exc) in ("404", "NoSuchKey", "NotFound"):
+        except Exception as exc:  # else a transient fault: the retried call says what it was
+            if isinstance(exc, ClientError) and code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
-            found = self.call(f"head {key}", "head_object", **params)
-        except Exception:  # a transient fault: the retried call says what it was
             found = self.call(f"head {key}", "head_object", **params)
         return RemoteObject(
             key=key,

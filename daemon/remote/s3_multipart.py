@@ -51,6 +51,22 @@ class Multipart:
         self.call, self.bucket, self.part_size, self.threads = call, bucket, part_size, threads
         self.sent = sent  # counts the bytes each part sent
 
+    def _on(self, what: str, operation: str, key: str, **params: Any) -> Any:
+        """`operation` on `key` in our bucket, through the store's retried `call`."""
+        return self.call(what, operation, Bucket=self.bucket, Key=key, **params)
+
+    def _create(self, what: str, key: str, metadata: dict[str, str], **params: Any) -> str:
+        """A new multipart upload of `key` carrying `metadata`: its upload id."""
+        answer = self._on(what, "create_multipart_upload", key, Metadata=metadata, **params)
+        return str(answer["UploadId"])
+
+    def _finish(
+        self, what: str, key: str, upload_id: str, done: list[dict[str, Any]], **params: Any
+    ) -> None:
+        """Complete the upload of `key` from its parts `done` ({PartNumber, ETag, ...})."""
+        params["MultipartUpload"] = {"Parts": done}
+        self._on(what, "complete_multipart_upload", key, UploadId=upload_id, **params)
+
     def put(self, key: str, source: Source, content_hash: str, *, conditional: bool) -> Uploaded:
         """Send `source` as `key`, or keep the identical object already there. The parts must
         hash to `content_hash` (Refused otherwise, nothing completed: the store is not at
@@ -61,14 +77,8 @@ class Multipart:
         threads = parts.threads_for(part_size, self.threads, self.part_size)
         upload_id, have = self._resumable(key)
         if upload_id is None:
-            upload_id = self.call(
-                f"upload {key}",
-                "create_multipart_upload",
-                Bucket=self.bucket,
-                Key=key,
-                ChecksumAlgorithm="SHA256",
-                Metadata={HASH_METADATA: content_hash},
-            )["UploadId"]
+            metadata = {HASH_METADATA: content_hash}
+            upload_id = self._create(f"upload {key}", key, metadata, ChecksumAlgorithm="SHA256")
         digests: list[bytes] = [b""] * count
         etags: list[str] = [""] * count
         resumed = [0]
@@ -119,11 +129,10 @@ class Multipart:
     def _send_part(
         self, key: str, upload_id: str, number: int, data: bytearray, digest: bytes
     ) -> str:
-        answer = self.call(
+        answer = self._on(
             f"upload {key} part {number}",
             "upload_part",
-            Bucket=self.bucket,
-            Key=key,
+            key,
             UploadId=upload_id,
             PartNumber=number,
             Body=data,
@@ -148,15 +157,7 @@ class Multipart:
         ]
         extra = {"IfNoneMatch": "*"} if conditional else {}
         try:
-            self.call(
-                f"complete {key}",
-                "complete_multipart_upload",
-                Bucket=self.bucket,
-                Key=key,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": completed},
-                **extra,
-            )
+            self._finish(f"complete {key}", key, upload_id, completed, **extra)
             return False
         except RemoteFailed as exc:
             cause = exc.__context__  # the botocore error the retried call gave up on
@@ -175,13 +176,8 @@ class Multipart:
             have: dict[int, tuple[int, str]] = {}
             marker = 0
             while True:
-                page = self.call(
-                    f"resume {key}",
-                    "list_parts",
-                    Bucket=self.bucket,
-                    Key=key,
-                    UploadId=upload_id,
-                    PartNumberMarker=marker,
+                page = self._on(
+                    f"resume {key}", "list_parts", key, UploadId=upload_id, PartNumberMarker=marker
                 )
                 for part in page.get("Parts", []):
                     have[part["PartNumber"]] = (part["Size"], part["ETag"].strip('"'))
@@ -203,54 +199,34 @@ class Multipart:
             params["UploadIdMarker"] = page["NextUploadIdMarker"]
 
     def abort(self, key: str, upload_id: str) -> None:
-        params = {"Bucket": self.bucket, "Key": key, "UploadId": upload_id}
-        self.call(f"abort {key}", "abort_multipart_upload", **params)
+        self._on(f"abort {key}", "abort_multipart_upload", key, UploadId=upload_id)
 
     def copy(self, key: str, new_key: str, size: int, *, limit: int = COPY_LIMIT) -> None:
         """A server-side copy of `key` at `new_key`, its metadata kept (the bytes never come
         here): one `CopyObject` up to 5 GiB, a multipart copy of 512 MiB ranges above."""
         source = {"Bucket": self.bucket, "Key": key}
         if size <= limit:
-            self.call(
-                f"copy {key}",
-                "copy_object",
-                Bucket=self.bucket,
-                Key=new_key,
-                CopySource=source,
-                MetadataDirective="COPY",
+            self._on(
+                f"copy {key}", "copy_object", new_key, CopySource=source, MetadataDirective="COPY"
             )
             return
-        found = self.call(f"copy {key}", "head_object", Bucket=self.bucket, Key=key)
-        upload_id = self.call(
-            f"copy {key}",
-            "create_multipart_upload",
-            Bucket=self.bucket,
-            Key=new_key,
-            Metadata=found.get("Metadata", {}),
-        )["UploadId"]
+        found = self._on(f"copy {key}", "head_object", key)
+        upload_id = self._create(f"copy {key}", new_key, found.get("Metadata", {}))
         try:
             copied = []
             for number, offset in enumerate(range(0, size, COPY_PART), start=1):
                 last = min(size, offset + COPY_PART) - 1
-                done = self.call(
+                done = self._on(
                     f"copy {key} part {number}",
                     "upload_part_copy",
-                    Bucket=self.bucket,
-                    Key=new_key,
+                    new_key,
                     UploadId=upload_id,
                     PartNumber=number,
                     CopySource=source,
                     CopySourceRange=f"bytes={offset}-{last}",
                 )
                 copied.append({"PartNumber": number, "ETag": done["CopyPartResult"]["ETag"]})
-            self.call(
-                f"copy {key}",
-                "complete_multipart_upload",
-                Bucket=self.bucket,
-                Key=new_key,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": copied},
-            )
+            self._finish(f"copy {key}", new_key, upload_id, copied)
         except RemoteFailed:
             self.abort(new_key, upload_id)  # nothing half-copied is left behind
             raise

@@ -47,9 +47,7 @@ class FileSource:
         self._hash = StreamHash()
 
     def read_into(self, view: memoryview, offset: int) -> int:
-        got = 0
-        while got < len(view) and (n := os.preadv(self.fd, [view[got:]], offset + got)):
-            got += n
+        got = _pread(self.fd, view, offset)
         self._hash.update(view[:got])
         return got
 
@@ -133,7 +131,7 @@ class TarSource:
             else:
                 if pos == start and self._several:  # the member's first byte: its name first
                     self._hash.update(member_prefix(self.names[what].rsplit("/", 1)[-1], length))
-                got = self._pread(self._fd(what), view[pos - offset : hi - offset], pos - start)
+                got = _pread(self._fd(what), view[pos - offset : hi - offset], pos - start)
                 self._hash.update(view[pos - offset : pos - offset + got])
                 if got < hi - pos:  # the file shrank while it was sent: the hash says so
                     self._changed = True
@@ -146,13 +144,6 @@ class TarSource:
         view[pos - offset : end - offset] = bytes(end - pos)  # padding, the archive's end
         self._next = end
         return end - offset
-
-    @staticmethod
-    def _pread(fd: int, view: memoryview, offset: int) -> int:
-        got = 0
-        while got < len(view) and (n := os.preadv(fd, [view[got:]], offset + got)):
-            got += n
-        return got
 
     def content_hash(self) -> str:
         return self._hash.value()
@@ -167,3 +158,11 @@ class TarSource:
         if self._open is not None:
             os.close(self._open[1])
             self._open = None
+
+
+def _pread(fd: int, view: memoryview, offset: int) -> int:
+    """Fill `view` from `offset` of `fd`: fewer bytes only at the file's end."""
+    got = 0
+    while got < len(view) and (n := os.preadv(fd, [view[got:]], offset + got)):
+        got += n
+    return got

@@ -70,7 +70,7 @@ def metrics_text(snap: Snapshot) -> bytes:
 
 def heartbeat_state(store: Store) -> dict[str, Any]:
     """The `metrics` state of the newest heartbeat (empty if no daemon ever ran)."""
-    beat = store.daemons.latest_heartbeat()
+    beat = store.reads.latest_heartbeat()
     state = dict((beat.state or {}).get("metrics") or {}) if beat else {}
     if beat is not None:
         state["heartbeat_time"] = iso_seconds(beat.heartbeat_at)

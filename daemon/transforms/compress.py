@@ -3,24 +3,20 @@
 h5py runs every HDF5 call under one lock, so HDF5's own filters would use one core. Our threads
 encode the chunks instead (the encoders release the GIL) and the main thread stores them with
 HDF5's direct chunk write into datasets declaring the same filter pipeline, which any HDF5
-reader then decodes as usual. Encoders (all direct + threaded): gzip `zlib.compress` (HDF5's
-deflate filter stores a plain zlib stream); lzf `lzf_compress` exported by h5py's h5z extension
-(its lzf filter's own encoder); zstd `ZSTD_compress` exported by hdf5plugin's zstd plugin. If
-one cannot be loaded, that codec falls back to h5py's ordinary write (HDF5 filters, one core).
-Scalars and datasets under 1 KiB stay contiguous and raw; datasets that are not plain numbers
-are copied as stored (H5Ocopy); groups, links and attributes exactly, attribute types included.
-Memory: one ~4 MiB slab per chunk, at most 2 x workers in flight. Every dataset is read back
-through HDF5 and compared with the source before `fsops.rewrite` swaps the file in.
+reader then decodes as usual (an encoder that cannot be loaded leaves its codec to h5py's
+ordinary write: HDF5's filter, one core). Memory: one ~4 MiB slab per chunk, at most 2 x workers
+in flight. Every dataset is read back through HDF5 and compared with the source before
+`fsops.rewrite` swaps the file in.
 
 This module holds the rewrite itself (the file's identity, the .keras re-zip, the swap); the
 codecs, encoders and chunk pipe are `transforms.chunk_codecs`', the tree copy
-`transforms.h5_copy`'s, the read-back check `transforms.h5_verify`'s.
+`transforms.h5_copy`'s, the read-back check `transforms.h5_verify`'s, the zip writer
+`transforms.split.rezip`.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -28,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import h5py
 
@@ -43,9 +38,9 @@ from . import bounds
 from .chunk_codecs import ChunkCodec, ChunkPipe, chunk_codec
 from .h5_copy import copy_all, tracks_order
 from .h5_verify import verify_group
+from .split import rezip
 
 KERAS_MEMBER = "model.weights.h5"
-_COPY_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -193,31 +188,13 @@ def _rewrite_keras(source: Path, temp: Path, spec: ChunkCodec, pipe: ChunkPipe) 
         with tempfile.TemporaryFile(dir=temp.parent, prefix=temp_names.TEMP_PREFIX) as inner:
             with h5py.File(inner, "w", track_order=tracks_order(src)) as dst:
                 count = copy_all(src, dst, spec, pipe)
-            _write_archive(archive, inner, temp)
+            rezip(temp, archive, {KERAS_MEMBER: inner}, archive.comment)
         digest = pipe.pool.submit(hash_files, [temp])  # hashed and CRC-checked while we verify
         crc = pipe.pool.submit(_crc_problem, temp)
         _verify_archive(archive, src, temp)
         if problem := crc.result():
             raise VerifyFailed(f"{temp.name}: zip member {problem} fails its CRC")
     return count, digest.result()
-
-
-def _write_archive(archive: zipfile.ZipFile, inner: IO[bytes], temp: Path) -> None:
-    with zipfile.ZipFile(temp, "w", zipfile.ZIP_STORED, allowZip64=True) as out:
-        out.comment = archive.comment
-        for info in archive.infolist():
-            stored = zipfile.ZipInfo(info.filename, info.date_time)
-            stored.external_attr, stored.create_system = info.external_attr, info.create_system
-            stored.comment = info.comment
-            if info.filename == KERAS_MEMBER:
-                stored.file_size = inner.seek(0, os.SEEK_END)  # lets zipfile pick zip64
-                inner.seek(0)
-                with out.open(stored, "w") as w:
-                    shutil.copyfileobj(inner, w, _COPY_BUFFER)
-            else:
-                stored.file_size = info.file_size
-                with archive.open(info) as r, out.open(stored, "w") as w:
-                    shutil.copyfileobj(r, w, _COPY_BUFFER)
 
 
 def _crc_problem(path: Path) -> str | None:
@@ -233,10 +210,8 @@ def _verify_archive(archive: zipfile.ZipFile, src: h5py.File, temp: Path) -> Non
             raise VerifyFailed(f"{temp.name}: a member is not stored")
         for old in archive.infolist():  # copied bytes: same CRC (checked by testzip) and size
             copy = new.getinfo(old.filename)
-            if old.filename != KERAS_MEMBER and (old.CRC, old.file_size) != (
-                copy.CRC,
-                copy.file_size,
-            ):
+            same = (old.CRC, old.file_size) == (copy.CRC, copy.file_size)
+            if old.filename != KERAS_MEMBER and not same:
                 raise VerifyFailed(f"{temp.name}: member {old.filename} differs")
         with window.open_member(new, raw, KERAS_MEMBER) as member, hdf5.open_h5(member) as dst:
             verify_group(src, dst)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, cast
 
@@ -44,15 +43,14 @@ from ..formats.megatron import LEGACY_FILES
 from ..formats.pickle_safe import Opaque, StorageRef, TensorRecord
 from ..fs import beneath, folder_layouts, fsops
 from ..fs.sharded_names import MP_RANK_FOLDER
-from . import marker, safetensors_out
-from .safetensors_out import Tensor
-from .split import SplitResult, check_unchanged
-from .tensor_blocks import Chunk, OpenFiles, Planned, tensor_bytes
+from . import safetensors_out
+from .safetensors_out import Tensor, dtype_code
+from .split import SplitResult
+from .tensor_blocks import Chunk, OpenFiles, Planned, row_major, storage_starts, tensor_bytes
 
 SUFFIX = ".consolidated.safetensors"
 SHARD_BYTES = 5 * 10**9  # the Hugging Face default `max_shard_size` ("5GB")
 CONSOLIDATED = (Format.TORCH_DCP, Format.MEGATRON_DIST, Format.TORCH_RANKS, Format.MEGATRON_LEGACY)
-_SAFETENSORS_DTYPES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
 _OPTIMIZER = re.compile(r"^(optim|optimizer|optim_state|optimizer_state)\.")
 
 
@@ -89,26 +87,18 @@ def split(
         raise UsageError(f"not split: {source} holds no model tensors")
     by_name = {p.out.name: p for p in plan}
     with OpenFiles(source, root) as files:
-
-        def chunks(t: Tensor) -> Iterator[bytes]:
-            return tensor_bytes(by_name[t.name], files.fd)
-
-        try:
-            written = safetensors_out.write(
-                root,
-                final,
-                [p.out for p in plan],
-                chunks,
-                like=source / plan[0].chunks[0].file,  # its mode and times
-                metadata={marker.ATTRIBUTE: marker.encode("inference", source, source_hash)},
-                shard_bytes=shard_bytes,
-                replacing=replacing,
-                before_rename=lambda: check_unchanged(root, source, before),
-            )
-        except Exception as exc:
-            check_unchanged(root, source, before, exc)
-            raise
-    return SplitResult(source, written.path, written.bytes, written.hash, before.size, len(plan))
+        return safetensors_out.write_inference(
+            root,
+            source,
+            final,
+            [p.out for p in plan],
+            lambda t: tensor_bytes(by_name[t.name], files.fd),
+            before=before,
+            like=source / plan[0].chunks[0].file,  # its mode and times
+            source_hash=source_hash,
+            replacing=replacing,
+            shard_bytes=shard_bytes,
+        )
 
 
 # ---- where the pieces are ----
@@ -126,7 +116,7 @@ def plan_dcp(folder: Path, root: Path | None) -> list[Planned]:
     plan = []
     for t in model:
         name = t.key.removeprefix("model.") if strip else t.key
-        out = Tensor(name, _dtype_code(name, t.dtype), t.shape)
+        out = Tensor(name, dtype_code(name, t.dtype), t.shape)
         pieces = []
         for offsets, sizes in t.chunks:
             where = items.get((t.key, offsets))
@@ -160,12 +150,7 @@ def _storage_items(
             raise CorruptCheckpoint(f".metadata names a data file {name!r}")
         if not isinstance(offset, int) or not isinstance(length, int) or offset < 0 or length < 0:
             raise CorruptCheckpoint(f".metadata: a bad byte range for {key.get('fqn')}")
-        offsets = key.get("offset")
-        items[(str(key.get("fqn")), tuple(offsets) if offsets is not None else ())] = (
-            name,
-            offset,
-            length,
-        )
+        items[(str(key.get("fqn")), tuple(key.get("offset") or ()))] = (name, offset, length)
     return items
 
 
@@ -194,7 +179,10 @@ def _dcp_chunk(
             numel = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
             if length != numel * pickle_safe.ITEM_SIZES[dtype]:
                 raise CorruptCheckpoint(f"{key}: an item of {length} bytes for {sizes} {dtype}")
-            return Chunk(name, at, _contiguous(dtype, sizes), offsets)
+            dense = TensorRecord(
+                dtype, sizes, row_major(sizes), 0, StorageRef("raw", dtype, numel, "cpu")
+            )
+            return Chunk(name, at, dense, offsets)
         item = cast(IO[bytes], window.Window(raw, at, length))
         try:
             archive = zipfile.ZipFile(item)
@@ -209,12 +197,7 @@ def _dcp_chunk(
                 raise CorruptCheckpoint(f"{key}: its item in {name} holds no tensor")
             if record.shape != sizes or record.dtype != dtype:
                 raise CorruptCheckpoint(f"{key}: item {record.shape} {record.dtype}, chunk {sizes}")
-            prefix = member[: -len(torch_zip.PICKLE_MEMBER)]
-            info = archive.getinfo(f"{prefix}data/{record.storage.key}")
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise CorruptCheckpoint(f"{key}: its storage is not stored raw")
-            _check_view(key, record, info.file_size)
-            start = at + window.member_offset(item, info)
+            start = at + storage_starts(item, archive, [(key, record)], name)[key]
     return Chunk(name, start, record, offsets)
 
 
@@ -228,7 +211,7 @@ def plan_ranks(folder: Path, root: Path | None) -> list[Planned]:
     starts = {name: _starts(folder / name, root, wanted) for name, wanted in by_file.items()}
     plan = []
     for t in tensors:
-        out = Tensor(t.name, _dtype_code(t.name, t.dtype), t.shape)
+        out = Tensor(t.name, dtype_code(t.name, t.dtype), t.shape)
         pieces = [Chunk(p.file, starts[p.file][t.name], p.record, p.offsets) for p in t.pieces]
         plan.append(Planned(out, pickle_safe.ITEM_SIZES[t.dtype], _tiled(out, pieces)))
     return plan
@@ -251,7 +234,7 @@ def plan_legacy(folder: Path, root: Path | None) -> list[Planned]:
     starts = _starts(folder / names[0], root, tensors)
     plan = []
     for name, record in tensors:
-        out = Tensor(name, _dtype_code(name, record.dtype), record.shape)
+        out = Tensor(name, dtype_code(name, record.dtype), record.shape)
         chunk = Chunk(names[0], starts[name], record, (0,) * len(record.shape))
         plan.append(Planned(out, pickle_safe.ITEM_SIZES[record.dtype], _tiled(out, [chunk])))
     return plan
@@ -260,57 +243,8 @@ def plan_legacy(folder: Path, root: Path | None) -> list[Planned]:
 def _starts(
     path: Path, root: Path | None, wanted: list[tuple[str, TensorRecord]]
 ) -> dict[str, int]:
-    """Where each tensor's storage starts in the torch zip `path` (STORED, holding its view)."""
-    starts = {}
     with rank_files.opened(path, root) as (raw, archive):
-        member = torch_zip.pickle_member(archive) or ""
-        prefix = member[: -len(torch_zip.PICKLE_MEMBER)]
-        for name, record in wanted:
-            if record.storage is None:
-                raise CorruptCheckpoint(f"{name}: no storage")
-            try:
-                info = archive.getinfo(f"{prefix}data/{record.storage.key}")
-            except KeyError:
-                raise CorruptCheckpoint(f"{name}: its storage is missing in {path.name}") from None
-            if info.compress_type != zipfile.ZIP_STORED:
-                raise CorruptCheckpoint(f"{name}: its storage is not stored raw")
-            _check_view(name, record, info.file_size)
-            starts[name] = window.member_offset(raw, info)
-    return starts
-
-
-def _dtype_code(name: str, dtype: str) -> str:
-    code = _SAFETENSORS_DTYPES.get(dtype)
-    if code is None:
-        raise UsageError(f"not split: tensor {name} is {dtype}, which safetensors cannot hold")
-    return code
-
-
-def _contiguous(dtype: str, shape: tuple[int, ...]) -> TensorRecord:
-    stride, acc = [], 1
-    for d in reversed(shape):
-        stride.append(acc)
-        acc *= d
-    return TensorRecord(
-        dtype, shape, tuple(reversed(stride)), 0, StorageRef("raw", dtype, acc, "cpu")
-    )
-
-
-def _check_view(name: str, record: TensorRecord, member_bytes: int) -> None:
-    """Every element the view reaches lies inside its storage member."""
-    if record.numel == 0:
-        return
-    if (
-        len(record.stride) != len(record.shape)
-        or record.offset < 0
-        or min(record.stride, default=0) < 0
-    ):
-        raise CorruptCheckpoint(f"tensor {name}: stride {record.stride} for shape {record.shape}")
-    last = record.offset + sum(
-        (d - 1) * s for d, s in zip(record.shape, record.stride, strict=True)
-    )
-    if (last + 1) * pickle_safe.ITEM_SIZES[record.dtype] > member_bytes:
-        raise CorruptCheckpoint(f"tensor {name}: its view reaches past its storage")
+        return storage_starts(raw, archive, wanted, path.name)
 
 
 def _tiled(out: Tensor, chunks: list[Chunk]) -> tuple[Chunk, ...]:

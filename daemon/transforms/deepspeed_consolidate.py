@@ -42,17 +42,18 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import CorruptCheckpoint, UsageError
-from ..formats import deepspeed_zero, safetensors_file, window
+from ..formats import deepspeed_zero, window
 from ..formats.deepspeed_zero import ZeroFolder, numel
 from ..formats.pickle_safe import ITEM_SIZES, TensorRecord
 from ..fs import beneath, fsops
-from . import marker, safetensors_out
+from . import safetensors_out
 from .safetensors_out import Tensor
-from .split import SplitResult, check_unchanged
+from .split import SplitResult
+from .tensor_blocks import row_major
 
 _CHUNK = 1 << 20  # bytes per read: what the consolidation holds of the model at once
 SHARD_BYTES = 5 * 10**9  # above it, shards + index: zero_to_fp32's own default max_shard_size
-_CODES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}
+_CODES = safetensors_out.DTYPE_CODES
 _FLOATS = ("float16", "bfloat16", "float32", "float64")  # what is cast to the output's dtype
 
 
@@ -63,16 +64,18 @@ class _Run:
     fd: int
     start: int  # byte offset of element 0 in the file
     count: int  # elements
-    size: int = 4  # bytes per element (float32 partitions; a frozen fragment's own)
+    size: int = 4  # bytes per element (float32 partitions; a frozen fragment's, a buffer's own)
 
 
 @dataclass(frozen=True)
 class _Source:
-    """Where an output tensor's bytes come from: runs of float32 (params) or a buffer."""
+    """Where an output tensor's bytes come from: runs of elements, in order."""
 
-    runs: tuple[tuple[_Run, int, int], ...] = ()  # (run, first element, elements)
-    buffer: tuple[int, int, int] | None = None  # (fd, byte start, bytes)
+    runs: tuple[tuple[_Run, int, int], ...]
     cast: tuple[str, str] | None = None  # (stored dtype, output dtype) when they differ
+
+
+Runs = list[tuple[_Run, int, int]]  # (run, first element, elements), in the tensor's order
 
 
 def inference_path(source: Path, out_dir: Path | None = None) -> Path:
@@ -103,7 +106,6 @@ def split(
     if zf.unfinished:
         raise UsageError(f"not split: {source} is not a whole save ({zf.unfinished[0]})")
     _refuse(zf, source)
-    mark = marker.encode("inference", source, source_hash)
     with ExitStack() as stack:
         fds: dict[str, int] = {}
 
@@ -114,18 +116,18 @@ def split(
             return fds[name]
 
         tensors, sources = _plan(zf, source, fd_of)
-        written = safetensors_out.write(
+        return safetensors_out.write_inference(
             root,
+            source,
             final,
             tensors,
             lambda t: _bytes(sources[t.name]),
+            before=before,
             like=source / zf.expected[0],  # its mode and times: a rank file's
-            metadata={marker.ATTRIBUTE: mark},
-            shard_bytes=shard_bytes,
+            source_hash=source_hash,
             replacing=replacing,
-            before_rename=lambda: check_unchanged(root, source, before),
+            shard_bytes=shard_bytes,
         )
-    return SplitResult(source, written.path, written.bytes, written.hash, before.size, len(tensors))
 
 
 def _refuse(zf: ZeroFolder, source: Path) -> None:
@@ -144,6 +146,11 @@ def _refuse(zf: ZeroFolder, source: Path) -> None:
 def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[str, _Source]]:
     tensors: list[Tensor] = []
     sources: dict[str, _Source] = {}
+
+    def add(name: str, shape: tuple[int, ...], runs: Runs, stored: str, dtype: str) -> None:
+        tensors.append(Tensor(name, _CODES[dtype], shape))
+        sources[name] = _Source(tuple(runs), (stored, dtype) if stored != dtype else None)
+
     model = zf.files[zf.expected[0]]
     out = trained_dtype(zf.ds_config)
     for name, record in zf.buffers:
@@ -152,13 +159,11 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
             raise UsageError(f"not split: buffer {name} is {record.dtype}")
         fd = fd_of(model.name)
         start = _data_start(fd, model.name, model.prefix, record)
-        tensors.append(Tensor(name, _CODES[dtype], record.shape))
-        cast = (record.dtype, dtype) if dtype != record.dtype else None
-        sources[name] = _Source(buffer=(fd, start, record.nbytes), cast=cast)
+        run = _Run(fd, start, record.numel, ITEM_SIZES[record.dtype])
+        add(name, record.shape, [(run, 0, record.numel)], record.dtype, dtype)
     for name, shape in zf.frozen_shapes:
         runs, stored = _frozen(zf, source, fd_of, name, numel(shape))
-        tensors.append(Tensor(name, _CODES[out], shape))
-        sources[name] = _Source(runs=tuple(runs), cast=(stored, out) if stored != out else None)
+        add(name, shape, runs, stored, out)
     ranks = [zf.files[name] for name in zf.optim_files()]
     key = "fp32_flat_groups" if zf.zero_stage == 3 else "single_partition_of_fp32_groups"
     flats = [[_run(source, f, fd_of, r) for r in _groups(f.obj, key, f.name)] for f in ranks]
@@ -166,10 +171,7 @@ def _plan(zf: ZeroFolder, source: Path, fd_of: Any) -> tuple[list[Tensor], dict[
     for name, shape, runs in placed:
         if name in sources:
             raise UsageError(f"not split: {source} names {name!r} twice")
-        tensors.append(Tensor(name, _CODES[out], shape))
-        sources[name] = _Source(
-            runs=tuple(runs), cast=("float32", out) if out != "float32" else None
-        )
+        add(name, shape, runs, "float32", out)
     return tensors, sources
 
 
@@ -183,9 +185,7 @@ def trained_dtype(config: dict[str, Any]) -> str:
     return "float32"
 
 
-def _frozen(
-    zf: ZeroFolder, source: Path, fd_of: Any, name: str, n: int
-) -> tuple[list[tuple[_Run, int, int]], str]:
+def _frozen(zf: ZeroFolder, source: Path, fd_of: Any, name: str, n: int) -> tuple[Runs, str]:
     """A frozen parameter's element runs (whole in ZeRO 1/2's model states, a slice in each
     ZeRO-3 rank's) and its stored dtype."""
     if zf.zero_stage == 3:
@@ -199,23 +199,15 @@ def _frozen(
         record = fragments.get(name) if isinstance(fragments, dict) else None
         if not isinstance(record, TensorRecord) or record.dtype not in _FLOATS:
             raise UsageError(f"not split: {file} holds no fragment of the frozen {name}")
-        if record.numel and record.stride != _row_major(record.shape):
+        if record.numel and record.stride != row_major(record.shape):
             raise UsageError(f"not split: the frozen {name} in {file} is not contiguous")
         fd = fd_of(file)
         start = _data_start(fd, file, f.prefix, record)
         runs.append(_Run(fd, start, record.numel, ITEM_SIZES[record.dtype]))
-    if len({ITEM_SIZES[zf.files[f].obj["frozen_param_fragments"][name].dtype] for f in files}) > 1:
+    if len({run.size for run in runs}) > 1:
         raise UsageError(f"not split: the frozen {name}'s fragments differ in dtype")
     stored = zf.files[files[0]].obj["frozen_param_fragments"][name].dtype
     return _slice(runs, 0, n), stored
-
-
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
 
 
 def _groups(obj: Any, key: str, name: str) -> list[TensorRecord]:
@@ -251,12 +243,12 @@ def _data_start(fd: int, name: str, prefix: str, record: TensorRecord) -> int:
         return window.member_offset(raw, info) + record.offset * size
 
 
-Placed = list[tuple[str, tuple[int, ...], list[tuple[_Run, int, int]]]]
+Placed = list[tuple[str, tuple[int, ...], Runs]]
 
 
-def _slice(runs: list[_Run], first: int, count: int) -> list[tuple[_Run, int, int]]:
+def _slice(runs: list[_Run], first: int, count: int) -> Runs:
     """Elements [first, first + count) of the virtual concatenation of `runs`."""
-    out: list[tuple[_Run, int, int]] = []
+    out: Runs = []
     at = 0
     for run in runs:
         if count <= 0:
@@ -301,7 +293,7 @@ def _zero3(zf: ZeroFolder, flats: list[list[_Run]]) -> Placed:
         for name, shape in shapes:
             n = numel(shape)
             part = -(-n // world)
-            runs: list[tuple[_Run, int, int]] = []
+            runs: Runs = []
             left = n
             for rank in flats:
                 take = min(part, left)
@@ -317,17 +309,9 @@ def _zero3(zf: ZeroFolder, flats: list[list[_Run]]) -> Placed:
 
 def _bytes(src: _Source) -> Iterator[bytes]:
     """A tensor's bytes in order (cast when its output dtype differs), `_CHUNK` at a time."""
-    if src.buffer is not None:
-        fd, start, nbytes = src.buffer
-        pieces = _read(fd, start, nbytes)
-    else:
-        pieces = (
-            p
-            for run, first, n in src.runs
-            for p in _read(run.fd, run.start + first * run.size, n * run.size)
-        )
-    for piece in pieces:
-        yield piece if src.cast is None else cast(piece, *src.cast)
+    for run, first, n in src.runs:
+        for piece in _read(run.fd, run.start + first * run.size, n * run.size):
+            yield piece if src.cast is None else cast(piece, *src.cast)
 
 
 def _read(fd: int, at: int, nbytes: int) -> Iterator[bytes]:

@@ -35,12 +35,11 @@ from ..fs import fsops, hashing
 from . import bounds, marker
 from .split import (
     _STORE_DROP,
-    _copy_tree,
     _Drop,
     _expect,
     _refuse_tensorflow,
-    _verify_tree,
     check_unchanged,
+    copy_marked,
     inference_path,
 )
 
@@ -135,16 +134,9 @@ def export(
 def _write(source: Path, config_temp: Path, weights_temp: Path, mark: str) -> int:
     with open(source, "rb") as raw, zipfile.ZipFile(raw) as archive:
         config = read_member(archive, CONFIG_MEMBER, MAX_JSON_BYTES)
-        with open(config_temp, "wb") as out:  # our own temp, named by fsops.rewrite
-            out.write(config)
-        _expect(config_temp.read_bytes() == config, CONFIG_MEMBER)
+        _write_config(config_temp, config, CONFIG_MEMBER)
         with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as src:
-            with h5py.File(weights_temp, "w", locking=False) as dst:
-                _copy_tree(src, dst, _STORE_DROP)
-                dst.attrs[marker.ATTRIBUTE] = mark
-            with h5py.File(weights_temp, "r", locking=False) as dst:
-                _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
-                return _verify_tree(src, dst, _STORE_DROP, added=frozenset({marker.ATTRIBUTE}))
+            return copy_marked(src, weights_temp, _STORE_DROP, mark)
 
 
 def _write_legacy(source: Path, config_temp: Path, weights_temp: Path, mark: str) -> int:
@@ -153,13 +145,11 @@ def _write_legacy(source: Path, config_temp: Path, weights_temp: Path, mark: str
         weights = hdf5.member(src, "model_weights")
         if text is None or not isinstance(weights, h5py.Group):
             raise UsageError(f"not exported as {LAYOUT}: {source} is {_WEIGHTS_ONLY}")
-        config = text.encode()
-        with open(config_temp, "wb") as out:  # our own temp, named by fsops.rewrite
-            out.write(config)
-        _expect(config_temp.read_bytes() == config, "model_config")
-        with h5py.File(weights_temp, "w", locking=False) as dst:
-            _copy_tree(weights, dst, _KEEP_ALL)
-            dst.attrs[marker.ATTRIBUTE] = mark
-        with h5py.File(weights_temp, "r", locking=False) as dst:
-            _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
-            return _verify_tree(weights, dst, _KEEP_ALL, added=frozenset({marker.ATTRIBUTE}))
+        _write_config(config_temp, text.encode(), "model_config")
+        return copy_marked(weights, weights_temp, _KEEP_ALL, mark)
+
+
+def _write_config(temp: Path, config: bytes, what: str) -> None:
+    with open(temp, "wb") as out:  # our own temp, named by fsops.rewrite
+        out.write(config)
+    _expect(temp.read_bytes() == config, what)

@@ -136,22 +136,20 @@ def split(
     if final.parent.is_relative_to(source):
         raise UsageError(f"not split into {final.parent}: nothing is written into the checkpoint")
     planned = plan(source)
-    expected = hf_weights.read_weights(source, _names(planned.kept), root)
+    expected = hf_weights.read_weights(source, frozenset(p.name for p in planned.kept), root)
     folder_before = _folder_stat(source)
     before = fsops.current_stat(root, planned.kept)  # also refuses a source outside `root`
     if replacing is not None:
         digests = {src.name: hashing.hash_files([src], root) for src in planned.kept}
-        files, digest = verify(root, final, digests, expected.n_params)
+        size, digest = verify(root, final, digests, expected.n_params)
         _check_unchanged(root, planned, before, folder_before)
-        size = sum(p.stat().st_size for p in files)
         return SplitResult(source, final, size, digest, folder_bytes(source), len(digests))
     mark = marker.encode("inference", source, source_hash)
     with fsclone.new_folder(root, final, like=source) as temp:
         try:
             digests = {src.name: _copy(root, src, temp / src.name) for src in planned.kept}
             fsops.atomic_write(root, temp / marker.FOLDER_FILE, marker.folder_file(mark))
-            files, digest = verify(root, temp, digests, expected.n_params)
-            size = sum(p.stat().st_size for p in files)
+            size, digest = verify(root, temp, digests, expected.n_params)
         except Exception as exc:
             _check_unchanged(root, planned, before, folder_before, exc)
             raise
@@ -174,19 +172,14 @@ def refuse_rotated(root: Path, final: Path) -> None:
         )
 
 
-def folder_files(folder: Path) -> list[Path]:
-    """The files of an inference folder as hashed and verified: every regular file, sorted."""
-    return sorted(folder_layouts.tree_files(folder))
-
-
 def verify(
     root: Path, folder: Path, digests: dict[str, str], n_params: int | None
-) -> tuple[list[Path], str]:
+) -> tuple[int, str]:
     """The inference folder (or its temp) against its source: exactly the copied files (their
     source's hashes in `digests`, taken from the source's bytes) and our marker, each file
-    re-hashed, read back as a checkpoint reader reads it. Returns its files and the hash of
-    them all (`fs.hashing.hash_artifact`'s, the catalog's), from the same read."""
-    files = folder_files(folder)
+    re-hashed, read back as a checkpoint reader reads it. Returns its bytes and the hash of
+    its files (`fs.hashing.hash_artifact`'s, the catalog's), from the same read."""
+    files = sorted(folder_layouts.tree_files(folder))  # every regular file, sorted
     names = sorted(p.name for p in files)
     wanted = sorted([*digests, marker.FOLDER_FILE])
     if names != wanted or any(p.parent != folder for p in files):
@@ -203,7 +196,7 @@ def verify(
         raise ArtifactMismatch(
             f"inference folder holds {found_weights.n_params} parameters, its source {n_params}"
         )
-    return files, whole
+    return sum(p.stat().st_size for p in files), whole
 
 
 def _copy(root: Path, src: Path, target: Path) -> str:
@@ -212,10 +205,6 @@ def _copy(root: Path, src: Path, target: Path) -> str:
     expected = hashing.hash_files([src], root)
     fsclone.clone_new(root, src, target, lambda _temp: None)
     return expected
-
-
-def _names(paths: tuple[Path, ...]) -> frozenset[str]:
-    return frozenset(p.name for p in paths)
 
 
 def folder_bytes(folder: Path) -> int:

@@ -16,6 +16,8 @@ ends); before the rename each file is read back by our own safetensors reader (h
 consistent with its size, the same parameter count), every tensor's bytes are hashed from the
 file against the hash taken while writing them, and the caller's `before_rename` (the source
 unchanged) runs last. A piece stream longer or shorter than its tensor is refused there and then.
+A splitter's artifact goes through `write_inference`: marked as the source's, the source checked
+unchanged before the rename and after a failure (a rewrite under us explains the error).
 """
 
 from __future__ import annotations
@@ -29,12 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import ArtifactMismatch, CorruptCheckpoint, UsageError
+from ..core.model import FileStat
 from ..formats import safetensors_file
 from ..fs import fsclone, fsops, hashing
+from . import marker
+from .split import SplitResult, check_unchanged
 
 SUFFIX = ".safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 METADATA_FORMAT = {"format": "pt"}  # what transformers' loaders look for
+DTYPE_CODES = {v: k for k, v in safetensors_file.TORCH_DTYPES.items()}  # torch's name -> code
 _CHUNK = 1 << 20
 
 
@@ -72,14 +78,17 @@ class _File:
     digests: list[str] = field(default_factory=list)
 
 
+def dtype_code(name: str, dtype: str) -> str:
+    """The safetensors code of torch's `dtype`; UsageError for one safetensors cannot hold."""
+    code = DTYPE_CODES.get(dtype)
+    if code is None:
+        raise UsageError(f"not split: tensor {name} is {dtype}, which safetensors cannot hold")
+    return code
+
+
 def shard_names(count: int) -> list[str]:
     """HF's names: `model-00001-of-00003.safetensors` ..."""
     return [f"model-{i + 1:05d}-of-{count:05d}{SUFFIX}" for i in range(count)]
-
-
-def sharded_path(final: Path) -> Path:
-    """The folder a sharded output takes instead of `final` (`x.safetensors` -> `x/`)."""
-    return final.with_suffix("") if final.suffix == SUFFIX else final
 
 
 def plan(tensors: Sequence[Tensor], shard_bytes: int | None) -> list[list[Tensor]]:
@@ -141,9 +150,10 @@ def write(
     before_rename: Callable[[], None] | None = None,
 ) -> Written:
     """Write `tensors` (their bytes from `chunks`, called once per tensor in order) to `final`
-    (a `.safetensors` below `root`), or, above `shard_bytes`, to the folder
-    `sharded_path(final)`; the output takes the mode and times of `like` (a folder output
-    those of `like`'s folder when `like` is a file). Never replaces anything but `replacing`."""
+    (a `.safetensors` below `root`), or, above `shard_bytes`, to the folder `final` without its
+    suffix (`x.safetensors` -> `x/`); the output takes the mode and times of `like` (a folder
+    output those of `like`'s folder when `like` is a file). Never replaces anything but
+    `replacing`."""
     groups = plan(tensors, shard_bytes)
     meta = dict(metadata or {})
     if len(groups) == 1:
@@ -154,7 +164,7 @@ def write(
                 before_rename()
             digest, size = hashing.hash_files([temp]), temp.stat().st_size
         return Written(final, (final,), size, digest, len(tensors))
-    folder = sharded_path(final)
+    folder = final.with_suffix("") if final.suffix == SUFFIX else final
     like_folder = like if like.is_dir() else like.parent
     names = shard_names(len(groups))
     with fsclone.new_folder(root, folder, like=like_folder) as temp:
@@ -175,6 +185,40 @@ def write(
         digest = hashing.hash_files(paths)
         size = sum(p.stat().st_size for p in paths) + (temp / INDEX_NAME).stat().st_size
     return Written(folder, tuple(folder / n for n in names), size, digest, len(tensors))
+
+
+def write_inference(
+    root: Path,
+    source: Path,
+    final: Path,
+    tensors: Sequence[Tensor],
+    chunks: Chunks,
+    *,
+    before: FileStat,
+    like: Path,
+    source_hash: str | None,
+    replacing: fsops.Identity | None,
+    shard_bytes: int | None = None,
+) -> SplitResult:
+    """`write` of the inference artifact of `source` (as it was `before`): marked as its
+    artifact (`transforms.marker`), the source checked unchanged right before the rename."""
+    mark = marker.encode("inference", source, source_hash)
+    try:
+        written = write(
+            root,
+            final,
+            tensors,
+            chunks,
+            like=like,
+            metadata={marker.ATTRIBUTE: mark},
+            shard_bytes=shard_bytes,
+            replacing=replacing,
+            before_rename=lambda: check_unchanged(root, source, before),  # the last look
+        )
+    except Exception as exc:
+        check_unchanged(root, source, before, exc)  # a rewrite under us explains the error
+        raise
+    return SplitResult(source, written.path, written.bytes, written.hash, before.size, len(tensors))
 
 
 def _write_file(path: Path, tensors: list[Tensor], chunks: Chunks, meta: dict[str, str]) -> _File:

@@ -18,8 +18,7 @@ import os
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -36,10 +35,8 @@ from ..formats.window import open_member
 from ..fs import fsops, hashing, temp_names
 from ..fs.discovery import is_data_shard
 from . import bounds, marker
+from .h5_copy import SLAB_BYTES, chunk_shape, grid
 
-# The most of one dataset held in memory at a time, per side. Bigger slabs gain nothing
-# measurable, and with 4 MiB the splitter's peak RSS is the same for a 30 MB and a 300 MB model.
-SLAB_BYTES = 4 << 20
 _CHUNK = 1 << 20
 _SUFFIXES = (".weights.h5", ".keras", ".hdf5", ".h5")  # longest first: ".weights.h5" ⊃ ".h5"
 _TF_REASON = (
@@ -182,12 +179,18 @@ def _split_h5(source: Path, temp: Path, drop: _Drop, mark: str) -> int:
     with hdf5.open_h5(str(source)) as src:
         if drop.state not in src:
             raise _nothing_to_split(source)
-        with h5py.File(temp, "w-", locking=False) as dst:
-            _copy_tree(src, dst, drop)
-            dst.attrs[marker.ATTRIBUTE] = mark
-        with h5py.File(temp, "r", locking=False) as dst:  # verify what is on disk
-            _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
-            return _verify_tree(src, dst, drop, added=frozenset({marker.ATTRIBUTE}))
+        return copy_marked(src, temp, drop, mark)
+
+
+def copy_marked(src: h5py.Group, temp: Path, drop: _Drop, mark: str) -> int:
+    """`src` without `drop` as the new HDF5 file `temp`, our marker `mark` at its root; then
+    read back from disk and verified (`_verify_tree`): the datasets compared."""
+    with h5py.File(temp, "w-", locking=False) as dst:
+        _copy_tree(src, dst, drop)
+        dst.attrs[marker.ATTRIBUTE] = mark
+    with h5py.File(temp, "r", locking=False) as dst:  # verify what is on disk
+        _expect(dst.attrs.get(marker.ATTRIBUTE) == mark, "the artifact marker")
+        return _verify_tree(src, dst, drop, added=frozenset({marker.ATTRIBUTE}))
 
 
 def _copy_tree(src: h5py.Group, dst: h5py.File, drop: _Drop) -> None:
@@ -240,6 +243,8 @@ class _SlabReader:
     """Two slab buffers, reused for every dataset: memory stays flat whatever the file holds."""
 
     def __init__(self) -> None:
+        # The most of one dataset held in memory at a time, per side. Bigger slabs gain nothing
+        # measurable; with 4 MiB the splitter's peak RSS is the same for a 30 MB and a 300 MB model.
         self.buffers = (np.empty(SLAB_BYTES, np.uint8), np.empty(SLAB_BYTES, np.uint8))
 
     def same(self, s: h5py.Dataset, d: h5py.Dataset, sel: tuple[Any, ...], shape: Any) -> bool:
@@ -262,28 +267,13 @@ class _SlabReader:
 def _verify_dataset(path: str, s: h5py.Dataset, d: h5py.Dataset, slabs: _SlabReader) -> None:
     _expect(s.dtype == d.dtype and s.shape == d.shape, f"/{path} dtype or shape")
     decoded = s.dtype.hasobject or s.dtype.subdtype is not None  # not a flat run of bytes
-    for sel, shape in _slabs(s.shape, s.dtype.itemsize):
-        same = _same(s[sel], d[sel]) if decoded else slabs.same(s, d, sel, shape)
+    shape = s.shape or ()
+    if not math.prod(shape):
+        return  # no element to compare
+    for _offset, sel in grid(shape, chunk_shape(shape, s.dtype.itemsize)):  # slabs in order
+        sizes = tuple(part.stop - part.start for part in sel)
+        same = _same(s[sel], d[sel]) if decoded else slabs.same(s, d, sel, sizes)
         _expect(same, f"/{path} data")
-
-
-def _slabs(shape: tuple[int, ...], itemsize: int) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    """(selection, its shape) pieces of at most SLAB_BYTES covering a dataset: runs of whole
-    rows along axis 0, or, when one row is bigger than that, each row split one axis deeper."""
-    if not shape:
-        yield (), ()
-        return
-    rest = shape[1:]
-    row = itemsize * math.prod(rest)
-    if row <= SLAB_BYTES or not rest:
-        step = max(1, SLAB_BYTES // max(row, 1))
-        for start in range(0, shape[0], step):
-            stop = min(start + step, shape[0])
-            yield (slice(start, stop),), (stop - start, *rest)
-        return
-    for index in range(shape[0]):
-        for inner, inner_shape in _slabs(rest, itemsize):
-            yield (index, *inner), inner_shape
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -320,10 +310,17 @@ def _split_archive(source: Path, temp: Path, keep_compile: bool, mark: str) -> i
         with open_member(archive, raw, WEIGHTS_MEMBER) as window, hdf5.open_h5(window) as src:
             if _STORE_DROP.state not in src:
                 raise _nothing_to_split(source)
-            with _inner_temp(temp.parent) as inner:
-                with h5py.File(inner, "w", locking=False) as dst:
+            # The new `model.weights.h5` beside the artifact, named like fsops temps (with our
+            # pid), so `remove_stale_temps` takes it only after a crash.
+            prefix, suffix = temp_names.temp_prefix(), f"-{WEIGHTS_MEMBER}"
+            with tempfile.NamedTemporaryFile(
+                dir=temp.parent, prefix=prefix, suffix=suffix
+            ) as inner:
+                with h5py.File(inner.name, "w", locking=False) as dst:
                     _copy_tree(src, dst, _STORE_DROP)
-                _write_archive(temp, archive, config, inner, comment)
+                members: dict[str, IO[bytes]] = {WEIGHTS_MEMBER: inner}
+                members[CONFIG_MEMBER] = io.BytesIO(config)
+                rezip(temp, archive, members, comment)
             return _verify_archive(temp, archive, config, src, comment)
 
 
@@ -340,42 +337,29 @@ def _config_bytes(archive: zipfile.ZipFile, keep_compile: bool) -> bytes:
     return json.dumps(config).encode()  # as Keras writes it: json.dumps with the defaults
 
 
-@contextmanager
-def _inner_temp(folder: Path) -> Iterator[Path]:
-    """A temporary file beside the artifact for the new `model.weights.h5`, removed afterwards.
-    Named like fsops temps (with our pid), so `remove_stale_temps` takes it only after a crash."""
-    prefix = temp_names.temp_prefix()
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=prefix, suffix=f"-{WEIGHTS_MEMBER}") as f:
-        yield Path(f.name)
-
-
-def _write_archive(
-    temp: Path, archive: zipfile.ZipFile, config: bytes, inner: Path, comment: bytes
+def rezip(
+    temp: Path, archive: zipfile.ZipFile, members: dict[str, IO[bytes]], comment: bytes
 ) -> None:
-    """Every member in the source's order, STORED, as Keras writes them; streamed; our marker
-    as the archive's comment."""
-    with zipfile.ZipFile(temp, "x") as out:
+    """`archive` as `temp`: every member in its order, STORED (as Keras writes them), streamed;
+    those in `members` with those bytes instead of their own; `comment` the archive's."""
+    with zipfile.ZipFile(temp, "x", zipfile.ZIP_STORED, allowZip64=True) as out:
         out.comment = comment
         for info in archive.infolist():
-            if info.filename == WEIGHTS_MEMBER:
-                with open(inner, "rb") as data:
-                    _add(out, info, data, os.fstat(data.fileno()).st_size)
-            elif info.filename == CONFIG_MEMBER:
-                _add(out, info, io.BytesIO(config), len(config))
-            else:  # metadata.json, assets/...: the same bytes
-                with archive.open(info) as data:
-                    _add(out, info, data, info.file_size)
-
-
-def _add(out: zipfile.ZipFile, like: zipfile.ZipInfo, data: IO[bytes], size: int) -> None:
-    entry = zipfile.ZipInfo(like.filename, date_time=like.date_time)
-    entry.compress_type = zipfile.ZIP_STORED
-    entry.external_attr, entry.create_system = like.external_attr, like.create_system
-    # zipfile writes the local header before the data: it needs the size up front to choose
-    # zip64 (members over 2 GiB), and cannot switch afterwards.
-    entry.file_size = size
-    with out.open(entry, "w", force_zip64=size >= zipfile.ZIP64_LIMIT) as member:
-        shutil.copyfileobj(data, member, _CHUNK)
+            entry = zipfile.ZipInfo(info.filename, info.date_time)
+            entry.external_attr, entry.create_system = info.external_attr, info.create_system
+            entry.comment = info.comment
+            # zipfile writes the local header before the data: it needs the size up front to
+            # choose zip64 (members over 2 GiB), and cannot switch afterwards.
+            data = members.get(info.filename)
+            if data is None:
+                entry.file_size = info.file_size
+                with archive.open(info) as r, out.open(entry, "w") as w:
+                    shutil.copyfileobj(r, w, _CHUNK)
+            else:
+                entry.file_size = data.seek(0, os.SEEK_END)
+                data.seek(0)
+                with out.open(entry, "w") as w:
+                    shutil.copyfileobj(data, w, _CHUNK)
 
 
 def _verify_archive(

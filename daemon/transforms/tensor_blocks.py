@@ -6,21 +6,27 @@ at a byte offset of one file, placed at `offsets` in the global tensor. A block 
 one `pread` per block; any other is a strided copy through a read-only mapping made and closed
 per block (pages of a mapping count in RSS while it lives). Memory stays one block whatever the
 tensor's size; elements are moved as unsigned integers of their width (bf16, float8 untouched).
+Where a piece's storage starts in a torch zip (`storage_starts`) is checked first: a member
+stored raw, holding every element its view reaches (a hostile stride or offset would otherwise
+read past it).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from ..core.errors import CorruptCheckpoint
-from ..formats.pickle_safe import TensorRecord
+from ..formats import torch_zip, window
+from ..formats.pickle_safe import ITEM_SIZES, TensorRecord
 from ..fs import beneath
 from .safetensors_out import Tensor
 
@@ -73,9 +79,53 @@ class OpenFiles:
             os.close(self.open.popitem()[1])
 
 
+def storage_starts(
+    raw: IO[bytes], archive: zipfile.ZipFile, wanted: list[tuple[str, TensorRecord]], file: str
+) -> dict[str, int]:
+    """Where each tensor's storage starts in the torch zip `file` (open as `raw`, `archive`):
+    its member stored raw and holding the tensor's view."""
+    member = torch_zip.pickle_member(archive) or ""
+    prefix = member[: -len(torch_zip.PICKLE_MEMBER)]
+    starts = {}
+    for name, record in wanted:
+        if record.storage is None:
+            raise CorruptCheckpoint(f"{name}: no storage")
+        try:
+            info = archive.getinfo(f"{prefix}data/{record.storage.key}")
+        except KeyError:
+            raise CorruptCheckpoint(f"{name}: its storage is missing in {file}") from None
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CorruptCheckpoint(f"{name}: its storage is not stored raw")
+        check_view(name, record, info.file_size)
+        starts[name] = window.member_offset(raw, info)
+    return starts
+
+
+def check_view(name: str, record: TensorRecord, member_bytes: int) -> None:
+    """Every element the view reaches lies inside its storage member."""
+    if record.numel == 0:
+        return
+    if (
+        len(record.stride) != len(record.shape)
+        or record.offset < 0
+        or min(record.stride, default=0) < 0
+    ):
+        raise CorruptCheckpoint(f"tensor {name}: stride {record.stride} for shape {record.shape}")
+    last = record.offset + sum(
+        (d - 1) * s for d, s in zip(record.shape, record.stride, strict=True)
+    )
+    if (last + 1) * ITEM_SIZES[record.dtype] > member_bytes:
+        raise CorruptCheckpoint(
+            f"tensor {name}: its view (offset {record.offset}, stride {record.stride}) reaches "
+            f"past its storage's {member_bytes} bytes"
+        )
+
+
 def tensor_bytes(p: Planned, fd_of: Callable[[str], int]) -> Iterator[bytes]:
     """The tensor's bytes in row-major order, one block of leading rows at a time."""
     shape, size = p.out.shape, p.itemsize
+    if p.out.nbytes == 0:  # no element: nothing to read (its view may name no storage)
+        return
     if not shape:  # a 0-d tensor: one element, one chunk
         c = p.chunks[0]
         yield _pread(fd_of(c.file), size, c.start + c.record.offset * size)
@@ -102,9 +152,7 @@ def _fill(target: np.ndarray, c: Chunk, lo: int, hi: int, fd: int, size: int) ->
     """`target` = rows lo..hi of chunk `c`: one pread when those rows are one byte range."""
     r = c.record
     dense = all(
-        s == int(np.prod(r.shape[i + 1 :], dtype=np.int64))
-        for i, s in enumerate(r.stride)
-        if r.shape[i] != 1
+        s == e for s, e, d in zip(r.stride, row_major(r.shape), r.shape, strict=True) if d != 1
     )
     if dense:
         begin = c.start + (r.offset + lo * r.stride[0]) * size
@@ -128,6 +176,15 @@ def _fill(target: np.ndarray, c: Chunk, lo: int, hi: int, fd: int, size: int) ->
         del view, storage  # the mapping closes only once nothing points into it
     finally:
         mapping.close()
+
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides (in elements) of a dense tensor of `shape`."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
 
 
 def _pread(fd: int, count: int, at: int) -> bytes:

@@ -243,7 +243,7 @@ def test_typed_results_and_the_cli_json_they_become(workspace: Any, tmp_path: Pa
         (item,) = store.acts.trashed()
         assert isinstance(item, TrashedCheckpoint) and item.trash_paths == ["/t/a.h5"]
         store.daemons.beat(None, pid=1, host="h", started_at="s", state={"roots": []})
-        beat = store.daemons.latest_heartbeat()
+        beat = store.reads.latest_heartbeat()
         assert isinstance(beat, Heartbeat) and (beat.pid, beat.state) == (1, {"roots": []})
     finally:
         store.close()

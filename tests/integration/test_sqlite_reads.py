@@ -188,9 +188,9 @@ def test_not_found_alike(both: Any) -> None:
 def test_counts_and_heartbeat_are_the_stores(both: Any) -> None:
     store, reads = both
     assert reads.count() == store.reads.count() == 5  # the missing one is not on disk
-    assert reads.latest_heartbeat() is store.daemons.latest_heartbeat() is None
+    assert reads.latest_heartbeat() is store.reads.latest_heartbeat() is None
     store.daemons.beat(None, pid=1, host="h", started_at="2026-01-01T00:00:00Z", state={"queue": 2})
-    assert reads.latest_heartbeat() == store.daemons.latest_heartbeat()
+    assert reads.latest_heartbeat() == store.reads.latest_heartbeat()
     assert reads.latest_heartbeat().state == {"queue": 2}  # type: ignore[union-attr]
 
 
@@ -320,7 +320,7 @@ def test_named_roots_read_as_the_store(named_workspace: Workspace, named_catalog
         started = "2026-01-01T00:00:00Z"
         store.daemons.beat(None, pid=1, host="h", started_at=started, state={"roots": [root]})
         assert sql(named_catalog, "SELECT state FROM heartbeat")[0][0] is not None
-        assert reads.heartbeats() == store.daemons.heartbeats()
+        assert reads.heartbeats() == store.reads.heartbeats()
         assert reads.heartbeats()[0].state == {"roots": [root]}
     finally:
         reads.close()
@@ -406,9 +406,8 @@ def test_the_store_and_the_fast_path_send_the_same_sql(sqlite_catalog: str, tmp_
                 with contextlib.suppress(NotFound):
                     source.latest("exp2", resumable)
             source.count()
-            beats = store.daemons if name == "store" else reads  # the Store's: its `daemons`
-            beats.heartbeats()
-            beats.latest_heartbeat()
+            source.heartbeats()
+            source.latest_heartbeat()
             assert sent[name], f"nothing traced for {name}"
         statements = {
             name: [s for s in lines if not s.startswith(("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA"))]

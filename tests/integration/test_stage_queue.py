@@ -134,7 +134,7 @@ def test_jobs_of_a_gone_or_rewritten_checkpoint_are_cancelled(store: Store) -> N
     a, b = add(store, "a.pt", "h1"), add(store, "b.pt", "h2")
     queue = store.stage_jobs
     queue.make([(a, "h1", "eval"), (b, "h2", "eval")])
-    store.index.mark_missing([a], "deleted", actor_name="test")
+    store.index.mark([a], CheckpointStatus.MISSING, "deleted", actor_name="test")
     assert queue.cancel_gone() == 1
     states = {j.checkpoint_id: (j.state, j.error) for j in queue.list()}
     assert states[a] == ("cancelled", "its checkpoint is gone or was rewritten")

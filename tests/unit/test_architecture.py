@@ -103,6 +103,7 @@ PROGRAMS = {
     "children.folder_load_probe",
     "children.hf_load_probe",
     "children.sandbox",
+    "children.protocol",  # their shared half that prints the answer (`protocol.answer`)
 }
 
 

@@ -44,3 +44,14 @@ def test_pinned_newest_best_and_last_resumable_copies_stay_the_rest_may_go() -> 
     assert why_kept(pinned, [pinned, *run[1:]], everywhere) == "it is pinned"
     # Once the newest has no bytes anywhere, the one before it is its run's newest.
     assert "newest" in (why_kept(run[2], run, {1, 2, 3}) or "")
+
+
+def test_of_tied_best_the_copy_of_the_file_no_trainer_rewrites_stays() -> None:
+    """`best.pt` and the `ckpt_epoch2.pt` saved with it hold the same val_loss: the tiered epoch
+    file's remote copy is the best retention keeps (a resumed trainer rewrites `best.pt`), so it
+    stays even though `best.pt` is newer."""
+    epoch_file = row(2, 2, 0.2, path="/r/run/ckpt_epoch2.pt")
+    best_pt = row(5, 2, 0.2, path="/r/run/best.pt", mtime=2.5)
+    run = [row(1, 1, 0.9), epoch_file, best_pt, row(3, 3, 0.7), row(4, 4, 0.8)]
+    assert "best by val_loss" in (why_kept(epoch_file, run, {1, 2, 3, 4, 5}) or "")
+    assert why_kept(best_pt, run, {1, 2, 3, 4, 5}) is None
