@@ -67,9 +67,9 @@ def latest(
     if as_json:
         doc = documents.latest(found)
         if "resumable" not in found.details:  # an answer from the store: judged on its row
-            from ..usecases.tier.remote_answers import may_resume
+            from ..core.resume import may_resume_listed
 
-            doc["resumable"] = may_resume(found)
+            doc["resumable"] = may_resume_listed(found)
         emit_json({**doc, "location": answer.location, "remote_url": answer.remote_url})
     else:
         echo(answer.remote_url if answer.remote_url and answer.location == "remote" else found.path)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import families
-from .model import Format
+from .model import Checkpoint, Format
 from .resume_rules import LEGACY_H5_RESUMES_IN, Resumability, ResumeFacts
 
 __all__ = ["LEGACY_H5_RESUMES_IN", "Resumability", "may_resume", "resumability"]
@@ -40,6 +40,14 @@ def resumability(
         return Resumability(False, "format unknown")
     facts = ResumeFacts(row.format, kind, optimizer_bytes, keras_version, optimizer_config_lost)
     return row.resume(facts)
+
+
+def may_resume_listed(c: Checkpoint) -> bool:
+    """Training may resume from the listed row `c` (`resumability`, as `ckpt latest --resumable`
+    judges it). A legacy `.h5` with optimizer state counts (the listing does not carry the Keras
+    version that decides it): protecting one too many is the safe side."""
+    legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
+    return legacy or resumability(c.format, c.kind, c.optimizer_bytes, None).resumable
 
 
 def optimizer_config_lost(format: Format | None, details: Mapping[str, Any] | None) -> bool:

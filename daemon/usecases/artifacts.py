@@ -76,7 +76,9 @@ def split_checkpoint(
         own_card(root, c, card_path(final))  # a foreign file at the card's name: refused first
         pending = replacing is None
         if pending:
-            _register(store.acts, c.id, "inference", final, 0, None, None)
+            store.acts.add_artifact(
+                c.id, kind="inference", path=str(final), size=0, codec=None, digest=None
+            )
         try:
             result = splitter.split(
                 root,
@@ -90,7 +92,14 @@ def split_checkpoint(
             if pending:
                 store.acts.forget_artifact(str(final))
             raise
-        _register(store.acts, c.id, "inference", result.path, result.bytes, None, result.hash)
+        store.acts.add_artifact(
+            c.id,
+            kind="inference",
+            path=str(result.path),
+            size=result.bytes,
+            codec=None,
+            digest=result.hash,
+        )
         write_card(config, store.reads, store.acts, c, result.path)
     counter.finish(c.path, "split", c.size_bytes, str(result.path))
     return store.reads.get(str(c.id)), result
@@ -144,25 +153,22 @@ def export_checkpoint(
                 raise fsops.WouldReplace(
                     f"{path} exists: refused, nothing replaced (move it away, or --out DIR)"
                 )
-            _register(store.acts, c.id, kind, path, 0, None, None)
+            store.acts.add_artifact(
+                c.id, kind=kind, path=str(path), size=0, codec=None, digest=None
+            )
         try:
             result = export(root, Path(c.path), out=out, source_hash=c.hash, check=check)
         except BaseException:
             for path in (config_path, weights_path):
                 store.acts.forget_artifact(str(path))
             raise
-        _register(
-            store.acts, c.id, JSON_H5, config_path, result.config_bytes, None, result.config_hash
-        )
-        _register(
-            store.acts,
-            c.id,
-            JSON_H5_WEIGHTS,
-            weights_path,
-            result.weights_bytes,
-            None,
-            result.weights_hash,
-        )
+        for kind, path, size, digest in (
+            (JSON_H5, config_path, result.config_bytes, result.config_hash),
+            (JSON_H5_WEIGHTS, weights_path, result.weights_bytes, result.weights_hash),
+        ):
+            store.acts.add_artifact(
+                c.id, kind=kind, path=str(path), size=size, codec=None, digest=digest
+            )
         write_card(config, store.reads, store.acts, c, config_path)
     return store.reads.get(str(c.id)), result
 
@@ -197,25 +203,6 @@ def _own_artifact(root: Path, c: Checkpoint, final: Path) -> fsops.Identity | No
     raise fsops.WouldReplace(
         f"{final} exists and is not this checkpoint's artifact: refused, nothing replaced "
         "(move it away, or write elsewhere with --out)"
-    )
-
-
-def _register(
-    acts: Acts,
-    checkpoint_id: int,
-    kind: str,
-    path: Path,
-    size: int,
-    codec: str | None,
-    digest: str | None,
-) -> None:
-    acts.add_artifact(
-        checkpoint_id,
-        kind=kind,
-        path=str(path),
-        size=size,
-        codec=codec,
-        digest=digest,
     )
 
 
@@ -262,8 +249,13 @@ def compress_checkpoint(
         # Recorded so the scheduled job compresses it once; a file that would not shrink is
         # recorded too (`NOT_SMALLER` + the codec tried), so the job does not try again.
         tried = result.codec if result.skipped is None else f"{NOT_SMALLER}{result.codec}"
-        _register(
-            store.acts, c.id, "compressed", Path(c.path), result.bytes_after, tried, result.hash
+        store.acts.add_artifact(
+            c.id,
+            kind="compressed",
+            path=c.path,
+            size=result.bytes_after,
+            codec=tried,
+            digest=result.hash,
         )
     outcome = "compressed" if result.skipped is None else "left"
     counter.finish(c.path, outcome, c.size_bytes, result.skipped or "")
@@ -290,7 +282,8 @@ def adopt(reads: Reads, acts: Acts, path: Path) -> str | None:
         return f"an artifact ckpt derived from {parent} (not in the catalog)"
     if not any(a["path"] == str(path) for a in owner.details.get("artifacts", [])):
         kind = str(mark.get("kind") or "inference")
-        _register(acts, owner.id, kind, path, artifact_bytes(path), None, hash_artifact(path))
+        size, digest = artifact_bytes(path), hash_artifact(path)
+        acts.add_artifact(owner.id, kind=kind, path=str(path), size=size, codec=None, digest=digest)
     return f"an artifact ckpt derived from {parent}"
 
 
@@ -301,7 +294,7 @@ def _refuse(c: Checkpoint, action: str) -> None:
     """Only an `ok` Keras checkpoint is split or compressed: anything else is refused (exit 2)
     with the reason, before the rail takes the lease."""
     if c.status != CheckpointStatus.OK:
-        done = _DONE_TO.get(action, f"{action} targets")
+        done = _DONE_TO[action]
         back = (
             f" (put it back first: ckpt trash restore {c.id})"
             if c.status.value == "trashed"
@@ -337,7 +330,7 @@ def refuse_by_row(c: Checkpoint, action: str) -> None:
     """A one-line refusal (exit 2) for what a format's row says split or compress cannot do
     (`split_refusal`, `compress_refusal`), and for a PEFT adapter (already the small file that
     inference loads), before anything else is looked at."""
-    done = {"split": "split", "compress": "compressed"}[action]
+    done = _DONE_TO[action]
     if is_adapter(c):
         raise UsageError(
             f"not {done}: {c.path} is a PEFT adapter: already small (only the adapter's "

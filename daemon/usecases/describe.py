@@ -70,7 +70,7 @@ def write_card(config: Config, reads: Reads, acts: Acts, c: Checkpoint, artifact
     rows = [a for a in fresh.details.get("artifacts", []) if a["path"] == str(artifact)]
     if not rows:
         raise NotFound(f"{artifact} is not an artifact of {c.path}")
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     target = card_path(artifact)
     replacing = own_card(root, fresh, target)
     text = render(_facts(config, fresh, rows[0], reads), "md").encode()
@@ -128,10 +128,9 @@ def _find(reads: Reads, acts: Acts, ref: str) -> tuple[Checkpoint, dict[str, Any
 
 
 def _facts(
-    config: Config, c: Checkpoint, artifact: dict[str, Any] | None, reads: Reads | None = None
+    config: Config, c: Checkpoint, artifact: dict[str, Any] | None, reads: Reads
 ) -> card.Facts:
-    if reads is not None:
-        c = lineage.with_lineage(config, reads, c)
+    c = lineage.with_lineage(config, reads, c)
     return card.facts(
         checkpoint_json(c, detailed=True), _model_config(config, c, artifact), artifact
     )

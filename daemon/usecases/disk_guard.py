@@ -18,15 +18,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import disk_guard, retention
 from ..core.disk_guard import GuardPlan, MinFree, OwnFile, RunFacts, Step, TrashEntry, is_copy
 from ..core.errors import CkptError, RemoteFailed
-from ..core.model import Checkpoint, CheckpointStatus, Format
+from ..core.model import Checkpoint, CheckpointStatus
 from ..core.pipeline import OPEN_STATES
-from ..core.resume import resumability
+from ..core.resume import may_resume_listed
 from ..fs import fsops, temp_names
 from ..settings.config import Config, RootConfig
 
@@ -210,7 +211,8 @@ def relieve(
     `before_acting` sees the plan first (the service warns of one that cannot be met)."""
     from . import guards, rail
 
-    relief = Relief(plan_for(config, store.reads, store.acts, store.usage, store.stage_jobs, fs))
+    planned = partial(plan_for, config, store.reads, store.acts, store.usage, store.stage_jobs, fs)
+    relief = Relief(planned())
     if relief.plan.steps:
         before_acting(relief.plan)
     threshold = relief.plan.threshold
@@ -242,15 +244,7 @@ def relieve(
                 break
             if isinstance(exc, RemoteFailed) and tiering:  # the store failing: plan without it
                 tiering = False
-                relief.plan = plan_for(
-                    config,
-                    store.reads,
-                    store.acts,
-                    store.usage,
-                    store.stage_jobs,
-                    fs,
-                    tiering=False,
-                )
+                relief.plan = planned(tiering=False)
                 steps = list(relief.plan.steps)
     relief.free_after = usage(fs.roots[0]).free
     return relief
@@ -315,15 +309,16 @@ def _give_up(stage_jobs: StageJobs, waiting: list[StageJob], why: str) -> list[s
 def purge_early(config: Config, store: Acting, checkpoint_id: int, reason: str, actor: str) -> None:
     """Purge a trashed checkpoint before its grace period, on the rail, `reason` in its audit
     event; refused if it is no longer in the trash or is pinned, or if its remote copy, read
-    back now, is not there to stand for it (`trash.remote_gone`)."""
-    from . import rail, trash
+    back now, is not there to stand for it (`remote_verify.before_purge`)."""
+    from . import rail
+    from .tier.remote_verify import before_purge
 
     item = next(
         (t for t in store.acts.trashed(include_pinned=False) if t.id == checkpoint_id), None
     )
     if item is None:
         raise fsops.Refused(f"checkpoint {checkpoint_id} is no longer in the trash (or pinned)")
-    kept = trash.remote_gone(config, store.reads, store.acts, store.remote, checkpoint_id, actor)
+    kept = before_purge(config, store, checkpoint_id, actor=actor)
     if kept is not None:  # its remote copy is gone or other bytes: the last copy stays
         raise fsops.Refused(kept)
     rail.purge_trashed(config, store, item, actor, reason=reason)
@@ -378,24 +373,14 @@ def _facts(
 
 
 def _last_resumable(found: list[Checkpoint]) -> int | None:
-    """The furthest along of the run's ok checkpoints that may resume training. A legacy `.h5`
-    with optimizer state counts (the listing does not carry the Keras version that decides it):
-    protecting one too many is the safe side."""
-
-    def may_resume(c: Checkpoint) -> bool:
-        verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
-        legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
-        return verdict.resumable or legacy
-
+    """The furthest along of the run's ok checkpoints that may resume training
+    (`core.resume.may_resume_listed`)."""
     from .retention_plan import planner_item
 
-    files = [c for c in _ok(found) if c.version_of is None]  # a copy is no training moment
-    able = [planner_item(c, False) for c in files if may_resume(c)]
+    ok = [c for c in found if c.status == CheckpointStatus.OK]
+    files = [c for c in ok if c.version_of is None]  # a copy is no training moment
+    able = [planner_item(c, False) for c in files if may_resume_listed(c)]
     return max(able, key=retention.progress_key).id if able else None
-
-
-def _ok(found: list[Checkpoint]) -> list[Checkpoint]:
-    return [c for c in found if c.status == CheckpointStatus.OK]
 
 
 def _catalogued_bytes(catalog_usage: UsageReads, roots: tuple[str, ...]) -> int:

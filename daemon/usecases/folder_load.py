@@ -25,8 +25,8 @@ def load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     """(ok, detail) of loading `c`, an Orbax or DCP folder, in a child."""
     from ..children import folder_load_probe
 
-    if c.status != CheckpointStatus.OK:  # the reader already said what is wrong
-        return False, f"load: not run ({c.status.value}: {c.reason})"
+    if c.status != CheckpointStatus.OK:
+        return not_run(c)
     kind, library = LIBRARIES.get(c.format, ("", "")) if c.format else ("", "")
     foreign = _dcp_foreign(Path(c.path)) if kind == "dcp" else []
     if foreign:  # judged from the opcodes here, no child started; the child judges its copy too
@@ -47,6 +47,11 @@ def load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     if differs:
         return False, f"{done}; differs from the catalog: {', '.join(differs[:5])}"
     return True, f"{done}; the {len(_indexed(c))} indexed weights' shapes match"
+
+
+def not_run(c: Checkpoint) -> tuple[bool, str]:
+    """An unreadable checkpoint: the reader already said what is wrong, no loader is handed it."""
+    return False, f"load: not run ({c.status.value}: {c.reason})"
 
 
 def _dcp_foreign(folder: Path) -> list[str]:

@@ -12,9 +12,9 @@ from pathlib import Path
 from ..catalog.store import Index, Reads
 from ..core.errors import NotFound
 from ..core.families import folder_formats
-from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format, TrashedCheckpoint
 from ..fs import fsops
-from ..settings.config import Config
+from ..settings.config import Config, RootConfig
 from . import folder_units
 
 HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0.5 s
@@ -22,7 +22,7 @@ HASH_RECHECK_MAX_BYTES = 512 << 20  # re-hash before acting when that costs < ~0
 
 def located(config: Config, index: Index, c: Checkpoint) -> tuple[Path, list[Path]]:
     """The configured root holding `c`, and every file (or folder) it is made of."""
-    root, path = configured_root(config, c), Path(c.path)
+    root, path = configured_root(config, c).path, Path(c.path)
     _stat, _digest, files = index.identity(c.id)
     if c.format == Format.TF_CHECKPOINT:
         return root, [path.parent / name for name in files]
@@ -57,7 +57,7 @@ def recheck(
     found = fsops.current_stat(root, members)
     if found != expected:
         raise fsops.Refused(
-            f"{c.path} changed since it was indexed ({_diff(expected, found)}):"
+            f"{c.path} changed since it was indexed ({stat_diff(expected, found)}):"
             " skipped; the next scan re-indexes it"
         )
     cheap = expected.size <= HASH_RECHECK_MAX_BYTES and c.format != Format.SAVED_MODEL
@@ -68,16 +68,18 @@ def recheck(
             raise fsops.Refused(f"{c.path} has other bytes than when indexed: skipped")
 
 
-def _diff(expected: FileStat, found: FileStat) -> str:
+def stat_diff(expected: FileStat, found: FileStat) -> str:
+    """Which of size, mtime and inode differ (a refusal's or a verdict's why)."""
     names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
     return ", ".join(names) + " differ"
 
 
-def configured_root(config: Config, c: Checkpoint) -> Path:
+def configured_root(config: Config, c: Checkpoint | TrashedCheckpoint) -> RootConfig:
+    """The configured root `c` was indexed under, still holding its path (else refused)."""
     root = config.root_for(Path(c.path))
     if root is None or str(root.path) != c.root:
         raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
-    return root.path
+    return root
 
 
 def run_id(reads: Reads, c: Checkpoint) -> int:

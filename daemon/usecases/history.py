@@ -101,13 +101,6 @@ def _logged(
     return by_epoch, list(logs.notes)
 
 
-def histories(
-    config: Config, reads: Reads, catalog_runs: Runs, runs: Sequence[str], metric: str
-) -> list[History]:
-    """One history of `metric` per run, in the order given (`ckpt plot`)."""
-    return [run_history(config, reads, catalog_runs, run, [metric]) for run in runs]
-
-
 def disk_usage(usage: UsageReads, remote_copies: RemoteCopies) -> list[RootUsage]:
     """Bytes per root, run and kind from the catalog (`core.usage`), biggest first."""
     checkpoints, artifacts = usage.usage()

@@ -293,13 +293,11 @@ class _Scan:
         from .artifacts import adopt
 
         try:
-            if cand.family == discovery.FILE:  # untrusted bytes: read by a limited child
-                info = self._read_metadata(cand.path)
-            elif cand.family == discovery.TF_CHECKPOINT:  # file checks here, TF in its child
+            if cand.family == discovery.TF_CHECKPOINT:  # file checks here, TF in its child
                 info = tf_checkpoint.read(cand.path)
             elif cand.family == discovery.SAVED_MODEL:
                 info = savedmodel.read(cand.path)
-            else:  # a folder checkpoint (fs.folder_layouts): its files are untrusted bytes too
+            else:  # a file or a folder checkpoint (fs.folder_layouts): untrusted bytes
                 info = self._read_metadata(cand.path)
             digest = hash_files(cand.members, self.root.path)
             if discovery.stat_members(cand.members, cand.path) != stat:

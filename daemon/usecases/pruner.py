@@ -153,25 +153,12 @@ def _execute(
                     {"id": decision.id, "path": decision.path, "error": guards.one_line(exc)}
                 )
                 counter.finish(decision.path, "failed", detail=guards.one_line(exc))
-        _give_up_remote(
-            config,
-            store.reads,
-            store.acts,
-            store.remote,
-            rp,
-            batch,
-            actor,
-            report,
-            should_stop,
-            lease,
-        )
+        _give_up_remote(config, store, rp, batch, actor, report, should_stop, lease)
 
 
 def _give_up_remote(
     config: Config,
-    reads: Reads,
-    acts: Acts,
-    remote_copies: RemoteCopies,
+    store: Acting,
     rp: RunPlan,
     batch: str,
     actor: str,
@@ -180,32 +167,24 @@ def _give_up_remote(
     lease: HeldLease,
 ) -> None:
     """The remote copies the rules give up, each to the store's trash by the remote trash's own
-    act (`usecases.tier.remote_trash.give_up_one`: its protection re-checked under the lease)."""
+    act (`usecases.tier.rail_remote.trash_remote_copy`: its protection re-checked under the
+    lease)."""
     if not rp.remote_doomed():
         return
-    from .tier.remote_trash import give_up_one  # boto3 stays unimported until a remote act
+    from .tier.rail_remote import trash_remote_copy  # boto3 stays unimported until a remote act
 
     for decision in rp.remote_doomed():
         if should_stop() or _lost_lease(lease) is not None:
             return
         try:
-            c = reads.get(str(decision.id))
-            copies = remote_copies.remote_copies([c.id])
+            c = store.reads.get(str(decision.id))
+            copies = store.remote.remote_copies([c.id])
             copy = verified_copy(copies)
             if copy is None or location(c.status, copies) != Location.REMOTE:
                 raise fsops.Refused(f"{c.path}: not a tiered checkpoint now: its copy is kept")
             reason = "; ".join(decision.reasons)
-            give_up_one(
-                config,
-                reads,
-                acts,
-                remote_copies,
-                c,
-                copy,
-                reason=reason,
-                batch=batch,
-                actor=actor,
-                lease=lease,
+            trash_remote_copy(
+                config, store, c, copy, reason=reason, batch=batch, actor=actor, lease=lease
             )
             assert rp.remote_moved is not None
             rp.remote_moved.add(decision.id)
@@ -309,9 +288,7 @@ def trash_decided(
     reason = "; ".join(decision.reasons)
     rail.trash_checkpoint(
         config,
-        store.reads,
-        store.index,
-        store.acts,
+        store,
         c,
         reason=reason,
         batch=batch,

@@ -23,10 +23,10 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from ..catalog.store import Acting, Acts, Index, Reads, Recovery
+from ..catalog.store import Acting, Reads, Recovery
 from ..catalog.store_leases import HeldLease
 from ..core.errors import Refused
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format, TrashedCheckpoint
@@ -67,9 +67,7 @@ def run_lease(
 
 def trash_checkpoint(
     config: Config,
-    reads: Reads,
-    index: Index,
-    acts: Acts,
+    store: Acting,
     c: Checkpoint,
     *,
     reason: str,
@@ -82,10 +80,10 @@ def trash_checkpoint(
     claimed (a pin committed first keeps the files), moved, the claim ended. `with_artifacts`:
     its inference artifact, card and exports go with it (a demotion leaves them in its place).
     A TF checkpoint is forgotten in its folder's `checkpoint` state file."""
-    root, members = guards.located(config, index, c)
-    guards.recheck(index, c, root, members)
+    root, members = guards.located(config, store.index, c)
+    guards.recheck(store.index, c, root, members)
     if with_artifacts:
-        members = [*members, *_artifact_files(reads, root, c)]
+        members = [*members, *_artifact_files(store.reads, root, c)]
     now = time.time()
     trash = {
         "paths": [
@@ -98,10 +96,10 @@ def trash_checkpoint(
     }
     mode = trash_in_place.trash_mode(config, Path(c.path))
     if mode.in_place:  # known before the act: the claim records the delayed delete
-        trash = trash_in_place.record(config, index, c, root, members, trash, now, mode.why)
+        trash = trash_in_place.record(config, store.index, c, root, members, trash, now, mode.why)
     # The claim confirms the run's lease in its transaction: a prune whose lease was taken
     # over (it was stopped past the expiry) moves nothing more.
-    event_id, refused = acts.claim(
+    event_id, refused = store.acts.claim(
         c.id, action="trash", reason=reason, actor=actor, trash=trash, lease=lease, was=c.status
     )
     if event_id is None:
@@ -112,19 +110,19 @@ def trash_checkpoint(
             trashed = fsops.move_to_trash(root, members, batch)
     except fsops.RenameUnsupported as exc:  # found by the act: the files stay where they are
         if mode.setting == "move":
-            acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
+            store.acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
             raise
         trash = trash_in_place.record(
-            config, index, c, root, members, trash, now, guards.one_line(exc)
+            config, store.index, c, root, members, trash, now, guards.one_line(exc)
         )
         trashed = [Path(p) for p in trash["paths"]]
     except BaseException as exc:
-        acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
+        store.acts.end_claim(event_id, c.id, failed=guards.one_line(exc))
         raise
     if [str(p) for p in trashed] != trash["paths"] or trash.get("in_place"):
         moved = {**trash, "paths": [str(p) for p in trashed]}
-        acts.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
-    acts.end_claim(event_id, c.id)
+        store.acts.set_status(c.id, CheckpointStatus.TRASHED, reason, trash=moved)
+    store.acts.end_claim(event_id, c.id)
     if c.format == Format.TF_CHECKPOINT:
         _forget_in_state_file(root, Path(c.path))
 
@@ -163,9 +161,7 @@ def purge_trashed(
     """Delete a trashed checkpoint's files for good, under its run's lease, claimed right
     before the unlink (a pin committed before it keeps the files). `reason`: why it is purged
     before its grace period (the disk guard's), for `ckpt log`."""
-    root = config.root_for(Path(item.path))
-    if root is None or str(root.path) != item.root:
-        raise fsops.Refused(f"{item.path} is not inside a configured root: never touched")
+    root = guards.configured_root(config, item)
     with run_lease(config, store, store.recovery.run_of(item.id), actor) as lease:
         event_id, refused = store.acts.claim(
             item.id, action="purge", reason=reason, actor=actor, lease=lease
@@ -189,17 +185,11 @@ def remove_artifact(
     weights) removed, under the run's lease, audited (`remove-artifact`): moved to the trash,
     its row forgotten, then purged. Killed in between, the file left in the trash is adopted and
     purged by the next reconcile of the trash; a row whose file is gone is only forgotten."""
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     with (
         run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
-        store.acts.audited(
-            action="remove-artifact",
-            checkpoint_id=c.id,
-            path=str(path),
-            reason=reason,
-            size=None,
-            actor=actor,
-            lease=lease,
+        audited(
+            store, c, "remove-artifact", actor, lease, path=str(path), reason=reason, size=None
         ),
     ):
         if store.acts.artifact_owner(str(path)) != c.id:
@@ -220,19 +210,11 @@ def restore_trashed(config: Config, store: Acting, c: Checkpoint, actor: str) ->
     """Put a trashed checkpoint's files back where they were, under its run's lease, audited
     (`restore`); never over a file that is there now (fsops)."""
     info = c.details.get("trash") or {}
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed commands
     with (
         run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
-        store.acts.audited(
-            action="restore",
-            checkpoint_id=c.id,
-            path=c.path,
-            reason=None,
-            size=c.size_bytes,
-            actor=actor,
-            lease=lease,
-        ),
+        audited(store, c, "restore", actor, lease, size=c.size_bytes),
     ):
         originals = [Path(p) for p in info["members"]]
         if not info.get("in_place"):
@@ -243,6 +225,31 @@ def restore_trashed(config: Config, store: Acting, c: Checkpoint, actor: str) ->
         status = CheckpointStatus.OK if c.hash else CheckpointStatus.INCOMPLETE
         reason = None if c.hash else "restored from the trash: read at the next scan"
         store.acts.set_status(c.id, status, reason, clear_trash=True)
+
+
+def audited(
+    store: Acting,
+    c: Checkpoint,
+    action: str,
+    actor: str,
+    lease: HeldLease | None,
+    *,
+    size: int | None,
+    reason: str | None = None,
+    path: str | None = None,
+) -> AbstractContextManager[None]:
+    """The audit event `action` of an act on `c` of `size` bytes (`Acts.audited`: `planned`,
+    then `done` or `failed`), the run's `lease` confirmed in its first write; at `c`'s path
+    unless told another."""
+    return store.acts.audited(
+        action=action,
+        checkpoint_id=c.id,
+        path=c.path if path is None else path,
+        reason=reason,
+        size=size,
+        actor=actor,
+        lease=lease,
+    )
 
 
 @contextmanager
@@ -267,15 +274,7 @@ def acting_on(
     # The lease is renewed while the transform runs (a split of a large file takes long).
     with run_lease(config, store, guards.run_id(store.reads, c), actor, held=leased) as lease:
         guards.recheck(store.index, c, root, members, rehash=rehash)
-        with store.acts.audited(
-            action=action,
-            checkpoint_id=c.id,
-            path=c.path,
-            reason=reason,
-            size=c.size_bytes,
-            actor=actor,
-            lease=lease,
-        ):
+        with audited(store, c, action, actor, lease, size=c.size_bytes, reason=reason):
             yield root, members
 
 
@@ -321,14 +320,15 @@ def put_version_back(
     leases: leases do not nest)."""
     with (
         run_lease(config, store, guards.run_id(store.reads, current), actor) as lease,
-        store.acts.audited(
-            action="restore-version",
-            checkpoint_id=current.id,
+        audited(
+            store,
+            current,
+            "restore-version",
+            actor,
+            lease,
             path=str(path),
             reason=reason,
             size=version.size_bytes,
-            actor=actor,
-            lease=lease,
         ),
         fsops.rewrite(root.path, path, like=Path(version.path), replacing=here) as temp,
     ):
@@ -351,19 +351,11 @@ def receive_checkpoint(
     its own path, under its run's lease, audited (`fetch`): checked against the catalog's hash
     and published without replacing anything (`fs.fsfetch`; `archive`: the tar of its files,
     unpacked by `fs.fsunpack`); the row `ok` again with the new files' identity."""
-    root = guards.configured_root(config, c)
+    root = guards.configured_root(config, c).path
     fsops.remove_stale_temps(Path(c.path).parent, recursive=False)  # of killed fetches
     with (
         run_lease(config, store, guards.run_id(store.reads, c), actor) as lease,
-        store.acts.audited(
-            action="fetch",
-            checkpoint_id=c.id,
-            path=c.path,
-            reason=f"from {source}",
-            size=c.size_bytes,
-            actor=actor,
-            lease=lease,
-        ),
+        audited(store, c, "fetch", actor, lease, size=c.size_bytes, reason=f"from {source}"),
     ):
         expected, digest, files = store.index.identity(c.id)
         if archive:

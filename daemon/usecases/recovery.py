@@ -21,7 +21,7 @@ from pathlib import Path
 from ..catalog.store import Acting, Reads, Recovery, Versions
 from ..core import versions as naming
 from ..core.errors import NotFound, Refused
-from ..core.model import Checkpoint, FileStat
+from ..core.model import Checkpoint
 from ..fs import discovery, fsops, temp_names
 from ..fs.hashing import hash_files
 from ..logs import event
@@ -123,7 +123,8 @@ def _judge_orphan(
             source = None
         if source is not None and digest is not None and _seen(reads, row, digest):
             kept = dataclasses.replace(source, hash=digest, generation=decoded[1])
-            versions.add_version(kept, str(path), _stat(path), how="adopted", actor_name=actor)
+            stat = discovery.stat_members((path,))
+            versions.add_version(kept, str(path), stat, how="adopted", actor_name=actor)
             event("version_adopted", path=str(path), of=original)
             return f"adopted {path}"
     why = "in .ckpt-versions without a catalog row, and no generation the catalog saw"
@@ -138,8 +139,3 @@ def _seen(reads: Reads, row: Checkpoint, digest: str) -> bool:
         isinstance(g, dict) and digest in [g.get("hash"), *(g.get("rewritten_from") or [])]
         for g in full.details.get("generations") or []
     )
-
-
-def _stat(path: Path) -> FileStat:
-    info = os.lstat(path)
-    return FileStat(info.st_size, info.st_mtime_ns, info.st_ino)

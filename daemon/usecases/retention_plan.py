@@ -21,7 +21,7 @@ from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.query import ListQuery
 from ..core.remote import RemoteState, location
 from ..core.remote_keep import why_kept
-from ..core.resume import resumability
+from ..core.resume import may_resume_listed
 from ..core.retention_rows import NO_REMOTE
 from ..core.runs import run_scope
 from ..core.versions import Kept, previous_generations, trainer_file
@@ -30,14 +30,9 @@ from .artifacts import split_by_policy
 from .pipeline import awaiting_stages
 from .tier.locations import uses_remote
 from .trainer_housekeeping import trainer_best
+from .vanished import GONE
 
 REMOTE_TRASH = "trash-remote"
-_GONE = {
-    CheckpointStatus.MISSING,
-    CheckpointStatus.REMOVED,
-    CheckpointStatus.TRASHED,
-    CheckpointStatus.PURGED,
-}
 
 
 @dataclass
@@ -220,7 +215,7 @@ def run_checkpoints(reads: Reads, root: str, run: str) -> list[Checkpoint]:
 def own_rows(found: Sequence[Checkpoint], run: str) -> list[Checkpoint]:
     """Of `found` (rows of one root), those of run `run` itself that the planner weighs (the
     plan orders them by age: the listing's order does not matter)."""
-    return [c for c in found if c.run == run and c.status not in _GONE]
+    return [c for c in found if c.run == run and c.status not in GONE]
 
 
 def remote_places(
@@ -307,19 +302,10 @@ def planner_item(
         trash_reason=f"abandoned: {c.reason or 'no reason recorded'}"
         if c.status == CheckpointStatus.ABANDONED
         else None,
-        resumable=c.version_of is None and may_resume(c),
+        resumable=c.version_of is None and may_resume_listed(c),
         trainer_file=None if c.version_of is not None else trainer_file(Path(c.path).name),
         copy=c.version_of is not None,
     )
-
-
-def may_resume(c: Checkpoint) -> bool:
-    """Training can resume from `c` (`core.resume`, as `ckpt latest --resumable` judges a
-    listed row). A legacy `.h5` with optimizer state counts (the listing does not carry the
-    Keras version that decides it): protecting one too many is the safe side."""
-    verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
-    legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
-    return verdict.resumable or legacy
 
 
 def tier_blocked(config: Config, c: Checkpoint) -> str | None:

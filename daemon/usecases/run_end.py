@@ -53,11 +53,9 @@ class RunEnds:
         return self._writers[root]
 
 
-def observe(
-    reads: Reads, root: str, run: str, written: Callable[[str], list[str]] | None = None
-) -> RunEnd:
+def observe(reads: Reads, root: str, run: str, written: Callable[[str], list[str]]) -> RunEnd:
     """What is seen of run `run` of `root` now; `written(root)`: the files open for writing
-    below the root (read from /proc when not given)."""
+    below the root."""
     rows = [
         c
         for c in reads.list(ListQuery(run=run, root=root))
@@ -73,10 +71,6 @@ def observe(
         details = {}
     folder = Path(root) if run == ROOT_RUN else Path(root) / run
     files, touched = _on_disk(folder)
-    if written is None:
-        open_files = list(procfs.writers_under([folder])) if os.path.isdir(folder) else []
-    else:
-        open_files = written(root)
     # A file rewritten since its row was read (last.pt after each epoch) is a save the catalog
     # has not caught up with yet: as good as in flight.
     behind = sum(c.path in files and files[c.path] != c.mtime for c in ok)
@@ -85,7 +79,7 @@ def observe(
         newest_path=newest.path,
         last_save=max([c.mtime for c in rows] + touched),
         in_flight=sum(c.status == CheckpointStatus.INCOMPLETE for c in rows) + behind,
-        writers=sum(path.startswith(f"{folder}/") for path in open_files),
+        writers=sum(path.startswith(f"{folder}/") for path in written(root)),
         trainer_ended=trainer_ended(details.get("training_config")),
     )
 

@@ -55,28 +55,25 @@ def budget_refusal(
     if fs is None:
         return None
 
-    def why() -> str | None:
+    def measured() -> tuple[int, int, int]:  # free, kept, budget
         free = disk_guard.usage(fs.roots[0]).free
         kept = store.usage.kept_copies_bytes(fs.roots)
-        budget = space_reserve.budget_bytes(config.versions.budget, free, kept)
-        return space_reserve.budget_refusal(kept, size, budget)
+        return free, kept, space_reserve.budget_bytes(config.versions.budget, free, kept)
 
-    refusal = why()
-    if refusal is None:
+    free, kept, budget = measured()
+    if space_reserve.budget_refusal(kept, size, budget) is None:
         return None
-    free = disk_guard.usage(fs.roots[0]).free
-    kept = store.usage.kept_copies_bytes(fs.roots)
-    excess = kept + size - space_reserve.budget_bytes(config.versions.budget, free, kept)
     relieve(  # measured by free space: each old version given up frees its bytes
         config,
         store,
         fs,
-        free + excess,
+        free + kept + size - budget,
         actor=actor,
         only=("old_version",),
         goal="the free space at which a new copy fits versions.budget",
     )
-    return why()
+    _free, kept, budget = measured()
+    return space_reserve.budget_refusal(kept, size, budget)
 
 
 def make_room(config: Config, store: Acting, root: RootConfig, size: int, *, actor: str) -> int:

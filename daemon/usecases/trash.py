@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..catalog.store import Acting, Acts, Reads, Recovery, RemoteCopies
+from ..catalog.store import Acting, Recovery
 from ..core.errors import CkptError, UsageError
 from ..core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
 from ..core.units import iso_utc, parse_duration
@@ -20,6 +20,7 @@ from ..settings.config import Config
 from . import guards, rail
 from .tier import remote_trash
 from .tier.locations import uses_remote
+from .tier.remote_verify import before_purge
 
 
 def restore(config: Config, store: Acting, ref: str, actor: str) -> Checkpoint:
@@ -64,7 +65,7 @@ def purge(
         if should_stop():
             break
         try:
-            kept = remote_gone(config, store.reads, store.acts, store.remote, item.id, actor)
+            kept = before_purge(config, store, item.id, actor=actor)
             if kept is not None:
                 failures.append({"id": item.id, "path": item.path, "error": kept})
                 continue
@@ -73,23 +74,6 @@ def purge(
         except (CkptError, OSError) as exc:
             failures.append({"id": item.id, "path": item.path, "error": guards.one_line(exc)})
     return purged, failures
-
-
-def remote_gone(
-    config: Config,
-    reads: Reads,
-    acts: Acts,
-    remote_copies: RemoteCopies,
-    checkpoint_id: int,
-    actor: str,
-) -> str | None:
-    """Why a trashed checkpoint's local copy must stay: `remote_verify.before_purge`, asked
-    only where a remote store is configured."""
-    if not uses_remote(config):  # no store configured: no copy of ours is anywhere else
-        return None
-    from .tier.remote_verify import before_purge
-
-    return before_purge(config, reads, acts, remote_copies, checkpoint_id, actor=actor)
 
 
 def parse_older_than(text: str | None, config: Config) -> float:

@@ -19,7 +19,8 @@ from ..fs import discovery
 from ..logs import event
 from .scan_report import ScanReport
 
-_GONE = {
+# Rows whose files are no longer at their path (retention weighs none of them either).
+GONE = {
     CheckpointStatus.MISSING,
     CheckpointStatus.REMOVED,
     CheckpointStatus.TRASHED,
@@ -47,7 +48,7 @@ def mark(
     gone = [
         (path, known)
         for path, known in unseen
-        if known.status not in _GONE and (path == where or path.startswith(prefix))
+        if known.status not in GONE and (path == where or path.startswith(prefix))
     ]
     hidden: dict[str, list[tuple[str, Known]]] = {}  # below a folder we may not list
     for path, known in gone:

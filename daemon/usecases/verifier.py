@@ -19,7 +19,7 @@ from ..children.sandbox import UNSANDBOXED
 from ..core import families
 from ..core.errors import CkptError
 from ..core.families import folder_formats
-from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
+from ..core.model import Checkpoint, CheckpointStatus, Format
 from ..core.progress import Counter, OnProgress
 from ..core.query import ListQuery
 from ..fs import fsops
@@ -114,7 +114,7 @@ def _load(c: Checkpoint, mode: str) -> Verdict:
     row = families.row(c.format)
     if row is None or row.load is None:
         if c.status != CheckpointStatus.OK and c.format is None:
-            return Verdict(c.id, c.path, *not_run(c))
+            return Verdict(c.id, c.path, *folder_load.not_run(c))
         return Verdict(
             c.id,
             c.path,
@@ -122,11 +122,6 @@ def _load(c: Checkpoint, mode: str) -> Verdict:
             f"load: not checked ({c.format} has no architecture or is not a Keras file)",
         )
     return Verdict(c.id, c.path, *families.resolve(row.load)(c, mode))
-
-
-def not_run(c: Checkpoint) -> tuple[bool, str]:
-    """An unreadable checkpoint: the reader already said what is wrong, no loader is handed it."""
-    return False, f"load: not run ({c.status.value}: {c.reason})"
 
 
 def keras_load(c: Checkpoint, mode: str) -> tuple[bool, str]:
@@ -166,7 +161,7 @@ def torch_load(c: Checkpoint, mode: str) -> tuple[bool, str]:
     from ..children import torch_load_probe
 
     if c.status != CheckpointStatus.OK:
-        return not_run(c)
+        return folder_load.not_run(c)
     paths = [Path(c.path)]
     if c.format == Format.HF_FOLDER:
         paths = sorted({p for pattern in _HF_WEIGHTS for p in Path(c.path).glob(pattern)})
@@ -228,7 +223,7 @@ def _checkpoint(
             c.id,
             c.path,
             False,
-            f"hash differs: the file changed since indexed ({_stat_diff(expected, after)}): "
+            f"hash differs: the file changed since indexed ({guards.stat_diff(expected, after)}): "
             "the next scan re-indexes it",
         )
     _mark_corrupt(acts, c, actor)
@@ -249,11 +244,6 @@ def _mark_corrupt(acts: Acts, c: Checkpoint, actor: str | None) -> None:
         actor=actor or process_actor(),
     ):
         acts.set_status(c.id, CheckpointStatus.CORRUPT, BIT_ROT)
-
-
-def _stat_diff(expected: FileStat, found: FileStat) -> str:
-    names = [n for n in ("size", "mtime_ns", "inode") if getattr(expected, n) != getattr(found, n)]
-    return ", ".join(names) + " differ"
 
 
 def _artifact(c: Checkpoint, artifact: dict[str, object]) -> Verdict:

@@ -26,6 +26,7 @@ from ..core import versions as naming
 from ..core.errors import NotFound, Refused, UsageError, WouldReplace
 from ..core.model import Checkpoint, CheckpointStatus, FileStat, Format
 from ..fs import fsops, name_limits
+from ..fs.discovery import stat_members
 from ..fs.hashing import hash_files
 from ..logs import event
 from ..settings.config import Config, RootConfig
@@ -89,8 +90,7 @@ def capture(
             reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
         )
         return None
-    stat = _stat(target)
-    versions.add_version(source, str(target), stat, how=how, actor_name=actor)
+    versions.add_version(source, str(target), stat_members((target,)), how=how, actor_name=actor)
     event(
         "version_kept",
         path=source.path,
@@ -252,7 +252,8 @@ def _adopt_existing(
         return None
     if not same:
         return None
-    versions.add_version(source, str(target), _stat(target), how="adopted", actor_name=actor)
+    stat = stat_members((target,))
+    versions.add_version(source, str(target), stat, how="adopted", actor_name=actor)
     return str(target)
 
 
@@ -361,11 +362,6 @@ def _chosen(
         what = f"version {generation}" if generation is not None else f"epoch {epoch}"
         raise NotFound(f"no kept {what} of {path}; kept: {listed}")
     return max(found, key=lambda v: v.generation)
-
-
-def _stat(path: Path) -> FileStat:
-    info = os.lstat(path)
-    return FileStat(info.st_size, info.st_mtime_ns, info.st_ino)
 
 
 def _dash(value: int | None) -> str:

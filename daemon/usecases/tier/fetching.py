@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...catalog.store import Acting, Index, RemoteCopies, UsageReads
+from ...catalog.store import Acting
 from ...core.errors import UsageError
 from ...core.model import Checkpoint, CheckpointStatus
 from ...settings.config import Config
@@ -29,7 +29,7 @@ _AT_PATH = {CheckpointStatus.OK, CheckpointStatus.INCOMPLETE, CheckpointStatus.C
 def fetch(config: Config, store: Acting, ref: str, *, to: Path | None, actor: str) -> Path:
     c = store.reads.get(ref)
     if to is not None:
-        return _fetch_to(config, store.index, store.usage, store.remote, c, to)
+        return _fetch_to(config, store, c, to)
     if c.status in _AT_PATH:
         return Path(c.path)  # already here
     in_trash = c.details.get("trash") or {}
@@ -47,24 +47,17 @@ def fetch(config: Config, store: Acting, ref: str, *, to: Path | None, actor: st
     return Path(c.path)
 
 
-def _fetch_to(
-    config: Config,
-    index: Index,
-    usage: UsageReads,
-    remote_copies: RemoteCopies,
-    c: Checkpoint,
-    to: Path,
-) -> Path:
+def _fetch_to(config: Config, store: Acting, c: Checkpoint, to: Path) -> Path:
     target = Path(os.path.abspath(to))
     if c.status in _AT_PATH:
         raise UsageError(f"{c.path} is on the local disk: copy it (fetch is from the store)")
-    copy = require_copy(remote_copies, c)
+    copy = require_copy(store.remote, c)
     _root, remote = remote_of(config, c)
-    check_copy(config, usage, target, c.size_bytes, "the fetched copy", actor="cli")
+    check_copy(config, store.usage, target, c.size_bytes, "the fetched copy", actor="cli")
     if is_archive(c):  # its files, under their recorded names, into the folder `to`
         if not target.is_dir():
             raise UsageError(f"--to {to}: a checkpoint of several files goes into a folder")
-        expected, _digest, files = index.identity(c.id)
+        expected, _digest, files = store.index.identity(c.id)
         chunks = object_store(remote).get(copy.key)
         hash_ = c.hash or copy.content_hash
         rail.receive_copy(config, target, chunks, hash_, files=files, size=expected.size)

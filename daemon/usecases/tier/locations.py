@@ -4,7 +4,7 @@ for, so `ckpt list` without object storage stays on the fast reads (no Store ope
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ...core.errors import UsageError
@@ -23,16 +23,21 @@ def uses_remote(config: Config) -> bool:
     return config.remote is not None or any(r.remote for r in config.roots)
 
 
+def by_checkpoint(remote: RemoteCopies, found: Iterable[Checkpoint]) -> dict[int, list[RemoteCopy]]:
+    """The remote copies of `found`, by checkpoint id (none: not in the dict)."""
+    copies: dict[int, list[RemoteCopy]] = {}
+    for copy in remote.remote_copies(c.id for c in found):
+        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    return copies
+
+
 def locations(
     config: Config, remote: Callable[[], RemoteCopies], found: Sequence[Checkpoint]
 ) -> dict[int, tuple[str, str | None]]:
     if not uses_remote(config):  # no remote copies: the status alone says (100,000 rows)
         by_status = {s: (location(s, []).value, None) for s in CheckpointStatus}
         return {c.id: by_status[c.status] for c in found}
-    copies: dict[int, list[RemoteCopy]] = {}
-    if found:
-        for copy in remote().remote_copies(c.id for c in found):
-            copies.setdefault(copy.checkpoint_id, []).append(copy)
+    copies = by_checkpoint(remote(), found) if found else {}
     answer: dict[int, tuple[str, str | None]] = {}
     for c in found:
         mine = copies.get(c.id, [])
@@ -46,9 +51,7 @@ def filtered(
 ) -> list[Checkpoint]:
     if wanted not in LOCATIONS:
         raise UsageError(f"--location {wanted!r}: not one of {', '.join(LOCATIONS)}")
-    copies: dict[int, list[RemoteCopy]] = {}
-    for copy in remote.remote_copies(c.id for c in found):
-        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    copies = by_checkpoint(remote, found)
     kept = [c for c in found if location(c.status, copies.get(c.id, [])).value == wanted]
     return kept if limit is None else kept[:limit]
 
@@ -60,9 +63,7 @@ def with_tiered(
     whose file is at its path, and the rows trashed or purged from the disk whose bytes are
     only in the object store (a tiered checkpoint); never the other rows off the disk."""
     off_disk = [c for c in found if c.status.value in OFF_DISK]
-    copies: dict[int, list[RemoteCopy]] = {}
-    for copy in remote.remote_copies(c.id for c in off_disk):
-        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    copies = by_checkpoint(remote, off_disk)
     kept = [
         c
         for c in found

@@ -13,11 +13,13 @@ takes the original if it is still there, the purge deletes it too.
 
 from __future__ import annotations
 
-from ...catalog.store import Acting, Acts, RemoteCopies
+from ...catalog.store import Acting, Reads, RemoteCopies
 from ...catalog.store_leases import HeldLease
 from ...core.errors import Refused, RemoteFailed
-from ...core.model import Checkpoint
+from ...core.model import Checkpoint, CheckpointStatus
+from ...core.query import ListQuery
 from ...core.remote import RemoteCopy, RemoteState
+from ...core.remote_keep import why_kept
 from ...remote.keys import trash_key
 from ...settings.config import Config
 from .. import guards, rail
@@ -33,10 +35,18 @@ def _fresh(remote_copies: RemoteCopies, copy: RemoteCopy) -> RemoteCopy:
     raise Refused(f"{copy.url}: no longer recorded")
 
 
+def protected(reads: Reads, remote_copies: RemoteCopies, c: Checkpoint) -> str | None:
+    """Why `c`'s remote copy must stay (`core.remote_keep`), from the catalog as it is now."""
+    run = [r for r in reads.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
+    copies = remote_copies.remote_copies(r.id for r in run)
+    verified = {x.checkpoint_id for x in copies if x.state == RemoteState.VERIFIED}
+    available = {r.id for r in run if r.status == CheckpointStatus.OK or r.id in verified}
+    return why_kept(c, run, available)
+
+
 def trash_remote_copy(
     config: Config,
-    acts: Acts,
-    remote_copies: RemoteCopies,
+    store: Acting,
     c: Checkpoint,
     copy: RemoteCopy,
     *,
@@ -45,27 +55,27 @@ def trash_remote_copy(
     actor: str,
     lease: HeldLease,
 ) -> str:
-    """Move a verified remote copy under the store's trash prefix; returns its trash URL."""
+    """Move a verified remote copy under the store's trash prefix, under the run's `lease` (held
+    by the caller: a retention pass, `ckpt trash remote`), its protection re-checked first.
+    Returns its trash URL."""
+    lease.check()
+    c = store.reads.get(str(c.id))
+    kept = protected(store.reads, store.remote, c)
+    if kept:
+        raise Refused(f"{c.path}: its remote copy is kept: {kept}")
     _root, remote = remote_of(config, c)
     objects = object_store(remote)
-    copy = _fresh(remote_copies, copy)
+    copy = _fresh(store.remote, copy)
     if copy.state != RemoteState.VERIFIED:
         raise Refused(f"{copy.url} is {copy.state.value}: nothing to give up")
     moved_to = trash_key(remote, copy.key, batch)
     url = remote.object_url(moved_to)
-    with acts.audited(
-        action="remote-trash",
-        checkpoint_id=c.id,
-        path=c.path,
-        reason=f"{reason}: {copy.url} -> {url}",
-        size=copy.size_bytes,
-        actor=actor,
-        lease=lease,
-    ):
+    why = f"{reason}: {copy.url} -> {url}"
+    with rail.audited(store, c, "remote-trash", actor, lease, size=copy.size_bytes, reason=why):
         problem = differences(objects.head(copy.key), copy)
         if problem is not None:  # not the copy we recorded: never trusted, never moved
             state = RemoteState.MISSING if problem == "not in the store" else RemoteState.CHANGED
-            remote_copies.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
+            store.remote.set_remote_state(copy.id, state, f"found by the remote trash: {problem}")
             raise Refused(f"{copy.url}: {problem}: marked {state.value}, not moved")
         objects.copy(copy.key, moved_to, copy.size_bytes)
         problem = differences(objects.head(moved_to), copy, checksum=False)
@@ -74,7 +84,7 @@ def trash_remote_copy(
                 f"{url}: the trash copy does not verify ({problem}): kept at its key"
             )
         lease.check()
-        remote_copies.set_remote_state(copy.id, RemoteState.TRASHED, reason, trash_key=moved_to)
+        store.remote.set_remote_state(copy.id, RemoteState.TRASHED, reason, trash_key=moved_to)
         objects.delete(copy.key)
     return url
 
@@ -90,14 +100,9 @@ def restore_remote_copy(
         copy = _fresh(store.remote, copy)
         if copy.state != RemoteState.TRASHED or not copy.trash_key:
             raise Refused(f"{copy.url} is {copy.state.value}, not in the store's trash")
-        with store.acts.audited(
-            action="remote-restore",
-            checkpoint_id=c.id,
-            path=c.path,
-            reason=f"{remote.object_url(copy.trash_key)} -> {copy.url}",
-            size=copy.size_bytes,
-            actor=actor,
-            lease=lease,
+        why = f"{remote.object_url(copy.trash_key)} -> {copy.url}"
+        with rail.audited(
+            store, c, "remote-restore", actor, lease, size=copy.size_bytes, reason=why
         ):
             found = objects.head(copy.key)
             if found is None:
@@ -123,15 +128,8 @@ def purge_remote_copy(
             raise Refused(f"{copy.url} is {copy.state.value}, not in the store's trash")
         if store.reads.get(str(c.id)).pinned:
             raise Refused(f"{c.path} is pinned: its remote copy is kept in the trash")
-        with store.acts.audited(
-            action="remote-purge",
-            checkpoint_id=c.id,
-            path=c.path,
-            reason=remote.object_url(copy.trash_key),
-            size=copy.size_bytes,
-            actor=actor,
-            lease=lease,
-        ):
+        why = remote.object_url(copy.trash_key)
+        with rail.audited(store, c, "remote-purge", actor, lease, size=copy.size_bytes, reason=why):
             objects.delete(copy.trash_key)
             if differences(objects.head(copy.key), copy, checksum=False) is None:
                 objects.delete(copy.key)  # a kill between the record and the delete left it

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...core.health import unhealthy
-from ...core.model import Checkpoint, CheckpointStatus, Format, Run
+from ...core.model import Checkpoint, CheckpointStatus, Run
 from ...core.moments import progress_key
 from ...core.query import ListQuery, default_mode
-from ...core.remote import Location, RemoteCopy, location, verified_copy
-from ...core.resume import resumability
+from ...core.remote import Location, location, verified_copy
+from ...core.resume import may_resume_listed
 from ...core.runs import run_scope
+from .locations import by_checkpoint
 
 if TYPE_CHECKING:  # `ckpt best` without a remote never imports SQLAlchemy
     from ...catalog.store import Reads, RemoteCopies
@@ -50,9 +51,7 @@ def remote_only(
         for c in reads.list(ListQuery(run=run, status=status.value))
         if c.version_of is None and (scope is None or scope.covers(c.run))
     ]
-    copies: dict[int, list[RemoteCopy]] = {}
-    for copy in remote_copies.remote_copies(c.id for c in rows):
-        copies.setdefault(copy.checkpoint_id, []).append(copy)
+    copies = by_checkpoint(remote_copies, rows)
     found = []
     for c in rows:
         mine = copies.get(c.id, [])
@@ -103,7 +102,7 @@ def latest(
     remote = [
         (c, url)
         for c, url in remote_only(reads, remote_copies, run)
-        if not resumable or (may_resume(c) and unhealthy(c.metrics) is None)
+        if not resumable or (may_resume_listed(c) and unhealthy(c.metrics) is None)
     ]
     candidate = max(remote, key=lambda pair: progress_key(pair[0]), default=None)
     here = local()
@@ -112,12 +111,6 @@ def latest(
     ):
         return Answer(candidate[0], Location.REMOTE.value, candidate[1])
     return None if here is None else Answer(here, Location.LOCAL.value, None)
-
-
-def may_resume(c: Checkpoint) -> bool:
-    verdict = resumability(c.format, c.kind, c.optimizer_bytes, None)
-    legacy = c.format == Format.KERAS_LEGACY_H5 and (c.optimizer_bytes or 0) > 0
-    return verdict.resumable or legacy
 
 
 def runs(reads: Reads, remote_copies: RemoteCopies, found: list[Run]) -> list[Run]:

@@ -13,13 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...catalog.store import Acting, Acts, Reads, RemoteCopies
-from ...catalog.store_leases import HeldLease
-from ...core.errors import CkptError, Refused
-from ...core.model import Checkpoint, CheckpointStatus, TrashedCheckpoint
-from ...core.query import ListQuery
-from ...core.remote import RemoteCopy, RemoteState, verified_copy
-from ...core.remote_keep import why_kept
+from ...catalog.store import Acting, Reads, RemoteCopies
+from ...core.errors import CkptError
+from ...core.model import Checkpoint, TrashedCheckpoint
+from ...core.remote import RemoteState, verified_copy
 from ...remote.keys import TRASH_PREFIX
 from ...settings.config import Config
 from .. import guards, rail
@@ -37,15 +34,6 @@ class GiveUpReport:
         return {"dry_run": self.dry_run, "items": self.items, "failures": self.failures}
 
 
-def protected(reads: Reads, remote_copies: RemoteCopies, c: Checkpoint) -> str | None:
-    """Why `c`'s remote copy must stay (`core.remote_keep`), from the catalog as it is now."""
-    run = [r for r in reads.list(ListQuery(run=c.run, root=c.root)) if r.run == c.run]
-    copies = remote_copies.remote_copies(r.id for r in run)
-    verified = {x.checkpoint_id for x in copies if x.state == RemoteState.VERIFIED}
-    available = {r.id for r in run if r.status == CheckpointStatus.OK or r.id in verified}
-    return why_kept(c, run, available)
-
-
 def give_up(
     config: Config,
     store: Acting,
@@ -61,7 +49,9 @@ def give_up(
         c = store.reads.get(ref)
         copy = verified_copy(store.remote.remote_copies([c.id]))
         kept = (
-            "no verified remote copy" if copy is None else protected(store.reads, store.remote, c)
+            "no verified remote copy"
+            if copy is None
+            else rail_remote.protected(store.reads, store.remote, c)
         )
         item: dict[str, Any] = {
             "id": c.id,
@@ -75,56 +65,14 @@ def give_up(
             continue
         try:
             with rail.run_lease(config, store, guards.run_id(store.reads, c), actor) as lease:
-                item["trash_url"] = give_up_one(
-                    config,
-                    store.reads,
-                    store.acts,
-                    store.remote,
-                    c,
-                    copy,
-                    reason=reason,
-                    batch=batch,
-                    actor=actor,
-                    lease=lease,
+                item["trash_url"] = rail_remote.trash_remote_copy(
+                    config, store, c, copy, reason=reason, batch=batch, actor=actor, lease=lease
                 )
             item["done"] = True
         except CkptError as exc:
             item["done"] = False
             report.failures.append({"id": c.id, "path": c.path, "error": guards.one_line(exc)})
     return report
-
-
-def give_up_one(
-    config: Config,
-    reads: Reads,
-    acts: Acts,
-    remote_copies: RemoteCopies,
-    c: Checkpoint,
-    copy: RemoteCopy,
-    *,
-    reason: str,
-    batch: str,
-    actor: str,
-    lease: HeldLease,
-) -> str:
-    """One remote copy to the store's trash under the run's `lease` (held by the caller: a
-    retention pass), its protection re-checked first. Returns its trash URL."""
-    lease.check()
-    fresh = reads.get(str(c.id))
-    kept = protected(reads, remote_copies, fresh)
-    if kept:
-        raise Refused(f"{c.path}: its remote copy is kept: {kept}")
-    return rail_remote.trash_remote_copy(
-        config,
-        acts,
-        remote_copies,
-        fresh,
-        copy,
-        reason=reason,
-        batch=batch,
-        actor=actor,
-        lease=lease,
-    )
 
 
 def trashed(config: Config, reads: Reads, remote_copies: RemoteCopies) -> list[TrashedCheckpoint]:

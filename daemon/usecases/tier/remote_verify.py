@@ -15,7 +15,7 @@ say `remote` for days after the object went.
 
 from __future__ import annotations
 
-from ...catalog.store import Acts, Reads, RemoteCopies
+from ...catalog.store import Acting, Acts, Reads, RemoteCopies
 from ...core.errors import CkptError
 from ...core.model import Checkpoint
 from ...core.remote import RemoteCopy, RemoteState, verified_copy
@@ -23,6 +23,7 @@ from ...remote.store import RemoteObject
 from ...settings.config import Config
 from .. import guards
 from ..verifier import Verdict
+from .locations import uses_remote
 from .tiering import object_store, remote_of
 
 
@@ -85,23 +86,18 @@ def verify_sample(
     ]
 
 
-def before_purge(
-    config: Config,
-    reads: Reads,
-    acts: Acts,
-    remote_copies: RemoteCopies,
-    checkpoint_id: int,
-    *,
-    actor: str,
-) -> str | None:
+def before_purge(config: Config, store: Acting, checkpoint_id: int, *, actor: str) -> str | None:
     """Why the trashed checkpoint's local copy must not be purged now: its verified remote copy,
     read back this moment, is gone or other bytes (it is marked so: never trusted again), or the
     store cannot be reached to tell. None: it matches, or there is none (then the trash copy is
     not held on its account)."""
-    copy = verified_copy(remote_copies.remote_copies([checkpoint_id]))
+    if not uses_remote(config):  # no store configured: no copy of ours is anywhere else
+        return None
+    copy = verified_copy(store.remote.remote_copies([checkpoint_id]))
     if copy is None:
         return None
-    verdict = _verify_one(config, acts, remote_copies, reads.get(str(checkpoint_id)), copy, actor)
+    c = store.reads.get(str(checkpoint_id))
+    verdict = _verify_one(config, store.acts, store.remote, c, copy, actor)
     if verdict.ok:
         return None
     return f"not purged, the local copy is the last one: {verdict.detail}"

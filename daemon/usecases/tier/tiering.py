@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ...catalog.store import Acting, Acts, Index, Reads, RemoteCopies
+from ...catalog.store import Acting, Index, RemoteCopies
 from ...catalog.store_leases import HeldLease
 from ...core.errors import CkptError, NotFound, RemoteFailed, UsageError
 from ...core.families import folder_formats
@@ -103,9 +103,7 @@ class TierReport:
 
 
 def remote_of(config: Config, c: Checkpoint) -> tuple[RootConfig, Remote]:
-    root = config.root_for(Path(c.path))
-    if root is None or str(root.path) != c.root:
-        raise fsops.Refused(f"{c.path} is not inside a configured root: never touched")
+    root = guards.configured_root(config, c)
     remote = config.remote_for(root)
     if remote is None:
         raise UsageError(f"{c.path}: no `remote:` configured for its root ({root.path})")
@@ -216,17 +214,7 @@ def tier_one(
             resumed_parts=sent.resumed_parts,
             kept_existing=sent.existing,
         )
-        free_local(
-            config,
-            store.reads,
-            store.index,
-            store.acts,
-            store.remote,
-            c,
-            f"tiered to {url} (verified)",
-            actor,
-            held,
-        )
+        free_local(config, store, c, f"tiered to {url} (verified)", actor, held)
     return sent.resumed_parts
 
 
@@ -277,33 +265,16 @@ def verify_uploaded(objects: ObjectStore, sent: Uploaded, c: Checkpoint, size: i
 
 
 def free_local(
-    config: Config,
-    reads: Reads,
-    index: Index,
-    acts: Acts,
-    remote_copies: RemoteCopies,
-    c: Checkpoint,
-    reason: str,
-    actor: str,
-    lease: HeldLease,
+    config: Config, store: Acting, c: Checkpoint, reason: str, actor: str, lease: HeldLease
 ) -> None:
     """The local copy to the local trash through the rail (re-checked right before, claimed
     like a prune's move: a pin committed first keeps it; a file that changed since it was
     indexed keeps its place, the remote copy staying recorded)."""
-    if verified_copy(remote_copies.remote_copies([c.id])) is None:  # never without one
+    if verified_copy(store.remote.remote_copies([c.id])) is None:  # never without one
         raise fsops.Refused(f"{c.path}: no verified remote copy: the local copy is kept")
     lease.check()
-    rail.trash_checkpoint(
-        config,
-        reads,
-        index,
-        acts,
-        c,
-        reason=reason,
-        batch=rail.batch_name("tier"),
-        actor=actor,
-        lease=lease,
-    )
+    batch = rail.batch_name("tier")
+    rail.trash_checkpoint(config, store, c, reason=reason, batch=batch, actor=actor, lease=lease)
 
 
 def require_copy(remote_copies: RemoteCopies, c: Checkpoint) -> RemoteCopy:
