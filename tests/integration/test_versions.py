@@ -262,9 +262,8 @@ def test_a_restore_killed_after_its_move_settles_with_its_copies_standby_again(
     row = store.reads.get(str(best))
     with rail.run_lease(config, store, guards.run_id(store.reads, row), "test") as lease:
         rail.trash_checkpoint(
-            config, store.reads, store.index, store.acts, row,
-            reason="test", batch=rail.batch_name(), actor="test", lease=lease,
-        )  # fmt: skip
+            config, store, row, reason="test", batch=rail.batch_name(), actor="test", lease=lease
+        )
     assert {v.status for v in store.versions.versions_of(str(best))} == {"ok"}
     store.close()
 
