@@ -16,7 +16,7 @@ from .audit import now_iso, record_event
 from .index_rows import row_values, sightings
 from .schema import CHECKPOINTS, RECORDS, RUNS, at_or_below
 from .store_claims import drop_claim
-from .store_recovery import move_in_flight
+from .store_recovery import act_in_flight, move_in_flight
 from .store_runs import replace_metrics, run_id_for
 from .store_versions import sync_standby
 
@@ -85,6 +85,11 @@ class Index(db.Facet):
                 # (the file caught empty or torn mid-save) must not hide the rewrite.
                 previous = row.hash or (seen[-1].get("hash") if seen else None)
                 rewritten = previous is not None and rec.hash is not None and previous != rec.hash
+                if rewritten and act_in_flight(conn, rec.path, run_id, "compress"):
+                    # Our compress swapped the file and has yet to record it (`record_rewrite`):
+                    # the same content in new bytes, no trainer's save. Left to it.
+                    drop_claim(conn, rec.path)
+                    return int(row.id)
                 generation = row.generation + int(rewritten)
                 values.update(run_id=run_id, generation=generation)
                 values["details"]["generations"] = sightings(seen, rec, generation, now)

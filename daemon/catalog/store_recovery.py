@@ -260,13 +260,18 @@ def _status_reason(status: CheckpointStatus) -> str | None:
 
 def move_in_flight(conn: Any, path: str, run_id: int) -> bool:
     """A move of the live row at `path` to the trash in flight: planned, its run's lease held."""
+    return act_in_flight(conn, path, run_id, "trash")
+
+
+def act_in_flight(conn: Any, path: str, run_id: int, action: str) -> bool:
+    """An act `action` on the live row at `path` in flight: planned, its run's lease held."""
     planned = conn.execute(
         select(events.c.id)
         .join(checkpoints, checkpoints.c.id == events.c.checkpoint_id)
         .where(
             checkpoints.c.path == path,
             checkpoints.c.status.not_in(RECORDS),
-            events.c.action == "trash",
+            events.c.action == action,
             events.c.state == "planned",
         )
     ).first()

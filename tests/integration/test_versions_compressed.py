@@ -109,3 +109,38 @@ def test_a_version_stays_standby_when_its_compressed_file_is_read_again(
             index=lambda p: None,
         )
     store.close()
+
+
+def test_a_scan_between_compress_swap_and_its_record_sees_no_new_generation(
+    tmp_path: Path, keras_checkpoints: Path
+) -> None:
+    """The worker reads the file after compress swapped it and before compress recorded it
+    (`record_rewrite`): new bytes, the same content, no trainer's save. It must not count a new
+    generation (the file would then read as one its trainer rewrites, and a kept copy of our own
+    bytes would be taken); compress records it. The order played step by step: the rail's act
+    (lease, planned event), the swap, a second daemon's scan, then the record."""
+    from ckpt_daemon.transforms.compress import compress
+
+    ws = Workspace(tmp_path)
+    full = padded_full_h5(ws, keras_checkpoints)
+    config, store = scan(ws)
+    row = store.reads.get(str(full))
+    assert row.generation == 1
+    with rail.acting_on(config, store, row, "compress", "test") as (root, members):
+        result = compress(root, full, indexed=store.index.identity(row.id)[0])
+        assert result.skipped is None
+        worker = Store(config.database)  # the daemon's worker, reading the folder now
+        indexer.scan(config, worker, actor="worker")
+        assert worker.reads.get(str(full)).generation == 1
+        assert worker.reads.get(str(full)).hash == row.hash  # left to compress to record
+        worker.close()
+        stat = fsops.current_stat(root, members)
+        store.acts.record_rewrite(row.id, stat=stat, digest=result.hash, codec=result.codec)
+    after = store.reads.get(str(full))
+    assert (after.generation, after.hash) == (1, result.hash)
+    assert [(v.generation, v.status) for v in store.versions.versions_of(str(full))] == [
+        (1, "standby")
+    ]
+    indexer.scan(config, store, actor="test")  # the next scan: nothing new
+    assert store.reads.get(str(full)).generation == 1
+    store.close()
