@@ -110,15 +110,21 @@ def test_a_run_without_policy_keeps_the_best_and_the_previous_version(
     store.close()
 
 
+def three_generations(ws: Workspace, fixtures: Path) -> tuple[config_module.Config, Path]:
+    """`job/best.keras` saved three times, each generation scanned, `capture: rewritten`."""
+    (ws.config).write_text(ws.config.read_text() + "versions:\n  capture: rewritten\n")
+    for n in (1, 2, 3):
+        best = save(ws, fixtures, n)
+        config, store = scan(ws)
+        store.close()
+    return config, best
+
+
 def test_restore_puts_an_old_generation_back_and_keeps_the_current_one(
     tmp_path: Path, keras_checkpoints: Path
 ) -> None:
     ws = Workspace(tmp_path)
-    (ws.config).write_text(ws.config.read_text() + "versions:\n  capture: rewritten\n")
-    for n in (1, 2, 3):
-        best = save(ws, keras_checkpoints, n)
-        config, store = scan(ws)
-        store.close()
+    config, best = three_generations(ws, keras_checkpoints)
     store = Store(config.database)
     # `rewritten`: generation 1 was never kept; 2 is; 3 (the file now) is kept at the restore.
     assert [v.generation for v in store.versions.versions_of(str(best))] == [2, 3]
@@ -253,11 +259,7 @@ def test_a_restore_killed_after_its_move_settles_with_its_copies_standby_again(
     next reconcile settles the row `ok` and the kept copy of the bytes the file holds again is
     `standby` (a spare the disk guard frees first), as an uninterrupted restore leaves it."""
     ws = Workspace(tmp_path)
-    (ws.config).write_text(ws.config.read_text() + "versions:\n  capture: rewritten\n")
-    for n in (1, 2, 3):
-        best = save(ws, keras_checkpoints, n)
-        config, store = scan(ws)
-        store.close()
+    config, best = three_generations(ws, keras_checkpoints)
     store = Store(config.database)
     row = store.reads.get(str(best))
     with rail.run_lease(config, store, guards.run_id(store.reads, row), "test") as lease:
